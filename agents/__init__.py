@@ -1,0 +1,1 @@
+"""The agent worker loop and the host adapters."""

@@ -1,0 +1,55 @@
+"""Parse, dispatch, and turn a LoopxError into one line, a hint and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from loopx import exitcodes
+from loopx.cli import _gate, _goal, _init, _schema
+from loopx.cli._common import common_options
+from loopx.errors import LoopxError
+from loopx.log import configure_logging
+
+# Each module adds its subcommands; listed explicitly so the CLI's surface is visible here.
+COMMAND_MODULES = (_init, _goal, _gate, _schema)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole `loopx` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="loopx",
+        description="Run long-lived AI agent work unattended, crash-safe by journal.",
+        parents=[common_options(top=True)],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `loopx` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(level=args.log_level)
+    try:
+        code: int = args.func(args)
+    except LoopxError as e:
+        print(f"loopx: error: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("loopx: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`loopx goal list | head`); nothing more to say.
+        return exitcodes.OK
+    return code
+
+
+def run() -> None:
+    """Console-script wrapper: exit with :func:`main`'s code."""
+    sys.exit(main())

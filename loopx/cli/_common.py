@@ -1,0 +1,74 @@
+"""Options every command takes, and the small helpers commands share."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+
+
+def common_options(*, top: bool = False) -> argparse.ArgumentParser:
+    """``--root``/``--runtime-root``, ``--registry`` and ``--log-level``.
+
+    They are accepted before and after the subcommand; below the top level
+    their default is SUPPRESS so a value given earlier is not overwritten.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    default: Any = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--root",
+        "--runtime-root",
+        dest="root",
+        metavar="DIR",
+        default=default,
+        help="runtime root (default: $LOOPX_ROOT, the registry's common_runtime_root, "
+        "or $XDG_STATE_HOME/loopx)",
+    )
+    parser.add_argument(
+        "--registry",
+        metavar="FILE",
+        default=default,
+        help="registry file to use (default: <root>/registry.json)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="warning" if top else argparse.SUPPRESS,
+        help="log level of the structured log on stderr (default: warning)",
+    )
+    return parser
+
+
+def add_command(
+    sub: Any, name: str, *, help: str, aliases: tuple[str, ...] = ()  # noqa: A002 - argparse's name
+) -> argparse.ArgumentParser:
+    """Add a subcommand that accepts the common options."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=help, parents=[common_options()], aliases=list(aliases)
+    )
+    return parser
+
+
+def resolved(args: argparse.Namespace) -> ResolvedRoot:
+    """The runtime root the command line and environment select."""
+    return resolve_root(flag=args.root, registry=args.registry, env=os.environ, home=Path.home())
+
+
+def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
+    """The checked layout of the selected root (created with ``create``)."""
+    return open_root(resolved(args), create=create)
+
+
+def print_json(document: BaseModel | dict[str, Any] | list[Any]) -> None:
+    """Print one JSON document: the stable `--json` output."""
+    if isinstance(document, BaseModel):
+        sys.stdout.write(document.model_dump_json(indent=2) + "\n")
+    else:
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")

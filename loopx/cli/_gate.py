@@ -1,0 +1,50 @@
+"""`loopx gate open|resolve`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, layout, print_json
+from loopx.goals import open_gate, resolve_gate
+from loopx.model import utcnow
+
+
+def register(sub: Any) -> None:
+    """Add `gate open` and `gate resolve`."""
+    gate = add_command(sub, "gate", help="open or resolve a human gate on a goal")
+    actions = gate.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    opener = add_command(actions, "open", help="ask a human a question; the goal waits")
+    opener.add_argument("goal_id", metavar="ID")
+    opener.add_argument("--question", required=True, metavar="TEXT")
+    opener.add_argument("--json", action="store_true")
+    opener.set_defaults(func=run_open)
+
+    resolver = add_command(actions, "resolve", help="answer the goal's oldest open gate")
+    resolver.add_argument("goal_id", metavar="ID")
+    resolver.add_argument("--answer", required=True, metavar="TEXT")
+    resolver.add_argument("--gate", type=int, metavar="N", help="answer gate N instead")
+    resolver.add_argument("--json", action="store_true")
+    resolver.set_defaults(func=run_resolve)
+
+
+def run_open(args: argparse.Namespace) -> int:
+    """Open a gate."""
+    gate = open_gate(layout(args), args.goal_id, args.question, now=utcnow())
+    if args.json:
+        print_json({"schema_version": 1, "goal_id": args.goal_id, "gate": gate.model_dump(mode="json")})
+    else:
+        print(f"{args.goal_id}: gate {gate.id} open: {gate.question}")
+    return exitcodes.OK
+
+
+def run_resolve(args: argparse.Namespace) -> int:
+    """Resolve a gate."""
+    gate = resolve_gate(layout(args), args.goal_id, args.answer, now=utcnow(), gate_id=args.gate)
+    if args.json:
+        print_json({"schema_version": 1, "goal_id": args.goal_id, "gate": gate.model_dump(mode="json")})
+    else:
+        print(f"{args.goal_id}: gate {gate.id} resolved")
+    return exitcodes.OK

@@ -1,0 +1,172 @@
+"""`loopx goal add|list|show|pause|resume|done`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, layout, print_json
+from loopx.errors import UsageError
+from loopx.goals import GoalChanges, add_goal, get_goal, goal_view, set_status
+from loopx.model import utcnow
+from loopx.registry import Goal, GoalStatus, HostKind, HostSpec, load_registry
+
+# CLI flag -> QuotaPolicy field.
+QUOTA_FLAGS = {
+    "quota_compute": "compute",
+    "quota_window_hours": "window_hours",
+    "cpu_seconds": "cpu_seconds",
+    "turn_timeout": "turn_timeout_s",
+    "max_rss_mb": "max_rss_mb",
+    "min_free_memory_mb": "min_free_memory_mb",
+    "max_load_per_cpu": "max_load_per_cpu",
+    "max_tokens": "max_tokens",
+    "max_cost_usd": "max_cost_usd",
+}
+
+
+def register(sub: Any) -> None:
+    """Add the `goal` commands."""
+    goal = add_command(sub, "goal", help="register and manage goals")
+    actions = goal.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    add = add_command(actions, "add", help="register a goal (or change one with --update)")
+    add.add_argument("goal_id", metavar="ID")
+    add.add_argument("--objective", metavar="TEXT", help="what the goal should achieve")
+    add.add_argument("--workdir", metavar="DIR", help="host's working directory (default: cwd)")
+    add.add_argument("--host", metavar="'CMD ARGS'", help="host command, split like a shell")
+    add.add_argument(
+        "--host-kind",
+        choices=[k.value for k in HostKind],
+        help="how the host is run (default: command with --host, else demo)",
+    )
+    add.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
+    add.add_argument("--quota-compute", type=float, metavar="F", help="share of a window, 0..1")
+    add.add_argument("--quota-window-hours", type=float, metavar="H", help="window (default 24)")
+    add.add_argument("--cpu-seconds", type=float, metavar="N", help="CPU-seconds cap per window")
+    add.add_argument("--turn-timeout", type=float, metavar="S", help="seconds per turn")
+    add.add_argument("--max-rss-mb", type=int, metavar="N", help="peak RSS cap per turn")
+    add.add_argument("--min-free-memory-mb", type=int, metavar="N", help="host guard")
+    add.add_argument("--max-load-per-cpu", type=float, metavar="F", help="host guard")
+    add.add_argument("--max-tokens", type=int, metavar="N", help="token cap per window")
+    add.add_argument("--max-cost-usd", type=float, metavar="F", help="cost cap per window")
+    add.add_argument("--next-probe", metavar="'CMD'", help="read-only command to observe progress")
+    add.add_argument("--max-host-attempts", type=int, metavar="N", help="host runs per turn")
+    add.add_argument("--update", action="store_true", help="change an existing goal")
+    add.add_argument("--json", action="store_true", help="print the goal as JSON")
+    add.set_defaults(func=run_add)
+
+    lister = add_command(actions, "list", help="list registered goals")
+    lister.add_argument("--json", action="store_true")
+    lister.set_defaults(func=run_list)
+
+    show = add_command(actions, "show", help="show a goal's policy and state")
+    show.add_argument("goal_id", metavar="ID")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=run_show)
+
+    for name, status, text in (
+        ("pause", GoalStatus.PAUSED, "stop scheduling a goal"),
+        ("resume", GoalStatus.ACTIVE, "schedule a paused goal again"),
+        ("done", GoalStatus.DONE, "mark a goal done"),
+    ):
+        action = add_command(actions, name, help=text)
+        action.add_argument("goal_id", metavar="ID")
+        action.add_argument("--json", action="store_true")
+        action.set_defaults(func=run_set_status, status=status)
+
+
+def _host_spec(args: argparse.Namespace) -> HostSpec | None:
+    if args.host is None and args.host_kind is None:
+        return None
+    try:
+        argv = shlex.split(args.host) if args.host is not None else []
+    except ValueError as e:
+        raise UsageError(f"--host {args.host!r} cannot be split: {e}", hint="check its quotes") from e
+    kind = HostKind(args.host_kind) if args.host_kind else HostKind.COMMAND
+    if kind is HostKind.COMMAND and not argv:
+        raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
+    return HostSpec(kind=kind, argv=argv)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    """Register or update a goal."""
+    quota = {field: getattr(args, flag) for flag, field in QUOTA_FLAGS.items()}
+    changes = GoalChanges(
+        objective=args.objective,
+        workdir=args.workdir,
+        host=_host_spec(args),
+        priority=args.priority,
+        next_probe=args.next_probe,
+        max_host_attempts=args.max_host_attempts,
+        quota={k: v for k, v in quota.items() if v is not None},
+    )
+    goal = add_goal(
+        layout(args, create=True),
+        args.goal_id,
+        changes,
+        update=args.update,
+        default_workdir=Path.cwd(),
+        now=utcnow(),
+    )
+    if args.json:
+        print_json({"schema_version": 1, "goal": goal.model_dump(mode="json")})
+    else:
+        print(f"{'updated' if args.update else 'added'} goal {goal.id} ({goal.status})")
+    return exitcodes.OK
+
+
+def _describe_host(goal: Goal) -> str:
+    if goal.host.kind is HostKind.COMMAND:
+        return shlex.join(goal.host.argv)
+    return str(goal.host.kind)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """List goals, highest priority first."""
+    goals = sorted(load_registry(layout(args)).goals.values(), key=lambda g: (-g.priority, g.id))
+    if args.json:
+        print_json({"schema_version": 1, "goals": [g.model_dump(mode="json") for g in goals]})
+        return exitcodes.OK
+    if not goals:
+        print("no goals; add one with `loopx goal add ID --objective TEXT`")
+        return exitcodes.OK
+    width = max(len(g.id) for g in goals)
+    for g in goals:
+        print(f"{g.id:<{width}}  {g.status:<8}  p{g.priority:<3}  {_describe_host(g)}  {g.objective[:60]}")
+    return exitcodes.OK
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Show one goal."""
+    where = layout(args)
+    view = goal_view(where, get_goal(where, args.goal_id))
+    if args.json:
+        print_json(view)
+        return exitcodes.OK
+    goal, state = view["goal"], view["state"]
+    print(f"goal {goal['id']}  [{goal['status']}]  priority {goal['priority']}")
+    print(f"  objective: {goal['objective']}")
+    print(f"  workdir:   {goal['workdir']}")
+    print(f"  host:      {goal['host']['kind']} {shlex.join(goal['host']['argv'])}".rstrip())
+    print("  quota:     " + ", ".join(f"{k}={v}" for k, v in goal["quota"].items() if v is not None))
+    print(f"  next action: {state['next_action'] or '-'}   turns applied: {state['turn_seq']}")
+    for gate in state["gates"]:
+        if gate["answer"] is None:
+            print(f"  OPEN GATE {gate['id']}: {gate['question']}")
+    for todo in state["todos"]:
+        print(f"  [{'x' if todo['status'] == 'done' else ' '}] {todo['id']}: {todo['text']}")
+    return exitcodes.OK
+
+
+def run_set_status(args: argparse.Namespace) -> int:
+    """Pause, resume or finish a goal."""
+    goal = set_status(layout(args), args.goal_id, args.status, now=utcnow())
+    if args.json:
+        print_json({"schema_version": 1, "goal": goal.model_dump(mode="json")})
+    else:
+        print(f"goal {goal.id} is now {goal.status}")
+    return exitcodes.OK

@@ -1,0 +1,138 @@
+"""The one error hierarchy: every error says what was wrong, where, and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loopx import exitcodes
+
+
+def _rebuild(cls: type[LoopxError], message: str, attrs: dict[str, Any]) -> LoopxError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(attrs)
+    return error
+
+
+class LoopxError(Exception):
+    """Base of every error LoopX raises on purpose.
+
+    Attributes:
+        hint: one line telling the user what to do next, or None.
+        exit_code: what the CLI exits with when this error reaches it.
+    """
+
+    exit_code: int = exitcodes.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+    @property
+    def message(self) -> str:
+        """The error's one-line message."""
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries (agents report to the supervisor);
+        # rebuild from the message and attributes, not from __init__'s signature.
+        return _rebuild, (type(self), self.message, dict(self.__dict__))
+
+
+class UsageError(LoopxError):
+    """The command line or an argument is malformed."""
+
+    exit_code = exitcodes.USAGE
+
+
+class InvalidGoalIdError(UsageError):
+    """A goal id is not a single safe path segment."""
+
+    def __init__(self, goal_id: str, problem: str) -> None:
+        from loopx.ids import GOAL_ID_RULE  # noqa: PLC0415 - ids imports errors
+
+        super().__init__(
+            f"invalid goal id {goal_id!r}: {problem}",
+            hint=f"a goal id must match {GOAL_ID_RULE} and may not be '.' or '..'",
+        )
+        self.goal_id = goal_id
+        self.problem = problem
+
+
+class InvalidPolicyError(UsageError):
+    """A goal's policy field is out of range or of the wrong type."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"invalid value for {field}: {problem}", hint="see `loopx goal add --help`")
+        self.field = field
+        self.problem = problem
+
+
+class GoalNotFoundError(LoopxError):
+    """The registry has no goal with this id."""
+
+    def __init__(self, goal_id: str, registry: Path) -> None:
+        super().__init__(
+            f"goal {goal_id!r} is not in the registry {registry}",
+            hint="list goals with `loopx goal list`; add one with `loopx goal add`",
+        )
+        self.goal_id = goal_id
+        self.registry = registry
+
+
+class GoalExistsError(LoopxError):
+    """`goal add` named an id that is already registered."""
+
+    def __init__(self, goal_id: str, registry: Path) -> None:
+        super().__init__(
+            f"goal {goal_id!r} already exists in {registry}",
+            hint="pass --update to change its policy, or choose another id",
+        )
+        self.goal_id = goal_id
+        self.registry = registry
+
+
+class GoalStateError(LoopxError):
+    """An operation does not fit the goal's current state (e.g. resolving a gate none is open)."""
+
+
+class CorruptFileError(LoopxError):
+    """A durable file is not valid JSON or fails its schema; it is left untouched."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(
+            f"{path} is damaged: {problem}",
+            hint="the file was left as it is; inspect it, restore it from a backup, "
+            "or run `loopx doctor` for a repair plan",
+        )
+        self.path = path
+        self.problem = problem
+
+
+class LockTimeoutError(LoopxError):
+    """A file lock stayed busy past its deadline."""
+
+    def __init__(self, lock_path: Path, waited_s: float) -> None:
+        super().__init__(
+            f"could not lock {lock_path} within {waited_s:.1f}s: another LoopX process holds it",
+            hint="retry; if no LoopX process is running, the lock file is stale and safe to delete",
+        )
+        self.lock_path = lock_path
+        self.waited_s = waited_s
+
+
+class RootError(LoopxError):
+    """The runtime root cannot be resolved, created or trusted."""
+
+
+class UnsafePathError(LoopxError):
+    """A path inside the runtime root is a symlink or otherwise not what LoopX created."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(
+            f"refusing to use {path}: {problem}",
+            hint="LoopX never follows symlinks inside its root; remove the entry and retry",
+        )
+        self.path = path
+        self.problem = problem

@@ -1,0 +1,347 @@
+"""File primitives used everywhere: atomic write, exclusive create, keyed append, locks.
+
+Every durable byte LoopX writes goes through this module, so the crash
+guarantees are argued once:
+
+* atomic write: temp file in the same directory, write, fsync, rename, fsync
+  the directory. A reader sees the old or the new file, never a mix.
+* exclusive create: ``O_CREAT|O_EXCL|O_NOFOLLOW``; exactly one creator wins.
+* keyed append: one ``write`` per JSON line under a file lock; a record whose
+  key is already among the file's recent records is skipped, so replaying an
+  append is harmless. Readers ignore a torn last line.
+* locks: ``filelock`` on ``<file>.lock``; a busy lock is retried with jittered
+  backoff (tenacity) and ends in :class:`LockTimeoutError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import filelock
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
+
+DIR_MODE: Final = 0o700
+FILE_MODE: Final = 0o600
+DEFAULT_LOCK_TIMEOUT_S: Final = 30.0
+# A replayed append can only repeat one of the newest records of a file: each
+# keyed file belongs to one goal, whose writers are serialised by its lease.
+DEDUP_SCAN_RECORDS: Final = 256
+_READ_BLOCK: Final = 64 * 1024
+
+M = TypeVar("M", bound=BaseModel)
+
+
+# --- directories -------------------------------------------------------------------------------
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) with mode 0700 if missing; refuse a symlink.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        UnsafePathError: ``path`` is a symlink or not a directory.
+    """
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(path, "it is a symlink")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(path, "it is not a directory")
+    return path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _refuse_symlink(path: Path) -> None:
+    if path.is_symlink():
+        raise UnsafePathError(path, "it is a symlink")
+
+
+# --- whole files -------------------------------------------------------------------------------
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new content."""
+    _refuse_symlink(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def atomic_write_model(path: Path, model: BaseModel) -> None:
+    """Atomically write a model as indented JSON."""
+    atomic_write_bytes(path, model.model_dump_json(indent=2).encode() + b"\n")
+
+
+def exclusive_create(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` unless it exists. Exactly one concurrent creator wins.
+
+    Returns:
+        True if this call created the file, False if it already existed.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    except FileExistsError:
+        return False
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)
+    return True
+
+
+def read_bytes(path: Path) -> bytes:
+    """Read a file without following a symlink at its last component.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        UnsafePathError: the path is a symlink.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno == 40:  # noqa: PLR2004 - ELOOP: O_NOFOLLOW met a symlink
+            raise UnsafePathError(path, "it is a symlink") from e
+        raise
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def parse_model(path: Path, model: type[M], data: bytes) -> M:
+    """Validate ``data`` (JSON) as ``model``; a failure names the file and the first problem.
+
+    Raises:
+        CorruptFileError: not JSON, or not the model's schema.
+    """
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as e:
+        raise CorruptFileError(path, describe_validation_error(e)) from e
+
+
+def read_model(path: Path, model: type[M]) -> M:
+    """Read and validate a JSON file as ``model``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        CorruptFileError: not JSON, or not the model's schema.
+    """
+    return parse_model(path, model, read_bytes(path))
+
+
+def read_model_or_none(path: Path, model: type[M]) -> M | None:
+    """Like :func:`read_model`, but None when the file does not exist."""
+    try:
+        return read_model(path, model)
+    except FileNotFoundError:
+        return None
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line naming the first problem of a pydantic error: where and what."""
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = error.error_count() - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    if first["type"] == "json_invalid":
+        return f"not valid JSON: {first['msg']}{suffix}"
+    return f"{where}: {first['msg']}{suffix}"
+
+
+# --- JSON Lines --------------------------------------------------------------------------------
+
+
+def _tail_lines(fd: int, size: int, want: int) -> list[bytes]:
+    """The last ``want`` complete lines of an open file, oldest first."""
+    pos = size
+    buf = b""
+    while pos > 0 and buf.count(b"\n") <= want:
+        step = min(_READ_BLOCK, pos)
+        pos -= step
+        buf = os.pread(fd, step, pos) + buf
+    lines = buf.split(b"\n")
+    # The first piece may be a partial line when we stopped early; the last is
+    # what follows the final newline (empty, or a torn record).
+    complete = lines[:-1] if pos == 0 else lines[1:-1]
+    return complete[-want:]
+
+
+def _record_key(line: bytes, key_field: str) -> object:
+    try:
+        return json.loads(line).get(key_field)
+    except (ValueError, AttributeError):
+        return None
+
+
+def append_record(
+    path: Path,
+    record: BaseModel,
+    *,
+    key_field: str = "turn_key",
+    timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> bool:
+    """Append ``record`` as one JSON line unless a recent record has the same key.
+
+    A torn last line (a writer died mid-record, so nobody was told it was
+    written) is cut off first, so the new record starts on a line of its own.
+
+    Returns:
+        True if the record was written, False if its key was already there.
+    """
+    key = getattr(record, key_field)
+    line = record.model_dump_json().encode() + b"\n"
+    _refuse_symlink(path)
+    with locked(path, timeout=timeout):
+        created = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, FILE_MODE)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                size -= len(_torn_tail(fd, size))
+                os.ftruncate(fd, size)
+            if any(
+                _record_key(old, key_field) == key
+                for old in _tail_lines(fd, size, DEDUP_SCAN_RECORDS)
+            ):
+                return False
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(path.parent)
+    return True
+
+
+def _torn_tail(fd: int, size: int) -> bytes:
+    """The bytes after the last newline of an open file."""
+    pos = size
+    tail = b""
+    while pos > 0:
+        step = min(_READ_BLOCK, pos)
+        pos -= step
+        tail = os.pread(fd, step, pos) + tail
+        nl = tail.rfind(b"\n")
+        if nl >= 0:
+            return tail[nl + 1 :]
+    return tail
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each complete record of a JSON Lines file.
+
+    A last line without its newline is a torn write and is skipped. Any other
+    line that is not a JSON object is damage.
+
+    Raises:
+        CorruptFileError: a complete line is not a JSON object.
+    """
+    data = read_bytes(path)
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines[:-1], start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            raise CorruptFileError(path, f"line {number} is not valid JSON: {e}") from e
+        if not isinstance(obj, dict):
+            raise CorruptFileError(path, f"line {number} is not a JSON object")
+        yield number, obj
+
+
+def read_records(path: Path, model: type[M]) -> list[M]:
+    """All complete records of a JSON Lines file, validated as ``model``; [] if missing.
+
+    Raises:
+        CorruptFileError: a complete line is not JSON or not the model's schema.
+    """
+    if not path.exists():
+        return []
+    out = []
+    for number, obj in iter_jsonl(path):
+        try:
+            out.append(model.model_validate(obj))
+        except ValidationError as e:
+            raise CorruptFileError(path, f"line {number}: {describe_validation_error(e)}") from e
+    return out
+
+
+# --- locks -------------------------------------------------------------------------------------
+
+
+def lock_path_for(path: Path) -> Path:
+    """The lock file guarding ``path``."""
+    return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the file lock of ``path`` (``<path>.lock``) for a read-modify-write.
+
+    Never hold it while a host runs. Not reentrant: do not nest two locks of
+    the same file in one process.
+
+    Raises:
+        LockTimeoutError: the lock stayed busy for ``timeout`` seconds.
+    """
+    lock_file = lock_path_for(path)
+    _refuse_symlink(lock_file)
+    lock = filelock.FileLock(str(lock_file), mode=FILE_MODE, is_singleton=False)
+    try:
+        for attempt in Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_random_exponential(multiplier=0.005, max=0.25),
+            retry=retry_if_exception_type(filelock.Timeout),
+            reraise=True,
+        ):
+            with attempt:
+                lock.acquire(timeout=0)
+    except filelock.Timeout as e:
+        raise LockTimeoutError(lock_file, timeout) from e
+    try:
+        yield
+    finally:
+        lock.release()

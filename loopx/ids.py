@@ -1,0 +1,47 @@
+"""Goal ids: single safe path segments, checked before any path is built."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from loopx.errors import InvalidGoalIdError
+
+GOAL_ID_RULE: Final = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+_GOAL_ID: Final = re.compile(GOAL_ID_RULE)
+_MAX_LEN: Final = 64
+
+
+def validate_goal_id(goal_id: str) -> str:
+    """Return ``goal_id`` if it is a safe path segment.
+
+    Raises:
+        InvalidGoalIdError: the id is empty, too long, has a path separator,
+            a control character, or is ``.``/``..``.
+    """
+    if not isinstance(goal_id, str):
+        raise InvalidGoalIdError(repr(goal_id), "not a string")
+    if goal_id == "":
+        problem = "empty"
+    elif goal_id in {".", ".."}:
+        problem = "'.' and '..' are not goal ids"
+    elif len(goal_id) > _MAX_LEN:
+        problem = f"{len(goal_id)} characters, at most {_MAX_LEN}"
+    elif "/" in goal_id or "\\" in goal_id:
+        problem = "contains a path separator"
+    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in goal_id):  # noqa: PLR2004 - ASCII control range
+        problem = "contains a control character"
+    elif _GOAL_ID.fullmatch(goal_id) is None:
+        problem = "contains a character outside [A-Za-z0-9._-] or does not start alphanumeric"
+    else:
+        return goal_id
+    raise InvalidGoalIdError(goal_id, problem)
+
+
+def is_valid_goal_id(goal_id: str) -> bool:
+    """Whether ``goal_id`` passes :func:`validate_goal_id`."""
+    try:
+        validate_goal_id(goal_id)
+    except InvalidGoalIdError:
+        return False
+    return True

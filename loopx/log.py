@@ -1,0 +1,43 @@
+"""structlog, configured once: JSON lines on stderr, console rendering on a TTY."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+import structlog
+
+_configured = False
+
+
+def configure_logging(*, stream: TextIO | None = None, level: str = "info", force: bool = False) -> None:
+    """Configure structlog for this process (idempotent unless ``force``).
+
+    Context bound with ``structlog.contextvars.bind_contextvars`` (goal_id,
+    agent_id, turn_key, epoch) is merged into every event.
+    """
+    global _configured  # noqa: PLW0603 - configured once per process by design
+    if _configured and not force:
+        return
+    out = stream if stream is not None else sys.stderr
+    renderer: structlog.typing.Processor
+    if out.isatty():
+        renderer = structlog.dev.ConsoleRenderer(colors=True)
+    else:
+        renderer = structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=out),
+        cache_logger_on_first_use=False,
+    )
+    _configured = True

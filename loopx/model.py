@@ -1,0 +1,33 @@
+"""The base of every record LoopX stores or sends: frozen, strict about extra keys."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        msg = "timestamp must carry a timezone (UTC)"
+        raise ValueError(msg)
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_aware)]
+"""A timezone-aware timestamp, normalised to UTC."""
+
+
+class Record(BaseModel):
+    """A frozen pydantic model that rejects unknown keys.
+
+    Every file kind subclasses this and adds ``schema_version: Literal[N] = N``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+def utcnow() -> datetime:
+    """The current time in UTC; pass it down instead of calling the clock deep inside."""
+    return datetime.now(UTC)

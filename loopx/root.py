@@ -1,0 +1,243 @@
+"""The runtime root: where it is (resolution) and what lives in it (layout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+from loopx.errors import RootError, UnsafePathError
+from loopx.files import ensure_dir, read_bytes
+from loopx.ids import validate_goal_id
+
+ROOT_ENV: Final = "LOOPX_ROOT"
+REGISTRY_NAME: Final = "registry.json"
+
+
+class RootSource(StrEnum):
+    """Which rule chose the runtime root."""
+
+    FLAG = "flag"  # --root / --runtime-root
+    ENV = "env"  # LOOPX_ROOT
+    REGISTRY = "registry"  # common_runtime_root of --registry FILE
+    DEFAULT = "default"  # $XDG_STATE_HOME/loopx or ~/.local/state/loopx
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRoot:
+    """Where the runtime root is, which registry file it uses, and why."""
+
+    root: Path
+    registry: Path
+    source: RootSource
+
+
+def _registry_common_root(registry: Path) -> Path | None:
+    try:
+        data = json.loads(read_bytes(registry))
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise RootError(
+            f"{registry} is not valid JSON, so its common_runtime_root cannot be read: {e}",
+            hint="fix the registry file or pass --root DIR",
+        ) from e
+    value = data.get("common_runtime_root") if isinstance(data, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise RootError(
+            f"{registry}: common_runtime_root must be a non-empty string, got {value!r}",
+            hint="set it to a directory path (relative to the registry file) or pass --root DIR",
+        )
+    return (registry.parent / value).resolve()
+
+
+def resolve_root(
+    *,
+    flag: str | os.PathLike[str] | None,
+    registry: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    home: Path,
+) -> ResolvedRoot:
+    """Resolve the runtime root by DESIGN.md's rule.
+
+    ``--root``, else ``LOOPX_ROOT``, else the ``common_runtime_root`` of the
+    ``--registry`` file (relative to that file), else ``$XDG_STATE_HOME/loopx``
+    (``~/.local/state/loopx``). The registry is ``--registry`` if given, else
+    ``<root>/registry.json``.
+
+    Raises:
+        RootError: ``--registry`` names no usable root and nothing else does.
+    """
+    registry_path = Path(registry).expanduser().resolve() if registry is not None else None
+    if flag is not None and str(flag) != "":
+        root, source = Path(flag).expanduser(), RootSource.FLAG
+    elif env.get(ROOT_ENV):
+        root, source = Path(env[ROOT_ENV]).expanduser(), RootSource.ENV
+    elif registry_path is not None and (common := _registry_common_root(registry_path)):
+        root, source = common, RootSource.REGISTRY
+    else:
+        xdg = env.get("XDG_STATE_HOME")
+        base = Path(xdg) if xdg and Path(xdg).is_absolute() else home / ".local" / "state"
+        root, source = base / "loopx", RootSource.DEFAULT
+    root = root.resolve()
+    return ResolvedRoot(root, registry_path or root / REGISTRY_NAME, source)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Every path under a runtime root. Goal paths validate the id first."""
+
+    root: Path
+    registry: Path
+
+    @classmethod
+    def of(cls, resolved: ResolvedRoot) -> Layout:
+        """The layout of a resolved root."""
+        return cls(resolved.root, resolved.registry)
+
+    @classmethod
+    def at(cls, root: Path) -> Layout:
+        """The layout of ``root`` with its own ``registry.json``."""
+        root = root.resolve()
+        return cls(root, root / REGISTRY_NAME)
+
+    # shared files
+    @property
+    def goals_dir(self) -> Path:
+        """``goals/``."""
+        return self.root / "goals"
+
+    @property
+    def agents_dir(self) -> Path:
+        """``agents/``: one heartbeat file per agent."""
+        return self.root / "agents"
+
+    @property
+    def projections_dir(self) -> Path:
+        """``projections/``: caches derived from the durable layers."""
+        return self.root / "projections"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        """``quarantine/``: invalid files moved aside for a human."""
+        return self.root / "quarantine"
+
+    @property
+    def archive_dir(self) -> Path:
+        """``archived-goals/``."""
+        return self.root / "archived-goals"
+
+    @property
+    def logs_dir(self) -> Path:
+        """``logs/``."""
+        return self.root / "logs"
+
+    @property
+    def supervisor_file(self) -> Path:
+        """``supervisor.json``: the running supervisor's record."""
+        return self.root / "supervisor.json"
+
+    @property
+    def supervisor_lock(self) -> Path:
+        """``supervisor.lock``: one supervisor per root."""
+        return self.root / "supervisor.lock"
+
+    @property
+    def status_file(self) -> Path:
+        """``projections/status.json``."""
+        return self.projections_dir / "status.json"
+
+    def agent_file(self, agent_id: str) -> Path:
+        """``agents/<agent_id>.json``."""
+        return self.agents_dir / f"{validate_goal_id(agent_id)}.json"
+
+    # per goal
+    def goal_dir(self, goal_id: str) -> Path:
+        """``goals/<id>/``."""
+        return self.goals_dir / validate_goal_id(goal_id)
+
+    def state_file(self, goal_id: str) -> Path:
+        """``goals/<id>/state.json``."""
+        return self.goal_dir(goal_id) / "state.json"
+
+    def runs_dir(self, goal_id: str) -> Path:
+        """``goals/<id>/runs/``: one report per turn."""
+        return self.goal_dir(goal_id) / "runs"
+
+    def history_file(self, goal_id: str) -> Path:
+        """``goals/<id>/history.jsonl``."""
+        return self.goal_dir(goal_id) / "history.jsonl"
+
+    def quota_file(self, goal_id: str) -> Path:
+        """``goals/<id>/quota.jsonl``: the spend ledger."""
+        return self.goal_dir(goal_id) / "quota.jsonl"
+
+    def turns_dir(self, goal_id: str) -> Path:
+        """``goals/<id>/turns/``: the turn journals."""
+        return self.goal_dir(goal_id) / "turns"
+
+    def lease_file(self, goal_id: str) -> Path:
+        """``goals/<id>/lease.json``."""
+        return self.goal_dir(goal_id) / "lease.json"
+
+    def epoch_file(self, goal_id: str) -> Path:
+        """``goals/<id>/epoch``: the monotonic fencing counter."""
+        return self.goal_dir(goal_id) / "epoch"
+
+    def ensure_goal_dirs(self, goal_id: str) -> Path:
+        """Create a goal's directory tree (0700) and return the goal directory."""
+        goal = ensure_dir(self.goal_dir(goal_id))
+        ensure_dir(self.runs_dir(goal_id))
+        ensure_dir(self.turns_dir(goal_id))
+        return goal
+
+
+def _check_not_shared(path: Path) -> None:
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(path, "the runtime root is a symlink")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise RootError(
+            f"runtime root {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})",
+            hint=f"run `chmod 700 {path}`; LoopX refuses a root others can write into",
+        )
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise RootError(
+            f"runtime root {path} belongs to uid {st.st_uid}, not to you (uid {os.getuid()})",
+            hint="run LoopX as the root's owner or choose another root with --root",
+        )
+
+
+def open_root(resolved: ResolvedRoot, *, create: bool) -> Layout:
+    """Check (and with ``create``, make) the runtime root; return its layout.
+
+    Raises:
+        RootError: the root is missing (without ``create``), shared with other
+            users, or owned by someone else.
+    """
+    layout = Layout.of(resolved)
+    if not resolved.root.exists():
+        if not create:
+            raise RootError(
+                f"runtime root {resolved.root} does not exist (chosen by {resolved.source})",
+                hint=f"create it with `loopx init --root {resolved.root}`",
+            )
+        ensure_dir(resolved.root)
+    _check_not_shared(resolved.root)
+    for sub in (
+        layout.goals_dir,
+        layout.agents_dir,
+        layout.projections_dir,
+        layout.quarantine_dir,
+        layout.archive_dir,
+        layout.logs_dir,
+    ):
+        ensure_dir(sub)
+    return layout

@@ -1,0 +1,99 @@
+"""Goal state: what the agent believes and intends next, and the gates waiting on a human."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from loopx.files import atomic_write_model, locked, read_model_or_none
+from loopx.model import Record, UtcDatetime
+from loopx.root import Layout
+
+
+class TodoStatus(StrEnum):
+    """Where a todo stands."""
+
+    OPEN = "open"
+    DONE = "done"
+    DROPPED = "dropped"
+
+
+class Todo(Record):
+    """One item of a goal's todo list."""
+
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    text: Annotated[str, Field(max_length=4000)]
+    status: TodoStatus = TodoStatus.OPEN
+
+
+class Gate(Record):
+    """A question only a human can answer; while open, no agent works on the goal."""
+
+    id: int
+    question: Annotated[str, Field(min_length=1, max_length=4000)]
+    answer: str | None = None
+    opened_at: UtcDatetime
+    resolved_at: UtcDatetime | None = None
+    opened_by: str = "human"  # "human", or the turn_key of the turn that asked
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the gate still waits for an answer."""
+        return self.answer is None
+
+
+class HostSession(Record):
+    """A host CLI's resumable session (Codex thread, Claude session)."""
+
+    kind: str
+    session_id: str
+    turns: int = 0
+
+
+class GoalState(Record):
+    """``goals/<id>/state.json``."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    beliefs: list[str] = Field(default_factory=list)  # a stack: newest last
+    priorities: list[str] = Field(default_factory=list)
+    non_goals: list[str] = Field(default_factory=list)
+    next_action: str | None = None
+    todos: list[Todo] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
+    last_applied_turn_key: str | None = None
+    turn_seq: int = 0  # sequence number of the last applied turn
+    host_session: HostSession | None = None
+    # Set by scheduler_apply: no turn before this time (a `wait` result, failure backoff).
+    next_eligible_at: UtcDatetime | None = None
+    consecutive_failures: int = 0
+    updated_at: UtcDatetime | None = None
+
+    @property
+    def open_gates(self) -> list[Gate]:
+        """Gates still waiting for an answer."""
+        return [g for g in self.gates if g.is_open]
+
+
+def load_state(layout: Layout, goal_id: str) -> GoalState:
+    """Read a goal's state; an absent file is a fresh state.
+
+    Raises:
+        CorruptFileError: the file is not valid JSON or not the schema.
+    """
+    return read_model_or_none(layout.state_file(goal_id), GoalState) or GoalState(goal_id=goal_id)
+
+
+def update_state(
+    layout: Layout, goal_id: str, change: Callable[[GoalState], GoalState]
+) -> GoalState:
+    """Read-modify-write a goal's state under its lock; returns the new state."""
+    path = layout.state_file(goal_id)
+    layout.ensure_goal_dirs(goal_id)
+    with locked(path):
+        new = change(load_state(layout, goal_id))
+        atomic_write_model(path, new)
+    return new

@@ -1,0 +1,1 @@
+"""The supervisor process: keeps N agents alive on one runtime root."""
