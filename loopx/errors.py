@@ -136,3 +136,15 @@ class UnsafePathError(LoopxError):
         )
         self.path = path
         self.problem = problem
+
+
+class HostMissingError(LoopxError):
+    """A goal's host program is not installed or not on PATH."""
+
+    def __init__(self, program: str, kind: str) -> None:
+        super().__init__(
+            f"{kind} host program {program!r} was not found on PATH",
+            hint=f"install {program} or pass --host with its full path",
+        )
+        self.program = program
+        self.kind = kind
