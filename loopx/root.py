@@ -179,6 +179,10 @@ class Layout:
         """``goals/<id>/quota.jsonl``: the spend ledger."""
         return self.goal_dir(goal_id) / "quota.jsonl"
 
+    def quota_aggregate_file(self, goal_id: str) -> Path:
+        """``goals/<id>/quota.agg.json``: a rebuildable cache of the ledger's recent spend."""
+        return self.goal_dir(goal_id) / "quota.agg.json"
+
     def turns_dir(self, goal_id: str) -> Path:
         """``goals/<id>/turns/``: the turn journals."""
         return self.goal_dir(goal_id) / "turns"

@@ -51,6 +51,10 @@ class HostSession(Record):
     kind: str
     session_id: str
     turns: int = 0
+    # The session-cumulative token counters the CLI last reported (codex reports
+    # totals of the whole thread on resume); a turn's usage is the difference.
+    reported_input_tokens: int = 0
+    reported_output_tokens: int = 0
 
 
 class GoalState(Record):

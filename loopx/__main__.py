@@ -1,0 +1,5 @@
+"""`python -m loopx`: the same as the `loopx` console script."""
+
+from loopx.cli import run
+
+run()

@@ -1,0 +1,54 @@
+"""Which program a goal's host runs, and whether it is installed.
+
+The kernel needs this at `goal add` (a missing ``codex``/``claude`` is a clear
+error then, not a failed turn hours later) and the host adapters need it at
+run time; both ask here so they can never disagree.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+from loopx.errors import HostMissingError
+from loopx.registry import HostKind, HostSpec
+
+# The program each CLI host kind runs when HostSpec.argv does not name one.
+DEFAULT_PROGRAMS: dict[HostKind, str] = {
+    HostKind.CODEX: "codex",
+    HostKind.CLAUDE: "claude",
+}
+
+
+def split_program(spec: HostSpec) -> tuple[str, list[str]]:
+    """The program a host spec runs and the arguments after it.
+
+    For ``codex``/``claude`` the argv is extra CLI flags; it names the program
+    only when its first word is not a flag (``["/opt/codex", "--model", "o3"]``).
+    A ``command`` host's argv is the whole command; the demo host is Python.
+    """
+    if spec.kind is HostKind.COMMAND:
+        return spec.argv[0], list(spec.argv[1:])
+    if spec.kind is HostKind.DEMO:
+        return sys.executable, list(spec.argv)
+    if spec.argv and not spec.argv[0].startswith("-"):
+        return spec.argv[0], list(spec.argv[1:])
+    return DEFAULT_PROGRAMS[spec.kind], list(spec.argv)
+
+
+def find_program(spec: HostSpec, path: str | None = None) -> str | None:
+    """The absolute path of the spec's program on ``path`` (default: $PATH), or None."""
+    program, _ = split_program(spec)
+    return shutil.which(program, path=path)
+
+
+def require_program(spec: HostSpec, path: str | None = None) -> str:
+    """The absolute path of the spec's program.
+
+    Raises:
+        HostMissingError: the program is not installed / not on PATH.
+    """
+    found = find_program(spec, path)
+    if found is None:
+        raise HostMissingError(split_program(spec)[0], str(spec.kind))
+    return found

@@ -1,0 +1,66 @@
+"""Shared fixtures: a private runtime root and a way to run the real `loopx` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A fresh, not yet created runtime root path."""
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def layout(root: Path) -> Layout:
+    """A created runtime root's layout."""
+    return open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
+
+
+class Cli:
+    """Runs `python -m loopx` as a real subprocess against one root."""
+
+    def __init__(self, root: Path, cwd: Path) -> None:
+        self.root = root
+        self.cwd = cwd
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+        env.update(extra)
+        return env
+
+    def run(self, *args: str, check: bool = False, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "loopx", "--root", str(self.root), *args],
+            capture_output=True,
+            text=True,
+            cwd=self.cwd,
+            env=self.env(**env),
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            msg = f"loopx {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
+            raise AssertionError(msg)
+        return proc
+
+    def json(self, *args: str, **env: str) -> Any:
+        return json.loads(self.run(*args, "--json", check=True, **env).stdout)
+
+
+@pytest.fixture
+def cli(root: Path, tmp_path: Path) -> Iterator[Cli]:
+    """The real CLI on a private root, run from a private working directory."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    yield Cli(root, work)
