@@ -46,8 +46,12 @@ class UsageError(LoopxError):
     exit_code = exitcodes.USAGE
 
 
-class InvalidGoalIdError(UsageError):
-    """A goal id is not a single safe path segment."""
+class InvalidGoalIdError(UsageError, ValueError):
+    """A goal id is not a single safe path segment.
+
+    Also a ValueError, so that pydantic reports a bad id inside a file as a
+    validation problem of that file.
+    """
 
     def __init__(self, goal_id: str, problem: str) -> None:
         from loopx.ids import GOAL_ID_RULE  # noqa: PLC0415 - ids imports errors
@@ -148,3 +152,41 @@ class HostMissingError(LoopxError):
         )
         self.program = program
         self.kind = kind
+
+
+class LeaseLostError(LoopxError):
+    """A newer epoch took the goal's lease; this holder must stop and write nothing more."""
+
+    def __init__(self, goal_id: str, held: int, current: int) -> None:
+        super().__init__(
+            f"goal {goal_id}: lease epoch {held} superseded by {current}; "
+            "turn stopped, nothing written",
+            hint="another agent took the goal over after this lease expired; "
+            "its journal carries on from there",
+        )
+        self.goal_id = goal_id
+        self.held = held
+        self.current = current
+
+
+class JournalExistsError(LoopxError):
+    """A turn journal with this turn_key already exists; a turn never reuses a key."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"turn journal {path} already exists",
+            hint="run `loopx recover` to finish or quarantine the earlier turn, then retry",
+        )
+        self.path = path
+
+
+class HostUnsupportedError(LoopxError):
+    """No host adapter is registered for a goal's host kind."""
+
+    def __init__(self, kind: str, known: list[str]) -> None:
+        super().__init__(
+            f"no host adapter for host kind {kind!r} (known: {', '.join(known) or 'none'})",
+            hint="change the goal's host with `loopx goal add ID --update --host-kind ...`",
+        )
+        self.kind = kind
+        self.known = known
