@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import TextIO
 
 import structlog
+
+from loopx.secrets import RedactSecrets, secret_values
 
 _configured = False
 
@@ -32,6 +35,7 @@ def configure_logging(*, stream: TextIO | None = None, level: str = "info", forc
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            RedactSecrets(secret_values(os.environ)),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
