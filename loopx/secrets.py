@@ -13,6 +13,8 @@ from typing import Any, Final
 
 REDACTED: Final = "[REDACTED]"
 _SECRET_NAME: Final = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# LoopX's own identifiers that happen to contain KEY.
+_OWN_NAMES: Final = frozenset({"turn_key", "key_field"})
 # Short values ("1", "yes") would redact ordinary words; real secrets are longer.
 _MIN_SECRET_LEN: Final = 6
 
@@ -22,7 +24,9 @@ def is_secret_name(name: str) -> bool:
 
     LoopX's own ``LOOPX_*`` variables (``LOOPX_TURN_KEY``) are not secrets.
     """
-    return not name.startswith("LOOPX_") and _SECRET_NAME.search(name) is not None
+    if name.startswith("LOOPX_") or name.lower() in _OWN_NAMES:
+        return False
+    return _SECRET_NAME.search(name) is not None
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
