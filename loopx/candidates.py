@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import socket
-from datetime import UTC, datetime
-from typing import Final
-
-import psutil
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
 from loopx.errors import CorruptFileError, LoopxError
-from loopx.files import read_model_or_none
-from loopx.lease import Lease
+from loopx.lease import DEFAULT_GRACE_S, holder_state, read_lease, takeover_allowed
+from loopx.quota import decide
 from loopx.registry import Goal, GoalStatus, Registry, load_registry
 from loopx.root import Layout
 from loopx.select import Candidate
@@ -20,41 +17,27 @@ from loopx.state import load_state
 
 log = structlog.get_logger(__name__)
 
-# psutil create_time() is rounded differently across reads (clock ticks); pids recycle slower.
-PID_START_TOLERANCE_S: Final = 0.05
 
 
-def lease_expiry(layout: Layout, goal_id: str) -> datetime | None:
-    """When the goal's current lease expires, or None when there is none.
+def lease_expiry(layout: Layout, goal_id: str, *, now: datetime) -> datetime | None:
+    """Until when a live holder leases the goal, or None when a claim could succeed now.
 
-    A damaged lease file counts as held: the claim path (``loopx.lease``)
-    owns deciding what to do with it; select only stays away.
+    A holder SIGKILLed mid-turn leaves an unexpired lease; counting it as free
+    lets the next claim take it over (and recover the turn) at once instead
+    of after the expiry. :func:`loopx.lease.claim` re-checks under the goal's
+    lock. A damaged lease file counts as held: the claim path owns deciding
+    what to do with it; select only stays away.
     """
     try:
-        lease = read_model_or_none(layout.lease_file(goal_id), Lease)
+        lease = read_lease(layout, goal_id)
     except CorruptFileError:
         return datetime.max.replace(tzinfo=UTC)
-    if lease is None or not holder_alive(lease):
+    if lease is None:
         return None
-    return lease.expires_at
-
-
-def holder_alive(lease: Lease) -> bool:
-    """Whether the lease's holder process still runs (always True for another machine's holder).
-
-    A holder SIGKILLed mid-turn leaves an unexpired lease; treating it as free
-    lets the next claim take it over (and recover the turn) at once instead of
-    waiting for the expiry. The claim re-checks this under the goal's lock.
-    """
-    if lease.hostname != socket.gethostname():
-        return True
-    try:
-        proc = psutil.Process(lease.pid)
-        return abs(proc.create_time() - lease.pid_started_at) < PID_START_TOLERANCE_S and (
-            proc.status() != psutil.STATUS_ZOMBIE
-        )
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    holder = holder_state(lease, hostname=socket.gethostname())
+    if takeover_allowed(lease, holder, now=now, grace_s=DEFAULT_GRACE_S):
+        return None
+    return max(lease.expires_at + timedelta(seconds=DEFAULT_GRACE_S), now + timedelta(seconds=1))
 
 
 def candidate_of(layout: Layout, goal: Goal, *, now: datetime) -> Candidate:
@@ -62,11 +45,10 @@ def candidate_of(layout: Layout, goal: Goal, *, now: datetime) -> Candidate:
 
     Raises:
         LoopxError: a file of the goal is damaged or a lock timed out.
-    """
-    from loopx.quota import decide  # noqa: PLC0415 - written in parallel; bound at call time
 
+    """
     state = load_state(layout, goal.id)
-    leased_until = lease_expiry(layout, goal.id)
+    leased_until = lease_expiry(layout, goal.id, now=now)
     decision = decide(layout, goal, now=now, leased=False)
     return Candidate(
         goal=goal,

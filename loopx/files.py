@@ -87,8 +87,13 @@ def _refuse_symlink(path: Path) -> None:
 # --- whole files -------------------------------------------------------------------------------
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old or the new content."""
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new content.
+
+    ``durable=False`` skips both fsyncs: only for caches that are rebuilt from
+    durable files (``projections/``), where a write lost to a power cut costs
+    a rebuild, not data.
+    """
     _refuse_symlink(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
@@ -96,19 +101,25 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def atomic_write_model(path: Path, model: BaseModel) -> None:
-    """Atomically write a model as indented JSON."""
-    atomic_write_bytes(path, model.model_dump_json(indent=2).encode() + b"\n")
+def atomic_write_model(
+    path: Path, model: BaseModel, *, durable: bool = True, indent: int | None = 2
+) -> None:
+    """Atomically write a model as JSON (indented unless ``indent`` is None)."""
+    atomic_write_bytes(
+        path, model.model_dump_json(indent=indent).encode() + b"\n", durable=durable
+    )
 
 
 def exclusive_create(path: Path, data: bytes) -> bool:

@@ -60,6 +60,9 @@ class FleetRecord(Record):
     visible: str = "none"  # "none" | "tmux"
     tmux_session: str | None = None
     state: str = "running"  # starting | running | stopping | stopped
+    stop_grace_s: float = 30.0  # how long a stop waits for agents before SIGKILL
+    until_idle: bool = False
+    exit_code: int | None = None  # set when state is stopped
     started_at: UtcDatetime
     updated_at: UtcDatetime
     slots: list[AgentSlot] = Field(default_factory=list)

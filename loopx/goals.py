@@ -15,6 +15,7 @@ from loopx.errors import (
     InvalidPolicyError,
 )
 from loopx.files import atomic_write_model, describe_validation_error
+from loopx.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.registry import (
@@ -28,7 +29,7 @@ from loopx.registry import (
     with_goal,
 )
 from loopx.root import Layout
-from loopx.state import Gate, GoalState, load_state, update_state
+from loopx.state import Gate, GoalState, HostSession, load_state, update_state
 
 
 class GoalChanges(Record):
@@ -43,10 +44,26 @@ class GoalChanges(Record):
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
 
 
-def _validation_failure(e: ValidationError) -> InvalidPolicyError:
+def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:
     first = e.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "goal"
-    return InvalidPolicyError(field, describe_validation_error(e).split(": ", 1)[-1])
+    loc = [str(p) for p in first["loc"]]
+    field = prefix + ".".join(loc) if loc else prefix.rstrip(".") or "goal"
+    problem = describe_validation_error(e).split(": ", 1)[-1]
+    if first["type"] not in ("missing", "extra_forbidden"):
+        problem += f" (got {first['input']!r})"
+    if prefix == "quota." and loc and loc[0] in QuotaPolicy.model_fields:
+        # Say what the field means, so the fix is obvious without the docs.
+        description = QuotaPolicy.model_fields[loc[0]].description
+        if description:
+            problem += f"; it sets the {description}"
+    return InvalidPolicyError(field, problem)
+
+
+def _quota_policy(values: dict[str, Any]) -> QuotaPolicy:
+    try:
+        return QuotaPolicy.model_validate(values)
+    except ValidationError as e:
+        raise _validation_failure(e, prefix="quota.") from e
 
 
 def build_goal(
@@ -67,7 +84,7 @@ def build_goal(
         if existing is None:
             if changes.objective is None:
                 raise InvalidPolicyError("objective", "a new goal needs --objective TEXT")
-            quota = QuotaPolicy.model_validate(changes.quota)
+            quota = _quota_policy(changes.quota)
             return Goal.model_validate(
                 {
                     "id": goal_id,
@@ -78,7 +95,7 @@ def build_goal(
                     **given,
                 }
             )
-        quota = QuotaPolicy.model_validate({**existing.quota.model_dump(), **changes.quota})
+        quota = _quota_policy({**existing.quota.model_dump(), **changes.quota})
         return Goal.model_validate(
             {**existing.model_dump(), **given, "quota": quota, "updated_at": now}
         )
@@ -100,8 +117,12 @@ def add_goal(
     Raises:
         GoalExistsError: the id is registered and ``update`` is False.
         InvalidPolicyError: a field is invalid.
+        HostMissingError: the changes name a codex/claude host whose program is not on PATH.
     """
     validate_goal_id(goal_id)
+    if changes.host is not None and changes.host.kind in DEFAULT_PROGRAMS:
+        # Fail now, not at the first turn hours later (issue 8).
+        require_program(changes.host)
     result: list[Goal] = []
 
     def change(registry: Registry) -> Registry:
@@ -214,6 +235,26 @@ def resolve_gate(
 
     update_state(layout, goal_id, change)
     return resolved[-1]
+
+
+def reset_session(layout: Layout, goal_id: str, *, now: datetime) -> HostSession | None:
+    """Forget a goal's host CLI session so its next turn starts a fresh one.
+
+    Returns:
+        The session that was dropped, or None if there was none.
+
+    Raises:
+        GoalNotFoundError: no such goal.
+    """
+    get_goal(layout, goal_id)
+    dropped: list[HostSession | None] = []
+
+    def change(state: GoalState) -> GoalState:
+        dropped.append(state.host_session)
+        return state.model_copy(update={"host_session": None, "updated_at": now})
+
+    update_state(layout, goal_id, change)
+    return dropped[-1]
 
 
 def goal_view(layout: Layout, goal: Goal) -> dict[str, Any]:

@@ -47,6 +47,7 @@ def require_program(spec: HostSpec, path: str | None = None) -> str:
 
     Raises:
         HostMissingError: the program is not installed / not on PATH.
+
     """
     found = find_program(spec, path)
     if found is None:

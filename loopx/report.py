@@ -9,11 +9,13 @@ from typing import Literal
 
 from pydantic import Field
 
+from loopx.files import read_records
 from loopx.history import HistoryLine
 from loopx.ledger import SpendRecord
 from loopx.model import Record, UtcDatetime
-from loopx.registry import Goal, GoalStatus
-from loopx.state import GoalState
+from loopx.registry import Goal, GoalStatus, load_registry
+from loopx.root import Layout
+from loopx.state import GoalState, load_state
 
 
 class Outcome(StrEnum):
@@ -60,6 +62,7 @@ class BatchReport(Record):
     exit_code: int
     counts: dict[str, int]
     goals: list[GoalReport]
+    max_wall_reached: bool = False  # the run was stopped by --max-wall before it was idle
 
 
 def goal_outcome(goal: Goal, state: GoalState, history: list[HistoryLine]) -> Outcome:
@@ -130,7 +133,8 @@ def render_markdown(report: BatchReport) -> str:
         "# LoopX batch report",
         "",
         f"Generated {report.generated_at:%Y-%m-%d %H:%M:%S} UTC for root `{report.root}`; "
-        f"exit code {report.exit_code}.",
+        f"exit code {report.exit_code}."
+        + (" Stopped by --max-wall before the fleet was idle." if report.max_wall_reached else ""),
         "",
         "| goal | outcome | turns | CPU s | wall s | peak RSS MB | last summary |",
         "| --- | --- | ---: | ---: | ---: | ---: | --- |",
@@ -150,3 +154,22 @@ def render_markdown(report: BatchReport) -> str:
                 lines.append(f"- **{g.goal_id}**: {f.reason} x{f.turns}: {f.last_message}")
     lines.append("")
     return "\n".join(lines)
+
+
+def gather_goal_reports(layout: Layout, goal_ids: list[str]) -> list[GoalReport]:
+    """Read each goal's registry entry, state, history and ledger, and summarise it."""
+    registry = load_registry(layout)
+    reports = []
+    for goal_id in goal_ids:
+        goal = registry.goals.get(goal_id)
+        if goal is None:
+            continue
+        reports.append(
+            goal_report(
+                goal,
+                load_state(layout, goal_id),
+                read_records(layout.history_file(goal_id), HistoryLine),
+                read_records(layout.quota_file(goal_id), SpendRecord),
+            )
+        )
+    return reports

@@ -42,6 +42,7 @@ class Candidate:
         leased_until: expiry of a lease held by a live holder, or None when unleased.
         quota_allowed: what the quota decision said for a turn now.
         spent_wall_s: host wall seconds spent in the goal's current quota window.
+
     """
 
     goal: Goal

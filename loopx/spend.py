@@ -19,11 +19,12 @@ Everything here is pure: records in, records out, no files and no clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Final
+from typing import Annotated, Any, Final, NamedTuple
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from loopx.model import Record, UtcDatetime
 
@@ -53,24 +54,81 @@ class SpendTotals(Record):
         )
 
 
-class SpendBucket(Record):
-    """The spend of the turns that ended within one UTC minute."""
+class SpendBucket(NamedTuple):
+    """The spend of the turns that ended within one UTC minute (one row of :class:`SpendColumns`).
+
+    ``last_end`` is epoch seconds (UTC); a microsecond timestamp survives the
+    round trip through a float exactly.
+    """
 
     minute: int  # floor(ended_at epoch seconds / 60)
-    last_end: UtcDatetime  # the latest ended_at among them: the bucket leaves the window then
-    wall_s: NonNegFloat = 0.0
-    cpu_s: NonNegFloat = 0.0
-    tokens: NonNegInt = 0
-    cost_usd: NonNegFloat = 0.0
-    turns: NonNegInt = 0
+    last_end: float  # the latest ended_at among them: the bucket leaves the window then
+    wall_s: float
+    cpu_s: float
+    tokens: int
+    cost_usd: float
+    turns: int
+
+    @property
+    def last_end_at(self) -> datetime:
+        """``last_end`` as a UTC datetime."""
+        return datetime.fromtimestamp(self.last_end, UTC)
+
+
+class SpendColumns(Record):
+    """Minute buckets as parallel columns, ordered by minute (hence by ``last_end``).
+
+    Columns rather than a list of objects: a decision reads every bucket of
+    its window, and lists of numbers are parsed, sliced and summed in C, so
+    the window's length barely shows in a decision's cost.
+    """
+
+    minute: list[int] = Field(default_factory=list)
+    last_end: list[float] = Field(default_factory=list)  # epoch seconds, UTC
+    wall_s: list[float] = Field(default_factory=list)
+    cpu_s: list[float] = Field(default_factory=list)
+    tokens: list[int] = Field(default_factory=list)
+    cost_usd: list[float] = Field(default_factory=list)
+    turns: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _aligned_and_ordered(self) -> SpendColumns:
+        n = len(self.minute)
+        if any(len(c) != n for c in self._columns()):
+            msg = "bucket columns have different lengths"
+            raise ValueError(msg)
+        if self.minute != sorted(set(self.minute)):
+            msg = "bucket minutes are not strictly increasing"
+            raise ValueError(msg)
+        return self
+
+    def _columns(
+        self,
+    ) -> tuple[list[int], list[float], list[float], list[float], list[int], list[float], list[int]]:
+        return (
+            self.minute,
+            self.last_end,
+            self.wall_s,
+            self.cpu_s,
+            self.tokens,
+            self.cost_usd,
+            self.turns,
+        )
+
+    def __len__(self) -> int:
+        return len(self.minute)
+
+    def rows(self) -> list[SpendBucket]:
+        """The buckets as tuples, oldest first."""
+        return [SpendBucket(*row) for row in zip(*self._columns(), strict=True)]
 
 
 class WindowSpend(Record):
     """What a goal spent in the window ``(window_start, now]``.
 
-    ``buckets`` are the window's buckets ordered by ``last_end`` (oldest
-    first); ``should_run`` walks them to find when enough spend has slid out.
-    ``lifetime`` is everything the ledger holds, window or not.
+    ``buckets`` are the window's buckets, oldest first; ``should_run`` walks
+    them to find when enough spend has slid out. ``lifetime`` is everything
+    the ledger holds, window or not.
     """
 
     window_start: UtcDatetime
@@ -79,18 +137,13 @@ class WindowSpend(Record):
     tokens: NonNegInt = 0
     cost_usd: NonNegFloat = 0.0
     turns: NonNegInt = 0
-    buckets: list[SpendBucket] = Field(default_factory=list)
+    buckets: SpendColumns = Field(default_factory=SpendColumns)
     lifetime: SpendTotals = Field(default_factory=SpendTotals)
 
 
 def minute_of(ended_at: datetime) -> int:
     """The bucket index of a turn that ended at ``ended_at``."""
     return math.floor(ended_at.timestamp() / BUCKET_S)
-
-
-def minute_start(minute: int) -> datetime:
-    """The first instant of bucket ``minute``."""
-    return datetime.fromtimestamp(minute * BUCKET_S, UTC)
 
 
 class BucketFold:
@@ -102,90 +155,110 @@ class BucketFold:
     asked for reaches back to them.
     """
 
-    __slots__ = ("buckets", "kept_minute", "lifetime")
+    __slots__ = ("cols", "kept_minute", "lifetime")
 
     def __init__(
         self,
-        buckets: Iterable[SpendBucket] = (),
+        buckets: SpendColumns | None = None,
         *,
         kept_minute: int | None = None,
         lifetime: SpendTotals | None = None,
     ) -> None:
         self.kept_minute = kept_minute
-        self.buckets: dict[int, SpendBucket] = {b.minute: b for b in buckets}
+        source = buckets if buckets is not None else SpendColumns()
+        self.cols: list[list[Any]] = [list(c) for c in source._columns()]  # noqa: SLF001
         self.lifetime = lifetime if lifetime is not None else SpendTotals()
 
     def add(
         self, ended_at: datetime, *, wall_s: float, cpu_s: float, tokens: int, cost_usd: float
     ) -> None:
         """Fold one turn's spend."""
-        one = SpendTotals.model_construct(
-            wall_s=wall_s, cpu_s=cpu_s, tokens=tokens, cost_usd=cost_usd, turns=1
+        self.lifetime = SpendTotals.model_construct(
+            wall_s=self.lifetime.wall_s + wall_s,
+            cpu_s=self.lifetime.cpu_s + cpu_s,
+            tokens=self.lifetime.tokens + tokens,
+            cost_usd=self.lifetime.cost_usd + cost_usd,
+            turns=self.lifetime.turns + 1,
         )
-        self.lifetime = self.lifetime.plus(one)
-        minute = minute_of(ended_at)
+        end = ended_at.timestamp()
+        minute = math.floor(end / BUCKET_S)
         if self.kept_minute is not None and minute < self.kept_minute:
             return
-        old = self.buckets.get(minute)
-        if old is None:
-            self.buckets[minute] = SpendBucket.model_construct(
-                minute=minute, last_end=ended_at, **one.model_dump()
-            )
+        minutes, last_end, wall, cpu, tok, cost, turns = self.cols
+        # Ledger lines arrive roughly in time order, so this is almost always an append.
+        i = bisect_left(minutes, minute)
+        if i < len(minutes) and minutes[i] == minute:
+            last_end[i] = max(last_end[i], end)
+            wall[i] += wall_s
+            cpu[i] += cpu_s
+            tok[i] += tokens
+            cost[i] += cost_usd
+            turns[i] += 1
             return
-        self.buckets[minute] = SpendBucket.model_construct(
-            minute=minute,
-            last_end=max(old.last_end, ended_at),
-            wall_s=old.wall_s + wall_s,
-            cpu_s=old.cpu_s + cpu_s,
-            tokens=old.tokens + tokens,
-            cost_usd=old.cost_usd + cost_usd,
-            turns=old.turns + 1,
-        )
+        for column, value in zip(
+            self.cols, (minute, end, wall_s, cpu_s, tokens, cost_usd, 1), strict=True
+        ):
+            column.insert(i, value)
 
     def prune(self, kept_minute: int) -> None:
         """Drop buckets before ``kept_minute``; the boundary only moves forward."""
         if self.kept_minute is not None and kept_minute <= self.kept_minute:
             return
         self.kept_minute = kept_minute
-        self.buckets = {m: b for m, b in self.buckets.items() if m >= kept_minute}
+        cut = bisect_left(self.cols[0], kept_minute)
+        for column in self.cols:
+            del column[:cut]
 
-    def sorted_buckets(self) -> list[SpendBucket]:
-        """The buckets, oldest minute first."""
-        return [self.buckets[m] for m in sorted(self.buckets)]
+    def columns(self) -> SpendColumns:
+        """The buckets folded so far."""
+        minute, last_end, wall, cpu, tok, cost, turns = (list(c) for c in self.cols)
+        return SpendColumns.model_construct(
+            minute=minute, last_end=last_end, wall_s=wall, cpu_s=cpu, tokens=tok,
+            cost_usd=cost, turns=turns,
+        )
 
 
 def window_of(
-    buckets: Iterable[SpendBucket], *, window_start: datetime, lifetime: SpendTotals
+    buckets: SpendColumns, *, window_start: datetime, lifetime: SpendTotals
 ) -> WindowSpend:
     """Sum the buckets inside ``(window_start, ...]`` into a :class:`WindowSpend`."""
-    inside = sorted(
-        (b for b in buckets if b.last_end > window_start), key=lambda b: (b.last_end, b.minute)
+    # Buckets are ordered by last_end, so the window is a suffix of them.
+    i = bisect_right(buckets.last_end, window_start.timestamp())
+    inside = SpendColumns.model_construct(
+        minute=buckets.minute[i:],
+        last_end=buckets.last_end[i:],
+        wall_s=buckets.wall_s[i:],
+        cpu_s=buckets.cpu_s[i:],
+        tokens=buckets.tokens[i:],
+        cost_usd=buckets.cost_usd[i:],
+        turns=buckets.turns[i:],
     )
     return WindowSpend.model_construct(
         window_start=window_start,
-        wall_s=math.fsum(b.wall_s for b in inside),
-        cpu_s=math.fsum(b.cpu_s for b in inside),
-        tokens=sum(b.tokens for b in inside),
-        cost_usd=math.fsum(b.cost_usd for b in inside),
-        turns=sum(b.turns for b in inside),
+        wall_s=math.fsum(inside.wall_s),
+        cpu_s=math.fsum(inside.cpu_s),
+        tokens=sum(inside.tokens),
+        cost_usd=math.fsum(inside.cost_usd),
+        turns=sum(inside.turns),
         buckets=inside,
         lifetime=lifetime,
     )
 
 
 def frees_at(
-    buckets: Sequence[SpendBucket], amounts: Sequence[float], cap: float, window: timedelta
+    last_end: Sequence[float], amounts: Sequence[float], cap: float, window: timedelta
 ) -> datetime | None:
     """When the windowed sum of ``amounts`` first drops below ``cap`` if nothing new is spent.
 
-    ``buckets`` are ordered by ``last_end`` and ``amounts[i]`` is bucket i's
-    spend of the resource. The bucket with ``last_end`` e leaves at e +
-    window exactly, so the answer is exact under this module's bucket rule.
+    ``last_end`` are the window's buckets' last end times (epoch seconds,
+    ascending) and ``amounts[i]`` is bucket i's spend of the resource. The
+    bucket with ``last_end`` e leaves at e + window exactly, so the answer is
+    exact under this module's bucket rule.
 
     Returns:
         None when the sum is already below ``cap``.
     """
-    if math.fsum(amounts) < cap:
+    if math.fsum(amounts) < cap or not last_end:
         return None
     # The suffix sums are non-increasing in k (amounts are >= 0 and fsum rounds
     # exactly), so binary-search the first k whose remainder is below the cap.
@@ -197,4 +270,4 @@ def frees_at(
             hi = mid
         else:
             lo = mid + 1
-    return buckets[lo].last_end + window if buckets else None
+    return datetime.fromtimestamp(last_end[lo], UTC) + window

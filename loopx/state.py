@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from loopx.changes import note_goal_changed
 from loopx.files import atomic_write_model, locked, read_model_or_none
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
@@ -100,4 +101,5 @@ def update_state(
     with locked(path):
         new = change(load_state(layout, goal_id))
         atomic_write_model(path, new)
+    note_goal_changed(layout, goal_id)  # lets status refreshes skip the unchanged goals
     return new

@@ -7,13 +7,45 @@ import sys
 from collections.abc import Sequence
 
 from loopx import exitcodes
-from loopx.cli import _gate, _goal, _init, _schema
+from loopx.cli import (
+    _agent,
+    _archive,
+    _batch,
+    _gate,
+    _goal,
+    _init,
+    _journal,
+    _probe,
+    _quota,
+    _recover,
+    _schema,
+    _serve,
+    _status,
+    _supervisor,
+    _turn,
+)
 from loopx.cli._common import common_options
 from loopx.errors import LoopxError
 from loopx.log import configure_logging
 
 # Each module adds its subcommands; listed explicitly so the CLI's surface is visible here.
-COMMAND_MODULES = (_init, _goal, _gate, _schema)
+COMMAND_MODULES = (
+    _init,
+    _goal,
+    _gate,
+    _quota,
+    _schema,
+    _agent,
+    _supervisor,
+    _batch,
+    _status,
+    _serve,
+    _archive,
+    _probe,
+    _turn,
+    _journal,
+    _recover,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

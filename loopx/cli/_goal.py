@@ -9,8 +9,8 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.errors import UsageError
-from loopx.goals import GoalChanges, add_goal, get_goal, goal_view, set_status
+from loopx.errors import InvalidPolicyError, UsageError
+from loopx.goals import GoalChanges, add_goal, get_goal, goal_view, reset_session, set_status
 from loopx.model import utcnow
 from loopx.registry import Goal, GoalStatus, HostKind, HostSpec, load_registry
 
@@ -25,6 +25,10 @@ QUOTA_FLAGS = {
     "max_load_per_cpu": "max_load_per_cpu",
     "max_tokens": "max_tokens",
     "max_cost_usd": "max_cost_usd",
+}
+# Policy field (as InvalidPolicyError names it) -> the `goal add` flag that sets it.
+POLICY_FLAGS = {
+    f"quota.{field}": "--" + flag.replace("_", "-") for flag, field in QUOTA_FLAGS.items()
 }
 
 
@@ -42,6 +46,12 @@ def register(sub: Any) -> None:
         "--host-kind",
         choices=[k.value for k in HostKind],
         help="how the host is run (default: command with --host, else demo)",
+    )
+    add.add_argument(
+        "--session-max-turns",
+        type=int,
+        metavar="N",
+        help="codex/claude: start a fresh CLI session after N turns of one (with --host-kind)",
     )
     add.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
     add.add_argument("--quota-compute", type=float, metavar="F", help="share of a window, 0..1")
@@ -77,10 +87,47 @@ def register(sub: Any) -> None:
         action.add_argument("goal_id", metavar="ID")
         action.add_argument("--json", action="store_true")
         action.set_defaults(func=run_set_status, status=status)
+    register_reset_session(actions)
+
+
+def register_reset_session(actions: Any) -> None:
+    """Add `goal reset-session`."""
+    reset = add_command(
+        actions, "reset-session", help="start a fresh host CLI session (codex/claude) next turn"
+    )
+    reset.add_argument("goal_id", metavar="ID")
+    reset.add_argument("--json", action="store_true")
+    reset.set_defaults(func=run_reset_session)
+
+
+def run_reset_session(args: argparse.Namespace) -> int:
+    """Drop a goal's host session."""
+    dropped = reset_session(layout(args), args.goal_id, now=utcnow())
+    if args.json:
+        print_json(
+            {
+                "schema_version": 1,
+                "goal_id": args.goal_id,
+                "dropped": dropped.model_dump(mode="json") if dropped else None,
+            }
+        )
+    elif dropped is None:
+        print(f"goal {args.goal_id} has no host session; its next turn starts a fresh one anyway")
+    else:
+        print(
+            f"dropped {dropped.kind} session {dropped.session_id} ({dropped.turns} turns) of "
+            f"goal {args.goal_id}; its next turn starts a fresh one"
+        )
+    return exitcodes.OK
 
 
 def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     if args.host is None and args.host_kind is None:
+        if args.session_max_turns is not None:
+            raise UsageError(
+                "--session-max-turns is part of the host: pass --host-kind with it",
+                hint="e.g. --host-kind codex --session-max-turns 20",
+            )
         return None
     try:
         argv = shlex.split(args.host) if args.host is not None else []
@@ -89,7 +136,9 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     kind = HostKind(args.host_kind) if args.host_kind else HostKind.COMMAND
     if kind is HostKind.COMMAND and not argv:
         raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
-    return HostSpec(kind=kind, argv=argv)
+    if args.session_max_turns is not None and args.session_max_turns < 1:
+        raise InvalidPolicyError("--session-max-turns", f"must be at least 1, got {args.session_max_turns}")
+    return HostSpec(kind=kind, argv=argv, session_max_turns=args.session_max_turns)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -104,14 +153,21 @@ def run_add(args: argparse.Namespace) -> int:
         max_host_attempts=args.max_host_attempts,
         quota={k: v for k, v in quota.items() if v is not None},
     )
-    goal = add_goal(
-        layout(args, create=True),
-        args.goal_id,
-        changes,
-        update=args.update,
-        default_workdir=Path.cwd(),
-        now=utcnow(),
-    )
+    try:
+        goal = add_goal(
+            layout(args, create=True),
+            args.goal_id,
+            changes,
+            update=args.update,
+            default_workdir=Path.cwd(),
+            now=utcnow(),
+        )
+    except InvalidPolicyError as e:
+        # Name the flag the user typed, not the policy field behind it.
+        flag = POLICY_FLAGS.get(e.field)
+        if flag is None:
+            raise
+        raise InvalidPolicyError(flag, e.problem) from e
     if args.json:
         print_json({"schema_version": 1, "goal": goal.model_dump(mode="json")})
     else:

@@ -1,0 +1,531 @@
+"""One whole turn of one goal: claim, finish leftovers, quota, journal, host, phases, release.
+
+:func:`run_one_turn` is what the agent loop calls; :func:`attempt_turn` is the
+same with the reasons a turn did not run (``loopx turn run-once`` prints them).
+
+A claim first finishes the goal's unfinished journal, if any (a turn never
+starts while an older one is open):
+
+* resumable (the host finished): its phases are completed from the journal;
+  then this call goes on to a new turn if the quota allows;
+* waiting for a host retry (``retry_host``): this call's turn *is* that retry:
+  the host runs again under the old journal and turn key with ``attempt`` + 1.
+  Before that, and after any takeover, every process still carrying the
+  goal's ``LOOPX_GOAL_ID`` under this root is killed: fencing stops a stale
+  holder's writes, this stops its host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Final, Literal
+
+import structlog
+
+from loopx import __version__
+from loopx.errors import HostMissingError, LeaseLostError, LoopxError
+from loopx.failures import FailureReason, TurnFailure
+from loopx.faults import fault_point
+from loopx.files import ensure_dir, read_bytes
+from loopx.goals import get_goal
+from loopx.journal import (
+    HostOutcome,
+    Phase,
+    TurnJournal,
+    TurnPlan,
+    TurnStatus,
+    create_journal,
+    journal_files,
+    last_seq,
+    make_turn_key,
+    result_path,
+    write_journal,
+)
+from loopx.lease import (
+    DEFAULT_GRACE_S,
+    DEFAULT_TTL_S,
+    Fence,
+    Lease,
+    claim,
+    fence_of,
+    release,
+    renew,
+)
+from loopx.model import Record, utcnow
+from loopx.phases import finish, settle
+from loopx.protocol import Envelope, ResultKind
+from loopx.quota import QuotaDecision, QuotaReason
+from loopx.recovery import RecoveryAction, recover_goal
+from loopx.registry import Goal, GoalStatus
+from loopx.root import Layout
+from loopx.state import load_state
+from loopx.usage import Usage
+
+from loopx.agents.hostrun import (
+    DEFAULT_KILL_GRACE_S,
+    GOAL_ENV,
+    ROOT_ENV,
+    TURN_KEY_ENV,
+    HostRun,
+    Limits,
+    find_marked,
+    kill_processes,
+    run_host,
+)
+from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
+
+log = structlog.get_logger(__name__)
+
+RESULT_READ_LIMIT: Final = 1024 * 1024 + 1
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """Timing knobs of a turn (lease TTL and grace, kill grace)."""
+
+    lease_ttl_s: float = DEFAULT_TTL_S
+    lease_grace_s: float = DEFAULT_GRACE_S
+    kill_grace_s: float = DEFAULT_KILL_GRACE_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TurnConfig:
+        """Read ``LOOPX_LEASE_TTL_S``, ``LOOPX_LEASE_GRACE_S``, ``LOOPX_KILL_GRACE_S``."""
+        def num(name: str, default: float) -> float:
+            value = env.get(name)
+            return float(value) if value else default
+
+        return cls(
+            lease_ttl_s=num("LOOPX_LEASE_TTL_S", DEFAULT_TTL_S),
+            lease_grace_s=num("LOOPX_LEASE_GRACE_S", DEFAULT_GRACE_S),
+            kill_grace_s=num("LOOPX_KILL_GRACE_S", DEFAULT_KILL_GRACE_S),
+        )
+
+
+class TurnReport(Record):
+    """What one finished turn did (``loopx turn run-once --json`` prints it)."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    agent_id: str
+    turn_key: str
+    seq: int
+    epoch: int
+    attempt: int
+    status: TurnStatus  # for lease_lost: failed, and the journal was left to the new holder
+    kind: ResultKind | None = None
+    failure: TurnFailure | None = None
+    summary: str = ""
+    usage: Usage = Usage()
+    completed_phases: list[Phase]
+    recovered: list[RecoveryAction] = []
+
+
+class TurnAttempt(Record):
+    """Whether a turn ran, and if not, why (not claimed; quota refused; stop requested)."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    claimed: bool
+    blocking_agent: str | None = None  # the live holder when not claimed
+    quota: QuotaDecision | None = None
+    report: TurnReport | None = None
+    recovered: list[RecoveryAction] = []
+
+
+def run_one_turn(
+    layout: Layout,
+    goal_id: str,
+    *,
+    agent_id: str,
+    stop: threading.Event | None = None,
+    config: TurnConfig | None = None,
+) -> TurnReport | None:
+    """Run one turn of ``goal_id``.
+
+    Returns:
+        The finished turn's report, or None when the goal could not be claimed
+        (a live holder), the quota refused, or ``stop`` was set before a host
+        started. Use :func:`attempt_turn` to learn which.
+
+    Raises:
+        GoalNotFoundError: no such goal.
+        LoopxError: a damaged file or a lock timeout.
+    """
+    return attempt_turn(layout, goal_id, agent_id=agent_id, stop=stop, config=config).report
+
+
+def attempt_turn(
+    layout: Layout,
+    goal_id: str,
+    *,
+    agent_id: str,
+    stop: threading.Event | None = None,
+    config: TurnConfig | None = None,
+) -> TurnAttempt:
+    """Like :func:`run_one_turn`, saying why no turn ran."""
+    config = config or TurnConfig.from_env(os.environ)
+    with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
+        goal = get_goal(layout, goal_id)
+        claimed = claim(
+            layout,
+            goal_id,
+            agent_id=agent_id,
+            now=utcnow(),
+            ttl_s=config.lease_ttl_s,
+            grace_s=config.lease_grace_s,
+        )
+        if claimed.lease is None:
+            blocking = claimed.blocking.agent_id if claimed.blocking else None
+            return TurnAttempt(goal_id=goal_id, claimed=False, blocking_agent=blocking)
+        lease = claimed.lease
+        with structlog.contextvars.bound_contextvars(epoch=lease.epoch):
+            if claimed.took_over is not None:
+                log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
+                _kill_goal_processes(layout, goal_id, config.kill_grace_s)
+            try:
+                return _claimed_turn(layout, goal, lease, stop=stop, config=config)
+            finally:
+                release(layout, lease)
+
+
+def _claimed_turn(
+    layout: Layout,
+    goal: Goal,
+    lease: Lease,
+    *,
+    stop: threading.Event | None,
+    config: TurnConfig,
+) -> TurnAttempt:
+    fence = fence_of(layout, lease)
+    holder = _Holder(layout, lease, config.lease_ttl_s)
+    files = journal_files(layout, goal.id)
+    turn_key = files[-1].name.removesuffix(".json") if files else ""
+    try:
+        actions, pending = recover_goal(layout, goal.id, fence, now=utcnow(), paths=files[-1:])
+        if pending is not None:
+            _kill_goal_processes(layout, goal.id, config.kill_grace_s)
+            turn_key = pending.turn_key
+            journal = pending.model_copy(
+                update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
+            )
+            write_journal(layout, journal, fence)
+            done = _execute(layout, goal, journal, fence, holder, stop=stop, config=config)
+            return _attempt(goal.id, report=_report(done, actions))
+        goal = get_goal(layout, goal.id)  # finishing a turn may have changed it
+        decision = _decide(layout, goal, now=utcnow())
+        if not decision.allowed:
+            log.info("turn_refused", reason=decision.reason)
+            return _attempt(goal.id, quota=decision, recovered=actions)
+        if stop is not None and stop.is_set():
+            return _attempt(goal.id, quota=decision, recovered=actions)
+        journal = _plan(layout, goal, lease, decision, now=utcnow())
+        turn_key = journal.turn_key
+        create_journal(layout, journal, fence)
+        done = _execute(layout, goal, journal, fence, holder, stop=stop, config=config)
+        return _attempt(goal.id, quota=decision, report=_report(done, actions))
+    except LeaseLostError as e:
+        log.warning("lease_lost", held=e.held, current=e.current)
+        return _attempt(goal.id, report=_lost_report(goal.id, lease, turn_key, e.message))
+
+
+def _attempt(
+    goal_id: str,
+    *,
+    quota: QuotaDecision | None = None,
+    report: TurnReport | None = None,
+    recovered: list[RecoveryAction] | None = None,
+) -> TurnAttempt:
+    return TurnAttempt(
+        goal_id=goal_id,
+        claimed=True,
+        quota=quota,
+        report=report,
+        recovered=recovered if recovered is not None else (report.recovered if report else []),
+    )
+
+
+class _Holder:
+    """The held lease, renewed from the host-wait loop."""
+
+    def __init__(self, layout: Layout, lease: Lease, ttl_s: float) -> None:
+        self.layout = layout
+        self.lease = lease
+        self.ttl_s = ttl_s
+
+    def renew(self) -> None:
+        self.lease = renew(self.layout, self.lease, now=utcnow(), ttl_s=self.ttl_s)
+
+
+def _decide(layout: Layout, goal: Goal, *, now: datetime) -> QuotaDecision:
+    from loopx import quota  # noqa: PLC0415 - resolved late: issue 4 adds decide()
+
+    decide = getattr(quota, "decide", None)
+    if decide is not None:
+        decision: QuotaDecision = decide(layout, goal, now=now, leased=False)
+        return decision
+    return _placeholder_decision(layout, goal, now=now)
+
+
+def _placeholder_decision(layout: Layout, goal: Goal, *, now: datetime) -> QuotaDecision:
+    """PLACEHOLDER until ``loopx.quota.decide`` exists (issue 4): status, gates, eligibility."""
+    state = load_state(layout, goal.id)
+    reason, at = QuotaReason.OK, None
+    if goal.status is GoalStatus.DONE:
+        reason = QuotaReason.DONE
+    elif goal.status is not GoalStatus.ACTIVE or goal.quota.compute == 0:
+        reason = QuotaReason.PAUSED
+    elif state.open_gates:
+        reason = QuotaReason.GATE_PENDING
+    elif state.next_eligible_at is not None and state.next_eligible_at > now:
+        reason, at = QuotaReason.NOT_YET_ELIGIBLE, state.next_eligible_at
+    allowance = goal.quota.compute * goal.quota.window_hours * 3600
+    return QuotaDecision(
+        allowed=reason is QuotaReason.OK,
+        reason=reason,
+        message=f"{reason} (placeholder decision: no spend accounting)",
+        next_eligible_at=at,
+        window_start=now - timedelta(hours=goal.quota.window_hours),
+        allowance_wall_s=allowance,
+        spent_wall_s=0.0,
+        remaining_wall_s=allowance,
+        decided_at=now,
+    )
+
+
+def _plan(
+    layout: Layout, goal: Goal, lease: Lease, decision: QuotaDecision, *, now: datetime
+) -> TurnJournal:
+    state = load_state(layout, goal.id)
+    seq = max(state.turn_seq, last_seq(layout, goal.id)) + 1
+    turn_key = make_turn_key(goal.id, seq, lease.epoch)
+    envelope = Envelope(
+        goal_id=goal.id,
+        turn_key=turn_key,
+        seq=seq,
+        epoch=lease.epoch,
+        objective=goal.objective,
+        workdir=goal.workdir,
+        root=str(layout.root),
+        result_file=str(result_path(layout, goal.id, turn_key)),
+        turn_timeout_s=goal.quota.turn_timeout_s,
+        deadline_at=now + timedelta(seconds=goal.quota.turn_timeout_s),
+        state=state,
+    )
+    plan = TurnPlan(
+        envelope=envelope,
+        host_kind=goal.host.kind,
+        argv=list(goal.host.argv),
+        quota=decision,
+        max_host_attempts=goal.max_host_attempts,
+        turn_timeout_s=goal.quota.turn_timeout_s,
+        max_rss_mb=goal.quota.max_rss_mb,
+        prior_failures=state.consecutive_failures,
+    )
+    return TurnJournal(
+        loopx_version=__version__,
+        goal_id=goal.id,
+        agent_id=lease.agent_id,
+        turn_key=turn_key,
+        seq=seq,
+        epoch=lease.epoch,
+        plan=plan,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) -> dict[str, str]:
+    envelope = journal.plan.envelope
+    env = {k: v for k, v in os.environ.items() if k != "LOOPX_FAULT"}
+    env.update(extra)
+    env.update(
+        {
+            GOAL_ENV: journal.goal_id,
+            TURN_KEY_ENV: journal.turn_key,
+            ROOT_ENV: str(layout.root),
+            "LOOPX_WORKDIR": envelope.workdir,
+            "LOOPX_RESULT_FILE": envelope.result_file,
+        }
+    )
+    return env
+
+
+def _read_result_file(path: Path) -> str | None:
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, LoopxError) as e:
+        return f"<unreadable result file: {e}>"
+    return data[:RESULT_READ_LIMIT].decode("utf-8", errors="replace")
+
+
+def _execute(
+    layout: Layout,
+    goal: Goal,
+    journal: TurnJournal,
+    fence: Fence,
+    holder: _Holder,
+    *,
+    stop: threading.Event | None,
+    config: TurnConfig,
+) -> TurnJournal:
+    """host_execute (+ typed_result, validation in the same write), then the other phases."""
+    fault_point(f"before:{Phase.HOST_EXECUTE}")
+    envelope = journal.plan.envelope.model_copy(update={"attempt": journal.attempt})
+    result_file = Path(envelope.result_file)
+    ensure_dir(result_file.parent)
+    result_file.unlink(missing_ok=True)
+    host = host_for(goal.host.kind)
+    try:
+        invocation = host.prepare(goal, envelope)
+    except HostMissingError as e:
+        failed = journal.model_copy(
+            update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
+        )
+        return _after_host(layout, settle(failed, now=utcnow()), fence, result_file)
+    run = run_host(
+        invocation.argv,
+        stdin=invocation.stdin,
+        cwd=Path(goal.workdir),
+        env=_host_env(layout, journal, invocation.env),
+        limits=Limits(
+            timeout_s=journal.plan.turn_timeout_s,
+            max_rss_mb=journal.plan.max_rss_mb,
+            kill_grace_s=config.kill_grace_s,
+        ),
+        turn_key=journal.turn_key,
+        loopx_root=str(layout.root),
+        stop=stop,
+        tick=holder.renew,
+        tick_every_s=max(config.lease_ttl_s / 3, 0.05),
+    )
+    outcome, reading = _outcome(host, envelope, journal, run, result_file)
+    usage = run.usage
+    if reading is not None:
+        usage = usage.model_copy(
+            update={
+                "input_tokens": reading.input_tokens,
+                "output_tokens": reading.output_tokens,
+                "cost_usd": reading.cost_usd,
+            }
+        )
+    journal = journal.model_copy(update={"outcome": outcome, "usage": usage})
+    return _after_host(layout, settle(journal, now=utcnow()), fence, result_file)
+
+
+def _outcome(
+    host: Host, envelope: Envelope, journal: TurnJournal, run: HostRun, result_file: Path
+) -> tuple[HostOutcome, Interpretation | None]:
+    """The recorded outcome, and the adapter's reading of it when there was one."""
+    base = {
+        "attempt": journal.attempt,
+        "pid": run.pid or None,
+        "exit_code": run.exit_code,
+        "signal": run.signal,
+        "killed": run.killed,
+        "stdout": run.stdout.text(),
+        "stderr": run.stderr.text(),
+        "stdout_dropped": run.stdout.dropped,
+        "stderr_dropped": run.stderr.dropped,
+        "started_at": run.started_at,
+        "ended_at": run.ended_at,
+    }
+    if run.spawn_error is not None:
+        failure = TurnFailure.of(FailureReason.HOST_MISSING, run.spawn_error)
+        return HostOutcome.model_validate({**base, "failure": failure}), None
+    if run.killed is not None:
+        return HostOutcome.model_validate(base), None
+    text = _read_result_file(result_file)
+    output = HostOutput(
+        exit_code=run.exit_code,
+        signal=run.signal,
+        stdout=base["stdout"],  # type: ignore[arg-type]
+        stderr=base["stderr"],  # type: ignore[arg-type]
+        stdout_dropped=run.stdout.dropped,
+        stderr_dropped=run.stderr.dropped,
+        result_file_text=text,
+    )
+    try:
+        reading = host.interpret(envelope, output)
+    except (LoopxError, ValueError) as e:
+        reading_failure = TurnFailure.of(
+            FailureReason.MALFORMED_OUTPUT, f"the {host.kind} adapter could not read the output: {e}"
+        )
+        return HostOutcome.model_validate(
+            {**base, "result_file_text": text, "failure": reading_failure}
+        ), None
+    outcome = HostOutcome.model_validate(
+        {
+            **base,
+            "result_file_text": text,
+            "result": reading.result,
+            "failure": reading.failure,
+            "session": reading.session,
+        }
+    )
+    return outcome, reading
+
+
+def _after_host(
+    layout: Layout, journal: TurnJournal, fence: Fence, result_file: Path
+) -> TurnJournal:
+    write_journal(layout, journal, fence)
+    with contextlib.suppress(OSError):
+        result_file.unlink()  # its text is in the journal now
+    for point in (
+        f"after:{Phase.HOST_EXECUTE}",
+        f"before:{Phase.TYPED_RESULT}",
+        f"after:{Phase.TYPED_RESULT}",
+        f"before:{Phase.VALIDATION}",
+        f"after:{Phase.VALIDATION}",
+    ):
+        fault_point(point)
+    return finish(layout, journal, fence, now=utcnow())
+
+
+def _kill_goal_processes(layout: Layout, goal_id: str, grace_s: float) -> None:
+    """Kill every process of this root still working for ``goal_id`` (a stale host tree)."""
+    stale = find_marked(goal_id=goal_id, loopx_root=str(layout.root))
+    if stale:
+        log.warning("stale_host_killed", pids=[p.pid for p in stale])
+        kill_processes(stale, pgid=None, grace_s=grace_s)
+
+
+def _report(journal: TurnJournal, recovered: list[RecoveryAction]) -> TurnReport:
+    ok = journal.failure is None and journal.result is not None
+    return TurnReport(
+        goal_id=journal.goal_id,
+        agent_id=journal.agent_id,
+        turn_key=journal.turn_key,
+        seq=journal.seq,
+        epoch=journal.epoch,
+        attempt=journal.attempt,
+        status=journal.status,
+        kind=journal.result.kind if ok and journal.result else None,
+        failure=journal.failure,
+        summary=journal.result.summary if journal.result else "",
+        usage=journal.usage,
+        completed_phases=journal.completed_phases,
+        recovered=recovered,
+    )
+
+
+def _lost_report(goal_id: str, lease: Lease, turn_key: str, message: str) -> TurnReport:
+    return TurnReport(
+        goal_id=goal_id,
+        agent_id=lease.agent_id,
+        turn_key=turn_key,
+        seq=0,
+        epoch=lease.epoch,
+        attempt=0,
+        status=TurnStatus.FAILED,
+        failure=TurnFailure.of(FailureReason.LEASE_LOST, message),
+        completed_phases=[],
+    )

@@ -1,0 +1,100 @@
+"""`loopx quota show|should-run`."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, layout, print_json
+from loopx.files import read_model_or_none
+from loopx.goals import get_goal
+from loopx.lease import Lease
+from loopx.model import utcnow
+from loopx.quota import QuotaDecision, QuotaReport, decide, quota_report
+from loopx.root import Layout
+
+
+def register(sub: Any) -> None:
+    """Add the `quota` commands."""
+    quota = add_command(sub, "quota", help="inspect a goal's compute quota")
+    actions = quota.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    show = add_command(
+        actions, "show", help="show a goal's quota policy, window spend, what is left and why"
+    )
+    show.add_argument("goal_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print the report as JSON")
+    show.set_defaults(func=run_show)
+
+    should = add_command(
+        actions,
+        "should-run",
+        help="exit 0 if the goal may run a turn now, 3 if not (with the reason)",
+    )
+    should.add_argument("goal_id", metavar="ID")
+    should.add_argument("--json", action="store_true", help="print the decision as JSON")
+    should.set_defaults(func=run_should_run)
+
+
+def _leased(where: Layout, goal_id: str, now: datetime) -> bool:
+    # A lease past its expiry no longer keeps other agents away (it may be taken over).
+    lease = read_model_or_none(where.lease_file(goal_id), Lease)
+    return lease is not None and lease.expires_at > now
+
+
+def _print_report(report: QuotaReport) -> None:
+    policy, spend, left, d = report.policy, report.spend, report.remaining, report.decision
+    print(f"goal {report.goal_id}: {'ALLOWED' if d.allowed else 'NOT ALLOWED'} ({d.reason})")
+    print(f"  {d.message}")
+    print(
+        f"  window:    {policy.window_hours:g} h, {report.window_start:%Y-%m-%d %H:%M:%S} .. "
+        f"{report.window_end:%Y-%m-%d %H:%M:%S} UTC"
+    )
+    print(
+        f"  wall time: {spend.wall_s:,.1f} s spent of {d.allowance_wall_s:,.1f} s "
+        f"(compute {policy.compute:g}), {left.wall_s:,.1f} s left"
+    )
+    for label, used, cap, rest in (
+        ("cpu", f"{spend.cpu_s:,.1f} s", policy.cpu_seconds, left.cpu_s),
+        ("tokens", f"{spend.tokens:,}", policy.max_tokens, left.tokens),
+        ("cost", f"${spend.cost_usd:,.2f}", policy.max_cost_usd, left.cost_usd),
+    ):
+        limit = "no cap" if cap is None else f"cap {cap:,}, {rest:,} left"
+        print(f"  {label + ':':<10} {used} spent ({limit})")
+    print(f"  turns:     {spend.turns} in the window, {report.lifetime.turns} in all")
+    if d.headroom is not None:
+        room = d.headroom
+        print(
+            f"  host:      {room.available_memory_mb:,.0f} MB available, load "
+            f"{room.load_1m:.2f} on {room.cpu_count} CPUs"
+        )
+    if d.next_eligible_at is not None:
+        print(f"  next eligible at {d.next_eligible_at.isoformat(timespec='seconds')}")
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """Print the goal's quota report."""
+    where = layout(args)
+    goal = get_goal(where, args.goal_id)
+    now = utcnow()
+    report = quota_report(where, goal, now=now, leased=_leased(where, goal.id, now))
+    if args.json:
+        print_json(report)
+    else:
+        _print_report(report)
+    return exitcodes.OK
+
+
+def run_should_run(args: argparse.Namespace) -> int:
+    """Decide now; exit 0 when the goal may run, NOT_ALLOWED when not."""
+    where = layout(args)
+    goal = get_goal(where, args.goal_id)
+    now = utcnow()
+    decision: QuotaDecision = decide(where, goal, now=now, leased=_leased(where, goal.id, now))
+    if args.json:
+        print_json(decision)
+    else:
+        print(f"{'yes' if decision.allowed else 'no'} ({decision.reason}): {decision.message}")
+    return exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED

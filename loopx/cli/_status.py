@@ -1,0 +1,200 @@
+"""`loopx status` (the attention queue) and `loopx refresh` (update its cache)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, layout, print_json
+from loopx.model import utcnow
+from loopx.status import Actor, GoalStatusView, StatusProjection
+from loopx.status_cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
+
+_ACTOR_STYLE = {Actor.HUMAN: "bold red", Actor.AGENT: "green", Actor.NONE: "dim"}
+
+
+def register(sub: Any) -> None:
+    """Add `status` and `refresh`."""
+    status = add_command(sub, "status", help="who must act next on each goal, and why")
+    status.add_argument("--json", action="store_true", help="print the projection as JSON")
+    status.add_argument(
+        "--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until interrupted",
+    )
+    status.add_argument("--clear-cache", action="store_true", help="rebuild the cache from scratch")
+    status.add_argument(
+        "--ttl", type=float, default=DEFAULT_TTL_S, metavar="SECONDS",
+        help=f"use the cached projection when younger than this (default {DEFAULT_TTL_S:g})",
+    )
+    status.add_argument(
+        "--full-scan-after", type=float, default=0.0, metavar="SECONDS",
+        help="when refreshing, check every goal's files if the last full check is older "
+        "(default 0: always)",
+    )
+    status.add_argument(
+        "--actor", choices=[a.value for a in Actor], help="show only goals this actor must act on"
+    )
+    status.add_argument("--limit", type=int, metavar="N", help="show at most N goals")
+    status.set_defaults(func=run_status)
+
+    refresh = add_command(sub, "refresh", help="refresh the cached status projection now")
+    refresh.add_argument("--full", action="store_true", help="check every goal's files")
+    refresh.add_argument("--json", action="store_true")
+    refresh.set_defaults(func=run_refresh)
+
+
+def _filtered(projection: StatusProjection, actor: str | None, limit: int | None) -> StatusProjection:
+    goals = [g for g in projection.goals if actor is None or g.actor == actor]
+    if limit is not None:
+        goals = goals[: max(0, limit)]
+    if len(goals) == len(projection.goals):
+        return projection
+    return projection.model_copy(update={"goals": goals})
+
+
+def _when(value: datetime | None, now: datetime) -> str:
+    if value is None:
+        return "-"
+    delta = (value - now).total_seconds()
+    span = abs(delta)
+    text = f"{span:.0f}s" if span < 120 else f"{span / 60:.0f}m" if span < 7200 else f"{span / 3600:.1f}h"  # noqa: PLR2004
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def _last(view: GoalStatusView, now: datetime) -> str:
+    t = view.last_turn
+    if t is None:
+        return "-"
+    what = t.kind.value if t.kind is not None else f"{t.status}:{t.failure or '?'}"
+    return f"#{t.seq} {what} {_when(t.ended_at, now)}"
+
+
+def _quota(view: GoalStatusView) -> str:
+    q = view.quota
+    return f"{q.spent_wall_s / 60:.0f}/{q.allowance_wall_s / 60:.0f}m"
+
+
+def _header(p: StatusProjection) -> str:
+    c = p.counts.by_actor
+    fleet = p.fleet
+    sup = f"supervisor {fleet.state}" if fleet.state else "no supervisor"
+    loop = f", crash loop: {', '.join(fleet.crash_loop_agents)}" if fleet.crash_loop_agents else ""
+    return (
+        f"{p.counts.total} goals: {c.get('human', 0)} need a human, {c.get('agent', 0)} for agents, "
+        f"{c.get('none', 0)} quiet | {sup}, {fleet.agents_alive}/{fleet.agents_wanted} agents alive"
+        f"{loop} | checked {p.checked_at.isoformat(timespec='seconds')}"
+    )
+
+
+def render_table(p: StatusProjection, now: datetime) -> Group:
+    """The TTY rendering: a header line, the queue as a table, then warnings."""
+    table = Table(show_edge=False, pad_edge=False, expand=False)
+    for name in ("actor", "goal", "reason", "eligible", "lease", "last turn", "quota", "why"):
+        table.add_column(name, overflow="fold", no_wrap=name in {"actor", "reason"})
+    warnings: list[str] = []
+    for v in p.goals:
+        lease = f"{v.lease.agent_id} e{v.lease.epoch}" if v.lease else "-"
+        table.add_row(
+            Text(v.actor.value, style=_ACTOR_STYLE[v.actor]),
+            v.goal_id + (" !" if v.warnings else ""),
+            v.reason.value,
+            _when(v.next_eligible_at, now),
+            lease,
+            _last(v, now),
+            _quota(v),
+            v.explanation,
+        )
+        warnings.extend(f"{v.goal_id}: {w}" for w in v.warnings)
+    parts: list[Any] = [Text(_header(p), style="bold"), table]
+    if warnings:
+        parts.append(Text("warnings:\n" + "\n".join(f"  ! {w}" for w in warnings), style="yellow"))
+    return Group(*parts)
+
+
+def render_plain(p: StatusProjection, now: datetime) -> str:
+    """The non-TTY rendering: one line per goal, tab-free and grep-friendly."""
+    lines = [_header(p)]
+    width = max((len(v.goal_id) for v in p.goals), default=4)
+    for v in p.goals:
+        lines.append(
+            f"{v.actor.value:<5}  {v.goal_id:<{width}}  {v.reason.value:<15}  "
+            f"{_last(v, now):<24}  {v.explanation}"
+        )
+        lines.extend(f"       ! {w}" for w in v.warnings)
+    if not p.goals:
+        lines.append("no goals; add one with `loopx goal add ID --objective TEXT`")
+    return "\n".join(lines)
+
+
+def _load(args: argparse.Namespace) -> StatusProjection:
+    where = layout(args)
+    projection = load_status(
+        where, now=utcnow(), ttl_s=args.ttl, full_scan_after_s=args.full_scan_after
+    )
+    return _filtered(projection, args.actor, args.limit)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Print (or keep redrawing) the attention queue."""
+    if args.clear_cache:
+        clear_status_cache(layout(args))
+    if args.watch is None:
+        projection = _load(args)
+        if args.json:
+            print_json(projection)
+        elif sys.stdout.isatty():
+            Console().print(render_table(projection, utcnow()))
+        else:
+            print(render_plain(projection, utcnow()))
+        return exitcodes.OK
+    return _watch(args)
+
+
+def _watch(args: argparse.Namespace) -> int:
+    interval = max(0.2, args.watch)
+    try:
+        if sys.stdout.isatty() and not args.json:
+            with Live(render_table(_load(args), utcnow()), auto_refresh=False, screen=False) as live:
+                while True:
+                    time.sleep(interval)
+                    live.update(render_table(_load(args), utcnow()), refresh=True)
+        while True:
+            projection = _load(args)
+            if args.json:
+                sys.stdout.write(projection.model_dump_json() + "\n")
+            else:
+                print(render_plain(projection, utcnow()) + "\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return exitcodes.OK
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    """Refresh the cache now, re-reading only changed goals (all with --full)."""
+    report = refresh_status(
+        layout(args), now=utcnow(), ttl_s=0.0, full_scan_after_s=0.0 if args.full else 60.0
+    )
+    doc = {
+        "schema_version": 1,
+        "full_scan": report.full_scan,
+        "goals": report.goals,
+        "reread": report.reread,
+        "shards_written": report.shards_written,
+        "checked_at": report.checked_at.isoformat(),
+    }
+    if args.json:
+        print_json(doc)
+    else:
+        kind = "full" if report.full_scan else "incremental"
+        print(f"refreshed ({kind}): {report.goals} goals, {report.reread} re-read")
+    return exitcodes.OK

@@ -1,0 +1,226 @@
+"""`loopx supervisor run|start|stop|status|attach|scale` (also spelled `loopx daemon ...`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, layout, print_json
+from loopx.errors import UsageError
+
+RUN_DEFAULTS = {
+    "agents": 1,
+    "visible": "none",
+    "stop_grace_seconds": 30.0,
+    "refresh_interval_seconds": 5.0,
+    "status_projection_cache_ttl_seconds": 5.0,
+    "heartbeat_seconds": 2.0,
+    "stall_seconds": 60.0,
+    "idle_horizon_seconds": 60.0,
+}
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agents", type=int, default=1, metavar="N", help="agent processes (default 1)")
+    parser.add_argument(
+        "--visible", choices=["none", "tmux"], default="none",
+        help="tmux: one tmux window per agent (`loopx supervisor attach`); none: logs/agent-<n>.log",
+    )
+    parser.add_argument(
+        "--until-idle", action="store_true",
+        help="exit when no goal can progress: 0 all done, 2 some wait for a human/quota, 1 some failed",
+    )
+    parser.add_argument(
+        "--stop-grace-seconds", type=float, default=30.0, metavar="S",
+        help="on SIGTERM, how long agents get to stop their turns before SIGKILL (default 30)",
+    )
+    parser.add_argument(
+        "--refresh-interval-seconds", type=float, default=5.0, metavar="S",
+        help="how often the status projection is refreshed (default 5)",
+    )
+    parser.add_argument(
+        "--status-projection-cache-ttl-seconds", type=float, default=5.0, metavar="S",
+        help="TTL of the status projection cache used by the refresh (default 5)",
+    )
+    parser.add_argument("--heartbeat-seconds", type=float, default=2.0, metavar="S", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--stall-seconds", type=float, default=60.0, metavar="S",
+        help="an agent whose heartbeat is older than this is killed and restarted (default 60)",
+    )
+    parser.add_argument(
+        "--idle-horizon-seconds", type=float, default=60.0, metavar="S",
+        help="--until-idle: a goal eligible again within this counts as progressing (default 60)",
+    )
+    parser.add_argument("--agent-max-turns", type=int, metavar="N", help="recycle an agent after N turns")
+    parser.add_argument("--crash-loop-restarts", type=int, default=5, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--crash-loop-window-seconds", type=float, default=120.0, metavar="S", help=argparse.SUPPRESS)
+    parser.add_argument("--restart-max-seconds", type=float, default=60.0, metavar="S", help=argparse.SUPPRESS)
+
+
+def register(sub: Any) -> None:
+    """Add `supervisor` and its alias `daemon`."""
+    for name in ("supervisor", "daemon"):
+        top = add_command(sub, name, help="run and control the agent fleet of a root")
+        actions = top.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+        run = add_command(actions, "run", help="run the supervisor in the foreground")
+        _run_options(run)
+        run.set_defaults(func=run_run)
+
+        start = add_command(actions, "start", help="run the supervisor in the background (logs/supervisor.log)")
+        _run_options(start)
+        start.add_argument("--json", action="store_true")
+        start.set_defaults(func=run_start)
+
+        stop = add_command(actions, "stop", help="stop the running supervisor and its whole fleet")
+        stop.add_argument("--timeout", type=float, metavar="S", help="wait at most S seconds")
+        stop.add_argument("--force", action="store_true", help="do not wait for turns to stop")
+        stop.add_argument("--json", action="store_true")
+        stop.set_defaults(func=run_stop)
+
+        status = add_command(actions, "status", help="show the supervisor, its agents and crash loops")
+        status.add_argument("--json", action="store_true")
+        status.set_defaults(func=run_status)
+
+        attach = add_command(actions, "attach", help="attach to the visible (tmux) fleet")
+        attach.set_defaults(func=run_attach)
+
+        scale = add_command(actions, "scale", help="change the number of agents of the running supervisor")
+        scale.add_argument("agents", type=int, metavar="N")
+        scale.add_argument("--json", action="store_true")
+        scale.set_defaults(func=run_scale)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from loopx.supervisor.backoff import RestartPolicy  # noqa: PLC0415 - keep `loopx --help` light
+    from loopx.supervisor.fleet import SupervisorConfig  # noqa: PLC0415
+
+    if args.agents < 0:
+        raise UsageError(f"--agents must be 0 or more, got {args.agents}", hint="pass --agents N")
+    if args.stop_grace_seconds < 0:
+        raise UsageError("--stop-grace-seconds must be 0 or more", hint="pass a number of seconds")
+    return SupervisorConfig(
+        agents=args.agents,
+        visible=args.visible,
+        until_idle=args.until_idle,
+        stop_grace_s=args.stop_grace_seconds,
+        refresh_interval_s=args.refresh_interval_seconds,
+        status_cache_ttl_s=args.status_projection_cache_ttl_seconds,
+        heartbeat_s=args.heartbeat_seconds,
+        stall_s=args.stall_seconds,
+        idle_horizon_s=args.idle_horizon_seconds,
+        agent_max_turns=args.agent_max_turns,
+        restart=RestartPolicy(
+            max_s=args.restart_max_seconds,
+            window_s=args.crash_loop_window_seconds,
+            crash_loop_restarts=args.crash_loop_restarts,
+        ),
+        log_level=args.log_level if args.log_level != "warning" else "info",
+    )
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Run the supervisor in the foreground until stopped (or idle)."""
+    from loopx.log import configure_logging  # noqa: PLC0415
+    from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
+
+    config = _config(args)
+    # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
+    configure_logging(level=config.log_level, force=True)
+    return Supervisor(layout(args, create=True), config).run()
+
+
+def _run_args(args: argparse.Namespace) -> list[str]:
+    out = ["--agents", str(args.agents), "--visible", args.visible]
+    if args.until_idle:
+        out.append("--until-idle")
+    for flag in (
+        "stop_grace_seconds", "refresh_interval_seconds", "status_projection_cache_ttl_seconds",
+        "heartbeat_seconds", "stall_seconds", "idle_horizon_seconds", "crash_loop_restarts",
+        "crash_loop_window_seconds", "restart_max_seconds", "agent_max_turns",
+    ):  # fmt: skip
+        value = getattr(args, flag)
+        if value is not None:
+            out += ["--" + flag.replace("_", "-"), str(value)]
+    return out
+
+
+def run_start(args: argparse.Namespace) -> int:
+    """Start the supervisor detached."""
+    from loopx.supervisor.control import start_detached  # noqa: PLC0415
+
+    where = layout(args, create=True)
+    record = start_detached(where, _run_args(args))
+    if args.json:
+        print_json({"schema_version": 1, "started": True, "supervisor": record.model_dump(mode="json")})
+    else:
+        print(f"supervisor started: pid {record.pid}, {record.agents_wanted} agents; log {where.logs_dir / 'supervisor.log'}")
+    return exitcodes.OK
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    """Stop the running supervisor."""
+    from loopx.supervisor.control import stop  # noqa: PLC0415
+
+    record = stop(layout(args), timeout_s=args.timeout, force=args.force)
+    if args.json:
+        print_json({"schema_version": 1, "was_running": record is not None, "supervisor": record.model_dump(mode="json") if record else None})
+    elif record is None:
+        print("no supervisor is running")
+    else:
+        print(f"supervisor pid {record.pid} stopped (exit code {record.exit_code})")
+    return exitcodes.OK
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Show the supervisor and agents."""
+    from loopx.supervisor.control import status_document  # noqa: PLC0415
+
+    doc = status_document(layout(args))
+    if args.json:
+        print_json(doc)
+        return exitcodes.OK
+    sup = doc["supervisor"]
+    if sup is None:
+        print("no supervisor has run on this root")
+        return exitcodes.OK
+    state = sup["state"] if doc["running"] else f"not running (last state {sup['state']})"
+    print(f"supervisor pid {sup['pid']}: {state}; {sup['agents_wanted']} agents wanted; visible {sup['visible']}")
+    if doc["crash_loop"]:
+        print("CRASH LOOP: an agent keeps dying; see logs/agent-<n>.log")
+    beats = {a["agent_id"]: a for a in doc["agents"]}
+    for slot in sup["slots"]:
+        beat = beats.get(slot["agent_id"], {})
+        phase = beat.get("phase", "-") if beat.get("pid") == slot["pid"] else "-"
+        goal = beat.get("goal_id") or ""
+        flag = "  CRASH LOOP" if slot["crash_loop"] else ""
+        print(
+            f"  {slot['agent_id']:<10} pid {slot['pid'] or '-':<8} {phase:<9} {goal:<20} "
+            f"restarts {slot['restarts']}{flag}  {slot['last_exit'] or ''}".rstrip()
+        )
+    return exitcodes.OK
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    """Attach to the tmux session (replaces this process)."""
+    from loopx.supervisor.control import attach  # noqa: PLC0415
+
+    attach(layout(args))
+    return exitcodes.OK  # pragma: no cover - attach execs tmux
+
+
+def run_scale(args: argparse.Namespace) -> int:
+    """Ask the running supervisor for N agents."""
+    from loopx.supervisor.control import scale  # noqa: PLC0415
+
+    if args.agents < 0:
+        raise UsageError(f"agent count must be 0 or more, got {args.agents}", hint="pass N >= 0")
+    record = scale(layout(args), args.agents)
+    if args.json:
+        print_json({"schema_version": 1, "agents": args.agents, "signalled": record is not None})
+    elif record is None:
+        print(f"wanted agents set to {args.agents}; no supervisor is running (its --agents decides at start)")
+    else:
+        print(f"asked supervisor pid {record.pid} for {args.agents} agents (SIGHUP sent)")
+    return exitcodes.OK

@@ -1,0 +1,47 @@
+"""`loopx turn run-once GOAL`: exactly one turn in this process."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, layout, print_json
+from loopx.journal import TurnStatus
+
+
+def register(sub: Any) -> None:
+    """Add the `turn` commands."""
+    turn = add_command(sub, "turn", help="run turns by hand")
+    actions = turn.add_subparsers(dest="action", metavar="ACTION", required=True)
+    once = add_command(actions, "run-once", help="claim the goal, run one turn, release")
+    once.add_argument("goal_id", metavar="GOAL")
+    once.add_argument("--agent-id", default="cli", metavar="A", help="agent id (default: cli)")
+    once.add_argument("--json", action="store_true", help="print the turn attempt as JSON")
+    once.set_defaults(func=run_once)
+
+
+def run_once(args: argparse.Namespace) -> int:
+    """Run one turn; exit 0 committed, 1 failed/stopped, 3 not run (leased or quota)."""
+    from loopx.agents.turn import attempt_turn  # noqa: PLC0415 - keeps `loopx --help` fast
+
+    attempt = attempt_turn(layout(args), args.goal_id, agent_id=args.agent_id)
+    report = attempt.report
+    if args.json:
+        print_json(attempt)
+    elif not attempt.claimed:
+        print(f"{args.goal_id}: not run, leased by {attempt.blocking_agent}")
+    elif report is None:
+        reason = attempt.quota.message if attempt.quota else "stop requested"
+        print(f"{args.goal_id}: not run: {reason}")
+    else:
+        what = report.kind or (report.failure.reason if report.failure else "")
+        line = f"{report.turn_key}: {report.status} {what}".rstrip()
+        if report.failure:
+            line += f": {report.failure.message}"
+        elif report.summary:
+            line += f": {report.summary}"
+        print(line)
+    if report is None:
+        return exitcodes.NOT_ALLOWED
+    return exitcodes.OK if report.status is TurnStatus.COMMITTED else exitcodes.FAILURE

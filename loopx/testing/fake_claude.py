@@ -1,0 +1,153 @@
+"""A fake ``claude`` CLI: ``claude -p --output-format json`` output without a model.
+
+It accepts ``claude -p [--output-format json] [--resume ID] [FLAGS] [PROMPT]``,
+reads the prompt from stdin when none is given, and prints the one result
+object Claude Code prints in print mode. Sessions persist under
+``$FAKE_CLAUDE_HOME`` so ``--resume`` works across runs; an unknown id fails
+the way the real CLI does.
+
+Environment:
+    FAKE_CLAUDE_MODE: ``success`` (default), ``prose`` (result JSON in prose
+        and a fence), ``invalid`` (a message that is not the result),
+        ``empty``, ``malformed`` (not JSON), ``auth``, ``rate_limit``
+        (``usage limit reached|<epoch>``), ``rate_limit_429``
+        (``api_error_status: 429``), ``max_turns``, ``execution_error``,
+        ``budget``, ``exit`` (crash without output).
+    FAKE_CLAUDE_RESULT: the result JSON the agent answers with.
+    FAKE_CLAUDE_RESET_IN: seconds until the fake rate limit resets (default 3600).
+    FAKE_CLAUDE_LOG: append one JSON line per run: argv, stdin, cwd.
+    FAKE_CLAUDE_HOME: where sessions are kept (default: a dir in $TMPDIR).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RESULT = {"kind": "progress", "summary": "fake claude turn", "next_action": "continue"}
+VALUE_FLAGS = {
+    "--output-format", "--resume", "-r", "--model", "--max-turns", "--permission-mode",
+    "--allowedTools", "--disallowedTools", "--append-system-prompt", "--max-budget-usd",
+    "--json-schema", "--add-dir", "--session-id",
+}  # fmt: skip
+
+
+def _home() -> Path:
+    default = Path(tempfile.gettempdir()) / f"fake-claude-{os.getuid()}"
+    home = Path(os.environ.get("FAKE_CLAUDE_HOME") or default) / "sessions"
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def _parse(argv: list[str]) -> tuple[dict[str, str], str | None]:
+    flags: dict[str, str] = {}
+    prompt: str | None = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in VALUE_FLAGS and i + 1 < len(argv):
+            flags[arg] = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith("-"):
+            flags[arg] = ""
+        else:
+            prompt = arg
+        i += 1
+    return flags, prompt
+
+
+def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]:
+    base: dict[str, Any] = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "duration_ms": 2300,
+        "duration_api_ms": 2100,
+        "num_turns": 3,
+        "session_id": session,
+        "total_cost_usd": 0.0123,
+        "usage": {
+            "input_tokens": 10,
+            "cache_creation_input_tokens": 500,
+            "cache_read_input_tokens": 1000,
+            "output_tokens": 200,
+            "server_tool_use": {"web_search_requests": 0},
+            "service_tier": "standard",
+        },
+        "permission_denials": [],
+        "uuid": str(uuid.uuid4()),
+    }
+    reset = int(time.time()) + int(os.environ.get("FAKE_CLAUDE_RESET_IN", "3600"))
+    texts = {
+        "success": result,
+        "prose": f"Done for this turn.\n\n```json\n{result}\n```",
+        "invalid": "I did some work but forgot the JSON.",
+        "empty": "",
+        "auth": "Invalid API key · Please run /login",
+        "rate_limit": f"Claude AI usage limit reached|{reset}",
+        "rate_limit_429": "API Error: Request rejected (429) · Rate limit reached",
+    }
+    if mode in texts:
+        base["result"] = texts[mode]
+        if mode in ("auth", "rate_limit", "rate_limit_429"):
+            base.update(
+                is_error=True, total_cost_usd=0, usage={"input_tokens": 0, "output_tokens": 0}
+            )
+            if mode == "rate_limit_429":
+                base["api_error_status"] = 429
+            return base, 1
+        return base, 0
+    subtype = {
+        "max_turns": "error_max_turns",
+        "execution_error": "error_during_execution",
+        "budget": "error_max_budget_usd",
+    }[mode]
+    base.update(subtype=subtype, is_error=True)
+    if mode == "execution_error":
+        base["errors"] = ["Tool execution failed: fake error"]
+    return base, 1
+
+
+def main() -> int:
+    """Run the fake; returns the exit code."""
+    flags, prompt = _parse(sys.argv[1:])
+    if "-p" not in flags and "--print" not in flags:
+        sys.stderr.write("fake claude: only print mode (-p) is implemented\n")
+        return 2
+    stdin = sys.stdin.read() if prompt is None else ""
+    if log := os.environ.get("FAKE_CLAUDE_LOG"):
+        with Path(log).open("a") as f:
+            f.write(json.dumps({"argv": sys.argv, "stdin": stdin, "cwd": str(Path.cwd())}) + "\n")
+    mode = os.environ.get("FAKE_CLAUDE_MODE", "success")
+    if mode == "exit":
+        sys.stderr.write("Error: fake claude crashed\n")
+        return 2
+    if mode == "malformed":
+        sys.stdout.write("Welcome to Claude Code! (this is not JSON)\n")
+        return 0
+    home = _home()
+    resume = flags.get("--resume") or flags.get("-r")
+    if resume is not None and not (home / resume).exists():
+        sys.stderr.write(f"No conversation found with session ID: {resume}\n")
+        return 1
+    session = resume or str(uuid.uuid4())
+    turns = int((home / session).read_text()) if resume else 0
+    (home / session).write_text(str(turns + 1))
+    result = os.environ.get("FAKE_CLAUDE_RESULT") or json.dumps(DEFAULT_RESULT)
+    payload, code = _payload(session, mode, result)
+    if flags.get("--output-format", "text") == "json":
+        sys.stdout.write(json.dumps(payload) + "\n")
+    else:
+        sys.stdout.write(str(payload.get("result", "")) + "\n")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Gather the until-idle inputs from the runtime root: the I/O edge of :mod:`.idle`."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+import structlog
+from loopx.supervisor.idle import GoalProgress
+
+from loopx.candidates import lease_expiry
+from loopx.errors import LoopxError
+from loopx.history import HistoryLine
+from loopx.protocol import ResultKind
+from loopx.quota import decide
+from loopx.registry import GoalStatus, load_registry
+from loopx.root import Layout
+from loopx.state import load_state
+
+log = structlog.get_logger(__name__)
+
+_TAIL_BYTES = 64 * 1024
+
+
+def last_history_line(path: Path) -> HistoryLine | None:
+    """The newest complete line of a goal's ``history.jsonl`` (read from the end), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - _TAIL_BYTES)
+        data = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
+    complete = data[: data.rfind(b"\n") + 1] if b"\n" in data else b""
+    lines = [line for line in complete.split(b"\n") if line.strip()]
+    if not lines:
+        return None
+    try:
+        return HistoryLine.model_validate_json(lines[-1])
+    except ValueError:
+        return None
+
+
+def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:
+    """Every registered goal's progress inputs; a goal whose files cannot be read counts as failed."""
+    out = []
+    for goal in load_registry(layout).goals.values():
+        if goal.status in (GoalStatus.DONE, GoalStatus.ARCHIVED):
+            out.append(GoalProgress(goal_id=goal.id, status=goal.status))
+            continue
+        try:
+            state = load_state(layout, goal.id)
+            leased_until = lease_expiry(layout, goal.id, now=now)
+            decision = decide(layout, goal, now=now, leased=False)
+            last = last_history_line(layout.history_file(goal.id))
+        except LoopxError as e:
+            log.warning("progress_unreadable", goal_id=goal.id, error=e.message)
+            out.append(GoalProgress(goal_id=goal.id, status=goal.status, last_failed=True))
+            continue
+        last_failed = last is not None and (last.status == "failed" or last.kind is ResultKind.FAILED)
+        out.append(
+            GoalProgress(
+                goal_id=goal.id,
+                status=goal.status,
+                open_gates=len(state.open_gates),
+                running=leased_until is not None and leased_until > now,
+                eligible_at=state.next_eligible_at,
+                quota_allowed=decision.allowed,
+                quota_next_eligible_at=decision.next_eligible_at,
+                last_failed=last_failed or state.consecutive_failures > 0,
+            )
+        )
+    return out

@@ -1,0 +1,141 @@
+"""Visible mode: one tmux session per root, one window per agent.
+
+The session lives on a tmux server of its own (socket ``<root>/tmux.sock``),
+so stopping the fleet can kill that server without touching a person's own
+tmux sessions; ``loopx supervisor attach`` attaches to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from loopx.errors import LoopxError
+
+SOCKET_NAME: Final = "tmux.sock"
+
+
+class TmuxError(LoopxError):
+    """tmux is missing or refused a command."""
+
+    def __init__(self, what: str, detail: str) -> None:
+        super().__init__(
+            f"tmux could not {what}: {detail}",
+            hint="install tmux, or run the supervisor with --visible none (logs go to logs/)",
+        )
+        self.what = what
+        self.detail = detail
+
+
+def session_name(root: Path) -> str:
+    """A stable session name for a root: ``loopx-`` plus a short hash of its path."""
+    return "loopx-" + hashlib.sha256(str(root).encode()).hexdigest()[:8]
+
+
+def socket_path(root: Path) -> Path:
+    """The root's private tmux server socket."""
+    return root / SOCKET_NAME
+
+
+class TmuxSession:
+    """One tmux session on the root's private server."""
+
+    def __init__(self, root: Path) -> None:
+        self.socket = socket_path(root)
+        self.name = session_name(root)
+        program = shutil.which("tmux")
+        if program is None:
+            raise TmuxError("start", "the tmux program is not on PATH")
+        self.program = program
+
+    def _run(self, *args: str, what: str) -> str:
+        proc = subprocess.run(
+            [self.program, "-S", str(self.socket), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        if proc.returncode != 0:
+            raise TmuxError(what, proc.stderr.strip() or f"exit code {proc.returncode}")
+        return proc.stdout.strip()
+
+    def exists(self) -> bool:
+        """Whether the session is up."""
+        try:
+            self._run("has-session", "-t", self.name, what="find the session")
+        except TmuxError:
+            return False
+        return True
+
+    def create(self) -> None:
+        """Start the server and an empty session (its first window shows the fleet's files)."""
+        if self.exists():
+            return
+        self._run(
+            "new-session", "-d", "-s", self.name, "-n", "fleet", "-x", "200", "-y", "50",
+            what="create the session",
+        )
+        # Keep a dead agent's window so a person can read why it died, until the restart.
+        self._run("set-option", "-t", self.name, "remain-on-exit", "on", what="set remain-on-exit")
+
+    def window_name(self, agent_id: str) -> str:
+        """The window of an agent."""
+        return agent_id
+
+    def start_window(self, agent_id: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
+        """Run ``argv`` in a fresh window named after the agent; returns the agent's pid.
+
+        ``exec`` makes the pane's process the agent itself, so its pid is the
+        agent's pid and signals reach it directly.
+        """
+        self.kill_window(agent_id)
+        assignments = [f"{k}={v}" for k, v in env.items()]
+        command = "exec env " + shlex.join([*assignments, *argv])
+        out = self._run(
+            "new-window", "-d", "-P", "-F", "#{pane_pid}", "-t", f"{self.name}:",
+            "-n", self.window_name(agent_id), command,
+            what=f"open a window for {agent_id}",
+        )
+        return int(out.splitlines()[-1])
+
+    def kill_window(self, agent_id: str) -> None:
+        """Close an agent's window if it exists."""
+        try:
+            self._run("kill-window", "-t", f"{self.name}:{self.window_name(agent_id)}", what="close")
+        except TmuxError:
+            return
+
+    def windows(self) -> list[str]:
+        """The names of the session's windows."""
+        out = self._run("list-windows", "-t", self.name, "-F", "#{window_name}", what="list windows")
+        return out.splitlines()
+
+    def kill_server(self) -> None:
+        """Stop the root's tmux server (and every window in it)."""
+        if not self.socket.exists():
+            return
+        subprocess.run(
+            [self.program, "-S", str(self.socket), "kill-server"],
+            capture_output=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        self.socket.unlink(missing_ok=True)
+
+    def attach_argv(self) -> list[str]:
+        """The command a person runs to watch the fleet."""
+        return [self.program, "-S", str(self.socket), "attach-session", "-t", self.name]
+
+    def attach(self) -> None:
+        """Replace this process with ``tmux attach`` (returns only on failure)."""
+        if not self.exists():
+            raise TmuxError("attach", f"no session {self.name} on {self.socket}; is the fleet visible?")
+        argv = self.attach_argv()
+        os.execv(argv[0], argv)

@@ -1,0 +1,88 @@
+"""Helpers of the codex/claude host tests: goals, envelopes, running an invocation for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from loopx.agents.hosts.base import HostInvocation, HostOutput
+
+from loopx.protocol import Envelope
+from loopx.registry import Goal, HostKind, HostSpec
+from loopx.state import GoalState, HostSession
+
+STARTED = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
+
+
+def make_goal(tmp_path: Path, kind: HostKind, argv: list[str] | None = None, **host: Any) -> Goal:
+    workdir = tmp_path / "work"
+    workdir.mkdir(exist_ok=True)
+    return Goal(
+        id="g1",
+        objective="make the tests pass",
+        workdir=str(workdir),
+        host=HostSpec(kind=kind, argv=argv or [], **host),
+        created_at=STARTED,
+        updated_at=STARTED,
+    )
+
+
+def make_envelope(
+    tmp_path: Path,
+    goal: Goal,
+    *,
+    session: HostSession | None = None,
+    seq: int = 1,
+    started: datetime = STARTED,
+) -> Envelope:
+    root = tmp_path / "root"
+    turn_dir = root / "goals" / goal.id / "turns"
+    turn_dir.mkdir(parents=True, exist_ok=True)
+    state = GoalState(
+        goal_id=goal.id,
+        beliefs=["the parser is fine"],
+        non_goals=["rewrite the CLI"],
+        next_action="run pytest -x",
+        host_session=session,
+    )
+    return Envelope(
+        goal_id=goal.id,
+        turn_key=f"{goal.id}-{seq}-1",
+        seq=seq,
+        epoch=1,
+        objective=goal.objective,
+        workdir=goal.workdir,
+        root=str(root),
+        result_file=str(turn_dir / f"{goal.id}-{seq}-1.result.json"),
+        turn_timeout_s=600.0,
+        deadline_at=started + timedelta(seconds=600),
+        state=state,
+    )
+
+
+def run(invocation: HostInvocation, envelope: Envelope) -> HostOutput:
+    """Spawn the invocation like the turn runner does (cwd = workdir), capture its output."""
+    proc = subprocess.run(
+        invocation.argv,
+        input=invocation.stdin,
+        capture_output=True,
+        cwd=envelope.workdir,
+        env={**os.environ, **invocation.env},
+        timeout=60,
+        check=False,
+    )
+    result_file = Path(envelope.result_file)
+    return HostOutput(
+        exit_code=proc.returncode,
+        stdout=proc.stdout.decode(),
+        stderr=proc.stderr.decode(),
+        result_file_text=result_file.read_text() if result_file.exists() else None,
+    )
+
+
+def log_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -1,0 +1,210 @@
+"""Incremental refresh of the cached status projection, on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from loopx.changes import note_goal_changed
+from loopx.goals import open_gate, set_status
+from loopx.model import utcnow
+from loopx.protocol import ResultKind
+from loopx.registry import GoalStatus
+from loopx.status import Actor, StatusReason
+from loopx.status_cache import StatusCache, clear_status_cache, load_status, shard_dir
+from loopx.status_fixtures import (
+    append_history,
+    history_line,
+    make_goal,
+    register_goals,
+    seed_goal,
+    write_lease,
+)
+from loopx.status_sources import HistoryCounts, count_history, history_tail, iter_lines_backwards
+
+
+def seeded(layout, n: int = 5, history: int = 3):
+    now = utcnow()
+    goals = [seed_goal(layout, f"g{i}", now=now, history=history, workdir=layout.root) for i in range(n)]
+    register_goals(layout, goals)
+    return now
+
+
+def fresh_cache(layout) -> StatusCache:
+    cache = StatusCache(layout)
+    cache.refresh(now=utcnow(), ttl_s=0)
+    return cache
+
+
+def by_id(cache: StatusCache, goal_id: str):
+    return cache.goals[goal_id].view
+
+
+def test_cold_refresh_reads_every_goal(layout):
+    """The first refresh projects every registered goal and writes the index and shards."""
+    seeded(layout)
+    report = StatusCache(layout).refresh(now=utcnow(), ttl_s=0)
+    assert (report.full_scan, report.goals, report.reread) == (True, 5, 5)
+    assert layout.status_file.exists() and any(shard_dir(layout).iterdir())
+
+
+def test_refresh_within_ttl_reads_nothing(layout):
+    """A cache younger than the TTL is returned as it is."""
+    seeded(layout)
+    cache = fresh_cache(layout)
+    report = cache.refresh(now=utcnow(), ttl_s=60)
+    assert (report.refreshed, report.reread) == (False, 0)
+
+
+def test_hinted_change_rereads_only_that_goal(layout):
+    """A history append with a change hint re-reads one goal, and its view shows the new turn."""
+    seeded(layout)
+    cache = fresh_cache(layout)
+    append_history(layout, [history_line("g2", 4, ended_at=utcnow(), summary="new work")])
+    note_goal_changed(layout, "g2")
+    report = cache.refresh(now=utcnow(), ttl_s=0)
+    assert (report.full_scan, report.reread, report.shards_written) == (False, 1, 1)
+    assert by_id(cache, "g2").last_turn.summary == "new work"
+
+
+def test_unhinted_change_is_found_by_full_scan(layout):
+    """A change without a hint is found by the next full scan, by fingerprint."""
+    seeded(layout)
+    cache = fresh_cache(layout)
+    append_history(layout, [history_line("g3", 4, ended_at=utcnow(), summary="quiet write")])
+    assert cache.refresh(now=utcnow(), ttl_s=0).reread == 0
+    report = cache.refresh(now=utcnow(), ttl_s=0, full_scan_after_s=0)
+    assert (report.full_scan, report.reread) == (True, 1)
+    assert by_id(cache, "g3").last_turn.summary == "quiet write"
+
+
+def test_leased_goal_is_rechecked_without_a_hint(layout):
+    """A goal that held a lease at the last refresh is checked every refresh."""
+    now = seeded(layout)
+    write_lease(layout, "g1", now=now)
+    cache = fresh_cache(layout)
+    assert by_id(cache, "g1").reason is StatusReason.RUNNING
+    layout.lease_file("g1").unlink()
+    cache.refresh(now=utcnow(), ttl_s=0)
+    assert by_id(cache, "g1").reason is StatusReason.READY
+
+
+def test_registry_change_is_seen(layout):
+    """Pausing a goal in the registry changes its view at the next refresh."""
+    seeded(layout)
+    cache = fresh_cache(layout)
+    set_status(layout, "g0", GoalStatus.PAUSED, now=utcnow())
+    cache.refresh(now=utcnow(), ttl_s=0)
+    assert (by_id(cache, "g0").actor, by_id(cache, "g0").reason) == (Actor.HUMAN, StatusReason.PAUSED)
+
+
+def test_gate_opened_through_goals_api_is_hinted(layout):
+    """update_state notes the change, so an opened gate shows without a full scan."""
+    seeded(layout)
+    cache = fresh_cache(layout)
+    open_gate(layout, "g4", "Which database?", now=utcnow())
+    report = cache.refresh(now=utcnow(), ttl_s=0)
+    assert report.full_scan is False
+    assert by_id(cache, "g4").reason is StatusReason.GATE_PENDING
+
+
+def test_new_and_removed_goals(layout):
+    """A newly registered goal appears; an archived one leaves the queue."""
+    now = seeded(layout, n=2)
+    cache = fresh_cache(layout)
+    register_goals(layout, [make_goal("late", now=now, workdir=layout.root)])
+    set_status(layout, "g0", GoalStatus.ARCHIVED, now=now)
+    cache.refresh(now=utcnow(), ttl_s=0)
+    assert sorted(cache.goals) == ["g1", "late"]
+
+
+def test_time_alone_rechecks_a_waiting_goal(layout):
+    """A waiting goal becomes ready once its next eligible time passes, with no file change."""
+    from loopx.state import update_state
+
+    now = seeded(layout, n=1)
+    update_state(layout, "g0", lambda s: s.model_copy(update={"next_eligible_at": now + timedelta(minutes=5)}))
+    cache = StatusCache(layout)
+    cache.refresh(now=now, ttl_s=0)
+    assert by_id(cache, "g0").reason is StatusReason.WAITING
+    cache.refresh(now=now + timedelta(minutes=6), ttl_s=0, full_scan_after_s=3600)
+    assert by_id(cache, "g0").reason is StatusReason.READY
+
+
+def test_damaged_state_is_reported_not_raised(layout):
+    """A damaged state.json makes the goal human/quarantined; the refresh still succeeds."""
+    seeded(layout, n=2)
+    layout.state_file("g1").write_text("{not json")
+    cache = fresh_cache(layout)
+    v = by_id(cache, "g1")
+    assert (v.actor, v.reason) == (Actor.HUMAN, StatusReason.QUARANTINED)
+    assert any("damaged" in w for w in v.warnings)
+
+
+def test_quarantined_journal_is_listed(layout):
+    """An entry named <goal>__<name> in quarantine/ is attributed to its goal."""
+    seeded(layout, n=2)
+    (layout.quarantine_dir / "g1__turn-7.json").write_text("{}")
+    (layout.quarantine_dir / "g1__turn-7.json.reason").write_text("phases out of order")
+    cache = fresh_cache(layout)
+    assert by_id(cache, "g1").quarantined == ["g1__turn-7.json"]
+    assert cache.projection().quarantined_total == 1
+
+
+def test_another_process_reads_the_cache_without_rereading(layout):
+    """A second cache (another process) loads the shards and, within the TTL, reads no goal."""
+    seeded(layout)
+    fresh_cache(layout)
+    other = StatusCache(layout)
+    report = other.refresh(now=utcnow(), ttl_s=60)
+    assert (report.refreshed, len(other.goals)) == (False, 5)
+
+
+def test_clear_cache_rebuilds(layout):
+    """--clear-cache deletes the index and shards; the next load rebuilds them."""
+    seeded(layout)
+    load_status(layout, now=utcnow(), ttl_s=0)
+    clear_status_cache(layout)
+    assert not layout.status_file.exists()
+    assert load_status(layout, now=utcnow(), ttl_s=0).counts.total == 5
+
+
+def test_lost_shard_forces_a_rebuild(layout):
+    """A damaged shard is not trusted: the cache is rebuilt from the sources."""
+    seeded(layout)
+    fresh_cache(layout)
+    victim = next(shard_dir(layout).iterdir())
+    victim.write_text("garbage")
+    cache = StatusCache(layout)
+    report = cache.refresh(now=utcnow(), ttl_s=60)
+    assert (report.full_scan, report.reread) == (True, 5)
+
+
+def test_history_tail_skips_a_torn_last_line(layout):
+    """A torn last history line is ignored by the tail reader."""
+    now = seeded(layout, n=1, history=3)
+    with open(layout.history_file("g0"), "ab") as f:
+        f.write(b'{"turn_key": "torn')
+    tail = history_tail(layout.history_file("g0"))
+    assert [h.seq for h in tail] == [1, 2, 3]
+    assert now is not None
+
+
+def test_backwards_reader_across_blocks(tmp_path: Path):
+    """Reading lines backwards in tiny blocks yields every complete line, newest first."""
+    path = tmp_path / "f.jsonl"
+    lines = [json.dumps({"n": i, "pad": "x" * (i % 7)}).encode() for i in range(50)]
+    path.write_bytes(b"\n".join(lines) + b"\n" + b'{"torn"')
+    assert list(iter_lines_backwards(path, block=5)) == list(reversed(lines))
+
+
+def test_history_counts_are_incremental(layout):
+    """Counting from a saved offset adds only the appended lines."""
+    now = seeded(layout, n=1, history=3)
+    first = count_history(layout.history_file("g0"), HistoryCounts())
+    append_history(layout, [history_line("g0", 4, ended_at=now, kind=ResultKind.WAIT)])
+    second = count_history(layout.history_file("g0"), first)
+    assert (first.lines, second.lines, second.kinds["progress"], second.kinds["wait"]) == (3, 4, 3, 1)
+    assert second.offset == os.path.getsize(layout.history_file("g0"))

@@ -1,0 +1,114 @@
+"""Helpers of the turn, journal, recovery and fault tests: goals, CLI runs, durable snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from loopx.goals import GoalChanges, add_goal
+from loopx.model import utcnow
+from loopx.registry import HostKind, HostSpec
+from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+
+_VOLATILE = {"pid", "usage", "attempt", "cpu_s", "wall_s", "peak_rss_mb", "loopx_version"}
+
+
+def make_root(path: Path) -> Layout:
+    """A created runtime root."""
+    return open_root(ResolvedRoot(path, path / "registry.json", RootSource.FLAG), create=True)
+
+
+def demo_goal(
+    layout: Layout,
+    goal_id: str,
+    workdir: Path,
+    *args: str,
+    kind: HostKind = HostKind.DEMO,
+    **quota: Any,
+) -> None:
+    """Register a goal run by the demo host with ``args`` as its switches."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    host = HostSpec(kind=kind, argv=list(args))
+    changes = GoalChanges(objective="count to three", workdir=str(workdir), host=host, quota=quota)
+    add_goal(layout, goal_id, changes, update=False, default_workdir=workdir, now=utcnow())
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """This environment without any LOOPX_* variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env.update(extra)
+    return env
+
+
+def loopx(root: Path, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `loopx` CLI against ``root``."""
+    return subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(**env),
+        timeout=timeout,
+        check=False,
+    )
+
+
+def demo_runs(workdir: Path) -> list[str]:
+    """The demo host's own run log: one ``turn_key attempt pid`` line per run."""
+    path = workdir / ".loopx-demo" / "runs.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _strip(v)
+            for k, v in value.items()
+            if k not in _VOLATILE and not k.endswith("_at") and k != "window_start"
+        }
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+_MD_VOLATILE = re.compile(r"^- (started|usage|agent):.*$", re.MULTILINE)
+
+
+def durable_snapshot(layout: Layout, goal_id: str, workdir: Path) -> dict[str, Any]:
+    """The goal's durable files with timestamps, pids, usage, attempts and paths removed."""
+    goal_dir = layout.goal_dir(goal_id)
+
+    def read(path: Path) -> str:
+        return path.read_text().replace(str(layout.root), "<root>").replace(str(workdir), "<wd>")
+
+    def lines(name: str) -> list[Any]:
+        path = goal_dir / name
+        if not path.exists():
+            return []
+        return [_strip(json.loads(x)) for x in read(path).splitlines() if x.strip()]
+
+    runs = {}
+    for path in sorted((goal_dir / "runs").glob("*")):
+        if path.suffix == ".json":
+            runs[path.name] = _strip(json.loads(read(path)))
+        else:
+            runs[path.name] = _MD_VOLATILE.sub("", read(path))
+    journals = {
+        p.name: (data["status"], data["completed_phases"])
+        for p in sorted((goal_dir / "turns").glob("*.json"))
+        for data in [json.loads(p.read_text())]
+    }
+    registry = json.loads(layout.registry.read_text())
+    return {
+        "state": _strip(json.loads(read(goal_dir / "state.json"))),
+        "history": lines("history.jsonl"),
+        "ledger": lines("quota.jsonl"),
+        "runs": runs,
+        "journals": journals,
+        "goal_status": registry["goals"][goal_id]["status"],
+        "lease": (goal_dir / "lease.json").exists(),
+    }
