@@ -223,6 +223,7 @@ def kill_processes(
 
     Returns:
         The processes that had to be SIGKILLed.
+
     """
     targets = [p for p in procs if p.pid != child_pid]
     survivors: list[psutil.Process] = []
@@ -307,6 +308,7 @@ def run_host(
 
     Returns:
         The run; a program that cannot start gives ``spawn_error``.
+
     """
     started = utcnow()
     t0 = time.monotonic()

@@ -27,6 +27,19 @@ from pathlib import Path
 from typing import Final, Literal
 
 import structlog
+from pydantic import Field
+from loopx.agents.hostrun import (
+    DEFAULT_KILL_GRACE_S,
+    GOAL_ENV,
+    ROOT_ENV,
+    TURN_KEY_ENV,
+    HostRun,
+    Limits,
+    find_marked,
+    kill_processes,
+    run_host,
+)
+from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 
 from loopx import __version__
 from loopx.errors import HostMissingError, LeaseLostError, LoopxError
@@ -66,19 +79,6 @@ from loopx.registry import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.usage import Usage
-
-from loopx.agents.hostrun import (
-    DEFAULT_KILL_GRACE_S,
-    GOAL_ENV,
-    ROOT_ENV,
-    TURN_KEY_ENV,
-    HostRun,
-    Limits,
-    find_marked,
-    kill_processes,
-    run_host,
-)
-from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 
 log = structlog.get_logger(__name__)
 
@@ -123,7 +123,7 @@ class TurnReport(Record):
     summary: str = ""
     usage: Usage = Usage()
     completed_phases: list[Phase]
-    recovered: list[RecoveryAction] = []
+    recovered: list[RecoveryAction] = Field(default_factory=list)
 
 
 class TurnAttempt(Record):
@@ -135,7 +135,7 @@ class TurnAttempt(Record):
     blocking_agent: str | None = None  # the live holder when not claimed
     quota: QuotaDecision | None = None
     report: TurnReport | None = None
-    recovered: list[RecoveryAction] = []
+    recovered: list[RecoveryAction] = Field(default_factory=list)
 
 
 def run_one_turn(
@@ -156,6 +156,7 @@ def run_one_turn(
     Raises:
         GoalNotFoundError: no such goal.
         LoopxError: a damaged file or a lock timeout.
+
     """
     return attempt_turn(layout, goal_id, agent_id=agent_id, stop=stop, config=config).report
 
@@ -446,8 +447,8 @@ def _outcome(
     output = HostOutput(
         exit_code=run.exit_code,
         signal=run.signal,
-        stdout=base["stdout"],  # type: ignore[arg-type]
-        stderr=base["stderr"],  # type: ignore[arg-type]
+        stdout=run.stdout.text(),
+        stderr=run.stderr.text(),
         stdout_dropped=run.stdout.dropped,
         stderr_dropped=run.stderr.dropped,
         result_file_text=text,

@@ -26,14 +26,19 @@ def loopx(root: Path, *args: str) -> None:
     subprocess.run([sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True)
 
 
+# The smallest host that speaks the protocol: no Python start-up, so the control plane shows.
+SH_HOST = """sh -c 'echo "{\\"schema_version\\":1,\\"kind\\":\\"progress\\"}" > "$LOOPX_RESULT_FILE"'"""
+HOST = "demo"
+
+
 def make_root(base: Path, goals: int) -> Path:
     root = base / "root"
     loopx(root, "init")
     for i in range(goals):
         work = base / f"w{i}"
         work.mkdir()
-        loopx(root, "goal", "add", f"g{i}", "--objective", "bench", "--workdir", str(work),
-              "--host-kind", "demo", "--host=--steps 100000000")
+        host = ["--host-kind", "demo", "--host=--steps 100000000"] if HOST == "demo" else ["--host", SH_HOST]
+        loopx(root, "goal", "add", f"g{i}", "--objective", "bench", "--workdir", str(work), *host)
     return root
 
 
@@ -102,8 +107,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--agents", type=int, nargs="*", default=[1, 2, 4, 8])
+    parser.add_argument("--host", choices=["demo", "sh"], default="demo",
+                        help="demo: python -m loopx.agents.demo; sh: a one-line shell host")
     args = parser.parse_args()
-    print(f"cores: {os.cpu_count()}  goals: {GOALS} demo goals  window: {args.seconds:.0f}s per run")
+    global HOST  # noqa: PLW0603 - one benchmark run, one host kind
+    HOST = args.host
+    print(f"cores: {os.cpu_count()}  host: {HOST}  goals: {GOALS}  window: {args.seconds:.0f}s per run")
     print("agents  turns/s  supervisor RSS MB  agent RSS MB")
     results = {}
     for n in args.agents:

@@ -19,6 +19,7 @@ from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.extract import find_json_object
 from loopx.agents.hosts.prompt import build_prompt
+
 from loopx.protocol import Envelope
 from loopx.state import GoalState
 
@@ -42,10 +43,28 @@ def codex_stream() -> str:
     n = 0
     while sum(len(line) + 1 for line in lines) < MIB - 4096:
         output = f"test_{n} PASSED\n" * 40
-        lines.append(json.dumps({"type": "item.completed", "item": {"id": f"i{n}", **item, "aggregated_output": output}}))
+        lines.append(
+            json.dumps(
+                {
+                    "type": "item.completed",
+                    "item": {"id": f"i{n}", **item, "aggregated_output": output},
+                }
+            )
+        )
         n += 1
-    lines.append(json.dumps({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": RESULT}}))
-    lines.append(json.dumps({"type": "turn.completed", "usage": {"input_tokens": 9, "cached_input_tokens": 0, "output_tokens": 1}}))
+    lines.append(
+        json.dumps(
+            {"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": RESULT}}
+        )
+    )
+    lines.append(
+        json.dumps(
+            {
+                "type": "turn.completed",
+                "usage": {"input_tokens": 9, "cached_input_tokens": 0, "output_tokens": 1},
+            }
+        )
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -66,17 +85,30 @@ def main() -> None:
     env = envelope()
     codex_out = HostOutput(exit_code=0, stdout=codex_stream())
     text = "prose " * 33_000 + "\n```json\n" + RESULT + "\n```"
-    claude_payload = {"type": "result", "subtype": "success", "is_error": False, "result": text,
-                      "session_id": "s", "total_cost_usd": 0.1, "usage": {"input_tokens": 1, "output_tokens": 1}}
+    claude_payload = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "result": text,
+        "session_id": "s",
+        "total_cost_usd": 0.1,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
     claude_out = HostOutput(exit_code=0, stdout=json.dumps(claude_payload))
     junk = ("if (x) { y } else { z } " * 45_000)[:MIB]
+    worst = ('{"a": x} ' * 120_000)[:MIB]
     cases = {
-        f"codex interpret, {len(codex_out.stdout) / MIB:.2f} MiB events": lambda: CodexHost().interpret(env, codex_out),
-        f"claude interpret, {len(text) // 1000} KB result text": lambda: ClaudeHost().interpret(env, claude_out),
+        f"codex interpret, {len(codex_out.stdout) / MIB:.2f} MiB events": lambda: (
+            CodexHost().interpret(env, codex_out)
+        ),
+        f"claude interpret, {len(text) // 1000} KB result text": lambda: ClaudeHost().interpret(
+            env, claude_out
+        ),
         "find_json_object, 1 MiB of non-JSON braces": lambda: find_json_object(junk),
+        'find_json_object, 1 MiB of `{"a": x}` (worst case)': lambda: find_json_object(worst),
         f"build_prompt ({len(build_prompt(env)) // 1000} KB prompt)": lambda: build_prompt(env),
     }
-    print(f"| case | median ms |\n| --- | ---: |")
+    print("| case | median ms |\n| --- | ---: |")
     for name, fn in cases.items():
         print(f"| {name} | {median_ms(fn, args.seconds):.2f} |")
 

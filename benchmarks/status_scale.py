@@ -61,7 +61,9 @@ def cli(layout, *args: str) -> float:
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "loopx", "--root", str(layout.root), "status", "--json", *args],
-        check=True, stdout=subprocess.DEVNULL, env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=env,
     )
     return time.perf_counter() - start
 
@@ -70,7 +72,17 @@ def one_change(layout, cache: StatusCache, n: int, rounds: int, *, hinted: bool)
     times = []
     for r in range(rounds):
         goal_id = f"goal-{(r * 7919) % n:05d}"
-        append_history(layout, [history_line(goal_id, (2000 if hinted else 1000) + r, ended_at=utcnow(), summary=f"change {r}")])
+        append_history(
+            layout,
+            [
+                history_line(
+                    goal_id,
+                    (2000 if hinted else 1000) + r,
+                    ended_at=utcnow(),
+                    summary=f"change {r}",
+                )
+            ],
+        )
         if hinted:
             note_goal_changed(layout, goal_id)
         start = time.perf_counter()
@@ -82,7 +94,9 @@ def one_change(layout, cache: StatusCache, n: int, rounds: int, *, hinted: bool)
 
 def http_latency(layout, path: str, requests: int) -> tuple[float, float]:
     server = make_server(layout, host="127.0.0.1", port=0, refresh_interval_s=5.0, ttl_s=5.0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    )
     thread.start()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
@@ -119,7 +133,9 @@ def main() -> None:
         try:
             t = time.perf_counter()
             layout = seed(base, n, args.history)
-            print(f"\n== {n} goals x {args.history} history lines (seeded in {time.perf_counter() - t:.1f}s)")
+            print(
+                f"\n== {n} goals x {args.history} history lines (seeded in {time.perf_counter() - t:.1f}s)"
+            )
             row = {}
             cache = StatusCache(layout)
             start = time.perf_counter()
@@ -136,8 +152,12 @@ def main() -> None:
             start = time.perf_counter()
             cache.refresh(now=utcnow(), ttl_s=0, full_scan_after_s=0)
             row["warm refresh, no change (full scan)"] = time.perf_counter() - start
-            row["warm refresh, 1 changed goal (hinted)"] = one_change(layout, cache, n, args.rounds, hinted=True)
-            row["warm refresh, 1 changed goal (full scan)"] = one_change(layout, cache, n, args.rounds, hinted=False)
+            row["warm refresh, 1 changed goal (hinted)"] = one_change(
+                layout, cache, n, args.rounds, hinted=True
+            )
+            row["warm refresh, 1 changed goal (full scan)"] = one_change(
+                layout, cache, n, args.rounds, hinted=False
+            )
             for name, value in row.items():
                 print(f"  {name:<44} {ms(value)}")
             if n == max(sizes):
@@ -152,12 +172,17 @@ def main() -> None:
             shutil.rmtree(base, ignore_errors=True)
     lo, hi = min(sizes), max(sizes)
     print("\n== ratios (largest / smallest; goal: one changed goal within 2x)")
-    for name in ("warm refresh, 1 changed goal (hinted)", "warm refresh, 1 changed goal (full scan)",
-                 "warm refresh, no change (hinted)"):
+    for name in (
+        "warm refresh, 1 changed goal (hinted)",
+        "warm refresh, 1 changed goal (full scan)",
+        "warm refresh, no change (hinted)",
+    ):
         print(f"  {name:<44} {rows[hi][name] / rows[lo][name]:6.2f}x  ({hi} vs {lo} goals)")
     if "HTTP /status p50" in rows[hi]:
         verdict = "meets" if rows[hi]["HTTP /status p50"] <= 0.010 else "MISSES"
-        print(f"  HTTP /status p50 at {hi} goals: {ms(rows[hi]['HTTP /status p50'])} ({verdict} the 10 ms goal)")
+        print(
+            f"  HTTP /status p50 at {hi} goals: {ms(rows[hi]['HTTP /status p50'])} ({verdict} the 10 ms goal)"
+        )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ from loopx.model import Record, UtcDatetime
 from loopx.registry import Goal, GoalStatus, Registry, load_registry, update_registry, with_goal
 from loopx.root import Layout
 from loopx.state import GoalState
-from loopx.status_sources import history_tail, note_goal_changed
+from loopx.changes import note_goal_changed
+from loopx.status_sources import history_tail
 
 STAMP: Final = "%Y%m%dT%H%M%SZ"
 _MAX_COLLISIONS: Final = 1000
@@ -165,6 +166,7 @@ def archive_goal(
         GoalStateError: the goal is active and ``allow_registered`` is False.
         LiveLeaseError: an agent holds the goal's lease.
         CrossDeviceArchiveError: the archive is on another filesystem and ``copy`` is False.
+
     """
     validate_goal_id(goal_id)
     source = layout.goal_dir(goal_id)
@@ -210,7 +212,7 @@ def archive_goal(
         "previous_status": goal.status if goal is not None else None,
     }
     return ArchiveResult(
-        **fields,  # type: ignore[arg-type]
+        **fields,
         archived_at=now,
         turns_applied=state.turn_seq if state else 0,
         open_gates=len(state.open_gates) if state else 0,
@@ -224,7 +226,9 @@ def _mark_archived(layout: Layout, goal: Goal, now: datetime) -> None:
         current = registry.goals.get(goal.id)
         if current is None:
             return registry
-        return with_goal(registry, current.model_copy(update={"status": GoalStatus.ARCHIVED, "updated_at": now}))
+        return with_goal(
+            registry, current.model_copy(update={"status": GoalStatus.ARCHIVED, "updated_at": now})
+        )
 
     update_registry(layout, change)
 
@@ -234,6 +238,7 @@ def parse_archive_root(value: str | None) -> Path | None:
 
     Raises:
         UsageError: the value is empty.
+
     """
     if value is None:
         return None

@@ -153,6 +153,7 @@ def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
 
     Returns:
         The projection; never raises for bad input (bad input is a violation).
+
     """
     try:
         document = json.loads(raw)

@@ -182,6 +182,7 @@ def create_journal(layout: Layout, journal: TurnJournal, fence: Fence) -> None:
     Raises:
         LeaseLostError: the fence's epoch is stale.
         JournalExistsError: a journal with this key exists.
+
     """
     path = journal_path(layout, journal.goal_id, journal.turn_key)
     data = journal.model_dump_json(indent=2).encode() + b"\n"
@@ -195,6 +196,7 @@ def write_journal(layout: Layout, journal: TurnJournal, fence: Fence) -> None:
 
     Raises:
         LeaseLostError: the fence's epoch is stale.
+
     """
     with fence.held():
         write_journal_unfenced(layout, journal)
@@ -211,6 +213,7 @@ def read_journal(path: Path) -> TurnJournal:
     Raises:
         FileNotFoundError: no such file.
         CorruptFileError: not JSON or not the schema.
+
     """
     return read_model(path, TurnJournal)
 

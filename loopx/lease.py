@@ -92,7 +92,7 @@ def takeover_allowed(lease: Lease, holder: Holder, *, now: datetime, grace_s: fl
 
 
 def process_start_time(pid: int) -> float:
-    """psutil's create_time() of ``pid``; 0.0 if it is gone."""
+    """Psutil's create_time() of ``pid``; 0.0 if it is gone."""
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -119,6 +119,7 @@ def read_epoch(layout: Layout, goal_id: str) -> int:
 
     Raises:
         CorruptFileError: the counter file is not an integer.
+
     """
     path = layout.epoch_file(goal_id)
     try:
@@ -136,6 +137,7 @@ def read_lease(layout: Layout, goal_id: str) -> Lease | None:
 
     Raises:
         CorruptFileError: the lease file is damaged.
+
     """
     return read_model_or_none(layout.lease_file(goal_id), Lease)
 
@@ -165,6 +167,7 @@ def claim(
 
     Raises:
         CorruptFileError: the lease or epoch file is damaged.
+
     """
     hostname = socket.gethostname()
     pid = os.getpid()
@@ -221,6 +224,7 @@ class Fence:
 
         Raises:
             LeaseLostError: a takeover raised the counter.
+
         """
         current = read_epoch(self.layout, self.goal_id)
         if current != self.epoch:
@@ -232,6 +236,7 @@ class Fence:
 
         Raises:
             LeaseLostError: a takeover raised the counter.
+
         """
         with goal_lock(self.layout, self.goal_id):
             self.check()
@@ -248,6 +253,7 @@ def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float = DEFAULT
 
     Raises:
         LeaseLostError: the epoch moved on, or the lease file is no longer ours.
+
     """
     fence = fence_of(layout, lease)
     with fence.held():

@@ -21,8 +21,8 @@ from loopx.failures import FailureReason, TurnFailure
 from loopx.faults import fault_point
 from loopx.goals import get_goal, set_status
 from loopx.journal import Phase, TurnJournal, write_journal_unfenced
-from loopx.ledger import SpendRecord
 from loopx.lease import Fence
+from loopx.ledger import SpendRecord
 from loopx.protocol import ResultKind
 from loopx.registry import GoalStatus
 from loopx.root import Layout
@@ -116,8 +116,8 @@ def schedule(state: GoalState, journal: TurnJournal) -> GoalState:
         update = {"next_eligible_at": at, "consecutive_failures": streak}
     elif result is not None:
         wait = timedelta(seconds=result.wait_seconds or 0)
-        at = end + wait if result.kind is ResultKind.WAIT and wait else None
-        update = {"next_eligible_at": at, "consecutive_failures": 0}
+        resume_at = end + wait if result.kind is ResultKind.WAIT and wait else None
+        update = {"next_eligible_at": resume_at, "consecutive_failures": 0}
         if result.kind is ResultKind.NEEDS_HUMAN and not any(
             g.opened_by == journal.turn_key for g in state.gates
         ):
@@ -200,6 +200,7 @@ def finish(layout: Layout, journal: TurnJournal, fence: Fence, *, now: datetime)
 
     Raises:
         LeaseLostError: the fence's epoch is stale; nothing was written.
+
     """
     if not journal.done(Phase.VALIDATION):
         for phase in (Phase.TYPED_RESULT, Phase.VALIDATION):

@@ -71,9 +71,12 @@ def run_probe(
     Raises:
         GoalStateError: the goal has no ``next_probe`` or its workdir is missing.
         UsageError: ``timeout_s`` or ``max_bytes`` is not positive.
+
     """
     if timeout_s <= 0 or max_bytes <= 0:
-        raise UsageError("probe timeout and output limit must be positive", hint="see `loopx probe --help`")
+        raise UsageError(
+            "probe timeout and output limit must be positive", hint="see `loopx probe --help`"
+        )
     if not goal.next_probe:
         raise GoalStateError(
             f"goal {goal.id!r} has no next_probe command",
@@ -82,7 +85,8 @@ def run_probe(
     workdir = Path(goal.workdir)
     if not workdir.is_dir():
         raise GoalStateError(
-            f"goal {goal.id!r}: workdir {workdir} does not exist", hint="create it or fix the goal's --workdir"
+            f"goal {goal.id!r}: workdir {workdir} does not exist",
+            hint="create it or fix the goal's --workdir",
         )
     env = {
         **os.environ,

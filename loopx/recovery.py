@@ -129,6 +129,7 @@ def recover_journal(
 
     Raises:
         LeaseLostError: the fence went stale.
+
     """
     goal_id = fence.goal_id
     turn_key = path.name.removesuffix(".json")
@@ -193,6 +194,7 @@ def recover_goal(
 
     Returns:
         The actions, and the journal waiting for a host retry, if any.
+
     """
     actions: list[RecoveryAction] = []
     pending = None

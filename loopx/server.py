@@ -74,6 +74,7 @@ def check_bind(host: str, token: str | None) -> None:
 
     Raises:
         InsecureBindError: ``host`` is not loopback and ``token`` is empty.
+
     """
     if not is_loopback(host) and not token:
         raise InsecureBindError(host)
@@ -145,6 +146,15 @@ class StatusService:
                 self.refresh_once()
             except (LoopxError, OSError) as e:
                 log.warning("status_refresh_failed", error=str(e))
+
+    def metrics_text(self) -> str:
+        """``/metrics``, rendered under the lock so the refresher cannot change the cache meanwhile."""
+        snap = self.snapshot()
+        fleet, beats = read_fleet(self.layout)
+        with self._lock:
+            return render_metrics(
+                self._cache, snap.projection, fleet=fleet, heartbeats=beats, now=utcnow()
+            )
 
     # --- replies ---------------------------------------------------------------------------
 
@@ -232,9 +242,13 @@ def turns_body(layout: Layout, goal_id: str, limit: int) -> bytes:
         if len(lines) >= limit:
             break
     journals = sorted(
-        n[:-5] for n in _listdir(layout.turns_dir(goal_id)) if n.endswith(".json") and not n.startswith(".")
+        n[:-5]
+        for n in _listdir(layout.turns_dir(goal_id))
+        if n.endswith(".json") and not n.startswith(".")
     )
-    return _dumps({"schema_version": 1, "goal_id": goal_id, "turns": lines, "journals": journals[-limit:]})
+    return _dumps(
+        {"schema_version": 1, "goal_id": goal_id, "turns": lines, "journals": journals[-limit:]}
+    )
 
 
 def _listdir(path: os.PathLike[str]) -> list[str]:
@@ -248,6 +262,7 @@ class StatusHandler(BaseHTTPRequestHandler):
     """One request: bounded, authenticated when a token is set, GET only."""
 
     server: StatusServer
+    raw_requestline: bytes  # set by the stdlib's handle_one_request before parse_request
     protocol_version = "HTTP/1.1"
     server_version = "loopx"
     sys_version = ""
@@ -273,7 +288,9 @@ class StatusHandler(BaseHTTPRequestHandler):
             return False
         if self.command not in ("GET", "HEAD"):
             return True  # answered 405 by _not_allowed, which closes without reading a body
-        if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get("Transfer-Encoding"):
+        if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get(
+            "Transfer-Encoding"
+        ):
             self.close_connection = True
             self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request bodies are not accepted")
             return False
@@ -287,7 +304,9 @@ class StatusHandler(BaseHTTPRequestHandler):
         expected = f"Bearer {token}"
         return hmac.compare_digest(given.encode(), expected.encode())
 
-    def _reply(self, status: HTTPStatus, body: bytes, content_type: str = "application/json") -> None:
+    def _reply(
+        self, status: HTTPStatus, body: bytes, content_type: str = "application/json"
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -312,11 +331,11 @@ class StatusHandler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
 
-    def do_HEAD(self) -> None:  # noqa: N802 - stdlib's name
+    def do_HEAD(self) -> None:
         """Same as GET without the body."""
         self.do_GET()
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib's name
+    def do_GET(self) -> None:
         """Route a GET."""
         if not self._authorized():
             self.send_response(HTTPStatus.UNAUTHORIZED)
@@ -344,7 +363,13 @@ class StatusHandler(BaseHTTPRequestHandler):
             snap = service.snapshot()
             self._reply(
                 HTTPStatus.OK,
-                _dumps({"ok": True, "checked_at": snap.projection.checked_at.isoformat(), "goals": snap.projection.counts.total}),
+                _dumps(
+                    {
+                        "ok": True,
+                        "checked_at": snap.projection.checked_at.isoformat(),
+                        "goals": snap.projection.counts.total,
+                    }
+                ),
             )
         elif parts == ["status"]:
             offset, limit, actor = _page(query)
@@ -373,9 +398,7 @@ class StatusHandler(BaseHTTPRequestHandler):
             else:
                 self._error(HTTPStatus.NOT_FOUND, f"no such resource {self.path!r}")
         elif parts == ["metrics"]:
-            snap = service.snapshot()
-            fleet, beats = read_fleet(service.layout)
-            text = render_metrics(service._cache, snap.projection, fleet=fleet, heartbeats=beats, now=utcnow())  # noqa: SLF001
+            text = service.metrics_text()
             self._reply(HTTPStatus.OK, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no such resource {self.path!r}; try /status")
@@ -414,13 +437,16 @@ def make_server(
     Raises:
         InsecureBindError: a non-loopback host without a token.
         UsageError: the address cannot be bound.
+
     """
     check_bind(host, token)
     service = StatusService(layout, ttl_s=ttl_s, refresh_interval_s=refresh_interval_s)
     try:
         server = StatusServer((host, port), service, token)
     except OSError as e:
-        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}", hint="choose another --port") from e
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {e.strerror}", hint="choose another --port"
+        ) from e
     service.start()
     return server
 

@@ -365,7 +365,12 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
     if goal.status is GoalStatus.DONE or (last is not None and last.kind is ResultKind.COMPLETED):
         return Actor.NONE, StatusReason.DONE, "done; nothing left to do", None
     if goal.status is GoalStatus.PAUSED:
-        return Actor.HUMAN, StatusReason.PAUSED, f"paused; resume with `loopx goal resume {goal.id}`", None
+        return (
+            Actor.HUMAN,
+            StatusReason.PAUSED,
+            f"paused; resume with `loopx goal resume {goal.id}`",
+            None,
+        )
     if goal.quota.compute == 0:
         return (
             Actor.HUMAN,
@@ -392,7 +397,12 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
     if lease is not None:
         since = lease.acquired_at.isoformat(timespec="seconds")
         if lease.expires_at > now:
-            return Actor.AGENT, StatusReason.RUNNING, f"agent {lease.agent_id} runs a turn since {since}", None
+            return (
+                Actor.AGENT,
+                StatusReason.RUNNING,
+                f"agent {lease.agent_id} runs a turn since {since}",
+                None,
+            )
         return (
             Actor.AGENT,
             StatusReason.RUNNING,
@@ -404,8 +414,8 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         return (
             Actor.HUMAN,
             StatusReason.FAILING,
-            f"the last {failures} turns failed (latest: {failure}); fix the cause, then "
-            f"`loopx goal resume {goal.id}`",
+            f"the last {failures} turns failed (latest: {failure}); read the run logs in "
+            f"goals/{goal.id}/runs/ and fix the cause; agents keep retrying with backoff",
             state.next_eligible_at,
         )
     if quota.exhausted is not None:
@@ -417,7 +427,9 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
             f"eligible again at {when}",
             quota.refills_at,
         )
-    later = state.next_eligible_at if state.next_eligible_at and state.next_eligible_at > now else None
+    later = (
+        state.next_eligible_at if state.next_eligible_at and state.next_eligible_at > now else None
+    )
     if failures > 0:
         when = f"at {later.isoformat(timespec='seconds')}" if later else "now"
         return (
@@ -436,7 +448,9 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
     return Actor.AGENT, StatusReason.READY, "ready for the next agent", None
 
 
-def _recheck_at(inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime) -> datetime | None:
+def _recheck_at(
+    inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime
+) -> datetime | None:
     window = timedelta(hours=inputs.goal.quota.window_hours)
     candidates = [
         state.next_eligible_at,

@@ -15,7 +15,7 @@ changed policy), the change hints, goals that held a lease at the last
 refresh (every turn's writes happen under a lease, and the release itself is
 a change), goals whose view expires by time (``recheck_at``), and, every
 ``full_scan_after_s`` seconds or when hints were lost, a scan of every goal's
-``(mtime_ns, size)`` fingerprint. Only goals whose fingerprint differs are
+``(inode, mtime_ns, size)`` fingerprint. Only goals whose fingerprint differs are
 re-read, and then only the tail of their history.
 """
 
@@ -245,15 +245,13 @@ class StatusCache:
             if self.index is None or not self._in_sync_with_disk():
                 self.load()
             index = self.index
-            if (
-                index is not None
-                and not force
-                and (now - index.checked_at).total_seconds() < ttl_s
-            ):
+            if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
                 return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at)
             return self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
 
-    def _refresh_locked(self, *, now: datetime, full_scan_after_s: float, force: bool) -> RefreshReport:
+    def _refresh_locked(
+        self, *, now: datetime, full_scan_after_s: float, force: bool
+    ) -> RefreshReport:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
         dirty: set[str] = set()
@@ -319,7 +317,9 @@ class StatusCache:
         if full or index is None or probes_fp != index.probes_fp:
             probes = read_probes(layout)
             dirty.update(
-                g for g in goals if (self.goals[g].view.probe if g in self.goals else None) != probes.get(g)
+                g
+                for g in goals
+                if (self.goals[g].view.probe if g in self.goals else None) != probes.get(g)
             )
         fleet, beats = read_fleet(layout)
         fleet_summary = fleet_view(fleet, beats, now=now)
@@ -330,11 +330,23 @@ class StatusCache:
             goal = goals[goal_id]
             fp = fingerprints.get(goal_id) or goal_fingerprint(os.path.join(goals_dir, goal_id))
             previous = self.goals.get(goal_id)
-            probe = probes.get(goal_id) if probes is not None else (previous.view.probe if previous else None)
-            inputs = gather_goal(layout, goal, now=now, quarantined=quarantine.get(goal_id, ()), probe=probe)
+            probe = (
+                probes.get(goal_id)
+                if probes is not None
+                else (previous.view.probe if previous else None)
+            )
+            inputs = gather_goal(
+                layout, goal, now=now, quarantined=quarantine.get(goal_id, ()), probe=probe
+            )
             view = project_goal(inputs, now=now)
-            counts = count_history(layout.history_file(goal_id), previous.history if previous else HistoryCounts())
-            epoch = max(counts.max_epoch, inputs.lease.epoch if inputs.lease else 0, previous.epoch if previous else 0)
+            counts = count_history(
+                layout.history_file(goal_id), previous.history if previous else HistoryCounts()
+            )
+            epoch = max(
+                counts.max_epoch,
+                inputs.lease.epoch if inputs.lease else 0,
+                previous.epoch if previous else 0,
+            )
             self._store(
                 goal_id,
                 CachedGoal(
@@ -394,7 +406,9 @@ class StatusCache:
     def _index_memory(self) -> None:
         """Rebuild the in-memory helpers (leased set, recheck heap) from ``goals``."""
         self._leased = {g for g, c in self.goals.items() if c.view.lease is not None}
-        self._rechecks = [(c.recheck_ts, g) for g, c in self.goals.items() if c.recheck_ts is not None]
+        self._rechecks = [
+            (c.recheck_ts, g) for g, c in self.goals.items() if c.recheck_ts is not None
+        ]
         heapq.heapify(self._rechecks)
         self._members = {}
         for goal_id in self.goals:
@@ -405,7 +419,9 @@ class StatusCache:
             return
         ensure_dir(shard_dir(self.layout))
         for s in shards:
-            members = {g: self.goals[g] for g in sorted(self._members.get(s, ())) if g in self.goals}
+            members = {
+                g: self.goals[g] for g in sorted(self._members.get(s, ())) if g in self.goals
+            }
             path = shard_file(self.layout, s)
             if members:
                 atomic_write_model(path, StatusShard(goals=members), durable=False, indent=None)
@@ -442,6 +458,7 @@ def refresh_status(
     Raises:
         LockTimeoutError: another process held the cache lock for a minute.
         CorruptFileError: the registry is damaged.
+
     """
     return status_cache(layout).refresh(
         now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force

@@ -104,7 +104,9 @@ def append_history(layout: Layout, lines: Iterable[HistoryLine], *, fast: bool =
         append_record(path, line)
 
 
-def append_spend(layout: Layout, goal_id: str, seq: int, *, ended_at: datetime, wall_s: float, cpu_s: float = 0.0) -> None:
+def append_spend(
+    layout: Layout, goal_id: str, seq: int, *, ended_at: datetime, wall_s: float, cpu_s: float = 0.0
+) -> None:
     """Append one quota ledger record."""
     append_record(
         layout.quota_file(goal_id),
@@ -119,7 +121,15 @@ def append_spend(layout: Layout, goal_id: str, seq: int, *, ended_at: datetime, 
     )
 
 
-def write_lease(layout: Layout, goal_id: str, *, now: datetime, agent_id: str = "agent-1", epoch: int = 1, ttl_s: float = 30.0) -> Lease:
+def write_lease(
+    layout: Layout,
+    goal_id: str,
+    *,
+    now: datetime,
+    agent_id: str = "agent-1",
+    epoch: int = 1,
+    ttl_s: float = 30.0,
+) -> Lease:
     """Claim a goal's lease the way an agent does (exclusive create)."""
     lease = Lease(
         goal_id=goal_id,
@@ -140,7 +150,9 @@ def write_lease(layout: Layout, goal_id: str, *, now: datetime, agent_id: str = 
 
 def open_gate_state(goal_id: str, question: str, *, now: datetime) -> GoalState:
     """A state with one open gate."""
-    return GoalState(goal_id=goal_id, gates=[Gate(id=1, question=question, opened_at=now)], updated_at=now)
+    return GoalState(
+        goal_id=goal_id, gates=[Gate(id=1, question=question, opened_at=now)], updated_at=now
+    )
 
 
 def seed_goal(layout: Layout, goal_id: str, *, now: datetime, history: int, workdir: Path) -> Goal:
@@ -149,7 +161,9 @@ def seed_goal(layout: Layout, goal_id: str, *, now: datetime, history: int, work
     layout.ensure_goal_dirs(goal_id)
     start = now - timedelta(hours=48)
     lines = [
-        history_line(goal_id, seq, ended_at=start + timedelta(minutes=seq), next_action="keep going")
+        history_line(
+            goal_id, seq, ended_at=start + timedelta(minutes=seq), next_action="keep going"
+        )
         for seq in range(1, history + 1)
     ]
     append_history(layout, lines, fast=True)

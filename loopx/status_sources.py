@@ -31,8 +31,8 @@ from loopx.files import (
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history import HistoryLine
 from loopx.lease import Lease
-from loopx.model import Record
 from loopx.ledger import SpendRecord
+from loopx.model import Record
 from loopx.registry import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
@@ -43,7 +43,14 @@ MAX_WINDOW_RECORDS: Final = 100_000  # a quota window never needs more ledger li
 _BLOCK: Final = 16 * 1024
 # Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
 # turns/ directory's mtime moves whenever a journal is created or rewritten.
-FINGERPRINT_NAMES: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl", "epoch", "turns")
+FINGERPRINT_NAMES: Final = (
+    "state.json",
+    "lease.json",
+    "history.jsonl",
+    "quota.jsonl",
+    "epoch",
+    "turns",
+)
 PROBES_DIR: Final = "probes"
 
 Fingerprint = tuple[int, ...]
@@ -106,22 +113,24 @@ def stat_pair(path: str) -> tuple[int, int]:
 
 
 def goal_fingerprint(goal_dir: str) -> Fingerprint:
-    """``(mtime_ns, size)`` of each of the goal's status files, by one directory scan.
+    """``(inode, mtime_ns, size)`` of each of the goal's status files, by one directory scan.
 
-    Missing files count as ``(0, -1)``; a missing goal directory gives ``()``.
+    The inode catches an atomic rewrite of the same size within one mtime tick
+    (every atomic write renames a new inode into place). Missing files count
+    as ``(0, 0, -1)``; a missing goal directory gives ``()``.
     """
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, tuple[int, int, int]] = {}
     try:
         with os.scandir(goal_dir) as entries:
             for entry in entries:
                 if entry.name in FINGERPRINT_NAMES:
                     st = entry.stat(follow_symlinks=False)
-                    found[entry.name] = (st.st_mtime_ns, st.st_size)
+                    found[entry.name] = (entry.inode(), st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
         return ()
     out: list[int] = []
     for name in FINGERPRINT_NAMES:
-        out.extend(found.get(name, (0, -1)))
+        out.extend(found.get(name, (0, 0, -1)))
     return tuple(out)
 
 
@@ -167,13 +176,16 @@ def history_tail(path: Path, want: int = HISTORY_TAIL) -> list[HistoryLine]:
 
     Raises:
         CorruptFileError: one of those lines is not a history record.
+
     """
     out: list[HistoryLine] = []
     for line in iter_lines_backwards(path):
         try:
             out.append(HistoryLine.model_validate_json(line))
         except ValidationError as e:
-            raise CorruptFileError(path, f"a line near the end is not a history record: {e.errors()[0]['msg']}") from e
+            raise CorruptFileError(
+                path, f"a line near the end is not a history record: {e.errors()[0]['msg']}"
+            ) from e
         if len(out) >= want:
             break
     out.reverse()
@@ -188,6 +200,7 @@ def window_spend(path: Path, *, since: datetime) -> list[SpendPoint]:
 
     Raises:
         CorruptFileError: a line in the window is not a spend record.
+
     """
     margin = since - timedelta(minutes=10)
     out: list[SpendPoint] = []
@@ -195,12 +208,20 @@ def window_spend(path: Path, *, since: datetime) -> list[SpendPoint]:
         try:
             rec = SpendRecord.model_validate_json(line)
         except ValidationError as e:
-            raise CorruptFileError(path, f"a line near the end is not a spend record: {e.errors()[0]['msg']}") from e
+            raise CorruptFileError(
+                path, f"a line near the end is not a spend record: {e.errors()[0]['msg']}"
+            ) from e
         if rec.ended_at < margin or len(out) >= MAX_WINDOW_RECORDS:
             break
         u = rec.usage
         out.append(
-            SpendPoint(ended_at=rec.ended_at, wall_s=u.wall_s, cpu_s=u.cpu_s, tokens=u.tokens, cost_usd=u.cost_usd)
+            SpendPoint(
+                ended_at=rec.ended_at,
+                wall_s=u.wall_s,
+                cpu_s=u.cpu_s,
+                tokens=u.tokens,
+                cost_usd=u.cost_usd,
+            )
         )
     out.reverse()
     return out
@@ -301,7 +322,9 @@ def gather_goal(
     except (LoopxError, OSError) as e:
         damage.append(_damage(layout.history_file(goal.id), e))
     try:
-        spend = window_spend(layout.quota_file(goal.id), since=now - timedelta(hours=goal.quota.window_hours))
+        spend = window_spend(
+            layout.quota_file(goal.id), since=now - timedelta(hours=goal.quota.window_hours)
+        )
     except (LoopxError, OSError) as e:
         damage.append(_damage(layout.quota_file(goal.id), e))
     return GoalInputs(
@@ -319,7 +342,9 @@ def gather_goal(
 # --- quarantine, probes, fleet -----------------------------------------------------------------
 
 
-def quarantine_listing(layout: Layout, goal_ids: set[str]) -> tuple[dict[str, tuple[str, ...]], int]:
+def quarantine_listing(
+    layout: Layout, goal_ids: set[str]
+) -> tuple[dict[str, tuple[str, ...]], int]:
     """Quarantined entries by goal, and the total count.
 
     An entry belongs to a goal when it sits in ``quarantine/<goal_id>/`` or is
@@ -338,7 +363,8 @@ def quarantine_listing(layout: Layout, goal_ids: set[str]) -> tuple[dict[str, tu
             continue
         if entry.is_dir(follow_symlinks=False) and name in goal_ids:
             inner = [
-                n for n in sorted(os.listdir(entry.path))
+                n
+                for n in sorted(os.listdir(entry.path))
                 if not n.startswith(".") and not n.endswith(".reason") and n != "reason"
             ]
             by_goal.setdefault(name, []).extend(inner)
@@ -401,5 +427,9 @@ def read_fleet(layout: Layout) -> tuple[FleetRecord | None, list[AgentHeartbeat]
         if not name.endswith(".json") or name.startswith("."):
             continue
         with contextlib.suppress(LoopxError, OSError):
-            beats.append(parse_model(layout.agents_dir / name, AgentHeartbeat, read_bytes(layout.agents_dir / name)))
+            beats.append(
+                parse_model(
+                    layout.agents_dir / name, AgentHeartbeat, read_bytes(layout.agents_dir / name)
+                )
+            )
     return fleet, beats

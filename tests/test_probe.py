@@ -31,7 +31,9 @@ def test_probe_runs_read_only_in_the_workdir(layout, tmp_path):
 def test_observation_is_in_status_not_state(layout, tmp_path):
     """The observation shows in the status projection; state.json is untouched."""
     goal = probe_goal(layout, tmp_path, "echo 42 tests pass")
-    state_before = layout.state_file("g1").read_bytes() if layout.state_file("g1").exists() else None
+    state_before = (
+        layout.state_file("g1").read_bytes() if layout.state_file("g1").exists() else None
+    )
     cache = StatusCache(layout)
     cache.refresh(now=utcnow(), ttl_s=0)
     run_probe(layout, goal, now=utcnow())

@@ -24,12 +24,17 @@ TOKEN = "s3cret-token"
 
 def seed(layout, n: int = 3):
     now = utcnow()
-    register_goals(layout, [seed_goal(layout, f"g{i}", now=now, history=3, workdir=layout.root) for i in range(n)])
+    register_goals(
+        layout,
+        [seed_goal(layout, f"g{i}", now=now, history=3, workdir=layout.root) for i in range(n)],
+    )
     write_state(layout, open_gate_state("g1", "Merge?", now=now))
 
 
 def running(server: StatusServer) -> Iterator[StatusServer]:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server
@@ -52,7 +57,13 @@ def token_server(layout) -> Iterator[StatusServer]:
     yield from running(make_server(layout, host="127.0.0.1", port=0, token=TOKEN))
 
 
-def request(server: StatusServer, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None):
+def request(
+    server: StatusServer,
+    method: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+):
     host, port = server.server_address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=30)
     try:
@@ -122,9 +133,13 @@ def test_metrics_prometheus_text(server):
     text = body.decode()
     assert status == 200 and ctype.startswith("text/plain")
     for name in (
-        "loopx_turns_total", "loopx_quota_window_spent_wall_seconds", "loopx_agents_alive",
-        "loopx_agent_restarts_total", "loopx_lease_takeovers_total",
-        "loopx_recovery_decisions_total", "loopx_quarantined_journals",
+        "loopx_turns_total",
+        "loopx_quota_window_spent_wall_seconds",
+        "loopx_agents_alive",
+        "loopx_agent_restarts_total",
+        "loopx_lease_takeovers_total",
+        "loopx_recovery_decisions_total",
+        "loopx_quarantined_journals",
     ):
         assert f"# TYPE {name} " in text
     assert 'loopx_turns_total{kind="progress"} 9' in text
@@ -132,6 +147,7 @@ def test_metrics_prometheus_text(server):
 
 def test_hundred_concurrent_clients(server):
     """100 clients at once all get a complete, identical /status."""
+
     def fetch(_: int) -> tuple[int, bytes]:
         status, _, body = request(server, "GET", "/status")
         return status, body
@@ -221,7 +237,9 @@ def test_serve_cli_serves(layout, cli):
     seed(layout)
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopx", "--root", str(cli.root), "serve", "--port", "0"],
-        stdout=subprocess.PIPE, text=True, env=cli.env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cli.env(),
     )
     try:
         assert proc.stdout is not None

@@ -27,7 +27,9 @@ from loopx.status_sources import HistoryCounts, count_history, history_tail, ite
 
 def seeded(layout, n: int = 5, history: int = 3):
     now = utcnow()
-    goals = [seed_goal(layout, f"g{i}", now=now, history=history, workdir=layout.root) for i in range(n)]
+    goals = [
+        seed_goal(layout, f"g{i}", now=now, history=history, workdir=layout.root) for i in range(n)
+    ]
     register_goals(layout, goals)
     return now
 
@@ -97,7 +99,10 @@ def test_registry_change_is_seen(layout):
     cache = fresh_cache(layout)
     set_status(layout, "g0", GoalStatus.PAUSED, now=utcnow())
     cache.refresh(now=utcnow(), ttl_s=0)
-    assert (by_id(cache, "g0").actor, by_id(cache, "g0").reason) == (Actor.HUMAN, StatusReason.PAUSED)
+    assert (by_id(cache, "g0").actor, by_id(cache, "g0").reason) == (
+        Actor.HUMAN,
+        StatusReason.PAUSED,
+    )
 
 
 def test_gate_opened_through_goals_api_is_hinted(layout):
@@ -125,7 +130,11 @@ def test_time_alone_rechecks_a_waiting_goal(layout):
     from loopx.state import update_state
 
     now = seeded(layout, n=1)
-    update_state(layout, "g0", lambda s: s.model_copy(update={"next_eligible_at": now + timedelta(minutes=5)}))
+    update_state(
+        layout,
+        "g0",
+        lambda s: s.model_copy(update={"next_eligible_at": now + timedelta(minutes=5)}),
+    )
     cache = StatusCache(layout)
     cache.refresh(now=now, ttl_s=0)
     assert by_id(cache, "g0").reason is StatusReason.WAITING
@@ -206,5 +215,10 @@ def test_history_counts_are_incremental(layout):
     first = count_history(layout.history_file("g0"), HistoryCounts())
     append_history(layout, [history_line("g0", 4, ended_at=now, kind=ResultKind.WAIT)])
     second = count_history(layout.history_file("g0"), first)
-    assert (first.lines, second.lines, second.kinds["progress"], second.kinds["wait"]) == (3, 4, 3, 1)
+    assert (first.lines, second.lines, second.kinds["progress"], second.kinds["wait"]) == (
+        3,
+        4,
+        3,
+        1,
+    )
     assert second.offset == os.path.getsize(layout.history_file("g0"))

@@ -25,7 +25,15 @@ def test_status_json_is_the_documented_document(layout, cli):
     assert [g["goal_id"] for g in doc["goals"]] == ["b", "a"]
     assert (doc["goals"][0]["actor"], doc["goals"][0]["reason"]) == ("human", "gate_pending")
     assert doc["counts"]["by_actor"] == {"agent": 1, "human": 1, "none": 0}
-    assert set(doc) == {"schema_version", "generated_at", "checked_at", "counts", "fleet", "quarantined_total", "goals"}
+    assert set(doc) == {
+        "schema_version",
+        "generated_at",
+        "checked_at",
+        "counts",
+        "fleet",
+        "quarantined_total",
+        "goals",
+    }
 
 
 def test_status_plain_text_when_not_a_tty(layout, cli):
@@ -63,7 +71,9 @@ def test_watch_redraws_until_interrupted(layout, cli):
     seed(layout)
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopx", "--root", str(cli.root), "status", "--watch", "0.2"],
-        stdout=subprocess.PIPE, text=True, env=cli.env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cli.env(),
     )
     try:
         headers = 0

@@ -34,8 +34,14 @@ def lease_for(goal_id: str, *, expires_in: float, agent_id: str = "agent-1"):
     from loopx.lease import Lease
 
     return Lease(
-        goal_id=goal_id, agent_id=agent_id, pid=1, pid_started_at=0.0, hostname="h", epoch=3,
-        acquired_at=NOW - timedelta(seconds=20), renewed_at=NOW,
+        goal_id=goal_id,
+        agent_id=agent_id,
+        pid=1,
+        pid_started_at=0.0,
+        hostname="h",
+        epoch=3,
+        acquired_at=NOW - timedelta(seconds=20),
+        renewed_at=NOW,
         expires_at=NOW + timedelta(seconds=expires_in),
     )
 
@@ -53,14 +59,21 @@ def test_fresh_goal_is_ready_for_an_agent():
 def test_open_gate_needs_a_human():
     """An open gate makes the goal human/gate_pending with the question shown."""
     v = view(GoalInputs(goal=goal(), state=open_gate_state("g1", "Ship it?", now=NOW)))
-    assert (v.actor, v.reason, v.gate_question) == (Actor.HUMAN, StatusReason.GATE_PENDING, "Ship it?")
+    assert (v.actor, v.reason, v.gate_question) == (
+        Actor.HUMAN,
+        StatusReason.GATE_PENDING,
+        "Ship it?",
+    )
 
 
 def test_live_lease_is_running():
     """A live lease makes the goal agent/running with the holder shown."""
     v = view(GoalInputs(goal=goal(), lease=lease_for("g1", expires_in=30)))
     assert (v.actor, v.reason, v.lease.agent_id, v.lease.expired) == (
-        Actor.AGENT, StatusReason.RUNNING, "agent-1", False,
+        Actor.AGENT,
+        StatusReason.RUNNING,
+        "agent-1",
+        False,
     )
     assert v.recheck_at == NOW + timedelta(seconds=30)
 
@@ -95,13 +108,21 @@ def test_completed_last_turn_is_done():
     """A last turn of kind completed makes the goal done even before the registry says so."""
     h = [history_line("g1", 1, ended_at=NOW, kind=ResultKind.COMPLETED)]
     v = view(GoalInputs(goal=goal(), history=h))
-    assert (v.actor, v.reason, v.last_turn.kind) == (Actor.NONE, StatusReason.DONE, ResultKind.COMPLETED)
+    assert (v.actor, v.reason, v.last_turn.kind) == (
+        Actor.NONE,
+        StatusReason.DONE,
+        ResultKind.COMPLETED,
+    )
 
 
 def test_quarantined_journal_needs_a_human():
     """A journal of the goal in quarantine/ makes it human/quarantined."""
     v = view(GoalInputs(goal=goal(), quarantined=("g1__t1.json",)))
-    assert (v.actor, v.reason, v.quarantined) == (Actor.HUMAN, StatusReason.QUARANTINED, ["g1__t1.json"])
+    assert (v.actor, v.reason, v.quarantined) == (
+        Actor.HUMAN,
+        StatusReason.QUARANTINED,
+        ["g1__t1.json"],
+    )
 
 
 def test_damaged_file_needs_a_human():
@@ -136,7 +157,11 @@ def test_spent_window_is_quota_exhausted_until_refill():
         SpendPoint(ended_at=NOW - timedelta(minutes=10), wall_s=20.0),
     ]
     v = view(GoalInputs(goal=goal(quota=policy), spend=spend))
-    assert (v.actor, v.reason, v.quota.exhausted) == (Actor.NONE, StatusReason.QUOTA_EXHAUSTED, "wall")
+    assert (v.actor, v.reason, v.quota.exhausted) == (
+        Actor.NONE,
+        StatusReason.QUOTA_EXHAUSTED,
+        "wall",
+    )
     assert v.next_eligible_at == NOW + timedelta(minutes=10)
     assert (v.quota.spent_wall_s, v.quota.turns_in_window) == (40.0, 2)
 
@@ -162,7 +187,10 @@ def test_future_eligibility_is_waiting():
     later = NOW + timedelta(hours=1)
     v = view(GoalInputs(goal=goal(), state=GoalState(goal_id="g1", next_eligible_at=later)))
     assert (v.actor, v.reason, v.next_eligible_at, v.recheck_at) == (
-        Actor.NONE, StatusReason.WAITING, later, later,
+        Actor.NONE,
+        StatusReason.WAITING,
+        later,
+        later,
     )
 
 
@@ -182,32 +210,55 @@ def test_same_next_action_modulo_spacing_does_not_warn():
 
 
 def _fleet(*, looping: list[bool]) -> FleetRecord:
-    slots = [AgentSlot(index=i, agent_id=f"agent-{i + 1}", crash_loop=c, restarts=2) for i, c in enumerate(looping)]
+    slots = [
+        AgentSlot(index=i, agent_id=f"agent-{i + 1}", crash_loop=c, restarts=2)
+        for i, c in enumerate(looping)
+    ]
     return FleetRecord(
-        pid=1, pid_started_at=0.0, hostname="h", agents_wanted=len(slots),
-        started_at=NOW, updated_at=NOW, slots=slots,
+        pid=1,
+        pid_started_at=0.0,
+        hostname="h",
+        agents_wanted=len(slots),
+        started_at=NOW,
+        updated_at=NOW,
+        slots=slots,
     )
 
 
 def test_all_agents_crash_looping_marks_ready_goals():
     """When every agent slot crash-loops, a ready goal is human/crash_loop."""
-    p = project([GoalInputs(goal=goal())], fleet=_fleet(looping=[True, True]), heartbeats=[],
-                quarantined_total=0, now=NOW)
+    p = project(
+        [GoalInputs(goal=goal())],
+        fleet=_fleet(looping=[True, True]),
+        heartbeats=[],
+        quarantined_total=0,
+        now=NOW,
+    )
     assert (p.goals[0].actor, p.goals[0].reason) == (Actor.HUMAN, StatusReason.CRASH_LOOP)
     assert p.fleet.restarts == 4
 
 
 def test_one_healthy_agent_keeps_goals_ready():
     """With one healthy slot left, a ready goal stays ready."""
-    p = project([GoalInputs(goal=goal())], fleet=_fleet(looping=[True, False]), heartbeats=[],
-                quarantined_total=0, now=NOW)
+    p = project(
+        [GoalInputs(goal=goal())],
+        fleet=_fleet(looping=[True, False]),
+        heartbeats=[],
+        quarantined_total=0,
+        now=NOW,
+    )
     assert p.goals[0].reason is StatusReason.READY
 
 
 def test_lease_held_by_crash_looping_agent_is_crash_loop():
     """A goal leased by a crash-looping agent is human/crash_loop."""
-    p = project([GoalInputs(goal=goal(), lease=lease_for("g1", expires_in=30, agent_id="agent-1"))],
-                fleet=_fleet(looping=[True, False]), heartbeats=[], quarantined_total=0, now=NOW)
+    p = project(
+        [GoalInputs(goal=goal(), lease=lease_for("g1", expires_in=30, agent_id="agent-1"))],
+        fleet=_fleet(looping=[True, False]),
+        heartbeats=[],
+        quarantined_total=0,
+        now=NOW,
+    )
     assert p.goals[0].reason is StatusReason.CRASH_LOOP
 
 
@@ -226,8 +277,13 @@ def test_order_is_humans_then_agents_then_quiet():
 
 def test_archived_goals_are_left_out():
     """Archived goals are not in the attention queue."""
-    p = project([GoalInputs(goal=goal(status=GoalStatus.ARCHIVED))], fleet=None, heartbeats=[],
-                quarantined_total=0, now=NOW)
+    p = project(
+        [GoalInputs(goal=goal(status=GoalStatus.ARCHIVED))],
+        fleet=None,
+        heartbeats=[],
+        quarantined_total=0,
+        now=NOW,
+    )
     assert p.goals == []
 
 

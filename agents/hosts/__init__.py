@@ -7,14 +7,14 @@ instance in :data:`HOSTS` (or with :func:`register_host`).
 
 from __future__ import annotations
 
-from loopx.errors import HostUnsupportedError
-from loopx.registry import HostKind
-
 from loopx.agents.hosts.base import Host, HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.command import CommandHost
 from loopx.agents.hosts.demo import DemoHost
+
+from loopx.errors import HostUnsupportedError
+from loopx.registry import HostKind
 
 HOSTS: dict[HostKind, Host] = {
     HostKind.COMMAND: CommandHost(),
@@ -34,6 +34,7 @@ def host_for(kind: HostKind) -> Host:
 
     Raises:
         HostUnsupportedError: no adapter is registered for it.
+
     """
     try:
         return HOSTS[kind]

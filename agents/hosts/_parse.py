@@ -5,13 +5,12 @@ from __future__ import annotations
 import signal
 from typing import Final
 
+from loopx.agents.hosts.base import HostOutput, Interpretation
 from pydantic import ValidationError
 
 from loopx.failures import FailureReason, TurnFailure
 from loopx.files import describe_validation_error
 from loopx.protocol import HostResult
-
-from loopx.agents.hosts.base import HostOutput, Interpretation
 
 RESULT_LIMIT_BYTES: Final = 256 * 1024  # a result larger than this is refused, not truncated
 _STDERR_TAIL: Final = 400

@@ -6,12 +6,12 @@ import os
 import shutil
 from pathlib import Path
 
+from loopx.agents.hosts._parse import read_protocol_result
+from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
+
 from loopx.errors import HostMissingError
 from loopx.protocol import Envelope
 from loopx.registry import Goal, HostKind
-
-from loopx.agents.hosts._parse import read_protocol_result
-from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 
 
 def resolve_program(program: str, *, kind: str) -> str:
@@ -19,6 +19,7 @@ def resolve_program(program: str, *, kind: str) -> str:
 
     Raises:
         HostMissingError: not found or not executable.
+
     """
     if os.sep in program:
         if Path(program).is_file() and os.access(program, os.X_OK):
@@ -40,6 +41,7 @@ class CommandHost:
 
         Raises:
             HostMissingError: the program cannot be found.
+
         """
         argv = list(goal.host.argv)
         argv[0] = resolve_program(argv[0], kind=self.kind.value)

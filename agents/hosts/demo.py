@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from loopx.protocol import Envelope
-from loopx.registry import Goal, HostKind
-
 from loopx.agents.hosts._parse import read_protocol_result
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
+
+from loopx.protocol import Envelope
+from loopx.registry import Goal, HostKind
 
 
 class DemoHost:

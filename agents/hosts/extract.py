@@ -18,29 +18,31 @@ from loopx.failures import FailureReason, TurnFailure
 from loopx.files import describe_validation_error
 from loopx.protocol import HostResult
 
-# Each failed decode attempt may scan far; bound them so a pathological
-# message costs milliseconds, not minutes. The result comes last, so the
-# attempts go to the last braces of the text.
-MAX_DECODE_ATTEMPTS: Final = 2000
+# Only a brace followed by a quote or a closing brace can open a JSON object;
+# the attempts go to the last such braces (the result comes last), each on a
+# bounded slice: a failed decode costs time proportional to its position
+# (JSONDecodeError counts lines), so a pathological message stays cheap.
+MAX_DECODE_ATTEMPTS: Final = 200
+MAX_OBJECT_CHARS: Final = 256 * 1024  # a larger result is refused anyway
+_OPENING = re.compile(r"\{\s*[\"}]")
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
 def _top_level_objects(text: str) -> list[dict[str, Any]]:
     decoder = json.JSONDecoder()
     found: list[dict[str, Any]] = []
-    braces = [m.start() for m in re.finditer(r"\{", text)]
-    index = braces[-MAX_DECODE_ATTEMPTS] if len(braces) > MAX_DECODE_ATTEMPTS else text.find("{")
-    attempts = 0
-    while index != -1 and attempts < MAX_DECODE_ATTEMPTS:
-        attempts += 1
+    starts = [m.start() for m in _OPENING.finditer(text)][-MAX_DECODE_ATTEMPTS:]
+    covered = -1  # objects inside an object already found are not top level
+    for start in starts:
+        if start < covered:
+            continue
         try:
-            value, end = decoder.raw_decode(text, index)
+            value, length = decoder.raw_decode(text[start : start + MAX_OBJECT_CHARS])
         except ValueError:
-            index = text.find("{", index + 1)
             continue
         if isinstance(value, dict):
             found.append(value)
-        index = text.find("{", end)
+            covered = start + length
     return found
 
 

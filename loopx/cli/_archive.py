@@ -15,13 +15,19 @@ def register(sub: Any) -> None:
     """Add `archive`."""
     parser = add_command(sub, "archive", help="move a goal's files aside and mark it archived")
     parser.add_argument("goal_id", metavar="GOAL")
-    parser.add_argument("--dry-run", action="store_true", help="print the destination, change nothing")
-    parser.add_argument("--archive-root", metavar="DIR", help="archive here (default: <root>/archived-goals)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the destination, change nothing"
+    )
+    parser.add_argument(
+        "--archive-root", metavar="DIR", help="archive here (default: <root>/archived-goals)"
+    )
     parser.add_argument(
         "--allow-registered", action="store_true", help="archive even an active registered goal"
     )
     parser.add_argument(
-        "--copy", action="store_true", help="copy then delete when the archive is on another filesystem"
+        "--copy",
+        action="store_true",
+        help="copy then delete when the archive is on another filesystem",
     )
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run_archive)

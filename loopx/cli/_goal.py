@@ -137,7 +137,9 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     if kind is HostKind.COMMAND and not argv:
         raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
     if args.session_max_turns is not None and args.session_max_turns < 1:
-        raise InvalidPolicyError("--session-max-turns", f"must be at least 1, got {args.session_max_turns}")
+        raise InvalidPolicyError(
+            "--session-max-turns", f"must be at least 1, got {args.session_max_turns}"
+        )
     return HostSpec(kind=kind, argv=argv, session_max_turns=args.session_max_turns)
 
 

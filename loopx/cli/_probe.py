@@ -17,11 +17,17 @@ def register(sub: Any) -> None:
     parser = add_command(sub, "probe", help="run a goal's read-only next_probe command")
     parser.add_argument("goal_id", metavar="GOAL")
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
         help=f"kill the probe after S seconds (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
-        "--max-bytes", type=int, default=DEFAULT_MAX_BYTES, metavar="N",
+        "--max-bytes",
+        type=int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="N",
         help=f"keep at most N bytes of stdout and of stderr (default {DEFAULT_MAX_BYTES})",
     )
     parser.add_argument("--json", action="store_true")
@@ -32,17 +38,25 @@ def run_probe_command(args: argparse.Namespace) -> int:
     """Probe, print what it saw; the exit code is 0 whatever the probe's own exit code."""
     where = layout(args)
     observation = run_probe(
-        where, get_goal(where, args.goal_id), now=utcnow(), timeout_s=args.timeout, max_bytes=args.max_bytes
+        where,
+        get_goal(where, args.goal_id),
+        now=utcnow(),
+        timeout_s=args.timeout,
+        max_bytes=args.max_bytes,
     )
     if args.json:
         print_json(observation)
         return exitcodes.OK
     end = "timed out" if observation.timed_out else f"exit {observation.exit_code}"
-    print(f"probe of {observation.goal_id} ({end}, {observation.duration_s:.2f}s): {observation.command}")
+    print(
+        f"probe of {observation.goal_id} ({end}, {observation.duration_s:.2f}s): {observation.command}"
+    )
     if observation.stdout:
         print(observation.stdout, end="" if observation.stdout.endswith("\n") else "\n")
     if observation.stderr:
-        print("stderr:\n" + observation.stderr, end="" if observation.stderr.endswith("\n") else "\n")
+        print(
+            "stderr:\n" + observation.stderr, end="" if observation.stderr.endswith("\n") else "\n"
+        )
     if observation.truncated:
         print("(output truncated)")
     return exitcodes.OK

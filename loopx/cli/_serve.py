@@ -17,19 +17,29 @@ TOKEN_ENV = "LOOPX_SERVE_TOKEN"
 def register(sub: Any) -> None:
     """Add `serve`."""
     parser = add_command(sub, "serve", help="serve status, goals and metrics over HTTP (GET only)")
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)")
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)"
+    )
     parser.add_argument(
         "--token",
         metavar="T",
         help=f"require `Authorization: Bearer T` (default: ${TOKEN_ENV}); needed off loopback",
     )
     parser.add_argument(
-        "--refresh-interval-seconds", type=float, default=5.0, metavar="S",
+        "--refresh-interval-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
         help="refresh the cached projection this often (default 5)",
     )
     parser.add_argument(
-        "--status-projection-cache-ttl-seconds", type=float, default=DEFAULT_TTL_S, metavar="S",
+        "--status-projection-cache-ttl-seconds",
+        type=float,
+        default=DEFAULT_TTL_S,
+        metavar="S",
         help=f"a cache younger than this is not refreshed (default {DEFAULT_TTL_S:g})",
     )
     parser.set_defaults(func=run_serve)
@@ -47,8 +57,8 @@ def run_serve(args: argparse.Namespace) -> int:
         ttl_s=args.status_projection_cache_ttl_seconds,
         refresh_interval_s=args.refresh_interval_seconds,
     )
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else str(host)
+    host, port = str(server.server_address[0]), server.server_address[1]
+    shown = f"[{host}]" if ":" in host else host
     print(f"loopx serve: listening on http://{shown}:{port}/status", flush=True)
     try:
         serve(server)

@@ -27,16 +27,26 @@ def register(sub: Any) -> None:
     status = add_command(sub, "status", help="who must act next on each goal, and why")
     status.add_argument("--json", action="store_true", help="print the projection as JSON")
     status.add_argument(
-        "--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        metavar="SECONDS",
         help="redraw every SECONDS (default 2) until interrupted",
     )
     status.add_argument("--clear-cache", action="store_true", help="rebuild the cache from scratch")
     status.add_argument(
-        "--ttl", type=float, default=DEFAULT_TTL_S, metavar="SECONDS",
+        "--ttl",
+        type=float,
+        default=DEFAULT_TTL_S,
+        metavar="SECONDS",
         help=f"use the cached projection when younger than this (default {DEFAULT_TTL_S:g})",
     )
     status.add_argument(
-        "--full-scan-after", type=float, default=0.0, metavar="SECONDS",
+        "--full-scan-after",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
         help="when refreshing, check every goal's files if the last full check is older "
         "(default 0: always)",
     )
@@ -52,7 +62,9 @@ def register(sub: Any) -> None:
     refresh.set_defaults(func=run_refresh)
 
 
-def _filtered(projection: StatusProjection, actor: str | None, limit: int | None) -> StatusProjection:
+def _filtered(
+    projection: StatusProjection, actor: str | None, limit: int | None
+) -> StatusProjection:
     goals = [g for g in projection.goals if actor is None or g.actor == actor]
     if limit is not None:
         goals = goals[: max(0, limit)]
@@ -66,7 +78,13 @@ def _when(value: datetime | None, now: datetime) -> str:
         return "-"
     delta = (value - now).total_seconds()
     span = abs(delta)
-    text = f"{span:.0f}s" if span < 120 else f"{span / 60:.0f}m" if span < 7200 else f"{span / 3600:.1f}h"  # noqa: PLR2004
+    text = (
+        f"{span:.0f}s"
+        if span < 120
+        else f"{span / 60:.0f}m"
+        if span < 7200
+        else f"{span / 3600:.1f}h"
+    )
     return f"in {text}" if delta > 0 else f"{text} ago"
 
 
@@ -163,7 +181,9 @@ def _watch(args: argparse.Namespace) -> int:
     interval = max(0.2, args.watch)
     try:
         if sys.stdout.isatty() and not args.json:
-            with Live(render_table(_load(args), utcnow()), auto_refresh=False, screen=False) as live:
+            with Live(
+                render_table(_load(args), utcnow()), auto_refresh=False, screen=False
+            ) as live:
                 while True:
                     time.sleep(interval)
                     live.update(render_table(_load(args), utcnow()), refresh=True)

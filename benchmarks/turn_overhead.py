@@ -1,0 +1,84 @@
+"""Control-plane cost of one turn next to the physical floor, measured in the same run.
+
+    /work/venv/bin/python benchmarks/turn_overhead.py [--turns 200]
+
+A turn: claim, quota decision, journal create, host spawn + wait, journal
+rewrite, run log (.json + .md), history line, spend line, terminal journal,
+release; the trivial host is ``/bin/echo`` printing a `progress` result.
+The floor: one spawn of the same host (pipes, own session, wait) plus the four
+atomic writes with fsync any crash-safe turn needs (intent, outcome, writeback,
+commit). Both medians and their ratio are printed; the goal is ratio <= 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from loopx.files import atomic_write_bytes
+from loopx.log import configure_logging
+from loopx.goals import GoalChanges, add_goal
+from loopx.model import utcnow
+from loopx.registry import HostKind, HostSpec
+from loopx.root import ResolvedRoot, RootSource, open_root
+
+from loopx.agents.turn import TurnConfig, run_one_turn
+
+HOST = ["/bin/echo", '{"schema_version": 1, "kind": "progress", "summary": "ok"}']
+
+
+def floor_once(directory: Path) -> float:
+    t0 = time.perf_counter()
+    atomic_write_bytes(directory / "intent.json", b'{"intent": 1}' * 20)
+    proc = subprocess.Popen(HOST, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    proc.communicate(b"{}")
+    atomic_write_bytes(directory / "outcome.json", b'{"outcome": 1}' * 20)
+    atomic_write_bytes(directory / "writeback.json", b'{"writeback": 1}' * 20)
+    atomic_write_bytes(directory / "commit.json", b'{"commit": 1}' * 20)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=200)
+    args = parser.parse_args()
+    configure_logging(level="warning")
+    base = Path(tempfile.mkdtemp(prefix="loopx-bench-"))
+    layout = open_root(ResolvedRoot(base / "root", base / "root/registry.json", RootSource.FLAG),
+                       create=True)
+    (base / "wd").mkdir()
+    add_goal(layout, "bench", GoalChanges(objective="benchmark", workdir=str(base / "wd"),
+                                          host=HostSpec(kind=HostKind.COMMAND, argv=HOST)),
+             update=False, default_workdir=base / "wd", now=utcnow())
+    config = TurnConfig()
+    turn_s, host_s, floor_s = [], [], []
+    floor_dir = base / "floor"
+    floor_dir.mkdir()
+    for _ in range(10):  # warm up both paths
+        run_one_turn(layout, "bench", agent_id="bench", config=config)
+        floor_once(floor_dir)
+    for _ in range(args.turns):
+        t0 = time.perf_counter()
+        report = run_one_turn(layout, "bench", agent_id="bench", config=config)
+        turn_s.append(time.perf_counter() - t0)
+        assert report is not None and report.status == "committed", report
+        host_s.append(report.usage.wall_s)
+        floor_s.append(floor_once(floor_dir))
+    turn = statistics.median(turn_s) * 1000
+    host = statistics.median(host_s) * 1000
+    floor = statistics.median(floor_s) * 1000
+    print(f"turns: {args.turns}  host: {HOST[0]}")
+    print(f"turn (whole)        median {turn:7.2f} ms   p90 {sorted(turn_s)[int(len(turn_s)*.9)]*1000:7.2f} ms")
+    print(f"  host wall (spawn->exit) median {host:7.2f} ms")
+    print(f"  control plane (turn - host wall) median {turn - host:7.2f} ms")
+    print(f"floor (spawn + 4 fsync'd atomic writes) median {floor:7.2f} ms")
+    print(f"ratio turn/floor: {turn / floor:.2f}   (goal <= 3)")
+
+
+if __name__ == "__main__":
+    main()
