@@ -20,7 +20,9 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
     """The options of `agent run` (shared with `loopx agent run`)."""
     parser.add_argument("--agent-id", required=True, metavar="ID", help="this agent's id")
     parser.add_argument("--max-turns", type=int, metavar="N", help="exit after N turns")
-    parser.add_argument("--once", action="store_true", help="one step (at most one turn), then exit")
+    parser.add_argument(
+        "--once", action="store_true", help="one step (at most one turn), then exit"
+    )
     parser.add_argument(
         "--heartbeat-seconds", type=float, default=2.0, metavar="S", help="heartbeat period"
     )

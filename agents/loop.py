@@ -219,8 +219,10 @@ class Agent:
 
         The jitter keeps agents that went idle together from polling in lockstep.
         """
-        base = min(self.config.idle_max_s, self.config.idle_min_s * 2 ** max(0, self.idle_streak - 1))
-        return base * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not cryptography
+        base = min(
+            self.config.idle_max_s, self.config.idle_min_s * 2 ** max(0, self.idle_streak - 1)
+        )
+        return float(base * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not cryptography
 
     def done(self) -> bool:
         """Whether the loop should end (stop requested or the turn budget used)."""

@@ -73,9 +73,9 @@ from loopx.lease import (
 from loopx.model import Record, utcnow
 from loopx.phases import finish, settle
 from loopx.protocol import Envelope, ResultKind
-from loopx.quota import QuotaDecision, QuotaReason
+from loopx.quota import QuotaDecision, decide
 from loopx.recovery import RecoveryAction, recover_goal
-from loopx.registry import Goal, GoalStatus
+from loopx.registry import Goal
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.usage import Usage
@@ -264,39 +264,7 @@ class _Holder:
 
 
 def _decide(layout: Layout, goal: Goal, *, now: datetime) -> QuotaDecision:
-    from loopx import quota  # noqa: PLC0415 - resolved late: issue 4 adds decide()
-
-    decide = getattr(quota, "decide", None)
-    if decide is not None:
-        decision: QuotaDecision = decide(layout, goal, now=now, leased=False)
-        return decision
-    return _placeholder_decision(layout, goal, now=now)
-
-
-def _placeholder_decision(layout: Layout, goal: Goal, *, now: datetime) -> QuotaDecision:
-    """PLACEHOLDER until ``loopx.quota.decide`` exists (issue 4): status, gates, eligibility."""
-    state = load_state(layout, goal.id)
-    reason, at = QuotaReason.OK, None
-    if goal.status is GoalStatus.DONE:
-        reason = QuotaReason.DONE
-    elif goal.status is not GoalStatus.ACTIVE or goal.quota.compute == 0:
-        reason = QuotaReason.PAUSED
-    elif state.open_gates:
-        reason = QuotaReason.GATE_PENDING
-    elif state.next_eligible_at is not None and state.next_eligible_at > now:
-        reason, at = QuotaReason.NOT_YET_ELIGIBLE, state.next_eligible_at
-    allowance = goal.quota.compute * goal.quota.window_hours * 3600
-    return QuotaDecision(
-        allowed=reason is QuotaReason.OK,
-        reason=reason,
-        message=f"{reason} (placeholder decision: no spend accounting)",
-        next_eligible_at=at,
-        window_start=now - timedelta(hours=goal.quota.window_hours),
-        allowance_wall_s=allowance,
-        spent_wall_s=0.0,
-        remaining_wall_s=allowance,
-        decided_at=now,
-    )
+    return decide(layout, goal, now=now, leased=False)
 
 
 def _plan(

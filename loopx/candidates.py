@@ -18,7 +18,6 @@ from loopx.state import load_state
 log = structlog.get_logger(__name__)
 
 
-
 def lease_expiry(layout: Layout, goal_id: str, *, now: datetime) -> datetime | None:
     """Until when a live holder leases the goal, or None when a claim could succeed now.
 

@@ -22,7 +22,7 @@ from loopx.faults import fault_point
 from loopx.goals import get_goal, set_status
 from loopx.journal import Phase, TurnJournal, write_journal_unfenced
 from loopx.lease import Fence
-from loopx.ledger import SpendRecord
+from loopx.ledger import SpendRecord, append_spend
 from loopx.protocol import ResultKind
 from loopx.registry import GoalStatus
 from loopx.root import Layout
@@ -151,25 +151,11 @@ def spend_record(journal: TurnJournal) -> SpendRecord | None:
     )
 
 
-def _append_spend(layout: Layout, record: SpendRecord) -> None:
-    from loopx import ledger  # noqa: PLC0415 - resolved late: issue 4 adds append_spend
-
-    append = getattr(ledger, "append_spend", None)
-    if append is not None:
-        append(layout, record)
-        return
-    # PLACEHOLDER until loopx.ledger.append_spend exists (issue 4): the same
-    # keyed append it is specified to do.
-    from loopx.files import append_record  # noqa: PLC0415
-
-    append_record(layout.quota_file(record.goal_id), record)
-
-
 def quota_spend(layout: Layout, journal: TurnJournal) -> None:
     """Append the turn's measured usage to the goal's ledger (idempotent by turn_key)."""
     record = spend_record(journal)
     if record is not None:
-        _append_spend(layout, record)
+        append_spend(layout, record)
 
 
 def scheduler_apply(layout: Layout, journal: TurnJournal) -> None:

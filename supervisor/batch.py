@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 import structlog
+from loopx.supervisor.process import set_parent_death_signal
 
 from loopx.errors import LoopxError
 from loopx.files import atomic_write_bytes, atomic_write_model, ensure_dir
@@ -28,7 +29,6 @@ from loopx.plan import BatchPlan
 from loopx.registry import load_registry
 from loopx.report import BatchReport, GoalReport, build_report, gather_goal_reports, render_markdown
 from loopx.root import Layout
-from loopx.supervisor.process import set_parent_death_signal
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +78,7 @@ def register_plan(layout: Layout, plan: BatchPlan, plan_dir: Path, *, now: datet
 
     Returns:
         The plan's goal ids, in plan order.
+
     """
     registry = load_registry(layout)
     for entry in plan.goals:
@@ -85,7 +86,9 @@ def register_plan(layout: Layout, plan: BatchPlan, plan_dir: Path, *, now: datet
         Path(changes.workdir or plan_dir).mkdir(parents=True, exist_ok=True)
         existing = registry.goals.get(entry.id)
         if existing is not None:
-            wanted = build_goal(entry.id, existing, changes, default_workdir=plan_dir, now=existing.updated_at)
+            wanted = build_goal(
+                entry.id, existing, changes, default_workdir=plan_dir, now=existing.updated_at
+            )
             if wanted == existing:
                 continue
         add_goal(layout, entry.id, changes, update=True, default_workdir=plan_dir, now=now)
@@ -96,7 +99,11 @@ class BatchRun:
     """One batch: a supervisor child, a progress loop, and the report at the end."""
 
     def __init__(
-        self, layout: Layout, goal_ids: list[str], config: BatchConfig, show: Callable[[Progress], None]
+        self,
+        layout: Layout,
+        goal_ids: list[str],
+        config: BatchConfig,
+        show: Callable[[Progress], None],
     ) -> None:
         self.layout = layout
         self.goal_ids = goal_ids
@@ -111,14 +118,24 @@ class BatchRun:
 
     def _spawn_fleet(self, log_path: Path) -> subprocess.Popen[bytes]:
         argv = [
-            sys.executable, "-m", "loopx",
-            "--root", str(self.layout.root), "--registry", str(self.layout.registry),
-            "supervisor", "run", "--agents", str(self.config.agents), "--until-idle",
-            "--stop-grace-seconds", str(STOP_GRACE_S / 2),
+            sys.executable,
+            "-m",
+            "loopx",
+            "--root",
+            str(self.layout.root),
+            "--registry",
+            str(self.layout.registry),
+            "supervisor",
+            "run",
+            "--agents",
+            str(self.config.agents),
+            "--until-idle",
+            "--stop-grace-seconds",
+            str(STOP_GRACE_S / 2),
         ]
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
-            return subprocess.Popen(  # noqa: PLW1509 - preexec only calls prctl, which is fork-safe
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
@@ -176,7 +193,9 @@ def _last_error(log_path: Path) -> str:
     except OSError:
         return "(no log)"
     errors = [line for line in lines if line.startswith("loopx: error:")]
-    return (errors[-1] if errors else (lines[-1] if lines else "(empty log)")).removeprefix("loopx: error: ")
+    return (errors[-1] if errors else (lines[-1] if lines else "(empty log)")).removeprefix(
+        "loopx: error: "
+    )
 
 
 def write_report(report: BatchReport, directory: Path) -> tuple[Path, Path]:

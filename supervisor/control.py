@@ -62,7 +62,9 @@ def status_document(layout: Layout) -> dict[str, Any]:
                 continue
             alive = process.ProcessRef(beat.pid, beat.pid_started_at).alive()
             age = (utcnow() - beat.beat_at).total_seconds()
-            agents.append({**beat.model_dump(mode="json"), "alive": alive, "beat_age_s": round(age, 3)})
+            agents.append(
+                {**beat.model_dump(mode="json"), "alive": alive, "beat_age_s": round(age, 3)}
+            )
     return {
         "schema_version": 1,
         "root": str(layout.root),
@@ -73,7 +75,9 @@ def status_document(layout: Layout) -> dict[str, Any]:
     }
 
 
-def stop(layout: Layout, *, timeout_s: float | None = None, force: bool = False) -> FleetRecord | None:
+def stop(
+    layout: Layout, *, timeout_s: float | None = None, force: bool = False
+) -> FleetRecord | None:
     """SIGTERM the running supervisor and wait until it has stopped its fleet.
 
     Returns:
@@ -186,4 +190,3 @@ def attach(layout: Layout) -> None:
     if ref is None:
         raise SupervisorNotRunningError(str(layout.root), "attach")
     TmuxSession(layout.root).attach()
-

@@ -7,10 +7,9 @@ import time
 from types import TracebackType
 from typing import TextIO
 
+from loopx.supervisor.batch import Progress as BatchProgress
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from loopx.supervisor.batch import Progress as BatchProgress
 
 
 class PlainDisplay:
@@ -26,7 +25,7 @@ class PlainDisplay:
         """Print the progress if it changed and the interval passed."""
         key = (p.done, p.needs_human, p.turns, p.failures)
         now = time.monotonic()
-        if key == self._last or now - self._last_at < self.every_s and self._last is not None:
+        if key == self._last or (now - self._last_at < self.every_s and self._last is not None):
             return
         self._last, self._last_at = key, now
         self.stream.write(
@@ -50,8 +49,10 @@ class RichDisplay:
             TextColumn("[bold]loopx batch"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("goals done · {task.fields[turns]} turns · {task.fields[failures]} failed · "
-                       "{task.fields[human]} need a human"),
+            TextColumn(
+                "goals done · {task.fields[turns]} turns · {task.fields[failures]} failed · "
+                "{task.fields[human]} need a human"
+            ),
             TimeElapsedColumn(),
             console=Console(file=stream),
             transient=False,
@@ -61,7 +62,12 @@ class RichDisplay:
     def __call__(self, p: BatchProgress) -> None:
         """Update the bar."""
         self._progress.update(
-            self._task, total=p.goals, completed=p.done, turns=p.turns, failures=p.failures, human=p.needs_human
+            self._task,
+            total=p.goals,
+            completed=p.done,
+            turns=p.turns,
+            failures=p.failures,
+            human=p.needs_human,
         )
 
     def __enter__(self) -> RichDisplay:

@@ -110,7 +110,9 @@ class _Slot:
 class Supervisor:
     """One root's supervisor."""
 
-    def __init__(self, layout: Layout, config: SupervisorConfig, *, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, layout: Layout, config: SupervisorConfig, *, env: Mapping[str, str] | None = None
+    ) -> None:
         self.layout = layout
         self.config = config
         self.env = dict(os.environ if env is None else env)
@@ -200,7 +202,9 @@ class Supervisor:
         procs.pop(self.me.pid, None)
         if procs:
             log.warning("reaping_previous_fleet", pids=sorted(procs))
-            survivors = process.kill_all(list(procs.values()), grace_s=min(REAP_GRACE_S, self.config.stop_grace_s))
+            survivors = process.kill_all(
+                list(procs.values()), grace_s=min(REAP_GRACE_S, self.config.stop_grace_s)
+            )
             if survivors:
                 log.error("previous_fleet_survivors", pids=[p.pid for p in survivors])
         if previous is not None and previous.tmux_session is not None:
@@ -289,7 +293,9 @@ class Supervisor:
         procs: dict[int, psutil.Process] = {}
         if slot.ref is not None and (found := process.find(slot.ref)) is not None:
             procs.update({p.pid: p for p in process.tree(found)})
-        procs.update({p.pid: p for p in process.fleet_processes(self.layout.root, agent_id=slot.agent_id)})
+        procs.update(
+            {p.pid: p for p in process.fleet_processes(self.layout.root, agent_id=slot.agent_id)}
+        )
         procs.pop(self.me.pid, None)
         process.kill_all(list(procs.values()), grace_s=grace_s)
         if slot.proc is not None:
@@ -297,7 +303,9 @@ class Supervisor:
                 slot.proc.wait(timeout=1.0)
 
     def _ended(self, slot: _Slot, how: str, now: float) -> None:
-        log.warning("agent_exited", agent_id=slot.agent_id, pid=slot.ref.pid if slot.ref else None, how=how)
+        log.warning(
+            "agent_exited", agent_id=slot.agent_id, pid=slot.ref.pid if slot.ref else None, how=how
+        )
         slot.proc, slot.ref, slot.last_exit = None, None, how
         if self.state != "running" or slot.retiring:
             slot.next_start = None
@@ -305,11 +313,15 @@ class Supervisor:
         clean = how == "exit code 0"
         decision = decide_restart(self.config.restart, [] if clean else slot.restart_times, now=now)
         if not clean:
-            slot.restart_times = [t for t in slot.restart_times if now - t < self.config.restart.window_s]
+            slot.restart_times = [
+                t for t in slot.restart_times if now - t < self.config.restart.window_s
+            ]
             slot.restart_times.append(now)
             slot.recent_restarts = decision.recent_restarts
             if decision.crash_loop and not slot.crash_loop:
-                log.error("agent_crash_loop", agent_id=slot.agent_id, restarts=decision.recent_restarts)
+                log.error(
+                    "agent_crash_loop", agent_id=slot.agent_id, restarts=decision.recent_restarts
+                )
             slot.crash_loop = decision.crash_loop
         slot.restarts += 1
         slot.next_start = now + decision.delay_s
@@ -432,7 +444,11 @@ class Supervisor:
         # Two idle checks in a row with the same answer: a goal between two of an
         # agent's file writes must not end the run.
         if self._idle_streak == verdict.exit_code:
-            log.info("fleet_idle", exit_code=verdict.exit_code, outcomes={k: str(v) for k, v in verdict.outcomes.items()})
+            log.info(
+                "fleet_idle",
+                exit_code=verdict.exit_code,
+                outcomes={k: str(v) for k, v in verdict.outcomes.items()},
+            )
             self.request_stop(verdict.exit_code)
         self._idle_streak = verdict.exit_code
 

@@ -262,5 +262,7 @@ def wait_gone(procs: Sequence[psutil.Process], *, timeout_s: float) -> list[psut
     deadline = time.monotonic() + timeout_s
     alive = list(procs)
     while alive and time.monotonic() < deadline:
-        _gone, alive = psutil.wait_procs(alive, timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+        _gone, alive = psutil.wait_procs(
+            alive, timeout=min(0.2, max(0.0, deadline - time.monotonic()))
+        )
     return alive

@@ -61,7 +61,9 @@ def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:
             log.warning("progress_unreadable", goal_id=goal.id, error=e.message)
             out.append(GoalProgress(goal_id=goal.id, status=goal.status, last_failed=True))
             continue
-        last_failed = last is not None and (last.status == "failed" or last.kind is ResultKind.FAILED)
+        last_failed = last is not None and (
+            last.status == "failed" or last.kind is ResultKind.FAILED
+        )
         out.append(
             GoalProgress(
                 goal_id=goal.id,

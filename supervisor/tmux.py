@@ -79,7 +79,16 @@ class TmuxSession:
         if self.exists():
             return
         self._run(
-            "new-session", "-d", "-s", self.name, "-n", "fleet", "-x", "200", "-y", "50",
+            "new-session",
+            "-d",
+            "-s",
+            self.name,
+            "-n",
+            "fleet",
+            "-x",
+            "200",
+            "-y",
+            "50",
             what="create the session",
         )
         # Keep a dead agent's window so a person can read why it died, until the restart.
@@ -99,8 +108,16 @@ class TmuxSession:
         assignments = [f"{k}={v}" for k, v in env.items()]
         command = "exec env " + shlex.join([*assignments, *argv])
         out = self._run(
-            "new-window", "-d", "-P", "-F", "#{pane_pid}", "-t", f"{self.name}:",
-            "-n", self.window_name(agent_id), command,
+            "new-window",
+            "-d",
+            "-P",
+            "-F",
+            "#{pane_pid}",
+            "-t",
+            f"{self.name}:",
+            "-n",
+            self.window_name(agent_id),
+            command,
             what=f"open a window for {agent_id}",
         )
         return int(out.splitlines()[-1])
@@ -108,13 +125,17 @@ class TmuxSession:
     def kill_window(self, agent_id: str) -> None:
         """Close an agent's window if it exists."""
         try:
-            self._run("kill-window", "-t", f"{self.name}:{self.window_name(agent_id)}", what="close")
+            self._run(
+                "kill-window", "-t", f"{self.name}:{self.window_name(agent_id)}", what="close"
+            )
         except TmuxError:
             return
 
     def windows(self) -> list[str]:
         """The names of the session's windows."""
-        out = self._run("list-windows", "-t", self.name, "-F", "#{window_name}", what="list windows")
+        out = self._run(
+            "list-windows", "-t", self.name, "-F", "#{window_name}", what="list windows"
+        )
         return out.splitlines()
 
     def kill_server(self) -> None:
@@ -136,6 +157,8 @@ class TmuxSession:
     def attach(self) -> None:
         """Replace this process with ``tmux attach`` (returns only on failure)."""
         if not self.exists():
-            raise TmuxError("attach", f"no session {self.name} on {self.socket}; is the fleet visible?")
+            raise TmuxError(
+                "attach", f"no session {self.name} on {self.socket}; is the fleet visible?"
+            )
         argv = self.attach_argv()
         os.execv(argv[0], argv)

@@ -22,40 +22,74 @@ RUN_DEFAULTS = {
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agents", type=int, default=1, metavar="N", help="agent processes (default 1)")
     parser.add_argument(
-        "--visible", choices=["none", "tmux"], default="none",
+        "--agents", type=int, default=1, metavar="N", help="agent processes (default 1)"
+    )
+    parser.add_argument(
+        "--visible",
+        choices=["none", "tmux"],
+        default="none",
         help="tmux: one tmux window per agent (`loopx supervisor attach`); none: logs/agent-<n>.log",
     )
     parser.add_argument(
-        "--until-idle", action="store_true",
+        "--until-idle",
+        action="store_true",
         help="exit when no goal can progress: 0 all done, 2 some wait for a human/quota, 1 some failed",
     )
     parser.add_argument(
-        "--stop-grace-seconds", type=float, default=30.0, metavar="S",
+        "--stop-grace-seconds",
+        type=float,
+        default=30.0,
+        metavar="S",
         help="on SIGTERM, how long agents get to stop their turns before SIGKILL (default 30)",
     )
     parser.add_argument(
-        "--refresh-interval-seconds", type=float, default=5.0, metavar="S",
+        "--refresh-interval-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
         help="how often the status projection is refreshed (default 5)",
     )
     parser.add_argument(
-        "--status-projection-cache-ttl-seconds", type=float, default=5.0, metavar="S",
+        "--status-projection-cache-ttl-seconds",
+        type=float,
+        default=5.0,
+        metavar="S",
         help="TTL of the status projection cache used by the refresh (default 5)",
     )
-    parser.add_argument("--heartbeat-seconds", type=float, default=2.0, metavar="S", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--stall-seconds", type=float, default=60.0, metavar="S",
+        "--heartbeat-seconds", type=float, default=2.0, metavar="S", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
         help="an agent whose heartbeat is older than this is killed and restarted (default 60)",
     )
     parser.add_argument(
-        "--idle-horizon-seconds", type=float, default=60.0, metavar="S",
+        "--idle-horizon-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
         help="--until-idle: a goal eligible again within this counts as progressing (default 60)",
     )
-    parser.add_argument("--agent-max-turns", type=int, metavar="N", help="recycle an agent after N turns")
-    parser.add_argument("--crash-loop-restarts", type=int, default=5, metavar="N", help=argparse.SUPPRESS)
-    parser.add_argument("--crash-loop-window-seconds", type=float, default=120.0, metavar="S", help=argparse.SUPPRESS)
-    parser.add_argument("--restart-max-seconds", type=float, default=60.0, metavar="S", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--agent-max-turns", type=int, metavar="N", help="recycle an agent after N turns"
+    )
+    parser.add_argument(
+        "--crash-loop-restarts", type=int, default=5, metavar="N", help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--crash-loop-window-seconds",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--restart-max-seconds", type=float, default=60.0, metavar="S", help=argparse.SUPPRESS
+    )
 
 
 def register(sub: Any) -> None:
@@ -68,7 +102,9 @@ def register(sub: Any) -> None:
         _run_options(run)
         run.set_defaults(func=run_run)
 
-        start = add_command(actions, "start", help="run the supervisor in the background (logs/supervisor.log)")
+        start = add_command(
+            actions, "start", help="run the supervisor in the background (logs/supervisor.log)"
+        )
         _run_options(start)
         start.add_argument("--json", action="store_true")
         start.set_defaults(func=run_start)
@@ -79,14 +115,18 @@ def register(sub: Any) -> None:
         stop.add_argument("--json", action="store_true")
         stop.set_defaults(func=run_stop)
 
-        status = add_command(actions, "status", help="show the supervisor, its agents and crash loops")
+        status = add_command(
+            actions, "status", help="show the supervisor, its agents and crash loops"
+        )
         status.add_argument("--json", action="store_true")
         status.set_defaults(func=run_status)
 
         attach = add_command(actions, "attach", help="attach to the visible (tmux) fleet")
         attach.set_defaults(func=run_attach)
 
-        scale = add_command(actions, "scale", help="change the number of agents of the running supervisor")
+        scale = add_command(
+            actions, "scale", help="change the number of agents of the running supervisor"
+        )
         scale.add_argument("agents", type=int, metavar="N")
         scale.add_argument("--json", action="store_true")
         scale.set_defaults(func=run_scale)
@@ -153,9 +193,13 @@ def run_start(args: argparse.Namespace) -> int:
     where = layout(args, create=True)
     record = start_detached(where, _run_args(args))
     if args.json:
-        print_json({"schema_version": 1, "started": True, "supervisor": record.model_dump(mode="json")})
+        print_json(
+            {"schema_version": 1, "started": True, "supervisor": record.model_dump(mode="json")}
+        )
     else:
-        print(f"supervisor started: pid {record.pid}, {record.agents_wanted} agents; log {where.logs_dir / 'supervisor.log'}")
+        print(
+            f"supervisor started: pid {record.pid}, {record.agents_wanted} agents; log {where.logs_dir / 'supervisor.log'}"
+        )
     return exitcodes.OK
 
 
@@ -165,7 +209,13 @@ def run_stop(args: argparse.Namespace) -> int:
 
     record = stop(layout(args), timeout_s=args.timeout, force=args.force)
     if args.json:
-        print_json({"schema_version": 1, "was_running": record is not None, "supervisor": record.model_dump(mode="json") if record else None})
+        print_json(
+            {
+                "schema_version": 1,
+                "was_running": record is not None,
+                "supervisor": record.model_dump(mode="json") if record else None,
+            }
+        )
     elif record is None:
         print("no supervisor is running")
     else:
@@ -186,7 +236,9 @@ def run_status(args: argparse.Namespace) -> int:
         print("no supervisor has run on this root")
         return exitcodes.OK
     state = sup["state"] if doc["running"] else f"not running (last state {sup['state']})"
-    print(f"supervisor pid {sup['pid']}: {state}; {sup['agents_wanted']} agents wanted; visible {sup['visible']}")
+    print(
+        f"supervisor pid {sup['pid']}: {state}; {sup['agents_wanted']} agents wanted; visible {sup['visible']}"
+    )
     if doc["crash_loop"]:
         print("CRASH LOOP: an agent keeps dying; see logs/agent-<n>.log")
     beats = {a["agent_id"]: a for a in doc["agents"]}
@@ -220,7 +272,9 @@ def run_scale(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"schema_version": 1, "agents": args.agents, "signalled": record is not None})
     elif record is None:
-        print(f"wanted agents set to {args.agents}; no supervisor is running (its --agents decides at start)")
+        print(
+            f"wanted agents set to {args.agents}; no supervisor is running (its --agents decides at start)"
+        )
     else:
         print(f"asked supervisor pid {record.pid} for {args.agents} agents (SIGHUP sent)")
     return exitcodes.OK
