@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", help="report this result kind instead of progress/completed")
     p.add_argument("--wait-seconds", type=float, default=None)
     p.add_argument("--question", default=None)
+    p.add_argument("--ask", metavar="QUESTION",
+                   help="ask a human QUESTION (needs_human) until a gate has an answer")
     p.add_argument("--grandchild", type=float, default=0.0, metavar="S",
                    help="leave a setsid'd grandchild ignoring SIGTERM that sleeps S seconds")
     return p
@@ -107,9 +109,19 @@ def _advance(state_dir: Path, turn_key: str) -> int:
     return int(state["count"])
 
 
+def _answer(envelope: dict[str, Any]) -> str | None:
+    """The newest human answer among the envelope's gates, if any."""
+    gates = envelope.get("state", {}).get("gates", [])
+    answers = [g.get("answer") for g in gates if isinstance(g, dict) and g.get("answer")]
+    return str(answers[-1]) if answers else None
+
+
 def _result(args: argparse.Namespace, count: int, envelope: dict[str, Any]) -> dict[str, Any]:
     done = count >= args.steps
     kind = args.kind or ("completed" if done else "progress")
+    answer = _answer(envelope)
+    if args.ask and answer is None:
+        kind = "needs_human"
     result: dict[str, Any] = {
         "schema_version": 1,
         "kind": kind,
@@ -127,7 +139,10 @@ def _result(args: argparse.Namespace, count: int, envelope: dict[str, Any]) -> d
     if args.wait_seconds is not None:
         result["wait_seconds"] = args.wait_seconds
     if kind == "needs_human":
-        result["question"] = args.question or "should the counter keep going?"
+        result["question"] = args.ask or args.question or "should the counter keep going?"
+        result["summary"] = f"counter at {count} of {args.steps}; waiting for a human"
+    elif args.ask:
+        result["summary"] += f" (human said: {answer})"
     if args.oversized:
         result["summary"] = "x" * 10_000
     return result

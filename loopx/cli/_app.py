@@ -11,6 +11,7 @@ from loopx.cli import (
     _agent,
     _archive,
     _batch,
+    _demo,
     _gate,
     _goal,
     _init,
@@ -45,6 +46,7 @@ COMMAND_MODULES = (
     _turn,
     _journal,
     _recover,
+    _demo,
 )
 
 

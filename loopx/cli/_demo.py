@@ -1,0 +1,61 @@
+"""`loopx demo`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from loopx import exitcodes
+from loopx.cli._common import add_command, print_json
+from loopx.errors import UsageError
+from loopx.root import ResolvedRoot, RootSource, open_root
+
+
+def register(sub: Any) -> None:
+    """Add `demo`."""
+    parser = add_command(
+        sub, "demo", help="run demo goals on a fresh root with a headless fleet, then show the status"
+    )
+    parser.add_argument("--agents", type=int, default=2, metavar="N", help="agents (default 2)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; exit 0 when every demo goal ended as designed."""
+    from loopx.supervisor.demo import demo_home, next_steps, run_demo  # noqa: PLC0415
+    from loopx.supervisor.display import display_for  # noqa: PLC0415
+
+    if args.agents < 1:
+        raise UsageError(f"--agents must be at least 1, got {args.agents}", hint="pass --agents N")
+    home, root = demo_home(Path(args.root).resolve() if args.root else None)
+    layout = open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
+    if not args.json:
+        print(f"loopx demo: runtime root {root}, {args.agents} agents, 4 demo goals")
+    with display_for() as show:
+        result = run_demo(layout, home, agents=args.agents, show=show)
+    if args.json:
+        print_json(result.report)
+        return exitcodes.OK if result.as_designed else exitcodes.FAILURE
+    print()
+    _print_status(layout)
+    print(f"\nreport: {result.report_dir / 'report.md'}")
+    print("\nnext, try:")
+    for line in next_steps(result, root):
+        print(f"  {line}")
+    if not result.as_designed:
+        print("\nloopx demo: some goals did not end as the demo intends; see the report above")
+        return exitcodes.FAILURE
+    return exitcodes.OK
+
+
+def _print_status(layout: Any) -> None:
+    from loopx.report import gather_goal_reports  # noqa: PLC0415
+
+    from loopx.registry import load_registry  # noqa: PLC0415
+
+    ids = sorted(load_registry(layout).goals)
+    for g in gather_goal_reports(layout, ids):
+        note = f"asks: {g.open_question}" if g.open_question else g.last_summary
+        print(f"  {g.goal_id:<16} {g.outcome:<12} {g.turns:>2} turns  {note}")
