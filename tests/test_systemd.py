@@ -61,3 +61,62 @@ def test_units_agree_with_the_supervisor_on_stop_timing() -> None:
         grace = int(text.split("--stop-grace-seconds ")[1].split()[0])
         timeout = int(text.split("TimeoutStopSec=")[1].split("s")[0])
         assert timeout > grace
+
+
+def _exec_start(unit_text: str, env: dict[str, str]) -> list[str]:
+    """ExecStart's argv with ${VAR} expanded from ``env``, as systemd does."""
+    line = next(s for s in unit_text.splitlines() if s.startswith("ExecStart="))
+    words = line.removeprefix("ExecStart=").split()
+    out = []
+    for word in words:
+        for key, value in env.items():
+            word = word.replace("${" + key + "}", value)
+        out.append(word)
+    return out
+
+
+def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
+    """Run ExecStart exactly (loopx.env's variables, NOTIFY_SOCKET, WATCHDOG_USEC): READY, WATCHDOG, STOPPING, exit 0."""
+    import socket
+    import time
+
+    root = tmp_path / "root"
+    env_file = {
+        k: v for k, v in (
+            line.split("=", 1) for line in (UNITS / "loopx.env").read_text().splitlines()
+            if line and not line.startswith("#")
+        )
+    }
+    env_file["LOOPX_ROOT"] = str(root)
+    env_file["LOOPX_AGENTS"] = "1"
+    argv = _exec_start((UNITS / "loopx-supervisor.service").read_text(), env_file)
+    assert argv[0] == "/opt/loopx/venv/bin/loopx"
+    argv[0] = _loopx_bin()
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(30)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    env.update(env_file)
+    # systemd sets WATCHDOG_USEC from WatchdogSec; 1 s makes the pings come every 0.5 s.
+    env.update(NOTIFY_SOCKET=str(sock_path), WATCHDOG_USEC="1000000")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        messages: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any("READY=1" in m for m in messages) or sum("WATCHDOG=1" in m for m in messages) < 2:
+            assert time.monotonic() < deadline, messages
+            messages.append(sock.recv(4096).decode())
+        ready = next(i for i, m in enumerate(messages) if "READY=1" in m)
+        assert any("WATCHDOG=1" in m for m in messages[ready + 1 :])
+        proc.send_signal(15)
+        while not any("STOPPING=1" in m for m in messages):
+            assert time.monotonic() < deadline, messages
+            messages.append(sock.recv(4096).decode())
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        sock.close()
