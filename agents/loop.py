@@ -16,6 +16,7 @@ import random
 import signal
 import socket
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import FrameType
@@ -27,9 +28,11 @@ import structlog
 from loopx.candidates import gather_candidates
 from loopx.errors import LoopxError
 from loopx.faults import fault_point
+from loopx.failures import FailureReason
 from loopx.files import atomic_write_model
 from loopx.fleet import AgentHeartbeat, AgentPhase
 from loopx.model import utcnow
+from loopx.registry import Goal
 from loopx.root import Layout
 from loopx.select import select
 
@@ -52,6 +55,7 @@ class AgentConfig:
         parent_pid / parent_started_at: stop when this process (the supervisor) is gone;
             covers tmux windows, whose parent is the tmux server, where the
             parent-death signal cannot help.
+        resources: run only goals whose ``resources`` this agent holds (None: all).
 
     """
 
@@ -63,6 +67,16 @@ class AgentConfig:
     idle_max_s: float = 2.0
     parent_pid: int | None = None
     parent_started_at: float | None = None
+    # Only goals whose `resources` this agent holds (a Ray actor's custom resources);
+    # None: every goal (the local back-end, where resources do not apply).
+    resources: Mapping[str, float] | None = None
+
+
+def fits(goal: Goal, resources: Mapping[str, float] | None) -> bool:
+    """Whether an agent holding ``resources`` may run ``goal``'s turns. Pure."""
+    if resources is None:
+        return True
+    return all(resources.get(name, 0.0) >= amount for name, amount in goal.resources.items())
 
 
 class Step(StrEnum):
@@ -82,6 +96,7 @@ class Agent:
         self.stop = threading.Event()  # set: finish at the next safe point; passed to the turn
         self.signals_received = 0
         self.turns_done = 0
+        self.turns_lost = 0  # turns whose writes a newer lease epoch refused (lease_lost)
         self.idle_streak = 0
         self._proc = psutil.Process()
         self._started_at = utcnow()
@@ -188,7 +203,10 @@ class Agent:
         from loopx.agents.turn import run_one_turn  # noqa: PLC0415 - heavy; only agents need it
 
         now = utcnow()
-        ranked = select(gather_candidates(self.layout, now=now), now=now)
+        candidates = gather_candidates(self.layout, now=now)
+        if self.config.resources is not None:
+            candidates = [c for c in candidates if fits(c.goal, self.config.resources)]
+        ranked = select(candidates, now=now)
         for candidate in ranked:
             if self.stop.is_set():
                 return Step.STOPPING
@@ -207,6 +225,8 @@ class Agent:
                 structlog.contextvars.unbind_contextvars("goal_id")
             if report is not None:
                 self.turns_done += 1
+                if report.failure is not None and report.failure.reason is FailureReason.LEASE_LOST:
+                    self.turns_lost += 1
                 self.idle_streak = 0
                 self.beat(AgentPhase.IDLE)
                 return Step.RAN

@@ -2,32 +2,96 @@
 
 The kernel (this package) decides and persists. ``loopx.supervisor`` and
 ``loopx.agents`` run processes and import the kernel, never the reverse.
+
+The public names below are imported on first use (PEP 562 ``__getattr__``):
+``import loopx`` alone costs nothing, so a process that only needs a
+submodule (the demo host ``python -m loopx.agents.demo`` imports nothing but
+the standard library) does not pay for pydantic and the kernel at start-up.
+``from loopx import Goal`` works as before.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from loopx.errors import (
-    CorruptFileError,
-    GoalExistsError,
-    GoalNotFoundError,
-    GoalStateError,
-    InvalidGoalIdError,
-    InvalidPolicyError,
-    LockTimeoutError,
-    LoopxError,
-    RootError,
-    UnsafePathError,
-    UsageError,
-)
-from loopx.ids import validate_goal_id
-from loopx.registry import Goal, GoalStatus, HostKind, HostSpec, QuotaPolicy, Registry
-from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
-from loopx.state import Gate, GoalState, Todo
+# Not `from typing import TYPE_CHECKING`: importing typing alone costs milliseconds.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-try:
-    __version__ = version("loopx")
-except PackageNotFoundError:  # running from a source tree without installing
-    __version__ = "0.0.0+unknown"
+    from loopx.errors import (
+        CorruptFileError,
+        GoalExistsError,
+        GoalNotFoundError,
+        GoalStateError,
+        InvalidGoalIdError,
+        InvalidPolicyError,
+        LockTimeoutError,
+        LoopxError,
+        RootError,
+        UnsafePathError,
+        UsageError,
+    )
+    from loopx.ids import validate_goal_id
+    from loopx.registry import Goal, GoalStatus, HostKind, HostSpec, QuotaPolicy, Registry
+    from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+    from loopx.state import Gate, GoalState, Todo
+
+    __version__: str
+
+# Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "CorruptFileError",
+            "GoalExistsError",
+            "GoalNotFoundError",
+            "GoalStateError",
+            "InvalidGoalIdError",
+            "InvalidPolicyError",
+            "LockTimeoutError",
+            "LoopxError",
+            "RootError",
+            "UnsafePathError",
+            "UsageError",
+        ),
+        "loopx.errors",
+    ),
+    "validate_goal_id": "loopx.ids",
+    **dict.fromkeys(
+        ("Goal", "GoalStatus", "HostKind", "HostSpec", "QuotaPolicy", "Registry"),
+        "loopx.registry",
+    ),
+    **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
+    **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - lazy, see above
+
+    try:
+        return version("loopx")
+    except PackageNotFoundError:  # running from a source tree without installing
+        return "0.0.0+unknown"
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562 hook: any exported object
+    """Import a public name on first access and cache it in the module."""
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _EXPORTS:
+        import importlib  # noqa: PLC0415 - lazy, see above
+
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        msg = f"module 'loopx' has no attribute {name!r}"
+        raise AttributeError(msg)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     # errors

@@ -58,6 +58,7 @@ class FleetRecord(Record):
     hostname: str
     agents_wanted: int
     visible: str = "none"  # "none" | "tmux"
+    backend: str = "local"  # "local" (processes) | "ray" (Ray actors)
     tmux_session: str | None = None
     state: str = "running"  # starting | running | stopping | stopped
     stop_grace_s: float = 30.0  # how long a stop waits for agents before SIGKILL

@@ -41,6 +41,7 @@ class GoalChanges(Record):
     priority: int | None = None
     next_probe: str | None = None
     max_host_attempts: int | None = None
+    resources: dict[str, float] | None = None  # replaces all of the goal's resources when given
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
 
 

@@ -123,6 +123,9 @@ class Goal(Record):
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None  # read-only shell command observing progress
     max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2  # host runs per turn after crashes
+    # Ray back-end: custom resources an agent must hold to run this goal's turns
+    # (`goal add --resource NAME=AMOUNT`); the local back-end ignores them.
+    resources: dict[str, PositiveFloat] = Field(default_factory=dict)
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -130,6 +133,15 @@ class Goal(Record):
     @classmethod
     def _safe_id(cls, value: str) -> str:
         return validate_goal_id(value)
+
+    @field_validator("resources")
+    @classmethod
+    def _resource_names(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+                msg = f"resource names are letters, digits, '_', '-' or '.', got {name!r}"
+                raise ValueError(msg)
+        return value
 
     @field_validator("workdir")
     @classmethod

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,9 +32,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import structlog
-from pydantic import JsonValue
+from pydantic import Field, JsonValue
 
-from loopx.errors import CorruptFileError, GoalStateError, LoopxError, UnsafePathError
+from loopx.errors import GoalStateError, UnsafePathError
 from loopx.files import (
     atomic_write_bytes,
     atomic_write_model,
@@ -47,7 +46,7 @@ from loopx.ids import validate_goal_id
 from loopx.inspection import RecoveryDecision, inspect
 from loopx.journal import TurnJournal, journal_files
 from loopx.lease import claim, fence_of, release
-from loopx.model import Record, utcnow
+from loopx.model import Record, UtcDatetime, utcnow
 from loopx.phases import quota_spend, scheduler_apply
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.state import GoalState, load_state
@@ -110,13 +109,23 @@ class ReplayReport(Record):
     runs: list[str]  # run log file names the replay wrote (runs/<seq>.json, .md)
     verified: bool  # whether the files on disk were compared
     differences: list[Difference]
-    repaired: list[str] = []  # files rewritten by --repair  # noqa: RUF012 - pydantic copies it
-    set_aside: list[str] = []  # where --repair moved the replaced files  # noqa: RUF012
+    repaired: list[str] = Field(default_factory=list)  # files rewritten by --repair
+    set_aside: list[str] = Field(default_factory=list)  # where --repair moved the replaced files
 
     @property
     def clean(self) -> bool:
         """Whether the disk matches the replay (and nothing was left out of it)."""
         return not self.differences and not self.pending and not self.invalid
+
+
+class SetAsideNote(Record):
+    """``quarantine/<goal>/<file>.<time>.reason.json``: why ``--repair`` set a file aside."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    original_path: str
+    reason: str
+    set_aside_at: UtcDatetime
 
 
 def _short(value: object) -> str:
@@ -429,6 +438,12 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
                 if target.exists() and not target.is_symlink():
                     aside_dir = ensure_dir(ensure_dir(layout.quarantine_dir) / goal_id)
                     aside = aside_dir / f"{name.replace('/', '_')}.{stamp}"
+                    note = SetAsideNote(
+                        goal_id=goal_id, original_path=str(target), set_aside_at=now,
+                        reason="replaced by `loopx replay --repair` with the file rebuilt from "
+                        "the goal's journals; delete once you no longer need it",
+                    )
+                    atomic_write_model(aside.with_name(aside.name + ".reason.json"), note)
                     os.replace(target, aside)
                     fsync_dir(aside_dir)
                     set_aside.append(str(aside))
@@ -440,7 +455,7 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
             layout.quota_aggregate_file(goal_id).unlink(missing_ok=True)
     finally:
         release(layout, claimed.lease)
-    log.warning("goal_repaired_from_journals", goal_id=goal_id, files=repaired)
+    log.info("goal_repaired_from_journals", goal_id=goal_id, files=repaired)
     state, history, ledger = _documents(rebuilt)
     return ReplayReport(
         goal_id=goal_id,
@@ -467,6 +482,3 @@ __all__ = [
     "repair",
     "replay",
 ]
-
-# Errors a caller may see from this module, for the CLI's benefit.
-REPLAY_ERRORS: Final = (CorruptFileError, GoalStateError, LoopxError)

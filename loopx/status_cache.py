@@ -59,6 +59,7 @@ from loopx.status_sources import (
     gather_goal,
     goal_fingerprint,
     probes_dir,
+    quarantine_fingerprint,
     quarantine_listing,
     read_fleet,
     read_hints,
@@ -304,7 +305,7 @@ class StatusCache:
                 dirty.add(goal_id)
 
         # Shared sources: quarantine and probes (directory fingerprints), the fleet (always).
-        quarantine_fp = list(stat_pair(str(layout.quarantine_dir)))
+        quarantine_fp = quarantine_fingerprint(layout)
         quarantine = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
         quarantined_total = index.quarantined_total if index else 0
         if full or index is None or quarantine_fp != index.quarantine_fp:

@@ -342,14 +342,39 @@ def gather_goal(
 # --- quarantine, probes, fleet -----------------------------------------------------------------
 
 
+def _is_quarantine_entry(name: str) -> bool:
+    # Reason notes (recovery writes ``<file>.reason.json``), lock files and dotfiles
+    # explain or guard entries; they are not entries themselves.
+    return not (
+        name.startswith(".")
+        or name.endswith((".reason", ".reason.json", ".lock"))
+        or name in {"reason", "reason.json"}
+    )
+
+
+def quarantine_fingerprint(layout: Layout) -> list[int]:
+    """``quarantine/``'s mtime and each per-goal subdirectory's: moves into a subdirectory
+    change only that subdirectory."""
+    out = list(stat_pair(str(layout.quarantine_dir)))
+    try:
+        with os.scandir(layout.quarantine_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_dir(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    out.extend((entry.inode(), st.st_mtime_ns))
+    except FileNotFoundError:
+        pass
+    return out
+
+
 def quarantine_listing(
     layout: Layout, goal_ids: set[str]
 ) -> tuple[dict[str, tuple[str, ...]], int]:
     """Quarantined entries by goal, and the total count.
 
-    An entry belongs to a goal when it sits in ``quarantine/<goal_id>/`` or is
-    named ``<goal_id>__<anything>``; reason files (``*.reason``, ``reason``)
-    and dotfiles are not entries.
+    An entry belongs to a goal when it sits in ``quarantine/<goal_id>/`` (where
+    recovery puts invalid journals) or is named ``<goal_id>__<anything>``;
+    reason notes (``*.reason.json``, ``*.reason``) are not entries.
     """
     by_goal: dict[str, list[str]] = {}
     total = 0
@@ -359,16 +384,13 @@ def quarantine_listing(
         return {}, 0
     for entry in entries:
         name = entry.name
-        if name.startswith(".") or name.endswith((".reason", ".lock")) or name == "reason":
+        if not _is_quarantine_entry(name):
             continue
-        if entry.is_dir(follow_symlinks=False) and name in goal_ids:
-            inner = [
-                n
-                for n in sorted(os.listdir(entry.path))
-                if not n.startswith(".") and not n.endswith(".reason") and n != "reason"
-            ]
-            by_goal.setdefault(name, []).extend(inner)
+        if entry.is_dir(follow_symlinks=False):
+            inner = sorted(n for n in os.listdir(entry.path) if _is_quarantine_entry(n))
             total += len(inner)
+            if name in goal_ids:
+                by_goal.setdefault(name, []).extend(inner)
             continue
         total += 1
         owner = name.split("__", 1)[0] if "__" in name else None

@@ -17,7 +17,6 @@ import contextlib
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from loopx.supervisor.idle import idle_verdict
 from loopx.supervisor.lock import acquire, read_record
 from loopx.supervisor.notify import Notifier
 from loopx.supervisor.progress import goal_progress
+from loopx.supervisor.runner import AgentHandle, AgentRunner, AgentSpec, LocalRunner
 from loopx.supervisor.scale import read_scale, scale_file
 from loopx.supervisor.tmux import TmuxSession
 
@@ -50,8 +50,6 @@ log = structlog.get_logger(__name__)
 
 REAP_GRACE_S: Final = 5.0  # a previous fleet's leftovers get this long after SIGTERM
 STALL_KILL_GRACE_S: Final = 2.0
-# Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
-PRIVATE_ENV: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +72,27 @@ class SupervisorConfig:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     python: str = sys.executable
     log_level: str = "info"
+    backend: str = "local"  # "local" | "ray"
+    ray_address: str | None = None  # None: start a private local Ray cluster
+    agent_cpus: float = 1.0  # Ray: CPUs reserved per agent actor
+    agent_memory_mb: int | None = None  # Ray: memory reserved per agent actor
+
+    def agent_spec(self) -> AgentSpec:
+        """What each agent is started with."""
+        return AgentSpec(
+            heartbeat_s=self.heartbeat_s,
+            idle_max_s=self.agent_idle_max_s,
+            max_turns=self.agent_max_turns,
+            log_level=self.log_level,
+            python=self.python,
+        )
 
 
 @dataclass(slots=True)
 class _Slot:
     index: int
     agent_id: str
-    proc: subprocess.Popen[bytes] | None = None
-    ref: process.ProcessRef | None = None
+    agent: AgentHandle | None = None
     spawned_at: float = 0.0
     next_start: float | None = 0.0  # monotonic; None: do not start (retiring or stopping)
     restart_times: list[float] = field(default_factory=list)
@@ -91,18 +102,23 @@ class _Slot:
     last_exit: str | None = None
     retiring: bool = False
 
+    @property
+    def ref(self) -> process.ProcessRef | None:
+        return self.agent.ref if self.agent is not None else None
+
     def record(self) -> AgentSlot:
+        ref = self.ref
         return AgentSlot(
             index=self.index,
             agent_id=self.agent_id,
-            pid=self.ref.pid if self.ref else None,
-            pid_started_at=self.ref.started_at if self.ref else None,
+            pid=ref.pid if ref else None,
+            pid_started_at=ref.started_at if ref else None,
             restarts=self.restarts,
             recent_restarts=self.recent_restarts,
             crash_loop=self.crash_loop,
             last_exit=self.last_exit,
             next_start_at=None
-            if self.next_start is None or self.ref is not None
+            if self.next_start is None or self.agent is not None
             else utcnow() + timedelta(seconds=max(0.0, self.next_start - time.monotonic())),
         )
 
@@ -111,13 +127,19 @@ class Supervisor:
     """One root's supervisor."""
 
     def __init__(
-        self, layout: Layout, config: SupervisorConfig, *, env: Mapping[str, str] | None = None
+        self,
+        layout: Layout,
+        config: SupervisorConfig,
+        *,
+        env: Mapping[str, str] | None = None,
+        runner: AgentRunner | None = None,
     ) -> None:
         self.layout = layout
         self.config = config
         self.env = dict(os.environ if env is None else env)
         self.notifier = Notifier(self.env)
         self.me = process.self_ref()
+        self.runner = runner if runner is not None else make_runner(layout, config, self.env)
         self.slots: list[_Slot] = []
         self.wanted = config.agents
         self.state = "starting"
@@ -126,7 +148,6 @@ class Supervisor:
         self.reload_requested = False
         self.child_event = False
         self._lock: object | None = None
-        self._tmux: TmuxSession | None = None
         self._started_wall = utcnow()
         self._stop_deadline = 0.0
         self._stop_code = exitcodes.OK
@@ -176,9 +197,7 @@ class Supervisor:
         self._reap_previous(previous)
         self._recover()
         self._refresh_status()
-        if self.config.visible == "tmux":
-            self._tmux = TmuxSession(self.layout.root)
-            self._tmux.create()
+        self.runner.open()
         self.slots = [_Slot(i, f"agent-{i}") for i in range(1, self.wanted + 1)]
         now = time.monotonic()
         for slot in self.slots:
@@ -186,7 +205,9 @@ class Supervisor:
         self.state = "running"
         self._write_record()
         self.notifier.ready(self._status_line())
-        log.info("supervisor_ready", agents=len(self.slots), pid=self.me.pid)
+        log.info(
+            "supervisor_ready", agents=len(self.slots), pid=self.me.pid, backend=self.runner.name
+        )
 
     def _reap_previous(self, previous: FleetRecord | None) -> None:
         """Kill every process a previous supervisor's fleet left running: zero survivors."""
@@ -233,49 +254,12 @@ class Supervisor:
 
     # --- agents ---------------------------------------------------------------------------------
 
-    def _agent_argv(self, slot: _Slot) -> list[str]:
-        argv = [
-            self.config.python, "-m", "loopx.agents", "run",
-            "--root", str(self.layout.root), "--registry", str(self.layout.registry),
-            "--agent-id", slot.agent_id,
-            "--heartbeat-seconds", str(self.config.heartbeat_s),
-            "--idle-max-seconds", str(self.config.agent_idle_max_s),
-            "--parent-pid", str(self.me.pid), "--parent-started-at", repr(self.me.started_at),
-            "--log-level", self.config.log_level,
-        ]  # fmt: skip
-        if self.config.agent_max_turns is not None:
-            argv += ["--max-turns", str(self.config.agent_max_turns)]
-        return argv
-
-    def _agent_env(self, slot: _Slot) -> dict[str, str]:
-        return {"LOOPX_ROOT": str(self.layout.root), "LOOPX_AGENT_ID": slot.agent_id}
-
     def _spawn(self, slot: _Slot, now: float) -> None:
-        argv = self._agent_argv(slot)
-        extra = self._agent_env(slot)
-        if self._tmux is not None:
-            pid = self._tmux.start_window(slot.agent_id, argv, extra)
-            started = process.started_at(pid)
-            slot.proc = None
-            slot.ref = process.ProcessRef(pid, started) if started is not None else None
-        else:
-            env = {k: v for k, v in self.env.items() if k not in PRIVATE_ENV} | extra
-            log_path = self.layout.logs_dir / f"agent-{slot.index}.log"
-            slot.proc = process.spawn(argv, env=env, log_path=log_path)
-            started = process.started_at(slot.proc.pid)
-            slot.ref = process.ProcessRef(slot.proc.pid, started or time.time())
+        slot.agent = self.runner.spawn(slot.index, slot.agent_id)
         slot.spawned_at = now
         slot.next_start = None
-        log.info("agent_spawned", agent_id=slot.agent_id, pid=slot.ref.pid if slot.ref else None)
-
-    def _exit_of(self, slot: _Slot) -> str | None:
-        """How the slot's agent ended, or None while it runs."""
-        if slot.proc is not None:
-            rc = slot.proc.poll()
-            return None if rc is None else process.describe_exit(rc)
-        if slot.ref is None or not slot.ref.alive():
-            return process.describe_exit(None)
-        return None
+        ref = slot.agent.ref
+        log.info("agent_spawned", agent_id=slot.agent_id, pid=ref.pid if ref else None)
 
     def _heartbeat_age(self, slot: _Slot) -> float:
         """Seconds since the slot's agent last proved alive (its heartbeat, else its spawn)."""
@@ -284,29 +268,15 @@ class Supervisor:
             beat = read_model_or_none(self.layout.agent_file(slot.agent_id), AgentHeartbeat)
         except CorruptFileError:
             beat = None
-        if beat is None or slot.ref is None or beat.pid != slot.ref.pid:
+        ref = slot.ref
+        if beat is None or ref is None or beat.pid != ref.pid:
             return since_spawn
         return min(since_spawn, (utcnow() - beat.beat_at).total_seconds())
 
-    def _kill_slot(self, slot: _Slot, *, grace_s: float) -> None:
-        """Kill the slot's agent, its descendants and every process carrying its agent id."""
-        procs: dict[int, psutil.Process] = {}
-        if slot.ref is not None and (found := process.find(slot.ref)) is not None:
-            procs.update({p.pid: p for p in process.tree(found)})
-        procs.update(
-            {p.pid: p for p in process.fleet_processes(self.layout.root, agent_id=slot.agent_id)}
-        )
-        procs.pop(self.me.pid, None)
-        process.kill_all(list(procs.values()), grace_s=grace_s)
-        if slot.proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                slot.proc.wait(timeout=1.0)
-
     def _ended(self, slot: _Slot, how: str, now: float) -> None:
-        log.warning(
-            "agent_exited", agent_id=slot.agent_id, pid=slot.ref.pid if slot.ref else None, how=how
-        )
-        slot.proc, slot.ref, slot.last_exit = None, None, how
+        ref = slot.ref
+        log.warning("agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how)
+        slot.agent, slot.last_exit = None, how
         if self.state != "running" or slot.retiring:
             slot.next_start = None
             return
@@ -330,13 +300,13 @@ class Supervisor:
         """Reap, restart, kill stalled agents; returns whether anything changed."""
         changed = False
         for slot in list(self.slots):
-            if slot.ref is not None or slot.proc is not None:
-                how = self._exit_of(slot)
+            if slot.agent is not None:
+                how = slot.agent.exit_status()
                 if how is None and self.state == "running":
                     age = self._heartbeat_age(slot)
                     if age > self.config.stall_s:
                         log.error("agent_stalled", agent_id=slot.agent_id, silent_s=round(age, 1))
-                        self._kill_slot(slot, grace_s=STALL_KILL_GRACE_S)
+                        slot.agent.kill(grace_s=STALL_KILL_GRACE_S)
                         how = f"killed: heartbeat silent for {age:.0f}s"
                     elif slot.crash_loop and now - slot.spawned_at > self.config.restart.window_s:
                         slot.crash_loop, slot.recent_restarts, changed = False, 0, True
@@ -346,12 +316,12 @@ class Supervisor:
             elif slot.next_start is not None and now >= slot.next_start and self.state == "running":
                 self._spawn(slot, now)
                 changed = True
-            if slot.retiring and slot.ref is None:
+            if slot.retiring and slot.agent is None:
                 self.slots.remove(slot)
                 changed = True
         if self.child_event:
             self.child_event = False
-            process.reap_orphans(known=[s.proc.pid for s in self.slots if s.proc is not None])
+            process.reap_orphans(known=[r.pid for s in self.slots if (r := s.ref) is not None])
         return changed
 
     # --- reload, stop, idle ---------------------------------------------------------------------
@@ -371,8 +341,8 @@ class Supervisor:
         for slot in active[self.wanted :]:
             slot.retiring = True
             slot.next_start = None
-            if slot.ref is not None and (found := process.find(slot.ref)) is not None:
-                process.signal_all([found], signal.SIGTERM)
+            if slot.agent is not None:
+                slot.agent.request_stop()
         used = {s.index for s in self.slots}
         index = 1
         while len([s for s in self.slots if not s.retiring]) < self.wanted:
@@ -393,19 +363,20 @@ class Supervisor:
         self._next_extend = now + 5
         for slot in self.slots:
             slot.next_start = None
-            if slot.ref is not None and (found := process.find(slot.ref)) is not None:
-                process.signal_all([found], signal.SIGTERM)
+            if slot.agent is not None:
+                slot.agent.request_stop()
         log.info("supervisor_stopping", agents=len(self._live()), grace_s=self.config.stop_grace_s)
 
     def _live(self) -> list[_Slot]:
-        return [s for s in self.slots if s.ref is not None]
+        return [s for s in self.slots if s.agent is not None]
 
     def _finish(self) -> int:
         """Nothing of the fleet may survive: SIGKILL what is left, then record the end."""
-        leftovers: dict[int, psutil.Process] = {}
         for slot in self.slots:
-            if slot.ref is not None and (found := process.find(slot.ref)) is not None:
-                leftovers.update({p.pid: p for p in process.tree(found)})
+            if slot.agent is not None:
+                slot.agent.kill(grace_s=0)
+        self.runner.close(grace_s=0)
+        leftovers: dict[int, psutil.Process] = {}
         leftovers.update({p.pid: p for p in process.fleet_processes(self.layout.root)})
         with contextlib.suppress(psutil.NoSuchProcess):
             leftovers.update({p.pid: p for p in psutil.Process().children(recursive=True)})
@@ -414,13 +385,8 @@ class Supervisor:
             log.warning("killing_leftovers", pids=sorted(leftovers))
             process.kill_all(list(leftovers.values()), grace_s=0)
         for slot in self.slots:
-            if slot.proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    slot.proc.wait(timeout=2.0)
-            slot.proc, slot.ref, slot.next_start = None, None, None
+            slot.agent, slot.next_start = None, None
         process.reap_orphans()
-        if self._tmux is not None:
-            self._tmux.kill_server()
         self.state = "stopped"
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK
@@ -495,7 +461,7 @@ class Supervisor:
             due.append(now + 0.1)
         if self.config.until_idle:
             due.append(self._next_idle_check)
-        due += [s.next_start for s in self.slots if s.next_start is not None and s.ref is None]
+        due += [s.next_start for s in self.slots if s.next_start is not None and s.agent is None]
         return max(0.0, min(due) - now)
 
     def _status_line(self) -> str:
@@ -511,7 +477,8 @@ class Supervisor:
             hostname=os.uname().nodename,
             agents_wanted=self.wanted,
             visible=self.config.visible,
-            tmux_session=self._tmux.name if self._tmux is not None else None,
+            tmux_session=self.runner.tmux_name,
+            backend=self.runner.name,
             state=self.state,
             stop_grace_s=self.config.stop_grace_s,
             until_idle=self.config.until_idle,
@@ -561,3 +528,17 @@ class Supervisor:
             self.notifier.close()
             if self._lock is not None:
                 self._lock.release()  # type: ignore[attr-defined]
+
+
+def make_runner(layout: Layout, config: SupervisorConfig, env: Mapping[str, str]) -> AgentRunner:
+    """The back-end ``config.backend`` names.
+
+    Raises:
+        RayUnavailableError: ``--backend ray`` without ray installed.
+
+    """
+    if config.backend == "ray":
+        from loopx.supervisor.ray_backend import RayRunner  # noqa: PLC0415 - optional extra
+
+        return RayRunner.from_config(layout, config)
+    return LocalRunner(layout, config.agent_spec(), env, visible=config.visible)

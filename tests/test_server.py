@@ -205,7 +205,7 @@ def test_right_token_accepted(token_server):
 def test_non_loopback_without_token_refused(layout):
     """Binding a non-loopback address without a token is refused before binding."""
     with pytest.raises(InsecureBindError):
-        make_server(layout, host="0.0.0.0", port=0)  # noqa: S104 - the point of the test
+        make_server(layout, host="0.0.0.0", port=0)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.4.5", "::1", "localhost"])
@@ -216,7 +216,7 @@ def test_loopback_needs_no_token(host):
 
 def test_non_loopback_with_token_allowed():
     """A non-loopback bind with a token passes the check."""
-    check_bind("0.0.0.0", TOKEN)  # noqa: S104 - the check only, nothing binds
+    check_bind("0.0.0.0", TOKEN)
 
 
 def test_port_in_use_is_a_usage_error(server, layout):
@@ -227,7 +227,7 @@ def test_port_in_use_is_a_usage_error(server, layout):
 
 def test_serve_cli_refuses_public_bind_without_token(cli):
     """`loopx serve --host 0.0.0.0` without a token exits 2 with a hint."""
-    proc = cli.run("serve", "--host", "0.0.0.0", "--port", "0")  # noqa: S104
+    proc = cli.run("serve", "--host", "0.0.0.0", "--port", "0")
     assert proc.returncode == 2
     assert "token" in proc.stderr
 

@@ -222,3 +222,19 @@ def test_history_counts_are_incremental(layout):
         1,
     )
     assert second.offset == os.path.getsize(layout.history_file("g0"))
+
+
+def test_journal_quarantined_by_recovery_is_seen_without_a_full_scan(layout):
+    """quarantine/<goal>/<journal> (recovery's layout) is attributed, and a second one is noticed."""
+    seeded(layout, n=2)
+    aside = layout.quarantine_dir / "g0"
+    aside.mkdir()
+    (aside / "t1.json").write_text("{}")
+    (aside / "t1.json.reason.json").write_text("{}")
+    cache = fresh_cache(layout)
+    assert by_id(cache, "g0").quarantined == ["t1.json"]
+    (aside / "t2.json").write_text("{}")
+    report = cache.refresh(now=utcnow(), ttl_s=0, full_scan_after_s=3600)
+    assert report.full_scan is False
+    assert by_id(cache, "g0").quarantined == ["t1.json", "t2.json"]
+    assert cache.projection().quarantined_total == 2

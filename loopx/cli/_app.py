@@ -11,6 +11,7 @@ from loopx.cli import (
     _agent,
     _archive,
     _batch,
+    _doctor,
     _demo,
     _gate,
     _goal,
@@ -19,6 +20,7 @@ from loopx.cli import (
     _probe,
     _quota,
     _recover,
+    _replay,
     _schema,
     _serve,
     _status,
@@ -47,6 +49,8 @@ COMMAND_MODULES = (
     _journal,
     _recover,
     _demo,
+    _replay,
+    _doctor,
 )
 
 

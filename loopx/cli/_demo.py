@@ -6,10 +6,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import sys
+
+from rich.console import Console
+
 from loopx import exitcodes
 from loopx.cli._common import add_command, print_json
+from loopx.cli._status import render_plain, render_table
 from loopx.errors import UsageError
-from loopx.root import ResolvedRoot, RootSource, open_root
+from loopx.model import utcnow
+from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+from loopx.status_cache import load_status
 
 
 def register(sub: Any) -> None:
@@ -50,12 +57,11 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def _print_status(layout: Any) -> None:
-    from loopx.report import gather_goal_reports  # noqa: PLC0415
-
-    from loopx.registry import load_registry  # noqa: PLC0415
-
-    ids = sorted(load_registry(layout).goals)
-    for g in gather_goal_reports(layout, ids):
-        note = f"asks: {g.open_question}" if g.open_question else g.last_summary
-        print(f"  {g.goal_id:<16} {g.outcome:<12} {g.turns:>2} turns  {note}")
+def _print_status(where: Layout) -> None:
+    """The same attention queue `loopx status` prints."""
+    now = utcnow()
+    projection = load_status(where, now=now, ttl_s=0.0, force=True)
+    if sys.stdout.isatty():
+        Console().print(render_table(projection, now))
+    else:
+        print(render_plain(projection, now))

@@ -29,7 +29,7 @@ QUOTA_FLAGS = {
 # Policy field (as InvalidPolicyError names it) -> the `goal add` flag that sets it.
 POLICY_FLAGS = {
     f"quota.{field}": "--" + flag.replace("_", "-") for flag, field in QUOTA_FLAGS.items()
-}
+} | {"resources": "--resource"}
 
 
 def register(sub: Any) -> None:
@@ -65,6 +65,12 @@ def register(sub: Any) -> None:
     add.add_argument("--max-cost-usd", type=float, metavar="F", help="cost cap per window")
     add.add_argument("--next-probe", metavar="'CMD'", help="read-only command to observe progress")
     add.add_argument("--max-host-attempts", type=int, metavar="N", help="host runs per turn")
+    add.add_argument(
+        "--resource",
+        action="append",
+        metavar="NAME=AMOUNT",
+        help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
+    )
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
     add.set_defaults(func=run_add)
@@ -143,6 +149,25 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     return HostSpec(kind=kind, argv=argv, session_max_turns=args.session_max_turns)
 
 
+def _resources(given: list[str] | None) -> dict[str, float] | None:
+    """``--resource NAME=AMOUNT`` flags as a dict (None when none was given)."""
+    if not given:
+        return None
+    out: dict[str, float] = {}
+    for item in given:
+        name, sep, amount = item.partition("=")
+        try:
+            value = float(amount) if sep else float("nan")
+        except ValueError:
+            value = float("nan")
+        if not name or value != value:  # noqa: PLR0124 - NaN check: not a number
+            raise InvalidPolicyError(
+                "--resource", f"expected NAME=AMOUNT with a number, got {item!r}"
+            )
+        out[name] = value
+    return out
+
+
 def run_add(args: argparse.Namespace) -> int:
     """Register or update a goal."""
     quota = {field: getattr(args, flag) for flag, field in QUOTA_FLAGS.items()}
@@ -153,6 +178,7 @@ def run_add(args: argparse.Namespace) -> int:
         priority=args.priority,
         next_probe=args.next_probe,
         max_host_attempts=args.max_host_attempts,
+        resources=_resources(args.resource),
         quota={k: v for k, v in quota.items() if v is not None},
     )
     try:

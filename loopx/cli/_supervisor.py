@@ -90,6 +90,30 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--restart-max-seconds", type=float, default=60.0, metavar="S", help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="where agents run: local processes (default) or Ray actors (pip install 'loopx[ray]')",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="--backend ray: the cluster to join (host:port or 'auto'); default a private local one",
+    )
+    parser.add_argument(
+        "--agent-cpus",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="--backend ray: CPUs each agent actor reserves (default 1)",
+    )
+    parser.add_argument(
+        "--agent-memory-mb",
+        type=int,
+        metavar="N",
+        help="--backend ray: memory each agent actor reserves, in MB",
+    )
 
 
 def register(sub: Any) -> None:
@@ -140,6 +164,18 @@ def _config(args: argparse.Namespace) -> Any:
         raise UsageError(f"--agents must be 0 or more, got {args.agents}", hint="pass --agents N")
     if args.stop_grace_seconds < 0:
         raise UsageError("--stop-grace-seconds must be 0 or more", hint="pass a number of seconds")
+    if args.backend != "ray" and (args.ray_address or args.agent_memory_mb is not None):
+        raise UsageError(
+            "--ray-address and --agent-memory-mb apply to the Ray back-end only",
+            hint="add --backend ray",
+        )
+    if args.backend == "ray" and args.visible != "none":
+        raise UsageError("--visible tmux needs local agents", hint="drop --visible or --backend ray")
+    if args.agent_cpus < 0 or (args.agent_memory_mb is not None and args.agent_memory_mb <= 0):
+        raise UsageError(
+            "--agent-cpus must be 0 or more and --agent-memory-mb more than 0",
+            hint="pass e.g. --agent-cpus 0.5 --agent-memory-mb 512",
+        )
     return SupervisorConfig(
         agents=args.agents,
         visible=args.visible,
@@ -157,6 +193,10 @@ def _config(args: argparse.Namespace) -> Any:
             crash_loop_restarts=args.crash_loop_restarts,
         ),
         log_level=args.log_level if args.log_level != "warning" else "info",
+        backend=args.backend,
+        ray_address=args.ray_address,
+        agent_cpus=args.agent_cpus,
+        agent_memory_mb=args.agent_memory_mb,
     )
 
 
@@ -172,13 +212,14 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def _run_args(args: argparse.Namespace) -> list[str]:
-    out = ["--agents", str(args.agents), "--visible", args.visible]
+    out = ["--agents", str(args.agents), "--visible", args.visible, "--backend", args.backend]
     if args.until_idle:
         out.append("--until-idle")
     for flag in (
         "stop_grace_seconds", "refresh_interval_seconds", "status_projection_cache_ttl_seconds",
         "heartbeat_seconds", "stall_seconds", "idle_horizon_seconds", "crash_loop_restarts",
         "crash_loop_window_seconds", "restart_max_seconds", "agent_max_turns",
+        "ray_address", "agent_cpus", "agent_memory_mb",
     ):  # fmt: skip
         value = getattr(args, flag)
         if value is not None:
