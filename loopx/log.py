@@ -14,6 +14,12 @@ from loopx.secrets import RedactSecrets, secret_values
 _configured = False
 
 
+def _stderr_logger(*_args: object) -> structlog.PrintLogger:
+    # Resolve sys.stderr per logger, not once: a test runner or a daemonising
+    # parent may replace (and close) the stream after configuration.
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure_logging(*, stream: TextIO | None = None, level: str = "info", force: bool = False) -> None:
     """Configure structlog for this process (idempotent unless ``force``).
 
@@ -41,7 +47,7 @@ def configure_logging(*, stream: TextIO | None = None, level: str = "info", forc
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=structlog.PrintLoggerFactory(file=out) if stream is not None else _stderr_logger,
         cache_logger_on_first_use=False,
     )
     _configured = True

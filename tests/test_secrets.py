@@ -30,7 +30,10 @@ def test_logs_never_carry_secrets(monkeypatch) -> None:  # type: ignore[no-untyp
     monkeypatch.setenv("SERVICE_TOKEN", "tok-abcdef-987")
     out = io.StringIO()
     configure_logging(stream=out, force=True)
-    structlog.get_logger().warning("host_said", text="token is tok-abcdef-987", api_key="x")
+    try:
+        structlog.get_logger().warning("host_said", text="token is tok-abcdef-987", api_key="x")
+    finally:
+        configure_logging(force=True)
     line = out.getvalue()
     assert "tok-abcdef-987" not in line
     assert '"api_key": "[REDACTED]"' in line
