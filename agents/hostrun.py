@@ -1,11 +1,13 @@
 """Run one host process tree: spawn, feed, capture (bounded), measure, enforce, reap.
 
 The host runs from its argv (never a shell) in its own session and process
-group, with cwd = the goal's workdir and the envelope on stdin. Its stdout
-and stderr are read concurrently by two threads that keep the first 1 MiB of
-each and count the rest, so a chatty host cannot fill memory or block on a
-full pipe. The tree is sampled with psutil: descendants by parentage, plus
-(at enforcement and at the end, when the tree was ever seen to fork) every
+group, with cwd = the goal's workdir and the envelope on stdin. One loop in
+the calling thread waits on the host's pidfd and its pipes together
+(``select``): it feeds stdin, reads stdout and stderr as they fill (keeping
+the first 1 MiB of each and counting the rest, so a chatty host can neither
+fill memory nor block on a full pipe) and wakes the moment the host exits, so
+a short host costs no polling latency and no thread start-ups. The tree is
+sampled with psutil: descendants by parentage, plus (at enforcement and at the end, when the tree was ever seen to fork) every
 process carrying this turn's ``LOOPX_TURN_KEY`` in its environment, which
 finds grandchildren that ``setsid`` away from the group.
 
@@ -45,6 +47,8 @@ ROOT_ENV: Final = "LOOPX_ROOT"
 GOAL_ENV: Final = "LOOPX_GOAL_ID"
 DEFAULT_KILL_GRACE_S: Final = 3.0
 _READ_CHUNK: Final = 64 * 1024
+# How long output still held by a pipe is read after the host tree ended.
+_DRAIN_S: Final = 5.0
 _MB: Final = 1024 * 1024
 # Sampling starts fast (short hosts are common) and slows to this period.
 _FIRST_SAMPLE_S: Final = 0.01
@@ -112,10 +116,19 @@ class _Tree:
         self.seen: dict[tuple[int, float], _Seen] = {}
         self.peak_rss = 0
         self.forked = False
-        try:
-            self.root = psutil.Process(root_pid)
-        except psutil.Error:
-            self.root = None
+        self._root: psutil.Process | None = None
+        self._root_read = False
+
+    @property
+    def root(self) -> psutil.Process | None:
+        """The host process, looked up on first use: a host that exits before
+        the first sample never costs a /proc read. Its pid cannot be reused
+        meanwhile, as it is our unreaped child."""
+        if not self._root_read:
+            self._root_read = True
+            with contextlib.suppress(psutil.Error):
+                self._root = psutil.Process(self.root_pid)
+        return self._root
 
     def descendants(self) -> list[psutil.Process]:
         if self.root is None:
@@ -247,28 +260,106 @@ def kill_processes(
     return survivors
 
 
-def _pump(fd: int, capture: Capture) -> None:
-    with contextlib.suppress(OSError):
-        while chunk := os.read(fd, _READ_CHUNK):
-            capture.feed(chunk)
+class _Pipes:
+    """The host's three pipes, served from one ``select`` loop in the calling thread."""
 
+    def __init__(
+        self, proc: subprocess.Popen[bytes], stdin: bytes, out: Capture, err: Capture
+    ) -> None:
+        # PIPEs were asked for all three.
+        assert proc.stdin is not None  # noqa: S101
+        assert proc.stdout is not None  # noqa: S101
+        assert proc.stderr is not None  # noqa: S101
+        self._pid = proc.pid
+        self._files: list[IO[bytes]] = [proc.stdin, proc.stdout, proc.stderr]
+        self._readers: dict[int, Capture] = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        self._stdin_fd: int | None = proc.stdin.fileno()
+        self._stdin = memoryview(stdin)
+        for fd in (self._stdin_fd, *self._readers):
+            os.set_blocking(fd, False)
+        if not stdin:
+            self._close_stdin()
 
-def _feed_stdin(stream: IO[bytes], data: bytes) -> None:
-    # A host that never reads stdin (or exits early) must not fail the turn.
-    with contextlib.suppress(BrokenPipeError, OSError, ValueError):
-        stream.write(data)
-    with contextlib.suppress(BrokenPipeError, OSError, ValueError):
-        stream.close()
+    @property
+    def open_readers(self) -> bool:
+        """Whether stdout or stderr may still deliver bytes."""
+        return bool(self._readers)
 
+    def serve(self, pidfd: int | None, timeout: float) -> bool:
+        """Move bytes until the host exits (True) or ``timeout`` passes (False); never reaps.
 
-def _wait_exit(pidfd: int | None, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Block until the child exits or ``timeout`` passes, without reaping it."""
-    if pidfd is not None:
-        select.select([pidfd], [], [], max(timeout, 0.0))
-        return
-    deadline = time.monotonic() + timeout  # pragma: no cover - pidfd exists on Linux >= 5.3
-    while time.monotonic() < deadline and _peek_alive(proc.pid):  # pragma: no cover
-        time.sleep(min(0.005, timeout))
+        Without a pidfd (kernels before 5.3) the exit is polled every 5 ms.
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = deadline - time.monotonic()
+            waits = [*self._readers] + ([pidfd] if pidfd is not None else [])
+            writes = [self._stdin_fd] if self._stdin_fd is not None else []
+            cap = left if pidfd is not None else min(left, 0.005)
+            try:
+                readable, writable, _ = select.select(waits, writes, [], max(cap, 0.0))
+            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+                continue
+            if writable:
+                self._feed()
+            for fd in readable:
+                if fd != pidfd:
+                    self._read(fd)
+            exited = pidfd in readable if pidfd is not None else not _peek_alive(self._pid)
+            if exited:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def drain(self, deadline: float) -> None:
+        """After the host exited: read what its pipes still hold until EOF or ``deadline``."""
+        self._close_stdin()
+        while self._readers:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            readable, _, _ = select.select([*self._readers], [], [], left)
+            for fd in readable:
+                self._read(fd)
+
+    def close(self) -> None:
+        """Close our ends of every pipe."""
+        for f in self._files:
+            with contextlib.suppress(OSError):
+                f.close()
+        self._readers.clear()
+        self._stdin_fd = None
+
+    def _read(self, fd: int) -> None:
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            self._readers[fd].feed(chunk)
+        else:
+            del self._readers[fd]  # EOF: every writer closed it
+
+    def _feed(self) -> None:
+        # A host that never reads stdin (or exits early) must not fail the turn.
+        try:
+            sent = os.write(self._stdin_fd, self._stdin[:_READ_CHUNK])  # type: ignore[arg-type]
+        except BlockingIOError:
+            return
+        except OSError:  # BrokenPipeError: the host closed its stdin
+            self._close_stdin()
+            return
+        self._stdin = self._stdin[sent:]
+        if not self._stdin:
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self._stdin_fd is not None:
+            with contextlib.suppress(OSError):
+                self._files[0].close()
+            self._stdin_fd = None
 
 
 def _peek_alive(pid: int) -> bool:
@@ -331,14 +422,7 @@ def run_host(
             spawn_error=f"cannot start {argv[0]!r} in {cwd}: {e.strerror or e}",
         )
     out, err = Capture(), Capture()
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None  # noqa: S101 - PIPEs above
-    threads = [
-        threading.Thread(target=_pump, args=(proc.stdout.fileno(), out), daemon=True),
-        threading.Thread(target=_pump, args=(proc.stderr.fileno(), err), daemon=True),
-        threading.Thread(target=_feed_stdin, args=(proc.stdin, stdin), daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
+    pipes = _Pipes(proc, stdin, out, err)
     try:
         pidfd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # pragma: no cover - old kernels
@@ -353,9 +437,9 @@ def run_host(
             wake = min(period, max(limits.timeout_s - (time.monotonic() - t0), 0.0) + 0.001)
             if stop is not None:
                 wake = min(wake, 0.05)
-            _wait_exit(pidfd, proc, wake)
+            exited = pipes.serve(pidfd, wake)
             period = min(period * 2, _SAMPLE_PERIOD_S)
-            if not _peek_alive(proc.pid):
+            if exited or not _peek_alive(proc.pid):
                 break
             now_m = time.monotonic()
             reason = None
@@ -398,11 +482,10 @@ def run_host(
             _terminate_tree(tree, proc, limits.kill_grace_s)
             with contextlib.suppress(ChildProcessError):
                 os.wait4(proc.pid, 0)
-        for thread in threads:
-            thread.join(timeout=5.0)
-        for pipe in (proc.stdout, proc.stderr):
-            with contextlib.suppress(OSError):
-                pipe.close()
+        # What the tree wrote before it ended; bounded like the old reader threads' join.
+        with contextlib.suppress(OSError, ValueError):
+            pipes.drain(time.monotonic() + _DRAIN_S)
+        pipes.close()
     if error is not None:
         raise error
     cpu = rusage.ru_utime + rusage.ru_stime + tree.orphan_cpu()

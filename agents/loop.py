@@ -150,7 +150,16 @@ class Agent:
                 started_at=self._started_at,
                 beat_at=utcnow(),
             )
-            atomic_write_model(self.layout.agent_file(self.config.agent_id), record)
+            # Not fsynced: a heartbeat tells live processes about a live agent; after
+            # a power cut there is no agent left for it to describe.
+            atomic_write_model(self.layout.agent_file(self.config.agent_id), record, durable=False)
+
+    def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
+        """Change the phase the next beat publishes, without writing now."""
+        with self._beat_lock:
+            self._phase = phase
+            self._goal_id = goal_id
+            self._turn_key = None
 
     def _parent_gone(self) -> bool:
         pid = self.config.parent_pid
@@ -228,7 +237,10 @@ class Agent:
                 if report.failure is not None and report.failure.reason is FailureReason.LEASE_LOST:
                     self.turns_lost += 1
                 self.idle_streak = 0
-                self.beat(AgentPhase.IDLE)
+                # Idle from now, published by the next step's beat (running again,
+                # or idle when nothing is eligible) or the heartbeat thread: one
+                # heartbeat write per turn instead of two.
+                self._set_phase(AgentPhase.IDLE)
                 return Step.RAN
         self.idle_streak += 1
         self.beat(AgentPhase.IDLE)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,11 +43,18 @@ from loopx.agents.hostrun import (
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 
 from loopx import __version__
-from loopx.errors import HostMissingError, LeaseLostError, LoopxError
+from loopx.candidates import read_registry
+from loopx.errors import (
+    CorruptFileError,
+    GoalNotFoundError,
+    HostMissingError,
+    LeaseLostError,
+    LoopxError,
+)
 from loopx.failures import FailureReason, TurnFailure
 from loopx.faults import fault_point
-from loopx.files import ensure_dir, read_bytes
-from loopx.goals import get_goal
+from loopx.files import dir_sync_batch, ensure_dir, read_bytes
+from loopx.ids import validate_goal_id
 from loopx.journal import (
     HostOutcome,
     Phase,
@@ -54,9 +62,9 @@ from loopx.journal import (
     TurnPlan,
     TurnStatus,
     create_journal,
-    journal_files,
     last_seq,
     make_turn_key,
+    newest_journal,
     result_path,
     write_journal,
 )
@@ -67,8 +75,11 @@ from loopx.lease import (
     Lease,
     claim,
     fence_of,
+    holder_state,
+    read_lease,
     release,
     renew,
+    takeover_allowed,
 )
 from loopx.model import Record, utcnow
 from loopx.phases import finish, settle
@@ -76,6 +87,8 @@ from loopx.protocol import Envelope, ResultKind
 from loopx.quota import QuotaDecision, decide
 from loopx.recovery import RecoveryAction, recover_goal
 from loopx.registry import Goal
+from loopx.secrets import redact_text, secret_values
+from loopx.tamper import GoalFingerprint
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.usage import Usage
@@ -172,15 +185,27 @@ def attempt_turn(
     """Like :func:`run_one_turn`, saying why no turn ran."""
     config = config or TurnConfig.from_env(os.environ)
     with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
-        goal = get_goal(layout, goal_id)
-        claimed = claim(
-            layout,
-            goal_id,
-            agent_id=agent_id,
-            now=utcnow(),
-            ttl_s=config.lease_ttl_s,
-            grace_s=config.lease_grace_s,
-        )
+        goal = _goal(layout, goal_id)
+        visible = _visibly_held(layout, goal_id, now=utcnow(), grace_s=config.lease_grace_s)
+        if visible is not None:
+            # Agents that ranked the same goal first race for it; the losers see
+            # the winner's lease here and move on without queueing on the goal's
+            # lock, which the winner holds across its fsyncs.
+            return TurnAttempt(goal_id=goal_id, claimed=False, blocking_agent=visible.agent_id)
+        # The epoch counter and the lease share the goal's directory: one fsync
+        # of it makes both names durable before anything of the turn is written.
+        # A power cut in between may keep the lease without the raised counter;
+        # the next claim takes max(counter, lease epoch) + 1, so no epoch is
+        # handed out twice.
+        with dir_sync_batch():
+            claimed = claim(
+                layout,
+                goal_id,
+                agent_id=agent_id,
+                now=utcnow(),
+                ttl_s=config.lease_ttl_s,
+                grace_s=config.lease_grace_s,
+            )
         if claimed.lease is None:
             blocking = claimed.blocking.agent_id if claimed.blocking else None
             return TurnAttempt(goal_id=goal_id, claimed=False, blocking_agent=blocking)
@@ -205,10 +230,12 @@ def _claimed_turn(
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
     holder = _Holder(layout, lease, config.lease_ttl_s)
-    files = journal_files(layout, goal.id)
-    turn_key = files[-1].name.removesuffix(".json") if files else ""
+    newest = newest_journal(layout, goal.id)
+    turn_key = newest.name.removesuffix(".json") if newest is not None else ""
     try:
-        actions, pending = recover_goal(layout, goal.id, fence, now=utcnow(), paths=files[-1:])
+        actions, pending = recover_goal(
+            layout, goal.id, fence, now=utcnow(), paths=[newest] if newest is not None else []
+        )
         if pending is not None:
             _kill_goal_processes(layout, goal.id, config.kill_grace_s)
             turn_key = pending.turn_key
@@ -218,7 +245,7 @@ def _claimed_turn(
             write_journal(layout, journal, fence)
             done = _execute(layout, goal, journal, fence, holder, stop=stop, config=config)
             return _attempt(goal.id, report=_report(done, actions))
-        goal = get_goal(layout, goal.id)  # finishing a turn may have changed it
+        goal = _goal(layout, goal.id)  # finishing a turn may have changed it
         decision = _decide(layout, goal, now=utcnow())
         if not decision.allowed:
             log.info("turn_refused", reason=decision.reason)
@@ -261,6 +288,36 @@ class _Holder:
 
     def renew(self) -> None:
         self.lease = renew(self.layout, self.lease, now=utcnow(), ttl_s=self.ttl_s)
+
+
+def _visibly_held(layout: Layout, goal_id: str, *, now: datetime, grace_s: float) -> Lease | None:
+    """The goal's lease when it plainly blocks a claim now (read without the lock), else None.
+
+    Only a shortcut: None (no lease, a damaged one, one that may be taken
+    over) sends the caller to :func:`loopx.lease.claim`, which decides under
+    the goal's lock.
+    """
+    try:
+        current = read_lease(layout, goal_id)
+    except CorruptFileError:
+        return None
+    if current is None:
+        return None
+    holder = holder_state(current, hostname=socket.gethostname())
+    return None if takeover_allowed(current, holder, now=now, grace_s=grace_s) else current
+
+
+def _goal(layout: Layout, goal_id: str) -> Goal:
+    """:func:`loopx.goals.get_goal`, parsing the registry again only when it changed.
+
+    Raises:
+        GoalNotFoundError: no such goal.
+
+    """
+    goal = read_registry(layout).goals.get(validate_goal_id(goal_id))
+    if goal is None:
+        raise GoalNotFoundError(goal_id, layout.registry)
+    return goal
 
 
 def _decide(layout: Layout, goal: Goal, *, now: datetime) -> QuotaDecision:
@@ -359,11 +416,13 @@ def _execute(
             update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
         )
         return _after_host(layout, settle(failed, now=utcnow()), fence, result_file)
+    env = _host_env(layout, journal, invocation.env)
+    guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
     run = run_host(
         invocation.argv,
         stdin=invocation.stdin,
         cwd=Path(goal.workdir),
-        env=_host_env(layout, journal, invocation.env),
+        env=env,
         limits=Limits(
             timeout_s=journal.plan.turn_timeout_s,
             max_rss_mb=journal.plan.max_rss_mb,
@@ -375,7 +434,18 @@ def _execute(
         tick=holder.renew,
         tick_every_s=max(config.lease_ttl_s / 3, 0.05),
     )
-    outcome, reading = _outcome(host, envelope, journal, run, result_file)
+    # Host output is stored (journal, run logs, history): secret values of the
+    # host's environment are replaced before anything reads or keeps it.
+    outcome, reading = _outcome(host, envelope, journal, run, result_file, secret_values(env))
+    tampered = guard.changed(layout, goal.id, running=journal.turn_key)
+    if tampered:
+        log.warning("host_tampered_with_root", files=tampered)
+        outcome = outcome.model_copy(update={"failure": TurnFailure.of(
+            FailureReason.ROOT_TAMPERED,
+            f"the host changed LoopX's files while it ran: {', '.join(tampered[:10])}; "
+            "they were left as found: see `loopx doctor` and "
+            f"`loopx replay {goal.id} --verify` (`--repair` rebuilds them from the journals)",
+        )})
     usage = run.usage
     if reading is not None:
         usage = usage.model_copy(
@@ -390,17 +460,24 @@ def _execute(
 
 
 def _outcome(
-    host: Host, envelope: Envelope, journal: TurnJournal, run: HostRun, result_file: Path
+    host: Host,
+    envelope: Envelope,
+    journal: TurnJournal,
+    run: HostRun,
+    result_file: Path,
+    secrets: list[str],
 ) -> tuple[HostOutcome, Interpretation | None]:
-    """The recorded outcome, and the adapter's reading of it when there was one."""
+    """The recorded outcome (secrets redacted), and the adapter's reading of it."""
+    stdout = redact_text(run.stdout.text(), secrets)
+    stderr = redact_text(run.stderr.text(), secrets)
     base = {
         "attempt": journal.attempt,
         "pid": run.pid or None,
         "exit_code": run.exit_code,
         "signal": run.signal,
         "killed": run.killed,
-        "stdout": run.stdout.text(),
-        "stderr": run.stderr.text(),
+        "stdout": stdout,
+        "stderr": stderr,
         "stdout_dropped": run.stdout.dropped,
         "stderr_dropped": run.stderr.dropped,
         "started_at": run.started_at,
@@ -412,11 +489,12 @@ def _outcome(
     if run.killed is not None:
         return HostOutcome.model_validate(base), None
     text = _read_result_file(result_file)
+    text = redact_text(text, secrets) if text is not None else None
     output = HostOutput(
         exit_code=run.exit_code,
         signal=run.signal,
-        stdout=run.stdout.text(),
-        stderr=run.stderr.text(),
+        stdout=stdout,
+        stderr=stderr,
         stdout_dropped=run.stdout.dropped,
         stderr_dropped=run.stderr.dropped,
         result_file_text=text,

@@ -13,6 +13,7 @@ commit). Both medians and their ratio are printed; the goal is ratio <= 3.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import tempfile
@@ -29,6 +30,18 @@ from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.agents.turn import TurnConfig, run_one_turn
 
 HOST = ["/bin/echo", '{"schema_version": 1, "kind": "progress", "summary": "ok"}']
+
+# Count the fsyncs each path makes (files.py calls os.fsync through the module).
+FSYNCS = [0]
+_real_fsync = os.fsync
+
+
+def _counting_fsync(fd: int) -> None:
+    FSYNCS[0] += 1
+    _real_fsync(fd)
+
+
+os.fsync = _counting_fsync
 
 
 def floor_once(directory: Path) -> float:
@@ -62,13 +75,18 @@ def main() -> None:
     for _ in range(10):  # warm up both paths
         run_one_turn(layout, "bench", agent_id="bench", config=config)
         floor_once(floor_dir)
+    turn_fsyncs = floor_fsyncs = 0
     for _ in range(args.turns):
+        f0 = FSYNCS[0]
         t0 = time.perf_counter()
         report = run_one_turn(layout, "bench", agent_id="bench", config=config)
         turn_s.append(time.perf_counter() - t0)
+        f1 = FSYNCS[0]
         assert report is not None and report.status == "committed", report
         host_s.append(report.usage.wall_s)
         floor_s.append(floor_once(floor_dir))
+        turn_fsyncs += f1 - f0
+        floor_fsyncs += FSYNCS[0] - f1
     turn = statistics.median(turn_s) * 1000
     host = statistics.median(host_s) * 1000
     floor = statistics.median(floor_s) * 1000
@@ -77,6 +95,8 @@ def main() -> None:
     print(f"  host wall (spawn->exit) median {host:7.2f} ms")
     print(f"  control plane (turn - host wall) median {turn - host:7.2f} ms")
     print(f"floor (spawn + 4 fsync'd atomic writes) median {floor:7.2f} ms")
+    print(f"fsyncs per turn: {turn_fsyncs / args.turns:.1f}   floor: {floor_fsyncs / args.turns:.1f}")
+    print(f"load average: {os.getloadavg()[0]:.2f}")
     print(f"ratio turn/floor: {turn / floor:.2f}   (goal <= 3)")
 
 

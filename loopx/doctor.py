@@ -25,6 +25,7 @@ import psutil
 from pydantic import BaseModel
 
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
+from loopx.files import read_bytes, read_model, read_records
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history import HistoryLine
 from loopx.ids import is_valid_goal_id
@@ -32,7 +33,6 @@ from loopx.inspection import RecoveryDecision, inspect
 from loopx.journal import TurnJournal, parse_turn_key
 from loopx.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch
 from loopx.ledger import SpendAggregate, SpendRecord
-from loopx.files import read_bytes, read_model, read_records
 from loopx.model import Record, utcnow
 from loopx.registry import Registry
 from loopx.root import Layout

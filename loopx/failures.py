@@ -26,6 +26,7 @@ class FailureReason(StrEnum):
     HOST_MAX_TURNS = "host_max_turns"  # the CLI hit its own turn limit (claude error_max_turns)
     HOST_EXECUTION_ERROR = "host_execution_error"  # the CLI reported an error mid-run
     MALFORMED_OUTPUT = "malformed_output"  # the CLI's own output format could not be parsed
+    ROOT_TAMPERED = "root_tampered"  # the host changed LoopX's files in the runtime root
 
 
 class TurnFailure(Record):

@@ -10,12 +10,15 @@ guarantees are argued once:
   key is already among the file's recent records is skipped, so replaying an
   append is harmless. Readers ignore a torn last line.
 * locks: ``filelock`` on ``<file>.lock``; a busy lock is retried with jittered
-  backoff (tenacity) and ends in :class:`LockTimeoutError`.
+  backoff (tenacity) and ends in :class:`LockTimeoutError`. On a network
+  filesystem (or with ``LOOPX_LOCK_MODE=soft``) the lock is a soft lock
+  (:mod:`loopx.softlock`) instead of flock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import secrets
@@ -34,6 +37,7 @@ from tenacity import (
 )
 
 from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
+from loopx.softlock import LockMode, SoftLock, lock_mode_for
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
@@ -58,6 +62,7 @@ def ensure_dir(path: Path) -> Path:
     Raises:
         UnsafePathError: ``path`` is a symlink or not a directory.
     """
+    refuse_symlinked_parents(path)
     try:
         st = path.lstat()
     except FileNotFoundError:
@@ -70,8 +75,26 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
+# The directories whose fsync an open :func:`dir_sync_batch` owes, in first-use order.
+_PENDING_DIRS: contextvars.ContextVar[dict[Path, None] | None] = contextvars.ContextVar(
+    "loopx_pending_dir_fsyncs", default=None
+)
+
+
 def fsync_dir(path: Path) -> None:
-    """Make a directory's entries (a rename, a new file) durable."""
+    """Make a directory's entries (a rename, a new file) durable.
+
+    Inside :func:`dir_sync_batch` the fsync is owed instead, and paid once per
+    directory when the batch ends.
+    """
+    pending = _PENDING_DIRS.get()
+    if pending is not None:
+        pending[path] = None
+        return
+    _fsync_dir_now(path)
+
+
+def _fsync_dir_now(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -79,20 +102,75 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def dir_sync_batch() -> Iterator[None]:
+    """Defer the directory fsyncs of the writes inside; fsync each directory once at the end.
+
+    File contents are still fsynced before each rename (a rename never
+    publishes unsynced bytes); only making the *names* durable waits. So when
+    the block returns every write in it is as durable as without the batch,
+    but a directory that took five renames was fsynced once, not five times.
+
+    Use it only around writes whose relative durability does not matter until
+    the block ends: a power cut inside it may keep any subset of the renames.
+    A turn's claim (epoch counter and lease, one directory) and the phases
+    between ``host_execute`` and ``scheduler_ack`` (recovery redoes them all,
+    idempotently, until the terminal journal is written) are such groups.
+    Batches nest: an inner one leaves its directories to the outer one. If
+    the block raises, the owed fsyncs are still paid before the error goes on.
+    """
+    if _PENDING_DIRS.get() is not None:
+        yield
+        return
+    pending: dict[Path, None] = {}
+    token = _PENDING_DIRS.set(pending)
+    try:
+        yield
+    finally:
+        _PENDING_DIRS.reset(token)
+        for path in pending:
+            _fsync_dir_now(path)
+
+
 def _refuse_symlink(path: Path) -> None:
-    if path.is_symlink():
+    if os.path.islink(path):  # os.path, not pathlib: this runs on every write of a turn
         raise UnsafePathError(path, "it is a symlink")
+    refuse_symlinked_parents(path)
+
+
+def refuse_symlinked_parents(path: Path) -> None:
+    """Refuse a path whose directory or the directory above it is a symlink.
+
+    ``O_NOFOLLOW`` guards only the last component. Every durable file sits at
+    most two directories below a goal (``goals/<id>/turns/<key>.json``) and the
+    root itself is resolved when it is opened, so checking two levels means no
+    planted directory symlink (``goals/<id>``, ``turns/``, ``runs/``) is ever
+    followed.
+
+    Raises:
+        UnsafePathError: one of the two directories is a symlink.
+    """
+    # os.path on strings, not pathlib: this runs on every read and write of a turn.
+    parent = os.path.dirname(path)
+    for directory in (parent, os.path.dirname(parent)):
+        if os.path.islink(directory):
+            raise UnsafePathError(Path(directory), "it is a symlink")
 
 
 # --- whole files -------------------------------------------------------------------------------
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write_bytes(
+    path: Path, data: bytes, *, durable: bool = True, sync_dir: bool = True
+) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new content.
 
     ``durable=False`` skips both fsyncs: only for caches that are rebuilt from
     durable files (``projections/``), where a write lost to a power cut costs
-    a rebuild, not data.
+    a rebuild, not data. ``sync_dir=False`` fsyncs the content but leaves the
+    rename to be made durable by a later fsync of the same directory: only
+    for a write whose loss to a power cut is repaired from other durable
+    files (a turn's terminal journal: recovery finishes the turn again).
     """
     _refuse_symlink(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -109,16 +187,24 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
         raise
     os.close(fd)
     os.replace(tmp, path)
-    if durable:
+    if durable and sync_dir:
         fsync_dir(path.parent)
 
 
 def atomic_write_model(
-    path: Path, model: BaseModel, *, durable: bool = True, indent: int | None = 2
+    path: Path,
+    model: BaseModel,
+    *,
+    durable: bool = True,
+    indent: int | None = 2,
+    sync_dir: bool = True,
 ) -> None:
     """Atomically write a model as JSON (indented unless ``indent`` is None)."""
     atomic_write_bytes(
-        path, model.model_dump_json(indent=indent).encode() + b"\n", durable=durable
+        path,
+        model.model_dump_json(indent=indent).encode() + b"\n",
+        durable=durable,
+        sync_dir=sync_dir,
     )
 
 
@@ -128,6 +214,7 @@ def exclusive_create(path: Path, data: bytes) -> bool:
     Returns:
         True if this call created the file, False if it already existed.
     """
+    refuse_symlinked_parents(path)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     except FileExistsError:
@@ -150,6 +237,7 @@ def read_bytes(path: Path) -> bytes:
         FileNotFoundError: the file does not exist.
         UnsafePathError: the path is a symlink.
     """
+    refuse_symlinked_parents(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
@@ -243,6 +331,7 @@ def append_record(
     """
     key = getattr(record, key_field)
     line = record.model_dump_json().encode() + b"\n"
+    needle = _key_needle(key)
     _refuse_symlink(path)
     with locked(path, timeout=timeout):
         created = not path.exists()
@@ -255,6 +344,7 @@ def append_record(
             if any(
                 _record_key(old, key_field) == key
                 for old in _tail_lines(fd, size, DEDUP_SCAN_RECORDS)
+                if needle is None or needle in old or b"\\u" in old
             ):
                 return False
             os.write(fd, line)
@@ -264,6 +354,19 @@ def append_record(
         if created:
             fsync_dir(path.parent)
     return True
+
+
+def _key_needle(key: object) -> bytes | None:
+    """Bytes every JSON line naming string ``key`` contains (None: parse every line).
+
+    Only lines holding the key's text, or a ``\\u`` escape (JSON may spell any
+    character that way), can name it, so the dedup scan parses just those.
+    Keys with characters JSON escapes otherwise (quote, backslash, slash,
+    controls) are not filtered.
+    """
+    if not isinstance(key, str) or any(c in key for c in '"\\/') or not key.isprintable():
+        return None
+    return key.encode()
 
 
 def _torn_tail(fd: int, size: int) -> bytes:
@@ -340,7 +443,26 @@ def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[N
     """
     lock_file = lock_path_for(path)
     _refuse_symlink(lock_file)
-    lock = filelock.FileLock(str(lock_file), mode=FILE_MODE, is_singleton=False)
+    # A root on a network filesystem (or LOOPX_LOCK_MODE=soft) uses soft locks: see loopx.softlock.
+    lock: filelock.FileLock | SoftLock
+    if lock_mode_for(lock_file) is LockMode.SOFT:
+        lock = SoftLock(lock_file)
+    else:
+        lock = filelock.FileLock(str(lock_file), mode=FILE_MODE, is_singleton=False)
+    try:
+        lock.acquire(timeout=0)  # the common case, a free lock: no retry machinery
+    except filelock.Timeout:
+        _acquire_with_retries(lock, lock_file, timeout)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _acquire_with_retries(
+    lock: filelock.FileLock | SoftLock, lock_file: Path, timeout: float
+) -> None:
+    """Retry a busy lock with jittered backoff until ``timeout``."""
     try:
         for attempt in Retrying(
             stop=stop_after_delay(timeout),
@@ -352,7 +474,3 @@ def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[N
                 lock.acquire(timeout=0)
     except filelock.Timeout as e:
         raise LockTimeoutError(lock_file, timeout) from e
-    try:
-        yield
-    finally:
-        lock.release()

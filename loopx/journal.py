@@ -202,9 +202,16 @@ def write_journal(layout: Layout, journal: TurnJournal, fence: Fence) -> None:
         write_journal_unfenced(layout, journal)
 
 
-def write_journal_unfenced(layout: Layout, journal: TurnJournal) -> None:
-    """Rewrite a journal; the caller already holds the fence (inside ``fence.held()``)."""
-    atomic_write_model(journal_path(layout, journal.goal_id, journal.turn_key), journal)
+def write_journal_unfenced(layout: Layout, journal: TurnJournal, *, sync_dir: bool = True) -> None:
+    """Rewrite a journal; the caller already holds the fence (inside ``fence.held()``).
+
+    ``sync_dir=False`` (the terminal rewrite only) fsyncs the new content but
+    not the directory entry: see :func:`loopx.phases.finish` for why that is
+    enough.
+    """
+    atomic_write_model(
+        journal_path(layout, journal.goal_id, journal.turn_key), journal, sync_dir=sync_dir
+    )
 
 
 def read_journal(path: Path) -> TurnJournal:
@@ -233,11 +240,30 @@ def journal_files(layout: Layout, goal_id: str) -> list[Path]:
     return [directory / n for n in sorted(names, key=order)]
 
 
+def newest_journal(layout: Layout, goal_id: str) -> Path | None:
+    """The last of :func:`journal_files` (None if there is none), without sorting them all.
+
+    A turn asks only for the newest journal; a goal's ``turns/`` keeps every
+    tombstone, so this stays one directory listing and one parse per name.
+    """
+    directory = layout.turns_dir(goal_id)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return None
+    best: tuple[int, int, str] | None = None
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        parsed = parse_turn_key(name[: -len(".json")])
+        order = (parsed[1], parsed[2], name) if parsed else (-1, -1, name)
+        if best is None or order > best:
+            best = order
+    return directory / best[2] if best is not None else None
+
+
 def last_seq(layout: Layout, goal_id: str) -> int:
     """The highest turn seq named by a goal's journal files (0 if none)."""
-    best = 0
-    for path in journal_files(layout, goal_id):
-        parsed = parse_turn_key(path.name[: -len(".json")])
-        if parsed is not None:
-            best = max(best, parsed[1])
-    return best
+    newest = newest_journal(layout, goal_id)
+    parsed = parse_turn_key(newest.name[: -len(".json")]) if newest is not None else None
+    return parsed[1] if parsed is not None else 0

@@ -43,6 +43,7 @@ from loopx.files import (
     parse_model,
     read_bytes,
     read_records,
+    refuse_symlinked_parents,
 )
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
@@ -176,6 +177,7 @@ def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -
 
 
 def _open_ledger(path: Path) -> int:
+    refuse_symlinked_parents(path)
     try:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
@@ -186,7 +188,10 @@ def _open_ledger(path: Path) -> int:
 
 def _write_aggregate(path: Path, agg: SpendAggregate) -> None:
     # Compact JSON: every decision parses this file, so its size is its cost.
-    atomic_write_bytes(path, agg.model_dump_json().encode() + b"\n")
+    # Not fsynced: it is a cache written after the ledger line is durable, and
+    # whatever a power cut leaves of it (old, missing, damaged) is checked
+    # against the ledger on the next read and caught up or rebuilt.
+    atomic_write_bytes(path, agg.model_dump_json().encode() + b"\n", durable=False)
 
 
 def _load_aggregate(path: Path, goal_id: str) -> SpendAggregate | None:

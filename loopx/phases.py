@@ -9,6 +9,24 @@ Durable writes of a live turn: journal create, one rewrite after
 ``host_execute`` (with ``typed_result`` and ``validation``, which have no effect
 of their own), the writeback files, the spend line, the scheduler's state
 change when there is one, and the terminal journal.
+
+What a power cut may lose, and why that is safe (the fault matrix covers
+process deaths, where nothing written is lost):
+
+* The effects of ``durable_writeback``, ``quota_spend`` and
+  ``scheduler_apply`` are recorded in the journal only by the terminal
+  rewrite, so until it is durable recovery redoes all three from the
+  journal, each idempotently. Their relative durability therefore does not
+  matter, only that all are durable before the terminal journal: each file's
+  content is fsynced as it is written, and the directory fsyncs they owe are
+  paid once per directory (:func:`loopx.files.dir_sync_batch`) before the
+  terminal rewrite starts.
+* The terminal rewrite fsyncs its content but not the ``turns/`` directory.
+  Losing that rename leaves the previous journal, whose host outcome is
+  durable: recovery finishes the turn again from it and writes the same
+  files. The next turn's journal create fsyncs ``turns/`` (making this rename
+  durable) before its host runs, so a later turn never starts over an
+  unfinished-looking one.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ from typing import Final
 from loopx.errors import GoalNotFoundError
 from loopx.failures import FailureReason, TurnFailure
 from loopx.faults import fault_point
+from loopx.files import dir_sync_batch
 from loopx.goals import get_goal, set_status
 from loopx.journal import Phase, TurnJournal, write_journal_unfenced
 from loopx.lease import Fence
@@ -200,17 +219,18 @@ def finish(layout: Layout, journal: TurnJournal, fence: Fence, *, now: datetime)
         (Phase.SCHEDULER_APPLY, scheduler_apply),
     )
     with fence.held():
-        for phase, step in steps:
-            if journal.done(phase):
-                continue
-            fault_point(f"before:{phase}")
-            step(layout, journal)
-            journal = journal.with_phases(phase, now=now)
-            fault_point(f"after:{phase}")
+        with dir_sync_batch():  # every effect durable before the terminal journal (docstring)
+            for phase, step in steps:
+                if journal.done(phase):
+                    continue
+                fault_point(f"before:{phase}")
+                step(layout, journal)
+                journal = journal.with_phases(phase, now=now)
+                fault_point(f"after:{phase}")
         fault_point(f"before:{Phase.SCHEDULER_ACK}")
         journal = journal.with_phases(Phase.SCHEDULER_ACK, now=now).model_copy(
             update={"status": final_status(journal), "ended_at": now}
         )
-        write_journal_unfenced(layout, journal)
+        write_journal_unfenced(layout, journal, sync_dir=False)
     fault_point(f"after:{Phase.SCHEDULER_ACK}")
     return journal

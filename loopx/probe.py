@@ -24,6 +24,7 @@ from loopx.registry import Goal
 from loopx.root import Layout
 from loopx.status import ProbeObservation
 from loopx.status_sources import write_probe
+from loopx.secrets import redact_text, secret_values
 
 DEFAULT_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_BYTES: Final = 64 * 1024
@@ -130,8 +131,9 @@ def run_probe(
         cwd=str(workdir),
         exit_code=None if timed_out else proc.returncode,
         timed_out=timed_out,
-        stdout=out.text(),
-        stderr=err.text(),
+        # Stored and served by the status server: secret values never go in.
+        stdout=redact_text(out.text(), secret_values(env)),
+        stderr=redact_text(err.text(), secret_values(env)),
         truncated=out.truncated or err.truncated,
         started_at=now,
         duration_s=round(time.monotonic() - started, 3),

@@ -220,9 +220,12 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
     Raises:
         InvalidGoalIdError: ``goal_id`` is not a safe id.
         GoalStateError: the goal has no directory under the root.
+
     """
     validate_goal_id(goal_id)
-    if not layout.goal_dir(goal_id).is_dir() or layout.goal_dir(goal_id).is_symlink():
+    if layout.goal_dir(goal_id).is_symlink():
+        raise UnsafePathError(layout.goal_dir(goal_id), "it is a symlink")
+    if not layout.goal_dir(goal_id).is_dir():
         raise GoalStateError(
             f"goal {goal_id!r} has no directory {layout.goal_dir(goal_id)}, so no journals",
             hint="check the id with `loopx goal list`; archived goals live under archived-goals/",
@@ -382,6 +385,7 @@ def replay(layout: Layout, goal_id: str, *, verify: bool = False) -> ReplayRepor
     Raises:
         InvalidGoalIdError: ``goal_id`` is not a safe id.
         GoalStateError: the goal has no directory under the root.
+
     """
     rebuilt = rebuild(layout, goal_id)
     state, history, ledger = _documents(rebuilt)
@@ -409,6 +413,7 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
 
     Raises:
         GoalStateError: the goal is leased by a live agent, or has unfinished journals.
+
     """
     now = now or utcnow()
     rebuilt = rebuild(layout, goal_id)

@@ -157,6 +157,7 @@ class Supervisor:
         self._idle_streak: int | None = None  # exit code seen idle at the previous check
         self._next_extend = 0.0
         self._last_status = ""
+        self._published_pids: list[int | None] = []
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -436,7 +437,8 @@ class Supervisor:
         if self.reload_requested:
             self._reload(now)
             self._write_record()
-        if self._check_slots(now):
+        # A Ray actor's pid becomes known after its spawn: publish it then too.
+        if self._check_slots(now) or self._pids() != self._published_pids:
             self._write_record()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
@@ -470,7 +472,11 @@ class Supervisor:
         text = f"{self.state}: {alive}/{self.wanted} agents alive"
         return text + (f", {loops} in crash loop" if loops else "")
 
+    def _pids(self) -> list[int | None]:
+        return [r.pid if (r := s.ref) is not None else None for s in self.slots]
+
     def _write_record(self) -> None:
+        self._published_pids = self._pids()
         record = FleetRecord(
             pid=self.me.pid,
             pid_started_at=self.me.started_at,

@@ -21,20 +21,20 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import signal
 import socket
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import psutil
 import structlog
-
-from loopx.errors import LoopxError
-from loopx.registry import GoalStatus, Registry, load_registry
-from loopx.root import Layout
 from loopx.supervisor import process
 from loopx.supervisor.runner import AgentSpec
+
+from loopx.errors import LoopxError, UsageError
+from loopx.registry import GoalStatus, Registry, load_registry
+from loopx.root import Layout
 
 if TYPE_CHECKING:
     from loopx.supervisor.fleet import SupervisorConfig
@@ -51,10 +51,11 @@ PRIVATE_CLUSTER_ENV: Final = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # makes a started-here cluster bind to 127.0.0.1
 }
 MB: Final = 1024 * 1024
+HANDLED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
 
 
-class RayUnavailableError(LoopxError):
-    """``--backend ray`` was asked for but the ``ray`` package is not installed."""
+class RayUnavailableError(UsageError):
+    """``--backend ray`` was asked for but the ``ray`` package is not installed (exit 2)."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -103,7 +104,7 @@ class AgentActor:
     answer from the others.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - Ray passes actor arguments positionally
         self,
         root: str,
         registry: str,
@@ -114,6 +115,7 @@ class AgentActor:
         env: dict[str, str],
     ) -> None:
         from loopx.agents.loop import Agent, AgentConfig  # noqa: PLC0415 - inside the worker
+
         from loopx.log import configure_logging  # noqa: PLC0415
         from loopx.root import ResolvedRoot, RootSource, open_root  # noqa: PLC0415
 
@@ -146,7 +148,7 @@ class AgentActor:
 
     def run(self) -> int:
         """The agent loop until stopped; its exit code (0)."""
-        return self.agent.run()
+        return int(self.agent.run())
 
     def request_stop(self) -> None:
         """Stop at the next safe point (the local agent's first SIGTERM)."""
@@ -166,7 +168,7 @@ class AgentActor:
 def _actor_class() -> Any:  # noqa: ANN401 - a ray ActorClass
     import ray  # noqa: PLC0415 - optional extra
 
-    return ray.remote(max_concurrency=4)(AgentActor)
+    return ray.remote(max_concurrency=4)(AgentActor)  # type: ignore[call-overload]
 
 
 # --- the supervisor's side -----------------------------------------------------------------------
@@ -307,13 +309,21 @@ class RayRunner:
         }
         if self.address is not None:
             kwargs["address"] = self.address
-        ray.init(**kwargs)
+        # ray.init installs its own SIGTERM handler (sys.exit) in a driver; the
+        # supervisor's handlers record intent and must stay in charge.
+        handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
+        try:
+            ray.init(**kwargs)
+        finally:
+            for signum, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
         self._started_ray = True
         self._cls = _actor_class()
         log.info(
             "ray_connected",
             address=self.address or "local",
-            resources=ray.cluster_resources(),
+            resources=ray.cluster_resources(),  # type: ignore[no-untyped-call]
         )
 
     def _env(self) -> dict[str, str]:

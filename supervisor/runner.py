@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Final, Protocol
 
 import psutil
-
-from loopx.root import Layout
 from loopx.supervisor import process
 from loopx.supervisor.tmux import TmuxSession
+
+from loopx.root import Layout
 
 # Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
 PRIVATE_ENV: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")

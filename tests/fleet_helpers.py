@@ -134,3 +134,36 @@ def assert_no_overlapping_turns(root: Path, goal_id: str) -> None:
     for (e1, _s1, end1, _), (e2, start2, _end2, _) in zip(spans, spans[1:], strict=False):
         assert e1 < e2, f"{goal_id}: two journals share epoch {e1}"
         assert end1 <= start2, f"{goal_id}: turn of epoch {e1} (ends {end1}) overlaps epoch {e2} (starts {start2})"
+
+
+def assert_fleet_invariants(root: Path, goal_id: str) -> None:
+    """The local fleet's invariants for one goal: no overlapping leases, no duplicate history, every journal terminal."""
+    assert_no_overlapping_turns(root, goal_id)
+    history = root / "goals" / goal_id / "history.jsonl"
+    lines = [json.loads(line) for line in history.read_text().splitlines() if line.strip()] if history.exists() else []
+    keys = [line["turn_key"] for line in lines]
+    seqs = [line["seq"] for line in lines]
+    assert len(keys) == len(set(keys)), f"{goal_id}: a turn_key appears twice in history: {keys}"
+    assert len(seqs) == len(set(seqs)), f"{goal_id}: a turn seq appears twice in history: {seqs}"
+    statuses = [j["status"] for j in journals(root, goal_id)]
+    assert statuses, f"{goal_id}: no journal"
+    assert all(s in ("committed", "failed", "stopped") for s in statuses), f"{goal_id}: {statuses}"
+
+
+def running_agent(root: Path, goal_id: str) -> int | None:
+    """The pid of an agent whose heartbeat says it runs a turn of ``goal_id``."""
+    for path in (root / "agents").glob("*.json"):
+        try:
+            beat = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if beat["phase"] == "running" and beat["goal_id"] == goal_id and psutil.pid_exists(beat["pid"]):
+            return int(beat["pid"])
+    return None
+
+
+def host_running(root: Path, goal_id: str) -> bool:
+    """Whether a turn of ``goal_id`` is in progress with its demo host alive."""
+    return any(j["status"] == "in_progress" and j["attempt"] >= 1 for j in journals(root, goal_id)) and any(
+        "loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root)
+    )

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from loopx.agents.turn import run_one_turn
+
 from loopx.journal import journal_files
 from loopx.root import Layout
 from tests.turnkit import demo_goal, loopx, make_root
@@ -88,6 +88,8 @@ def follow_repairs(root: Path, report: dict[str, Any], registry_backup: bytes) -
         elif words[:1] == ["rm"]:
             for name in words[1:]:
                 Path(name).unlink(missing_ok=True)
+        elif words[:1] == ["chmod"]:
+            Path(words[2]).chmod(int(words[1], 8))
         else:
             pytest.fail(f"doctor gave a repair this test cannot follow: {finding}")
 

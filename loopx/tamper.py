@@ -1,0 +1,94 @@
+"""Catching a host that writes into the runtime root.
+
+A host runs as the same user as LoopX, so it *can* write into the root (it
+is told where it is: ``LOOPX_ROOT``). LoopX cannot stop that; it makes sure
+such a write never goes unnoticed. Before the host starts, the turn takes a
+:class:`GoalFingerprint` of what nobody but LoopX's own fenced writes may
+change while the host runs:
+
+* the goal's finished journals, run logs, ``history.jsonl`` and ``quota.jsonl``,
+  by ``(inode, size, ctime_ns)`` (a write, rename or chmod always moves ctime,
+  and user space cannot set it back), and
+* the turn-owned fields of ``state.json`` (a human may open or answer a gate
+  while a turn runs, so ``gates``, ``host_session`` and ``updated_at`` are
+  left out).
+
+After the host exits the fingerprint is taken again; any difference fails
+the turn with ``root_tampered`` naming the files, and nothing is "repaired"
+silently: ``loopx doctor`` and ``loopx replay GOAL --verify`` show the damage
+and ``loopx replay GOAL --repair`` rebuilds the projections from the journals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from loopx.root import Layout
+
+_STATE_SKIP: Final = frozenset({"gates", "host_session", "updated_at"})
+_MISSING: Final = ("missing",)
+
+
+def _stat_key(path: Path) -> tuple[object, ...]:
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return _MISSING
+    return (st.st_ino, st.st_size, st.st_ctime_ns, st.st_mode)
+
+
+def _state_key(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            document = json.loads(f.read())
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as e:
+        return f"unreadable: {e}"
+    if not isinstance(document, dict):
+        return "not an object"
+    return json.dumps({k: v for k, v in document.items() if k not in _STATE_SKIP}, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class GoalFingerprint:
+    """What a host must not change while it runs, for one goal."""
+
+    files: dict[str, tuple[object, ...]]
+    state: str
+
+    @classmethod
+    def take(cls, layout: Layout, goal_id: str, *, running: str) -> GoalFingerprint:
+        """Fingerprint the goal's files now, except the journal of the turn ``running``."""
+        goal_dir = layout.goal_dir(goal_id)
+        names = ["history.jsonl", "quota.jsonl"]
+        for sub in ("turns", "runs"):
+            directory = goal_dir / sub
+            try:
+                entries = sorted(os.listdir(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            names += [
+                f"{sub}/{n}" for n in entries
+                if not n.startswith(".") and n != f"{running}.json"
+            ]
+        files = {name: _stat_key(goal_dir / name) for name in names}
+        return cls(files=files, state=_state_key(layout.state_file(goal_id)))
+
+    def changed(self, layout: Layout, goal_id: str, *, running: str) -> list[str]:
+        """The files (relative to the goal directory) that differ from this fingerprint."""
+        now = GoalFingerprint.take(layout, goal_id, running=running)
+        out = [
+            name for name in sorted(set(self.files) | set(now.files))
+            if self.files.get(name, _MISSING) != now.files.get(name, _MISSING)
+        ]
+        if now.state != self.state:
+            out.insert(0, "state.json")
+        return out
+
+
+__all__ = ["GoalFingerprint"]
