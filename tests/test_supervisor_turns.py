@@ -7,17 +7,18 @@ import os
 import signal
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.fleet_helpers import (
     add_demo_goal,
     assert_no_overlapping_turns,
     cli,
+    host_running,
     journals,
     kill_everything,
     leftovers,
     record,
+    running_agent,
     running_record,
     start_supervisor,
     wait_for,
@@ -51,24 +52,6 @@ def test_until_idle_exit_code(root: Path, tmp_path: Path, demo_args: tuple[str, 
         assert leftovers(root) == []
     finally:
         kill_everything(root, proc)
-
-
-def running_agent(root: Path, goal_id: str) -> int | None:
-    """The pid of an agent whose heartbeat says it runs a turn of ``goal_id``."""
-    for path in (root / "agents").glob("*.json"):
-        try:
-            beat = json.loads(path.read_text())
-        except ValueError:
-            continue
-        if beat["phase"] == "running" and beat["goal_id"] == goal_id and psutil.pid_exists(beat["pid"]):
-            return int(beat["pid"])
-    return None
-
-
-def host_running(root: Path, goal_id: str) -> bool:
-    return any(j["status"] == "in_progress" and j["attempt"] >= 1 for j in journals(root, goal_id)) and any(
-        "loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root)
-    )
 
 
 def test_agent_sigkilled_mid_turn_is_restarted_and_the_turn_recovered(root: Path, tmp_path: Path) -> None:
