@@ -7,9 +7,12 @@ the calling thread waits on the host's pidfd and its pipes together
 the first 1 MiB of each and counting the rest, so a chatty host can neither
 fill memory nor block on a full pipe) and wakes the moment the host exits, so
 a short host costs no polling latency and no thread start-ups. The tree is
-sampled with psutil: descendants by parentage, plus (at enforcement and at the end, when the tree was ever seen to fork) every
-process carrying this turn's ``LOOPX_TURN_KEY`` in its environment, which
-finds grandchildren that ``setsid`` away from the group.
+sampled with psutil: descendants by parentage, plus (at enforcement, and at
+the end when the tree was seen to fork or another process still holds the
+host's pipes after it exited) every process carrying this turn's
+``LOOPX_TURN_KEY`` in its environment, which finds grandchildren that
+``setsid`` away from the group. That scan reads every process's environment,
+so a plain host that forked nothing never pays for it.
 
 Usage: CPU is the direct child's ``wait4`` rusage (which includes every
 descendant it waited for) plus the last sample of descendants that were
@@ -311,6 +314,28 @@ class _Pipes:
             if time.monotonic() >= deadline:
                 return False
 
+    def held_elsewhere(self) -> bool:
+        """After the host exited: whether another process still holds its stdout or stderr.
+
+        Reads what is buffered; a pipe that is then empty but not at EOF has a
+        writer left, and the host's own descriptors are closed before its
+        pidfd reports the exit, so that writer is a descendant that outlived
+        it (a ``setsid`` grandchild inherits the pipes), found without a scan.
+        """
+        for fd in list(self._readers):
+            while fd in self._readers:
+                try:
+                    chunk = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    self._readers[fd].feed(chunk)
+                else:
+                    del self._readers[fd]
+        return False
+
     def drain(self, deadline: float) -> None:
         """After the host exited: read what its pipes still hold until EOF or ``deadline``."""
         self._close_stdin()
@@ -462,7 +487,7 @@ def run_host(
                 break
         ended = utcnow()
         wall = time.monotonic() - t0
-        if killed is None and tree.forked:
+        if killed is None and (tree.forked or pipes.held_elsewhere()):
             # The host exited; its descendants must not outlive the turn.
             leftovers = [p for p in [*tree.descendants(), *tree.marked()] if p.pid != proc.pid]
             if leftovers:

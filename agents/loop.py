@@ -11,6 +11,7 @@ signal forces an immediate exit, leaving the journal for recovery.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -206,25 +207,43 @@ class Agent:
     # --- the loop -----------------------------------------------------------------------------
 
     def run_once(self) -> Step:
-        """One step: select the eligible goals and run one turn of the first one we can claim."""
+        """One step: select the eligible goals and run one turn of the first one we can claim.
+
+        Agents see the same ranking and so race for the same goal. A goal whose
+        lock another agent holds right now (it is claiming or writing that
+        goal's turn) is passed over at first and tried again, waiting for the
+        lock, only after every other candidate: a lost race costs a lock probe,
+        not a wait, and no step goes idle while a goal may still be claimed.
+        """
         if self.stop.is_set():
             return Step.STOPPING
-        from loopx.agents.turn import run_one_turn  # noqa: PLC0415 - heavy; only agents need it
 
         now = utcnow()
         candidates = gather_candidates(self.layout, now=now)
         if self.config.resources is not None:
             candidates = [c for c in candidates if fits(c.goal, self.config.resources)]
         ranked = select(candidates, now=now)
-        for candidate in ranked:
+        return self._run_ranked([c.goal_id for c in ranked])
+
+    def _run_ranked(self, goal_ids: list[str]) -> Step:
+        """Try the goals in order (busy ones again at the end); run the first turn we can."""
+        from loopx.agents.turn import attempt_turn  # noqa: PLC0415 - heavy; only agents need it
+
+        later: list[str] = []  # busy at the first try; tried again, waiting, after the rest
+        # The second generator reads `later` only once the first is exhausted.
+        tries = itertools.chain(((g, False) for g in goal_ids), ((g, True) for g in later))
+        for goal_id, wait in tries:
             if self.stop.is_set():
                 return Step.STOPPING
-            goal_id = candidate.goal_id
             self.beat(AgentPhase.RUNNING, goal_id=goal_id)
             structlog.contextvars.bind_contextvars(goal_id=goal_id)
             try:
-                report = run_one_turn(
-                    self.layout, goal_id, agent_id=self.config.agent_id, stop=self.stop
+                attempt = attempt_turn(
+                    self.layout,
+                    goal_id,
+                    agent_id=self.config.agent_id,
+                    stop=self.stop,
+                    skip_if_busy=not wait,
                 )
             except LoopxError as e:
                 # A damaged file or a busy lock of one goal must not stop the others.
@@ -232,6 +251,10 @@ class Agent:
                 continue
             finally:
                 structlog.contextvars.unbind_contextvars("goal_id")
+            if attempt.busy:
+                later.append(goal_id)
+                continue
+            report = attempt.report
             if report is not None:
                 self.turns_done += 1
                 if report.failure is not None and report.failure.reason is FailureReason.LEASE_LOST:

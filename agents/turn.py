@@ -18,7 +18,9 @@ starts while an older one is open):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import signal
 import socket
 import threading
 from collections.abc import Mapping
@@ -53,7 +55,7 @@ from loopx.errors import (
 )
 from loopx.failures import FailureReason, TurnFailure
 from loopx.faults import fault_point
-from loopx.files import dir_sync_batch, ensure_dir, read_bytes
+from loopx.files import dir_sync_batch, ensure_dir, lock_busy, read_bytes
 from loopx.ids import validate_goal_id
 from loopx.journal import (
     HostOutcome,
@@ -67,6 +69,7 @@ from loopx.journal import (
     newest_journal,
     result_path,
     write_journal,
+    write_journal_unfenced,
 )
 from loopx.lease import (
     DEFAULT_GRACE_S,
@@ -82,7 +85,7 @@ from loopx.lease import (
     takeover_allowed,
 )
 from loopx.model import Record, utcnow
-from loopx.phases import finish, settle
+from loopx.phases import finish_held, settle
 from loopx.protocol import Envelope, ResultKind
 from loopx.quota import QuotaDecision, decide
 from loopx.recovery import RecoveryAction, recover_goal
@@ -149,6 +152,8 @@ class TurnAttempt(Record):
     quota: QuotaDecision | None = None
     report: TurnReport | None = None
     recovered: list[RecoveryAction] = Field(default_factory=list)
+    # Not claimed because the goal's lock was busy and the caller asked not to wait.
+    busy: bool = False
 
 
 def run_one_turn(
@@ -181,8 +186,15 @@ def attempt_turn(
     agent_id: str,
     stop: threading.Event | None = None,
     config: TurnConfig | None = None,
+    skip_if_busy: bool = False,
 ) -> TurnAttempt:
-    """Like :func:`run_one_turn`, saying why no turn ran."""
+    """Like :func:`run_one_turn`, saying why no turn ran.
+
+    ``skip_if_busy``: when the goal's lock is held right now (another agent is
+    claiming it or writing its turn), return at once (``busy``) instead of
+    waiting for the lock only to find the goal leased; the agent loop tries
+    its other candidates first and comes back.
+    """
     config = config or TurnConfig.from_env(os.environ)
     with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
         goal = _goal(layout, goal_id)
@@ -192,6 +204,8 @@ def attempt_turn(
             # the winner's lease here and move on without queueing on the goal's
             # lock, which the winner holds across its fsyncs.
             return TurnAttempt(goal_id=goal_id, claimed=False, blocking_agent=visible.agent_id)
+        if skip_if_busy and lock_busy(layout.epoch_file(goal_id)):  # the goal lock's file
+            return TurnAttempt(goal_id=goal_id, claimed=False, busy=True)
         # The epoch counter and the lease share the goal's directory: one fsync
         # of it makes both names durable before anything of the turn is written.
         # A power cut in between may keep the lease without the raised counter;
@@ -418,22 +432,37 @@ def _execute(
         return _after_host(layout, settle(failed, now=utcnow()), fence, result_file)
     env = _host_env(layout, journal, invocation.env)
     guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
-    run = run_host(
-        invocation.argv,
-        stdin=invocation.stdin,
-        cwd=Path(goal.workdir),
-        env=env,
-        limits=Limits(
-            timeout_s=journal.plan.turn_timeout_s,
-            max_rss_mb=journal.plan.max_rss_mb,
-            kill_grace_s=config.kill_grace_s,
-        ),
-        turn_key=journal.turn_key,
-        loopx_root=str(layout.root),
-        stop=stop,
-        tick=holder.renew,
-        tick_every_s=max(config.lease_ttl_s / 3, 0.05),
-    )
+    earlier = Usage()  # what SIGKILLed attempts of this turn spent
+    while True:
+        run = run_host(
+            invocation.argv,
+            stdin=invocation.stdin,
+            cwd=Path(goal.workdir),
+            env=env,
+            limits=Limits(
+                timeout_s=journal.plan.turn_timeout_s,
+                max_rss_mb=journal.plan.max_rss_mb,
+                kill_grace_s=config.kill_grace_s,
+            ),
+            turn_key=journal.turn_key,
+            loopx_root=str(layout.root),
+            stop=stop,
+            tick=holder.renew,
+            tick_every_s=max(config.lease_ttl_s / 3, 0.05),
+        )
+        if not _killed_from_outside(run, journal, stop):
+            break
+        # SIGKILL that LoopX did not send (the OOM killer, an operator): an
+        # interruption like the agent dying mid-host, so the host runs again
+        # under the same turn key while attempts remain (docs/host-protocol.md).
+        log.warning("host_killed_from_outside", pid=run.pid, attempt=journal.attempt)
+        earlier = _added(earlier, run.usage)
+        journal = journal.model_copy(update={"attempt": journal.attempt + 1, "updated_at": utcnow()})
+        write_journal(layout, journal, fence)
+        envelope = envelope.model_copy(update={"attempt": journal.attempt})
+        invocation = host.prepare(goal, envelope)
+        result_file.unlink(missing_ok=True)
+    run = dataclasses.replace(run, usage=_added(earlier, run.usage))
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
     outcome, reading = _outcome(host, envelope, journal, run, result_file, secret_values(env))
@@ -457,6 +486,26 @@ def _execute(
         )
     journal = journal.model_copy(update={"outcome": outcome, "usage": usage})
     return _after_host(layout, settle(journal, now=utcnow()), fence, result_file)
+
+
+def _killed_from_outside(run: HostRun, journal: TurnJournal, stop: threading.Event | None) -> bool:
+    """Whether the host died of a SIGKILL LoopX did not send, with an attempt left."""
+    return (
+        run.killed is None
+        and run.signal == signal.SIGKILL
+        and journal.attempt < journal.plan.max_host_attempts
+        and not (stop is not None and stop.is_set())
+    )
+
+
+def _added(a: Usage, b: Usage) -> Usage:
+    return a.model_copy(
+        update={
+            "cpu_s": a.cpu_s + b.cpu_s,
+            "wall_s": a.wall_s + b.wall_s,
+            "peak_rss_mb": max(a.peak_rss_mb, b.peak_rss_mb),
+        }
+    )
 
 
 def _outcome(
@@ -523,18 +572,23 @@ def _outcome(
 def _after_host(
     layout: Layout, journal: TurnJournal, fence: Fence, result_file: Path
 ) -> TurnJournal:
-    write_journal(layout, journal, fence)
-    with contextlib.suppress(OSError):
-        result_file.unlink()  # its text is in the journal now
-    for point in (
-        f"after:{Phase.HOST_EXECUTE}",
-        f"before:{Phase.TYPED_RESULT}",
-        f"after:{Phase.TYPED_RESULT}",
-        f"before:{Phase.VALIDATION}",
-        f"after:{Phase.VALIDATION}",
-    ):
-        fault_point(point)
-    return finish(layout, journal, fence, now=utcnow())
+    # One hold of the goal's lock (epoch checked once) for the outcome write and
+    # every later phase: nothing else of this goal may write in between anyway.
+    with fence.held():
+        write_journal_unfenced(layout, journal)
+        with contextlib.suppress(OSError):
+            result_file.unlink()  # its text is in the journal now
+        for point in (
+            f"after:{Phase.HOST_EXECUTE}",
+            f"before:{Phase.TYPED_RESULT}",
+            f"after:{Phase.TYPED_RESULT}",
+            f"before:{Phase.VALIDATION}",
+            f"after:{Phase.VALIDATION}",
+        ):
+            fault_point(point)
+        journal = finish_held(layout, journal, now=utcnow())
+    fault_point(f"after:{Phase.SCHEDULER_ACK}")
+    return journal
 
 
 def _kill_goal_processes(layout: Layout, goal_id: str, grace_s: float) -> None:

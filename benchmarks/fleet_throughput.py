@@ -145,8 +145,15 @@ def throughput(host: str, agents: int, seconds: float) -> tuple[float, float, fl
     return done / (t1 - t0), sup_rss, agent_rss, (c1 - c0) / done * 1000
 
 
-def ceiling(host: str, workers: int, seconds: float) -> float:
-    """Host spawns per second ``workers`` threads achieve with no control plane (same argv)."""
+def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -> float:
+    """Host spawns per second ``workers`` threads achieve with no control plane (same argv).
+
+    ``durable``: each spawn also makes the four fsync'd atomic writes any
+    crash-safe turn needs (intent, outcome, writeback, commit; the floor of
+    ``benchmarks/turn_overhead.py``), which gives the crash-safe floor.
+    """
+    from loopx.files import atomic_write_bytes  # noqa: PLC0415 - only this measurement
+
     argv = host_argv(host)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     done = [0] * workers
@@ -161,8 +168,13 @@ def ceiling(host: str, workers: int, seconds: float) -> float:
             env = {**base_env, "LOOPX_TURN_KEY": key, "LOOPX_GOAL_ID": f"c{i}",
                    "LOOPX_WORKDIR": str(wd), "LOOPX_RESULT_FILE": str(wd / "result.json")}
             envelope = json.dumps({"schema_version": 1, "goal_id": f"c{i}", "turn_key": key}).encode()
+            if durable:
+                atomic_write_bytes(wd / "intent.json", envelope)
             subprocess.run(argv, input=envelope, cwd=wd, env=env, capture_output=True,
                            start_new_session=True, check=False)
+            if durable:
+                for name in ("outcome.json", "writeback.json", "commit.json"):
+                    atomic_write_bytes(wd / name, envelope)
             if time.monotonic() >= count_from:
                 done[i] += 1
 
@@ -206,17 +218,20 @@ def main() -> None:
           f"load average at start: {os.getloadavg()[0]:.2f}")
     print("ceiling = spawns/s of the same host argv by N threads, no control plane, same run")
     print("plane ms/turn = CPU of the supervisor and agents (hosts excluded) per turn")
+    print("safe floor = the same with the 4 fsync'd writes any crash-safe turn needs per spawn")
     print(f"{'host':<14} {'agents':>6} {'turns/s':>8} {'ceiling/s':>9} {'share':>6} "
-          f"{'plane ms/turn':>13} {'sup RSS MB':>10} {'agent RSS MB':>12}")
+          f"{'safe floor/s':>12} {'share':>6} {'plane ms/turn':>13} {'sup RSS MB':>10} {'agent RSS MB':>12}")
     at4: dict[str, tuple[float, float, float]] = {}
     for host in args.host:
         for n in args.agents:
             rate, sup_rss, agent_rss, plane_ms = throughput(host, n, args.seconds)
             roof = ceiling(host, n, args.seconds)
+            safe = ceiling(host, n, args.seconds, durable=True)
             share = rate / roof if roof else 0.0
             if n == 4:
                 at4[host] = (rate, roof, sup_rss)
-            print(f"{host:<14} {n:>6} {rate:>8.1f} {roof:>9.1f} {share:>6.0%} {plane_ms:>13.1f} "
+            print(f"{host:<14} {n:>6} {rate:>8.1f} {roof:>9.1f} {share:>6.0%} {safe:>12.1f} "
+                  f"{rate / safe if safe else 0.0:>6.0%} {plane_ms:>13.1f} "
                   f"{sup_rss:>10.1f} {agent_rss:>12.1f}", flush=True)
     cpu = idle_cpu(4, args.idle_seconds)
     print(f"idle fleet (supervisor + 4 agents) over {args.idle_seconds:.0f}s: {cpu:.2f}% of one core")

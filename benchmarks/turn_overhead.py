@@ -8,6 +8,9 @@ release; the trivial host is ``/bin/echo`` printing a `progress` result.
 The floor: one spawn of the same host (pipes, own session, wait) plus the four
 atomic writes with fsync any crash-safe turn needs (intent, outcome, writeback,
 commit). Both medians and their ratio are printed; the goal is ratio <= 3.
+Also printed: fsyncs per turn next to the floor's, and the part of the turn
+spent in the root-tamper check (``loopx.tamper``), whose cost grows with the
+goal's history, with the ratio the turn has without it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from loopx.registry import HostKind, HostSpec
 from loopx.root import ResolvedRoot, RootSource, open_root
 
 from loopx.agents.turn import TurnConfig, run_one_turn
+from loopx.tamper import GoalFingerprint
 
 HOST = ["/bin/echo", '{"schema_version": 1, "kind": "progress", "summary": "ok"}']
 
@@ -42,6 +46,33 @@ def _counting_fsync(fd: int) -> None:
 
 
 os.fsync = _counting_fsync
+
+# Time the root-tamper check (loopx.tamper): it stats every finished journal and
+# run log of the goal before and after the host, so its cost grows with the
+# goal's history; it is reported apart from the rest of the turn.
+TAMPER_S = [0.0]
+_real_take = GoalFingerprint.take.__func__  # type: ignore[attr-defined]
+_real_changed = GoalFingerprint.changed
+
+
+def _timed_take(cls: type[GoalFingerprint], *args: object, **kwargs: object) -> GoalFingerprint:
+    t0 = time.perf_counter()
+    try:
+        return _real_take(cls, *args, **kwargs)  # type: ignore[no-any-return]
+    finally:
+        TAMPER_S[0] += time.perf_counter() - t0
+
+
+def _timed_changed(self: GoalFingerprint, *args: object, **kwargs: object) -> list[str]:
+    t0 = time.perf_counter()
+    try:
+        return _real_changed(self, *args, **kwargs)  # type: ignore[arg-type]
+    finally:
+        TAMPER_S[0] += time.perf_counter() - t0
+
+
+GoalFingerprint.take = classmethod(_timed_take)  # type: ignore[assignment,method-assign]
+GoalFingerprint.changed = _timed_changed  # type: ignore[method-assign]
 
 
 def floor_once(directory: Path) -> float:
@@ -76,11 +107,13 @@ def main() -> None:
         run_one_turn(layout, "bench", agent_id="bench", config=config)
         floor_once(floor_dir)
     turn_fsyncs = floor_fsyncs = 0
+    tamper_s: list[float] = []
     for _ in range(args.turns):
-        f0 = FSYNCS[0]
+        f0, g0 = FSYNCS[0], TAMPER_S[0]
         t0 = time.perf_counter()
         report = run_one_turn(layout, "bench", agent_id="bench", config=config)
         turn_s.append(time.perf_counter() - t0)
+        tamper_s.append(TAMPER_S[0] - g0)
         f1 = FSYNCS[0]
         assert report is not None and report.status == "committed", report
         host_s.append(report.usage.wall_s)
@@ -96,6 +129,12 @@ def main() -> None:
     print(f"  control plane (turn - host wall) median {turn - host:7.2f} ms")
     print(f"floor (spawn + 4 fsync'd atomic writes) median {floor:7.2f} ms")
     print(f"fsyncs per turn: {turn_fsyncs / args.turns:.1f}   floor: {floor_fsyncs / args.turns:.1f}")
+    untampered = statistics.median(t - g for t, g in zip(turn_s, tamper_s, strict=True)) * 1000
+    print(f"  tamper fingerprint (loopx.tamper, grows with history) median "
+          f"{statistics.median(tamper_s) * 1000:7.2f} ms   at the last turn "
+          f"{tamper_s[-1] * 1000:7.2f} ms")
+    print(f"turn without the tamper fingerprint median {untampered:7.2f} ms   "
+          f"ratio to floor {untampered / floor:.2f}")
     print(f"load average: {os.getloadavg()[0]:.2f}")
     print(f"ratio turn/floor: {turn / floor:.2f}   (goal <= 3)")
 

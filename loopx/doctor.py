@@ -15,6 +15,7 @@ import os
 import shlex
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -167,8 +168,14 @@ class _Doctor:
         goal_id: str | None = None,
     ) -> None:
         self.findings.append(
-            Finding(severity=severity, code=code, path=str(path), problem=problem, repair=repair,
-                    goal_id=goal_id)
+            Finding(
+                severity=severity,
+                code=code,
+                path=str(path),
+                problem=problem,
+                repair=repair,
+                goal_id=goal_id,
+            )
         )
 
     # permissions, symlinks, temp files: one walk of the whole root
@@ -186,34 +193,74 @@ class _Doctor:
 
     def _entry(self, path: Path, st: os.stat_result) -> None:
         if stat.S_ISLNK(st.st_mode):
-            self.add(Severity.ERROR, FindingCode.SYMLINK, path,
-                     f"a symlink (to {os.readlink(path)!r}) inside the root; LoopX refuses to use it",
-                     f"rm {q(path)}")
+            self.add(
+                Severity.ERROR,
+                FindingCode.SYMLINK,
+                path,
+                f"a symlink (to {os.readlink(path)!r}) inside the root; LoopX refuses to use it",
+                f"rm {q(path)}",
+            )
             return
         is_dir = stat.S_ISDIR(st.st_mode)
         if not is_dir and not stat.S_ISREG(st.st_mode):
             return  # sockets (tmux.sock) and the like are not LoopX's durable files
         if not is_dir:
             self.files += 1
+        if (
+            not is_dir
+            and path.parent.name == "results"
+            and path.parent.parent.parent == (self.layout.goals_dir)
+        ):
+            # The host's drop box: it writes there with its own umask. A file left
+            # behind is a result (or its temp file) of a turn that is over.
+            self.add(
+                Severity.INFO,
+                FindingCode.STRAY_TEMP,
+                path,
+                "left by a host in its result drop box; LoopX read what it needed",
+                f"rm {q(path)}",
+            )
+            return
         if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            self.add(Severity.ERROR, FindingCode.OWNER, path,
-                     f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})",
-                     f"chown {os.getuid()} {q(path)}")
+            self.add(
+                Severity.ERROR,
+                FindingCode.OWNER,
+                path,
+                f"owned by uid {st.st_uid}, not by you (uid {os.getuid()})",
+                f"chown {os.getuid()} {q(path)}",
+            )
         bad = mode_problem(st.st_mode, is_dir=is_dir)
         if bad is not None:
-            self.add(bad[0], FindingCode.PERMISSIONS, path, bad[1],
-                     f"chmod {'700' if is_dir else '600'} {q(path)}")
+            self.add(
+                bad[0],
+                FindingCode.PERMISSIONS,
+                path,
+                bad[1],
+                f"chmod {'700' if is_dir else '600'} {q(path)}",
+            )
         pid = temp_writer_pid(path.name) if not is_dir else None
         if pid is not None:
             age = self.now.timestamp() - st.st_mtime
             if psutil.pid_exists(pid) and age < TEMP_IN_FLIGHT.total_seconds():
                 return  # an atomic write in flight
-            self.add(Severity.WARNING, FindingCode.STRAY_TEMP, path,
-                     f"temp file of an atomic write whose writer (pid {pid}) died before the "
-                     "rename; the file it was for is intact", f"rm {q(path)}")
+            self.add(
+                Severity.INFO,
+                FindingCode.STRAY_TEMP,
+                path,
+                f"temp file of an atomic write whose writer (pid {pid}) died before the "
+                "rename; the file it was for is intact",
+                f"rm {q(path)}",
+            )
 
-    def model(self, path: Path, model: type[BaseModel], repair: str, *,
-              severity: Severity = Severity.ERROR, goal_id: str | None = None) -> BaseModel | None:
+    def model(
+        self,
+        path: Path,
+        model: type[BaseModel],
+        repair: str,
+        *,
+        severity: Severity = Severity.ERROR,
+        goal_id: str | None = None,
+    ) -> BaseModel | None:
         """Read and validate one file; a failure becomes a finding."""
         try:
             return read_model(path, model)
@@ -222,7 +269,9 @@ class _Doctor:
         except CorruptFileError as e:
             self.add(severity, FindingCode.SCHEMA, path, e.problem, repair, goal_id)
         except (UnsafePathError, OSError) as e:
-            self.add(Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair, goal_id)
+            self.add(
+                Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair, goal_id
+            )
         return None
 
     def lines(
@@ -236,17 +285,31 @@ class _Doctor:
             self.add(Severity.ERROR, FindingCode.SCHEMA, path, e.problem, repair, goal_id)
             return None
         except (UnsafePathError, OSError) as e:
-            self.add(Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair, goal_id)
+            self.add(
+                Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair, goal_id
+            )
             return None
         if data and not data.endswith(b"\n"):
-            self.add(Severity.INFO, FindingCode.TORN_LINE, path,
-                     "ends in a partial record (a writer died mid-append); readers skip it and "
-                     "the next append cuts it off", "", goal_id)
+            self.add(
+                Severity.INFO,
+                FindingCode.TORN_LINE,
+                path,
+                "ends in a partial record (a writer died mid-append); readers skip it and "
+                "the next append cuts it off",
+                "",
+                goal_id,
+            )
         for record in records:
             if getattr(record, "goal_id", goal_id) != goal_id:
-                self.add(Severity.ERROR, FindingCode.SCHEMA, path,
-                         f"a line of turn {getattr(record, 'turn_key', '?')} names goal "
-                         f"{getattr(record, 'goal_id', '?')!r}", repair, goal_id)
+                self.add(
+                    Severity.ERROR,
+                    FindingCode.SCHEMA,
+                    path,
+                    f"a line of turn {getattr(record, 'turn_key', '?')} names goal "
+                    f"{getattr(record, 'goal_id', '?')!r}",
+                    repair,
+                    goal_id,
+                )
                 break
         return records
 
@@ -254,14 +317,19 @@ class _Doctor:
     def registry(self) -> Registry | None:
         path = self.layout.registry
         found = self.model(
-            path, Registry,
+            path,
+            Registry,
             f"restore {q(path)} from a backup  (or fix the named field by hand: `loopx schema "
             "registry` prints the format; every goal's own files are intact)",
         )
         if found is None and not path.exists() and self._goal_names():
-            self.add(Severity.WARNING, FindingCode.MISSING_FILE, path,
-                     "the registry is missing but goals/ has goals", "restore it from a backup, or "
-                     "re-register each goal with `loopx goal add ID ...`")
+            self.add(
+                Severity.WARNING,
+                FindingCode.MISSING_FILE,
+                path,
+                "the registry is missing but goals/ has goals",
+                "restore it from a backup, or re-register each goal with `loopx goal add ID ...`",
+            )
         return found if isinstance(found, Registry) else None
 
     def _goal_names(self) -> list[str]:
@@ -275,30 +343,45 @@ class _Doctor:
         layout = self.layout
         goal_dir = layout.goals_dir / goal_id
         if not is_valid_goal_id(goal_id):
-            self.add(Severity.WARNING, FindingCode.UNEXPECTED_ENTRY, goal_dir,
-                     "not a valid goal id; LoopX ignores it", f"move it out of {q(layout.goals_dir)}")
+            self.add(
+                Severity.WARNING,
+                FindingCode.UNEXPECTED_ENTRY,
+                goal_dir,
+                "not a valid goal id; LoopX ignores it",
+                f"move it out of {q(layout.goals_dir)}",
+            )
             return
         if goal_dir.is_symlink() or not goal_dir.is_dir():
             return  # reported by the walk (symlink) or not a goal
         self.goals += 1
         if not registered:
-            self.add(Severity.WARNING, FindingCode.ORPHAN_GOAL, goal_dir,
-                     "a goal directory the registry does not name",
-                     f"loopx archive {goal_id}  (or re-register it with `loopx goal add {goal_id} ...`)",
-                     goal_id)
+            self.add(
+                Severity.WARNING,
+                FindingCode.ORPHAN_GOAL,
+                goal_dir,
+                "a goal directory the registry does not name",
+                f"loopx archive {goal_id}  (or re-register it with `loopx goal add {goal_id} ...`)",
+                goal_id,
+            )
         replay = f"loopx replay {goal_id} --repair"
         state = self.model(layout.state_file(goal_id), GoalState, replay, goal_id=goal_id)
         history = self.lines(layout.history_file(goal_id), HistoryLine, goal_id, replay)
         ledger = self.lines(layout.quota_file(goal_id), SpendRecord, goal_id, replay)
         agg = layout.quota_aggregate_file(goal_id)
-        self.model(agg, SpendAggregate, f"rm {q(agg)}  (a cache; rebuilt on the next read)",
-                   severity=Severity.WARNING, goal_id=goal_id)
+        self.model(
+            agg,
+            SpendAggregate,
+            f"rm {q(agg)}  (a cache; rebuilt on the next read)",
+            severity=Severity.WARNING,
+            goal_id=goal_id,
+        )
         runs = layout.runs_dir(goal_id)
         if runs.is_dir() and not runs.is_symlink():
             for name in sorted(os.listdir(runs)):
                 if name.endswith(".json") and not name.startswith("."):
-                    self.model(runs / name, RunReport, replay, severity=Severity.WARNING,
-                               goal_id=goal_id)
+                    self.model(
+                        runs / name, RunReport, replay, severity=Severity.WARNING, goal_id=goal_id
+                    )
         finished = self._lease_and_journals(goal_id)
         self._cross_check(goal_id, finished, state, history, ledger)
 
@@ -313,9 +396,9 @@ class _Doctor:
         """Every finished turn must have its history line, its ledger line, and be in the state."""
         layout = self.layout
         repair = f"loopx replay {goal_id} --repair  (rebuilds them from the journals)"
-        checks = (
-            (layout.history_file(goal_id), history, lambda j: True, "history line"),
-            (layout.quota_file(goal_id), ledger, lambda j: j.outcome is not None, "ledger line"),
+        checks: tuple[tuple[Path, list[Record] | None, Callable[[TurnJournal], bool], str], ...] = (
+            (layout.history_file(goal_id), history, _any_turn, "history line"),
+            (layout.quota_file(goal_id), ledger, _host_ran, "ledger line"),
         )
         for path, records, needed, what in checks:
             if records is None:
@@ -323,17 +406,33 @@ class _Doctor:
             keys = {getattr(r, "turn_key", None) for r in records}
             missing = [j.turn_key for j in finished if needed(j) and j.turn_key not in keys]
             if missing:
-                self.add(Severity.ERROR, FindingCode.MISSING_RECORD, path,
-                         f"no {what} for {len(missing)} finished turn(s): {', '.join(missing[:5])}",
-                         repair, goal_id)
+                self.add(
+                    Severity.ERROR,
+                    FindingCode.MISSING_RECORD,
+                    path,
+                    f"no {what} for {len(missing)} finished turn(s): {', '.join(missing[:5])}",
+                    repair,
+                    goal_id,
+                )
         newest = max((j.seq for j in finished), default=0)
         if isinstance(state, GoalState) and state.turn_seq < newest:
-            self.add(Severity.ERROR, FindingCode.MISSING_RECORD, layout.state_file(goal_id),
-                     f"the state is at turn {state.turn_seq} but turn {newest} finished",
-                     repair, goal_id)
+            self.add(
+                Severity.ERROR,
+                FindingCode.MISSING_RECORD,
+                layout.state_file(goal_id),
+                f"the state is at turn {state.turn_seq} but turn {newest} finished",
+                repair,
+                goal_id,
+            )
         elif state is None and finished and not layout.state_file(goal_id).exists():
-            self.add(Severity.ERROR, FindingCode.MISSING_FILE, layout.state_file(goal_id),
-                     "missing, though turns finished", repair, goal_id)
+            self.add(
+                Severity.ERROR,
+                FindingCode.MISSING_FILE,
+                layout.state_file(goal_id),
+                "missing, though turns finished",
+                repair,
+                goal_id,
+            )
 
     def _lease_and_journals(self, goal_id: str) -> list[TurnJournal]:
         """Check the lease, the epoch and every journal; return the finished journals."""
@@ -345,18 +444,27 @@ class _Doctor:
             epoch = None
             self.add(Severity.ERROR, FindingCode.SCHEMA, epoch_path, str(e), "", goal_id)
         lease_path = layout.lease_file(goal_id)
-        lease = self.model(lease_path, Lease, f"rm {q(lease_path)}  (a damaged lease belongs to "
-                           "nobody; the next claim replaces it)", severity=Severity.WARNING,
-                           goal_id=goal_id)
+        lease = self.model(
+            lease_path,
+            Lease,
+            f"rm {q(lease_path)}  (a damaged lease belongs to nobody; the next claim replaces it)",
+            severity=Severity.WARNING,
+            goal_id=goal_id,
+        )
         live = False
         if isinstance(lease, Lease):
             holder = holder_state(lease, hostname=self.hostname)
             stale = lease_problem(lease, holder, now=self.now)
             live = stale is None
             if stale is not None:
-                self.add(Severity.WARNING, FindingCode.STALE_LEASE, lease_path, stale,
-                         "loopx recover  (clears a dead holder's lease and finishes its turn)",
-                         goal_id)
+                self.add(
+                    Severity.WARNING,
+                    FindingCode.STALE_LEASE,
+                    lease_path,
+                    stale,
+                    "loopx recover  (clears a dead holder's lease and finishes its turn)",
+                    goal_id,
+                )
         high = lease.epoch if isinstance(lease, Lease) else 0
         finished: list[TurnJournal] = []
         turns = layout.turns_dir(goal_id)
@@ -366,8 +474,14 @@ class _Doctor:
             if name.startswith(".") or path.is_symlink() or not path.is_file():
                 continue
             if not name.endswith(".json"):
-                self.add(Severity.WARNING, FindingCode.UNEXPECTED_ENTRY, path,
-                         "not a turn journal", f"move it out of {q(turns)}", goal_id)
+                self.add(
+                    Severity.WARNING,
+                    FindingCode.UNEXPECTED_ENTRY,
+                    path,
+                    "not a turn journal",
+                    f"move it out of {q(turns)}",
+                    goal_id,
+                )
                 continue
             self.journals += 1
             turn_key = name.removesuffix(".json")
@@ -378,73 +492,124 @@ class _Doctor:
             if view.recovery_decision is RecoveryDecision.NONE:
                 finished.append(TurnJournal.model_validate_json(raw))
             elif view.recovery_decision is RecoveryDecision.QUARANTINE:
-                self.add(Severity.ERROR, FindingCode.INVALID_JOURNAL, path,
-                         "; ".join(f"{v.code}: {v.message}" for v in view.violations),
-                         "loopx recover  (moves it to quarantine/ with a reason file)", goal_id)
-            elif view.recovery_decision is not RecoveryDecision.NONE and not live:
-                self.add(Severity.WARNING, FindingCode.ORPHANED_JOURNAL, path,
-                         f"in_progress at {view.next_phase or 'host_execute'} and no live agent "
-                         f"holds the goal (recovery would {view.recovery_decision})",
-                         "loopx recover  (or start the supervisor, which recovers first)", goal_id)
+                self.add(
+                    Severity.ERROR,
+                    FindingCode.INVALID_JOURNAL,
+                    path,
+                    "; ".join(f"{v.code}: {v.message}" for v in view.violations),
+                    "loopx recover  (moves it to quarantine/ with a reason file)",
+                    goal_id,
+                )
+            elif not live:
+                self.add(
+                    Severity.WARNING,
+                    FindingCode.ORPHANED_JOURNAL,
+                    path,
+                    f"in_progress at {view.next_phase or 'host_execute'} and no live agent "
+                    f"holds the goal (recovery would {view.recovery_decision})",
+                    "loopx recover  (or start the supervisor, which recovers first)",
+                    goal_id,
+                )
         if epoch is not None and high > epoch:
-            self.add(Severity.ERROR, FindingCode.EPOCH, epoch_path,
-                     f"the fencing counter is {epoch} but a lease or journal carries epoch {high}; "
-                     "a stale holder's writes would not be refused",
-                     f"printf '{high}\\n' > {q(epoch_path)}", goal_id)
+            self.add(
+                Severity.ERROR,
+                FindingCode.EPOCH,
+                epoch_path,
+                f"the fencing counter is {epoch} but a lease or journal carries epoch {high}; "
+                "a stale holder's writes would not be refused",
+                f"printf '{high}\\n' > {q(epoch_path)}",
+                goal_id,
+            )
         return finished
 
     # fleet
     def fleet(self) -> None:
         path = self.layout.supervisor_file
-        record = self.model(path, FleetRecord, f"rm {q(path)}  (rewritten by the next supervisor)",
-                            severity=Severity.WARNING)
+        record = self.model(
+            path,
+            FleetRecord,
+            f"rm {q(path)}  (rewritten by the next supervisor)",
+            severity=Severity.WARNING,
+        )
         supervisor_alive = False
         if isinstance(record, FleetRecord):
             supervisor_alive = _alive(record.pid, record.pid_started_at)
             if record.state in _ACTIVE_SUPERVISOR_STATES and not supervisor_alive:
-                self.add(Severity.WARNING, FindingCode.SUPERVISOR_DEAD, path,
-                         f"the supervisor (pid {record.pid}) is recorded as {record.state} but is "
-                         "gone; turns it ran may be unfinished",
-                         f"loopx supervisor start --agents {record.agents_wanted}  (reaps what is "
-                         "left and recovers), or `loopx recover`")
+                self.add(
+                    Severity.WARNING,
+                    FindingCode.SUPERVISOR_DEAD,
+                    path,
+                    f"the supervisor (pid {record.pid}) is recorded as {record.state} but is "
+                    "gone; turns it ran may be unfinished",
+                    f"loopx supervisor start --agents {record.agents_wanted}  (reaps what is "
+                    "left and recovers), or `loopx recover`",
+                )
             elif supervisor_alive:
-                self.add(Severity.INFO, FindingCode.SUPERVISOR_RUNNING, path,
-                         f"supervisor pid {record.pid} is {record.state} with "
-                         f"{record.agents_wanted} agent(s)")
+                self.add(
+                    Severity.INFO,
+                    FindingCode.SUPERVISOR_RUNNING,
+                    path,
+                    f"supervisor pid {record.pid} is {record.state} with "
+                    f"{record.agents_wanted} agent(s)",
+                )
                 for slot in record.slots:
                     if slot.crash_loop:
                         log_file = self.layout.logs_dir / f"agent-{slot.index}.log"
-                        self.add(Severity.WARNING, FindingCode.CRASH_LOOP, path,
-                                 f"agent slot {slot.index} ({slot.agent_id}) is in a crash loop: "
-                                 f"{slot.recent_restarts} recent restarts, last {slot.last_exit}",
-                                 f"read {q(log_file)}, fix the cause, then "
-                                 "`loopx supervisor stop` and start it again")
+                        self.add(
+                            Severity.WARNING,
+                            FindingCode.CRASH_LOOP,
+                            path,
+                            f"agent slot {slot.index} ({slot.agent_id}) is in a crash loop: "
+                            f"{slot.recent_restarts} recent restarts, last {slot.last_exit}",
+                            f"read {q(log_file)}, fix the cause, then "
+                            "`loopx supervisor stop` and start it again",
+                        )
         agents = self.layout.agents_dir
         for name in sorted(os.listdir(agents)) if agents.is_dir() else []:
             beat_path = agents / name
             if not name.endswith(".json") or name.startswith("."):
                 continue
-            beat = self.model(beat_path, AgentHeartbeat, f"rm {q(beat_path)}  (rewritten by the "
-                              "agent every few seconds)", severity=Severity.WARNING)
-            if isinstance(beat, AgentHeartbeat) and not supervisor_alive and _alive(
-                beat.pid, beat.pid_started_at
-            ) is False and beat.phase != "stopping":
-                self.add(Severity.INFO, FindingCode.STALE_HEARTBEAT, beat_path,
-                         f"agent {beat.agent_id} (pid {beat.pid}) is gone", f"rm {q(beat_path)}")
+            beat = self.model(
+                beat_path,
+                AgentHeartbeat,
+                f"rm {q(beat_path)}  (rewritten by the agent every few seconds)",
+                severity=Severity.WARNING,
+            )
+            if (
+                isinstance(beat, AgentHeartbeat)
+                and not supervisor_alive
+                and _alive(beat.pid, beat.pid_started_at) is False
+                and beat.phase != "stopping"
+            ):
+                self.add(
+                    Severity.INFO,
+                    FindingCode.STALE_HEARTBEAT,
+                    beat_path,
+                    f"agent {beat.agent_id} (pid {beat.pid}) is gone",
+                    f"rm {q(beat_path)}",
+                )
 
     def projections(self) -> None:
         clear = "loopx status --clear-cache  (a cache; rebuilt from the durable files)"
         self.model(self.layout.status_file, StatusIndex, clear, severity=Severity.WARNING)
         shards = self.layout.projections_dir / "status.d"
-        for name in sorted(os.listdir(shards)) if shards.is_dir() and not shards.is_symlink() else []:
+        for name in (
+            sorted(os.listdir(shards)) if shards.is_dir() and not shards.is_symlink() else []
+        ):
             if name.endswith(".json") and not name.startswith("."):
                 self.model(shards / name, StatusShard, clear, severity=Severity.WARNING)
         probes = self.layout.projections_dir / "probes"
-        for name in sorted(os.listdir(probes)) if probes.is_dir() and not probes.is_symlink() else []:
+        for name in (
+            sorted(os.listdir(probes)) if probes.is_dir() and not probes.is_symlink() else []
+        ):
             if name.endswith(".json") and not name.startswith("."):
                 path = probes / name
-                self.model(path, ProbeObservation, f"rm {q(path)}  (rerun `loopx probe`)",
-                           severity=Severity.WARNING)
+                self.model(
+                    path,
+                    ProbeObservation,
+                    f"rm {q(path)}  (rerun `loopx probe`)",
+                    severity=Severity.WARNING,
+                )
 
     def quarantine(self) -> None:
         top = self.layout.quarantine_dir
@@ -459,16 +624,30 @@ class _Doctor:
                 why = ""
                 if reason.is_file():
                     try:
-                        why = ": " + read_bytes(reason)[:400].decode("utf-8", "replace").replace("\n", " ")
+                        why = ": " + read_bytes(reason)[:400].decode("utf-8", "replace").replace(
+                            "\n", " "
+                        )
                     except (OSError, LoopxError):
                         why = ""
                 goal = Path(dirpath).name if Path(dirpath) != top else name.split("__", 1)[0]
                 extra = f" {q(reason)}" if reason.is_file() else ""
-                self.add(Severity.WARNING, FindingCode.QUARANTINED, path,
-                         f"set aside for a human{why}",
-                         f"rm {q(path)}{extra}  (once you have inspected it; LoopX never "
-                         "reads it again)",
-                         goal if is_valid_goal_id(goal) else None)
+                self.add(
+                    Severity.WARNING,
+                    FindingCode.QUARANTINED,
+                    path,
+                    f"set aside for a human{why}",
+                    f"rm {q(path)}{extra}  (once you have inspected it; LoopX never "
+                    "reads it again)",
+                    goal if is_valid_goal_id(goal) else None,
+                )
+
+
+def _any_turn(_journal: TurnJournal) -> bool:
+    return True
+
+
+def _host_ran(journal: TurnJournal) -> bool:
+    return journal.outcome is not None
 
 
 def _alive(pid: int, started_at: float) -> bool:
@@ -486,12 +665,21 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
     doctor = _Doctor(layout, now or utcnow())
     root = layout.root
     if not root.exists() and not root.is_symlink():
-        doctor.add(Severity.ERROR, FindingCode.ROOT_MISSING, root, "the runtime root does not exist",
-                   f"loopx init --root {q(root)}")
+        doctor.add(
+            Severity.ERROR,
+            FindingCode.ROOT_MISSING,
+            root,
+            "the runtime root does not exist",
+            f"loopx init --root {q(root)}",
+        )
     elif root.is_symlink() or not root.is_dir():
-        doctor.add(Severity.ERROR, FindingCode.SYMLINK, root,
-                   "the runtime root is a symlink or not a directory; LoopX refuses it",
-                   "point --root at the real directory")
+        doctor.add(
+            Severity.ERROR,
+            FindingCode.SYMLINK,
+            root,
+            "the runtime root is a symlink or not a directory; LoopX refuses it",
+            "point --root at the real directory",
+        )
     else:
         doctor.walk()
         registry = doctor.registry()
@@ -500,8 +688,14 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
             try:
                 doctor.goal(goal_id, registered is None or goal_id in registered)
             except (LoopxError, OSError) as e:
-                doctor.add(Severity.ERROR, FindingCode.SCHEMA, layout.goals_dir / goal_id,
-                           f"could not be checked: {e}", "", goal_id)
+                doctor.add(
+                    Severity.ERROR,
+                    FindingCode.SCHEMA,
+                    layout.goals_dir / goal_id,
+                    f"could not be checked: {e}",
+                    "",
+                    goal_id,
+                )
         doctor.fleet()
         doctor.projections()
         doctor.quarantine()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import json
 import os
 import secrets
@@ -457,6 +458,31 @@ def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[N
         yield
     finally:
         lock.release()
+
+
+def lock_busy(path: Path) -> bool:
+    """Whether another holder has the file lock of ``path`` right now. A hint only.
+
+    The answer may change the moment it is given; callers use it to try other
+    work first, never to decide anything that needs the lock. A soft lock
+    (network filesystems) is never reported busy.
+    """
+    lock_file = lock_path_for(path)
+    if lock_mode_for(lock_file) is LockMode.SOFT:
+        return False
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False  # no lock file yet (or unreadable): let the real acquire decide
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same flock filelock takes
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the probe's flock, if it got one
+    return False
 
 
 def _acquire_with_retries(

@@ -207,6 +207,19 @@ def finish(layout: Layout, journal: TurnJournal, fence: Fence, *, now: datetime)
         LeaseLostError: the fence's epoch is stale; nothing was written.
 
     """
+    with fence.held():
+        journal = finish_held(layout, journal, now=now)
+    fault_point(f"after:{Phase.SCHEDULER_ACK}")
+    return journal
+
+
+def finish_held(layout: Layout, journal: TurnJournal, *, now: datetime) -> TurnJournal:
+    """:func:`finish` for a caller already inside ``fence.held()``, up to the terminal write.
+
+    A live turn records its host outcome and finishes under one hold of the
+    goal's lock instead of two. The caller runs the ``after:scheduler_ack``
+    fault point once it let the lock go.
+    """
     if not journal.done(Phase.VALIDATION):
         for phase in (Phase.TYPED_RESULT, Phase.VALIDATION):
             fault_point(f"before:{phase}")
@@ -218,19 +231,17 @@ def finish(layout: Layout, journal: TurnJournal, fence: Fence, *, now: datetime)
         (Phase.QUOTA_SPEND, quota_spend),
         (Phase.SCHEDULER_APPLY, scheduler_apply),
     )
-    with fence.held():
-        with dir_sync_batch():  # every effect durable before the terminal journal (docstring)
-            for phase, step in steps:
-                if journal.done(phase):
-                    continue
-                fault_point(f"before:{phase}")
-                step(layout, journal)
-                journal = journal.with_phases(phase, now=now)
-                fault_point(f"after:{phase}")
-        fault_point(f"before:{Phase.SCHEDULER_ACK}")
-        journal = journal.with_phases(Phase.SCHEDULER_ACK, now=now).model_copy(
-            update={"status": final_status(journal), "ended_at": now}
-        )
-        write_journal_unfenced(layout, journal, sync_dir=False)
-    fault_point(f"after:{Phase.SCHEDULER_ACK}")
+    with dir_sync_batch():  # every effect durable before the terminal journal (module docstring)
+        for phase, step in steps:
+            if journal.done(phase):
+                continue
+            fault_point(f"before:{phase}")
+            step(layout, journal)
+            journal = journal.with_phases(phase, now=now)
+            fault_point(f"after:{phase}")
+    fault_point(f"before:{Phase.SCHEDULER_ACK}")
+    journal = journal.with_phases(Phase.SCHEDULER_ACK, now=now).model_copy(
+        update={"status": final_status(journal), "ended_at": now}
+    )
+    write_journal_unfenced(layout, journal, sync_dir=False)
     return journal

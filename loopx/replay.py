@@ -255,7 +255,9 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
 def _json_diff(disk: Any, replayed: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
     if isinstance(disk, dict) and isinstance(replayed, dict):
         for key in [*disk, *(k for k in replayed if k not in disk)]:
-            yield from _json_diff(disk.get(key), replayed.get(key), f"{path}.{key}" if path else key)
+            yield from _json_diff(
+                disk.get(key), replayed.get(key), f"{path}.{key}" if path else key
+            )
     elif disk != replayed:
         yield path, disk, replayed
 
@@ -272,7 +274,9 @@ def _lines(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def _compare_lines(name: str, disk: list[dict[str, Any]], replayed: list[dict[str, Any]]) -> list[Difference]:
+def _compare_lines(
+    name: str, disk: list[dict[str, Any]], replayed: list[dict[str, Any]]
+) -> list[Difference]:
     out: list[Difference] = []
     disk_keys = [str(d.get("turn_key")) for d in disk]
     want = {str(r["turn_key"]): r for r in replayed}
@@ -307,7 +311,9 @@ def _compare_file(name: str, disk: bytes | None, replayed: bytes | None) -> list
     if disk is None and replayed is None:
         return []
     if disk is None:
-        return [Difference(file=name, key="", kind=DifferenceKind.MISSING, replayed=_preview(replayed))]
+        return [
+            Difference(file=name, key="", kind=DifferenceKind.MISSING, replayed=_preview(replayed))
+        ]
     if replayed is None:
         if name.endswith(".jsonl") and not disk.strip():
             return []  # an empty ledger and no ledger say the same
@@ -315,8 +321,15 @@ def _compare_file(name: str, disk: bytes | None, replayed: bytes | None) -> list
     if name.endswith(".md"):
         if disk == replayed:
             return []
-        return [Difference(file=name, key="", kind=DifferenceKind.DIFFERS, disk=_preview(disk),
-                           replayed=_preview(replayed))]
+        return [
+            Difference(
+                file=name,
+                key="",
+                kind=DifferenceKind.DIFFERS,
+                disk=_preview(disk),
+                replayed=_preview(replayed),
+            )
+        ]
     try:
         if name.endswith(".jsonl"):
             return _compare_lines(name, _lines(disk), _lines(replayed))
@@ -434,7 +447,9 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
     set_aside: list[str] = []
     try:
         differences = compare(layout, goal_id, rebuilt)
-        names = sorted({d.file for d in differences if not d.file.startswith("turns/")}, key=_file_order)
+        names = sorted(
+            {d.file for d in differences if not d.file.startswith("turns/")}, key=_file_order
+        )
         goal_dir = layout.goal_dir(goal_id)
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
         with fence_of(layout, claimed.lease).held():
@@ -444,7 +459,9 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
                     aside_dir = ensure_dir(ensure_dir(layout.quarantine_dir) / goal_id)
                     aside = aside_dir / f"{name.replace('/', '_')}.{stamp}"
                     note = SetAsideNote(
-                        goal_id=goal_id, original_path=str(target), set_aside_at=now,
+                        goal_id=goal_id,
+                        original_path=str(target),
+                        set_aside_at=now,
                         reason="replaced by `loopx replay --repair` with the file rebuilt from "
                         "the goal's journals; delete once you no longer need it",
                     )

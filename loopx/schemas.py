@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
 from loopx.headroom import HostHeadroom
 from loopx.history import HistoryLine
@@ -15,6 +16,7 @@ from loopx.protocol import Envelope, HostResult
 from loopx.quota import QuotaDecision, QuotaReport
 from loopx.recovery import QuarantineNote, RecoveryReport
 from loopx.registry import Registry
+from loopx.replay import ReplayReport, SetAsideNote
 from loopx.state import GoalState
 from loopx.status import ProbeObservation, StatusProjection
 from loopx.status_cache import StatusIndex, StatusShard
@@ -41,6 +43,9 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "history": HistoryLine,
     "recovery": RecoveryReport,
     "quarantine-note": QuarantineNote,
+    "doctor": DoctorReport,
+    "replay": ReplayReport,
+    "set-aside-note": SetAsideNote,
 }
 
 

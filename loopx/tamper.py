@@ -73,8 +73,7 @@ class GoalFingerprint:
             except (FileNotFoundError, NotADirectoryError):
                 continue
             names += [
-                f"{sub}/{n}" for n in entries
-                if not n.startswith(".") and n != f"{running}.json"
+                f"{sub}/{n}" for n in entries if not n.startswith(".") and n != f"{running}.json"
             ]
         files = {name: _stat_key(goal_dir / name) for name in names}
         return cls(files=files, state=_state_key(layout.state_file(goal_id)))
@@ -83,7 +82,8 @@ class GoalFingerprint:
         """The files (relative to the goal directory) that differ from this fingerprint."""
         now = GoalFingerprint.take(layout, goal_id, running=running)
         out = [
-            name for name in sorted(set(self.files) | set(now.files))
+            name
+            for name in sorted(set(self.files) | set(now.files))
             if self.files.get(name, _MISSING) != now.files.get(name, _MISSING)
         ]
         if now.state != self.state:

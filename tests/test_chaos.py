@@ -13,7 +13,8 @@ confirms, from the files alone:
 * the quota ledger has exactly one line per journal whose host ran;
 * no process carrying this root's ``LOOPX_ROOT`` is left;
 * every goal ends in the same final state as an undisturbed run of it;
-* ``loopx replay GOAL --verify`` is clean for every goal.
+* ``loopx replay GOAL --verify`` is clean for every goal;
+* ``loopx doctor`` finds no error anywhere in the root.
 
 The default run is small (4 goals, a dozen kills). ``@pytest.mark.soak`` runs
 the issue's full size: 20 goals, 200 kills, within about ten minutes on two
@@ -37,6 +38,7 @@ from typing import Any
 import psutil
 import pytest
 from loopx.agents.turn import TurnConfig, run_one_turn
+from loopx.doctor import diagnose
 
 from loopx.goals import GoalChanges, add_goal
 from loopx.model import utcnow
@@ -58,8 +60,8 @@ class Plan:
     budget_s: float  # the whole test must finish within this
 
 
-SMALL = Plan(goals=4, steps=4, hang_s=0.3, kills=12, gap_s=(0.2, 1.0), budget_s=240)
-SOAK = Plan(goals=20, steps=20, hang_s=0.3, kills=200, gap_s=(0.2, 1.0), budget_s=600)
+SMALL = Plan(goals=4, steps=10, hang_s=0.3, kills=12, gap_s=(0.2, 1.0), budget_s=240)
+SOAK = Plan(goals=20, steps=40, hang_s=0.3, kills=200, gap_s=(0.2, 1.0), budget_s=600)
 
 
 @dataclass(slots=True)
@@ -78,12 +80,33 @@ class Fleet:
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "loopx", "--root", str(self.root), "supervisor", "run",
-                 "--agents", str(self.agents), "--until-idle", "--idle-horizon-seconds", "120",
-                 "--stall-seconds", "30", "--crash-loop-restarts", "100000",
-                 "--restart-max-seconds", "0.5", "--stop-grace-seconds", "5",
-                 "--refresh-interval-seconds", "60"],
-                env=cli_env(**TIMING), stdout=out, stderr=out,
+                [
+                    sys.executable,
+                    "-m",
+                    "loopx",
+                    "--root",
+                    str(self.root),
+                    "supervisor",
+                    "run",
+                    "--agents",
+                    str(self.agents),
+                    "--until-idle",
+                    "--idle-horizon-seconds",
+                    "120",
+                    "--stall-seconds",
+                    "30",
+                    "--crash-loop-restarts",
+                    "100000",
+                    "--restart-max-seconds",
+                    "0.5",
+                    "--stop-grace-seconds",
+                    "5",
+                    "--refresh-interval-seconds",
+                    "60",
+                ],
+                env=cli_env(**TIMING),
+                stdout=out,
+                stderr=out,
             )
         self.starts += 1
 
@@ -118,7 +141,9 @@ def kill_one(fleet: Fleet, what: str, rng: random.Random) -> bool:
     while True:
         procs = marked(fleet.root)
         if what == "agent":
-            targets = [p for p, env in procs if "LOOPX_AGENT_ID" in env and "LOOPX_TURN_KEY" not in env]
+            targets = [
+                p for p, env in procs if "LOOPX_AGENT_ID" in env and "LOOPX_TURN_KEY" not in env
+            ]
         else:
             targets = [p for p, env in procs if "LOOPX_TURN_KEY" in env]
         if targets:
@@ -140,9 +165,15 @@ def add_demo_goals(layout: Layout, plan: Plan, base: Path, prefix: str, count: i
         goal_id = f"{prefix}{index:02d}"
         workdir = base / "work" / goal_id
         workdir.mkdir(parents=True)
-        host = HostSpec(kind=HostKind.DEMO, argv=["--steps", str(plan.steps), "--hang", str(plan.hang_s)])
-        changes = GoalChanges(objective=f"count to {plan.steps}", workdir=str(workdir), host=host,
-                              max_host_attempts=100)
+        host = HostSpec(
+            kind=HostKind.DEMO, argv=["--steps", str(plan.steps), "--hang", str(plan.hang_s)]
+        )
+        changes = GoalChanges(
+            objective=f"count to {plan.steps}",
+            workdir=str(workdir),
+            host=host,
+            max_host_attempts=100,
+        )
         add_goal(layout, goal_id, changes, update=False, default_workdir=workdir, now=utcnow())
         ids.append(goal_id)
     return ids
@@ -187,12 +218,20 @@ def check_invariants(layout: Layout, goal_id: str) -> dict[str, int]:
         assert e1 < e2, f"{k1} and {k2} share epoch {e1}"
         assert end1 <= start2, f"{k1} (epoch {e1}, ended {end1}) overlaps {k2} (started {start2})"
     # history: one line per finished turn, unique by turn_key
-    history = [json.loads(x)["turn_key"] for x in (goal_dir / "history.jsonl").read_text().splitlines()]
-    assert len(history) == len(set(history)), f"duplicate history lines: {Counter(history).most_common(3)}"
+    history = [
+        json.loads(x)["turn_key"] for x in (goal_dir / "history.jsonl").read_text().splitlines()
+    ]
+    assert len(history) == len(set(history)), (
+        f"duplicate history lines: {Counter(history).most_common(3)}"
+    )
     assert set(history) == {j["turn_key"] for j in journals}
     # ledger: one line per journal whose host ran
-    ledger = [json.loads(x)["turn_key"] for x in (goal_dir / "quota.jsonl").read_text().splitlines()]
-    assert len(ledger) == len(set(ledger)), f"duplicate ledger lines: {Counter(ledger).most_common(3)}"
+    ledger = [
+        json.loads(x)["turn_key"] for x in (goal_dir / "quota.jsonl").read_text().splitlines()
+    ]
+    assert len(ledger) == len(set(ledger)), (
+        f"duplicate ledger lines: {Counter(ledger).most_common(3)}"
+    )
     assert set(ledger) == {j["turn_key"] for j in journals if j["outcome"] is not None}
     return {
         "journals": len(journals),
@@ -222,8 +261,10 @@ def run_chaos(tmp_path: Path, plan: Plan) -> dict[str, Any]:
             assert time.monotonic() - started < plan.budget_s * 0.7, f"kills too slow: {kills}"
             time.sleep(rng.uniform(*plan.gap_s))
             if not fleet.alive() and fleet.proc is not None and fleet.proc.returncode == 0:
-                pytest.fail(f"the fleet finished every goal after only {dict(kills)} kills; "
-                            "give the plan more work")
+                pytest.fail(
+                    f"the fleet finished every goal after only {dict(kills)} kills; "
+                    "give the plan more work"
+                )
             what = rng.choice(["supervisor", "agent", "host", "host"])
             if kill_one(fleet, what, rng):
                 kills[what] += 1
@@ -257,9 +298,20 @@ def run_chaos(tmp_path: Path, plan: Plan) -> dict[str, Any]:
         assert final_state(layout, goal_id) == expected, goal_id
         verify = loopx(layout.root, "replay", goal_id, "--verify")
         assert verify.returncode == 0, verify.stdout + verify.stderr
+    # doctor: no damage anywhere (warnings such as a dead agent's leftover lease are allowed)
+    report = diagnose(layout)
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert not errors, errors
+    warnings = Counter(str(f.code) for f in report.findings if f.severity == "warning")
     figures = {
-        "seed": SEED, "goals": plan.goals, "agents": fleet.agents, "kills": dict(kills),
-        "supervisor_starts": fleet.starts, **totals, "seconds": round(time.monotonic() - started),
+        "seed": SEED,
+        "goals": plan.goals,
+        "agents": fleet.agents,
+        "kills": dict(kills),
+        "supervisor_starts": fleet.starts,
+        "doctor_warnings": dict(warnings),
+        **totals,
+        "seconds": round(time.monotonic() - started),
     }
     print(f"chaos figures: {json.dumps(figures)}")  # quoted in docs/reliability.md
     return figures

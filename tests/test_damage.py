@@ -96,7 +96,9 @@ def follow_repairs(root: Path, report: dict[str, Any], registry_backup: bytes) -
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("target", TARGETS)
-def test_damage_is_reported_contained_and_repairable(tmp_path: Path, target: str, mode: str) -> None:
+def test_damage_is_reported_contained_and_repairable(
+    tmp_path: Path, target: str, mode: str
+) -> None:
     """A damaged file gets a precise doctor finding, a clear error, and a working repair."""
     rng = random.Random(f"{target}-{mode}")
     layout = make_root(tmp_path / "root")
@@ -166,7 +168,10 @@ def test_doctor_healthy_root_exits_zero(tmp_path: Path) -> None:
     run_one_turn(layout, "g", agent_id="setup")
     code, report = doctor(layout.root)
     assert (code, report["healthy"], report["counts"]["error"], report["counts"]["warning"]) == (
-        0, True, 0, 0
+        0,
+        True,
+        0,
+        0,
     )
 
 
@@ -179,10 +184,17 @@ def test_doctor_reports_stray_temp_and_stale_lease(tmp_path: Path) -> None:
     tmp.write_bytes(b"{")
     tmp.chmod(0o600)
     lease = {
-        "schema_version": 1, "goal_id": "g", "agent_id": "gone", "pid": 999_999,
-        "pid_started_at": 1.0, "hostname": __import__("socket").gethostname(), "epoch": 1,
-        "turn_key": None, "acquired_at": "2020-01-01T00:00:00Z",
-        "renewed_at": "2020-01-01T00:00:00Z", "expires_at": "2020-01-01T00:00:30Z",
+        "schema_version": 1,
+        "goal_id": "g",
+        "agent_id": "gone",
+        "pid": 999_999,
+        "pid_started_at": 1.0,
+        "hostname": __import__("socket").gethostname(),
+        "epoch": 1,
+        "turn_key": None,
+        "acquired_at": "2020-01-01T00:00:00Z",
+        "renewed_at": "2020-01-01T00:00:00Z",
+        "expires_at": "2020-01-01T00:00:30Z",
     }
     layout.lease_file("g").write_text(json.dumps(lease))
     layout.lease_file("g").chmod(0o600)
@@ -213,9 +225,15 @@ def test_doctor_on_a_dead_supervisor_record(tmp_path: Path) -> None:
     """supervisor.json saying running with a dead pid is a warning with a restart command."""
     layout = make_root(tmp_path / "root")
     record = {
-        "schema_version": 1, "pid": 999_999, "pid_started_at": 1.0, "hostname": "h",
-        "agents_wanted": 3, "state": "running", "started_at": "2020-01-01T00:00:00Z",
-        "updated_at": "2020-01-01T00:00:00Z", "slots": [],
+        "schema_version": 1,
+        "pid": 999_999,
+        "pid_started_at": 1.0,
+        "hostname": "h",
+        "agents_wanted": 3,
+        "state": "running",
+        "started_at": "2020-01-01T00:00:00Z",
+        "updated_at": "2020-01-01T00:00:00Z",
+        "slots": [],
     }
     layout.supervisor_file.write_text(json.dumps(record))
     layout.supervisor_file.chmod(0o600)

@@ -39,9 +39,14 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 WHERE = Path("/nonexistent/fuzz.json")
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
     | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5)
+    ),
     max_leaves=25,
 )
 
@@ -51,21 +56,39 @@ json_values = st.recursive(
 
 def _state() -> GoalState:
     return GoalState(
-        goal_id="g", beliefs=["b"], todos=[Todo(id="t", text="x")],
-        gates=[Gate(id=1, question="q?", opened_at=NOW)], turn_seq=2, updated_at=NOW,
+        goal_id="g",
+        beliefs=["b"],
+        todos=[Todo(id="t", text="x")],
+        gates=[Gate(id=1, question="q?", opened_at=NOW)],
+        turn_seq=2,
+        updated_at=NOW,
     )
 
 
 def _goal() -> Goal:
-    return Goal(id="g", objective="o", workdir="/tmp", host=HostSpec(kind=HostKind.DEMO),
-                created_at=NOW, updated_at=NOW)
+    return Goal(
+        id="g",
+        objective="o",
+        workdir="/tmp",
+        host=HostSpec(kind=HostKind.DEMO),
+        created_at=NOW,
+        updated_at=NOW,
+    )
 
 
 def _envelope() -> Envelope:
     return Envelope(
-        goal_id="g", turn_key=make_turn_key("g", 3, 2), seq=3, epoch=2, objective="o",
-        workdir="/tmp", root="/r", result_file="/r/x.json", turn_timeout_s=10.0,
-        deadline_at=NOW + timedelta(seconds=10), state=_state(),
+        goal_id="g",
+        turn_key=make_turn_key("g", 3, 2),
+        seq=3,
+        epoch=2,
+        objective="o",
+        workdir="/tmp",
+        root="/r",
+        result_file="/r/x.json",
+        turn_timeout_s=10.0,
+        deadline_at=NOW + timedelta(seconds=10),
+        state=_state(),
     )
 
 
@@ -73,8 +96,15 @@ def _journal() -> TurnJournal:
     envelope = _envelope()
     plan = TurnPlan(envelope=envelope, host_kind=HostKind.DEMO, argv=[], turn_timeout_s=10.0)
     return TurnJournal(
-        loopx_version="0", goal_id="g", agent_id="a", turn_key=envelope.turn_key, seq=3, epoch=2,
-        plan=plan, created_at=NOW, updated_at=NOW,
+        loopx_version="0",
+        goal_id="g",
+        agent_id="a",
+        turn_key=envelope.turn_key,
+        seq=3,
+        epoch=2,
+        plan=plan,
+        created_at=NOW,
+        updated_at=NOW,
     )
 
 
@@ -83,9 +113,15 @@ VALID = {
     "state": _state().model_dump(mode="json"),
     "journal": _journal().model_dump(mode="json"),
     "envelope": _envelope().model_dump(mode="json"),
-    "result": {"schema_version": 1, "kind": "progress", "summary": "s", "evidence": ["e"],
-               "state_patch": {"beliefs": ["b"], "todos": [{"id": "t", "text": "x"}]},
-               "turn_key": "g-t000003-e2", "goal_id": "g"},
+    "result": {
+        "schema_version": 1,
+        "kind": "progress",
+        "summary": "s",
+        "evidence": ["e"],
+        "state_patch": {"beliefs": ["b"], "todos": [{"id": "t", "text": "x"}]},
+        "turn_key": "g-t000003-e2",
+        "goal_id": "g",
+    },
 }
 
 
@@ -141,17 +177,28 @@ def inputs(kind: str) -> st.SearchStrategy[bytes]:
 # --- the properties ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", [Registry, GoalState, Envelope, TurnJournal], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "model", [Registry, GoalState, Envelope, TurnJournal], ids=lambda m: m.__name__
+)
 def test_valid_documents_parse(model: Any) -> None:
     """The seeds of the mutations are valid, so a rejection below is the mutation's doing."""
-    name = {"Registry": "registry", "GoalState": "state", "Envelope": "envelope",
-            "TurnJournal": "journal"}[model.__name__]
+    name = {
+        "Registry": "registry",
+        "GoalState": "state",
+        "Envelope": "envelope",
+        "TurnJournal": "journal",
+    }[model.__name__]
     parse_model(WHERE, model, json.dumps(VALID[name]).encode())
 
 
 @pytest.mark.parametrize(
     ("kind", "model"),
-    [("registry", Registry), ("state", GoalState), ("envelope", Envelope), ("journal", TurnJournal)],
+    [
+        ("registry", Registry),
+        ("state", GoalState),
+        ("envelope", Envelope),
+        ("journal", TurnJournal),
+    ],
 )
 def test_file_parsing_rejects_with_corrupt_file_error(kind: str, model: Any) -> None:
     """Parsing a damaged registry/state/envelope/journal either succeeds or raises CorruptFileError."""
@@ -196,8 +243,12 @@ def test_host_results_are_read_into_a_result_or_a_typed_failure(kind: HostKind) 
     @FUZZ
     @given(stdout=text, result_file=st.none() | text, exit_code=st.sampled_from([0, 0, 1, None]))
     def check(stdout: str, result_file: str | None, exit_code: int | None) -> None:
-        output = HostOutput(exit_code=exit_code, signal=None if exit_code is not None else 9,
-                            stdout=stdout, result_file_text=result_file)
+        output = HostOutput(
+            exit_code=exit_code,
+            signal=None if exit_code is not None else 9,
+            stdout=stdout,
+            result_file_text=result_file,
+        )
         try:
             reading = host.interpret(envelope, output)
         except LoopxError:
@@ -232,3 +283,27 @@ def test_fuzzed_state_on_disk_gives_a_clean_cli_error(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("loopx: error: ") and "hint: " in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_history_and_ledger_lines_are_read_or_rejected_with_corrupt_file_error(
+    tmp_path: Path,
+) -> None:
+    """Random bytes in history.jsonl / quota.jsonl give records or a CorruptFileError."""
+    from loopx.files import read_records  # noqa: PLC0415
+    from loopx.history import HistoryLine  # noqa: PLC0415
+    from loopx.ledger import SpendRecord  # noqa: PLC0415
+
+    path = tmp_path / "lines.jsonl"
+    line = st.one_of(json_values.map(json.dumps), st.text(max_size=40))
+
+    @FUZZ
+    @given(lines=st.lists(line, max_size=6), torn=st.booleans())
+    def check(lines: list[str], torn: bool) -> None:
+        path.write_text("\n".join(lines) + ("" if torn else "\n"))
+        for model in (HistoryLine, SpendRecord):
+            try:
+                read_records(path, model)
+            except CorruptFileError as e:
+                assert e.problem.startswith("line ")
+
+    check()

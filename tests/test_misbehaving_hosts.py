@@ -35,7 +35,10 @@ def leftovers(root: Path) -> list[psutil.Process]:
     out = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("LOOPX_ROOT") == str(root) and proc.status() != psutil.STATUS_ZOMBIE:
+            if (
+                proc.environ().get("LOOPX_ROOT") == str(root)
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):
                 out.append(proc)
         except psutil.Error:
             continue
@@ -76,8 +79,16 @@ def turn(layout: Layout, goal_id: str = "g") -> Any:
         (["--oversized"], {}, "invalid_result"),
         (["--fail"], {}, "host_exit"),
     ],
-    ids=["hang", "ignores-sigterm", "setsid-grandchild-hang", "memory-hog", "no-result",
-         "invalid-json", "oversized-result", "exit-nonzero"],
+    ids=[
+        "hang",
+        "ignores-sigterm",
+        "setsid-grandchild-hang",
+        "memory-hog",
+        "no-result",
+        "invalid-json",
+        "oversized-result",
+        "exit-nonzero",
+    ],
 )
 def test_misbehaviour_is_contained_with_a_typed_reason(
     layout: Layout, tmp_path: Path, switches: list[str], quota: dict[str, Any], reason: str
@@ -85,7 +96,10 @@ def test_misbehaviour_is_contained_with_a_typed_reason(
     """The turn fails with the typed reason, the journal is terminal, no process is left."""
     demo_goal(layout, "g", tmp_path / "wd", *switches, **quota)
     journal = turn(layout)
-    assert (journal.status, journal.failure.reason if journal.failure else None) == ("failed", reason)
+    assert (journal.status, journal.failure.reason if journal.failure else None) == (
+        "failed",
+        reason,
+    )
     wait_no_leftovers(layout.root)
 
 
@@ -115,8 +129,20 @@ def test_one_gib_of_stdout_keeps_memory_bounded(layout: Layout, tmp_path: Path) 
     """1 GiB on stdout: 1 MiB is kept, the rest counted, and the agent's RSS stays small."""
     demo_goal(layout, "g", tmp_path / "wd", "--huge-output", str(GIB))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loopx", "--root", str(layout.root), "turn", "run-once", "g", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(),
+        [
+            sys.executable,
+            "-m",
+            "loopx",
+            "--root",
+            str(layout.root),
+            "turn",
+            "run-once",
+            "g",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
     )
     peak = [0]
 
@@ -144,7 +170,9 @@ def test_one_gib_of_stdout_keeps_memory_bounded(layout: Layout, tmp_path: Path) 
     assert len(journal.outcome.stdout.encode()) <= 1024 * 1024
     assert journal.outcome.stdout_dropped >= GIB - 1024 * 1024
     assert peak[0] < 200 * 1024 * 1024, f"agent peak RSS {peak[0] / 2**20:.0f} MiB"
-    print(f"1 GiB stdout: agent peak RSS {peak[0] / 2**20:.1f} MiB")  # figure for docs/reliability.md
+    print(
+        f"1 GiB stdout: agent peak RSS {peak[0] / 2**20:.1f} MiB"
+    )  # figure for docs/reliability.md
     wait_no_leftovers(layout.root)
 
 
@@ -176,7 +204,9 @@ def test_host_writing_into_the_root_is_detected(layout: Layout, tmp_path: Path, 
     assert turn(layout).status == "committed"
     _command_goal_update(layout, tmp_path, TAMPERING[how])
     journal = turn(layout)
-    assert journal.failure is not None and journal.failure.reason == "root_tampered", journal.failure
+    assert journal.failure is not None and journal.failure.reason == "root_tampered", (
+        journal.failure
+    )
     wait_no_leftovers(layout.root)
     verify = loopx(layout.root, "replay", "g", "--verify")
     doctor = loopx(layout.root, "doctor")
@@ -190,7 +220,9 @@ def test_host_writing_into_the_root_is_detected(layout: Layout, tmp_path: Path, 
 def _command_goal_update(layout: Layout, tmp_path: Path, script: str) -> None:
     result = json.dumps({"schema_version": 1, "kind": "progress", "summary": "did it"})
     body = f"{script}; printf '%s' {shlex.quote(result)} > \"$LOOPX_RESULT_FILE\""
-    done = loopx(layout.root, "goal", "add", "g", "--update", "--host", shlex.join(["sh", "-c", body]))
+    done = loopx(
+        layout.root, "goal", "add", "g", "--update", "--host", shlex.join(["sh", "-c", body])
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -200,3 +232,22 @@ def test_host_that_only_works_in_its_workdir_is_not_flagged(layout: Layout, tmp_
     for _ in range(3):
         journal = turn(layout)
         assert journal.failure is None
+
+
+def test_host_sigkilled_from_outside_runs_again_under_the_same_turn(
+    layout: Layout, tmp_path: Path
+) -> None:
+    """A SIGKILL LoopX did not send (OOM killer, operator) is retried, not failed."""
+    result = json.dumps({"schema_version": 1, "kind": "progress", "summary": "second try"})
+    body = (
+        f"if [ ! -e killed-once ]; then touch killed-once; kill -9 $$; fi; "
+        f"printf '%s' {shlex.quote(result)} > \"$LOOPX_RESULT_FILE\""
+    )
+    demo_goal(layout, "g", tmp_path / "wd", "sh", "-c", body, kind=HostKind.COMMAND)
+    journal = turn(layout)
+    assert (
+        journal.status,
+        journal.attempt,
+        journal.result.summary if journal.result else None,
+    ) == ("committed", 2, "second try")
+    wait_no_leftovers(layout.root)

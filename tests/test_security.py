@@ -44,7 +44,9 @@ def tree_modes(root: Path) -> list[tuple[str, str]]:
     bad = []
     for path in [root, *root.rglob("*")]:
         st = path.lstat()
-        if (stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o700) or (stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o600):
+        if (stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o700) or (
+            stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o600
+        ):
             bad.append((str(path), oct(stat.S_IMODE(st.st_mode))))
     return bad
 
@@ -54,13 +56,19 @@ def test_root_dirs_0700_and_files_0600_even_with_umask_0(tmp_path: Path) -> None
     root = tmp_path / "root"
     wd = tmp_path / "wd"
     wd.mkdir()
+
     def run(*args: str) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "loopx", "--root", str(root), *args],
-            env=cli_env(), capture_output=True, text=True, timeout=60, check=False,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
             preexec_fn=lambda: os.umask(0),
         )
         assert done.returncode in {0, 3}, done.stderr
+
     run("init")
     run("goal", "add", "g", "--objective", "o", "--workdir", str(wd))
     run("turn", "run-once", "g")
@@ -72,11 +80,20 @@ def test_root_dirs_0700_and_files_0600_even_with_umask_0(tmp_path: Path) -> None
 @pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
 @pytest.mark.parametrize(
     "command",
-    [("goal", "list"), ("status",), ("turn", "run-once", "g"), ("recover",),
-     ("agent", "run", "--agent-id", "a", "--once"), ("supervisor", "run", "--until-idle")],
+    [
+        ("goal", "list"),
+        ("status",),
+        ("turn", "run-once", "g"),
+        ("recover",),
+        ("agent", "run", "--agent-id", "a", "--once"),
+        ("supervisor", "run", "--until-idle"),
+    ],
 )
 def test_root_writable_by_others_is_refused(
-    tmp_path: Path, mode: int, command: tuple[str, ...], capsys  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    mode: int,
+    command: tuple[str, ...],
+    capsys,  # type: ignore[no-untyped-def]
 ) -> None:
     """Every command refuses a root that group or others can write, and says how to fix it."""
     layout = make_root(tmp_path / "root")
@@ -157,7 +174,10 @@ def test_planted_symlink_is_never_followed(tmp_path: Path, where: str, capsys) -
     errors = [
         in_process(capsys, layout.root, *command)[2]
         for command in (
-            ("turn", "run-once", "g"), ("recover",), ("status", "--json"), ("replay", "g", "--verify")
+            ("turn", "run-once", "g"),
+            ("recover",),
+            ("status", "--json"),
+            ("replay", "g", "--verify"),
         )
     ]
     agent = loopx(layout.root, "agent", "run", "--agent-id", "a", "--once", timeout=60)
@@ -197,7 +217,9 @@ ID_COMMANDS = [
 
 @pytest.mark.parametrize("command", ID_COMMANDS, ids=lambda c: " ".join(c))
 def test_traversal_ids_are_rejected_on_every_command(
-    tmp_path: Path, command: tuple[str, ...], capsys  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    command: tuple[str, ...],
+    capsys,  # type: ignore[no-untyped-def]
 ) -> None:
     """Every command taking a goal id, turn key or agent id rejects traversal with exit 2."""
     layout = make_root(tmp_path / "root")
@@ -217,12 +239,16 @@ def test_traversal_ids_are_rejected_on_every_command(
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
+def serve(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "wd")
+    token = getattr(request, "param", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopx", "--root", str(layout.root), "serve", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(**({"LOOPX_SERVE_TOKEN": token} if token else {})),
     )
     try:
         assert proc.stdout is not None
@@ -240,10 +266,10 @@ def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
             proc.communicate()
 
 
-def _http(host: str, port: int, method: str, path: str) -> int:
+def _http(host: str, port: int, method: str, path: str, token: str | None = None) -> int:
     conn = http.client.HTTPConnection(host, port, timeout=10)
     try:
-        conn.request(method, path)
+        conn.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
         return conn.getresponse().status
     finally:
         conn.close()
@@ -260,6 +286,15 @@ def test_server_binds_loopback_by_default_and_is_read_only(serve) -> None:  # ty
         assert _http(host, port, "GET", path) in {400, 404}
 
 
+@pytest.mark.parametrize("serve", ["t0ken-for-the-test"], indirect=True)
+def test_server_with_a_token_refuses_requests_without_it(serve) -> None:  # type: ignore[no-untyped-def]
+    """With LOOPX_SERVE_TOKEN set, a request without (or with a wrong) bearer token is a 401."""
+    _proc, host, port = serve
+    assert _http(host, port, "GET", "/status") == 401
+    assert _http(host, port, "GET", "/status", token="wrong") == 401
+    assert _http(host, port, "GET", "/status", token="t0ken-for-the-test") == 200
+
+
 def test_server_refuses_open_bind_without_token(tmp_path: Path) -> None:
     """A non-loopback bind without a token exits 2 before binding anything."""
     layout = make_root(tmp_path / "root")
@@ -272,7 +307,7 @@ def test_server_refuses_open_bind_without_token(tmp_path: Path) -> None:
 
 LEAKY_HOST = (
     'echo "stdout says $MY_API_TOKEN"; echo "stderr says $DB_PASSWORD" >&2; '
-    'printf \'{"schema_version": 1, "kind": "progress", "summary": "used %s", '
+    'printf \'{"schema_version": 1, "kind": "completed", "summary": "used %s", '
     '"evidence": ["%s"], "state_patch": {"beliefs": ["key %s"]}}\' '
     '"$MY_API_TOKEN" "$DB_PASSWORD" "$MY_API_TOKEN" > "$LOOPX_RESULT_FILE"; env'
 )
@@ -286,14 +321,25 @@ def test_secrets_never_reach_journals_run_logs_or_logs(tmp_path: Path) -> None:
     env = {"MY_API_TOKEN": SECRET, "DB_PASSWORD": SECRET[::-1]}
     for args in (
         ("init",),
-        ("goal", "add", "g", "--objective", "o", "--workdir", str(wd),
-         "--host", shlex.join(["sh", "-c", LEAKY_HOST])),
+        (
+            "goal",
+            "add",
+            "g",
+            "--objective",
+            "o",
+            "--workdir",
+            str(wd),
+            "--host",
+            shlex.join(["sh", "-c", LEAKY_HOST]),
+        ),
     ):
         assert loopx(root, *args).returncode == 0
     logs = []
-    for args in (("--log-level", "debug", "turn", "run-once", "g", "--json"),
-                 ("--log-level", "debug", "agent", "run", "--agent-id", "a", "--once"),
-                 ("--log-level", "debug", "status", "--json"), ("replay", "g", "--json")):
+    for args in (
+        ("--log-level", "debug", "supervisor", "run", "--agents", "1", "--until-idle"),
+        ("--log-level", "debug", "status", "--json"),
+        ("replay", "g", "--json"),
+    ):
         done = loopx(root, *args, **env)
         logs += [done.stdout, done.stderr]
     journal = json.loads(journal_files(make_root(root), "g")[0].read_text())

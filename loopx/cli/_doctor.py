@@ -28,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         for finding in report.findings:
-            print(f"{finding.severity.upper():<7} {finding.code}  {finding.path}: {finding.problem}")
+            print(
+                f"{finding.severity.upper():<7} {finding.code}  {finding.path}: {finding.problem}"
+            )
             if finding.repair:
                 print(f"        repair: {finding.repair}")
         counts = report.counts

@@ -17,7 +17,9 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("goal_id", metavar="GOAL")
     parser.add_argument(
-        "--verify", action="store_true", help="compare with the files on disk; exit 1 on a difference"
+        "--verify",
+        action="store_true",
+        help="compare with the files on disk; exit 1 on a difference",
     )
     parser.add_argument(
         "--repair",
@@ -54,8 +56,10 @@ def _print_text(report: ReplayReport) -> None:
 def run(args: argparse.Namespace) -> int:
     """Replay (and verify or repair) one goal; exit 1 when the disk disagrees."""
     where = layout(args)
-    report = repair(where, args.goal_id) if args.repair else replay(
-        where, args.goal_id, verify=args.verify
+    report = (
+        repair(where, args.goal_id)
+        if args.repair
+        else replay(where, args.goal_id, verify=args.verify)
     )
     if args.json:
         print_json(report)
