@@ -6,9 +6,11 @@ such a write never goes unnoticed. Before the host starts, the turn takes a
 :class:`GoalFingerprint` of what nobody but LoopX's own fenced writes may
 change while the host runs:
 
-* the goal's finished journals, run logs, ``history.jsonl`` and ``quota.jsonl``,
-  by ``(inode, size, ctime_ns)`` (a write, rename or chmod always moves ctime,
-  and user space cannot set it back), and
+* ``history.jsonl``, ``quota.jsonl`` and the newest :data:`RECENT` finished
+  journals and run logs, by ``(inode, size, ctime_ns)`` (a write, rename or
+  chmod always moves ctime, and user space cannot set it back),
+* the names in ``turns/`` and ``runs/`` (a file created, deleted or renamed
+  there, however old), and
 * the turn-owned fields of ``state.json`` (a human may open or answer a gate
   while a turn runs, so ``gates``, ``host_session`` and ``updated_at`` are
   left out).
@@ -30,6 +32,17 @@ from typing import Final
 from loopx.root import Layout
 
 _STATE_SKIP: Final = frozenset({"gates", "host_session", "updated_at"})
+# Older tombstones are not stat'ed on every turn: the check must cost the same
+# at turn 10 and turn 100,000. An in-place rewrite of an older journal is left
+# to `loopx replay GOAL --verify` (docs/reliability.md).
+RECENT: Final = 32
+
+
+def _turn_order(name: str) -> tuple[int, str]:
+    """Sort run logs (``<seq>.json``) and journals (``<goal>-t<seq>-e<epoch>.json``) by seq."""
+    stem = name.split(".", 1)[0]
+    digits = stem.rsplit("-t", 1)[-1].split("-e", 1)[0]
+    return (int(digits), name) if digits.isdigit() else (-1, name)
 _MISSING: Final = ("missing",)
 
 
@@ -60,23 +73,27 @@ class GoalFingerprint:
 
     files: dict[str, tuple[object, ...]]
     state: str
+    listing: set[str]
 
     @classmethod
     def take(cls, layout: Layout, goal_id: str, *, running: str) -> GoalFingerprint:
         """Fingerprint the goal's files now, except the journal of the turn ``running``."""
         goal_dir = layout.goal_dir(goal_id)
         names = ["history.jsonl", "quota.jsonl"]
+        listing: set[str] = set()
         for sub in ("turns", "runs"):
             directory = goal_dir / sub
             try:
-                entries = sorted(os.listdir(directory))
+                entries = [
+                    n for n in os.listdir(directory)
+                    if not n.startswith(".") and n != f"{running}.json"
+                ]
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            names += [
-                f"{sub}/{n}" for n in entries if not n.startswith(".") and n != f"{running}.json"
-            ]
+            listing.update(f"{sub}/{n}" for n in entries)
+            names += [f"{sub}/{n}" for n in sorted(entries, key=_turn_order)[-RECENT:]]
         files = {name: _stat_key(goal_dir / name) for name in names}
-        return cls(files=files, state=_state_key(layout.state_file(goal_id)))
+        return cls(files=files, state=_state_key(layout.state_file(goal_id)), listing=listing)
 
     def changed(self, layout: Layout, goal_id: str, *, running: str) -> list[str]:
         """The files (relative to the goal directory) that differ from this fingerprint."""
@@ -86,6 +103,7 @@ class GoalFingerprint:
             for name in sorted(set(self.files) | set(now.files))
             if self.files.get(name, _MISSING) != now.files.get(name, _MISSING)
         ]
+        out += sorted((self.listing ^ now.listing) - set(out))
         if now.state != self.state:
             out.insert(0, "state.json")
         return out
