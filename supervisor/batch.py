@@ -46,6 +46,7 @@ class BatchConfig:
     agents: int = 2
     report_dir: Path | None = None  # default: <root>/reports/batch-<UTC stamp>
     max_wall_s: float | None = None
+    idle_horizon_s: float = 60.0
     poll_s: float = 0.5
 
 
@@ -132,6 +133,8 @@ class BatchRun:
             "--until-idle",
             "--stop-grace-seconds",
             str(STOP_GRACE_S / 2),
+            "--idle-horizon-seconds",
+            str(self.config.idle_horizon_s),
         ]
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:

@@ -78,7 +78,8 @@ def test_exit_codes_for_humans_and_failures(tmp_path: Path) -> None:
         {"id": "f", "objective": "fail", "host_kind": "demo", "host": ["--fail"], "max_host_attempts": 1},
     ]}))
     report_dir = tmp_path / "rep"
-    proc = _batch(tmp_path / "r2", failing, "--report", str(report_dir), "--max-wall", "60")
+    # The first retry comes after a 30 s backoff; a 10 s horizon ends the run at the failure.
+    proc = _batch(tmp_path / "r2", failing, "--report", str(report_dir), "--idle-horizon", "10")
     assert proc.returncode == 1, proc.stderr
     goal = json.loads((report_dir / "report.json").read_text())["goals"][0]
     assert goal["outcome"] == "failed"

@@ -23,6 +23,14 @@ def register(sub: Any) -> None:
     run.add_argument("--report", type=Path, metavar="DIR", help="report directory "
                      "(default: <root>/reports/batch-<UTC time>)")
     run.add_argument("--max-wall", type=float, metavar="S", help="stop the fleet after S seconds")
+    run.add_argument(
+        "--idle-horizon",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="a goal that may run again within S seconds (a retry after a failure, a wait) "
+        "still counts as progressing (default 60)",
+    )
     run.add_argument("--json", action="store_true", help="print report.json instead of a summary")
     run.set_defaults(func=run_batch)
 
@@ -47,7 +55,12 @@ def run_batch(args: argparse.Namespace) -> int:
     plan = load_plan(plan_path)  # a malformed plan is rejected before anything is registered
     where = layout(args, create=True)
     goal_ids = register_plan(where, plan, plan_path.parent, now=utcnow())
-    config = BatchConfig(agents=args.agents, report_dir=args.report, max_wall_s=args.max_wall)
+    config = BatchConfig(
+        agents=args.agents,
+        report_dir=args.report,
+        max_wall_s=args.max_wall,
+        idle_horizon_s=args.idle_horizon,
+    )
     with display_for() as show:
         batch = BatchRun(where, goal_ids, config, show)
         signal.signal(signal.SIGTERM, batch.request_stop)
