@@ -432,6 +432,7 @@ def _execute(
         return _after_host(layout, settle(failed, now=utcnow()), fence, result_file)
     env = _host_env(layout, journal, invocation.env)
     guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
+    tampered_before: list[str] = []  # found before a retry's own journal write
     earlier = Usage()  # what SIGKILLed attempts of this turn spent
     while True:
         run = run_host(
@@ -457,8 +458,11 @@ def _execute(
         # under the same turn key while attempts remain (docs/host-protocol.md).
         log.warning("host_killed_from_outside", pid=run.pid, attempt=journal.attempt)
         earlier = _added(earlier, run.usage)
+        tampered_before += guard.changed(layout, goal.id, running=journal.turn_key)
         journal = journal.model_copy(update={"attempt": journal.attempt + 1, "updated_at": utcnow()})
         write_journal(layout, journal, fence)
+        # The journal rewrite moved turns/'s mtime: fingerprint again for the next attempt.
+        guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
         envelope = envelope.model_copy(update={"attempt": journal.attempt})
         invocation = host.prepare(goal, envelope)
         result_file.unlink(missing_ok=True)
@@ -466,7 +470,7 @@ def _execute(
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
     outcome, reading = _outcome(host, envelope, journal, run, result_file, secret_values(env))
-    tampered = guard.changed(layout, goal.id, running=journal.turn_key)
+    tampered = sorted(set(tampered_before + guard.changed(layout, goal.id, running=journal.turn_key)))
     if tampered:
         log.warning("host_tampered_with_root", files=tampered)
         outcome = outcome.model_copy(update={"failure": TurnFailure.of(

@@ -209,8 +209,11 @@ def atomic_write_model(
     )
 
 
-def exclusive_create(path: Path, data: bytes) -> bool:
+def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
     """Create ``path`` with ``data`` unless it exists. Exactly one concurrent creator wins.
+
+    ``durable=False`` skips the fsyncs, for a file a power loss may lose or
+    leave empty without harm (a lease: its holder died with the machine).
 
     Returns:
         True if this call created the file, False if it already existed.
@@ -224,10 +227,12 @@ def exclusive_create(path: Path, data: bytes) -> bool:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
     return True
 
 

@@ -204,9 +204,11 @@ def claim(
             expires_at=now + timedelta(seconds=ttl_s),
         )
         data = lease.model_dump_json(indent=2).encode() + b"\n"
+        # Only the epoch must survive a power loss: every holder dies with the
+        # machine, and a lost or empty lease file reads as "nobody holds it".
         if took_over is not None or damaged:
-            atomic_write_model(path, lease)
-        elif not exclusive_create(path, data):  # pragma: no cover - we hold the goal lock
+            atomic_write_model(path, lease, durable=False)
+        elif not exclusive_create(path, data, durable=False):  # pragma: no cover - we hold the goal lock
             return ClaimResult(lease=None, blocking=read_lease(layout, goal_id))
     return ClaimResult(lease=lease, took_over=took_over)
 
@@ -263,7 +265,7 @@ def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float = DEFAULT
         renewed = current.model_copy(
             update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl_s)}
         )
-        atomic_write_model(layout.lease_file(lease.goal_id), renewed)
+        atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
     return renewed
 
 

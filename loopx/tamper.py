@@ -9,8 +9,8 @@ change while the host runs:
 * ``history.jsonl``, ``quota.jsonl`` and the newest :data:`RECENT` finished
   journals and run logs, by ``(inode, size, ctime_ns)`` (a write, rename or
   chmod always moves ctime, and user space cannot set it back),
-* the names in ``turns/`` and ``runs/`` (a file created, deleted or renamed
-  there, however old), and
+* the ``turns/`` and ``runs/`` directories by mtime (a file created, deleted
+  or renamed there, however old), and
 * the turn-owned fields of ``state.json`` (a human may open or answer a gate
   while a turn runs, so ``gates``, ``host_session`` and ``updated_at`` are
   left out).
@@ -23,26 +23,24 @@ and ``loopx replay GOAL --repair`` rebuilds the projections from the journals.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from loopx.journal import parse_turn_key
 from loopx.root import Layout
 
 _STATE_SKIP: Final = frozenset({"gates", "host_session", "updated_at"})
 # Older tombstones are not stat'ed on every turn: the check must cost the same
 # at turn 10 and turn 100,000. An in-place rewrite of an older journal is left
 # to `loopx replay GOAL --verify` (docs/reliability.md).
-RECENT: Final = 32
+RECENT: Final = 8
 
 
-def _turn_order(name: str) -> tuple[int, str]:
-    """Sort run logs (``<seq>.json``) and journals (``<goal>-t<seq>-e<epoch>.json``) by seq."""
-    stem = name.split(".", 1)[0]
-    digits = stem.rsplit("-t", 1)[-1].split("-e", 1)[0]
-    return (int(digits), name) if digits.isdigit() else (-1, name)
 _MISSING: Final = ("missing",)
 
 
@@ -51,6 +49,8 @@ def _stat_key(path: Path) -> tuple[object, ...]:
         st = path.lstat()
     except FileNotFoundError:
         return _MISSING
+    if stat.S_ISDIR(st.st_mode):
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
     return (st.st_ino, st.st_size, st.st_ctime_ns, st.st_mode)
 
 
@@ -73,27 +73,27 @@ class GoalFingerprint:
 
     files: dict[str, tuple[object, ...]]
     state: str
-    listing: set[str]
 
     @classmethod
     def take(cls, layout: Layout, goal_id: str, *, running: str) -> GoalFingerprint:
         """Fingerprint the goal's files now, except the journal of the turn ``running``."""
         goal_dir = layout.goal_dir(goal_id)
-        names = ["history.jsonl", "quota.jsonl"]
-        listing: set[str] = set()
-        for sub in ("turns", "runs"):
-            directory = goal_dir / sub
-            try:
-                entries = [
-                    n for n in os.listdir(directory)
-                    if not n.startswith(".") and n != f"{running}.json"
-                ]
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            listing.update(f"{sub}/{n}" for n in entries)
-            names += [f"{sub}/{n}" for n in sorted(entries, key=_turn_order)[-RECENT:]]
+        # A directory's mtime moves whenever an entry is created, deleted or renamed
+        # in it: two stats cover every old tombstone's name without listing them.
+        names = ["history.jsonl", "quota.jsonl", "turns/", "runs/"]
+        parsed = parse_turn_key(running)
+        seq = parsed[1] if parsed else 0
+        for n in range(max(1, seq - RECENT), seq):
+            names += [f"runs/{n}.json", f"runs/{n}.md"]
+        mine = f"{running}.json"
+        try:
+            journals = [n for n in os.listdir(goal_dir / "turns") if n[0] != "." and n != mine]
+        except (FileNotFoundError, NotADirectoryError):
+            journals = []
+        # Journal names carry a zero-padded seq, so the newest sort last by name.
+        names += [f"turns/{n}" for n in heapq.nlargest(RECENT, journals)]
         files = {name: _stat_key(goal_dir / name) for name in names}
-        return cls(files=files, state=_state_key(layout.state_file(goal_id)), listing=listing)
+        return cls(files=files, state=_state_key(layout.state_file(goal_id)))
 
     def changed(self, layout: Layout, goal_id: str, *, running: str) -> list[str]:
         """The files (relative to the goal directory) that differ from this fingerprint."""
@@ -103,7 +103,6 @@ class GoalFingerprint:
             for name in sorted(set(self.files) | set(now.files))
             if self.files.get(name, _MISSING) != now.files.get(name, _MISSING)
         ]
-        out += sorted((self.listing ^ now.listing) - set(out))
         if now.state != self.state:
             out.insert(0, "state.json")
         return out

@@ -7,6 +7,8 @@ from pathlib import Path
 from loopx.tamper import RECENT, GoalFingerprint
 from tests.turnkit import make_root
 
+RUNNING = "g-t000999-e1"
+
 
 def _goal(tmp_path: Path, turns: int):  # type: ignore[no-untyped-def]
     layout = make_root(tmp_path / "root")
@@ -20,30 +22,38 @@ def _goal(tmp_path: Path, turns: int):  # type: ignore[no-untyped-def]
 
 def test_new_deleted_and_recent_files_are_caught(tmp_path: Path) -> None:
     """Deleting an old journal, editing a recent run log or the history: each is named."""
-    layout = _goal(tmp_path, RECENT + 10)
-    guard = GoalFingerprint.take(layout, "g", running="g-t999999-e1")
+    layout = _goal(tmp_path, 998)
+    guard = GoalFingerprint.take(layout, "g", running=RUNNING)
     (layout.turns_dir("g") / "g-t000001-e1.json").unlink()
-    (layout.runs_dir("g") / f"{RECENT + 10}.json").write_text('{"x": 1}')
+    (layout.runs_dir("g") / "998.json").write_text('{"x": 1}')
     with layout.history_file("g").open("a") as f:
         f.write("{}\n")
-    assert guard.changed(layout, "g", running="g-t999999-e1") == [
-        "history.jsonl", f"runs/{RECENT + 10}.json", "turns/g-t000001-e1.json",
+    assert guard.changed(layout, "g", running=RUNNING) == [
+        "history.jsonl", "runs/998.json", "turns/",
     ]
 
 
-def test_the_running_journal_and_temp_files_are_ignored(tmp_path: Path) -> None:
-    """LoopX's own writes to the running turn's journal are not tampering."""
+def test_a_file_created_in_runs_is_caught(tmp_path: Path) -> None:
+    """A new file in runs/ (however named) moves the directory's stamp."""
     layout = _goal(tmp_path, 3)
     guard = GoalFingerprint.take(layout, "g", running="g-t000004-e1")
-    (layout.turns_dir("g") / "g-t000004-e1.json").write_text("{}")
-    (layout.turns_dir("g") / ".g-t000004-e1.json.123.tmp").write_text("{}")
-    assert guard.changed(layout, "g", running="g-t000004-e1") == []
+    (layout.runs_dir("g") / "forged.md").write_text("x")
+    assert guard.changed(layout, "g", running="g-t000004-e1") == ["runs/"]
+
+
+def test_an_untouched_goal_has_no_changes(tmp_path: Path) -> None:
+    """Reading files changes nothing the guard watches."""
+    layout = _goal(tmp_path, 20)
+    guard = GoalFingerprint.take(layout, "g", running="g-t000021-e1")
+    _ = [p.read_text() for p in layout.turns_dir("g").iterdir()]
+    assert guard.changed(layout, "g", running="g-t000021-e1") == []
 
 
 def test_only_the_newest_files_are_stat_ed(tmp_path: Path) -> None:
     """The per-turn check stats a bounded number of files however long the history."""
-    layout = _goal(tmp_path, 500)
-    guard = GoalFingerprint.take(layout, "g", running="g-t999999-e1")
-    assert len(guard.files) == 2 + 2 * RECENT
-    assert f"runs/{500}.json" in guard.files
+    layout = _goal(tmp_path, 998)
+    guard = GoalFingerprint.take(layout, "g", running=RUNNING)
+    assert len(guard.files) == 4 + 3 * RECENT
+    assert "runs/998.json" in guard.files
+    assert "turns/g-t000998-e1.json" in guard.files
     assert "runs/1.json" not in guard.files
