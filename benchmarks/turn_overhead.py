@@ -130,7 +130,7 @@ def main() -> None:
     print(f"floor (spawn + 4 fsync'd atomic writes) median {floor:7.2f} ms")
     print(f"fsyncs per turn: {turn_fsyncs / args.turns:.1f}   floor: {floor_fsyncs / args.turns:.1f}")
     untampered = statistics.median(t - g for t, g in zip(turn_s, tamper_s, strict=True)) * 1000
-    print(f"  tamper fingerprint (loopx.tamper, grows with history) median "
+    print(f"  tamper fingerprint (loopx.tamper, constant in history) median "
           f"{statistics.median(tamper_s) * 1000:7.2f} ms   at the last turn "
           f"{tamper_s[-1] * 1000:7.2f} ms")
     print(f"turn without the tamper fingerprint median {untampered:7.2f} ms   "
