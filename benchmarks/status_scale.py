@@ -38,7 +38,7 @@ from loopx.model import utcnow
 from loopx.registry import Registry
 from loopx.server import make_server
 from loopx.status_cache import StatusCache, clear_status_cache
-from loopx.status_fixtures import append_history, history_line, make_root, seed_goal
+from loopx.testing.status_fixtures import append_history, history_line, make_root, seed_goal
 
 
 def ms(seconds: float) -> str:

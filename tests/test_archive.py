@@ -12,7 +12,7 @@ from loopx.errors import GoalStateError, InvalidGoalIdError
 from loopx.goals import set_status
 from loopx.model import utcnow
 from loopx.registry import GoalStatus, load_registry
-from loopx.status_fixtures import register_goals, seed_goal, write_lease
+from loopx.testing.status_fixtures import register_goals, seed_goal, write_lease
 
 
 def paused_goal(layout, goal_id: str = "g1"):

@@ -8,7 +8,7 @@ from loopx.errors import GoalStateError
 from loopx.model import utcnow
 from loopx.probe import run_probe
 from loopx.status_cache import StatusCache
-from loopx.status_fixtures import make_goal, register_goals
+from loopx.testing.status_fixtures import make_goal, register_goals
 
 
 def probe_goal(layout, tmp_path, command: str | None):

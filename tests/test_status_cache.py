@@ -14,7 +14,7 @@ from loopx.protocol import ResultKind
 from loopx.registry import GoalStatus
 from loopx.status import Actor, StatusReason
 from loopx.status_cache import StatusCache, clear_status_cache, load_status, shard_dir
-from loopx.status_fixtures import (
+from loopx.testing.status_fixtures import (
     append_history,
     history_line,
     make_goal,

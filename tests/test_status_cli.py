@@ -7,7 +7,7 @@ import sys
 import time
 
 from loopx.model import utcnow
-from loopx.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
+from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
 
 
 def seed(layout):

@@ -20,7 +20,7 @@ from loopx.status import (
     project,
     project_goal,
 )
-from loopx.status_fixtures import history_line, make_goal, open_gate_state
+from loopx.testing.status_fixtures import history_line, make_goal, open_gate_state
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 WORKDIR = Path("/tmp")
