@@ -126,7 +126,8 @@ class _Tree:
     def root(self) -> psutil.Process | None:
         """The host process, looked up on first use: a host that exits before
         the first sample never costs a /proc read. Its pid cannot be reused
-        meanwhile, as it is our unreaped child."""
+        meanwhile, as it is our unreaped child.
+        """
         if not self._root_read:
             self._root_read = True
             with contextlib.suppress(psutil.Error):

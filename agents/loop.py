@@ -28,8 +28,8 @@ import structlog
 
 from loopx.candidates import gather_candidates
 from loopx.errors import LoopxError
-from loopx.faults import fault_point
 from loopx.failures import FailureReason
+from loopx.faults import fault_point
 from loopx.files import atomic_write_model
 from loopx.fleet import AgentHeartbeat, AgentPhase
 from loopx.model import utcnow

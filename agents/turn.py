@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Final, Literal
 
 import structlog
-from pydantic import Field
 from loopx.agents.hostrun import (
     DEFAULT_KILL_GRACE_S,
     GOAL_ENV,
@@ -43,6 +42,7 @@ from loopx.agents.hostrun import (
     run_host,
 )
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
+from pydantic import Field
 
 from loopx import __version__
 from loopx.candidates import read_registry
@@ -90,10 +90,10 @@ from loopx.protocol import Envelope, ResultKind
 from loopx.quota import QuotaDecision, decide
 from loopx.recovery import RecoveryAction, recover_goal
 from loopx.registry import Goal
-from loopx.secrets import redact_text, secret_values
-from loopx.tamper import GoalFingerprint
 from loopx.root import Layout
+from loopx.secrets import redact_text, secret_values
 from loopx.state import load_state
+from loopx.tamper import GoalFingerprint
 from loopx.usage import Usage
 
 log = structlog.get_logger(__name__)

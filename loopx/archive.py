@@ -18,6 +18,7 @@ from typing import Final, Literal
 
 import psutil
 
+from loopx.changes import note_goal_changed
 from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageError
 from loopx.files import ensure_dir, fsync_dir, locked, read_model_or_none
 from loopx.history import HistoryLine
@@ -27,7 +28,6 @@ from loopx.model import Record, UtcDatetime
 from loopx.registry import Goal, GoalStatus, Registry, load_registry, update_registry, with_goal
 from loopx.root import Layout
 from loopx.state import GoalState
-from loopx.changes import note_goal_changed
 from loopx.status_sources import history_tail
 
 STAMP: Final = "%Y%m%dT%H%M%SZ"

@@ -22,9 +22,9 @@ from typing import IO, Final
 from loopx.errors import GoalStateError, UsageError
 from loopx.registry import Goal
 from loopx.root import Layout
+from loopx.secrets import redact_text, secret_values
 from loopx.status import ProbeObservation
 from loopx.status_sources import write_probe
-from loopx.secrets import redact_text, secret_values
 
 DEFAULT_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_BYTES: Final = 64 * 1024

@@ -354,7 +354,8 @@ def _is_quarantine_entry(name: str) -> bool:
 
 def quarantine_fingerprint(layout: Layout) -> list[int]:
     """``quarantine/``'s mtime and each per-goal subdirectory's: moves into a subdirectory
-    change only that subdirectory."""
+    change only that subdirectory.
+    """
     out = list(stat_pair(str(layout.quarantine_dir)))
     try:
         with os.scandir(layout.quarantine_dir) as entries:

@@ -169,7 +169,7 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> FleetRecord:
 
 def _tail(path: os.PathLike[str], limit: int = 400) -> str:
     try:
-        with open(path, "rb") as f:  # noqa: PTH123 - reading a log, not a durable file
+        with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - limit))

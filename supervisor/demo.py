@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from loopx.supervisor.batch import BatchConfig, BatchRun, Progress, register_plan, write_report
+
 from loopx.files import atomic_write_bytes, ensure_dir
 from loopx.model import utcnow
 from loopx.plan import BatchPlan, PlanGoal
 from loopx.registry import HostKind, QuotaPolicy
 from loopx.report import BatchReport, Outcome
 from loopx.root import Layout
-from loopx.supervisor.batch import BatchConfig, BatchRun, Progress, register_plan, write_report
 
 QUESTION = "Which database should the service use?"
 

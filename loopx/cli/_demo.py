@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
-
-import sys
 
 from rich.console import Console
 
