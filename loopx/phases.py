@@ -177,6 +177,16 @@ def quota_spend(layout: Layout, journal: TurnJournal) -> None:
         append_spend(layout, record)
 
 
+def writeback_and_schedule(layout: Layout, journal: TurnJournal) -> None:
+    """``durable_writeback`` whose state write already carries the scheduler's fields.
+
+    ``schedule`` sets every value from the journal, so ``scheduler_apply``
+    then finds nothing left to write to the state: one state write per turn,
+    and a crash between the two phases still converges (both are idempotent).
+    """
+    durable_writeback(layout, journal, then=lambda state: schedule(state, journal))
+
+
 def scheduler_apply(layout: Layout, journal: TurnJournal) -> None:
     """Write the scheduler's effects: state (eligibility, streak, gate), goal done."""
     state = load_state(layout, journal.goal_id)
@@ -227,7 +237,7 @@ def finish_held(layout: Layout, journal: TurnJournal, *, now: datetime) -> TurnJ
         for phase in (Phase.TYPED_RESULT, Phase.VALIDATION):
             fault_point(f"after:{phase}")
     steps = (
-        (Phase.DURABLE_WRITEBACK, durable_writeback),
+        (Phase.DURABLE_WRITEBACK, writeback_and_schedule),
         (Phase.QUOTA_SPEND, quota_spend),
         (Phase.SCHEDULER_APPLY, scheduler_apply),
     )

@@ -16,6 +16,7 @@ and history line exist.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from loopx.failures import FailureReason, TurnFailure
@@ -168,8 +169,13 @@ def apply_patch(state: GoalState, journal: TurnJournal) -> GoalState:
     return state.model_copy(update=update)
 
 
-def durable_writeback(layout: Layout, journal: TurnJournal) -> None:
+def durable_writeback(
+    layout: Layout, journal: TurnJournal, *, then: Callable[[GoalState], GoalState] | None = None
+) -> None:
     """Write the run log, append the history line, apply the state patch.
+
+    ``then`` further changes the patched state in the same write (the turn
+    passes the scheduler's pure ``schedule``, so a turn writes its state once).
 
     The caller holds the turn's fence. Fault points ``writeback:run_json``,
     ``writeback:run_md`` and ``writeback:history`` sit between the files.
@@ -182,11 +188,18 @@ def durable_writeback(layout: Layout, journal: TurnJournal) -> None:
     fault_point("writeback:run_md")
     append_record(layout.history_file(journal.goal_id), history_line(journal))
     fault_point("writeback:history")
-    _write_state_if_changed(layout, journal)
+    _write_state_if_changed(layout, journal, then)
 
 
-def _write_state_if_changed(layout: Layout, journal: TurnJournal) -> None:
+def _write_state_if_changed(
+    layout: Layout, journal: TurnJournal, then: Callable[[GoalState], GoalState] | None
+) -> None:
     current = load_state(layout, journal.goal_id)
     if current.turn_seq >= journal.seq:
         return  # a replay: applied already, write nothing
-    update_state(layout, journal.goal_id, lambda state: apply_patch(state, journal))
+
+    def change(state: GoalState) -> GoalState:
+        patched = apply_patch(state, journal)
+        return then(patched) if then is not None else patched
+
+    update_state(layout, journal.goal_id, change)
