@@ -86,3 +86,31 @@ def run(invocation: HostInvocation, envelope: Envelope) -> HostOutput:
 
 def log_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def use_fake_cli(tmp_path: Path, monkeypatch: Any, name: str) -> Path:
+    """Put the fake ``name`` CLI (codex or claude) first on PATH; returns its invocation log."""
+    from loopx.testing import install_fake_host  # noqa: PLC0415
+
+    bin_dir = tmp_path / "bin"
+    install_fake_host(bin_dir, name)
+    prefix = f"FAKE_{name.upper()}"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv(f"{prefix}_HOME", str(tmp_path / f"{name}-home"))
+    log = tmp_path / f"{name}.log"
+    monkeypatch.setenv(f"{prefix}_LOG", str(log))
+    return log
+
+
+def interpret_turn(
+    tmp_path: Path,
+    monkeypatch: Any,
+    host: Any,
+    mode: str,
+    session: HostSession | None = None,
+) -> tuple[Envelope, Any]:
+    """Run one turn of ``host`` against its fake CLI in ``mode``: (envelope, interpretation)."""
+    monkeypatch.setenv(f"FAKE_{host.kind.value.upper()}_MODE", mode)
+    goal = make_goal(tmp_path, host.kind)
+    envelope = make_envelope(tmp_path, goal, session=session)
+    return envelope, host.interpret(envelope, run(host.prepare(goal, envelope), envelope))

@@ -26,3 +26,12 @@ def test_kernel_does_not_import_supervisor_or_agents() -> None:
                 if n.startswith(("loopx.agents", "loopx.supervisor"))
             ]
     assert offenders == []
+
+
+def test_lazy_exports_match_all() -> None:
+    """Every name in loopx.__all__ resolves lazily, and nothing else is exported."""
+    import loopx
+
+    assert set(loopx.__all__) == {*loopx._EXPORTS, "__version__"}
+    for name in loopx.__all__:
+        assert getattr(loopx, name) is not None

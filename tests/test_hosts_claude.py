@@ -15,8 +15,7 @@ from loopx.model import utcnow
 from loopx.protocol import ResultKind
 from loopx.registry import HostKind
 from loopx.state import HostSession
-from loopx.testing import install_fake_host
-from tests.hostkit import log_lines, make_envelope, make_goal, run
+from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
 HOST = ClaudeHost()
 
@@ -24,22 +23,13 @@ HOST = ClaudeHost()
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The fake claude first on PATH; returns its invocation log."""
-    bin_dir = tmp_path / "bin"
-    install_fake_host(bin_dir, "claude")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_CLAUDE_HOME", str(tmp_path / "claude-home"))
-    log = tmp_path / "claude.log"
-    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
-    return log
+    return use_fake_cli(tmp_path, monkeypatch, "claude")
 
 
 def turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, session: HostSession | None = None
 ):
-    monkeypatch.setenv("FAKE_CLAUDE_MODE", mode)
-    goal = make_goal(tmp_path, HostKind.CLAUDE)
-    envelope = make_envelope(tmp_path, goal, session=session)
-    return envelope, HOST.interpret(envelope, run(HOST.prepare(goal, envelope), envelope))
+    return interpret_turn(tmp_path, monkeypatch, HOST, mode, session)
 
 
 # --- prepare ------------------------------------------------------------------------------------

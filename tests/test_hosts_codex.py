@@ -14,8 +14,7 @@ from loopx.failures import FailureReason
 from loopx.protocol import ResultKind
 from loopx.registry import HostKind
 from loopx.state import HostSession, update_state
-from loopx.testing import install_fake_host
-from tests.hostkit import log_lines, make_envelope, make_goal, run
+from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
 HOST = CodexHost()
 
@@ -23,22 +22,13 @@ HOST = CodexHost()
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The fake codex first on PATH; returns its invocation log."""
-    bin_dir = tmp_path / "bin"
-    install_fake_host(bin_dir, "codex")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_CODEX_HOME", str(tmp_path / "codex-home"))
-    log = tmp_path / "codex.log"
-    monkeypatch.setenv("FAKE_CODEX_LOG", str(log))
-    return log
+    return use_fake_cli(tmp_path, monkeypatch, "codex")
 
 
 def turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, session: HostSession | None = None
 ):
-    monkeypatch.setenv("FAKE_CODEX_MODE", mode)
-    goal = make_goal(tmp_path, HostKind.CODEX)
-    envelope = make_envelope(tmp_path, goal, session=session)
-    return envelope, HOST.interpret(envelope, run(HOST.prepare(goal, envelope), envelope))
+    return interpret_turn(tmp_path, monkeypatch, HOST, mode, session)
 
 
 # --- prepare ------------------------------------------------------------------------------------
