@@ -161,6 +161,13 @@ def refuse_symlinked_parents(path: Path) -> None:
 # --- whole files -------------------------------------------------------------------------------
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` (``os.write`` may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def atomic_write_bytes(
     path: Path, data: bytes, *, durable: bool = True, sync_dir: bool = True
 ) -> None:
@@ -177,9 +184,7 @@ def atomic_write_bytes(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         if durable:
             os.fsync(fd)
     except BaseException:
@@ -224,9 +229,7 @@ def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
     except FileExistsError:
         return False
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
         if durable:
             os.fsync(fd)
     finally:
