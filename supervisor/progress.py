@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from pathlib import Path
 
@@ -10,39 +9,27 @@ import structlog
 from loopx.supervisor.idle import GoalProgress
 
 from loopx.candidates import lease_expiry
-from loopx.errors import LoopxError
+from loopx.errors import CorruptFileError, LoopxError
 from loopx.history import HistoryLine
 from loopx.protocol import ResultKind
 from loopx.quota import decide
 from loopx.registry import GoalStatus, load_registry
 from loopx.root import Layout
 from loopx.state import load_state
+from loopx.status_sources import history_tail
 
 log = structlog.get_logger(__name__)
 
-_TAIL_BYTES = 64 * 1024
-
-
 def last_history_line(path: Path) -> HistoryLine | None:
-    """The newest complete line of a goal's ``history.jsonl`` (read from the end), or None."""
+    """The newest complete line of a goal's ``history.jsonl`` (read from the end), or None.
+
+    A damaged newest line is None too: the idle decision then goes by the state alone.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
+        tail = history_tail(path, 1)
+    except CorruptFileError:
         return None
-    try:
-        size = os.fstat(fd).st_size
-        start = max(0, size - _TAIL_BYTES)
-        data = os.pread(fd, size - start, start)
-    finally:
-        os.close(fd)
-    complete = data[: data.rfind(b"\n") + 1] if b"\n" in data else b""
-    lines = [line for line in complete.split(b"\n") if line.strip()]
-    if not lines:
-        return None
-    try:
-        return HistoryLine.model_validate_json(lines[-1])
-    except ValueError:
-        return None
+    return tail[-1] if tail else None
 
 
 def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:
