@@ -66,7 +66,9 @@ def host_options(host: str) -> list[str]:
 
 
 def loopx(root: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True
+    )
 
 
 def make_root(base: Path, goals: int, host: str) -> Path:
@@ -75,25 +77,51 @@ def make_root(base: Path, goals: int, host: str) -> Path:
     for i in range(goals):
         work = base / f"w{i}"
         work.mkdir()
-        loopx(root, "goal", "add", f"g{i}", "--objective", "bench", "--workdir", str(work), *host_options(host))
+        loopx(
+            root,
+            "goal",
+            "add",
+            f"g{i}",
+            "--objective",
+            "bench",
+            "--workdir",
+            str(work),
+            *host_options(host),
+        )
     return root
 
 
 def turns(root: Path) -> int:
-    return sum(len(os.listdir(d / "turns")) for d in (root / "goals").iterdir() if (d / "turns").is_dir())
+    return sum(
+        len(os.listdir(d / "turns")) for d in (root / "goals").iterdir() if (d / "turns").is_dir()
+    )
 
 
 def start(root: Path, agents: int) -> tuple[subprocess.Popen[bytes], psutil.Process]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "loopx", "--root", str(root), "supervisor", "run", "--agents", str(agents)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "loopx",
+            "--root",
+            str(root),
+            "supervisor",
+            "run",
+            "--agents",
+            str(agents),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     sup = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         kids = agents_of(sup)
-        if len(kids) == agents and all((root / "agents" / f"agent-{i}.json").exists() for i in range(1, agents + 1)):
+        if len(kids) == agents and all(
+            (root / "agents" / f"agent-{i}.json").exists() for i in range(1, agents + 1)
+        ):
             return proc, sup
         time.sleep(0.1)
     raise SystemExit("fleet did not start")
@@ -152,7 +180,7 @@ def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -
     crash-safe turn needs (intent, outcome, writeback, commit; the floor of
     ``benchmarks/turn_overhead.py``), which gives the crash-safe floor.
     """
-    from loopx.files import atomic_write_bytes  # noqa: PLC0415 - only this measurement
+    from loopx.storage.files import atomic_write_bytes  # noqa: PLC0415 - only this measurement
 
     argv = host_argv(host)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
@@ -165,13 +193,27 @@ def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -
         while time.monotonic() < end:
             n += 1
             key = f"c{i}-t{n:06d}-e1"
-            env = {**base_env, "LOOPX_TURN_KEY": key, "LOOPX_GOAL_ID": f"c{i}",
-                   "LOOPX_WORKDIR": str(wd), "LOOPX_RESULT_FILE": str(wd / "result.json")}
-            envelope = json.dumps({"schema_version": 1, "goal_id": f"c{i}", "turn_key": key}).encode()
+            env = {
+                **base_env,
+                "LOOPX_TURN_KEY": key,
+                "LOOPX_GOAL_ID": f"c{i}",
+                "LOOPX_WORKDIR": str(wd),
+                "LOOPX_RESULT_FILE": str(wd / "result.json"),
+            }
+            envelope = json.dumps(
+                {"schema_version": 1, "goal_id": f"c{i}", "turn_key": key}
+            ).encode()
             if durable:
                 atomic_write_bytes(wd / "intent.json", envelope)
-            subprocess.run(argv, input=envelope, cwd=wd, env=env, capture_output=True,
-                           start_new_session=True, check=False)
+            subprocess.run(
+                argv,
+                input=envelope,
+                cwd=wd,
+                env=env,
+                capture_output=True,
+                start_new_session=True,
+                check=False,
+            )
             if durable:
                 for name in ("outcome.json", "writeback.json", "commit.json"):
                     atomic_write_bytes(wd / name, envelope)
@@ -211,16 +253,25 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--agents", type=int, nargs="*", default=[1, 2, 4, 8])
-    parser.add_argument("--host", nargs="+", choices=["demo", "demo-isolated", "sh"],
-                        default=["demo", "demo-isolated", "sh"], help="host kinds to measure")
+    parser.add_argument(
+        "--host",
+        nargs="+",
+        choices=["demo", "demo-isolated", "sh"],
+        default=["demo", "demo-isolated", "sh"],
+        help="host kinds to measure",
+    )
     args = parser.parse_args()
-    print(f"cores: {os.cpu_count()}  goals: {GOALS}  window: {args.seconds:.0f}s per run  "
-          f"load average at start: {os.getloadavg()[0]:.2f}")
+    print(
+        f"cores: {os.cpu_count()}  goals: {GOALS}  window: {args.seconds:.0f}s per run  "
+        f"load average at start: {os.getloadavg()[0]:.2f}"
+    )
     print("ceiling = spawns/s of the same host argv by N threads, no control plane, same run")
     print("plane ms/turn = CPU of the supervisor and agents (hosts excluded) per turn")
     print("safe floor = the same with the 4 fsync'd writes any crash-safe turn needs per spawn")
-    print(f"{'host':<14} {'agents':>6} {'turns/s':>8} {'ceiling/s':>9} {'share':>6} "
-          f"{'safe floor/s':>12} {'share':>6} {'plane ms/turn':>13} {'sup RSS MB':>10} {'agent RSS MB':>12}")
+    print(
+        f"{'host':<14} {'agents':>6} {'turns/s':>8} {'ceiling/s':>9} {'share':>6} "
+        f"{'safe floor/s':>12} {'share':>6} {'plane ms/turn':>13} {'sup RSS MB':>10} {'agent RSS MB':>12}"
+    )
     at4: dict[str, tuple[float, float, float]] = {}
     for host in args.host:
         for n in args.agents:
@@ -230,16 +281,29 @@ def main() -> None:
             share = rate / roof if roof else 0.0
             if n == 4:
                 at4[host] = (rate, roof, sup_rss)
-            print(f"{host:<14} {n:>6} {rate:>8.1f} {roof:>9.1f} {share:>6.0%} {safe:>12.1f} "
-                  f"{rate / safe if safe else 0.0:>6.0%} {plane_ms:>13.1f} "
-                  f"{sup_rss:>10.1f} {agent_rss:>12.1f}", flush=True)
+            print(
+                f"{host:<14} {n:>6} {rate:>8.1f} {roof:>9.1f} {share:>6.0%} {safe:>12.1f} "
+                f"{rate / safe if safe else 0.0:>6.0%} {plane_ms:>13.1f} "
+                f"{sup_rss:>10.1f} {agent_rss:>12.1f}",
+                flush=True,
+            )
     cpu = idle_cpu(4, args.idle_seconds)
-    print(f"idle fleet (supervisor + 4 agents) over {args.idle_seconds:.0f}s: {cpu:.2f}% of one core")
+    print(
+        f"idle fleet (supervisor + 4 agents) over {args.idle_seconds:.0f}s: {cpu:.2f}% of one core"
+    )
     for host, (rate, roof, sup_rss) in at4.items():
-        verdict = "met" if rate >= 100 else ("MISSED; the ceiling itself is below 100" if roof < 100 else "MISSED")
-        print(f"goal >= 100 turns/s at 4 agents ({host}): {rate:.1f} ({verdict}); "
-              f"{rate / roof:.0%} of the {roof:.1f}/s spawn ceiling")
-        print(f"goal supervisor RSS <= 60 MB ({host}): {sup_rss:.1f} ({'met' if sup_rss <= 60 else 'MISSED'})")
+        verdict = (
+            "met"
+            if rate >= 100
+            else ("MISSED; the ceiling itself is below 100" if roof < 100 else "MISSED")
+        )
+        print(
+            f"goal >= 100 turns/s at 4 agents ({host}): {rate:.1f} ({verdict}); "
+            f"{rate / roof:.0%} of the {roof:.1f}/s spawn ceiling"
+        )
+        print(
+            f"goal supervisor RSS <= 60 MB ({host}): {sup_rss:.1f} ({'met' if sup_rss <= 60 else 'MISSED'})"
+        )
     print(f"goal idle <= 1% of a core: {cpu:.2f}% ({'met' if cpu <= 1 else 'MISSED'})")
 
 

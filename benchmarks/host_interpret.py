@@ -19,9 +19,8 @@ from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.extract import find_json_object
 from loopx.agents.hosts.prompt import build_prompt
-
-from loopx.protocol import Envelope
 from loopx.state import GoalState
+from loopx.turn.protocol import Envelope
 
 MIB = 1024 * 1024
 RESULT = json.dumps({"kind": "progress", "summary": "done", "next_action": "next"})

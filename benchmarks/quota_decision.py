@@ -1,6 +1,6 @@
 """Quota decisions per second with ledgers of 10, 10,000 and 1,000,000 lines.
 
-Measures ``loopx.quota.decide`` in its steady state (the goal's aggregate
+Measures ``loopx.quota.decision.decide`` in its steady state (the goal's aggregate
 cache already built, nothing new in the ledger): load the state, check the
 cache against the ledger, sum the window, measure the host with psutil,
 decide. Prints the one-time cost of building the cache from the whole
@@ -21,8 +21,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from loopx.goals import GoalChanges, add_goal, get_goal
-from loopx.quota import decide
+from loopx.quota.decision import decide
+from loopx.registry.goals import GoalChanges, add_goal, get_goal
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -32,7 +32,9 @@ RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": 
 
 
 def loopx(root: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True
+    )
 
 
 def history_lines(root: Path) -> int:
@@ -58,13 +60,26 @@ def wait(what: str, check, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
-def run_backend(backend: str, agents: int, goals: int, seconds: float, base: Path) -> dict[str, float]:
+def run_backend(
+    backend: str, agents: int, goals: int, seconds: float, base: Path
+) -> dict[str, float]:
     root = base / backend / "root"
     for i in range(goals):
         work = base / backend / f"w{i}"
         work.mkdir(parents=True)
-        loopx(root, "goal", "add", f"g{i}", "--objective", "bench", "--workdir", str(work),
-              "--host-kind", "demo", "--host=--steps 100000000")
+        loopx(
+            root,
+            "goal",
+            "add",
+            f"g{i}",
+            "--objective",
+            "bench",
+            "--workdir",
+            str(work),
+            "--host-kind",
+            "demo",
+            "--host=--steps 100000000",
+        )
     args = ["--agents", str(agents), "--backend", backend]
     if backend == "ray":
         args += ["--agent-cpus", str(min(1.0, (os.cpu_count() or 2) / agents))]
@@ -74,10 +89,15 @@ def run_backend(backend: str, agents: int, goals: int, seconds: float, base: Pat
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopx", "--root", str(root), "supervisor", "run", *args],
-        env=env, stdout=log, stderr=log,
+        env=env,
+        stdout=log,
+        stderr=log,
     )
     try:
-        wait("agents to beat", lambda: (root / "agents").is_dir() and agents_beating(root, agents, wall0))
+        wait(
+            "agents to beat",
+            lambda: (root / "agents").is_dir() and agents_beating(root, agents, wall0),
+        )
         start_s = time.monotonic() - t0
         first = history_lines(root)
         t1 = time.monotonic()
@@ -106,14 +126,20 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="loopx-ray-bench-") as tmp:
         for backend in ("local", "ray"):
-            results[backend] = run_backend(backend, opts.agents, opts.goals, opts.seconds, Path(tmp))
+            results[backend] = run_backend(
+                backend, opts.agents, opts.goals, opts.seconds, Path(tmp)
+            )
     if opts.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"{opts.agents} agents, {opts.goals} demo goals, {opts.seconds:.0f} s measured, {os.cpu_count()} CPUs")
+    print(
+        f"{opts.agents} agents, {opts.goals} demo goals, {opts.seconds:.0f} s measured, {os.cpu_count()} CPUs"
+    )
     print(f"{'backend':<8} {'start s':>8} {'turns/s':>8} {'turns':>6} {'stop s':>7}")
     for backend, r in results.items():
-        print(f"{backend:<8} {r['start_s']:>8.2f} {r['turns_per_s']:>8.1f} {r['turns']:>6.0f} {r['stop_s']:>7.2f}")
+        print(
+            f"{backend:<8} {r['start_s']:>8.2f} {r['turns_per_s']:>8.1f} {r['turns']:>6.0f} {r['stop_s']:>7.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,13 +31,13 @@ import threading
 import time
 from pathlib import Path
 
-from loopx.changes import note_goal_changed
-from loopx.files import atomic_write_model
 from loopx.log import configure_logging
 from loopx.model import utcnow
-from loopx.registry import Registry
-from loopx.server import make_server
-from loopx.status_cache import StatusCache, clear_status_cache
+from loopx.registry.model import Registry
+from loopx.status.cache import StatusCache, clear_status_cache
+from loopx.status.changes import note_goal_changed
+from loopx.status.server import make_server
+from loopx.storage.files import atomic_write_model
 from loopx.testing.status_fixtures import append_history, history_line, make_root, seed_goal
 
 

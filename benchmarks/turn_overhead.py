@@ -9,7 +9,7 @@ The floor: one spawn of the same host (pipes, own session, wait) plus the four
 atomic writes with fsync any crash-safe turn needs (intent, outcome, writeback,
 commit). Both medians and their ratio are printed; the goal is ratio <= 3.
 Also printed: fsyncs per turn next to the floor's, and the part of the turn
-spent in the root-tamper check (``loopx.tamper``), whose cost grows with the
+spent in the root-tamper check (``loopx.turn.tamper``), whose cost grows with the
 goal's history, with the ratio the turn has without it.
 """
 
@@ -23,15 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from loopx.files import atomic_write_bytes
-from loopx.log import configure_logging
-from loopx.goals import GoalChanges, add_goal
-from loopx.model import utcnow
-from loopx.registry import HostKind, HostSpec
-from loopx.root import ResolvedRoot, RootSource, open_root
-
 from loopx.agents.turn import TurnConfig, run_one_turn
-from loopx.tamper import GoalFingerprint
+from loopx.log import configure_logging
+from loopx.model import utcnow
+from loopx.registry.goals import GoalChanges, add_goal
+from loopx.registry.model import HostKind, HostSpec
+from loopx.root import ResolvedRoot, RootSource, open_root
+from loopx.storage.files import atomic_write_bytes
+from loopx.turn.tamper import GoalFingerprint
 
 HOST = ["/bin/echo", '{"schema_version": 1, "kind": "progress", "summary": "ok"}']
 
@@ -47,7 +46,7 @@ def _counting_fsync(fd: int) -> None:
 
 os.fsync = _counting_fsync
 
-# Time the root-tamper check (loopx.tamper): it stats every finished journal and
+# Time the root-tamper check (loopx.turn.tamper): it stats every finished journal and
 # run log of the goal before and after the host, so its cost grows with the
 # goal's history; it is reported apart from the rest of the turn.
 TAMPER_S = [0.0]
@@ -78,8 +77,13 @@ GoalFingerprint.changed = _timed_changed  # type: ignore[method-assign]
 def floor_once(directory: Path) -> float:
     t0 = time.perf_counter()
     atomic_write_bytes(directory / "intent.json", b'{"intent": 1}' * 20)
-    proc = subprocess.Popen(HOST, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        HOST,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     proc.communicate(b"{}")
     atomic_write_bytes(directory / "outcome.json", b'{"outcome": 1}' * 20)
     atomic_write_bytes(directory / "writeback.json", b'{"writeback": 1}' * 20)
@@ -93,12 +97,22 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging(level="warning")
     base = Path(tempfile.mkdtemp(prefix="loopx-bench-"))
-    layout = open_root(ResolvedRoot(base / "root", base / "root/registry.json", RootSource.FLAG),
-                       create=True)
+    layout = open_root(
+        ResolvedRoot(base / "root", base / "root/registry.json", RootSource.FLAG), create=True
+    )
     (base / "wd").mkdir()
-    add_goal(layout, "bench", GoalChanges(objective="benchmark", workdir=str(base / "wd"),
-                                          host=HostSpec(kind=HostKind.COMMAND, argv=HOST)),
-             update=False, default_workdir=base / "wd", now=utcnow())
+    add_goal(
+        layout,
+        "bench",
+        GoalChanges(
+            objective="benchmark",
+            workdir=str(base / "wd"),
+            host=HostSpec(kind=HostKind.COMMAND, argv=HOST),
+        ),
+        update=False,
+        default_workdir=base / "wd",
+        now=utcnow(),
+    )
     config = TurnConfig()
     turn_s, host_s, floor_s = [], [], []
     floor_dir = base / "floor"
@@ -124,17 +138,25 @@ def main() -> None:
     host = statistics.median(host_s) * 1000
     floor = statistics.median(floor_s) * 1000
     print(f"turns: {args.turns}  host: {HOST[0]}")
-    print(f"turn (whole)        median {turn:7.2f} ms   p90 {sorted(turn_s)[int(len(turn_s)*.9)]*1000:7.2f} ms")
+    print(
+        f"turn (whole)        median {turn:7.2f} ms   p90 {sorted(turn_s)[int(len(turn_s) * 0.9)] * 1000:7.2f} ms"
+    )
     print(f"  host wall (spawn->exit) median {host:7.2f} ms")
     print(f"  control plane (turn - host wall) median {turn - host:7.2f} ms")
     print(f"floor (spawn + 4 fsync'd atomic writes) median {floor:7.2f} ms")
-    print(f"fsyncs per turn: {turn_fsyncs / args.turns:.1f}   floor: {floor_fsyncs / args.turns:.1f}")
+    print(
+        f"fsyncs per turn: {turn_fsyncs / args.turns:.1f}   floor: {floor_fsyncs / args.turns:.1f}"
+    )
     untampered = statistics.median(t - g for t, g in zip(turn_s, tamper_s, strict=True)) * 1000
-    print(f"  tamper fingerprint (loopx.tamper, constant in history) median "
-          f"{statistics.median(tamper_s) * 1000:7.2f} ms   at the last turn "
-          f"{tamper_s[-1] * 1000:7.2f} ms")
-    print(f"turn without the tamper fingerprint median {untampered:7.2f} ms   "
-          f"ratio to floor {untampered / floor:.2f}")
+    print(
+        f"  tamper fingerprint (loopx.turn.tamper, constant in history) median "
+        f"{statistics.median(tamper_s) * 1000:7.2f} ms   at the last turn "
+        f"{tamper_s[-1] * 1000:7.2f} ms"
+    )
+    print(
+        f"turn without the tamper fingerprint median {untampered:7.2f} ms   "
+        f"ratio to floor {untampered / floor:.2f}"
+    )
     print(f"load average: {os.getloadavg()[0]:.2f}")
     print(f"ratio turn/floor: {turn / floor:.2f}   (goal <= 3)")
 

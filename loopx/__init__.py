@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from loopx.ids import validate_goal_id
-    from loopx.registry import Goal, GoalStatus, HostKind, HostSpec, QuotaPolicy, Registry
+    from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, QuotaPolicy, Registry
     from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
     from loopx.state import Gate, GoalState, Todo
 
@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "validate_goal_id": "loopx.ids",
     **dict.fromkeys(
         ("Goal", "GoalStatus", "HostKind", "HostSpec", "QuotaPolicy", "Registry"),
-        "loopx.registry",
+        "loopx.registry.model",
     ),
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
     **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),

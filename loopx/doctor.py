@@ -26,21 +26,21 @@ import psutil
 from pydantic import BaseModel
 
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
-from loopx.files import read_bytes, read_model, read_records
 from loopx.fleet import AgentHeartbeat, FleetRecord
-from loopx.history import HistoryLine
+from loopx.history.line import HistoryLine
 from loopx.ids import is_valid_goal_id
-from loopx.inspection import RecoveryDecision, inspect
-from loopx.journal import TurnJournal, parse_turn_key
-from loopx.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch
-from loopx.ledger import SpendAggregate, SpendRecord
 from loopx.model import Record, utcnow
-from loopx.registry import Registry
+from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.registry.model import Registry
 from loopx.root import Layout
 from loopx.state import GoalState
-from loopx.status import ProbeObservation
-from loopx.status_cache import StatusIndex, StatusShard
-from loopx.writeback import RunReport
+from loopx.status.cache import StatusIndex, StatusShard
+from loopx.status.projection import ProbeObservation
+from loopx.storage.files import read_bytes, read_model, read_records
+from loopx.turn.inspection import RecoveryDecision, inspect
+from loopx.turn.journal import TurnJournal, parse_turn_key
+from loopx.turn.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch
+from loopx.turn.writeback import RunReport
 
 # A temp file of a live writer younger than this is an atomic write in flight.
 TEMP_IN_FLIGHT: Final = timedelta(hours=1)

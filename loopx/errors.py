@@ -68,7 +68,9 @@ class InvalidPolicyError(UsageError):
     """A goal's policy field is out of range or of the wrong type."""
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"invalid value for {field}: {problem}", hint="see `loopx goal add --help`")
+        super().__init__(
+            f"invalid value for {field}: {problem}", hint="see `loopx goal add --help`"
+        )
         self.field = field
         self.problem = problem
 

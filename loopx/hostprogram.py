@@ -11,7 +11,7 @@ import shutil
 import sys
 
 from loopx.errors import HostMissingError
-from loopx.registry import HostKind, HostSpec
+from loopx.registry.model import HostKind, HostSpec
 
 # The program each CLI host kind runs when HostSpec.argv does not name one.
 DEFAULT_PROGRAMS: dict[HostKind, str] = {

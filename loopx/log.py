@@ -20,7 +20,9 @@ def _stderr_logger(*_args: object) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
 
 
-def configure_logging(*, stream: TextIO | None = None, level: str = "info", force: bool = False) -> None:
+def configure_logging(
+    *, stream: TextIO | None = None, level: str = "info", force: bool = False
+) -> None:
     """Configure structlog for this process (idempotent unless ``force``).
 
     Context bound with ``structlog.contextvars.bind_contextvars`` (goal_id,
@@ -47,7 +49,9 @@ def configure_logging(*, stream: TextIO | None = None, level: str = "info", forc
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=out) if stream is not None else _stderr_logger,
+        logger_factory=structlog.PrintLoggerFactory(file=out)
+        if stream is not None
+        else _stderr_logger,
         cache_logger_on_first_use=False,
     )
     _configured = True

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Final
 
 from loopx.errors import RootError, UnsafePathError
-from loopx.files import ensure_dir, read_bytes
 from loopx.ids import validate_goal_id
+from loopx.storage.files import ensure_dir, read_bytes
 
 ROOT_ENV: Final = "LOOPX_ROOT"
 REGISTRY_NAME: Final = "registry.json"

@@ -6,21 +6,21 @@ from pydantic import BaseModel
 
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
-from loopx.headroom import HostHeadroom
-from loopx.history import HistoryLine
-from loopx.inspection import JournalInspection
-from loopx.journal import TurnJournal
-from loopx.lease import Lease
-from loopx.ledger import SpendAggregate, SpendRecord
-from loopx.protocol import Envelope, HostResult
-from loopx.quota import QuotaDecision, QuotaReport
-from loopx.recovery import QuarantineNote, RecoveryReport
-from loopx.registry import Registry
-from loopx.replay import ReplayReport, SetAsideNote
+from loopx.history.line import HistoryLine
+from loopx.quota.decision import QuotaDecision, QuotaReport
+from loopx.quota.headroom import HostHeadroom
+from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.registry.model import Registry
 from loopx.state import GoalState
-from loopx.status import ProbeObservation, StatusProjection
-from loopx.status_cache import StatusIndex, StatusShard
-from loopx.writeback import RunReport
+from loopx.status.cache import StatusIndex, StatusShard
+from loopx.status.projection import ProbeObservation, StatusProjection
+from loopx.turn.inspection import JournalInspection
+from loopx.turn.journal import TurnJournal
+from loopx.turn.lease import Lease
+from loopx.turn.protocol import Envelope, HostResult
+from loopx.turn.recovery import QuarantineNote, RecoveryReport
+from loopx.turn.replay import ReplayReport, SetAsideNote
+from loopx.turn.writeback import RunReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "registry": Registry,

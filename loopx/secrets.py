@@ -54,7 +54,9 @@ class RedactSecrets:
     def __init__(self, secrets: Iterable[str]) -> None:
         self.secrets = list(secrets)
 
-    def __call__(self, _logger: object, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    def __call__(
+        self, _logger: object, _method: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
         """Redact one event dictionary in place."""
         for key, value in list(event.items()):
             if is_secret_name(key):

@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from loopx.changes import note_goal_changed
-from loopx.files import atomic_write_model, locked, read_model_or_none
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
+from loopx.status.changes import note_goal_changed
+from loopx.storage.files import atomic_write_model, locked, read_model_or_none
 
 
 class TodoStatus(StrEnum):

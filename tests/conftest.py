@@ -39,7 +39,9 @@ class Cli:
         env.update(extra)
         return env
 
-    def run(self, *args: str, check: bool = False, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, check: bool = False, timeout: float = 60, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "loopx", "--root", str(self.root), *args],
             capture_output=True,

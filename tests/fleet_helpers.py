@@ -21,7 +21,11 @@ T = TypeVar("T")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LOOPX_") and k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")
+    }
     env.update(extra)
     return env
 
@@ -54,19 +58,29 @@ def running_record(root: Path, pid: int, agents: int) -> dict[str, Any] | None:
     return rec if len(live) == agents and len(rec["slots"]) == agents else None
 
 
-def cli(root: Path, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+def cli(
+    root: Path, *args: str, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "loopx", "--root", str(root), *args],
-        capture_output=True, text=True, env=clean_env(**env), timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        env=clean_env(**env),
+        timeout=timeout,
+        check=False,
     )
 
 
-def start_supervisor(root: Path, *args: str, log: Path | None = None, **env: str) -> subprocess.Popen[bytes]:
+def start_supervisor(
+    root: Path, *args: str, log: Path | None = None, **env: str
+) -> subprocess.Popen[bytes]:
     out = open(log or root.parent / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "loopx", "--root", str(root), "supervisor", "run", *args],
-            env=clean_env(**env), stdout=out, stderr=out,
+            env=clean_env(**env),
+            stdout=out,
+            stderr=out,
         )
     finally:
         out.close()
@@ -92,11 +106,15 @@ def kill_everything(root: Path, *procs: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def supervisor(root: Path, *args: str, agents: int = 1, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
+def supervisor(
+    root: Path, *args: str, agents: int = 1, **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, Any]]]:
     """A running supervisor with ``agents`` live agents; everything is killed afterwards."""
     proc = start_supervisor(root, "--agents", str(agents), *args, **env)
     try:
-        rec = wait_for("the supervisor to run its agents", lambda: running_record(root, proc.pid, agents))
+        rec = wait_for(
+            "the supervisor to run its agents", lambda: running_record(root, proc.pid, agents)
+        )
         yield proc, rec
     finally:
         kill_everything(root, proc)
@@ -112,7 +130,17 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
     import shlex  # noqa: PLC0415
 
     workdir.mkdir(parents=True, exist_ok=True)
-    args = ["goal", "add", goal_id, "--objective", f"demo {goal_id}", "--workdir", str(workdir), "--host-kind", "demo"]
+    args = [
+        "goal",
+        "add",
+        goal_id,
+        "--objective",
+        f"demo {goal_id}",
+        "--workdir",
+        str(workdir),
+        "--host-kind",
+        "demo",
+    ]
     if demo_args:
         args += ["--host=" + shlex.join(demo_args)]
     for flag, value in quota.items():
@@ -129,18 +157,25 @@ def journals(root: Path, goal_id: str) -> list[dict[str, Any]]:
 def assert_no_overlapping_turns(root: Path, goal_id: str) -> None:
     """No two turns of a goal ran at once: journals sorted by epoch have disjoint time spans."""
     spans = sorted(
-        (j["epoch"], j["created_at"], j.get("ended_at") or j["updated_at"], j["status"]) for j in journals(root, goal_id)
+        (j["epoch"], j["created_at"], j.get("ended_at") or j["updated_at"], j["status"])
+        for j in journals(root, goal_id)
     )
     for (e1, _s1, end1, _), (e2, start2, _end2, _) in zip(spans, spans[1:], strict=False):
         assert e1 < e2, f"{goal_id}: two journals share epoch {e1}"
-        assert end1 <= start2, f"{goal_id}: turn of epoch {e1} (ends {end1}) overlaps epoch {e2} (starts {start2})"
+        assert end1 <= start2, (
+            f"{goal_id}: turn of epoch {e1} (ends {end1}) overlaps epoch {e2} (starts {start2})"
+        )
 
 
 def assert_fleet_invariants(root: Path, goal_id: str) -> None:
     """The local fleet's invariants for one goal: no overlapping leases, no duplicate history, every journal terminal."""
     assert_no_overlapping_turns(root, goal_id)
     history = root / "goals" / goal_id / "history.jsonl"
-    lines = [json.loads(line) for line in history.read_text().splitlines() if line.strip()] if history.exists() else []
+    lines = (
+        [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        if history.exists()
+        else []
+    )
     keys = [line["turn_key"] for line in lines]
     seqs = [line["seq"] for line in lines]
     assert len(keys) == len(set(keys)), f"{goal_id}: a turn_key appears twice in history: {keys}"
@@ -157,13 +192,17 @@ def running_agent(root: Path, goal_id: str) -> int | None:
             beat = json.loads(path.read_text())
         except ValueError:
             continue
-        if beat["phase"] == "running" and beat["goal_id"] == goal_id and psutil.pid_exists(beat["pid"]):
+        if (
+            beat["phase"] == "running"
+            and beat["goal_id"] == goal_id
+            and psutil.pid_exists(beat["pid"])
+        ):
             return int(beat["pid"])
     return None
 
 
 def host_running(root: Path, goal_id: str) -> bool:
     """Whether a turn of ``goal_id`` is in progress with its demo host alive."""
-    return any(j["status"] == "in_progress" and j["attempt"] >= 1 for j in journals(root, goal_id)) and any(
-        "loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root)
-    )
+    return any(
+        j["status"] == "in_progress" and j["attempt"] >= 1 for j in journals(root, goal_id)
+    ) and any("loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root))

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput
-
-from loopx.protocol import Envelope
-from loopx.registry import Goal, HostKind, HostSpec
+from loopx.registry.model import Goal, HostKind, HostSpec
 from loopx.state import GoalState, HostSession
+from loopx.turn.protocol import Envelope
 
 STARTED = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
 

@@ -18,9 +18,20 @@ pytestmark = pytest.mark.timeout(120)
 
 def agent(root: Path, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "loopx.agents", "run", "--root", str(root), "--agent-id", "a1", *args],
+        [
+            sys.executable,
+            "-m",
+            "loopx.agents",
+            "run",
+            "--root",
+            str(root),
+            "--agent-id",
+            "a1",
+            *args,
+        ],
         env=clean_env(LOOPX_ROOT=str(root.resolve()), LOOPX_AGENT_ID="a1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -73,7 +84,10 @@ def test_sigterm_mid_turn_stops_the_host_and_exits_0(root: Path, tmp_path: Path)
     add_demo_goal(root, "g", tmp_path / "w", "--hang", "60")
     proc = agent(root)
     try:
-        wait_for("the host", lambda: any("loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root)))
+        wait_for(
+            "the host",
+            lambda: any("loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root)),
+        )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         assert [j["status"] for j in journals(root, "g")] == ["stopped"]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from loopx.archive import CrossDeviceArchiveError, LiveLeaseError, archive_goal
 from loopx.errors import GoalStateError, InvalidGoalIdError
-from loopx.goals import set_status
 from loopx.model import utcnow
-from loopx.registry import GoalStatus, load_registry
+from loopx.registry.archive import CrossDeviceArchiveError, LiveLeaseError, archive_goal
+from loopx.registry.goals import set_status
+from loopx.registry.model import GoalStatus, load_registry
 from loopx.testing.status_fixtures import register_goals, seed_goal, write_lease
 
 

@@ -37,12 +37,12 @@ from typing import Any
 
 import psutil
 import pytest
+
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.doctor import diagnose
-
-from loopx.goals import GoalChanges, add_goal
 from loopx.model import utcnow
-from loopx.registry import HostKind, HostSpec, load_registry
+from loopx.registry.goals import GoalChanges, add_goal
+from loopx.registry.model import HostKind, HostSpec, load_registry
 from loopx.root import Layout
 from tests.turnkit import cli_env, loopx, make_root
 

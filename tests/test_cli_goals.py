@@ -23,30 +23,79 @@ def test_every_policy_field_round_trips(cli: Cli, tmp_path: Path) -> None:
     work = tmp_path / "w"
     work.mkdir()
     cli.run(
-        "goal", "add", "g1", "--objective", "ship it", "--workdir", str(work),
-        "--host", "my-agent --flag 'two words'", "--priority", "7",
-        "--quota-compute", "0.25", "--quota-window-hours", "12", "--cpu-seconds", "300",
-        "--turn-timeout", "90", "--max-rss-mb", "512", "--min-free-memory-mb", "256",
-        "--max-load-per-cpu", "1.5", "--max-tokens", "10000", "--max-cost-usd", "2.5",
-        "--next-probe", "git log -1", "--max-host-attempts", "3", check=True,
+        "goal",
+        "add",
+        "g1",
+        "--objective",
+        "ship it",
+        "--workdir",
+        str(work),
+        "--host",
+        "my-agent --flag 'two words'",
+        "--priority",
+        "7",
+        "--quota-compute",
+        "0.25",
+        "--quota-window-hours",
+        "12",
+        "--cpu-seconds",
+        "300",
+        "--turn-timeout",
+        "90",
+        "--max-rss-mb",
+        "512",
+        "--min-free-memory-mb",
+        "256",
+        "--max-load-per-cpu",
+        "1.5",
+        "--max-tokens",
+        "10000",
+        "--max-cost-usd",
+        "2.5",
+        "--next-probe",
+        "git log -1",
+        "--max-host-attempts",
+        "3",
+        check=True,
     )
     goal = cli.json("goal", "show", "g1")["goal"]
     assert goal["objective"] == "ship it"
     assert goal["workdir"] == str(work.resolve())
-    assert goal["host"] == {"kind": "command", "argv": ["my-agent", "--flag", "two words"], "session_max_turns": None}
+    assert goal["host"] == {
+        "kind": "command",
+        "argv": ["my-agent", "--flag", "two words"],
+        "session_max_turns": None,
+    }
     assert goal["priority"] == 7
     assert goal["next_probe"] == "git log -1"
     assert goal["max_host_attempts"] == 3
     assert goal["quota"] == {
-        "compute": 0.25, "window_hours": 12.0, "cpu_seconds": 300.0, "turn_timeout_s": 90.0,
-        "max_rss_mb": 512, "min_free_memory_mb": 256, "max_load_per_cpu": 1.5,
-        "max_tokens": 10000, "max_cost_usd": 2.5,
+        "compute": 0.25,
+        "window_hours": 12.0,
+        "cpu_seconds": 300.0,
+        "turn_timeout_s": 90.0,
+        "max_rss_mb": 512,
+        "min_free_memory_mb": 256,
+        "max_load_per_cpu": 1.5,
+        "max_tokens": 10000,
+        "max_cost_usd": 2.5,
     }
 
 
 def test_update_changes_only_the_named_fields(cli: Cli) -> None:
     """`--update` keeps every field it was not given."""
-    cli.run("goal", "add", "g", "--objective", "a", "--priority", "2", "--quota-compute", "0.5", check=True)
+    cli.run(
+        "goal",
+        "add",
+        "g",
+        "--objective",
+        "a",
+        "--priority",
+        "2",
+        "--quota-compute",
+        "0.5",
+        check=True,
+    )
     dup = cli.run("goal", "add", "g", "--objective", "b")
     assert dup.returncode == 1
     assert "already exists" in dup.stderr
@@ -90,7 +139,11 @@ def test_a_damaged_registry_is_reported_and_never_overwritten(cli: Cli) -> None:
     """A registry that is not JSON, or not the schema, is named and left byte for byte."""
     cli.run("init", check=True)
     registry = cli.root / "registry.json"
-    for damage in (b"{not json", b'{"schema_version": 1, "goals": {"g": {"id": 5}}}', b'{"schema_version": 99}'):
+    for damage in (
+        b"{not json",
+        b'{"schema_version": 1, "goals": {"g": {"id": 5}}}',
+        b'{"schema_version": 99}',
+    ):
         registry.write_bytes(damage)
         proc = cli.run("goal", "add", "g2", "--objective", "x")
         assert proc.returncode == 1
@@ -123,8 +176,22 @@ def test_twenty_concurrent_goal_adds_lose_nothing(cli: Cli) -> None:
     cli.run("init", check=True)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "loopx", "--root", str(cli.root), "goal", "add", f"g{i}", "--objective", f"o{i}"],
-            cwd=cli.cwd, env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                "-m",
+                "loopx",
+                "--root",
+                str(cli.root),
+                "goal",
+                "add",
+                f"g{i}",
+                "--objective",
+                f"o{i}",
+            ],
+            cwd=cli.cwd,
+            env=cli.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for i in range(20)
     ]

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopx.agents.turn import run_one_turn
 
-from loopx.journal import journal_files
+from loopx.agents.turn import run_one_turn
 from loopx.root import Layout
+from loopx.turn.journal import journal_files
 from tests.turnkit import demo_goal, loopx, make_root
 
 TARGETS = ("state", "journal", "history", "quota", "registry")

@@ -13,8 +13,14 @@ def _demo(tmp_path, key: str, *args: str) -> dict:
     result = tmp_path / "result.json"
     env = cli_env(LOOPX_TURN_KEY=key, LOOPX_RESULT_FILE=str(result))
     proc = subprocess.run(
-        [sys.executable, "-m", "loopx.agents.demo", *args], input=json.dumps({"turn_key": key}),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, "-m", "loopx.agents.demo", *args],
+        input=json.dumps({"turn_key": key}),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert proc.returncode == 0
     return json.loads(result.read_text())
@@ -33,9 +39,19 @@ def test_counter_advances_once_per_turn_key(tmp_path):
 def test_switches_come_from_the_environment_too(tmp_path):
     """LOOPX_DEMO_ARGS adds switches (here: report wait)."""
     result = tmp_path / "r.json"
-    env = cli_env(LOOPX_TURN_KEY="k", LOOPX_RESULT_FILE=str(result),
-                  LOOPX_DEMO_ARGS="--kind wait --wait-seconds 5")
-    subprocess.run([sys.executable, "-m", "loopx.agents.demo"], input=b"{}", cwd=tmp_path, env=env,
-                   check=True, timeout=60, capture_output=True)
+    env = cli_env(
+        LOOPX_TURN_KEY="k",
+        LOOPX_RESULT_FILE=str(result),
+        LOOPX_DEMO_ARGS="--kind wait --wait-seconds 5",
+    )
+    subprocess.run(
+        [sys.executable, "-m", "loopx.agents.demo"],
+        input=b"{}",
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+    )
     doc = json.loads(result.read_text())
     assert (doc["kind"], doc["wait_seconds"]) == ("wait", 5)

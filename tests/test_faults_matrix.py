@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.journal import PHASES
-
+from loopx.turn.journal import PHASES
 from tests.turnkit import demo_goal, demo_runs, durable_snapshot, loopx, make_root
 
 POINTS = [f"{edge}:{phase}" for phase in PHASES for edge in ("before", "after")]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
-from loopx.files import (
+from loopx.model import Record
+from loopx.storage.files import (
     append_record,
     atomic_write_bytes,
     exclusive_create,
@@ -24,7 +25,6 @@ from loopx.files import (
     read_bytes,
     read_records,
 )
-from loopx.model import Record
 
 
 class Rec(Record):
@@ -49,7 +49,7 @@ def _wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-unty
 WRITER = """
 import sys
 from pathlib import Path
-from loopx.files import atomic_write_bytes
+from loopx.storage.files import atomic_write_bytes
 path = Path(sys.argv[1])
 payloads = [b'{"v": "' + bytes([c]) * 300_000 + b'"}' for c in b"AB"]
 i = 0
@@ -84,7 +84,7 @@ def test_readers_never_see_a_partial_file_while_writers_are_killed(tmp_path: Pat
 APPENDER = """
 import sys
 from pathlib import Path
-from loopx.files import append_record
+from loopx.storage.files import append_record
 from loopx.model import Record
 class Rec(Record):
     turn_key: str
@@ -148,7 +148,7 @@ def test_damage_in_the_middle_of_a_ledger_is_reported_with_its_line(tmp_path: Pa
 RACER = """
 import sys, time
 from pathlib import Path
-from loopx.files import exclusive_create
+from loopx.storage.files import exclusive_create
 path, me, go = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 while time.time() < go:
     pass
@@ -179,7 +179,7 @@ def test_exactly_one_exclusive_creator_wins(tmp_path: Path) -> None:
 HOLDER = """
 import sys, time
 from pathlib import Path
-from loopx.files import locked
+from loopx.storage.files import locked
 with locked(Path(sys.argv[1])):
     Path(sys.argv[2]).write_text("held")
     time.sleep(60)

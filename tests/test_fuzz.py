@@ -17,18 +17,18 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from loopx.agents.hosts import host_for
 from loopx.agents.hosts.base import HostOutput
-
 from loopx.errors import CorruptFileError, InvalidGoalIdError, LoopxError
-from loopx.failures import FailureReason
-from loopx.files import parse_model
 from loopx.ids import validate_goal_id
-from loopx.inspection import RecoveryDecision, inspect
-from loopx.journal import TurnJournal, TurnPlan, make_turn_key
-from loopx.protocol import Envelope
-from loopx.registry import Goal, HostKind, HostSpec, Registry
+from loopx.registry.model import Goal, HostKind, HostSpec, Registry
 from loopx.state import Gate, GoalState, Todo
+from loopx.storage.files import parse_model
+from loopx.turn.failures import FailureReason
+from loopx.turn.inspection import RecoveryDecision, inspect
+from loopx.turn.journal import TurnJournal, TurnPlan, make_turn_key
+from loopx.turn.protocol import Envelope
 
 FUZZ = settings(
     max_examples=120,
@@ -289,9 +289,9 @@ def test_history_and_ledger_lines_are_read_or_rejected_with_corrupt_file_error(
     tmp_path: Path,
 ) -> None:
     """Random bytes in history.jsonl / quota.jsonl give records or a CorruptFileError."""
-    from loopx.files import read_records  # noqa: PLC0415
-    from loopx.history import HistoryLine  # noqa: PLC0415
-    from loopx.ledger import SpendRecord  # noqa: PLC0415
+    from loopx.history.line import HistoryLine  # noqa: PLC0415
+    from loopx.quota.ledger import SpendRecord  # noqa: PLC0415
+    from loopx.storage.files import read_records  # noqa: PLC0415
 
     path = tmp_path / "lines.jsonl"
     line = st.one_of(json_values.map(json.dumps), st.text(max_size=40))

@@ -11,10 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loopx.errors import LeaseLostError
-from loopx.failures import FailureReason
-
 from loopx.agents.hostrun import Limits, find_marked, run_host
+from loopx.errors import LeaseLostError
+from loopx.turn.failures import FailureReason
 
 KEY = "g-t000001-e1"
 
@@ -28,8 +27,14 @@ def _env(root: Path) -> dict[str, str]:
 def _run(tmp_path: Path, argv: list[str], **kw):
     limits = kw.pop("limits", Limits(timeout_s=30, kill_grace_s=0.5))
     return run_host(
-        argv, stdin=b"{}", cwd=tmp_path, env=_env(tmp_path), limits=limits, turn_key=KEY,
-        loopx_root=str(tmp_path), **kw,
+        argv,
+        stdin=b"{}",
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        limits=limits,
+        turn_key=KEY,
+        loopx_root=str(tmp_path),
+        **kw,
     )
 
 
@@ -104,8 +109,16 @@ def test_memory_cap_kills_the_tree(tmp_path):
 
 def test_timeout_kills_a_setsid_grandchild_that_ignores_sigterm(tmp_path):
     """On timeout the group, the host and a setsid'd SIGTERM-ignoring grandchild all die."""
-    argv = [sys.executable, "-m", "loopx.agents.demo", "--grandchild", "60", "--hang", "60",
-            "--ignore-term"]
+    argv = [
+        sys.executable,
+        "-m",
+        "loopx.agents.demo",
+        "--grandchild",
+        "60",
+        "--hang",
+        "60",
+        "--ignore-term",
+    ]
     started = time.monotonic()
     run = _run(tmp_path, argv, limits=Limits(timeout_s=1.0, kill_grace_s=0.3))
     assert run.killed is FailureReason.TURN_TIMEOUT
@@ -133,6 +146,7 @@ def test_stop_event_terminates_the_host(tmp_path):
 
 def test_failed_renewal_kills_the_host_and_propagates(tmp_path):
     """A tick raising LeaseLostError kills the tree and re-raises."""
+
     def tick() -> None:
         raise LeaseLostError("g", 1, 2)
 

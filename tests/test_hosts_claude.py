@@ -6,15 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+
 from loopx.agents.hosts.base import HostOutput
 from loopx.agents.hosts.claude import ClaudeHost, find_result_object, reported_usage
-
 from loopx.errors import HostMissingError
-from loopx.failures import FailureReason
 from loopx.model import utcnow
-from loopx.protocol import ResultKind
-from loopx.registry import HostKind
+from loopx.registry.model import HostKind
 from loopx.state import HostSession
+from loopx.turn.failures import FailureReason
+from loopx.turn.protocol import ResultKind
 from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
 HOST = ClaudeHost()

@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+
 from loopx.agents.hosts.base import HostOutput
 from loopx.agents.hosts.codex import CodexHost, parse_events
-
 from loopx.errors import HostMissingError
-from loopx.failures import FailureReason
-from loopx.protocol import ResultKind
-from loopx.registry import HostKind
+from loopx.registry.model import HostKind
 from loopx.state import HostSession, update_state
+from loopx.turn.failures import FailureReason
+from loopx.turn.protocol import ResultKind
 from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
 HOST = CodexHost()

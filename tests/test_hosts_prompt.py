@@ -7,15 +7,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, retry_after_s
 from loopx.agents.hosts.extract import find_json_object, parse_result
 from loopx.agents.hosts.prompt import build_prompt, result_schema
 from loopx.agents.hosts.session import session_after_turn, session_to_resume, turn_tokens
-
-from loopx.failures import FailureReason, TurnFailure
-from loopx.protocol import HostResult, ResultKind
-from loopx.registry import HostKind
+from loopx.registry.model import HostKind
 from loopx.state import Gate, HostSession, Todo, TodoStatus
+from loopx.turn.failures import FailureReason, TurnFailure
+from loopx.turn.protocol import HostResult, ResultKind
 from tests.hostkit import STARTED, make_envelope, make_goal
 
 NOW = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)

@@ -11,7 +11,21 @@ from loopx.root import Layout
 
 @pytest.mark.parametrize(
     "bad",
-    ["../x", "a/b", ".", "..", "", "a" * 65, "a\x00b", "a\nb", "-lead", ".hidden", "a b", "a\\b", "é"],
+    [
+        "../x",
+        "a/b",
+        ".",
+        "..",
+        "",
+        "a" * 65,
+        "a\x00b",
+        "a\nb",
+        "-lead",
+        ".hidden",
+        "a b",
+        "a\\b",
+        "é",
+    ],
 )
 def test_bad_ids_are_rejected_with_the_rule(bad: str) -> None:
     """Every unsafe id raises InvalidGoalIdError whose hint shows the rule."""

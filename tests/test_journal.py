@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from loopx.inspection import RecoveryDecision, ViolationCode, inspect
-from loopx.journal import PHASES, make_turn_key, parse_turn_key
-
+from loopx.turn.inspection import RecoveryDecision, ViolationCode, inspect
+from loopx.turn.journal import PHASES, make_turn_key, parse_turn_key
 from tests.turnkit import demo_goal, loopx, make_root
 
 
@@ -83,11 +82,14 @@ def test_terminal_without_all_phases_is_inconsistent(committed):
     assert view.violations[0].code is ViolationCode.STATUS_INCONSISTENT
 
 
-@pytest.mark.parametrize(("phases", "attempt", "decision"), [
-    ([], 1, RecoveryDecision.RETRY_HOST),
-    ([], 2, RecoveryDecision.FAIL),
-    (["host_execute", "typed_result", "validation"], 1, RecoveryDecision.RESUME),
-])
+@pytest.mark.parametrize(
+    ("phases", "attempt", "decision"),
+    [
+        ([], 1, RecoveryDecision.RETRY_HOST),
+        ([], 2, RecoveryDecision.FAIL),
+        (["host_execute", "typed_result", "validation"], 1, RecoveryDecision.RESUME),
+    ],
+)
 def test_in_progress_decisions(committed, phases, attempt, decision):
     """In-progress journals: retry_host, fail when attempts ran out, resume after the host."""
     doc = {**committed, "status": "in_progress", "completed_phases": phases, "attempt": attempt}

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from loopx.errors import LeaseLostError
-from loopx.lease import (
+from loopx.model import utcnow
+from loopx.turn.lease import (
     Fence,
     Holder,
     Lease,
@@ -26,8 +27,6 @@ from loopx.lease import (
     renew,
     takeover_allowed,
 )
-from loopx.model import utcnow
-
 from tests.turnkit import cli_env, demo_goal, demo_runs, make_root
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -35,8 +34,15 @@ NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 def _lease(expires_in: float) -> Lease:
     return Lease(
-        goal_id="g", agent_id="a", pid=1, pid_started_at=0.0, hostname="h", epoch=1,
-        acquired_at=NOW, renewed_at=NOW, expires_at=NOW + timedelta(seconds=expires_in),
+        goal_id="g",
+        agent_id="a",
+        pid=1,
+        pid_started_at=0.0,
+        hostname="h",
+        epoch=1,
+        acquired_at=NOW,
+        renewed_at=NOW,
+        expires_at=NOW + timedelta(seconds=expires_in),
     )
 
 
@@ -88,7 +94,7 @@ def test_stale_fence_refuses_and_renew_fails(tmp_path):
 _RACER = """
 import os, sys
 from pathlib import Path
-from loopx.lease import claim, fence_of, release
+from loopx.turn.lease import claim, fence_of, release
 from loopx.model import utcnow
 from loopx.root import Layout
 layout = Layout.at(Path(sys.argv[1])); me = sys.argv[2]; go = Path(sys.argv[3])
@@ -122,7 +128,9 @@ def test_two_agents_racing_500_times_never_both_run(tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RACER, str(layout.root), name, str(go)],
-            stdout=subprocess.PIPE, text=True, env=cli_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
         )
         for name in ("a", "b")
     ]
@@ -162,8 +170,13 @@ def test_frozen_holder_taken_over_writes_nothing_after_sigcont(tmp_path):
     demo_goal(layout, "g", wd, "--hang", "1.5")
     env = cli_env(LOOPX_LEASE_TTL_S="0.6", LOOPX_LEASE_GRACE_S="0.3", LOOPX_KILL_GRACE_S="0.3")
     cmd = [sys.executable, "-m", "loopx", "--root", str(layout.root), "turn", "run-once", "g"]
-    holder = subprocess.Popen([*cmd, "--agent-id", "frozen", "--json"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [*cmd, "--agent-id", "frozen", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait(lambda: len(demo_runs(wd)) == 1, 30, "the first host to start")
         os.kill(holder.pid, signal.SIGSTOP)
@@ -171,8 +184,14 @@ def test_frozen_holder_taken_over_writes_nothing_after_sigcont(tmp_path):
         assert lease is not None and lease.agent_id == "frozen"
         free_at = lease.expires_at + timedelta(seconds=0.4)
         _wait(lambda: utcnow() > free_at, 10, "the frozen lease to expire past its grace")
-        taker = subprocess.run([*cmd, "--agent-id", "taker"], env=env, capture_output=True,
-                               text=True, timeout=60, check=False)
+        taker = subprocess.run(
+            [*cmd, "--agent-id", "taker"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert taker.returncode == 0, taker.stdout + taker.stderr
         before = _files(layout.goal_dir("g"))
         os.kill(holder.pid, signal.SIGCONT)

@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopx.errors import CorruptFileError
-from loopx.files import atomic_write_bytes
-from loopx.ledger import (
+from loopx.quota.ledger import (
     SpendAggregate,
     SpendRecord,
     append_spend,
@@ -22,8 +21,9 @@ from loopx.ledger import (
     rebuild_aggregate,
     window_spend,
 )
+from loopx.quota.usage import Usage
 from loopx.root import Layout
-from loopx.usage import Usage
+from loopx.storage.files import atomic_write_bytes
 
 T0 = datetime(2025, 5, 1, tzinfo=UTC)
 GOAL = "g1"
@@ -40,7 +40,9 @@ def record(i: int, ended_at: datetime, *, wall=10.0, cpu=2.0, tokens=5, cost=0.0
     )
 
 
-def reference(records: list[SpendRecord], window_start: datetime) -> tuple[float, float, int, float, int]:
+def reference(
+    records: list[SpendRecord], window_start: datetime
+) -> tuple[float, float, int, float, int]:
     """The window's sums straight from the records, by the minute-bucket rule."""
     groups: dict[int, list[SpendRecord]] = {}
     for r in records:
@@ -147,7 +149,10 @@ def test_aggregate_covers_the_ledger_after_a_read(layout):
     agg = read_agg(layout)
     ledger = layout.quota_file(GOAL)
     assert (agg.ledger_offset, agg.ledger_inode, agg.last_turn_key, agg.lifetime.turns) == (
-        ledger.stat().st_size, ledger.stat().st_ino, "g1-000002-1", 3
+        ledger.stat().st_size,
+        ledger.stat().st_ino,
+        "g1-000002-1",
+        3,
     )
 
 
@@ -158,7 +163,8 @@ def test_append_catches_an_existing_aggregate_up(layout):
     append_spend(layout, record(2, T0 + timedelta(minutes=1)))
     agg = read_agg(layout)
     assert (agg.last_turn_key, agg.ledger_offset) == (
-        "g1-000002-1", layout.quota_file(GOAL).stat().st_size
+        "g1-000002-1",
+        layout.quota_file(GOAL).stat().st_size,
     )
 
 
@@ -185,7 +191,9 @@ def test_aggregate_keeps_only_recent_buckets(layout):
             id="other-goal",
         ),
         pytest.param(
-            lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "ledger_offset": 10**9})),
+            lambda p: p.write_text(
+                json.dumps({**json.loads(p.read_text()), "ledger_offset": 10**9})
+            ),
             id="offset-past-end",
         ),
         pytest.param(
@@ -193,7 +201,9 @@ def test_aggregate_keeps_only_recent_buckets(layout):
             id="offset-mid-line",
         ),
         pytest.param(
-            lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "last_turn_key": "nope"})),
+            lambda p: p.write_text(
+                json.dumps({**json.loads(p.read_text()), "last_turn_key": "nope"})
+            ),
             id="key-mismatch",
         ),
         pytest.param(
@@ -268,7 +278,9 @@ step = st.tuples(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     offsets=st.lists(st.integers(min_value=0, max_value=600 * 60), min_size=1, max_size=40),
-    walls=st.lists(st.floats(min_value=0, max_value=500, allow_nan=False), min_size=40, max_size=40),
+    walls=st.lists(
+        st.floats(min_value=0, max_value=500, allow_nan=False), min_size=40, max_size=40
+    ),
     steps=st.lists(step, min_size=1, max_size=12),
     window_hours=st.sampled_from([0.5, 1.0, 3.0]),
 )

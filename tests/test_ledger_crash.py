@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loopx.faults import FAULT_ENV, FAULT_EXIT_CODE
-from loopx.ledger import SpendAggregate, read_spend, window_spend
+from loopx.quota.ledger import SpendAggregate, read_spend, window_spend
 from loopx.root import Layout
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,9 +29,9 @@ CHILD = """
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from loopx.ledger import SpendRecord, append_spend, read_spend, window_spend
+from loopx.quota.ledger import SpendRecord, append_spend, read_spend, window_spend
 from loopx.root import Layout
-from loopx.usage import Usage
+from loopx.quota.usage import Usage
 
 layout = Layout.at(Path(sys.argv[1]))
 count = int(sys.argv[2])
@@ -104,9 +104,12 @@ def test_death_between_ledger_append_and_cache_update_leaves_a_stale_cache(tmp_p
     finally:
         reap(first)
     size_before = layout.quota_file(GOAL).stat().st_size
-    assert SpendAggregate.model_validate_json(
-        layout.quota_aggregate_file(GOAL).read_bytes()
-    ).ledger_offset == size_before
+    assert (
+        SpendAggregate.model_validate_json(
+            layout.quota_aggregate_file(GOAL).read_bytes()
+        ).ledger_offset
+        == size_before
+    )
 
     crashed = run_child(tmp_path, 10, fault="quota_spend_appended")
     try:

@@ -19,11 +19,11 @@ from typing import Any
 
 import psutil
 import pytest
-from loopx.agents.turn import TurnConfig, run_one_turn
 
-from loopx.journal import journal_files, read_journal
-from loopx.registry import HostKind
+from loopx.agents.turn import TurnConfig, run_one_turn
+from loopx.registry.model import HostKind
 from loopx.root import Layout
+from loopx.turn.journal import journal_files, read_journal
 from tests.turnkit import cli_env, demo_goal, loopx, make_root
 
 FAST = TurnConfig(lease_ttl_s=5.0, lease_grace_s=5.0, kill_grace_s=0.3)

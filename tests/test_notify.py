@@ -79,8 +79,20 @@ def test_supervisor_speaks_the_protocol(tmp_path: Path) -> None:
     env |= {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "400000"}
     with receiver(path) as sock:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "loopx", "--root", str(root), "supervisor", "run", "--agents", "1"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "loopx",
+                "--root",
+                str(root),
+                "supervisor",
+                "run",
+                "--agents",
+                "1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             messages: list[str] = []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.plan import PlanError, load_plan
-from loopx.registry import HostKind
+from loopx.batch.plan import PlanError, load_plan
+from loopx.registry.model import HostKind
 
 TOML_PLAN = """
 schema_version = 1
@@ -45,14 +45,23 @@ def test_toml_plan_is_read(tmp_path: Path) -> None:
         ('{"goals": [}', ".json", "line 1 column 12"),
         ("goals = [", ".toml", "TOML syntax"),
         ('{"goals": []}', ".json", "goals"),
-        ('{"goals": [{"id": "a", "objective": "x"}, {"id": "b", "objective": "y", "quota": {"compute": 3}}]}',
-         ".json", "goals[1] (id 'b').quota.compute"),
+        (
+            '{"goals": [{"id": "a", "objective": "x"}, {"id": "b", "objective": "y", "quota": {"compute": 3}}]}',
+            ".json",
+            "goals[1] (id 'b').quota.compute",
+        ),
         ('{"goals": [{"id": "../x", "objective": "x"}]}', ".json", "goals[0] (id '../x').id"),
-        ('{"goals": [{"id": "a", "objective": "x"}, {"id": "a", "objective": "y"}]}', ".json", "appears twice"),
+        (
+            '{"goals": [{"id": "a", "objective": "x"}, {"id": "a", "objective": "y"}]}',
+            ".json",
+            "appears twice",
+        ),
         ('{"goals": [{"id": "a", "objective": "x", "colour": "red"}]}', ".json", "colour"),
     ],
 )
-def test_malformed_plans_name_the_fault(tmp_path: Path, text: str, suffix: str, expected: str) -> None:
+def test_malformed_plans_name_the_fault(
+    tmp_path: Path, text: str, suffix: str, expected: str
+) -> None:
     """Each malformed plan raises PlanError whose message names the line or field."""
     path = tmp_path / f"plan{suffix}"
     path.write_text(text)

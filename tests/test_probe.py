@@ -6,8 +6,8 @@ import pytest
 
 from loopx.errors import GoalStateError
 from loopx.model import utcnow
-from loopx.probe import run_probe
-from loopx.status_cache import StatusCache
+from loopx.status.cache import StatusCache
+from loopx.status.probe import run_probe
 from loopx.testing.status_fixtures import make_goal, register_goals
 
 

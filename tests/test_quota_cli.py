@@ -12,12 +12,12 @@ import pytest
 
 from loopx import exitcodes
 from loopx.cli import main
-from loopx.files import atomic_write_model
-from loopx.lease import Lease
-from loopx.ledger import SpendRecord, append_spend
 from loopx.model import utcnow
+from loopx.quota.ledger import SpendRecord, append_spend
+from loopx.quota.usage import Usage
 from loopx.root import Layout
-from loopx.usage import Usage
+from loopx.storage.files import atomic_write_model
+from loopx.turn.lease import Lease
 
 POLICY = {
     "--quota-compute": ("compute", "0.25"),
@@ -60,8 +60,11 @@ def test_every_policy_flag_round_trips_through_goal_show(root, capsys):
     code, view = json_of(capsys, root, "goal", "show", "g")
     assert code == exitcodes.OK
     assert view["goal"]["quota"] == {
-        field: (int(value) if field in {"max_rss_mb", "min_free_memory_mb", "max_tokens"}
-                else float(value))
+        field: (
+            int(value)
+            if field in {"max_rss_mb", "min_free_memory_mb", "max_tokens"}
+            else float(value)
+        )
         for field, value in POLICY.values()
     }
 
@@ -132,7 +135,9 @@ def spend_now(root: Path, goal_id: str, seconds: float, *, seq: int = 1) -> None
             turn_key=f"{goal_id}-{seq}",
             goal_id=goal_id,
             seq=seq,
-            usage=Usage(wall_s=seconds, cpu_s=seconds / 2, input_tokens=7, output_tokens=3, cost_usd=0.5),
+            usage=Usage(
+                wall_s=seconds, cpu_s=seconds / 2, input_tokens=7, output_tokens=3, cost_usd=0.5
+            ),
             started_at=end - timedelta(seconds=seconds),
             ended_at=end,
         ),
@@ -152,7 +157,9 @@ def test_should_run_exits_3_when_the_window_is_spent(root, capsys):
     spend_now(root, "g", 40)
     code, decision = json_of(capsys, root, "quota", "should-run", "g")
     assert (code, decision["reason"], decision["spent_wall_s"]) == (
-        exitcodes.NOT_ALLOWED, "window_exhausted", 40.0
+        exitcodes.NOT_ALLOWED,
+        "window_exhausted",
+        40.0,
     )
     assert decision["next_eligible_at"] is not None
 
@@ -163,8 +170,17 @@ def test_should_run_reports_a_live_lease(root, capsys):
     now = utcnow()
     atomic_write_model(
         Layout.at(root).lease_file("g"),
-        Lease(goal_id="g", agent_id="a1", pid=1, pid_started_at=0.0, hostname="h", epoch=1,
-              acquired_at=now, renewed_at=now, expires_at=now + timedelta(minutes=5)),
+        Lease(
+            goal_id="g",
+            agent_id="a1",
+            pid=1,
+            pid_started_at=0.0,
+            hostname="h",
+            epoch=1,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=now + timedelta(minutes=5),
+        ),
     )
     code, decision = json_of(capsys, root, "quota", "should-run", "g")
     assert (code, decision["reason"]) == (exitcodes.NOT_ALLOWED, "leased")
@@ -190,9 +206,20 @@ def test_should_run_exit_code_reaches_the_shell(root):
     """The installed `loopx` script exits 3 for a paused goal, so shell scripts can branch on it."""
     add(root, "g", "--quota-compute", "0")
     proc = subprocess.run(
-        [sys.executable, "-c", "from loopx.cli import run; run()",
-         "--root", str(root), "quota", "should-run", "g"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from loopx.cli import run; run()",
+            "--root",
+            str(root),
+            "quota",
+            "should-run",
+            "g",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert (proc.returncode, proc.stdout.split(":")[0]) == (exitcodes.NOT_ALLOWED, "no (paused)")
 
@@ -204,10 +231,23 @@ def test_quota_show_json_has_policy_window_spend_remaining_and_decision(root, ca
     code, report = json_of(capsys, root, "quota", "show", "g")
     assert code == exitcodes.OK
     assert set(report) == {
-        "schema_version", "goal_id", "policy", "window_start", "window_end",
-        "spend", "lifetime", "remaining", "decision",
+        "schema_version",
+        "goal_id",
+        "policy",
+        "window_start",
+        "window_end",
+        "spend",
+        "lifetime",
+        "remaining",
+        "decision",
     }
-    assert report["spend"] == {"wall_s": 30.0, "cpu_s": 15.0, "tokens": 10, "cost_usd": 0.5, "turns": 1}
+    assert report["spend"] == {
+        "wall_s": 30.0,
+        "cpu_s": 15.0,
+        "tokens": 10,
+        "cost_usd": 0.5,
+        "turns": 1,
+    }
     assert report["remaining"] == {"wall_s": 7170.0, "cpu_s": 85.0, "tokens": 40, "cost_usd": None}
     assert (report["decision"]["allowed"], report["policy"]["cpu_seconds"]) == (True, 100.0)
 

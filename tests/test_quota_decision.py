@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopx.headroom import HostHeadroom
-from loopx.quota import QuotaReason, should_run
-from loopx.registry import Goal, GoalStatus, QuotaPolicy
-from loopx.spend import BucketFold, WindowSpend, window_of
+from loopx.quota.decision import QuotaReason, should_run
+from loopx.quota.headroom import HostHeadroom
+from loopx.quota.window import BucketFold, WindowSpend, window_of
+from loopx.registry.model import Goal, GoalStatus, QuotaPolicy
 from loopx.state import Gate, GoalState
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -67,7 +67,11 @@ def test_fresh_goal_is_allowed_with_its_full_allowance():
     """A goal with no spend may run and has its whole allowance left."""
     d = decide(goal(compute=0.5, window_hours=2))
     assert (d.allowed, d.reason, d.allowance_wall_s, d.remaining_wall_s, d.next_eligible_at) == (
-        True, QuotaReason.OK, 3600.0, 3600.0, None
+        True,
+        QuotaReason.OK,
+        3600.0,
+        3600.0,
+        None,
     )
     assert "3,600 s" in d.message
 
@@ -162,7 +166,9 @@ def test_cpu_cap_exhausted():
     g = goal(window_hours=1, cpu_seconds=100)
     d = decide(g, [(1800, 10, 80, 0, 0), (60, 10, 30, 0, 0)])
     assert (d.reason, d.spent_cpu_s, d.cpu_allowance_s) == (
-        QuotaReason.CPU_BUDGET_EXHAUSTED, 110, 100
+        QuotaReason.CPU_BUDGET_EXHAUSTED,
+        110,
+        100,
     )
     assert d.next_eligible_at == NOW - timedelta(seconds=1800) + timedelta(hours=1)
 
@@ -171,7 +177,9 @@ def test_token_cap_exhausted():
     """Input plus output tokens over the cap refuse the goal."""
     d = decide(goal(window_hours=1, max_tokens=1000), [(120, 1, 1, 1000, 0)])
     assert (d.reason, d.spent_tokens, d.token_allowance) == (
-        QuotaReason.TOKEN_BUDGET_EXHAUSTED, 1000, 1000
+        QuotaReason.TOKEN_BUDGET_EXHAUSTED,
+        1000,
+        1000,
     )
     assert d.next_eligible_at == NOW - timedelta(seconds=120) + timedelta(hours=1)
 
@@ -228,7 +236,10 @@ def test_turns_in_the_same_minute_leave_together():
     g = goal(compute=0.1, window_hours=1)  # 360 s
     minute = NOW.replace(second=0) - timedelta(minutes=30)
     first, second = minute + timedelta(seconds=5), minute + timedelta(seconds=50)
-    turns = [((NOW - first).total_seconds(), 300, 0, 0, 0), ((NOW - second).total_seconds(), 100, 0, 0, 0)]
+    turns = [
+        ((NOW - first).total_seconds(), 300, 0, 0, 0),
+        ((NOW - second).total_seconds(), 100, 0, 0, 0),
+    ]
     d = decide(g, turns)
     assert d.next_eligible_at == second + timedelta(hours=1)
 
@@ -324,7 +335,9 @@ def test_next_eligible_at_is_the_first_instant_the_goal_may_run(turns, compute, 
         fold = BucketFold()
         for e, w, c, t, u in ended:
             fold.add(e, wall_s=w, cpu_s=c, tokens=t, cost_usd=u)
-        s = window_of(fold.columns(), window_start=when - timedelta(hours=1), lifetime=fold.lifetime)
+        s = window_of(
+            fold.columns(), window_start=when - timedelta(hours=1), lifetime=fold.lifetime
+        )
         return should_run(g, GoalState(goal_id="g"), s, ROOMY, leased=False, now=when)
 
     d = at(NOW)

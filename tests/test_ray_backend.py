@@ -9,9 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from loopx.agents.loop import fits
-from loopx.registry import Goal, GoalStatus, Registry
+from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.supervisor.ray_backend import profile_for, resource_profiles
-
 from tests.fleet_helpers import clean_env
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -22,7 +21,15 @@ HIDE_RAY = (
 
 
 def goal(goal_id: str, status: GoalStatus = GoalStatus.ACTIVE, **resources: float) -> Goal:
-    return Goal(id=goal_id, objective="o", workdir="/w", status=status, resources=resources, created_at=NOW, updated_at=NOW)
+    return Goal(
+        id=goal_id,
+        objective="o",
+        workdir="/w",
+        status=status,
+        resources=resources,
+        created_at=NOW,
+        updated_at=NOW,
+    )
 
 
 def test_backend_ray_without_ray_says_how_to_install(tmp_path: Path) -> None:
@@ -38,7 +45,17 @@ def test_backend_ray_without_ray_says_how_to_install(tmp_path: Path) -> None:
 
 def test_resource_profiles_put_plain_first_and_skip_inactive() -> None:
     """Distinct resource sets of active goals, the plain one first when a goal needs none."""
-    reg = Registry(goals={g.id: g for g in [goal("a"), goal("b", gpu=1), goal("c", gpu=1), goal("d", GoalStatus.DONE, tpu=2)]})
+    reg = Registry(
+        goals={
+            g.id: g
+            for g in [
+                goal("a"),
+                goal("b", gpu=1),
+                goal("c", gpu=1),
+                goal("d", GoalStatus.DONE, tpu=2),
+            ]
+        }
+    )
     profiles = resource_profiles(reg)
     assert profiles == [{}, {"gpu": 1.0}]
     assert [profile_for(profiles, i) for i in (1, 2, 3)] == [{}, {"gpu": 1.0}, {}]
@@ -57,10 +74,35 @@ def test_agent_runs_only_goals_it_has_resources_for() -> None:
 
 def test_goal_add_resource_flag(tmp_path: Path) -> None:
     """`goal add --resource gpu=1 --resource licence=0.5` stores the goal's resources; a bad one is refused."""
-    base = [sys.executable, "-m", "loopx", "--root", str(tmp_path / "root"), "goal", "add", "g", "--objective", "o", "--workdir", str(tmp_path)]
-    done = subprocess.run([*base, "--resource", "gpu=1", "--resource", "licence=0.5", "--json"], capture_output=True, text=True, env=clean_env(), check=False)
+    base = [
+        sys.executable,
+        "-m",
+        "loopx",
+        "--root",
+        str(tmp_path / "root"),
+        "goal",
+        "add",
+        "g",
+        "--objective",
+        "o",
+        "--workdir",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        [*base, "--resource", "gpu=1", "--resource", "licence=0.5", "--json"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["goal"]["resources"] == {"gpu": 1.0, "licence": 0.5}
-    bad = subprocess.run([*base, "--update", "--resource", "gpu"], capture_output=True, text=True, env=clean_env(), check=False)
+    bad = subprocess.run(
+        [*base, "--update", "--resource", "gpu"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        check=False,
+    )
     assert bad.returncode == 2
     assert "--resource" in bad.stderr

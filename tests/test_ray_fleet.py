@@ -97,7 +97,9 @@ def test_three_actors_finish_ten_goals_with_the_local_invariants(
     goals = [f"g{i:02d}" for i in range(10)]
     for goal_id in goals:
         add_demo_goal(root, goal_id, tmp_path / f"w-{goal_id}", "--steps", "2")
-    proc = ray_supervisor(root, ray_address, "--agents", "3", "--until-idle", "--idle-horizon-seconds", "10")
+    proc = ray_supervisor(
+        root, ray_address, "--agents", "3", "--until-idle", "--idle-horizon-seconds", "10"
+    )
     try:
         assert proc.wait(timeout=200) == 0
         assert {goal_status(root, g) for g in goals} == {"done"}
@@ -162,13 +164,17 @@ def test_frozen_actor_loses_its_goal_and_its_late_writes_are_refused(
         )
         held = read_epoch(root, "slow")
         os.kill(frozen, signal.SIGSTOP)
-        wait_for("a takeover with a higher epoch", lambda: read_epoch(root, "slow") > held, timeout=60)
+        wait_for(
+            "a takeover with a higher epoch", lambda: read_epoch(root, "slow") > held, timeout=60
+        )
         os.kill(frozen, signal.SIGCONT)
         frozen_slot = next(s for s in record(root)["slots"] if s["pid"] == frozen)  # type: ignore[index]
         log = root / "logs" / f"agent-{frozen_slot['index']}.log"
 
         def refused() -> bool:
-            events = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+            events = [
+                json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")
+            ]
             return any(e["event"] == "lease_lost" and e.get("held") == held for e in events)
 
         wait_for("the frozen actor's late write refused (lease_lost)", refused, timeout=60)
@@ -176,7 +182,9 @@ def test_frozen_actor_loses_its_goal_and_its_late_writes_are_refused(
         assert goal_status(root, "slow") == "done"
         assert_fleet_invariants(root, "slow")
         committed = [j for j in journals(root, "slow") if j["status"] == "committed"]
-        assert all(j["epoch"] != held or j["agent_id"] != frozen_slot["agent_id"] for j in committed[-1:])
+        assert all(
+            j["epoch"] != held or j["agent_id"] != frozen_slot["agent_id"] for j in committed[-1:]
+        )
         assert leftovers(root) == []
     finally:
         if frozen is not None and psutil.pid_exists(frozen):
@@ -195,7 +203,9 @@ def test_goal_resources_place_actors_with_those_resources(
         capture_output=True, text=True, env=clean_env(), check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    proc = ray_supervisor(root, ray_address, "--agents", "2", "--until-idle", "--idle-horizon-seconds", "5")
+    proc = ray_supervisor(
+        root, ray_address, "--agents", "2", "--until-idle", "--idle-horizon-seconds", "5"
+    )
     try:
         wait_for("the plain goal done", lambda: goal_status(root, "plain") == "done", timeout=120)
         assert journals(root, "gpu") == []

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loopx.recovery import recover
-
+from loopx.turn.recovery import recover
 from tests.turnkit import demo_goal, loopx, make_root
 
 

@@ -4,43 +4,67 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from loopx.history import HistoryLine
-from loopx.ledger import SpendRecord
-from loopx.protocol import ResultKind
-from loopx.registry import Goal, GoalStatus
-from loopx.report import Outcome, build_report, exit_code_for, goal_report, render_markdown
+from loopx.batch.report import Outcome, build_report, exit_code_for, goal_report, render_markdown
+from loopx.history.line import HistoryLine
+from loopx.quota.ledger import SpendRecord
+from loopx.quota.usage import Usage
+from loopx.registry.model import Goal, GoalStatus
 from loopx.state import Gate, GoalState
-from loopx.usage import Usage
+from loopx.turn.protocol import ResultKind
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def _goal(goal_id: str, status: GoalStatus = GoalStatus.ACTIVE) -> Goal:
-    return Goal(id=goal_id, objective="o", workdir="/w", status=status, created_at=NOW, updated_at=NOW)
+    return Goal(
+        id=goal_id, objective="o", workdir="/w", status=status, created_at=NOW, updated_at=NOW
+    )
 
 
 def _line(seq: int, status: str = "committed", failure: str | None = None) -> HistoryLine:
     return HistoryLine(
-        turn_key=f"k{seq}", goal_id="g", seq=seq, epoch=1, agent_id="a", status=status,
-        kind=ResultKind.PROGRESS if status == "committed" else None, failure=failure,
-        summary=f"turn {seq}", started_at=NOW, ended_at=NOW,
+        turn_key=f"k{seq}",
+        goal_id="g",
+        seq=seq,
+        epoch=1,
+        agent_id="a",
+        status=status,
+        kind=ResultKind.PROGRESS if status == "committed" else None,
+        failure=failure,
+        summary=f"turn {seq}",
+        started_at=NOW,
+        ended_at=NOW,
     )
 
 
 def _spend(seq: int, cpu: float, wall: float, rss: float) -> SpendRecord:
     return SpendRecord(
-        turn_key=f"k{seq}", goal_id="g", seq=seq,
+        turn_key=f"k{seq}",
+        goal_id="g",
+        seq=seq,
         usage=Usage(cpu_s=cpu, wall_s=wall, peak_rss_mb=rss, input_tokens=10, output_tokens=5),
-        started_at=NOW, ended_at=NOW,
+        started_at=NOW,
+        ended_at=NOW,
     )
 
 
 def test_sums_and_failures() -> None:
     """CPU and wall add up, peak RSS is the max, failures are counted by reason."""
-    history = [_line(1), _line(2, "failed", "turn_timeout"), _line(3, "failed", "turn_timeout"), _line(4)]
+    history = [
+        _line(1),
+        _line(2, "failed", "turn_timeout"),
+        _line(3, "failed", "turn_timeout"),
+        _line(4),
+    ]
     spend = [_spend(i, 1.0, 2.0, 10.0 * i) for i in range(1, 5)]
     report = goal_report(_goal("g"), GoalState(goal_id="g"), history, spend)
-    assert (report.turns, report.committed_turns, report.cpu_s, report.wall_s, report.peak_rss_mb) == (4, 2, 4.0, 8.0, 40.0)
+    assert (
+        report.turns,
+        report.committed_turns,
+        report.cpu_s,
+        report.wall_s,
+        report.peak_rss_mb,
+    ) == (4, 2, 4.0, 8.0, 40.0)
     assert report.tokens == 60
     assert [(f.reason, f.turns) for f in report.failures] == [("turn_timeout", 2)]
     assert report.outcome is Outcome.UNFINISHED
@@ -52,7 +76,11 @@ def test_outcomes_and_exit_codes() -> None:
     done = goal_report(_goal("a", GoalStatus.DONE), GoalState(goal_id="a"), [_line(1)], [])
     human = goal_report(_goal("b"), GoalState(goal_id="b", gates=[gate]), [_line(1)], [])
     failed = goal_report(_goal("c"), GoalState(goal_id="c"), [_line(1, "failed", "host_exit")], [])
-    assert (done.outcome, human.outcome, failed.outcome) == (Outcome.COMPLETED, Outcome.NEEDS_HUMAN, Outcome.FAILED)
+    assert (done.outcome, human.outcome, failed.outcome) == (
+        Outcome.COMPLETED,
+        Outcome.NEEDS_HUMAN,
+        Outcome.FAILED,
+    )
     assert human.open_question == "which?"
     assert exit_code_for([done]) == 0
     assert exit_code_for([done, human]) == 2

@@ -23,7 +23,9 @@ def test_env_wins_over_registry_and_xdg(tmp_path: Path) -> None:
     reg = tmp_path / "proj" / "registry.json"
     reg.parent.mkdir()
     reg.write_text(json.dumps({"schema_version": 1, "common_runtime_root": "state"}))
-    got = resolve_root(flag=None, registry=reg, env={"LOOPX_ROOT": str(tmp_path / "e")}, home=tmp_path)
+    got = resolve_root(
+        flag=None, registry=reg, env={"LOOPX_ROOT": str(tmp_path / "e")}, home=tmp_path
+    )
     assert (got.root, got.source, got.registry) == ((tmp_path / "e").resolve(), RootSource.ENV, reg)
 
 
@@ -38,7 +40,9 @@ def test_registry_common_root_is_relative_to_the_registry_file(tmp_path: Path) -
 
 def test_xdg_then_home_default(tmp_path: Path) -> None:
     """Without anything else: $XDG_STATE_HOME/loopx, else ~/.local/state/loopx."""
-    xdg = resolve_root(flag=None, registry=None, env={"XDG_STATE_HOME": str(tmp_path / "x")}, home=tmp_path)
+    xdg = resolve_root(
+        flag=None, registry=None, env={"XDG_STATE_HOME": str(tmp_path / "x")}, home=tmp_path
+    )
     assert (xdg.root, xdg.source) == ((tmp_path / "x" / "loopx").resolve(), RootSource.DEFAULT)
     home = resolve_root(flag=None, registry=None, env={}, home=tmp_path)
     assert home.root == (tmp_path / ".local" / "state" / "loopx").resolve()
@@ -49,7 +53,13 @@ def test_root_and_subdirectories_are_0700(tmp_path: Path) -> None:
     """A created root and every layer directory are private."""
     root = tmp_path / "r"
     layout = open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
-    for d in (layout.root, layout.goals_dir, layout.agents_dir, layout.quarantine_dir, layout.logs_dir):
+    for d in (
+        layout.root,
+        layout.goals_dir,
+        layout.agents_dir,
+        layout.quarantine_dir,
+        layout.logs_dir,
+    ):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
 
 

@@ -12,8 +12,12 @@ from loopx.secrets import REDACTED, is_secret_name, redact_env, redact_text, sec
 
 def test_secret_names() -> None:
     """TOKEN, KEY, SECRET and PASSWORD anywhere in a name, any case, mark a secret."""
-    assert all(is_secret_name(n) for n in ("GITHUB_TOKEN", "openai_api_key", "DB_PASSWORD", "MySecret"))
-    assert not any(is_secret_name(n) for n in ("HOME", "PATH", "LOOPX_ROOT", "LOOPX_TURN_KEY", "turn_key"))
+    assert all(
+        is_secret_name(n) for n in ("GITHUB_TOKEN", "openai_api_key", "DB_PASSWORD", "MySecret")
+    )
+    assert not any(
+        is_secret_name(n) for n in ("HOME", "PATH", "LOOPX_ROOT", "LOOPX_TURN_KEY", "turn_key")
+    )
 
 
 def test_values_are_redacted_from_text_and_env() -> None:

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loopx.agents.turn import run_one_turn
 
+from loopx.agents.turn import run_one_turn
 from loopx.cli._app import main
-from loopx.journal import journal_files
 from loopx.log import configure_logging
 from loopx.root import Layout
+from loopx.turn.journal import journal_files
 from tests.turnkit import cli_env, demo_goal, loopx, make_root
 
 SECRET = "sk-test-9f8e7d6c5b4a"  # the value of a secret-named variable
@@ -239,7 +239,9 @@ def test_traversal_ids_are_rejected_on_every_command(
 
 
 @pytest.fixture
-def serve(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
+def serve(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[subprocess.Popen[str], str, int]]:
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "wd")
     token = getattr(request, "param", None)

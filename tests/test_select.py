@@ -8,13 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopx.registry import Goal, GoalStatus, QuotaPolicy
-from loopx.select import Candidate, Ineligible, select, select_one, why_ineligible
+from loopx.registry.model import Goal, GoalStatus, QuotaPolicy
+from loopx.schedule.select import Candidate, Ineligible, select, select_one, why_ineligible
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def goal(goal_id: str, *, compute: float = 1.0, priority: int = 0, status: GoalStatus = GoalStatus.ACTIVE) -> Goal:
+def goal(
+    goal_id: str, *, compute: float = 1.0, priority: int = 0, status: GoalStatus = GoalStatus.ACTIVE
+) -> Goal:
     return Goal(
         id=goal_id,
         objective="x",
@@ -38,7 +40,10 @@ def goal(goal_id: str, *, compute: float = 1.0, priority: int = 0, status: GoalS
         (Candidate(goal("a"), leased_until=NOW - timedelta(seconds=5)), None),
         (Candidate(goal("a"), quota_allowed=False), Ineligible.QUOTA),
         (Candidate(goal("a", compute=0.0)), Ineligible.QUOTA),
-        (Candidate(goal("a"), next_eligible_at=NOW + timedelta(seconds=1)), Ineligible.NOT_YET_ELIGIBLE),
+        (
+            Candidate(goal("a"), next_eligible_at=NOW + timedelta(seconds=1)),
+            Ineligible.NOT_YET_ELIGIBLE,
+        ),
         (Candidate(goal("a"), next_eligible_at=NOW), None),
     ],
 )
@@ -50,7 +55,10 @@ def test_eligibility_rules(candidate: Candidate, reason: Ineligible | None) -> N
 def test_priority_beats_fair_share() -> None:
     """A higher priority runs first even when it has spent far more."""
     ranked = select(
-        [Candidate(goal("low"), spent_wall_s=0.0), Candidate(goal("high", priority=5), spent_wall_s=1e6)],
+        [
+            Candidate(goal("low"), spent_wall_s=0.0),
+            Candidate(goal("high", priority=5), spent_wall_s=1e6),
+        ],
         now=NOW,
     )
     assert [c.goal_id for c in ranked] == ["high", "low"]
@@ -74,7 +82,9 @@ def test_nothing_eligible_gives_none() -> None:
     assert select_one([Candidate(goal("a"), open_gates=2)], now=NOW) is None
 
 
-def simulate(shares: dict[str, float], *, turns: int, agents: int, durations: dict[str, float]) -> dict[str, float]:
+def simulate(
+    shares: dict[str, float], *, turns: int, agents: int, durations: dict[str, float]
+) -> dict[str, float]:
     """A busy fleet: each free agent selects from the current spend; a turn's time counts when it ends."""
     spent = dict.fromkeys(shares, 0.0)
     running: dict[str, float] = {}  # goal -> end time
@@ -127,7 +137,9 @@ def test_fair_share_holds_for_any_turn_lengths(durations: list[float]) -> None:
     """Whatever each goal's turn length, one agent's spend follows the shares within 10%."""
     shares = {"a": 0.6, "b": 0.3, "c": 0.1}
     # Enough turns that one turn of the longest goal is small against the smallest share's total.
-    spent = simulate(shares, turns=2500, agents=1, durations=dict(zip(shares, durations, strict=True)))
+    spent = simulate(
+        shares, turns=2500, agents=1, durations=dict(zip(shares, durations, strict=True))
+    )
     total = sum(spent.values())
     for goal_id, share in shares.items():
         assert spent[goal_id] / total == pytest.approx(share, rel=0.10)

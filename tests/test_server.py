@@ -16,7 +16,7 @@ import pytest
 
 from loopx.errors import UsageError
 from loopx.model import utcnow
-from loopx.server import InsecureBindError, StatusServer, check_bind, make_server
+from loopx.status.server import InsecureBindError, StatusServer, check_bind, make_server
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
 
 TOKEN = "s3cret-token"

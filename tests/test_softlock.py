@@ -10,9 +10,8 @@ from pathlib import Path
 import filelock
 import pytest
 
-from loopx.files import locked
-from loopx.lease import read_epoch
-from loopx.softlock import (
+from loopx.storage.files import locked
+from loopx.storage.softlock import (
     HolderRecord,
     LockMode,
     LockModeError,
@@ -22,7 +21,7 @@ from loopx.softlock import (
     lock_mode_for,
     mount_fstype,
 )
-
+from loopx.turn.lease import read_epoch
 from tests.test_lease import _RACER
 from tests.turnkit import cli_env, make_root
 
@@ -111,8 +110,10 @@ def test_soft_lock_excludes_and_records_its_holder(tmp_path: Path) -> None:
 def test_lock_of_a_sigkilled_holder_is_broken(tmp_path: Path) -> None:
     """A holder that died holding the lock (same host) does not block the next taker."""
     path = tmp_path / "f.lock"
-    code = f"from pathlib import Path; from loopx.softlock import SoftLock; SoftLock(Path({str(path)!r})).acquire(); import os; os._exit(137)"
-    assert subprocess.run([sys.executable, "-c", code], check=False, env=cli_env()).returncode == 137
+    code = f"from pathlib import Path; from loopx.storage.softlock import SoftLock; SoftLock(Path({str(path)!r})).acquire(); import os; os._exit(137)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], check=False, env=cli_env()).returncode == 137
+    )
     assert path.exists()
     lock = SoftLock(path)
     lock.acquire()
@@ -126,7 +127,9 @@ def test_lease_race_under_soft_locks(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RACER, str(layout.root), name, str(go)],
-            stdout=subprocess.PIPE, text=True, env=cli_env(LOOPX_LOCK_MODE="soft"),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=cli_env(LOOPX_LOCK_MODE="soft"),
         )  # fmt: skip
         for name in ("a", "b")
     ]
@@ -152,7 +155,9 @@ def test_registry_concurrency_under_soft_locks(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [*base, "goal", "add", f"g{i}", "--objective", f"o{i}", "--workdir", str(tmp_path)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )  # fmt: skip
         for i in range(20)
     ]

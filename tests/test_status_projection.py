@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from loopx.fleet import AgentSlot, FleetRecord
-from loopx.protocol import ResultKind
-from loopx.registry import GoalStatus, QuotaPolicy
+from loopx.registry.model import GoalStatus, QuotaPolicy
 from loopx.state import GoalState
-from loopx.status import (
+from loopx.status.projection import (
     Actor,
     GoalInputs,
     SpendPoint,
@@ -21,6 +20,7 @@ from loopx.status import (
     project_goal,
 )
 from loopx.testing.status_fixtures import history_line, make_goal, open_gate_state
+from loopx.turn.protocol import ResultKind
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 WORKDIR = Path("/tmp")
@@ -31,7 +31,7 @@ def goal(goal_id: str = "g1", **fields: object):
 
 
 def lease_for(goal_id: str, *, expires_in: float, agent_id: str = "agent-1"):
-    from loopx.lease import Lease
+    from loopx.turn.lease import Lease
 
     return Lease(
         goal_id=goal_id,
@@ -296,6 +296,6 @@ def test_no_supervisor_fleet_view():
 @pytest.mark.parametrize("reason", list(StatusReason))
 def test_every_reason_code_has_a_rank(reason):
     """Every reason code can be ordered (the queue never fails on a new code)."""
-    from loopx.status import _REASON_RANK
+    from loopx.status.projection import _REASON_RANK
 
     assert reason in _REASON_RANK

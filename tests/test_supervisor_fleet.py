@@ -60,7 +60,9 @@ def test_killed_agent_is_restarted(root: Path) -> None:
         def restarted() -> dict | None:
             r = record(root)
             slot = r["slots"][0] if r else None
-            return slot if slot and slot["pid"] not in (None, old) and slot["restarts"] == 1 else None
+            return (
+                slot if slot and slot["pid"] not in (None, old) and slot["restarts"] == 1 else None
+            )
 
         slot = wait_for("a restarted agent", restarted)
         assert slot["last_exit"] == "signal SIGKILL"
@@ -69,9 +71,17 @@ def test_killed_agent_is_restarted(root: Path) -> None:
 
 def test_crash_loop_is_detected_and_shown(root: Path) -> None:
     """Agents dying at start are restarted with backoff until a crash loop is recorded and shown."""
-    args = ("--crash-loop-restarts", "3", "--crash-loop-window-seconds", "60", "--restart-max-seconds", "30")
+    args = (
+        "--crash-loop-restarts",
+        "3",
+        "--crash-loop-window-seconds",
+        "60",
+        "--restart-max-seconds",
+        "30",
+    )
     proc = start_supervisor(root, "--agents", "1", *args, LOOPX_FAULT="agent:start")
     try:
+
         def in_loop() -> bool:
             r = record(root)
             return bool(r and r["slots"] and r["slots"][0]["crash_loop"])
@@ -92,7 +102,11 @@ def test_new_supervisor_reaps_a_sigkilled_supervisors_fleet(root: Path) -> None:
     root.mkdir(mode=0o700)
     # A host that escaped its agent (own session) and ignores SIGTERM, as an old fleet might leave.
     stray = subprocess.Popen(
-        [sys.executable, "-c", "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        [
+            sys.executable,
+            "-c",
+            "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)",
+        ],
         env=clean_env(LOOPX_ROOT=str(root.resolve()), LOOPX_AGENT_ID="agent-1", LOOPX_TURN_KEY="t"),
         start_new_session=True,
     )
@@ -124,7 +138,10 @@ def test_sighup_scales_up_and_down(root: Path) -> None:
         removed = [psutil.Process(s["pid"]) for s in rec["slots"][1:]]
         assert cli(root, "daemon", "scale", "1").returncode == 0
         wait_for("1 agent", lambda: running_record(root, proc.pid, 1))
-        wait_for("retired agents to exit", lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in removed))
+        wait_for(
+            "retired agents to exit",
+            lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in removed),
+        )
 
 
 def test_stalled_heartbeat_is_killed_and_restarted(root: Path) -> None:
@@ -179,11 +196,27 @@ def test_tmux_visible_mode(root: Path) -> None:
     with supervisor(root, "--visible", "tmux", agents=2) as (proc, rec):
         sock = root / "tmux.sock"
         windows = subprocess.run(
-            ["tmux", "-S", str(sock), "list-windows", "-t", rec["tmux_session"], "-F", "#{window_name}"],
-            capture_output=True, text=True, check=True,
+            [
+                "tmux",
+                "-S",
+                str(sock),
+                "list-windows",
+                "-t",
+                rec["tmux_session"],
+                "-F",
+                "#{window_name}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.split()
         assert {"agent-1", "agent-2"} <= set(windows)
-        assert subprocess.run(["tmux", "-S", str(sock), "has-session", "-t", rec["tmux_session"]], check=False).returncode == 0
+        assert (
+            subprocess.run(
+                ["tmux", "-S", str(sock), "has-session", "-t", rec["tmux_session"]], check=False
+            ).returncode
+            == 0
+        )
         assert sigterm_and_wait(proc) == 0
         assert not sock.exists()
         assert leftovers(root) == []

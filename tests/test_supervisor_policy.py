@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from loopx.registry import GoalStatus
+from loopx.registry.model import GoalStatus
 from loopx.supervisor.backoff import RestartPolicy, decide_restart, exponential_delay
 from loopx.supervisor.idle import GoalProgress, Outcome, idle_verdict
 
@@ -58,7 +58,9 @@ def test_until_idle_far_wait_is_not_progress() -> None:
     """A goal eligible only beyond the horizon (quota or wait) does not keep the run alive."""
     far = GoalProgress("a", GoalStatus.ACTIVE, eligible_at=NOW + timedelta(hours=2))
     near = GoalProgress("b", GoalStatus.ACTIVE, eligible_at=NOW + timedelta(seconds=5))
-    quota = GoalProgress("c", GoalStatus.ACTIVE, quota_allowed=False, quota_next_eligible_at=NOW + timedelta(hours=1))
+    quota = GoalProgress(
+        "c", GoalStatus.ACTIVE, quota_allowed=False, quota_next_eligible_at=NOW + timedelta(hours=1)
+    )
     assert idle_verdict([far, quota], now=NOW, horizon=HORIZON).exit_code == 2
     assert not idle_verdict([far, near], now=NOW, horizon=HORIZON).idle
 

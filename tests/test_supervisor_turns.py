@@ -40,7 +40,9 @@ def goal_status(root: Path, goal_id: str) -> str:
     ],
     ids=["done", "needs-human", "failed"],
 )
-def test_until_idle_exit_code(root: Path, tmp_path: Path, demo_args: tuple[str, ...], expected: int) -> None:
+def test_until_idle_exit_code(
+    root: Path, tmp_path: Path, demo_args: tuple[str, ...], expected: int
+) -> None:
     """--until-idle exits 0 when all goals are done, 2 when one waits for a human, 1 when one failed."""
     add_demo_goal(root, "easy", tmp_path / "w-easy", "--steps", "2")
     if demo_args:
@@ -54,12 +56,17 @@ def test_until_idle_exit_code(root: Path, tmp_path: Path, demo_args: tuple[str, 
         kill_everything(root, proc)
 
 
-def test_agent_sigkilled_mid_turn_is_restarted_and_the_turn_recovered(root: Path, tmp_path: Path) -> None:
+def test_agent_sigkilled_mid_turn_is_restarted_and_the_turn_recovered(
+    root: Path, tmp_path: Path
+) -> None:
     """SIGKILL an agent while its host runs: it is restarted, the turn recovered, the goal finished."""
     add_demo_goal(root, "slow", tmp_path / "w", "--steps", "2", "--hang", "2")
     proc = start_supervisor(root, "--agents", "1", "--until-idle")
     try:
-        victim = wait_for("an agent mid-turn", lambda: running_agent(root, "slow") if host_running(root, "slow") else None)
+        victim = wait_for(
+            "an agent mid-turn",
+            lambda: running_agent(root, "slow") if host_running(root, "slow") else None,
+        )
         os.kill(victim, signal.SIGKILL)
         assert proc.wait(timeout=150) == 0
         assert goal_status(root, "slow") == "done"
@@ -95,7 +102,9 @@ def test_supervisor_sigkilled_then_a_new_one_finishes(root: Path, tmp_path: Path
         kill_everything(root, first, *([second] if second else []))
 
 
-def test_sigterm_mid_turn_stops_host_and_leaves_journal_terminal_or_recoverable(root: Path, tmp_path: Path) -> None:
+def test_sigterm_mid_turn_stops_host_and_leaves_journal_terminal_or_recoverable(
+    root: Path, tmp_path: Path
+) -> None:
     """SIGTERM while hosts run: exit 0 in the grace, no process left, journals stopped (or recoverable)."""
     add_demo_goal(root, "long", tmp_path / "w", "--hang", "60")
     proc = start_supervisor(root, "--agents", "1", "--stop-grace-seconds", "10")
@@ -108,6 +117,8 @@ def test_sigterm_mid_turn_stops_host_and_leaves_journal_terminal_or_recoverable(
         statuses = [j["status"] for j in journals(root, "long")]
         assert statuses and statuses[-1] in ("stopped", "in_progress")
         assert cli(root, "recover").returncode == 0
-        assert all(j["status"] != "in_progress" or j["attempt"] >= 1 for j in journals(root, "long"))
+        assert all(
+            j["status"] != "in_progress" or j["attempt"] >= 1 for j in journals(root, "long")
+        )
     finally:
         kill_everything(root, proc)

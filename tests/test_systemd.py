@@ -21,10 +21,17 @@ def _loopx_bin() -> str:
     return str(found)
 
 
-def _verify(unit: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _verify(
+    unit: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     assert ANALYZE is not None
     return subprocess.run(
-        [ANALYZE, *extra, "verify", str(unit)], capture_output=True, text=True, env=env, check=False, timeout=60
+        [ANALYZE, *extra, "verify", str(unit)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
     )
 
 
@@ -82,8 +89,10 @@ def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
 
     root = tmp_path / "root"
     env_file = {
-        k: v for k, v in (
-            line.split("=", 1) for line in (UNITS / "loopx.env").read_text().splitlines()
+        k: v
+        for k, v in (
+            line.split("=", 1)
+            for line in (UNITS / "loopx.env").read_text().splitlines()
             if line and not line.startswith("#")
         )
     }
@@ -100,11 +109,16 @@ def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
     env.update(env_file)
     # systemd sets WATCHDOG_USEC from WatchdogSec; 1 s makes the pings come every 0.5 s.
     env.update(NOTIFY_SOCKET=str(sock_path), WATCHDOG_USEC="1000000")
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         messages: list[str] = []
         deadline = time.monotonic() + 60
-        while not any("READY=1" in m for m in messages) or sum("WATCHDOG=1" in m for m in messages) < 2:
+        while (
+            not any("READY=1" in m for m in messages)
+            or sum("WATCHDOG=1" in m for m in messages) < 2
+        ):
             assert time.monotonic() < deadline, messages
             messages.append(sock.recv(4096).decode())
         ready = next(i for i, m in enumerate(messages) if "READY=1" in m)

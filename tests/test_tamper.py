@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loopx.tamper import RECENT, GoalFingerprint
+from loopx.turn.tamper import RECENT, GoalFingerprint
 from tests.turnkit import make_root
 
 RUNNING = "g-t000999-e1"
@@ -29,7 +29,9 @@ def test_new_deleted_and_recent_files_are_caught(tmp_path: Path) -> None:
     with layout.history_file("g").open("a") as f:
         f.write("{}\n")
     assert guard.changed(layout, "g", running=RUNNING) == [
-        "history.jsonl", "runs/998.json", "turns/",
+        "history.jsonl",
+        "runs/998.json",
+        "turns/",
     ]
 
 

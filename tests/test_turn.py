@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import threading
 
-from loopx.journal import TurnStatus
-from loopx.registry import HostKind
-from loopx.state import load_state
-
 from loopx.agents.turn import TurnConfig, attempt_turn, run_one_turn
-
+from loopx.registry.model import HostKind
+from loopx.state import load_state
+from loopx.turn.journal import TurnStatus
 from tests.turnkit import demo_goal, demo_runs, loopx, make_root
 
 FAST = TurnConfig(lease_ttl_s=5, lease_grace_s=1, kill_grace_s=0.3)
@@ -111,7 +109,9 @@ def test_stop_while_host_runs_ends_stopped(tmp_path):
     stop = threading.Event()
     result = []
     worker = threading.Thread(
-        target=lambda: result.append(run_one_turn(layout, "g", agent_id="a", stop=stop, config=FAST))
+        target=lambda: result.append(
+            run_one_turn(layout, "g", agent_id="a", stop=stop, config=FAST)
+        )
     )
     worker.start()
     try:

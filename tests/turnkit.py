@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loopx.goals import GoalChanges, add_goal
 from loopx.model import utcnow
-from loopx.registry import HostKind, HostSpec
+from loopx.registry.goals import GoalChanges, add_goal
+from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 _VOLATILE = {"pid", "usage", "attempt", "cpu_s", "wall_s", "peak_rss_mb", "loopx_version"}
@@ -45,7 +45,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def loopx(root: Path, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+def loopx(
+    root: Path, *args: str, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run the real `loopx` CLI against ``root``."""
     return subprocess.run(
         [sys.executable, "-m", "loopx", "--root", str(root), *args],

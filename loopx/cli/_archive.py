@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.archive import archive_goal, parse_archive_root
 from loopx.cli._common import add_command, layout, print_json
 from loopx.model import utcnow
+from loopx.registry.archive import archive_goal, parse_archive_root
 
 
 def register(sub: Any) -> None:

@@ -7,21 +7,27 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from loopx.batch.plan import load_plan
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import UsageError
 from loopx.model import utcnow
-from loopx.plan import load_plan
 
 
 def register(sub: Any) -> None:
     """Add `batch run`."""
     batch = add_command(sub, "batch", help="headless batch runs")
     actions = batch.add_subparsers(dest="action", metavar="ACTION", required=True)
-    run = add_command(actions, "run", help="register a plan's goals, run a fleet until idle, report")
+    run = add_command(
+        actions, "run", help="register a plan's goals, run a fleet until idle, report"
+    )
     run.add_argument("plan", metavar="PLAN", type=Path, help="plan file (.json or .toml)")
     run.add_argument("--agents", type=int, default=2, metavar="N", help="agents (default 2)")
-    run.add_argument("--report", type=Path, metavar="DIR", help="report directory "
-                     "(default: <root>/reports/batch-<UTC time>)")
+    run.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="report directory (default: <root>/reports/batch-<UTC time>)",
+    )
     run.add_argument("--max-wall", type=float, metavar="S", help="stop the fleet after S seconds")
     run.add_argument(
         "--idle-horizon",
@@ -72,6 +78,8 @@ def run_batch(args: argparse.Namespace) -> int:
         print_json(report)
     else:
         for g in report.goals:
-            print(f"{g.goal_id:<24} {g.outcome:<12} {g.turns:>4} turns  {g.cpu_s:8.2f} CPU s  {g.wall_s:8.2f} wall s")
+            print(
+                f"{g.goal_id:<24} {g.outcome:<12} {g.turns:>4} turns  {g.cpu_s:8.2f} CPU s  {g.wall_s:8.2f} wall s"
+            )
         print(f"report: {md_path} (and {json_path.name})")
     return report.exit_code

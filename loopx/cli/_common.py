@@ -47,7 +47,11 @@ def common_options(*, top: bool = False) -> argparse.ArgumentParser:
 
 
 def add_command(
-    sub: Any, name: str, *, help: str, aliases: tuple[str, ...] = ()  # noqa: A002 - argparse's name
+    sub: Any,
+    name: str,
+    *,
+    help: str,
+    aliases: tuple[str, ...] = (),  # noqa: A002 - argparse's name
 ) -> argparse.ArgumentParser:
     """Add a subcommand that accepts the common options."""
     parser: argparse.ArgumentParser = sub.add_parser(

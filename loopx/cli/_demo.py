@@ -15,13 +15,15 @@ from loopx.cli._status import render_plain, render_table
 from loopx.errors import UsageError
 from loopx.model import utcnow
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
-from loopx.status_cache import load_status
+from loopx.status.cache import load_status
 
 
 def register(sub: Any) -> None:
     """Add `demo`."""
     parser = add_command(
-        sub, "demo", help="run demo goals on a fresh root with a headless fleet, then show the status"
+        sub,
+        "demo",
+        help="run demo goals on a fresh root with a headless fleet, then show the status",
     )
     parser.add_argument("--agents", type=int, default=2, metavar="N", help="agents (default 2)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

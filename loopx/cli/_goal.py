@@ -10,9 +10,16 @@ from typing import Any
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import InvalidPolicyError, UsageError
-from loopx.goals import GoalChanges, add_goal, get_goal, goal_view, reset_session, set_status
 from loopx.model import utcnow
-from loopx.registry import Goal, GoalStatus, HostKind, HostSpec, load_registry
+from loopx.registry.goals import (
+    GoalChanges,
+    add_goal,
+    get_goal,
+    goal_view,
+    reset_session,
+    set_status,
+)
+from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, load_registry
 
 # CLI flag -> QuotaPolicy field.
 QUOTA_FLAGS = {
@@ -138,7 +145,9 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     try:
         argv = shlex.split(args.host) if args.host is not None else []
     except ValueError as e:
-        raise UsageError(f"--host {args.host!r} cannot be split: {e}", hint="check its quotes") from e
+        raise UsageError(
+            f"--host {args.host!r} cannot be split: {e}", hint="check its quotes"
+        ) from e
     kind = HostKind(args.host_kind) if args.host_kind else HostKind.COMMAND
     if kind is HostKind.COMMAND and not argv:
         raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
@@ -220,7 +229,9 @@ def run_list(args: argparse.Namespace) -> int:
         return exitcodes.OK
     width = max(len(g.id) for g in goals)
     for g in goals:
-        print(f"{g.id:<{width}}  {g.status:<8}  p{g.priority:<3}  {_describe_host(g)}  {g.objective[:60]}")
+        print(
+            f"{g.id:<{width}}  {g.status:<8}  p{g.priority:<3}  {_describe_host(g)}  {g.objective[:60]}"
+        )
     return exitcodes.OK
 
 
@@ -236,7 +247,9 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"  objective: {goal['objective']}")
     print(f"  workdir:   {goal['workdir']}")
     print(f"  host:      {goal['host']['kind']} {shlex.join(goal['host']['argv'])}".rstrip())
-    print("  quota:     " + ", ".join(f"{k}={v}" for k, v in goal["quota"].items() if v is not None))
+    print(
+        "  quota:     " + ", ".join(f"{k}={v}" for k, v in goal["quota"].items() if v is not None)
+    )
     print(f"  next action: {state['next_action'] or '-'}   turns applied: {state['turn_seq']}")
     for gate in state["gates"]:
         if gate["answer"] is None:

@@ -8,9 +8,9 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, print_json, resolved
-from loopx.files import atomic_write_model, locked
-from loopx.registry import Registry, load_registry
+from loopx.registry.model import Registry, load_registry
 from loopx.root import open_root
+from loopx.storage.files import atomic_write_model, locked
 
 
 def register(sub: Any) -> None:

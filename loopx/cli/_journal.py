@@ -8,10 +8,10 @@ from typing import Any
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import UsageError
-from loopx.files import read_bytes
-from loopx.goals import get_goal
-from loopx.inspection import inspect
-from loopx.journal import journal_files, journal_path
+from loopx.registry.goals import get_goal
+from loopx.storage.files import read_bytes
+from loopx.turn.inspection import inspect
+from loopx.turn.journal import journal_files, journal_path
 
 
 def register(sub: Any) -> None:

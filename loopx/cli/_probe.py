@@ -7,9 +7,9 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.goals import get_goal
 from loopx.model import utcnow
-from loopx.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
+from loopx.registry.goals import get_goal
+from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
 
 
 def register(sub: Any) -> None:

@@ -8,12 +8,12 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.files import read_model_or_none
-from loopx.goals import get_goal
-from loopx.lease import Lease
 from loopx.model import utcnow
-from loopx.quota import QuotaDecision, QuotaReport, decide, quota_report
+from loopx.quota.decision import QuotaDecision, QuotaReport, decide, quota_report
+from loopx.registry.goals import get_goal
 from loopx.root import Layout
+from loopx.storage.files import read_model_or_none
+from loopx.turn.lease import Lease
 
 
 def register(sub: Any) -> None:

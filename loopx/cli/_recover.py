@@ -7,7 +7,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.recovery import recover
+from loopx.turn.recovery import recover
 
 
 def register(sub: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.replay import ReplayReport, repair, replay
+from loopx.turn.replay import ReplayReport, repair, replay
 
 
 def register(sub: Any) -> None:

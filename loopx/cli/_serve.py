@@ -8,8 +8,8 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout
-from loopx.server import DEFAULT_HOST, DEFAULT_PORT, check_bind, make_server, serve
-from loopx.status_cache import DEFAULT_TTL_S
+from loopx.status.cache import DEFAULT_TTL_S
+from loopx.status.server import DEFAULT_HOST, DEFAULT_PORT, check_bind, make_server, serve
 
 TOKEN_ENV = "LOOPX_SERVE_TOKEN"
 

@@ -170,7 +170,9 @@ def _config(args: argparse.Namespace) -> Any:
             hint="add --backend ray",
         )
     if args.backend == "ray" and args.visible != "none":
-        raise UsageError("--visible tmux needs local agents", hint="drop --visible or --backend ray")
+        raise UsageError(
+            "--visible tmux needs local agents", hint="drop --visible or --backend ray"
+        )
     if args.agent_cpus < 0 or (args.agent_memory_mb is not None and args.agent_memory_mb <= 0):
         raise UsageError(
             "--agent-cpus must be 0 or more and --agent-memory-mb more than 0",

@@ -7,7 +7,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.journal import TurnStatus
+from loopx.turn.journal import TurnStatus
 
 
 def register(sub: Any) -> None:

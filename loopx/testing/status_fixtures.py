@@ -11,15 +11,20 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from loopx.files import append_record, atomic_write_bytes, atomic_write_model, exclusive_create
-from loopx.history import HistoryLine
-from loopx.lease import Lease
-from loopx.ledger import SpendRecord
-from loopx.protocol import ResultKind
-from loopx.registry import Goal, QuotaPolicy, Registry, update_registry, with_goal
+from loopx.history.line import HistoryLine
+from loopx.quota.ledger import SpendRecord
+from loopx.quota.usage import Usage
+from loopx.registry.model import Goal, QuotaPolicy, Registry, update_registry, with_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState
-from loopx.usage import Usage
+from loopx.storage.files import (
+    append_record,
+    atomic_write_bytes,
+    atomic_write_model,
+    exclusive_create,
+)
+from loopx.turn.lease import Lease
+from loopx.turn.protocol import ResultKind
 
 
 def make_goal(goal_id: str, *, now: datetime, workdir: Path, **fields: object) -> Goal:

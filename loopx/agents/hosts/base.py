@@ -1,0 +1,75 @@
+"""The host adapter interface: a turn envelope in, a typed interpretation out.
+
+The turn runner (``loopx.agents.turn``) spawns what :meth:`Host.prepare`
+returns, measures it, and hands the captured output to
+:meth:`Host.interpret`. Adapters are pure translations: they never spawn.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import Field
+
+from loopx.model import Record
+from loopx.registry.model import Goal, HostKind
+from loopx.state import HostSession
+from loopx.turn.failures import TurnFailure
+from loopx.turn.protocol import Envelope, HostResult
+
+
+class HostInvocation(Record):
+    """What to spawn: argv (never through a shell), stdin bytes, extra environment."""
+
+    argv: list[str]
+    stdin: bytes = b""
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class HostOutput(Record):
+    """What a finished host left behind, bounded.
+
+    ``stdout``/``stderr`` hold at most the first 1 MiB each (decoded with
+    replacement); ``*_dropped`` counts the bytes beyond that.
+    """
+
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    result_file_text: str | None = None  # contents of LOOPX_RESULT_FILE, if written
+
+
+class Interpretation(Record):
+    """A host's output understood: exactly one of ``result`` and ``failure``.
+
+    ``input_tokens``/``output_tokens``/``cost_usd`` are what the CLI reported;
+    ``session`` is the session to resume next turn (None: keep none).
+    """
+
+    result: HostResult | None = None
+    failure: TurnFailure | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    session: HostSession | None = None
+
+
+class Host(Protocol):
+    """One host kind's adapter."""
+
+    kind: HostKind
+
+    def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
+        """The process to spawn for this turn.
+
+        Raises:
+            HostMissingError: the host program cannot be found.
+        """
+        ...
+
+    def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
+        """Turn the captured output into a result or a typed failure. Pure."""
+        ...

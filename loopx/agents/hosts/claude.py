@@ -1,0 +1,229 @@
+"""The ``claude`` host: Claude Code run as ``claude -p --output-format json``.
+
+One turn is one print-mode run with the prompt on stdin (``--resume
+<session_id>`` continues the goal's session). When it ends, Claude Code prints
+one JSON object: ``type: "result"``, ``subtype`` (``success``,
+``error_max_turns``, ``error_during_execution``, ``error_max_budget_usd``,
+``error_max_structured_output_retries``), ``is_error``, ``result`` (the final
+text; absent on error subtypes, which carry ``errors``), ``session_id``,
+``total_cost_usd``, ``usage`` (``input_tokens``, ``output_tokens``,
+``cache_creation_input_tokens``, ``cache_read_input_tokens``), ``num_turns``
+and, in newer versions, ``api_error_status`` and ``structured_output``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
+from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for, rate_limited
+from loopx.agents.hosts.extract import parse_result
+from loopx.agents.hosts.prompt import build_prompt
+from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
+from loopx.hostprogram import require_program, split_program
+from loopx.registry.model import Goal, HostKind
+from loopx.state import HostSession
+from loopx.storage.files import describe_validation_error
+from loopx.turn.failures import FailureReason, TurnFailure
+from loopx.turn.protocol import Envelope, HostResult
+
+STDERR_TAIL: Final = 400
+HTTP_UNAUTHORIZED: Final = 401
+HTTP_FORBIDDEN: Final = 403
+HTTP_TOO_MANY_REQUESTS: Final = 429
+
+
+def find_result_object(stdout: str) -> dict[str, Any] | None:
+    """The ``type: "result"`` object Claude Code printed last, or None. Pure.
+
+    Normally stdout is exactly that object; a line-by-line scan from the end
+    tolerates a warning printed before it (and stream-json output).
+    """
+    candidates = [stdout.strip(), *reversed(stdout.splitlines())]
+    for text in candidates:
+        line = text.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("type") == "result":
+            return value
+    return None
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def reported_usage(payload: dict[str, Any]) -> tuple[int, int, float]:
+    """(input tokens, output tokens, cost in USD) of one run. Pure.
+
+    Input counts every prompt token the model read: fresh, written to and
+    read from the prompt cache (the API reports them apart).
+    """
+    usage = payload.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    tokens_in = sum(
+        _int(usage.get(key))
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    cost = payload.get("total_cost_usd", payload.get("cost_usd"))
+    cost_usd = float(cost) if isinstance(cost, int | float) and cost >= 0 else 0.0
+    return tokens_in, _int(usage.get("output_tokens")), cost_usd
+
+
+def _error_text(payload: dict[str, Any]) -> str:
+    errors = payload.get("errors")
+    parts = [e for e in errors if isinstance(e, str)] if isinstance(errors, list) else []
+    result = payload.get("result")
+    if isinstance(result, str) and result.strip():
+        parts.insert(0, result)
+    return "; ".join(parts) or f"claude reported {payload.get('subtype', 'an error')}"
+
+
+class ClaudeHost:
+    """The adapter of ``--host-kind claude``."""
+
+    kind = HostKind.CLAUDE
+
+    def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
+        """``claude -p --output-format json [--resume ID] ...`` with the prompt on stdin.
+
+        ``goal.host.argv`` adds flags (``--model``, ``--max-turns``,
+        ``--permission-mode``, ``--allowedTools``) and may name the program
+        first. Claude Code works in its current directory: the turn runner
+        starts it in the goal's workdir.
+
+        Raises:
+            HostMissingError: the claude program is not on PATH.
+
+        """
+        program = require_program(goal.host)
+        _, extra = split_program(goal.host)
+        resume = session_to_resume(goal, envelope.state.host_session)
+        argv = [program, "-p", "--output-format", "json"]
+        if resume is not None:
+            argv += ["--resume", resume.session_id]
+        argv += extra
+        prompt = build_prompt(envelope, resumed=resume is not None)
+        return HostInvocation(argv=argv, stdin=prompt.encode())
+
+    def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
+        """The result in Claude Code's final JSON, or a typed failure. Pure."""
+        previous = envelope.state.host_session
+        payload = find_result_object(output.stdout)
+        if payload is None:
+            failure = _without_payload(envelope, output)
+            lost = diagnose(output.stderr) is Diagnosis.SESSION_MISSING
+            return _interpretation(failure, session=no_session(self.kind) if lost else previous)
+        tokens_in, tokens_out, cost = reported_usage(payload)
+        session_id = payload.get("session_id")
+        session: HostSession | None = previous
+        if isinstance(session_id, str) and session_id:
+            session = session_after_turn(self.kind, previous, session_id)
+        outcome = _outcome(envelope, payload)
+        if (
+            isinstance(outcome, TurnFailure)
+            and diagnose(_error_text(payload)) is Diagnosis.SESSION_MISSING
+        ):
+            session = no_session(self.kind)
+        return _interpretation(
+            outcome,
+            session=session,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            cost_usd=cost,
+        )
+
+
+def _interpretation(
+    outcome: HostResult | TurnFailure,
+    *,
+    session: HostSession | None,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cost_usd: float = 0.0,
+) -> Interpretation:
+    return Interpretation(
+        result=None if isinstance(outcome, TurnFailure) else outcome,
+        failure=outcome if isinstance(outcome, TurnFailure) else None,
+        session=session,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cost_usd=cost_usd,
+    )
+
+
+def _from_error(
+    message: str, envelope: Envelope, *, status: object = None
+) -> HostResult | TurnFailure:
+    if status == HTTP_TOO_MANY_REQUESTS or (
+        status not in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}
+        and diagnose(message) is Diagnosis.RATE_LIMIT
+    ):
+        return rate_limited("claude", message, envelope)
+    if status in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}:
+        message = f"{message} (HTTP {status}, authentication_error)"
+    return failure_for("claude", message, default=FailureReason.HOST_EXECUTION_ERROR)
+
+
+def _outcome(  # noqa: PLR0911 - one return per documented subtype
+    envelope: Envelope, payload: dict[str, Any]
+) -> HostResult | TurnFailure:
+    subtype = payload.get("subtype")
+    turns = payload.get("num_turns")
+    if subtype == "error_max_turns":
+        return TurnFailure.of(
+            FailureReason.HOST_MAX_TURNS,
+            f"claude stopped at its turn limit after {turns} turns (--max-turns); "
+            "raise it in the goal's host flags or split the work",
+        )
+    if subtype == "error_max_budget_usd":
+        return TurnFailure.of(
+            FailureReason.HOST_EXECUTION_ERROR,
+            f"claude stopped at its --max-budget-usd after {turns} turns: {_error_text(payload)}",
+        )
+    if subtype == "error_max_structured_output_retries":
+        return TurnFailure.of(
+            FailureReason.INVALID_RESULT,
+            f"claude could not produce output matching --json-schema: {_error_text(payload)}",
+        )
+    if payload.get("is_error") is True or (
+        isinstance(subtype, str) and subtype.startswith("error")
+    ):
+        return _from_error(_error_text(payload), envelope, status=payload.get("api_error_status"))
+    structured = payload.get("structured_output")
+    if isinstance(structured, dict):
+        try:
+            return HostResult.model_validate({k: v for k, v in structured.items() if v is not None})
+        except ValidationError as e:
+            return TurnFailure.of(
+                FailureReason.INVALID_RESULT,
+                f"claude's structured_output is not a valid result: {describe_validation_error(e)}",
+            )
+    text = payload.get("result")
+    if not isinstance(text, str) or not text.strip():
+        return TurnFailure.of(FailureReason.NO_RESULT, "claude finished without a final message")
+    return parse_result(text, source="claude's final message")
+
+
+def _without_payload(envelope: Envelope, output: HostOutput) -> HostResult | TurnFailure:
+    """No result object on stdout: judge by exit status and stderr."""
+    stderr = output.stderr.strip()
+    if output.exit_code != 0 or output.signal is not None:
+        if stderr and diagnose(stderr) is not Diagnosis.OTHER:
+            return _from_error(stderr, envelope)
+        how = f"signal {output.signal}" if output.signal is not None else f"code {output.exit_code}"
+        tail = (stderr or output.stdout.strip())[-STDERR_TAIL:] or "(no output)"
+        return TurnFailure.of(FailureReason.HOST_EXIT, f"claude exited with {how}: {tail}")
+    excerpt = output.stdout.strip()[:200] or "(empty)"
+    return TurnFailure.of(
+        FailureReason.MALFORMED_OUTPUT,
+        f"claude printed no result object (is --output-format json in effect?); stdout begins: "
+        f"{excerpt!r}",
+    )

@@ -1,0 +1,90 @@
+"""Session continuity for CLI hosts: when to resume, what to keep, what a turn used.
+
+A goal's ``state.host_session`` names the CLI session (Codex thread, Claude
+session) the next turn resumes. It is dropped when the host kind changes,
+after ``HostSpec.session_max_turns`` turns of one session, and on request
+(``loopx goal reset-session``). All functions here are pure.
+"""
+
+from __future__ import annotations
+
+from loopx.registry.model import Goal
+from loopx.state import HostSession
+
+
+def session_to_resume(goal: Goal, session: HostSession | None) -> HostSession | None:
+    """The session this goal's next turn continues, or None to start fresh.
+
+    Args:
+        goal: the goal (its host kind and ``session_max_turns``).
+        session: ``state.host_session`` as the envelope carries it.
+
+    """
+    if session is None or session.kind != goal.host.kind or not session.session_id:
+        return None
+    limit = goal.host.session_max_turns
+    if limit is not None and session.turns >= limit:
+        return None
+    return session
+
+
+def session_after_turn(
+    kind: str,
+    previous: HostSession | None,
+    session_id: str,
+    *,
+    reported_input_tokens: int | None = None,
+    reported_output_tokens: int | None = None,
+) -> HostSession:
+    """The session to keep after a turn ran in CLI session ``session_id``.
+
+    A turn that continued ``previous`` (same id) adds one to its turn count; a
+    new id starts at one. ``reported_*`` are the CLI's session-cumulative
+    counters, kept to compute the next turn's difference (None: unchanged).
+    """
+    same = previous is not None and previous.kind == kind and previous.session_id == session_id
+    base = (
+        previous if same and previous is not None else HostSession(kind=kind, session_id=session_id)
+    )
+    return base.model_copy(
+        update={
+            "turns": base.turns + 1,
+            "reported_input_tokens": base.reported_input_tokens
+            if reported_input_tokens is None
+            else reported_input_tokens,
+            "reported_output_tokens": base.reported_output_tokens
+            if reported_output_tokens is None
+            else reported_output_tokens,
+        }
+    )
+
+
+def no_session(kind: str) -> HostSession:
+    """The session to keep when the CLI lost ours: an empty id, so the next turn starts fresh.
+
+    None in ``Interpretation.session`` means "nothing to report" and keeps the
+    stored session; a session without an id replaces it and is never resumed.
+    """
+    return HostSession(kind=kind, session_id="")
+
+
+def turn_tokens(
+    kind: str,
+    previous: HostSession | None,
+    session_id: str,
+    cumulative_in: int,
+    cumulative_out: int,
+) -> tuple[int, int]:
+    """This turn's (input, output) tokens from session-cumulative counters.
+
+    Codex reports a resumed thread's totals since it began
+    (openai/codex#17539); the turn's share is the increase over the counters
+    kept in the session. A counter that went down (the CLI restarted its
+    count) is taken as this turn's own figure.
+    """
+    same = previous is not None and previous.kind == kind and previous.session_id == session_id
+    if not same or previous is None:
+        return cumulative_in, cumulative_out
+    d_in = cumulative_in - previous.reported_input_tokens
+    d_out = cumulative_out - previous.reported_output_tokens
+    return (d_in if d_in >= 0 else cumulative_in), (d_out if d_out >= 0 else cumulative_out)

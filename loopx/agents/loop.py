@@ -1,0 +1,363 @@
+"""The agent worker loop: heartbeat -> select -> turn (claim, quota, phases, release) -> repeat.
+
+An agent is a peer: it coordinates with other agents only through the files
+of the root (exclusive lease creation and locks). ``run_once`` is one step;
+``run`` is that step in a ``while`` with an interruptible idle sleep. Signal
+handlers only record intent: the first SIGTERM/SIGINT sets the stop event
+(the running turn's host gets SIGTERM, then SIGKILL after a grace, and the
+journal ends ``stopped``), the agent exits 0 at the next safe point; a second
+signal forces an immediate exit, leaving the journal for recovery.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import socket
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import FrameType
+from typing import Final
+
+import psutil
+import structlog
+
+from loopx.errors import LoopxError
+from loopx.faults import fault_point
+from loopx.fleet import AgentHeartbeat, AgentPhase
+from loopx.model import utcnow
+from loopx.registry.model import Goal
+from loopx.root import Layout
+from loopx.schedule.candidates import gather_candidates
+from loopx.schedule.select import select
+from loopx.storage.files import atomic_write_model
+from loopx.turn.failures import FailureReason
+
+log = structlog.get_logger(__name__)
+
+FORCED_EXIT_CODE: Final = 130  # a second signal: leave now, recovery finishes the journal
+PARENT_GONE_CHECK_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """How one agent runs.
+
+    Attributes:
+        agent_id: this agent's id (a safe path segment), also its heartbeat file name.
+        max_turns: exit 0 after this many turns ran (None: no limit).
+        once: one step, then exit.
+        heartbeat_s: how often the heartbeat file is rewritten.
+        idle_min_s / idle_max_s: the idle sleep starts at min and doubles to max (with jitter).
+        parent_pid / parent_started_at: stop when this process (the supervisor) is gone;
+            covers tmux windows, whose parent is the tmux server, where the
+            parent-death signal cannot help.
+        resources: run only goals whose ``resources`` this agent holds (None: all).
+
+    """
+
+    agent_id: str
+    max_turns: int | None = None
+    once: bool = False
+    heartbeat_s: float = 2.0
+    idle_min_s: float = 0.05
+    idle_max_s: float = 2.0
+    parent_pid: int | None = None
+    parent_started_at: float | None = None
+    # Only goals whose `resources` this agent holds (a Ray actor's custom resources);
+    # None: every goal (the local back-end, where resources do not apply).
+    resources: Mapping[str, float] | None = None
+
+
+def fits(goal: Goal, resources: Mapping[str, float] | None) -> bool:
+    """Whether an agent holding ``resources`` may run ``goal``'s turns. Pure."""
+    if resources is None:
+        return True
+    return all(resources.get(name, 0.0) >= amount for name, amount in goal.resources.items())
+
+
+class Step(StrEnum):
+    """What one step of the loop did."""
+
+    RAN = "ran"  # a turn ran (committed, failed or stopped)
+    IDLE = "idle"  # nothing eligible, or every claim lost its race
+    STOPPING = "stopping"  # a stop was requested before anything started
+
+
+class Agent:
+    """One agent process's loop and its heartbeat."""
+
+    def __init__(self, layout: Layout, config: AgentConfig) -> None:
+        self.layout = layout
+        self.config = config
+        self.stop = threading.Event()  # set: finish at the next safe point; passed to the turn
+        self.signals_received = 0
+        self.turns_done = 0
+        self.turns_lost = 0  # turns whose writes a newer lease epoch refused (lease_lost)
+        self.idle_streak = 0
+        self._proc = psutil.Process()
+        self._started_at = utcnow()
+        self._hostname = socket.gethostname()
+        self._beat_lock = threading.Lock()
+        self._phase = AgentPhase.STARTING
+        self._goal_id: str | None = None
+        self._turn_key: str | None = None
+        self._wake = threading.Event()
+        self._beater: threading.Thread | None = None
+
+    # --- intent (called from signal handlers and tests) ---------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop at the next safe point: no new turn; a running host is terminated by the turn."""
+        self.stop.set()
+        self._wake.set()
+
+    def handle_signal(self, signum: int, _frame: FrameType | None = None) -> None:
+        """SIGTERM/SIGINT: the first stops at a safe point, the second forces an exit now.
+
+        Called from the signal-watcher thread (never inside the C-level
+        handler's context), so setting the Event cannot deadlock the main thread.
+        """
+        self.signals_received += 1
+        log.info("agent_signal", signal=signal.Signals(signum).name, count=self.signals_received)
+        if self.signals_received > 1:
+            # Ctrl-C twice, or the supervisor's grace ran out: the journal stays
+            # in progress and `loopx recover` finishes it.
+            os._exit(FORCED_EXIT_CODE)
+        self.request_stop()
+
+    # --- heartbeat ----------------------------------------------------------------------------
+
+    def beat(self, phase: AgentPhase | None = None, *, goal_id: str | None = None) -> None:
+        """Rewrite ``agents/<id>.json`` atomically (optionally changing the phase first)."""
+        with self._beat_lock:
+            if phase is not None:
+                self._phase = phase
+                self._goal_id = goal_id
+                self._turn_key = None
+            record = AgentHeartbeat(
+                agent_id=self.config.agent_id,
+                pid=self._proc.pid,
+                pid_started_at=self._proc.create_time(),
+                hostname=self._hostname,
+                phase=self._phase,
+                goal_id=self._goal_id,
+                turn_key=self._turn_key,
+                turns_done=self.turns_done,
+                started_at=self._started_at,
+                beat_at=utcnow(),
+            )
+            # Not fsynced: a heartbeat tells live processes about a live agent; after
+            # a power cut there is no agent left for it to describe.
+            atomic_write_model(self.layout.agent_file(self.config.agent_id), record, durable=False)
+
+    def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
+        """Change the phase the next beat publishes, without writing now."""
+        with self._beat_lock:
+            self._phase = phase
+            self._goal_id = goal_id
+            self._turn_key = None
+
+    def _parent_gone(self) -> bool:
+        pid = self.config.parent_pid
+        if pid is None:
+            return False
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+            started = self.config.parent_started_at
+            return started is not None and abs(proc.create_time() - started) > 1.0
+        except psutil.Error:
+            return True
+
+    def _beat_forever(self) -> None:
+        interval = max(0.1, self.config.heartbeat_s)
+        while not self._beats_done.wait(min(interval, PARENT_GONE_CHECK_S)):
+            if self._parent_gone():
+                log.warning("agent_parent_gone", parent_pid=self.config.parent_pid)
+                self.request_stop()
+            self._since_beat += min(interval, PARENT_GONE_CHECK_S)
+            if self._since_beat >= interval:
+                self._since_beat = 0.0
+                try:
+                    self.beat()
+                except (LoopxError, OSError) as e:
+                    log.warning("heartbeat_failed", error=str(e))
+
+    def start_heartbeat(self) -> None:
+        """Beat now and then every ``heartbeat_s`` from a background thread (also during turns)."""
+        self._beats_done = threading.Event()
+        self._since_beat = 0.0
+        self.beat(AgentPhase.STARTING)
+        self._beater = threading.Thread(target=self._beat_forever, name="heartbeat", daemon=True)
+        self._beater.start()
+
+    def stop_heartbeat(self) -> None:
+        """Stop the heartbeat thread and publish the final phase."""
+        if self._beater is not None:
+            self._beats_done.set()
+            self._beater.join(timeout=5)
+            self._beater = None
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run_once(self) -> Step:
+        """One step: select the eligible goals and run one turn of the first one we can claim.
+
+        Agents see the same ranking and so race for the same goal. A goal whose
+        lock another agent holds right now (it is claiming or writing that
+        goal's turn) is passed over at first and tried again, waiting for the
+        lock, only after every other candidate: a lost race costs a lock probe,
+        not a wait, and no step goes idle while a goal may still be claimed.
+        """
+        if self.stop.is_set():
+            return Step.STOPPING
+
+        now = utcnow()
+        candidates = gather_candidates(self.layout, now=now)
+        if self.config.resources is not None:
+            candidates = [c for c in candidates if fits(c.goal, self.config.resources)]
+        ranked = select(candidates, now=now)
+        return self._run_ranked([c.goal_id for c in ranked])
+
+    def _run_ranked(self, goal_ids: list[str]) -> Step:
+        """Try the goals in order (busy ones again at the end); run the first turn we can."""
+        from loopx.agents.turn import attempt_turn  # noqa: PLC0415 - heavy; only agents need it
+
+        later: list[str] = []  # busy at the first try; tried again, waiting, after the rest
+        # The second generator reads `later` only once the first is exhausted.
+        tries = itertools.chain(((g, False) for g in goal_ids), ((g, True) for g in later))
+        for goal_id, wait in tries:
+            if self.stop.is_set():
+                return Step.STOPPING
+            self.beat(AgentPhase.RUNNING, goal_id=goal_id)
+            structlog.contextvars.bind_contextvars(goal_id=goal_id)
+            try:
+                attempt = attempt_turn(
+                    self.layout,
+                    goal_id,
+                    agent_id=self.config.agent_id,
+                    stop=self.stop,
+                    skip_if_busy=not wait,
+                )
+            except LoopxError as e:
+                # A damaged file or a busy lock of one goal must not stop the others.
+                log.warning("turn_error", error=e.message, hint=e.hint)
+                continue
+            finally:
+                structlog.contextvars.unbind_contextvars("goal_id")
+            if attempt.busy:
+                later.append(goal_id)
+                continue
+            report = attempt.report
+            if report is not None:
+                self.turns_done += 1
+                if report.failure is not None and report.failure.reason is FailureReason.LEASE_LOST:
+                    self.turns_lost += 1
+                self.idle_streak = 0
+                # Idle from now, published by the next step's beat (running again,
+                # or idle when nothing is eligible) or the heartbeat thread: one
+                # heartbeat write per turn instead of two.
+                self._set_phase(AgentPhase.IDLE)
+                return Step.RAN
+        self.idle_streak += 1
+        self.beat(AgentPhase.IDLE)
+        return Step.IDLE
+
+    def idle_delay(self) -> float:
+        """The next idle sleep: doubles with each idle step up to ``idle_max_s``, with jitter.
+
+        The jitter keeps agents that went idle together from polling in lockstep.
+        """
+        base = min(
+            self.config.idle_max_s, self.config.idle_min_s * 2 ** max(0, self.idle_streak - 1)
+        )
+        return float(base * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not cryptography
+
+    def done(self) -> bool:
+        """Whether the loop should end (stop requested or the turn budget used)."""
+        limit = self.config.max_turns
+        return self.stop.is_set() or (limit is not None and self.turns_done >= limit)
+
+    def run(self) -> int:
+        """Loop until stopped (or ``max_turns``/``once``); returns the exit code (0)."""
+        structlog.contextvars.bind_contextvars(agent_id=self.config.agent_id)
+        self.start_heartbeat()
+        log.info("agent_started", pid=os.getpid())
+        try:
+            while not self.done():
+                step = self.run_once()
+                if self.config.once:
+                    break
+                if step is Step.IDLE:
+                    self._wake.clear()
+                    if self.stop.is_set():
+                        break
+                    self._wake.wait(self.idle_delay())
+        finally:
+            self.stop_heartbeat()
+            self.beat(AgentPhase.STOPPING)
+            log.info("agent_stopped", turns_done=self.turns_done)
+        return 0
+
+
+def install_signal_handlers(agent: Agent) -> None:
+    """Deliver SIGTERM/SIGINT to :meth:`Agent.handle_signal` from a watcher thread; ignore SIGHUP.
+
+    The C-level handler writes the signal number to a wakeup pipe at once,
+    even while the main thread waits inside a turn; the watcher thread reads
+    it and records the intent. The Python-level handler does nothing.
+    """
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _noop_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def watch() -> None:
+        while True:
+            data = os.read(read_fd, 64)
+            if not data:
+                return
+            for signum in data:
+                if signum in (signal.SIGTERM, signal.SIGINT):
+                    agent.handle_signal(signum)
+
+    threading.Thread(target=watch, name="signal-watcher", daemon=True).start()
+
+
+def _noop_handler(_signum: int, _frame: FrameType | None) -> None:
+    """Installed so the signal is caught (and written to the wakeup fd) instead of killing us."""
+
+
+def run_agent(layout: Layout, config: AgentConfig) -> int:
+    """Run an agent process's loop with its signal handling; returns the exit code.
+
+    Sets up what a process started by the supervisor needs: the handled
+    signals unblocked (a spawning supervisor blocks them across the fork),
+    ``PR_SET_PDEATHSIG`` so the agent gets SIGTERM when its parent dies, and
+    the handlers.
+    """
+    from loopx.supervisor.process import (  # noqa: PLC0415 - only the process entry needs them
+        set_parent_death_signal,
+        unblock_handled_signals,
+    )
+
+    fault_point("agent:start")
+    agent = Agent(layout, config)
+    # Handlers first, then unblock: a SIGTERM that arrived during the spawn is
+    # pending and must find the handler, not the default action.
+    install_signal_handlers(agent)
+    unblock_handled_signals()
+    set_parent_death_signal(signal.SIGTERM)
+    # The parent may have died before the death signal was armed (a race prctl leaves).
+    if config.parent_pid is not None and agent._parent_gone():  # noqa: SLF001 - same module
+        log.warning("agent_parent_gone_at_start", parent_pid=config.parent_pid)
+        return 0
+    return agent.run()

@@ -1,0 +1,138 @@
+"""Batch plans: the goals a headless run registers, read from JSON or TOML and checked whole."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from loopx.errors import UsageError
+from loopx.ids import validate_goal_id
+from loopx.model import Record
+from loopx.registry.goals import GoalChanges
+from loopx.registry.model import HostKind, HostSpec, QuotaPolicy
+from loopx.storage.files import read_bytes
+
+
+class PlanError(UsageError):
+    """A batch plan is malformed; nothing was registered."""
+
+    def __init__(self, path: Path, where: str, problem: str) -> None:
+        super().__init__(
+            f"plan {path}: {where}: {problem}",
+            hint="fix the plan and run again; nothing was registered",
+        )
+        self.path = path
+        self.where = where
+        self.problem = problem
+
+
+class PlanGoal(Record):
+    """One goal of a plan. ``workdir`` is relative to the plan file's directory."""
+
+    id: str
+    objective: Annotated[str, Field(min_length=1)]
+    workdir: str | None = None
+    host: str | list[str] | None = None  # a command line (split like a shell) or an argv list
+    host_kind: HostKind | None = None
+    priority: int = 0
+    quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
+    next_probe: str | None = None
+    max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return validate_goal_id(value)
+
+    def host_spec(self) -> HostSpec:
+        """The registry host of this goal."""
+        argv = shlex.split(self.host) if isinstance(self.host, str) else list(self.host or [])
+        kind = self.host_kind or (HostKind.COMMAND if argv else HostKind.DEMO)
+        return HostSpec(kind=kind, argv=argv)
+
+    def changes(self, plan_dir: Path) -> GoalChanges:
+        """The registry changes that register this goal."""
+        workdir = plan_dir / self.workdir if self.workdir else plan_dir / "work" / self.id
+        return GoalChanges(
+            objective=self.objective,
+            workdir=str(workdir.resolve()),
+            host=self.host_spec(),
+            priority=self.priority,
+            next_probe=self.next_probe,
+            max_host_attempts=self.max_host_attempts,
+            quota=self.quota.model_dump(),
+        )
+
+
+class BatchPlan(Record):
+    """A batch plan file (JSON or TOML)."""
+
+    schema_version: Literal[1] = 1
+    goals: Annotated[list[PlanGoal], Field(min_length=1)]
+
+    @field_validator("goals")
+    @classmethod
+    def _unique_ids(cls, goals: list[PlanGoal]) -> list[PlanGoal]:
+        seen: set[str] = set()
+        for goal in goals:
+            if goal.id in seen:
+                msg = f"goal id {goal.id!r} appears twice"
+                raise ValueError(msg)
+            seen.add(goal.id)
+        return goals
+
+
+def _parse(path: Path, data: bytes) -> Any:
+    if path.suffix == ".toml":
+        try:
+            return tomllib.loads(data.decode())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise PlanError(path, "TOML syntax", str(e)) from e
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as e:
+        raise PlanError(
+            path, f"line {e.lineno} column {e.colno}", f"not valid JSON: {e.msg}"
+        ) from e
+
+
+def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
+    """Name the field at fault, with the goal's id when the path runs through a goal."""
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int) and i > 0 and loc[i - 1] == "goals":
+            goal_id = None
+            if (
+                isinstance(raw, dict)
+                and isinstance(raw.get("goals"), list)
+                and part < len(raw["goals"])
+            ):
+                entry = raw["goals"][part]
+                goal_id = entry.get("id") if isinstance(entry, dict) else None
+            parts[-1] = f"goals[{part}]" + (f" (id {goal_id!r})" if goal_id else "")
+        else:
+            parts.append(str(part))
+    return ".".join(parts) or "(top level)"
+
+
+def load_plan(path: Path) -> BatchPlan:
+    """Read and validate a whole plan before anything is registered.
+
+    Raises:
+        PlanError: unreadable, not JSON/TOML, or a field at fault (named with its goal).
+    """
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError as e:
+        raise PlanError(path, "file", "does not exist") from e
+    raw = _parse(path, data)
+    try:
+        return BatchPlan.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise PlanError(path, _where(raw, tuple(first["loc"])), first["msg"]) from e

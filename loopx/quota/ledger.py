@@ -1,0 +1,350 @@
+"""The compute-quota ledger: one line per turn whose host ran (``goals/<id>/quota.jsonl``).
+
+The ledger is the truth; ``goals/<id>/quota.agg.json`` is a cache of it that
+keeps a quota decision's cost independent of how long the ledger is:
+
+* it holds the minute buckets (:mod:`loopx.quota.window`) of the recent past, the
+  all-time totals, and how much of the ledger it covers: the ledger's inode,
+  the byte offset just after the last folded line, and that line's turn_key;
+* a decision reads it, checks it still describes a prefix of the ledger
+  (same inode, ledger at least that long, the line ending at the offset
+  carries that turn_key), folds only the bytes after the offset, and writes
+  it back atomically when something was folded;
+* anything else (missing, damaged, another ledger, a window reaching before
+  what it kept) rebuilds it from the ledger.
+
+Crash safety: the aggregate is written (atomically) only after the ledger
+line is durable, and it is never the source of truth. A crash between the
+two leaves it describing a shorter prefix: stale, and caught up by the next
+read. A torn last ledger line is never folded (only bytes up to the last
+newline are), so it cannot be counted before it is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Final, Literal
+
+import structlog
+from pydantic import Field, ValidationError
+
+from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
+from loopx.faults import fault_point
+from loopx.model import Record, UtcDatetime
+from loopx.quota.usage import Usage
+from loopx.quota.window import (
+    BucketFold,
+    SpendColumns,
+    SpendTotals,
+    WindowSpend,
+    minute_of,
+    window_of,
+)
+from loopx.root import Layout
+from loopx.storage.files import (
+    append_record,
+    atomic_write_bytes,
+    describe_validation_error,
+    ensure_dir,
+    parse_model,
+    read_bytes,
+    read_records,
+    refuse_symlinked_parents,
+)
+
+log = structlog.get_logger(__name__)
+
+# Buckets are kept this long before the oldest window asked for, so a caller
+# whose clock reads slightly earlier than the last one is still served from
+# the cache instead of forcing a rebuild.
+PRUNE_SLACK: Final = timedelta(hours=1)
+_CHUNK: Final = 1024 * 1024
+
+
+class SpendRecord(Record):
+    """What one turn spent, keyed by ``turn_key`` so a replayed spend is skipped."""
+
+    schema_version: Literal[1] = 1
+    turn_key: str
+    goal_id: str
+    seq: int
+    usage: Usage
+    started_at: UtcDatetime
+    ended_at: UtcDatetime
+
+
+class SpendAggregate(Record):
+    """``goals/<id>/quota.agg.json``: the recent minute buckets of a ledger prefix.
+
+    A cache: deleting it is always safe; it is rebuilt from the ledger.
+    """
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    ledger_inode: int
+    ledger_offset: Annotated[int, Field(ge=0)]  # bytes folded; always just after a newline
+    last_turn_key: str | None = None  # turn_key of the line ending at ledger_offset
+    kept_minute: int | None = None  # buckets of earlier minutes were dropped
+    lifetime: SpendTotals = Field(default_factory=SpendTotals)
+    buckets: SpendColumns = Field(default_factory=SpendColumns)
+
+
+# --- the ledger --------------------------------------------------------------------------------
+
+
+def append_spend(layout: Layout, record: SpendRecord) -> bool:
+    """Append one turn's spend to its goal's ledger; a replayed ``turn_key`` is skipped.
+
+    The aggregate cache is caught up afterwards when it exists; if that fails
+    (or the process dies first) it is only stale and the next read repairs it.
+
+    Returns:
+        True if the line was written, False if the turn's spend was already there.
+    """
+    ensure_dir(layout.goal_dir(record.goal_id))
+    written = append_record(layout.quota_file(record.goal_id), record)
+    log.debug("spend_appended", goal_id=record.goal_id, turn_key=record.turn_key, written=written)
+    if written:
+        # Crash tests die here: the line is durable, the cache not yet updated.
+        fault_point("quota_spend_appended")
+        try:
+            _catch_up(layout, record.goal_id)
+        except (LoopxError, OSError) as e:
+            # The line is durable; the cache is merely stale and rebuilt on read.
+            log.warning("quota_aggregate_not_updated", goal_id=record.goal_id, error=str(e))
+    return written
+
+
+def read_spend(layout: Layout, goal_id: str) -> list[SpendRecord]:
+    """Every complete line of a goal's ledger, oldest first; [] when there is none.
+
+    Raises:
+        CorruptFileError: a complete line is not a spend record.
+    """
+    return read_records(layout.quota_file(goal_id), SpendRecord)
+
+
+def window_spend(layout: Layout, goal_id: str, *, window_start: datetime) -> WindowSpend:
+    """What ``goal_id`` spent in the window after ``window_start``, from the aggregate.
+
+    Reads only the ledger bytes the aggregate does not cover yet, and writes
+    the aggregate back (atomically) when it changed.
+
+    Raises:
+        CorruptFileError: a ledger line is not a spend record of this goal.
+    """
+    wanted = minute_of(window_start - PRUNE_SLACK)
+    ledger = layout.quota_file(goal_id)
+    try:
+        fd = _open_ledger(ledger)
+    except FileNotFoundError:
+        return WindowSpend(window_start=window_start)
+    try:
+        agg_path = layout.quota_aggregate_file(goal_id)
+        cached = _load_aggregate(agg_path, goal_id)
+        serve_from = minute_of(window_start)
+        kept = cached.kept_minute if cached is not None else None
+        if kept is not None and serve_from < kept:
+            log.info("quota_aggregate_rebuild", goal_id=goal_id, why="window reaches before cache")
+            cached = None
+        fold, dirty = _fold_ledger(fd, ledger, goal_id, cached, kept_minute=wanted)
+    finally:
+        os.close(fd)
+    if dirty is not None:
+        _write_aggregate(agg_path, dirty)
+    fold.prune(wanted)
+    return window_of(fold.columns(), window_start=window_start, lifetime=fold.lifetime)
+
+
+def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -> SpendAggregate:
+    """Rebuild a goal's aggregate from its whole ledger, keeping what ``window_start`` needs.
+
+    Raises:
+        FileNotFoundError: the goal has no ledger.
+        CorruptFileError: a ledger line is not a spend record of this goal.
+    """
+    ledger = layout.quota_file(goal_id)
+    fd = _open_ledger(ledger)
+    try:
+        kept = minute_of(window_start - PRUNE_SLACK)
+        _, agg = _fold_ledger(fd, ledger, goal_id, None, kept_minute=kept)
+    finally:
+        os.close(fd)
+    assert agg is not None  # a rebuild always produces a fresh aggregate  # noqa: S101
+    _write_aggregate(layout.quota_aggregate_file(goal_id), agg)
+    return agg
+
+
+# --- the aggregate -----------------------------------------------------------------------------
+
+
+def _open_ledger(path: Path) -> int:
+    refuse_symlinked_parents(path)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno == 40:  # noqa: PLR2004 - ELOOP: O_NOFOLLOW met a symlink
+            raise UnsafePathError(path, "it is a symlink") from e
+        raise
+
+
+def _write_aggregate(path: Path, agg: SpendAggregate) -> None:
+    # Compact JSON: every decision parses this file, so its size is its cost.
+    # Not fsynced: it is a cache written after the ledger line is durable, and
+    # whatever a power cut leaves of it (old, missing, damaged) is checked
+    # against the ledger on the next read and caught up or rebuilt.
+    atomic_write_bytes(path, agg.model_dump_json().encode() + b"\n", durable=False)
+
+
+def _load_aggregate(path: Path, goal_id: str) -> SpendAggregate | None:
+    """The aggregate, or None when it is missing or damaged (it is only a cache)."""
+    try:
+        agg = parse_model(path, SpendAggregate, read_bytes(path))
+    except FileNotFoundError:
+        return None
+    except CorruptFileError as e:
+        log.warning("quota_aggregate_damaged", goal_id=goal_id, problem=e.problem)
+        return None
+    if agg.goal_id != goal_id:
+        log.warning("quota_aggregate_damaged", goal_id=goal_id, problem="another goal's aggregate")
+        return None
+    return agg
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    end: int  # byte offset just after the line's newline
+    record: SpendRecord
+
+
+def _catch_up(layout: Layout, goal_id: str) -> None:
+    """Fold new ledger lines into an existing, consistent aggregate; else leave it for a read."""
+    agg_path = layout.quota_aggregate_file(goal_id)
+    cached = _load_aggregate(agg_path, goal_id)
+    if cached is None:
+        return
+    ledger = layout.quota_file(goal_id)
+    fd = _open_ledger(ledger)
+    try:
+        if not _covers_prefix(fd, cached):
+            return
+        _, dirty = _fold_ledger(fd, ledger, goal_id, cached, kept_minute=cached.kept_minute)
+    finally:
+        os.close(fd)
+    if dirty is not None:
+        _write_aggregate(agg_path, dirty)
+
+
+def _covers_prefix(fd: int, agg: SpendAggregate) -> bool:
+    """Whether ``agg`` still describes a prefix of the open ledger."""
+    st = os.fstat(fd)
+    if st.st_ino != agg.ledger_inode or st.st_size < agg.ledger_offset:
+        return False
+    if agg.ledger_offset == 0:
+        return agg.last_turn_key is None
+    return _key_of_line_ending_at(fd, agg.ledger_offset) == agg.last_turn_key
+
+
+def _key_of_line_ending_at(fd: int, offset: int) -> str | None:
+    """The turn_key of the line whose newline is the byte before ``offset``; None if none."""
+    if os.pread(fd, 1, offset - 1) != b"\n":
+        return None
+    want = 512
+    while True:
+        start = max(0, offset - 1 - want)
+        chunk = os.pread(fd, offset - 1 - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0 or start == 0:
+            line = chunk[newline + 1 :]
+            break
+        want *= 4
+    try:
+        key = json.loads(line).get("turn_key")
+    except (ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
+
+
+def _fold_ledger(
+    fd: int, path: Path, goal_id: str, cached: SpendAggregate | None, *, kept_minute: int | None
+) -> tuple[BucketFold, SpendAggregate | None]:
+    """Fold the ledger bytes ``cached`` does not cover (all of them without a usable cache).
+
+    Returns:
+        The fold, and the aggregate to write back (None when nothing changed).
+    """
+    st = os.fstat(fd)
+    if cached is not None and not _covers_prefix(fd, cached):
+        log.info("quota_aggregate_rebuild", goal_id=goal_id, why="cache is not a ledger prefix")
+        cached = None
+    if cached is None:
+        fold = BucketFold(kept_minute=kept_minute)
+        offset, last_key = 0, None
+    else:
+        fold = BucketFold(cached.buckets, kept_minute=cached.kept_minute, lifetime=cached.lifetime)
+        offset, last_key = cached.ledger_offset, cached.last_turn_key
+    folded = False
+    for line in _lines_after(fd, path, offset, st.st_size):
+        record = line.record
+        if record.goal_id != goal_id:
+            raise CorruptFileError(
+                path, f"the line ending at byte {line.end} belongs to goal {record.goal_id!r}"
+            )
+        usage = record.usage
+        fold.add(
+            record.ended_at,
+            wall_s=usage.wall_s,
+            cpu_s=usage.cpu_s,
+            tokens=usage.tokens,
+            cost_usd=usage.cost_usd,
+        )
+        offset, last_key, folded = line.end, record.turn_key, True
+    if cached is not None and not folded:
+        return fold, None
+    if kept_minute is not None:
+        fold.prune(kept_minute)
+    agg = SpendAggregate(
+        goal_id=goal_id,
+        ledger_inode=st.st_ino,
+        ledger_offset=offset,
+        last_turn_key=last_key,
+        kept_minute=fold.kept_minute,
+        lifetime=fold.lifetime,
+        buckets=fold.columns(),
+    )
+    return fold, agg
+
+
+def _lines_after(fd: int, path: Path, offset: int, size: int) -> Iterator[_Line]:
+    """The complete lines of ``[offset, size)``, parsed; a torn last line is left out."""
+    pending = b""
+    pos = offset
+    while pos < size:
+        chunk = os.pread(fd, min(_CHUNK, size - pos), pos)
+        if not chunk:
+            break
+        start_of_pending = pos - len(pending)
+        data = pending + chunk
+        pos += len(chunk)
+        cut = data.rfind(b"\n") + 1
+        pending = data[cut:]
+        line_start = start_of_pending
+        for raw in data[:cut].split(b"\n")[:-1]:
+            line_end = line_start + len(raw) + 1
+            if raw.strip():
+                yield _Line(line_end, _parse_line(path, raw, line_end))
+            line_start = line_end
+
+
+def _parse_line(path: Path, raw: bytes, end: int) -> SpendRecord:
+    try:
+        return SpendRecord.model_validate_json(raw)
+    except ValidationError as e:
+        raise CorruptFileError(
+            path, f"the line ending at byte {end}: {describe_validation_error(e)}"
+        ) from e

@@ -1,0 +1,195 @@
+"""The registry: every goal's policy (objective, workdir, host, quota, priority, status)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from loopx.ids import validate_goal_id
+from loopx.model import Record, UtcDatetime
+from loopx.root import Layout
+from loopx.storage.files import atomic_write_model, locked, read_model_or_none
+
+
+class GoalStatus(StrEnum):
+    """A goal's lifecycle status in the registry."""
+
+    ACTIVE = "active"
+    PAUSED = "paused"
+    DONE = "done"
+    ARCHIVED = "archived"
+
+
+class HostKind(StrEnum):
+    """How a goal's host is run and its output understood."""
+
+    COMMAND = "command"  # any argv speaking docs/host-protocol.md
+    DEMO = "demo"  # the built-in demo host, `python -m loopx.agents.demo`
+    CODEX = "codex"  # OpenAI Codex CLI (`codex exec --json`)
+    CLAUDE = "claude"  # Claude Code (`claude -p --output-format json`)
+
+
+class HostSpec(Record):
+    """The program a goal's turns run.
+
+    ``argv`` is the command for ``command`` hosts, extra arguments for the demo
+    host, and extra CLI flags for ``codex``/``claude``. It is never given to a
+    shell; write ``["sh", "-c", "..."]`` to ask for one.
+    """
+
+    kind: HostKind = HostKind.DEMO
+    argv: list[str] = Field(default_factory=list)
+    # Start a fresh CLI session after this many turns of one session (codex/claude).
+    session_max_turns: Annotated[int, Field(ge=1)] | None = None
+
+    @field_validator("argv")
+    @classmethod
+    def _command_needs_argv(cls, argv: list[str]) -> list[str]:
+        if any("\x00" in a for a in argv):
+            msg = "host arguments may not contain NUL bytes"
+            raise ValueError(msg)
+        return argv
+
+    @model_validator(mode="after")
+    def _command_names_a_program(self) -> HostSpec:
+        if self.kind is HostKind.COMMAND and not self.argv:
+            msg = "a command host needs a program: pass --host 'CMD ARGS'"
+            raise ValueError(msg)
+        return self
+
+
+# Policy numbers must be finite: JSON has no Infinity/NaN, so one would make
+# registry.json unreadable after it was written.
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class QuotaPolicy(Record):
+    """A goal's compute budget per window and the host guards checked before each turn."""
+
+    compute: Annotated[
+        float,
+        Field(
+            ge=0.0,
+            le=1.0,
+            allow_inf_nan=False,
+            description="share of each window the goal's turns may run, 0..1; 0 pauses it",
+        ),
+    ] = 1.0
+    window_hours: Annotated[
+        PositiveFloat, Field(description="length of the sliding quota window in hours, > 0")
+    ] = 24.0
+    cpu_seconds: Annotated[
+        PositiveFloat | None, Field(description="CPU-seconds cap per window, > 0")
+    ] = None
+    turn_timeout_s: Annotated[
+        PositiveFloat, Field(description="seconds one turn's host may run before it is killed, > 0")
+    ] = 1800.0
+    max_rss_mb: Annotated[
+        PositiveInt | None,
+        Field(description="peak RSS of a turn's host process tree in MB before it is killed, > 0"),
+    ] = None
+    min_free_memory_mb: Annotated[
+        PositiveInt | None,
+        Field(description="host guard: no turn starts with less memory available, in MB, > 0"),
+    ] = None
+    max_load_per_cpu: Annotated[
+        PositiveFloat | None,
+        Field(description="host guard: no turn starts above this 1-minute load per CPU, > 0"),
+    ] = None
+    max_tokens: Annotated[
+        PositiveInt | None,
+        Field(description="tokens per window, from the host's reported usage, > 0"),
+    ] = None
+    max_cost_usd: Annotated[
+        PositiveFloat | None,
+        Field(description="cost in USD per window, from the host's reported usage, > 0"),
+    ] = None
+
+
+class Goal(Record):
+    """One registered goal's policy."""
+
+    id: str
+    objective: Annotated[str, Field(min_length=1, max_length=20_000)]
+    workdir: str
+    host: HostSpec = Field(default_factory=HostSpec)
+    priority: int = 0  # higher runs first
+    status: GoalStatus = GoalStatus.ACTIVE
+    quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
+    next_probe: str | None = None  # read-only shell command observing progress
+    max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2  # host runs per turn after crashes
+    # Ray back-end: custom resources an agent must hold to run this goal's turns
+    # (`goal add --resource NAME=AMOUNT`); the local back-end ignores them.
+    resources: dict[str, PositiveFloat] = Field(default_factory=dict)
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+
+    @field_validator("id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        return validate_goal_id(value)
+
+    @field_validator("resources")
+    @classmethod
+    def _resource_names(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if not name or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+                msg = f"resource names are letters, digits, '_', '-' or '.', got {name!r}"
+                raise ValueError(msg)
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute_workdir(cls, value: str) -> str:
+        if not Path(value).is_absolute():
+            msg = f"workdir must be an absolute path, got {value!r}"
+            raise ValueError(msg)
+        return value
+
+
+class Registry(Record):
+    """``registry.json``: all goals, keyed by id."""
+
+    schema_version: Literal[1] = 1
+    common_runtime_root: str | None = None
+    goals: dict[str, Goal] = Field(default_factory=dict)
+
+    @field_validator("goals")
+    @classmethod
+    def _keys_match_ids(cls, goals: dict[str, Goal]) -> dict[str, Goal]:
+        for key, goal in goals.items():
+            if key != goal.id:
+                msg = f"goal stored under key {key!r} has id {goal.id!r}"
+                raise ValueError(msg)
+        return goals
+
+
+def load_registry(layout: Layout) -> Registry:
+    """Read the registry; an absent file is an empty registry.
+
+    Raises:
+        CorruptFileError: the file is not valid JSON or not the schema.
+    """
+    return read_model_or_none(layout.registry, Registry) or Registry()
+
+
+def update_registry(layout: Layout, change: Callable[[Registry], Registry]) -> Registry:
+    """Read-modify-write the registry under its lock; returns the new registry.
+
+    ``change`` must be pure: it may be called once per attempt. A damaged file
+    is reported, never overwritten.
+    """
+    with locked(layout.registry):
+        new = change(load_registry(layout))
+        atomic_write_model(layout.registry, new)
+    return new
+
+
+def with_goal(registry: Registry, goal: Goal) -> Registry:
+    """A copy of ``registry`` with ``goal`` added or replaced."""
+    return registry.model_copy(update={"goals": {**registry.goals, goal.id: goal}})

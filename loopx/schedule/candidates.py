@@ -1,0 +1,150 @@
+"""Gather select's inputs from the runtime root: the I/O edge of :mod:`loopx.schedule.select`."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from loopx.errors import CorruptFileError, LoopxError
+from loopx.model import Record
+from loopx.quota.decision import should_run
+from loopx.quota.headroom import HostHeadroom, measure_headroom
+from loopx.quota.ledger import window_spend
+from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.root import Layout
+from loopx.schedule.select import Candidate
+from loopx.state import GoalState
+from loopx.storage.files import parse_model, read_bytes
+from loopx.turn.lease import DEFAULT_GRACE_S, holder_state, read_lease, takeover_allowed
+
+log = structlog.get_logger(__name__)
+
+R = TypeVar("R", bound=Record)
+
+# path -> (the bytes last parsed, the frozen record they gave). Every agent step
+# reads the registry and each active goal's state; most of the time neither
+# changed, and comparing bytes is much cheaper than validating them again.
+_PARSED: dict[tuple[Path, type[Record]], tuple[bytes, Record]] = {}
+_PARSED_LOCK = threading.Lock()
+_PARSED_MAX = 4096
+
+
+def read_record_cached(path: Path, model: type[R]) -> R | None:
+    """Read and validate ``path`` like :func:`loopx.storage.files.read_model`, reusing the last parse.
+
+    The file is always read; it is validated again only when its bytes
+    changed, so the answer is exactly what a fresh read would give. Only for
+    frozen records that callers do not mutate.
+
+    Returns:
+        The record, or None when the file does not exist.
+
+    Raises:
+        CorruptFileError: not JSON, or not the model's schema.
+
+    """
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        return None
+    key = (path, model)
+    hit = _PARSED.get(key)
+    if hit is not None and hit[0] == data:
+        return hit[1]  # type: ignore[return-value]  # keyed by model: always an R
+    record = parse_model(path, model, data)
+    with _PARSED_LOCK:
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = (data, record)
+    return record
+
+
+def read_registry(layout: Layout) -> Registry:
+    """The registry (empty when absent), parsed again only when it changed.
+
+    Raises:
+        CorruptFileError: the file is not valid JSON or not the schema.
+
+    """
+    return read_record_cached(layout.registry, Registry) or Registry()
+
+
+def _read_state(layout: Layout, goal_id: str) -> GoalState:
+    return read_record_cached(layout.state_file(goal_id), GoalState) or GoalState(goal_id=goal_id)
+
+
+def lease_expiry(layout: Layout, goal_id: str, *, now: datetime) -> datetime | None:
+    """Until when a live holder leases the goal, or None when a claim could succeed now.
+
+    A holder SIGKILLed mid-turn leaves an unexpired lease; counting it as free
+    lets the next claim take it over (and recover the turn) at once instead
+    of after the expiry. :func:`loopx.turn.lease.claim` re-checks under the goal's
+    lock. A damaged lease file counts as held: the claim path owns deciding
+    what to do with it; select only stays away.
+    """
+    try:
+        lease = read_lease(layout, goal_id)
+    except CorruptFileError:
+        return datetime.max.replace(tzinfo=UTC)
+    if lease is None:
+        return None
+    holder = holder_state(lease, hostname=socket.gethostname())
+    if takeover_allowed(lease, holder, now=now, grace_s=DEFAULT_GRACE_S):
+        return None
+    return max(lease.expires_at + timedelta(seconds=DEFAULT_GRACE_S), now + timedelta(seconds=1))
+
+
+def candidate_of(
+    layout: Layout, goal: Goal, *, now: datetime, headroom: HostHeadroom | None = None
+) -> Candidate:
+    """Read one goal's select inputs (state, lease, quota decision).
+
+    The decision is :func:`loopx.quota.decision.decide`'s, from the state read here
+    (not read twice) and ``headroom`` (measured now when not given).
+
+    Raises:
+        LoopxError: a file of the goal is damaged or a lock timed out.
+
+    """
+    state = _read_state(layout, goal.id)
+    leased_until = lease_expiry(layout, goal.id, now=now)
+    spend = window_spend(
+        layout, goal.id, window_start=now - timedelta(hours=goal.quota.window_hours)
+    )
+    room = headroom if headroom is not None else measure_headroom(now=now)
+    decision = should_run(goal, state, spend, room, leased=False, now=now)
+    return Candidate(
+        goal=goal,
+        open_gates=len(state.open_gates),
+        next_eligible_at=state.next_eligible_at,
+        leased_until=leased_until,
+        quota_allowed=decision.allowed,
+        spent_wall_s=decision.spent_wall_s,
+    )
+
+
+def gather_candidates(
+    layout: Layout, *, now: datetime, registry: Registry | None = None
+) -> list[Candidate]:
+    """Select inputs of every active goal; a goal whose files cannot be read is skipped (logged).
+
+    Goals that are not active are left out: they can never be selected, and
+    reading their files would cost time on every idle poll.
+    """
+    reg = registry if registry is not None else read_registry(layout)
+    out: list[Candidate] = []
+    headroom: HostHeadroom | None = None  # one measurement serves every goal of this step
+    for goal in reg.goals.values():
+        if goal.status is not GoalStatus.ACTIVE:
+            continue
+        try:
+            headroom = headroom or measure_headroom(now=now)
+            out.append(candidate_of(layout, goal, now=now, headroom=headroom))
+        except LoopxError as e:
+            log.warning("candidate_unreadable", goal_id=goal.id, error=e.message)
+    return out

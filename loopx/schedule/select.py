@@ -1,0 +1,102 @@
+"""Select: which goal an agent should work on next. Pure: candidates and ``now`` in, a ranking out.
+
+A goal is eligible when its registry status is active, no gate waits for a
+human, no live holder leases it, its quota allows a turn and its
+``next_eligible_at`` has passed. Eligible goals are ranked by priority
+(higher first), then by weighted fair share: the wall time the goal spent in
+its quota window divided by its compute share, lowest first, so that on a busy
+fleet goals of shares 0.6 / 0.3 / 0.1 receive time in those proportions (the
+same rule as a stride or weighted-fair-queueing scheduler). Ties go by id, so
+every agent computes the same order from the same files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from loopx.registry.model import Goal, GoalStatus
+
+
+class Ineligible(StrEnum):
+    """Why a candidate is not eligible now (None in :func:`why_ineligible` means eligible)."""
+
+    NOT_ACTIVE = "not_active"
+    GATE_PENDING = "gate_pending"
+    LEASED = "leased"
+    QUOTA = "quota"
+    NOT_YET_ELIGIBLE = "not_yet_eligible"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """What select knows about one goal, gathered by the caller from the root.
+
+    Attributes:
+        goal: the goal's registry policy (status, priority, compute share).
+        open_gates: how many gates wait for a human.
+        next_eligible_at: no turn before this time (state's scheduler field), or None.
+        leased_until: expiry of a lease held by a live holder, or None when unleased.
+        quota_allowed: what the quota decision said for a turn now.
+        spent_wall_s: host wall seconds spent in the goal's current quota window.
+
+    """
+
+    goal: Goal
+    open_gates: int = 0
+    next_eligible_at: datetime | None = None
+    leased_until: datetime | None = None
+    quota_allowed: bool = True
+    spent_wall_s: float = 0.0
+
+    @property
+    def goal_id(self) -> str:
+        """The goal's id."""
+        return self.goal.id
+
+
+def why_ineligible(candidate: Candidate, *, now: datetime) -> Ineligible | None:
+    """Why ``candidate`` may not run a turn at ``now``; None when it may."""
+    if candidate.goal.status is not GoalStatus.ACTIVE:
+        return Ineligible.NOT_ACTIVE
+    if candidate.open_gates:
+        return Ineligible.GATE_PENDING
+    if candidate.leased_until is not None and candidate.leased_until > now:
+        return Ineligible.LEASED
+    if not candidate.quota_allowed or candidate.goal.quota.compute <= 0:
+        return Ineligible.QUOTA
+    if candidate.next_eligible_at is not None and candidate.next_eligible_at > now:
+        return Ineligible.NOT_YET_ELIGIBLE
+    return None
+
+
+def fair_share(candidate: Candidate) -> float:
+    """Spent wall time per unit of compute share: lower means the goal is owed more time."""
+    share = candidate.goal.quota.compute
+    if share <= 0:
+        return math.inf
+    return candidate.spent_wall_s / share
+
+
+def rank_key(candidate: Candidate) -> tuple[int, float, str]:
+    """Sort key: priority (higher first), fair share (lower first), then id."""
+    return (-candidate.goal.priority, fair_share(candidate), candidate.goal_id)
+
+
+def select(candidates: Iterable[Candidate], *, now: datetime) -> list[Candidate]:
+    """The eligible candidates, best first.
+
+    An agent tries them in this order until one claim succeeds: another agent
+    may have claimed the first one between the read and the claim.
+    """
+    eligible = [c for c in candidates if why_ineligible(c, now=now) is None]
+    return sorted(eligible, key=rank_key)
+
+
+def select_one(candidates: Sequence[Candidate], *, now: datetime) -> Candidate | None:
+    """The best eligible candidate, or None when nothing may run."""
+    ranked = select(candidates, now=now)
+    return ranked[0] if ranked else None

@@ -1,0 +1,593 @@
+"""The status projection: who must act next on each goal, and why. Pure.
+
+Every function here takes typed inputs plus ``now`` and returns records: no
+files, no clock, no psutil. :mod:`loopx.status.cache` gathers the inputs from
+the runtime root, caches the per-goal views and re-reads only what changed.
+
+The rules, first match wins (see docs/cli.md "loopx status"):
+
+==================  ======  ==============================================
+reason              actor   when
+==================  ======  ==============================================
+done                none    registry status ``done`` or the last turn completed
+paused              human   registry status ``paused`` or quota compute 0
+quarantined         human   a turn journal of the goal is in ``quarantine/``,
+                            or one of its files is damaged
+gate_pending        human   a gate is open
+running             agent   a live lease (an expired one is reported too)
+failing             human   ``consecutive_failures`` >= FAILING_HUMAN_AFTER
+quota_exhausted     none    the window's allowance is spent
+failing             agent   failures below the threshold (retried after backoff)
+waiting             none    ``next_eligible_at`` is in the future
+ready               agent   none of the above
+==================  ======  ==============================================
+
+``crash_loop`` (human) overlays ``ready``/``running`` when the lease holder's
+agent slot, or every agent slot, is in a crash loop: no agent can make
+progress there until a human looks at the logs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final, Literal
+
+from pydantic import Field
+
+from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.history.line import HistoryLine
+from loopx.model import Record, UtcDatetime
+from loopx.registry.model import Goal, GoalStatus, QuotaPolicy
+from loopx.state import GoalState
+from loopx.turn.lease import Lease
+from loopx.turn.protocol import ResultKind
+
+FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must look
+HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive
+_OBJECTIVE_CHARS: Final = 200
+_SUMMARY_CHARS: Final = 500
+
+
+class Actor(StrEnum):
+    """Who must act next on a goal."""
+
+    AGENT = "agent"  # an agent will (or does) run a turn
+    HUMAN = "human"  # nothing moves until a person acts
+    NONE = "none"  # quiet: done, or waiting for time to pass
+
+
+class StatusReason(StrEnum):
+    """Why the actor is who it is."""
+
+    READY = "ready"
+    RUNNING = "running"
+    GATE_PENDING = "gate_pending"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    PAUSED = "paused"
+    DONE = "done"
+    CRASH_LOOP = "crash_loop"
+    QUARANTINED = "quarantined"
+    FAILING = "failing"
+    WAITING = "waiting"
+
+
+_ACTOR_RANK: Final = {Actor.HUMAN: 0, Actor.AGENT: 1, Actor.NONE: 2}
+# Within an actor: the most urgent first.
+_REASON_RANK: Final = {
+    StatusReason.CRASH_LOOP: 0,
+    StatusReason.QUARANTINED: 1,
+    StatusReason.FAILING: 2,
+    StatusReason.GATE_PENDING: 3,
+    StatusReason.PAUSED: 4,
+    StatusReason.RUNNING: 5,
+    StatusReason.READY: 6,
+    StatusReason.QUOTA_EXHAUSTED: 7,
+    StatusReason.WAITING: 8,
+    StatusReason.DONE: 9,
+}
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+class SpendPoint(Record):
+    """One turn's spend as the projection needs it: when it ended and what it used."""
+
+    ended_at: UtcDatetime
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class ProbeObservation(Record):
+    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    command: str
+    cwd: str
+    exit_code: int | None  # None when killed at the deadline
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False  # output was cut at the byte limit
+    started_at: UtcDatetime
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GoalInputs:
+    """Everything the projection reads about one goal (gathered by the caller).
+
+    ``history`` is the tail of ``history.jsonl``, oldest first; ``spend`` the
+    ledger records that may fall in the quota window; ``damage`` one line per
+    file that could not be read; ``quarantined`` the names of the goal's
+    journals in ``quarantine/``.
+    """
+
+    goal: Goal
+    state: GoalState | None = None
+    lease: Lease | None = None
+    history: Sequence[HistoryLine] = ()
+    spend: Sequence[SpendPoint] = ()
+    quarantined: Sequence[str] = ()
+    damage: Sequence[str] = ()
+    probe: ProbeObservation | None = None
+
+
+# --- outputs -----------------------------------------------------------------------------------
+
+
+class LeaseView(Record):
+    """Who holds a goal's lease."""
+
+    agent_id: str
+    hostname: str
+    pid: int
+    epoch: int
+    turn_key: str | None
+    acquired_at: UtcDatetime
+    expires_at: UtcDatetime
+    expired: bool
+
+
+class LastTurn(Record):
+    """The newest line of a goal's run history."""
+
+    turn_key: str
+    seq: int
+    status: str  # committed | failed | stopped
+    kind: ResultKind | None
+    failure: str | None
+    summary: str
+    next_action: str | None
+    ended_at: UtcDatetime
+
+
+class QuotaView(Record):
+    """The goal's compute spend in its sliding window, against its allowance."""
+
+    compute: float
+    window_hours: float
+    window_start: UtcDatetime
+    allowance_wall_s: float
+    spent_wall_s: float
+    remaining_wall_s: float
+    cpu_allowance_s: float | None
+    spent_cpu_s: float
+    spent_tokens: int
+    spent_cost_usd: float
+    turns_in_window: int
+    exhausted: str | None  # which budget is spent: wall | cpu | tokens | cost
+    refills_at: UtcDatetime | None  # when enough spend leaves the window to run again
+
+
+class GoalStatusView(Record):
+    """One goal's line of the attention queue."""
+
+    goal_id: str
+    objective: str
+    goal_status: GoalStatus
+    priority: int
+    actor: Actor
+    reason: StatusReason
+    explanation: str  # one sentence: why, and what the actor does next
+    next_eligible_at: UtcDatetime | None = None
+    lease: LeaseView | None = None
+    last_turn: LastTurn | None = None
+    quota: QuotaView
+    next_action: str | None = None
+    open_gates: int = 0
+    gate_question: str | None = None  # the oldest open gate's question
+    consecutive_failures: int = 0
+    turns_applied: int = 0
+    warnings: list[str] = Field(default_factory=list)
+    quarantined: list[str] = Field(default_factory=list)
+    probe: ProbeObservation | None = None
+    # The earliest time this view changes by time alone (a wait ends, a lease
+    # expires, spend leaves the window); the cache re-projects the goal then.
+    recheck_at: UtcDatetime | None = None
+
+
+class FleetView(Record):
+    """The supervisor and its agents, as far as status needs them."""
+
+    state: str | None = None  # from supervisor.json; None when no supervisor ever ran
+    pid: int | None = None
+    agents_wanted: int = 0
+    agents_alive: int = 0  # heartbeats fresher than HEARTBEAT_STALE_S
+    restarts: int = 0
+    crash_loop_agents: list[str] = Field(default_factory=list)
+    updated_at: UtcDatetime | None = None
+
+
+class StatusCounts(Record):
+    """How many goals each actor and reason has."""
+
+    total: int = 0
+    by_actor: dict[str, int] = Field(default_factory=dict)
+    by_reason: dict[str, int] = Field(default_factory=dict)
+
+
+class StatusProjection(Record):
+    """``loopx status --json``: the whole attention queue, humans first."""
+
+    schema_version: Literal[1] = 1
+    generated_at: UtcDatetime  # when the newest source change was projected
+    checked_at: UtcDatetime  # when the sources were last checked for changes
+    counts: StatusCounts
+    fleet: FleetView
+    quarantined_total: int = 0
+    goals: list[GoalStatusView] = Field(default_factory=list)
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def quota_view(policy: QuotaPolicy, spend: Iterable[SpendPoint], *, now: datetime) -> QuotaView:
+    """The window's spend against the policy: share x window of wall time, plus caps."""
+    window = timedelta(hours=policy.window_hours)
+    start = now - window
+    inside = sorted((p for p in spend if start < p.ended_at <= now), key=lambda p: p.ended_at)
+    wall = sum(p.wall_s for p in inside)
+    cpu = sum(p.cpu_s for p in inside)
+    tokens = sum(p.tokens for p in inside)
+    cost = sum(p.cost_usd for p in inside)
+    allowance = policy.compute * policy.window_hours * 3600.0
+    checks: list[tuple[str, float, float, str]] = [("wall", wall, allowance, "wall_s")]
+    if policy.cpu_seconds is not None:
+        checks.append(("cpu", cpu, policy.cpu_seconds, "cpu_s"))
+    if policy.max_tokens is not None:
+        checks.append(("tokens", float(tokens), float(policy.max_tokens), "tokens"))
+    if policy.max_cost_usd is not None:
+        checks.append(("cost", cost, policy.max_cost_usd, "cost_usd"))
+    exhausted: str | None = None
+    refills: datetime | None = None
+    for name, spent, cap, attr in checks:
+        if policy.compute > 0 and spent >= cap:
+            exhausted = exhausted or name
+            # Spend leaves the window oldest first; find when enough has left.
+            left = spent
+            for p in inside:
+                left -= float(getattr(p, attr))
+                if left < cap:
+                    when = p.ended_at + window
+                    refills = when if refills is None else max(refills, when)
+                    break
+    return QuotaView(
+        compute=policy.compute,
+        window_hours=policy.window_hours,
+        window_start=start,
+        allowance_wall_s=allowance,
+        spent_wall_s=wall,
+        remaining_wall_s=max(0.0, allowance - wall),
+        cpu_allowance_s=policy.cpu_seconds,
+        spent_cpu_s=cpu,
+        spent_tokens=tokens,
+        spent_cost_usd=cost,
+        turns_in_window=len(inside),
+        exhausted=exhausted,
+        refills_at=refills,
+    )
+
+
+def _lease_view(lease: Lease, now: datetime) -> LeaseView:
+    return LeaseView(
+        agent_id=lease.agent_id,
+        hostname=lease.hostname,
+        pid=lease.pid,
+        epoch=lease.epoch,
+        turn_key=lease.turn_key,
+        acquired_at=lease.acquired_at,
+        expires_at=lease.expires_at,
+        expired=lease.expires_at <= now,
+    )
+
+
+def _last_turn(history: Sequence[HistoryLine]) -> LastTurn | None:
+    if not history:
+        return None
+    h = history[-1]
+    return LastTurn(
+        turn_key=h.turn_key,
+        seq=h.seq,
+        status=h.status,
+        kind=h.kind,
+        failure=h.failure,
+        summary=_clip(h.summary, _SUMMARY_CHARS),
+        next_action=h.next_action,
+        ended_at=h.ended_at,
+    )
+
+
+def _recommended_next_action(history: Sequence[HistoryLine]) -> str | None:
+    for h in reversed(history):
+        if h.status == "committed" and h.next_action:
+            return h.next_action
+    return None
+
+
+def _warnings(inputs: GoalInputs, state: GoalState, now: datetime) -> list[str]:
+    out: list[str] = []
+    recommended = _recommended_next_action(inputs.history)
+    if recommended and state.next_action and _norm(recommended) != _norm(state.next_action):
+        out.append(
+            f"next action disagrees: state says {_clip(state.next_action, 120)!r}, "
+            f"the last run recommended {_clip(recommended, 120)!r}"
+        )
+    if inputs.lease is not None and inputs.lease.expires_at <= now:
+        out.append(
+            f"lease of agent {inputs.lease.agent_id} expired at "
+            f"{inputs.lease.expires_at.isoformat()}; the next agent takes it over"
+        )
+    out.extend(inputs.damage)
+    return out
+
+
+def _decide(  # noqa: PLR0911 - one return per rule of the table in the module docstring
+    inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime
+) -> tuple[Actor, StatusReason, str, datetime | None]:
+    goal, lease, failures = inputs.goal, inputs.lease, state.consecutive_failures
+    last = inputs.history[-1] if inputs.history else None
+    if goal.status is GoalStatus.DONE or (last is not None and last.kind is ResultKind.COMPLETED):
+        return Actor.NONE, StatusReason.DONE, "done; nothing left to do", None
+    if goal.status is GoalStatus.PAUSED:
+        return (
+            Actor.HUMAN,
+            StatusReason.PAUSED,
+            f"paused; resume with `loopx goal resume {goal.id}`",
+            None,
+        )
+    if goal.quota.compute == 0:
+        return (
+            Actor.HUMAN,
+            StatusReason.PAUSED,
+            "quota compute is 0 (a hard pause); raise it with `loopx goal add --update "
+            f"{goal.id} --quota-compute F`",
+            None,
+        )
+    if inputs.quarantined or inputs.damage:
+        what = (
+            f"{len(inputs.quarantined)} turn journal(s) quarantined ({', '.join(inputs.quarantined[:3])})"
+            if inputs.quarantined
+            else inputs.damage[0]
+        )
+        return Actor.HUMAN, StatusReason.QUARANTINED, f"{what}; inspect with `loopx doctor`", None
+    gates = state.open_gates
+    if gates:
+        return (
+            Actor.HUMAN,
+            StatusReason.GATE_PENDING,
+            f"gate {gates[0].id} waits for an answer: `loopx gate resolve {goal.id} --answer TEXT`",
+            None,
+        )
+    if lease is not None:
+        since = lease.acquired_at.isoformat(timespec="seconds")
+        if lease.expires_at > now:
+            return (
+                Actor.AGENT,
+                StatusReason.RUNNING,
+                f"agent {lease.agent_id} runs a turn since {since}",
+                None,
+            )
+        return (
+            Actor.AGENT,
+            StatusReason.RUNNING,
+            f"agent {lease.agent_id}'s lease expired; another agent takes the goal over",
+            None,
+        )
+    failure = last.failure if last is not None and last.failure else "unknown reason"
+    if failures >= FAILING_HUMAN_AFTER:
+        return (
+            Actor.HUMAN,
+            StatusReason.FAILING,
+            f"the last {failures} turns failed (latest: {failure}); read the run logs in "
+            f"goals/{goal.id}/runs/ and fix the cause; agents keep retrying with backoff",
+            state.next_eligible_at,
+        )
+    if quota.exhausted is not None:
+        when = quota.refills_at.isoformat(timespec="seconds") if quota.refills_at else "later"
+        return (
+            Actor.NONE,
+            StatusReason.QUOTA_EXHAUSTED,
+            f"the {quota.exhausted} budget of the {quota.window_hours:g}h window is spent; "
+            f"eligible again at {when}",
+            quota.refills_at,
+        )
+    later = (
+        state.next_eligible_at if state.next_eligible_at and state.next_eligible_at > now else None
+    )
+    if failures > 0:
+        when = f"at {later.isoformat(timespec='seconds')}" if later else "now"
+        return (
+            Actor.AGENT,
+            StatusReason.FAILING,
+            f"{failures} failed turn(s) in a row (latest: {failure}); an agent retries {when}",
+            later,
+        )
+    if later is not None:
+        return (
+            Actor.NONE,
+            StatusReason.WAITING,
+            f"waiting until {later.isoformat(timespec='seconds')}",
+            later,
+        )
+    return Actor.AGENT, StatusReason.READY, "ready for the next agent", None
+
+
+def _recheck_at(
+    inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime
+) -> datetime | None:
+    window = timedelta(hours=inputs.goal.quota.window_hours)
+    candidates = [
+        state.next_eligible_at,
+        inputs.lease.expires_at if inputs.lease is not None else None,
+        quota.refills_at,
+        *(p.ended_at + window for p in inputs.spend),
+    ]
+    future = [t for t in candidates if t is not None and t > now]
+    return min(future) if future else None
+
+
+def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
+    """One goal's view: actor, reason, explanation and the facts behind them. Pure."""
+    goal = inputs.goal
+    state = inputs.state or GoalState(goal_id=goal.id)
+    quota = quota_view(goal.quota, inputs.spend, now=now)
+    actor, reason, explanation, eligible = _decide(inputs, state, quota, now)
+    gates = state.open_gates
+    return GoalStatusView(
+        goal_id=goal.id,
+        objective=_clip(goal.objective, _OBJECTIVE_CHARS),
+        goal_status=goal.status,
+        priority=goal.priority,
+        actor=actor,
+        reason=reason,
+        explanation=explanation,
+        next_eligible_at=eligible,
+        lease=_lease_view(inputs.lease, now) if inputs.lease is not None else None,
+        last_turn=_last_turn(inputs.history),
+        quota=quota,
+        next_action=state.next_action,
+        open_gates=len(gates),
+        gate_question=gates[0].question if gates else None,
+        consecutive_failures=state.consecutive_failures,
+        turns_applied=state.turn_seq,
+        warnings=_warnings(inputs, state, now),
+        quarantined=list(inputs.quarantined),
+        probe=inputs.probe,
+        recheck_at=_recheck_at(inputs, state, quota, now),
+    )
+
+
+def fleet_view(
+    fleet: FleetRecord | None, heartbeats: Iterable[AgentHeartbeat], *, now: datetime
+) -> FleetView:
+    """The supervisor record and heartbeats summarised. Pure."""
+    stale = now - timedelta(seconds=HEARTBEAT_STALE_S)
+    alive = sum(1 for h in heartbeats if h.beat_at >= stale and h.phase != "stopping")
+    if fleet is None:
+        return FleetView(agents_alive=alive)
+    return FleetView(
+        state=fleet.state,
+        pid=fleet.pid,
+        agents_wanted=fleet.agents_wanted,
+        agents_alive=alive,
+        restarts=sum(s.restarts for s in fleet.slots),
+        crash_loop_agents=[s.agent_id for s in fleet.slots if s.crash_loop],
+        updated_at=fleet.updated_at,
+    )
+
+
+def overlay_crash_loop(view: GoalStatusView, fleet: FleetView) -> GoalStatusView:
+    """Mark a ready/running goal ``crash_loop`` when no healthy agent can work on it. Pure."""
+    if not fleet.crash_loop_agents or view.reason not in {StatusReason.READY, StatusReason.RUNNING}:
+        return view
+    looping = set(fleet.crash_loop_agents)
+    holder = view.lease.agent_id if view.lease is not None else None
+    all_looping = fleet.agents_wanted > 0 and len(looping) >= fleet.agents_wanted
+    if holder in looping:
+        why = f"agent {holder}, which holds the lease, is in a crash loop"
+    elif view.reason is StatusReason.READY and all_looping:
+        why = "every agent slot is in a crash loop, so no agent can take the goal"
+    else:
+        return view
+    return view.model_copy(
+        update={
+            "actor": Actor.HUMAN,
+            "reason": StatusReason.CRASH_LOOP,
+            "explanation": f"{why}; see `loopx supervisor status` and logs/",
+        }
+    )
+
+
+def order_key(view: GoalStatusView) -> tuple[int, int, int, str]:
+    """Humans first, then agents, then quiet goals; urgent reasons, then priority, then id."""
+    return (_ACTOR_RANK[view.actor], _REASON_RANK[view.reason], -view.priority, view.goal_id)
+
+
+@dataclass(slots=True)
+class _Tally:
+    actors: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def assemble(
+    views: Iterable[GoalStatusView],
+    *,
+    fleet: FleetView,
+    generated_at: datetime,
+    checked_at: datetime,
+    quarantined_total: int = 0,
+) -> StatusProjection:
+    """The ordered attention queue with counts, the crash-loop overlay applied. Pure."""
+    ordered = sorted((overlay_crash_loop(v, fleet) for v in views), key=order_key)
+    tally = _Tally()
+    for v in ordered:
+        tally.actors[v.actor.value] += 1
+        tally.reasons[v.reason.value] += 1
+    counts = StatusCounts(
+        total=len(ordered),
+        by_actor={a.value: tally.actors[a.value] for a in Actor},
+        by_reason={r.value: tally.reasons[r.value] for r in StatusReason},
+    )
+    return StatusProjection(
+        generated_at=generated_at,
+        checked_at=checked_at,
+        counts=counts,
+        fleet=fleet,
+        quarantined_total=quarantined_total,
+        goals=ordered,
+    )
+
+
+def project(
+    goals: Iterable[GoalInputs],
+    *,
+    fleet: FleetRecord | None,
+    heartbeats: Iterable[AgentHeartbeat],
+    quarantined_total: int,
+    now: datetime,
+) -> StatusProjection:
+    """The whole projection from scratch (the cache does the same incrementally). Pure."""
+    views = [project_goal(g, now=now) for g in goals if g.goal.status is not GoalStatus.ARCHIVED]
+    return assemble(
+        views,
+        fleet=fleet_view(fleet, heartbeats, now=now),
+        generated_at=now,
+        checked_at=now,
+        quarantined_total=quarantined_total,
+    )

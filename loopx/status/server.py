@@ -1,0 +1,460 @@
+"""The HTTP status server: the attention queue and metrics, read-only, over GET.
+
+Loopback by default; a non-loopback bind needs a bearer token. Requests are
+small and bounded (request line, header count and size, no body), sockets
+time out, and every reply is JSON except ``/metrics`` (Prometheus text).
+A background thread refreshes the cached projection every
+``refresh_interval_s`` (a no-op while a supervisor keeps it fresh), and the
+serialised replies are cached per generation, so a request costs a lookup
+and a socket write, not a projection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import structlog
+
+from loopx.errors import LoopxError, UsageError
+from loopx.ids import is_valid_goal_id
+from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.status.cache import DEFAULT_TTL_S, StatusCache
+from loopx.status.metrics import render_metrics
+from loopx.status.projection import StatusProjection
+from loopx.status.sources import iter_lines_backwards, read_fleet
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8765
+MAX_REQUEST_LINE: Final = 4096
+MAX_HEADERS: Final = 32
+MAX_HEADER_BYTES: Final = 8192
+SOCKET_TIMEOUT_S: Final = 10.0
+DEFAULT_PAGE: Final = 100
+MAX_PAGE: Final = 10_000
+TURNS_PAGE: Final = 50
+
+log = structlog.get_logger(__name__)
+
+
+class InsecureBindError(UsageError):
+    """A non-loopback bind without a token would expose the root to the network."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(
+            f"refusing to serve on {host} without a token: it is not a loopback address",
+            hint="pass --token T (clients send `Authorization: Bearer T`) or bind 127.0.0.1",
+        )
+        self.host = host
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse a non-loopback bind without a token.
+
+    Raises:
+        InsecureBindError: ``host`` is not loopback and ``token`` is empty.
+
+    """
+    if not is_loopback(host) and not token:
+        raise InsecureBindError(host)
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    generation: tuple[int, str]
+    projection: StatusProjection
+    by_id: dict[str, int]
+    replies: dict[str, bytes] = field(default_factory=dict)
+
+
+class StatusService:
+    """What the handlers read: the cache, refreshed by one thread, and cached replies."""
+
+    def __init__(self, layout: Layout, *, ttl_s: float, refresh_interval_s: float) -> None:
+        self.layout = layout
+        self.ttl_s = ttl_s
+        self.refresh_interval_s = refresh_interval_s
+        self._cache = StatusCache(layout)
+        self._lock = threading.Lock()
+        self._snapshot: _Snapshot | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh_once(self) -> None:
+        """Refresh the cache (if older than the TTL) and rebuild the snapshot if it changed."""
+        with self._lock:
+            self._cache.refresh(now=utcnow(), ttl_s=self.ttl_s)
+            index = self._cache.index
+            if index is None:
+                return
+            generation = (index.generation, index.writer)
+            if self._snapshot is not None and self._snapshot.generation == generation:
+                return
+            projection = self._cache.projection()
+            if projection is None:
+                return
+            by_id = {g.goal_id: i for i, g in enumerate(projection.goals)}
+            self._snapshot = _Snapshot(generation, projection, by_id)
+
+    def snapshot(self) -> _Snapshot:
+        """The current snapshot (refreshing first if there is none)."""
+        snap = self._snapshot
+        if snap is None:
+            self.refresh_once()
+            snap = self._snapshot
+        if snap is None:  # pragma: no cover - refresh_once always builds one
+            msg = "no status snapshot"
+            raise LoopxError(msg)
+        return snap
+
+    def start(self) -> None:
+        """Start the background refresher."""
+        self.refresh_once()
+        self._thread = threading.Thread(target=self._loop, name="status-refresh", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the background refresher."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.refresh_interval_s):
+            try:
+                self.refresh_once()
+            except (LoopxError, OSError) as e:
+                log.warning("status_refresh_failed", error=str(e))
+
+    def metrics_text(self) -> str:
+        """``/metrics``, rendered under the lock so the refresher cannot change the cache meanwhile."""
+        snap = self.snapshot()
+        fleet, beats = read_fleet(self.layout)
+        with self._lock:
+            return render_metrics(
+                self._cache, snap.projection, fleet=fleet, heartbeats=beats, now=utcnow()
+            )
+
+    # --- replies ---------------------------------------------------------------------------
+
+    def cached(self, key: str, build: Callable[[_Snapshot], bytes]) -> bytes:
+        """A reply body cached per snapshot generation."""
+        snap = self.snapshot()
+        body = snap.replies.get(key)
+        if body is None:
+            body = build(snap)
+            if len(snap.replies) < 1024:  # noqa: PLR2004 - bound the per-generation cache
+                snap.replies[key] = body
+        return body
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+
+
+def _page(query: dict[str, list[str]]) -> tuple[int, int, str | None]:
+    def number(name: str, default: int, top: int) -> int:
+        raw = query.get(name, [str(default)])[-1]
+        if not raw.isdigit():
+            raise ValueError(f"{name} must be a non-negative integer")
+        return min(int(raw), top)
+
+    actor = query.get("actor", [None])[-1]
+    if actor not in (None, "human", "agent", "none"):
+        raise ValueError("actor must be human, agent or none")
+    return number("offset", 0, 10**9), number("limit", DEFAULT_PAGE, MAX_PAGE), actor
+
+
+def status_body(snap: _Snapshot, *, offset: int, limit: int, actor: str | None) -> bytes:
+    """``/status``: counts, fleet and a page of the ordered queue."""
+    p = snap.projection
+    goals = [g for g in p.goals if actor is None or g.actor == actor] if actor else p.goals
+    page = goals[offset : offset + limit]
+    head = p.model_dump(mode="json", exclude={"goals"})
+    head["goals"] = [g.model_dump(mode="json") for g in page]
+    head["page"] = {
+        "offset": offset,
+        "limit": limit,
+        "total": len(goals),
+        "next_offset": offset + limit if offset + limit < len(goals) else None,
+    }
+    return _dumps(head)
+
+
+def goals_body(snap: _Snapshot, *, offset: int, limit: int, actor: str | None) -> bytes:
+    """``/goals``: one compact line per goal (id, actor, reason, explanation)."""
+    goals = [g for g in snap.projection.goals if actor is None or g.actor == actor]
+    page = goals[offset : offset + limit]
+    rows = [
+        {
+            "goal_id": g.goal_id,
+            "actor": g.actor.value,
+            "reason": g.reason.value,
+            "priority": g.priority,
+            "explanation": g.explanation,
+            "next_eligible_at": g.next_eligible_at.isoformat() if g.next_eligible_at else None,
+        }
+        for g in page
+    ]
+    return _dumps(
+        {
+            "schema_version": 1,
+            "goals": rows,
+            "page": {
+                "offset": offset,
+                "limit": limit,
+                "total": len(goals),
+                "next_offset": offset + limit if offset + limit < len(goals) else None,
+            },
+        }
+    )
+
+
+def turns_body(layout: Layout, goal_id: str, limit: int) -> bytes:
+    """``/goals/<id>/turns``: the newest history lines, newest first."""
+    lines: list[Any] = []
+    for raw in iter_lines_backwards(layout.history_file(goal_id)):
+        try:
+            lines.append(json.loads(raw))
+        except ValueError:
+            lines.append({"damaged_line": raw[:200].decode(errors="replace")})
+        if len(lines) >= limit:
+            break
+    journals = sorted(
+        n[:-5]
+        for n in _listdir(layout.turns_dir(goal_id))
+        if n.endswith(".json") and not n.startswith(".")
+    )
+    return _dumps(
+        {"schema_version": 1, "goal_id": goal_id, "turns": lines, "journals": journals[-limit:]}
+    )
+
+
+def _listdir(path: os.PathLike[str]) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+class StatusHandler(BaseHTTPRequestHandler):
+    """One request: bounded, authenticated when a token is set, GET only."""
+
+    server: StatusServer
+    raw_requestline: bytes  # set by the stdlib's handle_one_request before parse_request
+    protocol_version = "HTTP/1.1"
+    server_version = "loopx"
+    sys_version = ""
+    timeout = SOCKET_TIMEOUT_S  # StreamRequestHandler applies it to the socket before reading
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        """Log through structlog at debug level instead of stderr lines."""
+        log.debug("http_request", client=self.client_address[0], line=format % args)
+
+    # The stdlib reads headers with its own limits (100 headers, 64 KiB per
+    # line); ours are tighter and checked here before any work is done.
+    def parse_request(self) -> bool:
+        """Parse, then enforce the size limits and the token."""
+        if len(self.raw_requestline) > MAX_REQUEST_LINE:
+            self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+            return False
+        if not super().parse_request():
+            return False
+        size = sum(len(k) + len(v) for k, v in self.headers.items())
+        if len(self.headers) > MAX_HEADERS or size > MAX_HEADER_BYTES:
+            self.close_connection = True
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+            return False
+        if self.command not in ("GET", "HEAD"):
+            return True  # answered 405 by _not_allowed, which closes without reading a body
+        if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get(
+            "Transfer-Encoding"
+        ):
+            self.close_connection = True
+            self.send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request bodies are not accepted")
+            return False
+        return True
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if not token:
+            return True
+        given = self.headers.get("Authorization", "")
+        expected = f"Bearer {token}"
+        return hmac.compare_digest(given.encode(), expected.encode())
+
+    def _reply(
+        self, status: HTTPStatus, body: bytes, content_type: str = "application/json"
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status: HTTPStatus, message: str) -> None:
+        self._reply(status, _dumps({"error": message, "status": status.value}))
+
+    def _not_allowed(self) -> None:
+        self.close_connection = True
+        self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
+        body = _dumps({"error": "only GET is allowed", "status": 405})
+        self.send_header("Allow", "GET, HEAD")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
+
+    def do_HEAD(self) -> None:
+        """Same as GET without the body."""
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        """Route a GET."""
+        if not self._authorized():
+            self.send_response(HTTPStatus.UNAUTHORIZED)
+            body = _dumps({"error": "missing or wrong bearer token", "status": 401})
+            self.send_header("WWW-Authenticate", 'Bearer realm="loopx"')
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        url = urlsplit(self.path)
+        parts = [unquote(p) for p in url.path.split("/") if p]
+        try:
+            query = parse_qs(url.query, max_num_fields=10)
+            self._route(parts, query)
+        except ValueError as e:
+            self._error(HTTPStatus.BAD_REQUEST, str(e))
+        except (LoopxError, OSError) as e:
+            log.warning("http_error", path=url.path, error=str(e))
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, str(e))
+
+    def _route(self, parts: list[str], query: dict[str, list[str]]) -> None:
+        service = self.server.service
+        if parts == ["healthz"]:
+            snap = service.snapshot()
+            self._reply(
+                HTTPStatus.OK,
+                _dumps(
+                    {
+                        "ok": True,
+                        "checked_at": snap.projection.checked_at.isoformat(),
+                        "goals": snap.projection.counts.total,
+                    }
+                ),
+            )
+        elif parts == ["status"]:
+            offset, limit, actor = _page(query)
+            body = service.cached(
+                f"status:{offset}:{limit}:{actor}",
+                lambda s: status_body(s, offset=offset, limit=limit, actor=actor),
+            )
+            self._reply(HTTPStatus.OK, body)
+        elif parts == ["goals"]:
+            offset, limit, actor = _page(query)
+            body = service.cached(
+                f"goals:{offset}:{limit}:{actor}",
+                lambda s: goals_body(s, offset=offset, limit=limit, actor=actor),
+            )
+            self._reply(HTTPStatus.OK, body)
+        elif len(parts) in (2, 3) and parts[0] == "goals":
+            goal_id = parts[1]
+            snap = service.snapshot()
+            if not is_valid_goal_id(goal_id) or goal_id not in snap.by_id:
+                self._error(HTTPStatus.NOT_FOUND, f"no goal {goal_id!r} in the status projection")
+            elif len(parts) == 2:  # noqa: PLR2004 - /goals/<id>
+                view = snap.projection.goals[snap.by_id[goal_id]]
+                self._reply(HTTPStatus.OK, view.model_dump_json().encode() + b"\n")
+            elif parts[2] == "turns":
+                self._reply(HTTPStatus.OK, turns_body(service.layout, goal_id, TURNS_PAGE))
+            else:
+                self._error(HTTPStatus.NOT_FOUND, f"no such resource {self.path!r}")
+        elif parts == ["metrics"]:
+            text = service.metrics_text()
+            self._reply(HTTPStatus.OK, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._error(HTTPStatus.NOT_FOUND, f"no such resource {self.path!r}; try /status")
+
+
+class StatusServer(ThreadingHTTPServer):
+    """A threading HTTP server bound to one root's status."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], service: StatusService, token: str | None) -> None:
+        self.service = service
+        self.token = token or None
+        host = address[0]
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, StatusHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Log a failed request (a client that vanished, a bug) instead of printing to stderr."""
+        log.warning("http_request_failed", client=str(client_address), exc_info=True)
+
+
+def make_server(
+    layout: Layout,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    token: str | None = None,
+    ttl_s: float = DEFAULT_TTL_S,
+    refresh_interval_s: float = 5.0,
+) -> StatusServer:
+    """A bound (not yet serving) status server; ``port`` 0 picks a free port.
+
+    Raises:
+        InsecureBindError: a non-loopback host without a token.
+        UsageError: the address cannot be bound.
+
+    """
+    check_bind(host, token)
+    service = StatusService(layout, ttl_s=ttl_s, refresh_interval_s=refresh_interval_s)
+    try:
+        server = StatusServer((host, port), service, token)
+    except OSError as e:
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {e.strerror}", hint="choose another --port"
+        ) from e
+    service.start()
+    return server
+
+
+def serve(server: StatusServer) -> None:
+    """Serve until shut down (``server.shutdown()`` from another thread, or Ctrl-C)."""
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.service.stop()
+        server.server_close()

@@ -1,0 +1,191 @@
+"""Talk to a running supervisor from another process: status, stop, scale, start detached, attach."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from loopx.errors import CorruptFileError, LoopxError
+from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.storage.files import read_model_or_none
+from loopx.supervisor import process
+from loopx.supervisor.lock import read_record
+from loopx.supervisor.scale import ScaleRequest, write_scale
+from loopx.supervisor.tmux import TmuxSession
+
+START_TIMEOUT_S: Final = 60.0
+
+
+class SupervisorNotRunningError(LoopxError):
+    """An operation needs a running supervisor and there is none on this root."""
+
+    def __init__(self, root: str, what: str) -> None:
+        super().__init__(
+            f"no supervisor is running on {root}; cannot {what}",
+            hint="start one with `loopx supervisor start --agents N` (or `run` in the foreground)",
+        )
+        self.root = root
+        self.what = what
+
+
+class SupervisorStartError(LoopxError):
+    """A detached supervisor did not come up."""
+
+
+def running_ref(layout: Layout) -> tuple[FleetRecord | None, process.ProcessRef | None]:
+    """The last supervisor record, and its process if it still runs."""
+    record = read_record(layout)
+    if record is None or record.state == "stopped":
+        return record, None
+    ref = process.ProcessRef(record.pid, record.pid_started_at)
+    return record, ref if ref.alive() else None
+
+
+def status_document(layout: Layout) -> dict[str, Any]:
+    """The `loopx supervisor status --json` document (see docs/cli.md)."""
+    record, ref = running_ref(layout)
+    agents = []
+    if layout.agents_dir.is_dir():
+        for path in sorted(layout.agents_dir.glob("*.json")):
+            try:
+                beat = read_model_or_none(path, AgentHeartbeat)
+            except CorruptFileError:
+                continue
+            if beat is None:
+                continue
+            alive = process.ProcessRef(beat.pid, beat.pid_started_at).alive()
+            age = (utcnow() - beat.beat_at).total_seconds()
+            agents.append(
+                {**beat.model_dump(mode="json"), "alive": alive, "beat_age_s": round(age, 3)}
+            )
+    return {
+        "schema_version": 1,
+        "root": str(layout.root),
+        "running": ref is not None,
+        "crash_loop": bool(record and ref and record.crash_loop),
+        "supervisor": record.model_dump(mode="json") if record else None,
+        "agents": agents,
+    }
+
+
+def stop(
+    layout: Layout, *, timeout_s: float | None = None, force: bool = False
+) -> FleetRecord | None:
+    """SIGTERM the running supervisor and wait until it has stopped its fleet.
+
+    Returns:
+        The supervisor's final record, or None when none was running.
+
+    Raises:
+        LoopxError: it did not stop within the wait.
+
+    """
+    record, ref = running_ref(layout)
+    if ref is None or record is None:
+        return None
+    wait = timeout_s if timeout_s is not None else record.stop_grace_s + 15
+    found = process.find(ref)
+    if found is None:
+        return read_record(layout)
+    found.send_signal(signal.SIGTERM)
+    if force:
+        found.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and ref.alive():
+        time.sleep(0.05)
+    if ref.alive():
+        raise LoopxError(
+            f"supervisor pid {ref.pid} on {layout.root} did not stop within {wait:.0f}s",
+            hint="run `loopx supervisor stop --force`, or kill it; the next start reaps its agents",
+        )
+    return read_record(layout)
+
+
+def scale(layout: Layout, agents: int) -> FleetRecord | None:
+    """Ask for ``agents`` agents: write the wanted count and send SIGHUP to a running supervisor.
+
+    Returns:
+        The running supervisor's record (before it applied the change), or None when none runs
+        (the file is then ignored: the next start's ``--agents`` decides).
+
+    """
+    write_scale(layout, ScaleRequest(agents=agents, requested_at=utcnow()))
+    record, ref = running_ref(layout)
+    if ref is None:
+        return None
+    found = process.find(ref)
+    if found is not None:
+        found.send_signal(signal.SIGHUP)
+    return record
+
+
+def start_detached(layout: Layout, run_args: Sequence[str]) -> FleetRecord:
+    """Start `loopx supervisor run RUN_ARGS` in the background (own session, log in logs/).
+
+    Waits until it reports ``running``.
+
+    Raises:
+        SupervisorRunningError: one is already running (checked by the child's lock, too).
+        SupervisorStartError: it exited or did not come up in time; the log's tail says why.
+
+    """
+    from loopx.supervisor.lock import SupervisorRunningError  # noqa: PLC0415
+
+    record, ref = running_ref(layout)
+    if ref is not None and record is not None:
+        raise SupervisorRunningError(str(layout.root), record.pid)
+    log_path = layout.logs_dir / "supervisor.log"
+    argv = [
+        sys.executable, "-m", "loopx", "--root", str(layout.root), "--registry", str(layout.registry),
+        "supervisor", "run", *run_args,
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    child = process.spawn(argv, env=env, log_path=log_path)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise SupervisorStartError(
+                f"the background supervisor exited with {process.describe_exit(child.returncode)}: "
+                f"{_tail(log_path)}",
+                hint=f"see {log_path}",
+            )
+        record = read_record(layout)
+        if record is not None and record.pid == child.pid and record.state == "running":
+            return record
+        time.sleep(0.05)
+    raise SupervisorStartError(
+        f"the background supervisor (pid {child.pid}) did not report running within "
+        f"{START_TIMEOUT_S:.0f}s",
+        hint=f"see {log_path}",
+    )
+
+
+def _tail(path: os.PathLike[str], limit: int = 400) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode(errors="replace").strip().replace("\n", " | ")
+    except OSError:
+        return "(no log)"
+
+
+def attach(layout: Layout) -> None:
+    """Replace this process with tmux attached to the fleet's session.
+
+    Raises:
+        SupervisorNotRunningError: no supervisor runs.
+        TmuxError: the fleet is not visible (headless) or tmux failed.
+
+    """
+    _record, ref = running_ref(layout)
+    if ref is None:
+        raise SupervisorNotRunningError(str(layout.root), "attach")
+    TmuxSession(layout.root).attach()

@@ -1,0 +1,550 @@
+"""The supervisor: keeps N agents alive on one root; ``tick(now)`` is one step, ``run`` the loop.
+
+Start: take ``supervisor.lock``; reap what a previous (SIGKILLed) supervisor
+left (its recorded agents, and any process whose environment names this
+root and an agent); run recovery; spawn the agents, each the leader of its
+own session; ``READY=1``. Each tick: reap dead agents and restart them with
+exponential backoff (a crash loop is recorded for a human), kill agents
+whose heartbeat stalled, apply a requested stop or reload, ping the
+watchdog, refresh the status projection and, with ``--until-idle``, stop
+once no goal can progress. Signal handlers only record intent; ``tick``
+acts on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
+from typing import Final
+
+import psutil
+import structlog
+
+from loopx import exitcodes
+from loopx.errors import CorruptFileError
+from loopx.fleet import AgentHeartbeat, AgentSlot, FleetRecord
+from loopx.model import utcnow
+from loopx.registry.model import load_registry
+from loopx.root import Layout
+from loopx.storage.files import atomic_write_model, read_model_or_none
+from loopx.supervisor import process
+from loopx.supervisor.backoff import RestartPolicy, decide_restart
+from loopx.supervisor.idle import idle_verdict
+from loopx.supervisor.lock import acquire, read_record
+from loopx.supervisor.notify import Notifier
+from loopx.supervisor.progress import goal_progress
+from loopx.supervisor.runner import AgentHandle, AgentRunner, AgentSpec, LocalRunner
+from loopx.supervisor.scale import read_scale, scale_file
+from loopx.supervisor.tmux import TmuxSession
+from loopx.turn.recovery import recover
+
+log = structlog.get_logger(__name__)
+
+REAP_GRACE_S: Final = 5.0  # a previous fleet's leftovers get this long after SIGTERM
+STALL_KILL_GRACE_S: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    """How the supervisor runs (the `loopx supervisor run` options)."""
+
+    agents: int = 1
+    visible: str = "none"  # "none" | "tmux"
+    until_idle: bool = False
+    stop_grace_s: float = 30.0
+    refresh_interval_s: float = 5.0
+    status_cache_ttl_s: float = 5.0
+    heartbeat_s: float = 2.0
+    stall_s: float = 60.0
+    tick_s: float = 1.0
+    idle_check_s: float = 0.5
+    idle_horizon_s: float = 60.0
+    agent_max_turns: int | None = None
+    agent_idle_max_s: float = 2.0
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
+    python: str = sys.executable
+    log_level: str = "info"
+    backend: str = "local"  # "local" | "ray"
+    ray_address: str | None = None  # None: start a private local Ray cluster
+    agent_cpus: float = 1.0  # Ray: CPUs reserved per agent actor
+    agent_memory_mb: int | None = None  # Ray: memory reserved per agent actor
+
+    def agent_spec(self) -> AgentSpec:
+        """What each agent is started with."""
+        return AgentSpec(
+            heartbeat_s=self.heartbeat_s,
+            idle_max_s=self.agent_idle_max_s,
+            max_turns=self.agent_max_turns,
+            log_level=self.log_level,
+            python=self.python,
+        )
+
+
+@dataclass(slots=True)
+class _Slot:
+    index: int
+    agent_id: str
+    agent: AgentHandle | None = None
+    spawned_at: float = 0.0
+    next_start: float | None = 0.0  # monotonic; None: do not start (retiring or stopping)
+    restart_times: list[float] = field(default_factory=list)
+    restarts: int = 0
+    recent_restarts: int = 0
+    crash_loop: bool = False
+    last_exit: str | None = None
+    retiring: bool = False
+
+    @property
+    def ref(self) -> process.ProcessRef | None:
+        return self.agent.ref if self.agent is not None else None
+
+    def record(self) -> AgentSlot:
+        ref = self.ref
+        return AgentSlot(
+            index=self.index,
+            agent_id=self.agent_id,
+            pid=ref.pid if ref else None,
+            pid_started_at=ref.started_at if ref else None,
+            restarts=self.restarts,
+            recent_restarts=self.recent_restarts,
+            crash_loop=self.crash_loop,
+            last_exit=self.last_exit,
+            next_start_at=None
+            if self.next_start is None or self.agent is not None
+            else utcnow() + timedelta(seconds=max(0.0, self.next_start - time.monotonic())),
+        )
+
+
+class Supervisor:
+    """One root's supervisor."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        config: SupervisorConfig,
+        *,
+        env: Mapping[str, str] | None = None,
+        runner: AgentRunner | None = None,
+    ) -> None:
+        self.layout = layout
+        self.config = config
+        self.env = dict(os.environ if env is None else env)
+        self.notifier = Notifier(self.env)
+        self.me = process.self_ref()
+        self.runner = runner if runner is not None else make_runner(layout, config, self.env)
+        self.slots: list[_Slot] = []
+        self.wanted = config.agents
+        self.state = "starting"
+        self.exit_code: int | None = None
+        self.stop_requests = 0
+        self.reload_requested = False
+        self.child_event = False
+        self._lock: object | None = None
+        self._started_wall = utcnow()
+        self._stop_deadline = 0.0
+        self._stop_code = exitcodes.OK
+        self._next_watchdog = 0.0
+        self._next_refresh = 0.0
+        self._next_idle_check = 0.0
+        self._idle_streak: int | None = None  # exit code seen idle at the previous check
+        self._next_extend = 0.0
+        self._last_status = ""
+        self._published_pids: list[int | None] = []
+
+    # --- intent (signal handlers and tests) -----------------------------------------------------
+
+    def request_stop(self, exit_code: int = exitcodes.OK) -> None:
+        """Stop the fleet; a second request forces (SIGKILL without waiting for the grace)."""
+        self.stop_requests += 1
+        if self.stop_requests == 1:
+            self._stop_code = exit_code
+
+    def request_reload(self) -> None:
+        """Re-read the registry and the wanted agent count (``supervisor.scale.json``)."""
+        self.reload_requested = True
+
+    def handle_signal(self, signum: int, _frame: FrameType | None = None) -> None:
+        """Record what a signal asks for; :meth:`tick` acts on it."""
+        if signum == signal.SIGHUP:
+            self.request_reload()
+        elif signum == signal.SIGCHLD:
+            self.child_event = True
+        else:
+            self.request_stop()
+
+    # --- start ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Lock the root, reap a previous fleet, recover, spawn the agents, and say READY=1.
+
+        Raises:
+            SupervisorRunningError: another supervisor runs on this root.
+
+        """
+        self._lock = acquire(self.layout)
+        previous = read_record(self.layout)
+        self._write_record()  # a second supervisor now names our pid
+        # --agents of this start is the truth; a scale file left by an earlier run is stale.
+        scale_file(self.layout).unlink(missing_ok=True)
+        process.become_subreaper()
+        self._reap_previous(previous)
+        self._recover()
+        self._refresh_status()
+        self.runner.open()
+        self.slots = [_Slot(i, f"agent-{i}") for i in range(1, self.wanted + 1)]
+        now = time.monotonic()
+        for slot in self.slots:
+            self._spawn(slot, now)
+        self.state = "running"
+        self._write_record()
+        self.notifier.ready(self._status_line())
+        log.info(
+            "supervisor_ready", agents=len(self.slots), pid=self.me.pid, backend=self.runner.name
+        )
+
+    def _reap_previous(self, previous: FleetRecord | None) -> None:
+        """Kill every process a previous supervisor's fleet left running: zero survivors."""
+        procs: dict[int, psutil.Process] = {}
+        if previous is not None and previous.pid != self.me.pid:
+            for slot in previous.slots:
+                if slot.pid is None or slot.pid_started_at is None:
+                    continue
+                found = process.find(process.ProcessRef(slot.pid, slot.pid_started_at))
+                if found is not None:
+                    procs.update({p.pid: p for p in process.tree(found)})
+        procs.update({p.pid: p for p in process.fleet_processes(self.layout.root)})
+        procs.pop(self.me.pid, None)
+        if procs:
+            log.warning("reaping_previous_fleet", pids=sorted(procs))
+            survivors = process.kill_all(
+                list(procs.values()), grace_s=min(REAP_GRACE_S, self.config.stop_grace_s)
+            )
+            if survivors:
+                log.error("previous_fleet_survivors", pids=[p.pid for p in survivors])
+        if previous is not None and previous.tmux_session is not None:
+            with contextlib.suppress(Exception):
+                TmuxSession(self.layout.root).kill_server()
+        process.reap_orphans()
+
+    def _recover(self) -> None:
+        report = recover(self.layout)
+        log.info(
+            "recovery_done",
+            actions=len(report.actions),
+            quarantined=len(report.quarantined),
+            busy_goals=report.busy_goals,
+            errors=report.errors,
+        )
+
+    def _refresh_status(self) -> None:
+        """Refresh the status projection (every ``--refresh-interval-seconds``, TTL from the config)."""
+        from loopx.status.cache import refresh_status  # noqa: PLC0415 - heavy; supervisor only
+
+        try:
+            refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
+        except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
+            log.warning("status_refresh_failed", error=str(e))
+
+    # --- agents ---------------------------------------------------------------------------------
+
+    def _spawn(self, slot: _Slot, now: float) -> None:
+        slot.agent = self.runner.spawn(slot.index, slot.agent_id)
+        slot.spawned_at = now
+        slot.next_start = None
+        ref = slot.agent.ref
+        log.info("agent_spawned", agent_id=slot.agent_id, pid=ref.pid if ref else None)
+
+    def _heartbeat_age(self, slot: _Slot) -> float:
+        """Seconds since the slot's agent last proved alive (its heartbeat, else its spawn)."""
+        since_spawn = time.monotonic() - slot.spawned_at
+        try:
+            beat = read_model_or_none(self.layout.agent_file(slot.agent_id), AgentHeartbeat)
+        except CorruptFileError:
+            beat = None
+        ref = slot.ref
+        if beat is None or ref is None or beat.pid != ref.pid:
+            return since_spawn
+        return min(since_spawn, (utcnow() - beat.beat_at).total_seconds())
+
+    def _ended(self, slot: _Slot, how: str, now: float) -> None:
+        ref = slot.ref
+        log.warning("agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how)
+        slot.agent, slot.last_exit = None, how
+        if self.state != "running" or slot.retiring:
+            slot.next_start = None
+            return
+        clean = how == "exit code 0"
+        decision = decide_restart(self.config.restart, [] if clean else slot.restart_times, now=now)
+        if not clean:
+            slot.restart_times = [
+                t for t in slot.restart_times if now - t < self.config.restart.window_s
+            ]
+            slot.restart_times.append(now)
+            slot.recent_restarts = decision.recent_restarts
+            if decision.crash_loop and not slot.crash_loop:
+                log.error(
+                    "agent_crash_loop", agent_id=slot.agent_id, restarts=decision.recent_restarts
+                )
+            slot.crash_loop = decision.crash_loop
+        slot.restarts += 1
+        slot.next_start = now + decision.delay_s
+
+    def _check_slots(self, now: float) -> bool:
+        """Reap, restart, kill stalled agents; returns whether anything changed."""
+        changed = False
+        for slot in list(self.slots):
+            if slot.agent is not None:
+                how = slot.agent.exit_status()
+                if how is None and self.state == "running":
+                    age = self._heartbeat_age(slot)
+                    if age > self.config.stall_s:
+                        log.error("agent_stalled", agent_id=slot.agent_id, silent_s=round(age, 1))
+                        slot.agent.kill(grace_s=STALL_KILL_GRACE_S)
+                        how = f"killed: heartbeat silent for {age:.0f}s"
+                    elif slot.crash_loop and now - slot.spawned_at > self.config.restart.window_s:
+                        slot.crash_loop, slot.recent_restarts, changed = False, 0, True
+                if how is not None:
+                    self._ended(slot, how, now)
+                    changed = True
+            elif slot.next_start is not None and now >= slot.next_start and self.state == "running":
+                self._spawn(slot, now)
+                changed = True
+            if slot.retiring and slot.agent is None:
+                self.slots.remove(slot)
+                changed = True
+        if self.child_event:
+            self.child_event = False
+            process.reap_orphans(known=[r.pid for s in self.slots if (r := s.ref) is not None])
+        return changed
+
+    # --- reload, stop, idle ---------------------------------------------------------------------
+
+    def _reload(self, now: float) -> None:
+        self.reload_requested = False
+        self.notifier.reloading()
+        try:
+            goals = len(load_registry(self.layout).goals)
+        except CorruptFileError as e:
+            log.error("reload_registry_damaged", error=e.message)
+            goals = -1
+        wanted = read_scale(self.layout)
+        if wanted is not None:
+            self.wanted = wanted
+        active = [s for s in self.slots if not s.retiring]
+        for slot in active[self.wanted :]:
+            slot.retiring = True
+            slot.next_start = None
+            if slot.agent is not None:
+                slot.agent.request_stop()
+        used = {s.index for s in self.slots}
+        index = 1
+        while len([s for s in self.slots if not s.retiring]) < self.wanted:
+            while index in used:
+                index += 1
+            used.add(index)
+            self.slots.append(_Slot(index, f"agent-{index}", next_start=now))
+        self.slots.sort(key=lambda s: s.index)
+        log.info("supervisor_reloaded", agents_wanted=self.wanted, goals=goals)
+        self.notifier.send("READY=1", f"STATUS={self._status_line()}")
+
+    def _begin_stop(self, now: float) -> None:
+        self.state = "stopping"
+        self.exit_code = self._stop_code
+        self._stop_deadline = now + self.config.stop_grace_s
+        self.notifier.stopping(f"stopping {len(self._live())} agents")
+        self.notifier.extend_timeout(self.config.stop_grace_s + 10)
+        self._next_extend = now + 5
+        for slot in self.slots:
+            slot.next_start = None
+            if slot.agent is not None:
+                slot.agent.request_stop()
+        log.info("supervisor_stopping", agents=len(self._live()), grace_s=self.config.stop_grace_s)
+
+    def _live(self) -> list[_Slot]:
+        return [s for s in self.slots if s.agent is not None]
+
+    def _finish(self) -> int:
+        """Nothing of the fleet may survive: SIGKILL what is left, then record the end."""
+        for slot in self.slots:
+            if slot.agent is not None:
+                slot.agent.kill(grace_s=0)
+        self.runner.close(grace_s=0)
+        leftovers: dict[int, psutil.Process] = {}
+        leftovers.update({p.pid: p for p in process.fleet_processes(self.layout.root)})
+        with contextlib.suppress(psutil.NoSuchProcess):
+            leftovers.update({p.pid: p for p in psutil.Process().children(recursive=True)})
+        leftovers.pop(self.me.pid, None)
+        if leftovers:
+            log.warning("killing_leftovers", pids=sorted(leftovers))
+            process.kill_all(list(leftovers.values()), grace_s=0)
+        for slot in self.slots:
+            slot.agent, slot.next_start = None, None
+        process.reap_orphans()
+        self.state = "stopped"
+        self._write_record()
+        code = self.exit_code if self.exit_code is not None else exitcodes.OK
+        log.info("supervisor_stopped", exit_code=code)
+        return code
+
+    def _check_idle(self, now: float) -> None:
+        self._next_idle_check = now + self.config.idle_check_s
+        wall = utcnow()
+        live_slots = [s for s in self.slots if not s.retiring]
+        fleet_dead = bool(live_slots) and all(s.crash_loop for s in live_slots)
+        verdict = idle_verdict(
+            goal_progress(self.layout, now=wall),
+            now=wall,
+            horizon=timedelta(seconds=self.config.idle_horizon_s),
+            fleet_dead=fleet_dead,
+        )
+        if not verdict.idle:
+            self._idle_streak = None
+            return
+        # Two idle checks in a row with the same answer: a goal between two of an
+        # agent's file writes must not end the run.
+        if self._idle_streak == verdict.exit_code:
+            log.info(
+                "fleet_idle",
+                exit_code=verdict.exit_code,
+                outcomes={k: str(v) for k, v in verdict.outcomes.items()},
+            )
+            self.request_stop(verdict.exit_code)
+        self._idle_streak = verdict.exit_code
+
+    # --- one step -------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> int | None:
+        """One step of the supervisor at monotonic time ``now``; the exit code once stopped."""
+        if self.stop_requests and self.state == "running":
+            self._begin_stop(now)
+        if self.state == "stopping":
+            self._check_slots(now)
+            forced = self.stop_requests > 1 or now >= self._stop_deadline
+            if forced or not self._live():
+                return self._finish()
+            if now >= self._next_extend:
+                self.notifier.extend_timeout(max(0.0, self._stop_deadline - now) + 10)
+                self._next_extend = now + 5
+            return None
+        if self.reload_requested:
+            self._reload(now)
+            self._write_record()
+        # A Ray actor's pid becomes known after its spawn: publish it then too.
+        if self._check_slots(now) or self._pids() != self._published_pids:
+            self._write_record()
+        if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
+            self.notifier.watchdog()
+            self._next_watchdog = now + self.notifier.watchdog_s
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.config.refresh_interval_s
+            self._refresh_status()
+        if self.config.until_idle and now >= self._next_idle_check:
+            self._check_idle(now)
+        status = self._status_line()
+        if status != self._last_status:
+            self._last_status = status
+            self.notifier.status(status)
+        return None
+
+    def next_wait(self, now: float) -> float:
+        """How long the loop may sleep before the next tick is due."""
+        due = [now + self.config.tick_s]
+        if self.notifier.watchdog_s is not None:
+            due.append(self._next_watchdog)
+        if self.state == "stopping":
+            due.append(now + 0.1)
+        if self.config.until_idle:
+            due.append(self._next_idle_check)
+        due += [s.next_start for s in self.slots if s.next_start is not None and s.agent is None]
+        return max(0.0, min(due) - now)
+
+    def _status_line(self) -> str:
+        alive = len(self._live())
+        loops = sum(1 for s in self.slots if s.crash_loop)
+        text = f"{self.state}: {alive}/{self.wanted} agents alive"
+        return text + (f", {loops} in crash loop" if loops else "")
+
+    def _pids(self) -> list[int | None]:
+        return [r.pid if (r := s.ref) is not None else None for s in self.slots]
+
+    def _write_record(self) -> None:
+        self._published_pids = self._pids()
+        record = FleetRecord(
+            pid=self.me.pid,
+            pid_started_at=self.me.started_at,
+            hostname=os.uname().nodename,
+            agents_wanted=self.wanted,
+            visible=self.config.visible,
+            tmux_session=self.runner.tmux_name,
+            backend=self.runner.name,
+            state=self.state,
+            stop_grace_s=self.config.stop_grace_s,
+            until_idle=self.config.until_idle,
+            exit_code=self.exit_code if self.state == "stopped" else None,
+            started_at=self._started_wall,
+            updated_at=utcnow(),
+            slots=[s.record() for s in self.slots],
+        )
+        atomic_write_model(self.layout.supervisor_file, record)
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start, then tick until stopped; returns the exit code. Main thread only."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+        old_handlers = {s: signal.signal(s, self.handle_signal) for s in handled}
+        # Started by `supervisor start`, we inherit the spawner's blocked mask (see process.spawn).
+        process.unblock_handled_signals()
+        try:
+            self.start()
+            while True:
+                now = time.monotonic()
+                code = self.tick(now)
+                if code is not None:
+                    return code
+                with contextlib.suppress(InterruptedError):
+                    select.select([read_fd], [], [], self.next_wait(time.monotonic()))
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(read_fd, 512):
+                        pass
+        except BaseException:
+            if self._lock is not None and self.state != "stopped":
+                self.exit_code = exitcodes.FAILURE
+                with contextlib.suppress(Exception):
+                    self._finish()
+            raise
+        finally:
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
+            signal.set_wakeup_fd(old_wakeup)
+            os.close(read_fd)
+            os.close(write_fd)
+            self.notifier.close()
+            if self._lock is not None:
+                self._lock.release()  # type: ignore[attr-defined]
+
+
+def make_runner(layout: Layout, config: SupervisorConfig, env: Mapping[str, str]) -> AgentRunner:
+    """The back-end ``config.backend`` names.
+
+    Raises:
+        RayUnavailableError: ``--backend ray`` without ray installed.
+
+    """
+    if config.backend == "ray":
+        from loopx.supervisor.ray_backend import RayRunner  # noqa: PLC0415 - optional extra
+
+        return RayRunner.from_config(layout, config)
+    return LocalRunner(layout, config.agent_spec(), env, visible=config.visible)

@@ -1,0 +1,67 @@
+"""Gather the until-idle inputs from the runtime root: the I/O edge of :mod:`.idle`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import structlog
+
+from loopx.errors import CorruptFileError, LoopxError
+from loopx.history.line import HistoryLine
+from loopx.quota.decision import decide
+from loopx.registry.model import GoalStatus, load_registry
+from loopx.root import Layout
+from loopx.schedule.candidates import lease_expiry
+from loopx.state import load_state
+from loopx.status.sources import history_tail
+from loopx.supervisor.idle import GoalProgress
+from loopx.turn.protocol import ResultKind
+
+log = structlog.get_logger(__name__)
+
+
+def last_history_line(path: Path) -> HistoryLine | None:
+    """The newest complete line of a goal's ``history.jsonl`` (read from the end), or None.
+
+    A damaged newest line is None too: the idle decision then goes by the state alone.
+    """
+    try:
+        tail = history_tail(path, 1)
+    except CorruptFileError:
+        return None
+    return tail[-1] if tail else None
+
+
+def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:
+    """Every registered goal's progress inputs; a goal whose files cannot be read counts as failed."""
+    out = []
+    for goal in load_registry(layout).goals.values():
+        if goal.status in (GoalStatus.DONE, GoalStatus.ARCHIVED):
+            out.append(GoalProgress(goal_id=goal.id, status=goal.status))
+            continue
+        try:
+            state = load_state(layout, goal.id)
+            leased_until = lease_expiry(layout, goal.id, now=now)
+            decision = decide(layout, goal, now=now, leased=False)
+            last = last_history_line(layout.history_file(goal.id))
+        except LoopxError as e:
+            log.warning("progress_unreadable", goal_id=goal.id, error=e.message)
+            out.append(GoalProgress(goal_id=goal.id, status=goal.status, last_failed=True))
+            continue
+        last_failed = last is not None and (
+            last.status == "failed" or last.kind is ResultKind.FAILED
+        )
+        out.append(
+            GoalProgress(
+                goal_id=goal.id,
+                status=goal.status,
+                open_gates=len(state.open_gates),
+                running=leased_until is not None and leased_until > now,
+                eligible_at=state.next_eligible_at,
+                quota_allowed=decision.allowed,
+                quota_next_eligible_at=decision.next_eligible_at,
+                last_failed=last_failed or state.consecutive_failures > 0,
+            )
+        )
+    return out

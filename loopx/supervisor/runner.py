@@ -1,0 +1,194 @@
+"""Where agents run: the back-end interface the supervisor drives, and the local back-end.
+
+The supervisor (:mod:`loopx.supervisor.fleet`) owns the policy: how many
+agents, when to restart one (backoff, crash loop), when one stalled, how a
+stop proceeds. A back-end owns the mechanism of one place agents can live:
+
+* :class:`LocalRunner` starts each agent as a local process
+  (``python -m loopx.agents run``), headless or in a tmux window;
+* :class:`loopx.supervisor.ray_backend.RayRunner` starts each agent as a Ray
+  actor running the same :class:`loopx.agents.loop.Agent`.
+
+Both hand back :class:`AgentHandle` objects the supervisor polls, asks to
+stop, and kills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol
+
+import psutil
+
+from loopx.root import Layout
+from loopx.supervisor import process
+from loopx.supervisor.tmux import TmuxSession
+
+# Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
+PRIVATE_ENV: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """What every agent of a fleet is started with (the agent-facing supervisor options)."""
+
+    heartbeat_s: float = 2.0
+    idle_max_s: float = 2.0
+    max_turns: int | None = None
+    log_level: str = "info"
+    python: str = sys.executable
+
+
+class AgentHandle(Protocol):
+    """One started agent, wherever it lives."""
+
+    agent_id: str
+
+    @property
+    def ref(self) -> process.ProcessRef | None:
+        """The agent's process (pid and start time) once known; None before."""
+
+    def exit_status(self) -> str | None:
+        """How the agent ended (``exit code 0``, ``signal SIGKILL``, ...), or None while it runs."""
+
+    def request_stop(self) -> None:
+        """Ask the agent to stop at a safe point (the first SIGTERM of a local agent)."""
+
+    def kill(self, *, grace_s: float) -> None:
+        """End the agent and its hosts now: terminate, then kill after ``grace_s``."""
+
+
+class AgentRunner(Protocol):
+    """A back-end: starts agents and cleans up after them."""
+
+    name: str
+
+    def open(self) -> None:
+        """Prepare the back-end (connect to a cluster, create the tmux session)."""
+
+    def spawn(self, index: int, agent_id: str) -> AgentHandle:
+        """Start agent ``agent_id`` in slot ``index``."""
+
+    def close(self, *, grace_s: float) -> None:
+        """Release the back-end; every agent it started is gone afterwards."""
+
+    @property
+    def tmux_name(self) -> str | None:
+        """The tmux session a person can attach to, if any."""
+
+
+# --- local processes -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LocalAgent:
+    """An agent process on this machine (a child, or a tmux window's process)."""
+
+    agent_id: str
+    root: Path
+    me_pid: int
+    proc: subprocess.Popen[bytes] | None
+    _ref: process.ProcessRef | None
+
+    @property
+    def ref(self) -> process.ProcessRef | None:
+        """The agent's process."""
+        return self._ref
+
+    def exit_status(self) -> str | None:
+        """How the process ended, or None while it runs."""
+        if self.proc is not None:
+            rc = self.proc.poll()
+            return None if rc is None else process.describe_exit(rc)
+        if self._ref is None or not self._ref.alive():
+            return process.describe_exit(None)
+        return None
+
+    def request_stop(self) -> None:
+        """SIGTERM the agent: it stops its turn at a safe point and exits 0."""
+        if self._ref is not None and (found := process.find(self._ref)) is not None:
+            process.signal_all([found], signal.SIGTERM)
+
+    def kill(self, *, grace_s: float) -> None:
+        """Kill the agent, its descendants and every process carrying its agent id."""
+        procs: dict[int, psutil.Process] = {}
+        if self._ref is not None and (found := process.find(self._ref)) is not None:
+            procs.update({p.pid: p for p in process.tree(found)})
+        procs.update({p.pid: p for p in process.fleet_processes(self.root, agent_id=self.agent_id)})
+        procs.pop(self.me_pid, None)
+        process.kill_all(list(procs.values()), grace_s=grace_s)
+        self.wait(1.0)
+
+    def wait(self, timeout_s: float) -> None:
+        """Collect the child's exit status (so it is no zombie)."""
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout_s)
+
+
+@dataclass(slots=True)
+class LocalRunner:
+    """The default back-end: each agent a local process, headless or in a tmux window."""
+
+    layout: Layout
+    spec: AgentSpec
+    env: Mapping[str, str]
+    visible: str = "none"  # "none" | "tmux"
+    name: str = "local"
+    me: process.ProcessRef = field(default_factory=process.self_ref)
+    _tmux: TmuxSession | None = None
+
+    @property
+    def tmux_name(self) -> str | None:
+        """The tmux session name with ``--visible tmux``."""
+        return self._tmux.name if self._tmux is not None else None
+
+    def open(self) -> None:
+        """Create the tmux session with ``--visible tmux``."""
+        if self.visible == "tmux":
+            self._tmux = TmuxSession(self.layout.root)
+            self._tmux.create()
+
+    def argv(self, agent_id: str) -> list[str]:
+        """The agent's command line."""
+        argv = [
+            self.spec.python, "-m", "loopx.agents", "run",
+            "--root", str(self.layout.root), "--registry", str(self.layout.registry),
+            "--agent-id", agent_id,
+            "--heartbeat-seconds", str(self.spec.heartbeat_s),
+            "--idle-max-seconds", str(self.spec.idle_max_s),
+            "--parent-pid", str(self.me.pid), "--parent-started-at", repr(self.me.started_at),
+            "--log-level", self.spec.log_level,
+        ]  # fmt: skip
+        if self.spec.max_turns is not None:
+            argv += ["--max-turns", str(self.spec.max_turns)]
+        return argv
+
+    def spawn(self, index: int, agent_id: str) -> LocalAgent:
+        """Start the agent process (its own session; output to ``logs/agent-<index>.log``)."""
+        argv = self.argv(agent_id)
+        extra = {"LOOPX_ROOT": str(self.layout.root), "LOOPX_AGENT_ID": agent_id}
+        proc: subprocess.Popen[bytes] | None = None
+        if self._tmux is not None:
+            pid = self._tmux.start_window(agent_id, argv, extra)
+            started = process.started_at(pid)
+            ref = process.ProcessRef(pid, started) if started is not None else None
+        else:
+            env = {k: v for k, v in self.env.items() if k not in PRIVATE_ENV} | extra
+            log_path = self.layout.logs_dir / f"agent-{index}.log"
+            proc = process.spawn(argv, env=env, log_path=log_path)
+            started = process.started_at(proc.pid)
+            ref = process.ProcessRef(proc.pid, started or time.time())
+        return LocalAgent(agent_id, self.layout.root, self.me.pid, proc, ref)
+
+    def close(self, *, grace_s: float) -> None:  # noqa: ARG002 - the supervisor killed the agents
+        """Remove the tmux session."""
+        if self._tmux is not None:
+            self._tmux.kill_server()

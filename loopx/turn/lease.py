@@ -1,0 +1,307 @@
+"""Leases: which agent works on a goal now, fenced by a monotonic epoch.
+
+A claim is an exclusive create of ``goals/<id>/lease.json`` made under the
+goal's lock (``goals/<id>/epoch.lock``) after raising the fencing counter in
+``goals/<id>/epoch``. Every durable write of a turn happens inside
+:meth:`Fence.held`, which takes the same lock and refuses the write once the
+counter moved past the holder's epoch. A takeover raises the counter under
+that lock, so a frozen holder that wakes up later cannot slip a write in
+between the check and the write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Final, Literal
+
+import psutil
+
+from loopx.errors import CorruptFileError, LeaseLostError
+from loopx.model import Record, UtcDatetime
+from loopx.root import Layout
+from loopx.storage.files import (
+    atomic_write_bytes,
+    atomic_write_model,
+    exclusive_create,
+    locked,
+    read_bytes,
+    read_model_or_none,
+)
+
+DEFAULT_TTL_S: Final = 30.0
+# How long past expiry a lease whose holder we cannot see (another hostname,
+# or alive but silent here) is still respected before a takeover.
+DEFAULT_GRACE_S: Final = 30.0
+
+
+class Lease(Record):
+    """``goals/<id>/lease.json``, created exclusively by the claiming agent.
+
+    ``epoch`` is the goal's fencing counter at claim time; every later write
+    of the turn checks it against ``goals/<id>/epoch`` and is refused
+    (``lease_lost``) once a takeover raised the counter.
+    """
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    agent_id: str
+    pid: int
+    pid_started_at: float  # psutil create_time() of `pid`, to tell a reused pid apart
+    hostname: str
+    epoch: int
+    turn_key: str | None = None
+    acquired_at: UtcDatetime
+    renewed_at: UtcDatetime
+    expires_at: UtcDatetime
+
+
+class Holder(StrEnum):
+    """What a claimant knows about the current lease holder."""
+
+    ALIVE = "alive"  # the holder's pid runs here with the recorded start time
+    DEAD = "dead"  # the holder's pid is gone (or reused) on this host
+    UNKNOWN = "unknown"  # the holder runs on another host
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    """The outcome of :func:`claim`: the new lease, or the lease that blocks us."""
+
+    lease: Lease | None
+    blocking: Lease | None = None
+    took_over: Lease | None = None  # the expired lease this claim replaced
+
+
+def takeover_allowed(lease: Lease, holder: Holder, *, now: datetime, grace_s: float) -> bool:
+    """Whether a claimant may replace ``lease``. Pure.
+
+    A dead holder on this host can write nothing more, so its lease goes at
+    once. A live or unseen holder keeps its lease until it expired and a
+    grace period passed: it may be slow (or frozen), and fencing refuses its
+    late writes once the epoch rises.
+    """
+    if holder is Holder.DEAD:
+        return True
+    return now >= lease.expires_at + timedelta(seconds=grace_s)
+
+
+def process_start_time(pid: int) -> float:
+    """Psutil's create_time() of ``pid``; 0.0 if it is gone."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
+
+
+def holder_state(lease: Lease, *, hostname: str) -> Holder:
+    """Whether the lease's holder process still runs (psutil; this host only)."""
+    if lease.hostname != hostname:
+        return Holder.UNKNOWN
+    try:
+        proc = psutil.Process(lease.pid)
+        started = proc.create_time()
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return Holder.DEAD
+    except psutil.Error:
+        return Holder.DEAD
+    # create_time is rounded differently across reads; a reused pid differs by far more.
+    return Holder.ALIVE if abs(started - lease.pid_started_at) < 1.0 else Holder.DEAD
+
+
+def read_epoch(layout: Layout, goal_id: str) -> int:
+    """The goal's fencing counter (0 before the first claim).
+
+    Raises:
+        CorruptFileError: the counter file is not an integer.
+
+    """
+    path = layout.epoch_file(goal_id)
+    try:
+        text = read_bytes(path).decode().strip()
+    except FileNotFoundError:
+        return 0
+    try:
+        return int(text)
+    except ValueError as e:
+        raise CorruptFileError(path, f"the epoch counter is not an integer: {text[:40]!r}") from e
+
+
+def read_lease(layout: Layout, goal_id: str) -> Lease | None:
+    """The goal's current lease, or None.
+
+    Raises:
+        CorruptFileError: the lease file is damaged.
+
+    """
+    return read_model_or_none(layout.lease_file(goal_id), Lease)
+
+
+@contextlib.contextmanager
+def goal_lock(layout: Layout, goal_id: str) -> Iterator[None]:
+    """Hold the goal's lock: claims, takeovers and fenced writes serialise here."""
+    layout.ensure_goal_dirs(goal_id)
+    with locked(layout.epoch_file(goal_id)):
+        yield
+
+
+def claim(
+    layout: Layout,
+    goal_id: str,
+    *,
+    agent_id: str,
+    now: datetime,
+    ttl_s: float = DEFAULT_TTL_S,
+    grace_s: float = DEFAULT_GRACE_S,
+    turn_key: str | None = None,
+) -> ClaimResult:
+    """Claim the goal's lease for this process, taking over a dead or long-expired one.
+
+    Returns:
+        The new lease, or (``lease`` None) the live lease that blocks the claim.
+
+    Raises:
+        CorruptFileError: the lease or epoch file is damaged.
+
+    """
+    hostname = socket.gethostname()
+    pid = os.getpid()
+    path = layout.lease_file(goal_id)
+    with goal_lock(layout, goal_id):
+        try:
+            current = read_lease(layout, goal_id)
+            damaged = False
+        except CorruptFileError:
+            # Leases are created and rewritten under this lock, so a damaged one
+            # means its writer died mid-create: nobody holds it.
+            current, damaged = None, True
+        took_over = None
+        if current is not None:
+            if not takeover_allowed(
+                current, holder_state(current, hostname=hostname), now=now, grace_s=grace_s
+            ):
+                return ClaimResult(lease=None, blocking=current)
+            took_over = current
+        epoch = max(read_epoch(layout, goal_id), current.epoch if current else 0) + 1
+        # The counter rises before the lease names the epoch: a crash in between
+        # wastes an epoch number, never hands one out twice.
+        atomic_write_bytes(layout.epoch_file(goal_id), f"{epoch}\n".encode())
+        lease = Lease(
+            goal_id=goal_id,
+            agent_id=agent_id,
+            pid=pid,
+            pid_started_at=process_start_time(pid),
+            hostname=hostname,
+            epoch=epoch,
+            turn_key=turn_key,
+            acquired_at=now,
+            renewed_at=now,
+            expires_at=now + timedelta(seconds=ttl_s),
+        )
+        data = lease.model_dump_json(indent=2).encode() + b"\n"
+        # Only the epoch must survive a power loss: every holder dies with the
+        # machine, and a lost or empty lease file reads as "nobody holds it".
+        if took_over is not None or damaged:
+            atomic_write_model(path, lease, durable=False)
+        elif not exclusive_create(
+            path, data, durable=False
+        ):  # pragma: no cover - we hold the goal lock
+            return ClaimResult(lease=None, blocking=read_lease(layout, goal_id))
+    return ClaimResult(lease=lease, took_over=took_over)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A holder's right to write for a goal: valid while the counter equals ``epoch``."""
+
+    layout: Layout
+    goal_id: str
+    epoch: int
+
+    def check(self) -> None:
+        """Raise unless the goal's counter still equals this fence's epoch.
+
+        Raises:
+            LeaseLostError: a takeover raised the counter.
+
+        """
+        current = read_epoch(self.layout, self.goal_id)
+        if current != self.epoch:
+            raise LeaseLostError(self.goal_id, self.epoch, current)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the goal lock with the epoch checked: write only inside this block.
+
+        Raises:
+            LeaseLostError: a takeover raised the counter.
+
+        """
+        with goal_lock(self.layout, self.goal_id):
+            self.check()
+            yield
+
+
+def fence_of(layout: Layout, lease: Lease) -> Fence:
+    """The write fence of a held lease."""
+    return Fence(layout, lease.goal_id, lease.epoch)
+
+
+def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float = DEFAULT_TTL_S) -> Lease:
+    """Extend a held lease; refuse if a takeover happened.
+
+    Raises:
+        LeaseLostError: the epoch moved on, or the lease file is no longer ours.
+
+    """
+    fence = fence_of(layout, lease)
+    with fence.held():
+        current = read_lease(layout, lease.goal_id)
+        if current is None or current.epoch != lease.epoch:
+            raise LeaseLostError(lease.goal_id, lease.epoch, current.epoch if current else -1)
+        renewed = current.model_copy(
+            update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl_s)}
+        )
+        atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
+    return renewed
+
+
+def release(layout: Layout, lease: Lease) -> bool:
+    """Remove the lease if it is still ours. Returns whether it was removed.
+
+    The unlink is not fsynced: if it is lost in a crash the lease reappears
+    with a dead holder and is taken over at once.
+    """
+    with goal_lock(layout, lease.goal_id):
+        current = read_lease(layout, lease.goal_id)
+        if current is None or current.epoch != lease.epoch or current.agent_id != lease.agent_id:
+            return False
+        layout.lease_file(lease.goal_id).unlink(missing_ok=True)
+    return True
+
+
+def clear_dead_lease(layout: Layout, goal_id: str) -> Lease | None:
+    """Remove the goal's lease if its holder is dead on this host; return what was removed.
+
+    A dead holder's lease would be taken over at the next claim anyway; clearing
+    it at recovery makes ``status`` stop reporting the goal as running.
+    """
+    if not layout.lease_file(goal_id).exists():
+        return None
+    with goal_lock(layout, goal_id):
+        try:
+            current = read_lease(layout, goal_id)
+        except CorruptFileError:
+            current = None
+        if (
+            current is None
+            or holder_state(current, hostname=socket.gethostname()) is not Holder.DEAD
+        ):
+            return None
+        layout.lease_file(goal_id).unlink(missing_ok=True)
+    return current

@@ -1,0 +1,252 @@
+"""``recover(layout)``: apply every journal's recovery decision; deterministic and idempotent.
+
+Per goal with unfinished or invalid journals, recovery claims the goal's
+lease (skipping goals a live agent holds: that agent finishes its own turn),
+then, oldest journal first:
+
+* ``resume``: :func:`loopx.turn.phases.finish` from the first missing phase, using
+  journal data only; the host never runs again;
+* ``fail``: the host was interrupted and no attempt is left: the journal ends
+  ``failed`` (``host_interrupted``) through the same phases;
+* ``retry_host``: left ``in_progress`` on purpose. Running a host needs a
+  process, which the kernel does not start: the next claim of the goal
+  (:func:`loopx.agents.turn.run_one_turn`) runs the host again under the same
+  journal and turn key with ``attempt`` + 1. Listed as ``retry_pending``;
+* ``quarantine``: the file moves to ``quarantine/<goal>/`` next to a
+  ``.reason.json`` naming every violation; never deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+import structlog
+
+from loopx.errors import LeaseLostError, LoopxError
+from loopx.ids import is_valid_goal_id
+from loopx.model import Record, UtcDatetime, utcnow
+from loopx.root import Layout
+from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_bytes
+from loopx.turn.failures import FailureReason, TurnFailure
+from loopx.turn.inspection import JournalInspection, RecoveryDecision, Violation, inspect
+from loopx.turn.journal import Phase, TurnJournal, journal_files
+from loopx.turn.lease import Fence, claim, clear_dead_lease, fence_of, release
+from loopx.turn.phases import finish
+
+log = structlog.get_logger(__name__)
+
+RECOVERY_AGENT_ID = "recovery"
+
+
+class RecoveryAction(Record):
+    """What recovery did with one journal."""
+
+    goal_id: str
+    turn_key: str
+    decision: RecoveryDecision
+    status: str | None = None  # the journal's status afterwards (None when quarantined)
+    detail: str = ""
+    quarantined_to: str | None = None
+
+
+class RecoveryReport(Record):
+    """``loopx recover --json``."""
+
+    schema_version: Literal[1] = 1
+    actions: list[RecoveryAction]
+    quarantined: list[str]  # paths of journals moved aside for a human
+    retry_pending: list[str]  # turn keys whose host the next claim runs again
+    busy_goals: list[str]  # goals a live agent holds; it finishes its own journals
+    errors: list[str]  # goals recovery could not process, with the reason
+
+    @property
+    def clean(self) -> bool:
+        """Whether nothing needs a human."""
+        return not self.quarantined and not self.errors
+
+
+class QuarantineNote(Record):
+    """``quarantine/<goal>/<file>.reason.json``: why a journal was moved aside."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    original_path: str
+    turn_key: str
+    violations: list[Violation]
+    quarantined_at: UtcDatetime
+
+
+def quarantine(layout: Layout, path: Path, inspection: JournalInspection, *, now: datetime) -> Path:
+    """Move a journal to ``quarantine/<goal>/`` beside a reason file; return its new path.
+
+    The reason is written first: a crash before the move leaves the journal in
+    place, and the next recovery quarantines it again.
+    """
+    target_dir = ensure_dir(ensure_dir(layout.quarantine_dir) / inspection.goal_id)
+    target = target_dir / path.name
+    note = QuarantineNote(
+        goal_id=inspection.goal_id,
+        original_path=str(path),
+        turn_key=inspection.turn_key,
+        violations=inspection.violations,
+        quarantined_at=now,
+    )
+    atomic_write_model(target_dir / f"{path.name}.reason.json", note)
+    if target.exists():  # an earlier quarantine of the same name: keep both
+        target = target_dir / f"{path.stem}.{int(now.timestamp())}{path.suffix}"
+    os.replace(path, target)
+    fsync_dir(path.parent)
+    fsync_dir(target_dir)
+    log.warning("journal_quarantined", path=str(path), to=str(target))
+    return target
+
+
+def interrupted(journal: TurnJournal, *, now: datetime) -> TurnJournal:
+    """The journal of a host that died with no attempt left, ready to finish ``failed``. Pure."""
+    failure = TurnFailure.of(
+        FailureReason.HOST_INTERRUPTED,
+        f"the host was interrupted {journal.attempt} time(s); "
+        f"max_host_attempts={journal.plan.max_host_attempts} reached",
+    )
+    return journal.model_copy(update={"failure": failure}).with_phases(
+        Phase.HOST_EXECUTE, Phase.TYPED_RESULT, Phase.VALIDATION, now=now
+    )
+
+
+def recover_journal(
+    layout: Layout, path: Path, fence: Fence, *, now: datetime
+) -> tuple[RecoveryAction, TurnJournal | None]:
+    """Inspect one journal file and apply its decision under ``fence``.
+
+    Returns:
+        What was done, and the journal when it is still ``in_progress`` and
+        waits for a host retry (else None).
+
+    Raises:
+        LeaseLostError: the fence went stale.
+
+    """
+    goal_id = fence.goal_id
+    turn_key = path.name.removesuffix(".json")
+    raw = read_bytes(path)
+    view = inspect(raw, goal_id=goal_id, turn_key=turn_key)
+    decision = view.recovery_decision
+    if decision is RecoveryDecision.QUARANTINE:
+        with fence.held():
+            moved = quarantine(layout, path, view, now=now)
+        detail = "; ".join(v.message for v in view.violations)
+        return RecoveryAction(
+            goal_id=goal_id,
+            turn_key=turn_key,
+            decision=decision,
+            detail=detail,
+            quarantined_to=str(moved),
+        ), None
+    journal = TurnJournal.model_validate_json(raw)
+    if decision is RecoveryDecision.NONE:
+        return RecoveryAction(
+            goal_id=goal_id, turn_key=turn_key, decision=decision, status=journal.status
+        ), None
+    if decision is RecoveryDecision.RETRY_HOST:
+        return RecoveryAction(
+            goal_id=goal_id,
+            turn_key=turn_key,
+            decision=decision,
+            status=journal.status,
+            detail=f"host attempt {journal.attempt} of {journal.plan.max_host_attempts} "
+            "was interrupted; the next claim runs it again",
+        ), journal
+    if decision is RecoveryDecision.FAIL:
+        journal = interrupted(journal, now=now)
+    done = finish(layout, journal, fence, now=now)
+    log.info("journal_recovered", turn_key=turn_key, decision=decision, status=done.status)
+    return RecoveryAction(
+        goal_id=goal_id,
+        turn_key=turn_key,
+        decision=decision,
+        status=done.status,
+        detail=f"resumed from {view.next_phase}" if decision is RecoveryDecision.RESUME else "",
+    ), None
+
+
+def needs_recovery(layout: Layout, goal_id: str) -> list[Path]:
+    """A goal's journal files that are not plain terminal tombstones (read-only)."""
+    out = []
+    for path in journal_files(layout, goal_id):
+        try:
+            view = inspect(read_bytes(path), goal_id=goal_id, turn_key=path.name[:-5])
+        except FileNotFoundError:
+            continue
+        if view.recovery_decision is not RecoveryDecision.NONE:
+            out.append(path)
+    return out
+
+
+def recover_goal(
+    layout: Layout, goal_id: str, fence: Fence, *, now: datetime, paths: list[Path] | None = None
+) -> tuple[list[RecoveryAction], TurnJournal | None]:
+    """Recover a goal's journals (all, or ``paths``) under a held fence, oldest first.
+
+    Returns:
+        The actions, and the journal waiting for a host retry, if any.
+
+    """
+    actions: list[RecoveryAction] = []
+    pending = None
+    for path in paths if paths is not None else needs_recovery(layout, goal_id):
+        action, waiting = recover_journal(layout, path, fence, now=now)
+        actions.append(action)
+        pending = waiting or pending
+    return actions, pending
+
+
+def recover(layout: Layout, *, now: datetime | None = None) -> RecoveryReport:
+    """Recover every goal of the root. Idempotent: running it again changes nothing more."""
+    now = now or utcnow()
+    actions: list[RecoveryAction] = []
+    busy: list[str] = []
+    errors: list[str] = []
+    goals_dir = layout.goals_dir
+    names = sorted(os.listdir(goals_dir)) if goals_dir.is_dir() else []
+    for goal_id in names:
+        if not is_valid_goal_id(goal_id) or not (goals_dir / goal_id).is_dir():
+            continue
+        try:
+            paths = needs_recovery(layout, goal_id)
+            if not paths:
+                clear_dead_lease(layout, goal_id)
+                continue
+            claimed = claim(layout, goal_id, agent_id=RECOVERY_AGENT_ID, now=utcnow())
+            if claimed.lease is None:
+                busy.append(goal_id)
+                continue
+            try:
+                done, _ = recover_goal(layout, goal_id, fence_of(layout, claimed.lease), now=now)
+                actions += done
+            finally:
+                release(layout, claimed.lease)
+        except LeaseLostError as e:
+            errors.append(f"{goal_id}: {e.message}")
+        except LoopxError as e:
+            errors.append(f"{goal_id}: {e.message}")
+    return RecoveryReport(
+        actions=actions,
+        quarantined=[a.quarantined_to for a in actions if a.quarantined_to],
+        retry_pending=[a.turn_key for a in actions if a.decision is RecoveryDecision.RETRY_HOST],
+        busy_goals=busy,
+        errors=errors,
+    )
+
+
+__all__ = [
+    "QuarantineNote",
+    "RecoveryAction",
+    "RecoveryReport",
+    "quarantine",
+    "recover",
+    "recover_goal",
+    "recover_journal",
+]

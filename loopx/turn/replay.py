@@ -1,0 +1,506 @@
+"""``loopx replay GOAL``: rebuild a goal's state, history, ledger and run logs from its journals.
+
+The journals are the source of truth of a goal's past; ``state.json``,
+``history.jsonl``, ``quota.jsonl`` and ``runs/`` are projections of them. This
+module proves it: it runs the very phase functions a live turn runs
+(:func:`~loopx.turn.writeback.durable_writeback`, :func:`~loopx.turn.phases.quota_spend`,
+:func:`~loopx.turn.phases.scheduler_apply`) over every terminal journal, oldest
+turn first, against a scratch root, and compares what they wrote with the
+files on disk.
+
+What a journal does not hold: changes a human made through the CLI (gates
+opened or answered, a reset host session). Each journal's plan carries a
+snapshot of the goal state taken when the turn was planned, so those
+human-owned fields are taken from that snapshot before the turn is replayed.
+Human changes made after the last turn show up as differences of ``gates``,
+``host_session`` or ``updated_at`` only. The same snapshot lets replay check
+the chain: the turn-owned fields the replay rebuilt before a turn must equal
+the snapshot that turn was planned from (a ``chain`` difference otherwise,
+e.g. when an earlier journal was lost or quarantined).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import structlog
+from pydantic import Field, JsonValue
+
+from loopx.errors import GoalStateError, UnsafePathError
+from loopx.ids import validate_goal_id
+from loopx.model import Record, UtcDatetime, utcnow
+from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+from loopx.state import GoalState, load_state
+from loopx.storage.files import (
+    atomic_write_bytes,
+    atomic_write_model,
+    ensure_dir,
+    fsync_dir,
+    read_bytes,
+)
+from loopx.turn.inspection import RecoveryDecision, inspect
+from loopx.turn.journal import TurnJournal, journal_files
+from loopx.turn.lease import claim, fence_of, release
+from loopx.turn.phases import quota_spend, scheduler_apply
+from loopx.turn.writeback import durable_writeback
+
+log = structlog.get_logger(__name__)
+
+REPLAY_AGENT_ID: Final = "replay"
+# Fields of the goal state a human changes through the CLI, never a turn alone.
+HUMAN_FIELDS: Final = ("gates", "host_session")
+# Not compared along the chain: set by humans and turns alike.
+_CHAIN_SKIP: Final = frozenset({*HUMAN_FIELDS, "updated_at"})
+_SHOWN_CHARS: Final = 300
+
+
+class DifferenceKind(StrEnum):
+    """How a file on disk disagrees with the replay."""
+
+    DIFFERS = "differs"  # both have it; the values differ
+    MISSING = "missing"  # the replay wrote it, the disk lacks it
+    EXTRA = "extra"  # the disk has it, no journal explains it
+    DUPLICATE = "duplicate"  # a keyed line appears more than once on disk
+    ORDER = "order"  # the same lines, in another order than the turns
+    UNREADABLE = "unreadable"  # the disk file is damaged (not JSON, not the schema)
+    CHAIN = "chain"  # a journal's planned-from state disagrees with the replay before it
+
+
+class Difference(Record):
+    """One disagreement between the disk and the replay."""
+
+    file: str  # relative to the goal directory: state.json, history.jsonl, runs/3.json, turns/...
+    key: str  # field path, turn_key, or "" for the whole file
+    kind: DifferenceKind
+    disk: JsonValue = None
+    replayed: JsonValue = None
+
+    def line(self) -> str:
+        """One human-readable line."""
+        where = f"{self.file} {self.key}".strip()
+        if self.kind is DifferenceKind.DIFFERS or self.kind is DifferenceKind.CHAIN:
+            return f"{where}: {self.kind}: disk {_short(self.disk)} != replayed {_short(self.replayed)}"
+        if self.kind is DifferenceKind.MISSING:
+            return f"{where}: missing on disk (replayed {_short(self.replayed)})"
+        if self.kind is DifferenceKind.EXTRA:
+            return f"{where}: on disk but explained by no journal ({_short(self.disk)})"
+        return f"{where}: {self.kind}: {_short(self.disk)}"
+
+
+class ReplayReport(Record):
+    """``loopx replay GOAL --json``."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    journals: list[str]  # turn keys replayed, in turn order
+    pending: list[str]  # in_progress journals (not replayed: `loopx recover` finishes them)
+    invalid: list[str]  # journals that fail inspection (not replayed: recover quarantines them)
+    state: dict[str, JsonValue]
+    history: list[dict[str, JsonValue]]
+    ledger: list[dict[str, JsonValue]]
+    runs: list[str]  # run log file names the replay wrote (runs/<seq>.json, .md)
+    verified: bool  # whether the files on disk were compared
+    differences: list[Difference]
+    repaired: list[str] = Field(default_factory=list)  # files rewritten by --repair
+    set_aside: list[str] = Field(default_factory=list)  # where --repair moved the replaced files
+
+    @property
+    def clean(self) -> bool:
+        """Whether the disk matches the replay (and nothing was left out of it)."""
+        return not self.differences and not self.pending and not self.invalid
+
+
+class SetAsideNote(Record):
+    """``quarantine/<goal>/<file>.<time>.reason.json``: why ``--repair`` set a file aside."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    original_path: str
+    reason: str
+    set_aside_at: UtcDatetime
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+# --- reading the journals ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Journals:
+    terminal: list[TurnJournal] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+
+def _read_journals(layout: Layout, goal_id: str) -> _Journals:
+    out = _Journals()
+    for path in journal_files(layout, goal_id):
+        turn_key = path.name.removesuffix(".json")
+        try:
+            raw = read_bytes(path)
+        except FileNotFoundError:
+            continue  # quarantined or archived while we listed
+        except UnsafePathError:
+            out.invalid.append(turn_key)
+            continue
+        view = inspect(raw, goal_id=goal_id, turn_key=turn_key)
+        if view.recovery_decision is RecoveryDecision.QUARANTINE:
+            out.invalid.append(turn_key)
+        elif view.recovery_decision is RecoveryDecision.NONE:
+            out.terminal.append(TurnJournal.model_validate_json(raw))
+        else:
+            out.pending.append(turn_key)
+    out.terminal.sort(key=lambda j: (j.seq, j.epoch))
+    return out
+
+
+# --- the rebuild -------------------------------------------------------------------------------
+
+
+def _chain_differences(replayed: GoalState, journal: TurnJournal) -> list[Difference]:
+    planned = journal.plan.envelope.state.model_dump(mode="json")
+    rebuilt = replayed.model_dump(mode="json")
+    return [
+        Difference(
+            file=f"turns/{journal.turn_key}.json",
+            key=f"plan.envelope.state.{name}",
+            kind=DifferenceKind.CHAIN,
+            disk=planned.get(name),
+            replayed=rebuilt.get(name),
+        )
+        for name in rebuilt
+        if name not in _CHAIN_SKIP and planned.get(name) != rebuilt.get(name)
+    ]
+
+
+def _replay_into(scratch: Layout, goal_id: str, journals: list[TurnJournal]) -> list[Difference]:
+    """Apply every journal's effects to the scratch root, with the live turn's functions."""
+    scratch.ensure_goal_dirs(goal_id)
+    chain: list[Difference] = []
+    for index, journal in enumerate(journals):
+        planned = journal.plan.envelope.state
+        if index == 0:
+            base = planned  # the state before the first journal is exactly its snapshot
+        else:
+            current = load_state(scratch, goal_id)
+            chain += _chain_differences(current, journal)
+            base = current.model_copy(update={n: getattr(planned, n) for n in HUMAN_FIELDS})
+        atomic_write_model(scratch.state_file(goal_id), base, durable=False)
+        durable_writeback(scratch, journal)
+        quota_spend(scratch, journal)
+        scheduler_apply(scratch, journal)
+    if not journals:
+        atomic_write_model(scratch.state_file(goal_id), GoalState(goal_id=goal_id), durable=False)
+    return chain
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuilt:
+    """The files the replay wrote, as bytes, keyed by their path relative to the goal directory."""
+
+    files: dict[str, bytes]
+    journals: _Journals
+    chain: list[Difference]
+
+
+def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
+    """Rebuild a goal's projections from its journals alone, in a scratch root.
+
+    Raises:
+        InvalidGoalIdError: ``goal_id`` is not a safe id.
+        GoalStateError: the goal has no directory under the root.
+
+    """
+    validate_goal_id(goal_id)
+    if layout.goal_dir(goal_id).is_symlink():
+        raise UnsafePathError(layout.goal_dir(goal_id), "it is a symlink")
+    if not layout.goal_dir(goal_id).is_dir():
+        raise GoalStateError(
+            f"goal {goal_id!r} has no directory {layout.goal_dir(goal_id)}, so no journals",
+            hint="check the id with `loopx goal list`; archived goals live under archived-goals/",
+        )
+    journals = _read_journals(layout, goal_id)
+    with tempfile.TemporaryDirectory(prefix="loopx-replay-") as tmp:
+        scratch_root = Path(tmp) / "root"
+        scratch = open_root(
+            ResolvedRoot(scratch_root, scratch_root / "registry.json", RootSource.FLAG), create=True
+        )
+        chain = _replay_into(scratch, goal_id, journals.terminal)
+        goal_dir = scratch.goal_dir(goal_id)
+        files: dict[str, bytes] = {}
+        for name in ("state.json", "history.jsonl", "quota.jsonl"):
+            path = goal_dir / name
+            if path.exists():
+                files[name] = read_bytes(path)
+        for path in sorted(scratch.runs_dir(goal_id).iterdir()):
+            if not path.name.startswith("."):
+                files[f"runs/{path.name}"] = read_bytes(path)
+    return Rebuilt(files=files, journals=journals, chain=chain)
+
+
+# --- comparing with the disk -------------------------------------------------------------------
+
+
+def _json_diff(disk: Any, replayed: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(disk, dict) and isinstance(replayed, dict):
+        for key in [*disk, *(k for k in replayed if k not in disk)]:
+            yield from _json_diff(
+                disk.get(key), replayed.get(key), f"{path}.{key}" if path else key
+            )
+    elif disk != replayed:
+        yield path, disk, replayed
+
+
+def _lines(data: bytes) -> list[dict[str, Any]]:
+    """Complete JSON lines (a torn last line is ignored, as every reader does)."""
+    out = []
+    for raw in data.split(b"\n")[:-1]:
+        if raw.strip():
+            obj = json.loads(raw)
+            if not isinstance(obj, dict):
+                raise ValueError("a line is not a JSON object")
+            out.append(obj)
+    return out
+
+
+def _compare_lines(
+    name: str, disk: list[dict[str, Any]], replayed: list[dict[str, Any]]
+) -> list[Difference]:
+    out: list[Difference] = []
+    disk_keys = [str(d.get("turn_key")) for d in disk]
+    want = {str(r["turn_key"]): r for r in replayed}
+    seen: set[str] = set()
+    for key, line in zip(disk_keys, disk, strict=True):
+        if key in seen:
+            out.append(Difference(file=name, key=key, kind=DifferenceKind.DUPLICATE, disk=line))
+            continue
+        seen.add(key)
+        if key not in want:
+            out.append(Difference(file=name, key=key, kind=DifferenceKind.EXTRA, disk=line))
+            continue
+        out += [
+            Difference(file=name, key=f"{key}.{p}", kind=DifferenceKind.DIFFERS, disk=d, replayed=r)
+            for p, d, r in _json_diff(line, want[key], "")
+        ]
+    out += [
+        Difference(file=name, key=k, kind=DifferenceKind.MISSING, replayed=r)
+        for k, r in want.items()
+        if k not in seen
+    ]
+    common = [k for k in dict.fromkeys(disk_keys) if k in want]
+    expected = [k for k in want if k in seen]
+    if common != expected:
+        out.append(
+            Difference(file=name, key="", kind=DifferenceKind.ORDER, disk=common, replayed=expected)
+        )
+    return out
+
+
+def _compare_file(name: str, disk: bytes | None, replayed: bytes | None) -> list[Difference]:
+    if disk is None and replayed is None:
+        return []
+    if disk is None:
+        return [
+            Difference(file=name, key="", kind=DifferenceKind.MISSING, replayed=_preview(replayed))
+        ]
+    if replayed is None:
+        if name.endswith(".jsonl") and not disk.strip():
+            return []  # an empty ledger and no ledger say the same
+        return [Difference(file=name, key="", kind=DifferenceKind.EXTRA, disk=_preview(disk))]
+    if name.endswith(".md"):
+        if disk == replayed:
+            return []
+        return [
+            Difference(
+                file=name,
+                key="",
+                kind=DifferenceKind.DIFFERS,
+                disk=_preview(disk),
+                replayed=_preview(replayed),
+            )
+        ]
+    try:
+        if name.endswith(".jsonl"):
+            return _compare_lines(name, _lines(disk), _lines(replayed))
+        disk_doc = json.loads(disk)
+    except (ValueError, UnicodeDecodeError) as e:
+        return [Difference(file=name, key="", kind=DifferenceKind.UNREADABLE, disk=str(e))]
+    return [
+        Difference(file=name, key=p, kind=DifferenceKind.DIFFERS, disk=d, replayed=r)
+        for p, d, r in _json_diff(disk_doc, json.loads(replayed), "")
+    ]
+
+
+def _preview(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    return data[:_SHOWN_CHARS].decode("utf-8", errors="replace")
+
+
+def _disk_files(layout: Layout, goal_id: str) -> dict[str, bytes]:
+    goal_dir = layout.goal_dir(goal_id)
+    out: dict[str, bytes] = {}
+    names = ["state.json", "history.jsonl", "quota.jsonl"]
+    runs = layout.runs_dir(goal_id)
+    if runs.is_dir() and not runs.is_symlink():
+        names += [f"runs/{n}" for n in sorted(os.listdir(runs)) if not n.startswith(".")]
+    for name in names:
+        try:
+            out[name] = read_bytes(goal_dir / name)
+        except FileNotFoundError:
+            continue
+        except UnsafePathError as e:
+            out[name] = f"<{e.message}>".encode()
+    return out
+
+
+def compare(layout: Layout, goal_id: str, rebuilt: Rebuilt) -> list[Difference]:
+    """Every difference between the goal's files on disk and the rebuilt ones."""
+    disk = _disk_files(layout, goal_id)
+    out = list(rebuilt.chain)
+    for name in sorted(set(disk) | set(rebuilt.files), key=_file_order):
+        out += _compare_file(name, disk.get(name), rebuilt.files.get(name))
+    return out
+
+
+def _file_order(name: str) -> tuple[int, int, str]:
+    top = ["state.json", "history.jsonl", "quota.jsonl"]
+    if name in top:
+        return (top.index(name), 0, name)
+    stem = name.removeprefix("runs/").split(".", 1)[0]
+    return (len(top), int(stem) if stem.isdigit() else 0, name)
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def _documents(rebuilt: Rebuilt) -> tuple[dict[str, Any], list[Any], list[Any]]:
+    state = json.loads(rebuilt.files["state.json"])
+    history = _lines(rebuilt.files.get("history.jsonl", b""))
+    ledger = _lines(rebuilt.files.get("quota.jsonl", b""))
+    return state, history, ledger
+
+
+def replay(layout: Layout, goal_id: str, *, verify: bool = False) -> ReplayReport:
+    """Rebuild a goal from its journals; with ``verify``, compare with the files on disk.
+
+    Raises:
+        InvalidGoalIdError: ``goal_id`` is not a safe id.
+        GoalStateError: the goal has no directory under the root.
+
+    """
+    rebuilt = rebuild(layout, goal_id)
+    state, history, ledger = _documents(rebuilt)
+    return ReplayReport(
+        goal_id=goal_id,
+        journals=[j.turn_key for j in rebuilt.journals.terminal],
+        pending=rebuilt.journals.pending,
+        invalid=rebuilt.journals.invalid,
+        state=state,
+        history=history,
+        ledger=ledger,
+        runs=[n.removeprefix("runs/") for n in rebuilt.files if n.startswith("runs/")],
+        verified=verify,
+        differences=compare(layout, goal_id, rebuilt) if verify else [],
+    )
+
+
+def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> ReplayReport:
+    """Rewrite every projection file that differs from the replay, setting the old one aside.
+
+    Runs under the goal's lease (so no turn writes meanwhile) and refuses while
+    a journal is unfinished or invalid (``loopx recover`` first). A replaced
+    file is moved to ``quarantine/<goal>/<name>.<UTC time>`` first, never
+    deleted; the quota aggregate cache is dropped so it is rebuilt.
+
+    Raises:
+        GoalStateError: the goal is leased by a live agent, or has unfinished journals.
+
+    """
+    now = now or utcnow()
+    rebuilt = rebuild(layout, goal_id)
+    if rebuilt.journals.pending or rebuilt.journals.invalid:
+        raise GoalStateError(
+            f"goal {goal_id}: journals {rebuilt.journals.pending + rebuilt.journals.invalid} are "
+            "unfinished or invalid, so the replay would be incomplete",
+            hint="run `loopx recover` first, then `loopx replay GOAL --repair` again",
+        )
+    claimed = claim(layout, goal_id, agent_id=REPLAY_AGENT_ID, now=now)
+    if claimed.lease is None:
+        holder = claimed.blocking.agent_id if claimed.blocking else "?"
+        raise GoalStateError(
+            f"goal {goal_id} is leased by {holder}; a repair needs the goal to itself",
+            hint="pause the goal (`loopx goal pause`) or stop the supervisor, then retry",
+        )
+    repaired: list[str] = []
+    set_aside: list[str] = []
+    try:
+        differences = compare(layout, goal_id, rebuilt)
+        names = sorted(
+            {d.file for d in differences if not d.file.startswith("turns/")}, key=_file_order
+        )
+        goal_dir = layout.goal_dir(goal_id)
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
+        with fence_of(layout, claimed.lease).held():
+            for name in names:
+                target = goal_dir / name
+                if target.exists() and not target.is_symlink():
+                    aside_dir = ensure_dir(ensure_dir(layout.quarantine_dir) / goal_id)
+                    aside = aside_dir / f"{name.replace('/', '_')}.{stamp}"
+                    note = SetAsideNote(
+                        goal_id=goal_id,
+                        original_path=str(target),
+                        set_aside_at=now,
+                        reason="replaced by `loopx replay --repair` with the file rebuilt from "
+                        "the goal's journals; delete once you no longer need it",
+                    )
+                    atomic_write_model(aside.with_name(aside.name + ".reason.json"), note)
+                    os.replace(target, aside)
+                    fsync_dir(aside_dir)
+                    set_aside.append(str(aside))
+                data = rebuilt.files.get(name)
+                if data is not None:
+                    ensure_dir(target.parent)
+                    atomic_write_bytes(target, data)
+                    repaired.append(name)
+            layout.quota_aggregate_file(goal_id).unlink(missing_ok=True)
+    finally:
+        release(layout, claimed.lease)
+    log.info("goal_repaired_from_journals", goal_id=goal_id, files=repaired)
+    state, history, ledger = _documents(rebuilt)
+    return ReplayReport(
+        goal_id=goal_id,
+        journals=[j.turn_key for j in rebuilt.journals.terminal],
+        pending=[],
+        invalid=[],
+        state=state,
+        history=history,
+        ledger=ledger,
+        runs=[n.removeprefix("runs/") for n in rebuilt.files if n.startswith("runs/")],
+        verified=True,
+        differences=compare(layout, goal_id, rebuilt),
+        repaired=repaired,
+        set_aside=set_aside,
+    )
+
+
+__all__ = [
+    "Difference",
+    "DifferenceKind",
+    "ReplayReport",
+    "compare",
+    "rebuild",
+    "repair",
+    "replay",
+]
