@@ -108,6 +108,7 @@ class Agent:
         self._turn_key: str | None = None
         self._wake = threading.Event()
         self._beater: threading.Thread | None = None
+        self._since_beat = 0.0
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
 
