@@ -180,7 +180,7 @@ def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -
     crash-safe turn needs (intent, outcome, writeback, commit; the floor of
     ``benchmarks/turn_overhead.py``), which gives the crash-safe floor.
     """
-    from loopx.storage.files import atomic_write_bytes  # noqa: PLC0415 - only this measurement
+    from loopx.storage.files import atomic_write_bytes
 
     argv = host_argv(host)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}

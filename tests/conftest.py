@@ -65,4 +65,4 @@ def cli(root: Path, tmp_path: Path) -> Iterator[Cli]:
     """The real CLI on a private root, run from a private working directory."""
     work = tmp_path / "cwd"
     work.mkdir()
-    yield Cli(root, work)
+    return Cli(root, work)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -96,10 +97,8 @@ def kill_everything(root: Path, *procs: subprocess.Popen[bytes]) -> None:
             proc.kill()
         proc.wait()
     for p in fleet_processes(root):
-        try:
+        with suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     tmux = root / "tmux.sock"
     if tmux.exists():
         subprocess.run(["tmux", "-S", str(tmux), "kill-server"], capture_output=True, check=False)
@@ -127,7 +126,7 @@ def sigterm_and_wait(proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
 
 def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **quota: str) -> None:
     """Register a goal served by the demo host with ``demo_args``."""
-    import shlex  # noqa: PLC0415
+    import shlex
 
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
@@ -160,7 +159,7 @@ def assert_no_overlapping_turns(root: Path, goal_id: str) -> None:
         (j["epoch"], j["created_at"], j.get("ended_at") or j["updated_at"], j["status"])
         for j in journals(root, goal_id)
     )
-    for (e1, _s1, end1, _), (e2, start2, _end2, _) in zip(spans, spans[1:], strict=False):
+    for (e1, _s1, end1, _), (e2, start2, _end2, _) in itertools.pairwise(spans):
         assert e1 < e2, f"{goal_id}: two journals share epoch {e1}"
         assert end1 <= start2, (
             f"{goal_id}: turn of epoch {e1} (ends {end1}) overlaps epoch {e2} (starts {start2})"

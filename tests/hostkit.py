@@ -89,7 +89,7 @@ def log_lines(path: Path) -> list[dict[str, Any]]:
 
 def use_fake_cli(tmp_path: Path, monkeypatch: Any, name: str) -> Path:
     """Put the fake ``name`` CLI (codex or claude) first on PATH; returns its invocation log."""
-    from loopx.testing import install_fake_host  # noqa: PLC0415
+    from loopx.testing import install_fake_host
 
     bin_dir = tmp_path / "bin"
     install_fake_host(bin_dir, name)

@@ -42,11 +42,11 @@ def _fleet(root: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("LOOPX_ROOT") == str(root) or str(root) in " ".join(
-                proc.cmdline()
-            ):
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+            if (
+                proc.environ().get("LOOPX_ROOT") == str(root)
+                or str(root) in " ".join(proc.cmdline())
+            ) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found

@@ -23,6 +23,7 @@ cores. ``LOOPX_CHAOS_SEED`` replays a run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -214,7 +215,7 @@ def check_invariants(layout: Layout, goal_id: str) -> dict[str, int]:
     ]
     # no two overlapping leases: by epoch, spans are disjoint and epochs strictly rise
     spans = sorted((j["epoch"], j["created_at"], j["ended_at"], j["turn_key"]) for j in journals)
-    for (e1, _s1, end1, k1), (e2, start2, _end2, k2) in zip(spans, spans[1:], strict=False):
+    for (e1, _s1, end1, k1), (e2, start2, _end2, k2) in itertools.pairwise(spans):
         assert e1 < e2, f"{k1} and {k2} share epoch {e1}"
         assert end1 <= start2, f"{k1} (epoch {e1}, ended {end1}) overlaps {k2} (started {start2})"
     # history: one line per finished turn, unique by turn_key

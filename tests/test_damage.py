@@ -213,7 +213,7 @@ def test_doctor_reports_broad_permissions(tmp_path: Path) -> None:
     demo_goal(layout, "g", tmp_path / "wd")
     layout.state_file("g").chmod(0o644)
     layout.goal_dir("g").chmod(0o770)
-    code, report = doctor(layout.root)
+    _code, report = doctor(layout.root)
     by_path = {f["path"]: f for f in report["findings"] if f["code"] == "permissions"}
     assert by_path[str(layout.state_file("g"))]["repair"].startswith("chmod 600 ")
     assert by_path[str(layout.goal_dir("g"))]["severity"] == "error"

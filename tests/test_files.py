@@ -105,7 +105,7 @@ def test_concurrent_appends_never_interleave_and_replays_are_skipped(tmp_path: P
         victim_start = 0
         for _ in range(5):
             victim = _spawn(APPENDER, str(ledger), "9", str(victim_start))
-            time.sleep(random.uniform(0.02, 0.15))  # noqa: S311 - a random kill moment is the point
+            time.sleep(random.uniform(0.02, 0.15))
             victim.send_signal(signal.SIGKILL)
             victim.wait()
         # The restarted writer replays from 0: every record already written is skipped.

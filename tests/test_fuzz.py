@@ -274,7 +274,7 @@ def test_goal_ids_are_accepted_or_rejected_with_a_typed_error(goal_id: str) -> N
 
 def test_fuzzed_state_on_disk_gives_a_clean_cli_error(tmp_path: Path) -> None:
     """A damaged state.json read by the real CLI is one error line with a hint, exit 1."""
-    from tests.turnkit import demo_goal, loopx, make_root  # noqa: PLC0415
+    from tests.turnkit import demo_goal, loopx, make_root
 
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "wd")
@@ -289,9 +289,9 @@ def test_history_and_ledger_lines_are_read_or_rejected_with_corrupt_file_error(
     tmp_path: Path,
 ) -> None:
     """Random bytes in history.jsonl / quota.jsonl give records or a CorruptFileError."""
-    from loopx.history.line import HistoryLine  # noqa: PLC0415
-    from loopx.quota.ledger import SpendRecord  # noqa: PLC0415
-    from loopx.storage.files import read_records  # noqa: PLC0415
+    from loopx.history.line import HistoryLine
+    from loopx.quota.ledger import SpendRecord
+    from loopx.storage.files import read_records
 
     path = tmp_path / "lines.jsonl"
     line = st.one_of(json_values.map(json.dumps), st.text(max_size=40))

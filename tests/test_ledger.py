@@ -126,7 +126,7 @@ def test_damaged_ledger_line_is_reported_with_its_place(layout):
     with layout.quota_file(GOAL).open("ab") as f:
         f.write(b'{"turn_key": "x"}\n')
     agg_path(layout).unlink(missing_ok=True)
-    with pytest.raises(CorruptFileError, match="quota.jsonl is damaged: the line ending at byte"):
+    with pytest.raises(CorruptFileError, match=r"quota\.jsonl is damaged: the line ending at byte"):
         window_spend(layout, GOAL, window_start=T0)
 
 

@@ -158,7 +158,7 @@ def test_one_gib_of_stdout_keeps_memory_bounded(layout: Layout, tmp_path: Path) 
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        out, err = proc.communicate(timeout=240)
+        _out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()

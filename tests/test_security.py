@@ -215,7 +215,7 @@ ID_COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("command", ID_COMMANDS, ids=lambda c: " ".join(c))
+@pytest.mark.parametrize("command", ID_COMMANDS, ids=" ".join)
 def test_traversal_ids_are_rejected_on_every_command(
     tmp_path: Path,
     command: tuple[str, ...],

@@ -130,7 +130,7 @@ def test_lease_race_under_soft_locks(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             text=True,
             env=cli_env(LOOPX_LOCK_MODE="soft"),
-        )  # fmt: skip
+        )
         for name in ("a", "b")
     ]
     try:
@@ -158,12 +158,12 @@ def test_registry_concurrency_under_soft_locks(tmp_path: Path) -> None:
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-        )  # fmt: skip
+        )
         for i in range(20)
     ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 20, [err for _, err in outs]
-    import json  # noqa: PLC0415
+    import json
 
     goals = json.loads((root / "registry.json").read_text())["goals"]
     assert sorted(goals) == sorted(f"g{i}" for i in range(20))

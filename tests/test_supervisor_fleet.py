@@ -53,7 +53,7 @@ def test_sigterm_stops_the_fleet_leaving_nothing(root: Path) -> None:
 
 def test_killed_agent_is_restarted(root: Path) -> None:
     """An agent SIGKILLed is reported precisely and replaced by a new process."""
-    with supervisor(root) as (proc, rec):
+    with supervisor(root) as (_proc, rec):
         old = rec["slots"][0]["pid"]
         os.kill(old, signal.SIGKILL)
 
@@ -146,7 +146,7 @@ def test_sighup_scales_up_and_down(root: Path) -> None:
 
 def test_stalled_heartbeat_is_killed_and_restarted(root: Path) -> None:
     """An agent frozen with SIGSTOP stops beating; the supervisor kills its tree and restarts it."""
-    with supervisor(root, "--stall-seconds", "3", "--heartbeat-seconds", "0.5") as (proc, rec):
+    with supervisor(root, "--stall-seconds", "3", "--heartbeat-seconds", "0.5") as (_proc, rec):
         old = rec["slots"][0]["pid"]
         os.kill(old, signal.SIGSTOP)
 

@@ -76,9 +76,10 @@ def _exec_start(unit_text: str, env: dict[str, str]) -> list[str]:
     words = line.removeprefix("ExecStart=").split()
     out = []
     for word in words:
+        expanded = word
         for key, value in env.items():
-            word = word.replace("${" + key + "}", value)
-        out.append(word)
+            expanded = expanded.replace("${" + key + "}", value)
+        out.append(expanded)
     return out
 
 
@@ -88,14 +89,11 @@ def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
     import time
 
     root = tmp_path / "root"
-    env_file = {
-        k: v
-        for k, v in (
-            line.split("=", 1)
-            for line in (UNITS / "loopx.env").read_text().splitlines()
-            if line and not line.startswith("#")
-        )
-    }
+    env_file = dict(
+        line.split("=", 1)
+        for line in (UNITS / "loopx.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     env_file["LOOPX_ROOT"] = str(root)
     env_file["LOOPX_AGENTS"] = "1"
     argv = _exec_start((UNITS / "loopx-supervisor.service").read_text(), env_file)

@@ -51,7 +51,7 @@ def add_command(
     name: str,
     *,
     help: str,
-    aliases: tuple[str, ...] = (),  # noqa: A002 - argparse's name
+    aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:
     """Add a subcommand that accepts the common options."""
     parser: argparse.ArgumentParser = sub.add_parser(
