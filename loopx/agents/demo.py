@@ -24,6 +24,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def _burn(seconds: float) -> None:
         x += 1
 
 
-def _fork_and(work: Any, *args: Any) -> int:
+def _fork_and(work: Callable[..., object], *args: object) -> int:
     pid = os.fork()
     if pid == 0:
         try:
@@ -161,7 +162,7 @@ def _result(args: argparse.Namespace, count: int, envelope: dict[str, Any]) -> d
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one flag, one misbehaviour, in order
     """Run one demo turn; returns the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     words += shlex.split(os.environ.get("LOOPX_DEMO_ARGS", ""))

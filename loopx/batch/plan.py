@@ -87,7 +87,7 @@ class BatchPlan(Record):
         return goals
 
 
-def _parse(path: Path, data: bytes) -> Any:
+def _parse(path: Path, data: bytes) -> Any:  # noqa: ANN401 - the untyped edge, validated next
     if path.suffix == ".toml":
         try:
             return tomllib.loads(data.decode())
@@ -101,7 +101,7 @@ def _parse(path: Path, data: bytes) -> Any:
         ) from e
 
 
-def _where(raw: Any, loc: tuple[int | str, ...]) -> str:
+def _where(raw: Any, loc: tuple[int | str, ...]) -> str:  # noqa: ANN401 - the untyped edge
     """Name the field at fault, with the goal's id when the path runs through a goal."""
     parts: list[str] = []
     for i, part in enumerate(loc):

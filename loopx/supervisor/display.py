@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from types import TracebackType
-from typing import TextIO
+from typing import Self, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -35,7 +35,7 @@ class PlainDisplay:
         )
         self.stream.flush()
 
-    def __enter__(self) -> PlainDisplay:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -71,7 +71,7 @@ class RichDisplay:
             human=p.needs_human,
         )
 
-    def __enter__(self) -> RichDisplay:
+    def __enter__(self) -> Self:
         self._progress.start()
         return self
 

@@ -180,7 +180,7 @@ def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
         )
     phases = document.get("completed_phases")
     if isinstance(phases, list):
-        prefix, ordered = _ordered_prefix([str(p) for p in phases])
+        _prefix, ordered = _ordered_prefix([str(p) for p in phases])
         if not ordered:
             return _invalid(
                 goal_id,
