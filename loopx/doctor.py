@@ -30,6 +30,7 @@ from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, utcnow
+from loopx.process import ProcessIdentity
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Registry
 from loopx.root import Layout
@@ -533,7 +534,7 @@ class _Doctor:
         )
         supervisor_alive = False
         if isinstance(record, FleetRecord):
-            supervisor_alive = _alive(record.pid, record.pid_started_at)
+            supervisor_alive = ProcessIdentity(record.pid, record.pid_started_at).alive()
             if record.state in _ACTIVE_SUPERVISOR_STATES and not supervisor_alive:
                 self.add(
                     Severity.WARNING,
@@ -578,7 +579,7 @@ class _Doctor:
             if (
                 isinstance(beat, AgentHeartbeat)
                 and not supervisor_alive
-                and _alive(beat.pid, beat.pid_started_at) is False
+                and not ProcessIdentity(beat.pid, beat.pid_started_at).alive()
                 and beat.phase != "stopping"
             ):
                 self.add(
@@ -648,16 +649,6 @@ def _any_turn(_journal: TurnJournal) -> bool:
 
 def _host_ran(journal: TurnJournal) -> bool:
     return journal.outcome is not None
-
-
-def _alive(pid: int, started_at: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return abs(proc.create_time() - started_at) < 1.0
-    except psutil.Error:
-        return False
 
 
 def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:

@@ -75,6 +75,19 @@ class InvalidPolicyError(UsageError):
         self.problem = problem
 
 
+class EnvironmentValueError(UsageError):
+    """A ``LOOPX_*`` environment variable holds a value of the wrong kind."""
+
+    def __init__(self, name: str, value: str, wanted: str) -> None:
+        super().__init__(
+            f"environment variable {name}={value[:40]!r} is not {wanted}",
+            hint=f"fix or unset {name}",
+        )
+        self.name = name
+        self.value = value
+        self.wanted = wanted
+
+
 class GoalNotFoundError(LoopxError):
     """The registry has no goal with this id."""
 

@@ -11,7 +11,8 @@ import os
 import sys
 from typing import Final
 
-FAULT_ENV: Final = "LOOPX_FAULT"
+from loopx import environ
+
 FAULT_EXIT_CODE: Final = 137  # what a SIGKILLed process reports through a shell
 
 
@@ -20,7 +21,7 @@ def fault_point(name: str) -> None:
 
     ``LOOPX_FAULT`` may list several points separated by commas.
     """
-    wanted = os.environ.get(FAULT_ENV)
+    wanted = os.environ.get(environ.FAULT)
     if wanted and name in wanted.split(","):
         sys.stderr.write(f"loopx: fault point {name} reached, exiting 137\n")
         sys.stderr.flush()

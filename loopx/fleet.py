@@ -1,13 +1,24 @@
-"""What the supervisor and agents publish about themselves: ``supervisor.json``, ``agents/<id>.json``."""
+"""The contract between the supervisor and its agents.
+
+What they publish about themselves (``supervisor.json``, ``agents/<id>.json``),
+how an agent is configured (:class:`AgentConfig`), and what an agent loop
+offers a back-end that runs it inside its own process (:class:`AgentLoop`,
+the Ray actor). The supervisor starts local agents as ``python -m
+loopx.agents``; it never imports :mod:`loopx.agents`, and agents never import
+:mod:`loopx.supervisor`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field
 
 from loopx.model import Record, UtcDatetime
+from loopx.root import Layout
 
 
 class AgentPhase(StrEnum):
@@ -72,3 +83,51 @@ class FleetRecord(Record):
     def crash_loop(self) -> bool:
         """Whether any agent slot is in a crash loop."""
         return any(s.crash_loop for s in self.slots)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """How one agent runs.
+
+    Attributes:
+        agent_id: this agent's id (a safe path segment), also its heartbeat file name.
+        max_turns: exit 0 after this many turns ran (None: no limit).
+        once: one step, then exit.
+        heartbeat_s: how often the heartbeat file is rewritten.
+        idle_min_s / idle_max_s: the idle sleep starts at min and doubles to max (with jitter).
+        parent_pid / parent_started_at: stop when this process (the supervisor) is gone;
+            covers tmux windows, whose parent is the tmux server, where the
+            parent-death signal cannot help.
+        resources: run only goals whose ``resources`` this agent holds (None: all).
+
+    """
+
+    agent_id: str
+    max_turns: int | None = None
+    once: bool = False
+    heartbeat_s: float = 2.0
+    idle_min_s: float = 0.05
+    idle_max_s: float = 2.0
+    parent_pid: int | None = None
+    parent_started_at: float | None = None
+    # Only goals whose `resources` this agent holds (a Ray actor's custom resources);
+    # None: every goal (the local back-end, where resources do not apply).
+    resources: Mapping[str, float] | None = None
+
+
+class AgentLoop(Protocol):
+    """An agent's loop as a back-end drives it in-process (:class:`loopx.agents.loop.Agent`)."""
+
+    turns_done: int
+    turns_lost: int  # turns whose writes a newer lease epoch refused (lease_lost)
+
+    def run(self) -> int:
+        """Loop until stopped; the exit code."""
+
+    def request_stop(self) -> None:
+        """Stop at the next safe point."""
+
+
+# What makes an agent loop: ``loopx.agents.loop.Agent``, handed to the supervisor by
+# the composition root (the CLI), so the supervisor need not import loopx.agents.
+AgentLoopFactory = Callable[[Layout, AgentConfig], AgentLoop]

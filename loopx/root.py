@@ -11,11 +11,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
+from loopx import environ
 from loopx.errors import RootError, UnsafePathError
 from loopx.ids import validate_goal_id
 from loopx.storage.files import ensure_dir, read_bytes
 
-ROOT_ENV: Final = "LOOPX_ROOT"
 REGISTRY_NAME: Final = "registry.json"
 
 
@@ -78,8 +78,8 @@ def resolve_root(
     registry_path = Path(registry).expanduser().resolve() if registry is not None else None
     if flag is not None and str(flag) != "":
         root, source = Path(flag).expanduser(), RootSource.FLAG
-    elif env.get(ROOT_ENV):
-        root, source = Path(env[ROOT_ENV]).expanduser(), RootSource.ENV
+    elif env.get(environ.ROOT):
+        root, source = Path(env[environ.ROOT]).expanduser(), RootSource.ENV
     elif registry_path is not None and (common := _registry_common_root(registry_path)):
         root, source = common, RootSource.REGISTRY
     else:

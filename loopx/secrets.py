@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Final
 
+from loopx import environ
+
 REDACTED: Final = "[REDACTED]"
 _SECRET_NAME: Final = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 # LoopX's own identifiers that happen to contain KEY.
@@ -24,7 +26,7 @@ def is_secret_name(name: str) -> bool:
 
     LoopX's own ``LOOPX_*`` variables (``LOOPX_TURN_KEY``) are not secrets.
     """
-    if name.startswith("LOOPX_") or name.lower() in _OWN_NAMES:
+    if name.startswith(environ.PREFIX) or name.lower() in _OWN_NAMES:
         return False
     return _SECRET_NAME.search(name) is not None
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loopx.agents.hostrun import Limits, find_marked, run_host
+from loopx import environ
+from loopx.agents.hostrun import Limits, run_host
 from loopx.errors import LeaseLostError
+from loopx.process import find_by_env
 from loopx.turn.failures import FailureReason
 
 KEY = "g-t000001-e1"
@@ -128,7 +130,7 @@ def test_timeout_kills_a_setsid_grandchild_that_ignores_sigterm(tmp_path):
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "grandchild survived"
         time.sleep(0.02)
-    assert find_marked(turn_key=KEY, loopx_root=str(tmp_path)) == []
+    assert find_by_env(str(tmp_path), {environ.TURN_KEY: KEY}) == []
 
 
 def test_stop_event_terminates_the_host(tmp_path):
@@ -152,7 +154,7 @@ def test_failed_renewal_kills_the_host_and_propagates(tmp_path):
 
     with pytest.raises(LeaseLostError):
         _run(tmp_path, _py("import time;time.sleep(60)"), tick=tick, tick_every_s=0.05)
-    assert find_marked(turn_key=KEY, loopx_root=str(tmp_path)) == []
+    assert find_by_env(str(tmp_path), {environ.TURN_KEY: KEY}) == []
 
 
 def test_missing_program_is_a_spawn_error(tmp_path):

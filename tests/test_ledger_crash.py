@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.faults import FAULT_ENV, FAULT_EXIT_CODE
+from loopx.environ import FAULT as FAULT_ENV
+from loopx.faults import FAULT_EXIT_CODE
 from loopx.quota.ledger import SpendAggregate, read_spend, window_spend
 from loopx.root import Layout
 

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from loopx import exitcodes
-from loopx.agents.loop import AgentConfig, run_agent
+from loopx.agents.loop import run_agent
 from loopx.errors import LoopxError
+from loopx.fleet import AgentConfig
 from loopx.ids import validate_goal_id
 from loopx.log import configure_logging
 from loopx.root import ResolvedRoot, RootSource, open_root

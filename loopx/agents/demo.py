@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loopx import environ
+
 STATE_DIR = ".loopx-demo"
 
 
@@ -165,13 +167,13 @@ def _result(args: argparse.Namespace, count: int, envelope: dict[str, Any]) -> d
 def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one flag, one misbehaviour, in order
     """Run one demo turn; returns the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
-    words += shlex.split(os.environ.get("LOOPX_DEMO_ARGS", ""))
+    words += shlex.split(os.environ.get(environ.DEMO_ARGS, ""))
     args = _parser().parse_args(words)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raw = sys.stdin.read()
     envelope: dict[str, Any] = json.loads(raw) if raw.strip() else {}
-    turn_key = os.environ.get("LOOPX_TURN_KEY") or envelope.get("turn_key") or "no-turn"
+    turn_key = os.environ.get(environ.TURN_KEY) or envelope.get("turn_key") or "no-turn"
     state_dir = Path(STATE_DIR)
     state_dir.mkdir(exist_ok=True)
     with (state_dir / "runs.log").open("a") as log:
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one flag, one mi
     if args.no_result:
         return 0
     text = "{not json" if args.invalid_json else json.dumps(_result(args, count, envelope))
-    result_file = os.environ.get("LOOPX_RESULT_FILE")
+    result_file = os.environ.get(environ.RESULT_FILE)
     if args.stdout_result or not result_file:
         sys.stdout.write(text + "\n")
     else:

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,16 +38,15 @@ from typing import IO, Final
 import psutil
 import structlog
 
+from loopx import environ
 from loopx.model import utcnow
+from loopx.process import child_running, find_by_env, kill_tree, running
 from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import OUTPUT_LIMIT_BYTES
 
 log = structlog.get_logger(__name__)
 
-TURN_KEY_ENV: Final = "LOOPX_TURN_KEY"
-ROOT_ENV: Final = "LOOPX_ROOT"
-GOAL_ENV: Final = "LOOPX_GOAL_ID"
 DEFAULT_KILL_GRACE_S: Final = 3.0
 _READ_CHUNK: Final = 64 * 1024
 # How long output still held by a pipe is read after the host tree ended.
@@ -144,7 +143,7 @@ class _Tree:
 
     def marked(self) -> list[psutil.Process]:
         """Processes carrying this turn's LOOPX_TURN_KEY (found even after setsid)."""
-        return find_marked(turn_key=self.turn_key, loopx_root=self.loopx_root)
+        return find_by_env(self.loopx_root, {environ.TURN_KEY: self.turn_key})
 
     def sample(self, *, scan_marked: bool = False) -> int:
         """Record CPU and RSS of the tree now; return the summed RSS in bytes."""
@@ -178,92 +177,6 @@ class _Tree:
 
     def orphan_cpu(self) -> float:
         return sum(s.cpu_s for s in self.seen.values() if s.orphan)
-
-
-def find_marked(
-    *, turn_key: str | None = None, goal_id: str | None = None, loopx_root: str
-) -> list[psutil.Process]:
-    """Processes whose environment names this root and this turn (or goal).
-
-    Reading every process's environment is slow (milliseconds), so this runs
-    only at enforcement, at the end of a tree that forked, and before a
-    takeover or retry runs a new host.
-    """
-    me = os.getpid()
-    out = []
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        try:
-            env = proc.environ()
-        except psutil.Error:
-            continue
-        if env.get(ROOT_ENV) != loopx_root:
-            continue
-        if turn_key is not None and env.get(TURN_KEY_ENV) != turn_key:
-            continue
-        if goal_id is not None and env.get(GOAL_ENV) != goal_id:
-            continue
-        out.append(proc)
-    return out
-
-
-def _gone(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
-
-
-def _wait_gone(
-    procs: list[psutil.Process], child_pid: int | None, deadline: float
-) -> list[psutil.Process]:
-    """Wait until every process is gone (or a zombie) or the deadline; return the living."""
-    alive = list(procs)
-    while True:
-        alive = [p for p in alive if not _gone(p)]
-        child_alive = child_pid is not None and _peek_alive(child_pid)
-        if (not alive and not child_alive) or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.01)
-
-
-def kill_processes(
-    procs: Iterable[psutil.Process],
-    *,
-    pgid: int | None,
-    grace_s: float,
-    child_pid: int | None = None,
-) -> list[psutil.Process]:
-    """SIGTERM the group, our child and ``procs``; SIGKILL whatever is left after ``grace_s``.
-
-    Our own child (``child_pid``) is signalled but never reaped here: the
-    caller reaps it with ``wait4`` to read its rusage.
-
-    Returns:
-        The processes that had to be SIGKILLed.
-
-    """
-    targets = [p for p in procs if p.pid != child_pid]
-    survivors: list[psutil.Process] = []
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if pgid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, sig)
-        if child_pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child_pid, sig)
-        for proc in targets:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
-        wait_s = grace_s if sig == signal.SIGTERM else max(grace_s, 1.0)
-        alive = _wait_gone(targets, child_pid, time.monotonic() + wait_s)
-        if sig == signal.SIGTERM:
-            if not alive and not (child_pid is not None and _peek_alive(child_pid)):
-                return []
-            survivors = alive
-            targets = alive
-    return survivors
 
 
 class _Pipes:
@@ -311,7 +224,7 @@ class _Pipes:
             for fd in readable:
                 if fd != pidfd:
                     self._read(fd)
-            exited = pidfd in readable if pidfd is not None else not _peek_alive(self._pid)
+            exited = pidfd in readable if pidfd is not None else not child_running(self._pid)
             if exited:
                 return True
             if time.monotonic() >= deadline:
@@ -388,13 +301,6 @@ class _Pipes:
             with contextlib.suppress(OSError):
                 self._files[0].close()
             self._stdin_fd = None
-
-
-def _peek_alive(pid: int) -> bool:
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-    except ChildProcessError:
-        return False
 
 
 def run_host(
@@ -474,7 +380,7 @@ def run_host(
                 wake = min(wake, 0.05)
             exited = pipes.serve(pidfd, wake)
             period = min(period * 2, _SAMPLE_PERIOD_S)
-            if exited or not _peek_alive(proc.pid):
+            if exited or not child_running(proc.pid):
                 break
             now_m = time.monotonic()
             reason = None
@@ -502,7 +408,7 @@ def run_host(
             leftovers = [p for p in [*tree.descendants(), *tree.marked()] if p.pid != proc.pid]
             if leftovers:
                 tree.sample(scan_marked=True)
-                kill_processes(leftovers, pgid=proc.pid, grace_s=limits.kill_grace_s)
+                kill_tree(leftovers, pgid=proc.pid, grace_s=limits.kill_grace_s)
                 log.info("host_leftovers_killed", pid=proc.pid, processes=len(leftovers))
         # Whatever is still in the host's group goes now; the group id is safe
         # to use while the (zombie) leader is not yet reaped.
@@ -513,7 +419,7 @@ def run_host(
     finally:
         if pidfd is not None:
             os.close(pidfd)
-        if proc.returncode is None and _peek_alive(proc.pid):  # an exception above
+        if proc.returncode is None and child_running(proc.pid):  # an exception above
             _terminate_tree(tree, proc, limits.kill_grace_s)
             with contextlib.suppress(ChildProcessError):
                 os.wait4(proc.pid, 0)
@@ -543,9 +449,9 @@ def _terminate_tree(tree: _Tree, proc: subprocess.Popen[bytes], grace_s: float) 
     """Kill the whole tree: the group, every descendant, every marked process."""
     tree.sample(scan_marked=True)
     found = {p.pid: p for p in [*tree.descendants(), *tree.marked()] if p.pid != proc.pid}
-    kill_processes(found.values(), pgid=proc.pid, grace_s=grace_s, child_pid=proc.pid)
+    kill_tree(found.values(), pgid=proc.pid, grace_s=grace_s, child_pid=proc.pid)
     # Something forked while we were killing: one more sweep, straight to SIGKILL.
-    late = [p for p in tree.marked() if p.pid != proc.pid and not _gone(p)]
+    late = [p for p in tree.marked() if p.pid != proc.pid and running(p)]
     if late:
-        kill_processes(late, pgid=None, grace_s=0.0)
+        kill_tree(late, grace_s=0.0)
     log.info("host_tree_killed", pid=proc.pid, processes=len(found) + 1)

@@ -18,18 +18,21 @@ import signal
 import socket
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from types import FrameType
 from typing import Final
 
-import psutil
 import structlog
 
 from loopx.errors import LoopxError
 from loopx.faults import fault_point
-from loopx.fleet import AgentHeartbeat, AgentPhase
+from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
 from loopx.model import utcnow
+from loopx.process import (
+    ProcessIdentity,
+    set_parent_death_signal,
+    unblock_handled_signals,
+)
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.schedule.candidates import gather_candidates
@@ -41,36 +44,6 @@ log = structlog.get_logger(__name__)
 
 FORCED_EXIT_CODE: Final = 130  # a second signal: leave now, recovery finishes the journal
 PARENT_GONE_CHECK_S: Final = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    """How one agent runs.
-
-    Attributes:
-        agent_id: this agent's id (a safe path segment), also its heartbeat file name.
-        max_turns: exit 0 after this many turns ran (None: no limit).
-        once: one step, then exit.
-        heartbeat_s: how often the heartbeat file is rewritten.
-        idle_min_s / idle_max_s: the idle sleep starts at min and doubles to max (with jitter).
-        parent_pid / parent_started_at: stop when this process (the supervisor) is gone;
-            covers tmux windows, whose parent is the tmux server, where the
-            parent-death signal cannot help.
-        resources: run only goals whose ``resources`` this agent holds (None: all).
-
-    """
-
-    agent_id: str
-    max_turns: int | None = None
-    once: bool = False
-    heartbeat_s: float = 2.0
-    idle_min_s: float = 0.05
-    idle_max_s: float = 2.0
-    parent_pid: int | None = None
-    parent_started_at: float | None = None
-    # Only goals whose `resources` this agent holds (a Ray actor's custom resources);
-    # None: every goal (the local back-end, where resources do not apply).
-    resources: Mapping[str, float] | None = None
 
 
 def fits(goal: Goal, resources: Mapping[str, float] | None) -> bool:
@@ -88,6 +61,18 @@ class Step(StrEnum):
     STOPPING = "stopping"  # a stop was requested before anything started
 
 
+def _parent_of(config: AgentConfig) -> ProcessIdentity | None:
+    """The process the agent watches (``parent_pid``); None when it is gone already.
+
+    Given only a pid, the process holding that pid now.
+    """
+    if config.parent_pid is None:
+        return None
+    if config.parent_started_at is None:
+        return ProcessIdentity.of(config.parent_pid)
+    return ProcessIdentity(config.parent_pid, config.parent_started_at)
+
+
 class Agent:
     """One agent process's loop and its heartbeat."""
 
@@ -99,7 +84,8 @@ class Agent:
         self.turns_done = 0
         self.turns_lost = 0  # turns whose writes a newer lease epoch refused (lease_lost)
         self.idle_streak = 0
-        self._proc = psutil.Process()
+        self._me = ProcessIdentity.current()
+        self._parent = _parent_of(config)
         self._started_at = utcnow()
         self._hostname = socket.gethostname()
         self._beat_lock = threading.Lock()
@@ -108,6 +94,7 @@ class Agent:
         self._turn_key: str | None = None
         self._wake = threading.Event()
         self._beater: threading.Thread | None = None
+        self._beats_done = threading.Event()
         self._since_beat = 0.0
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
@@ -142,8 +129,8 @@ class Agent:
                 self._turn_key = None
             record = AgentHeartbeat(
                 agent_id=self.config.agent_id,
-                pid=self._proc.pid,
-                pid_started_at=self._proc.create_time(),
+                pid=self._me.pid,
+                pid_started_at=self._me.started_at,
                 hostname=self._hostname,
                 phase=self._phase,
                 goal_id=self._goal_id,
@@ -164,17 +151,9 @@ class Agent:
             self._turn_key = None
 
     def _parent_gone(self) -> bool:
-        pid = self.config.parent_pid
-        if pid is None:
+        if self.config.parent_pid is None:
             return False
-        try:
-            proc = psutil.Process(pid)
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return True
-            started = self.config.parent_started_at
-            return started is not None and abs(proc.create_time() - started) > 1.0
-        except psutil.Error:
-            return True
+        return self._parent is None or not self._parent.alive()
 
     def _beat_forever(self) -> None:
         interval = max(0.1, self.config.heartbeat_s)
@@ -345,11 +324,6 @@ def run_agent(layout: Layout, config: AgentConfig) -> int:
     ``PR_SET_PDEATHSIG`` so the agent gets SIGTERM when its parent dies, and
     the handlers.
     """
-    from loopx.supervisor.process import (  # noqa: PLC0415 - only the process entry needs them
-        set_parent_death_signal,
-        unblock_handled_signals,
-    )
-
     fault_point("agent:start")
     agent = Agent(layout, config)
     # Handlers first, then unblock: a SIGTERM that arrived during the spawn is

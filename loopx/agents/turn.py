@@ -32,18 +32,8 @@ from typing import Final, Literal
 import structlog
 from pydantic import Field
 
-from loopx import __version__
-from loopx.agents.hostrun import (
-    DEFAULT_KILL_GRACE_S,
-    GOAL_ENV,
-    ROOT_ENV,
-    TURN_KEY_ENV,
-    HostRun,
-    Limits,
-    find_marked,
-    kill_processes,
-    run_host,
-)
+from loopx import __version__, environ
+from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S, HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 from loopx.errors import (
     CorruptFileError,
@@ -55,6 +45,7 @@ from loopx.errors import (
 from loopx.faults import fault_point
 from loopx.ids import validate_goal_id
 from loopx.model import Record, utcnow
+from loopx.process import find_by_env, kill_tree
 from loopx.quota.decision import QuotaDecision, decide
 from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
@@ -112,15 +103,10 @@ class TurnConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> TurnConfig:
         """Read ``LOOPX_LEASE_TTL_S``, ``LOOPX_LEASE_GRACE_S``, ``LOOPX_KILL_GRACE_S``."""
-
-        def num(name: str, default: float) -> float:
-            value = env.get(name)
-            return float(value) if value else default
-
         return cls(
-            lease_ttl_s=num("LOOPX_LEASE_TTL_S", DEFAULT_TTL_S),
-            lease_grace_s=num("LOOPX_LEASE_GRACE_S", DEFAULT_GRACE_S),
-            kill_grace_s=num("LOOPX_KILL_GRACE_S", DEFAULT_KILL_GRACE_S),
+            lease_ttl_s=environ.seconds(environ.LEASE_TTL_S, DEFAULT_TTL_S, env),
+            lease_grace_s=environ.seconds(environ.LEASE_GRACE_S, DEFAULT_GRACE_S, env),
+            kill_grace_s=environ.seconds(environ.KILL_GRACE_S, DEFAULT_KILL_GRACE_S, env),
         )
 
 
@@ -383,15 +369,15 @@ def _plan(
 
 def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) -> dict[str, str]:
     envelope = journal.plan.envelope
-    env = {k: v for k, v in os.environ.items() if k != "LOOPX_FAULT"}
+    env = environ.without((environ.FAULT,))
     env.update(extra)
     env.update(
         {
-            GOAL_ENV: journal.goal_id,
-            TURN_KEY_ENV: journal.turn_key,
-            ROOT_ENV: str(layout.root),
-            "LOOPX_WORKDIR": envelope.workdir,
-            "LOOPX_RESULT_FILE": envelope.result_file,
+            environ.GOAL_ID: journal.goal_id,
+            environ.TURN_KEY: journal.turn_key,
+            environ.ROOT: str(layout.root),
+            environ.WORKDIR: envelope.workdir,
+            environ.RESULT_FILE: envelope.result_file,
         }
     )
     return env
@@ -607,10 +593,10 @@ def _after_host(
 
 def _kill_goal_processes(layout: Layout, goal_id: str, grace_s: float) -> None:
     """Kill every process of this root still working for ``goal_id`` (a stale host tree)."""
-    stale = find_marked(goal_id=goal_id, loopx_root=str(layout.root))
+    stale = find_by_env(str(layout.root), {environ.GOAL_ID: goal_id})
     if stale:
         log.warning("stale_host_killed", pids=[p.pid for p in stale])
-        kill_processes(stale, pgid=None, grace_s=grace_s)
+        kill_tree(stale, grace_s=grace_s)
 
 
 def _report(journal: TurnJournal, recovered: list[RecoveryAction]) -> TurnReport:

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from loopx import exitcodes
+from loopx import environ, exitcodes
 from loopx.cli._common import add_command, layout
 from loopx.status.cache import DEFAULT_TTL_S
 from loopx.status.server import DEFAULT_HOST, DEFAULT_PORT, check_bind, make_server, serve
-
-TOKEN_ENV = "LOOPX_SERVE_TOKEN"
 
 
 def register(sub: Any) -> None:
@@ -26,7 +23,10 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--token",
         metavar="T",
-        help=f"require `Authorization: Bearer T` (default: ${TOKEN_ENV}); needed off loopback",
+        help=(
+            f"require `Authorization: Bearer T` (default: ${environ.SERVE_TOKEN}); "
+            "needed off loopback"
+        ),
     )
     parser.add_argument(
         "--refresh-interval-seconds",
@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Bind, print the address, serve until interrupted."""
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token = args.token or environ.text(environ.SERVE_TOKEN)
     check_bind(args.host, token)  # before touching the root: refuse an open bind first
     server = make_server(
         layout(args),

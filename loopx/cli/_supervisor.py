@@ -204,13 +204,14 @@ def _config(args: argparse.Namespace) -> Any:
 
 def run_run(args: argparse.Namespace) -> int:
     """Run the supervisor in the foreground until stopped (or idle)."""
+    from loopx.agents.loop import Agent  # noqa: PLC0415
     from loopx.log import configure_logging  # noqa: PLC0415
     from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
 
     config = _config(args)
     # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
     configure_logging(level=config.log_level, force=True)
-    return Supervisor(layout(args, create=True), config).run()
+    return Supervisor(layout(args, create=True), config, make_agent=Agent).run()
 
 
 def _run_args(args: argparse.Namespace) -> list[str]:

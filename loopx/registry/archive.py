@@ -16,8 +16,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal
 
-import psutil
-
 from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageError
 from loopx.history.line import HistoryLine
 from loopx.ids import validate_goal_id
@@ -35,7 +33,7 @@ from loopx.state import GoalState
 from loopx.status.changes import note_goal_changed
 from loopx.status.sources import history_tail
 from loopx.storage.files import ensure_dir, fsync_dir, locked, read_model_or_none
-from loopx.turn.lease import Lease
+from loopx.turn.lease import Holder, Lease, holder_state
 
 STAMP: Final = "%Y%m%dT%H%M%SZ"
 _MAX_COLLISIONS: Final = 1000
@@ -87,13 +85,7 @@ def lease_is_live(lease: Lease, *, now: datetime, hostname: str) -> bool:
     """Whether a lease still protects a turn: unexpired, or its holder runs here."""
     if lease.expires_at > now:
         return True
-    if lease.hostname != hostname:
-        return False
-    try:
-        started = psutil.Process(lease.pid).create_time()
-    except psutil.Error:
-        return False
-    return lease.pid_started_at == 0.0 or abs(started - lease.pid_started_at) < 1.0
+    return holder_state(lease, hostname=hostname) is Holder.ALIVE
 
 
 def destination_for(base: Path, goal_id: str, now: datetime) -> Path:

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Final
 
+from loopx import environ
 from loopx.errors import GoalStateError, UsageError
 from loopx.registry.model import Goal
 from loopx.root import Layout
@@ -91,9 +92,9 @@ def run_probe(
         )
     env = {
         **os.environ,
-        "LOOPX_READ_ONLY": "1",
-        "LOOPX_GOAL_ID": goal.id,
-        "LOOPX_ROOT": str(layout.root),
+        environ.READ_ONLY: "1",
+        environ.GOAL_ID: goal.id,
+        environ.ROOT: str(layout.root),
     }
     started = time.monotonic()
     proc = subprocess.Popen(

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Final
 
 import filelock
-import psutil
 
+from loopx import environ
 from loopx.errors import UsageError
+from loopx.process import ProcessIdentity
 
-LOCK_MODE_ENV: Final = "LOOPX_LOCK_MODE"
-STALE_ENV: Final = "LOOPX_SOFT_LOCK_STALE_S"
 DEFAULT_STALE_S: Final = 20.0
 MOUNTINFO: Final = Path("/proc/self/mountinfo")
 # Filesystems where flock cannot be trusted across machines (and often not at all).
@@ -45,7 +44,6 @@ NETWORK_FSTYPES: Final = frozenset(
         "beegfs", "ocfs2", "gfs2", "9p", "afs", "efs", "orangefs", "pvfs2",
     }
 )  # fmt: skip
-_START_TOLERANCE_S: Final = 1.0
 
 
 class LockMode(StrEnum):
@@ -61,8 +59,8 @@ class LockModeError(UsageError):
 
     def __init__(self, value: str) -> None:
         super().__init__(
-            f"{LOCK_MODE_ENV}={value!r} is not a lock mode",
-            hint=f"set {LOCK_MODE_ENV} to one of: flock, soft, auto (default)",
+            f"{environ.LOCK_MODE}={value!r} is not a lock mode",
+            hint=f"set {environ.LOCK_MODE} to one of: flock, soft, auto (default)",
         )
         self.value = value
 
@@ -132,7 +130,7 @@ def fstype_of(path: Path) -> str | None:
 
 def lock_mode_for(path: Path) -> LockMode:
     """The lock kind for the lock file ``path`` under the current ``LOOPX_LOCK_MODE``."""
-    requested = os.environ.get(LOCK_MODE_ENV)
+    requested = environ.text(environ.LOCK_MODE)
     if requested in (LockMode.FLOCK, LockMode.SOFT):
         return LockMode(requested)
     return decide_mode(requested, fstype_of(path))
@@ -202,29 +200,15 @@ def holder_is_stale(
     return now - record.acquired_at > stale_after_s
 
 
-def _pid_alive(pid: int, started_at: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return (
-            proc.status() != psutil.STATUS_ZOMBIE
-            and abs(proc.create_time() - started_at) < _START_TOLERANCE_S
-        )
-    except psutil.Error:
-        return False
-
-
 class SoftLock:
     """An exclusive-create lock file with a holder record; ``acquire(timeout=0)`` like filelock's."""
 
     def __init__(self, path: Path, *, stale_after_s: float | None = None) -> None:
         self.path = path
-        env_stale = os.environ.get(STALE_ENV)
         self.stale_after_s = (
             stale_after_s
             if stale_after_s is not None
-            else float(env_stale)
-            if env_stale
-            else DEFAULT_STALE_S
+            else environ.seconds(environ.SOFT_LOCK_STALE_S, DEFAULT_STALE_S)
         )
         self._record: HolderRecord | None = None
 
@@ -235,9 +219,9 @@ class SoftLock:
             filelock.Timeout: a live holder has it.
 
         """
-        me = psutil.Process()
+        me = ProcessIdentity.current()
         record = HolderRecord(
-            socket.gethostname(), me.pid, me.create_time(), secrets.token_hex(8), time.time()
+            socket.gethostname(), me.pid, me.started_at, secrets.token_hex(8), time.time()
         )
         for _ in range(2):
             if self._create(record.encode()):
@@ -270,7 +254,7 @@ class SoftLock:
         stale = holder_is_stale(
             seen,
             hostname=socket.gethostname(),
-            pid_alive=seen is not None and _pid_alive(seen.pid, seen.pid_started_at),
+            pid_alive=seen is not None and ProcessIdentity(seen.pid, seen.pid_started_at).alive(),
             now=time.time(),
             file_age_s=age,
             stale_after_s=self.stale_after_s,

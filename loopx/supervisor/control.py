@@ -9,13 +9,14 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+from loopx import process
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.storage.files import read_model_or_none
-from loopx.supervisor import process
 from loopx.supervisor.lock import read_record
+from loopx.supervisor.process import describe_exit, spawn
 from loopx.supervisor.scale import ScaleRequest, write_scale
 from loopx.supervisor.tmux import TmuxSession
 
@@ -38,12 +39,12 @@ class SupervisorStartError(LoopxError):
     """A detached supervisor did not come up."""
 
 
-def running_ref(layout: Layout) -> tuple[FleetRecord | None, process.ProcessRef | None]:
+def running_ref(layout: Layout) -> tuple[FleetRecord | None, process.ProcessIdentity | None]:
     """The last supervisor record, and its process if it still runs."""
     record = read_record(layout)
     if record is None or record.state == "stopped":
         return record, None
-    ref = process.ProcessRef(record.pid, record.pid_started_at)
+    ref = process.ProcessIdentity(record.pid, record.pid_started_at)
     return record, ref if ref.alive() else None
 
 
@@ -59,7 +60,7 @@ def status_document(layout: Layout) -> dict[str, Any]:
                 continue
             if beat is None:
                 continue
-            alive = process.ProcessRef(beat.pid, beat.pid_started_at).alive()
+            alive = process.ProcessIdentity(beat.pid, beat.pid_started_at).alive()
             age = (utcnow() - beat.beat_at).total_seconds()
             agents.append(
                 {**beat.model_dump(mode="json"), "alive": alive, "beat_age_s": round(age, 3)}
@@ -90,7 +91,7 @@ def stop(
     if ref is None or record is None:
         return None
     wait = timeout_s if timeout_s is not None else record.stop_grace_s + 15
-    found = process.find(ref)
+    found = ref.find()
     if found is None:
         return read_record(layout)
     found.send_signal(signal.SIGTERM)
@@ -119,7 +120,7 @@ def scale(layout: Layout, agents: int) -> FleetRecord | None:
     record, ref = running_ref(layout)
     if ref is None:
         return None
-    found = process.find(ref)
+    found = ref.find()
     if found is not None:
         found.send_signal(signal.SIGHUP)
     return record
@@ -146,12 +147,12 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> FleetRecord:
         "supervisor", "run", *run_args,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    child = process.spawn(argv, env=env, log_path=log_path)
+    child = spawn(argv, env=env, log_path=log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if child.poll() is not None:
             raise SupervisorStartError(
-                f"the background supervisor exited with {process.describe_exit(child.returncode)}: "
+                f"the background supervisor exited with {describe_exit(child.returncode)}: "
                 f"{_tail(log_path)}",
                 hint=f"see {log_path}",
             )

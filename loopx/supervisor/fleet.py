@@ -28,18 +28,18 @@ from typing import Final
 import psutil
 import structlog
 
-from loopx import exitcodes
-from loopx.errors import CorruptFileError
-from loopx.fleet import AgentHeartbeat, AgentSlot, FleetRecord
+from loopx import exitcodes, process
+from loopx.errors import CorruptFileError, UsageError
+from loopx.fleet import AgentHeartbeat, AgentLoopFactory, AgentSlot, FleetRecord
 from loopx.model import utcnow
 from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
-from loopx.supervisor import process
 from loopx.supervisor.backoff import RestartPolicy, decide_restart
 from loopx.supervisor.idle import idle_verdict
 from loopx.supervisor.lock import acquire, read_record
 from loopx.supervisor.notify import Notifier
+from loopx.supervisor.process import fleet_processes, reap_orphans
 from loopx.supervisor.progress import goal_progress
 from loopx.supervisor.runner import AgentHandle, AgentRunner, AgentSpec, LocalRunner
 from loopx.supervisor.scale import read_scale, scale_file
@@ -103,7 +103,7 @@ class _Slot:
     retiring: bool = False
 
     @property
-    def ref(self) -> process.ProcessRef | None:
+    def ref(self) -> process.ProcessIdentity | None:
         return self.agent.ref if self.agent is not None else None
 
     def record(self) -> AgentSlot:
@@ -133,13 +133,27 @@ class Supervisor:
         *,
         env: Mapping[str, str] | None = None,
         runner: AgentRunner | None = None,
+        make_agent: AgentLoopFactory | None = None,
     ) -> None:
+        """A supervisor of ``layout`` (not started yet).
+
+        Args:
+            layout: the runtime root.
+            config: the fleet's settings.
+            env: the environment agents inherit (default: this process's).
+            runner: the back-end (default: the one ``config.backend`` names).
+            make_agent: the agent loop a back-end runs in-process (``--backend
+                ray``): :class:`loopx.agents.loop.Agent`, passed by the CLI.
+
+        """
         self.layout = layout
         self.config = config
         self.env = dict(os.environ if env is None else env)
         self.notifier = Notifier(self.env)
-        self.me = process.self_ref()
-        self.runner = runner if runner is not None else make_runner(layout, config, self.env)
+        self.me = process.ProcessIdentity.current()
+        self.runner = (
+            runner if runner is not None else make_runner(layout, config, self.env, make_agent)
+        )
         self.slots: list[_Slot] = []
         self.wanted = config.agents
         self.state = "starting"
@@ -217,14 +231,14 @@ class Supervisor:
             for slot in previous.slots:
                 if slot.pid is None or slot.pid_started_at is None:
                     continue
-                found = process.find(process.ProcessRef(slot.pid, slot.pid_started_at))
+                found = process.ProcessIdentity(slot.pid, slot.pid_started_at).find()
                 if found is not None:
                     procs.update({p.pid: p for p in process.tree(found)})
-        procs.update({p.pid: p for p in process.fleet_processes(self.layout.root)})
+        procs.update({p.pid: p for p in fleet_processes(self.layout.root)})
         procs.pop(self.me.pid, None)
         if procs:
             log.warning("reaping_previous_fleet", pids=sorted(procs))
-            survivors = process.kill_all(
+            survivors = process.kill_tree(
                 list(procs.values()), grace_s=min(REAP_GRACE_S, self.config.stop_grace_s)
             )
             if survivors:
@@ -232,7 +246,7 @@ class Supervisor:
         if previous is not None and previous.tmux_session is not None:
             with contextlib.suppress(Exception):
                 TmuxSession(self.layout.root).kill_server()
-        process.reap_orphans()
+        reap_orphans()
 
     def _recover(self) -> None:
         report = recover(self.layout)
@@ -322,7 +336,7 @@ class Supervisor:
                 changed = True
         if self.child_event:
             self.child_event = False
-            process.reap_orphans(known=[r.pid for s in self.slots if (r := s.ref) is not None])
+            reap_orphans(known=[r.pid for s in self.slots if (r := s.ref) is not None])
         return changed
 
     # --- reload, stop, idle ---------------------------------------------------------------------
@@ -378,16 +392,16 @@ class Supervisor:
                 slot.agent.kill(grace_s=0)
         self.runner.close(grace_s=0)
         leftovers: dict[int, psutil.Process] = {}
-        leftovers.update({p.pid: p for p in process.fleet_processes(self.layout.root)})
+        leftovers.update({p.pid: p for p in fleet_processes(self.layout.root)})
         with contextlib.suppress(psutil.NoSuchProcess):
             leftovers.update({p.pid: p for p in psutil.Process().children(recursive=True)})
         leftovers.pop(self.me.pid, None)
         if leftovers:
             log.warning("killing_leftovers", pids=sorted(leftovers))
-            process.kill_all(list(leftovers.values()), grace_s=0)
+            process.kill_tree(list(leftovers.values()), grace_s=0)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
-        process.reap_orphans()
+        reap_orphans()
         self.state = "stopped"
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK
@@ -536,15 +550,26 @@ class Supervisor:
                 self._lock.release()  # type: ignore[attr-defined]
 
 
-def make_runner(layout: Layout, config: SupervisorConfig, env: Mapping[str, str]) -> AgentRunner:
+def make_runner(
+    layout: Layout,
+    config: SupervisorConfig,
+    env: Mapping[str, str],
+    make_agent: AgentLoopFactory | None = None,
+) -> AgentRunner:
     """The back-end ``config.backend`` names.
 
     Raises:
         RayUnavailableError: ``--backend ray`` without ray installed.
+        UsageError: ``--backend ray`` without ``make_agent``.
 
     """
     if config.backend == "ray":
         from loopx.supervisor.ray_backend import RayRunner  # noqa: PLC0415 - optional extra
 
-        return RayRunner.from_config(layout, config)
+        if make_agent is None:
+            raise UsageError(
+                "--backend ray runs the agent loop inside each actor, and none was given",
+                hint="start the supervisor with `loopx supervisor run --backend ray`",
+            )
+        return RayRunner.from_config(layout, config, make_agent)
     return LocalRunner(layout, config.agent_spec(), env, visible=config.visible)

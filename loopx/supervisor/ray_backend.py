@@ -1,7 +1,10 @@
 """The Ray back-end: each agent a Ray actor running the same agent loop as a local agent.
 
-An actor (:class:`AgentActor`) wraps :class:`loopx.agents.loop.Agent`; its
-``run`` method is the agent's ``run()`` loop, and its hosts are subprocesses
+An actor (:class:`AgentActor`) wraps the agent loop the runner was given
+(:data:`loopx.fleet.AgentLoopFactory`: the CLI passes
+:class:`loopx.agents.loop.Agent`, which Ray ships to the worker by reference,
+so this module never imports :mod:`loopx.agents`); its ``run`` method is the
+agent's ``run()`` loop, and its hosts are subprocesses
 of the actor's worker process on whatever node Ray placed it. The root
 (a shared filesystem mounted at the same path on every node) is the only
 channel between agents, exactly as on one machine: leases, fencing epochs
@@ -27,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import psutil
 import structlog
 
+from loopx import environ, process
 from loopx.errors import LoopxError, UsageError
+from loopx.fleet import AgentConfig, AgentLoopFactory
 from loopx.registry.model import GoalStatus, Registry, load_registry
 from loopx.root import Layout
-from loopx.supervisor import process
+from loopx.supervisor.process import fleet_processes
 from loopx.supervisor.runner import AgentSpec
 
 if TYPE_CHECKING:
@@ -42,9 +46,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 STOP_CALL_TIMEOUT_S: Final = 2.0  # a frozen actor must not hold the supervisor's tick
-# Variables an actor takes from the supervisor: the turn's timing knobs, the lock
-# mode, faults for tests. The actor's worker was started by Ray, not by us.
-FORWARDED_ENV_PREFIX: Final = "LOOPX_"
 # Keep a private cluster private: nothing but loopback, no usage report.
 PRIVATE_CLUSTER_ENV: Final = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -113,13 +114,13 @@ class AgentActor:
         spec: AgentSpec,
         resources: dict[str, float],
         env: dict[str, str],
+        make_agent: AgentLoopFactory,
     ) -> None:
-        from loopx.agents.loop import Agent, AgentConfig  # noqa: PLC0415 - inside the worker
         from loopx.log import configure_logging  # noqa: PLC0415
         from loopx.root import ResolvedRoot, RootSource, open_root  # noqa: PLC0415
 
         # Hosts inherit these; psutil finds them by LOOPX_ROOT + LOOPX_AGENT_ID.
-        os.environ.update(env | {"LOOPX_ROOT": root, "LOOPX_AGENT_ID": agent_id})
+        os.environ.update(env | {environ.ROOT: root, environ.AGENT_ID: agent_id})
         self.layout = open_root(
             ResolvedRoot(Path(root), Path(registry), RootSource.FLAG), create=False
         )
@@ -130,7 +131,7 @@ class AgentActor:
         self.agent_id = agent_id
         # A previous actor of this slot on this node may have left its hosts.
         self.kill_hosts(0.5)
-        self.agent = Agent(
+        self.agent = make_agent(
             self.layout,
             AgentConfig(
                 agent_id=agent_id,
@@ -143,7 +144,8 @@ class AgentActor:
 
     def info(self) -> tuple[int, float, str]:
         """The worker process's pid, its psutil create_time, and the node's hostname."""
-        return os.getpid(), psutil.Process().create_time(), socket.gethostname()
+        me = process.ProcessIdentity.current()
+        return me.pid, me.started_at, socket.gethostname()
 
     def run(self) -> int:
         """The agent loop until stopped; its exit code (0)."""
@@ -159,8 +161,8 @@ class AgentActor:
 
     def kill_hosts(self, grace_s: float) -> int:
         """Kill this agent's hosts on this node (processes with its root and agent id)."""
-        procs = process.fleet_processes(self.layout.root, agent_id=self.agent_id)
-        process.kill_all(procs, grace_s=grace_s)
+        procs = fleet_processes(self.layout.root, agent_id=self.agent_id)
+        process.kill_tree(procs, grace_s=grace_s)
         return len(procs)
 
 
@@ -183,12 +185,12 @@ class RayAgent:
     info_ref: Any
     root: Path
     me_pid: int
-    _ref: process.ProcessRef | None = None
+    _ref: process.ProcessIdentity | None = None
     hostname: str | None = None
     _ended: str | None = None
 
     @property
-    def ref(self) -> process.ProcessRef | None:
+    def ref(self) -> process.ProcessIdentity | None:
         """The actor's worker process, once the actor runs."""
         if self._ref is None:
             import ray  # noqa: PLC0415
@@ -197,7 +199,7 @@ class RayAgent:
             if ready:
                 with contextlib.suppress(Exception):
                     pid, started, self.hostname = ray.get(self.info_ref)
-                    self._ref = process.ProcessRef(int(pid), float(started))
+                    self._ref = process.ProcessIdentity(int(pid), float(started))
         return self._ref
 
     def exit_status(self) -> str | None:
@@ -236,16 +238,16 @@ class RayAgent:
         with contextlib.suppress(Exception):
             ray.kill(self.actor, no_restart=True)
         # Same machine (a local cluster, or the head node): what the actor could not reach.
-        procs = process.fleet_processes(self.root, agent_id=self.agent_id)
+        procs = fleet_processes(self.root, agent_id=self.agent_id)
         ref = self._ref
-        if ref is not None and (found := process.find(ref)) is not None:
+        if ref is not None and (found := ref.find()) is not None:
             procs.append(found)
-        process.kill_all([p for p in procs if p.pid != self.me_pid], grace_s=0)
+        process.kill_tree([p for p in procs if p.pid != self.me_pid], grace_s=0)
         if self._ended is None:
             self._ended = "killed (ray.kill)"
 
 
-def _describe_actor_death(error: Exception, ref: process.ProcessRef | None) -> str:
+def _describe_actor_death(error: Exception, ref: process.ProcessIdentity | None) -> str:
     """A dead actor's end in words, with its worker pid."""
     text = str(error)
     pid = f" (worker pid {ref.pid})" if ref is not None else ""
@@ -260,6 +262,7 @@ class RayRunner:
 
     layout: Layout
     spec: AgentSpec
+    make_agent: AgentLoopFactory
     address: str | None = None
     agent_cpus: float = 1.0
     agent_memory_mb: int | None = None
@@ -269,8 +272,10 @@ class RayRunner:
     _started_ray: bool = False
 
     @classmethod
-    def from_config(cls, layout: Layout, config: SupervisorConfig) -> RayRunner:
-        """The runner ``loopx supervisor run --backend ray`` describes.
+    def from_config(
+        cls, layout: Layout, config: SupervisorConfig, make_agent: AgentLoopFactory
+    ) -> RayRunner:
+        """The runner ``loopx supervisor run --backend ray`` describes; actors run ``make_agent``.
 
         Raises:
             RayUnavailableError: ray is not installed.
@@ -281,6 +286,7 @@ class RayRunner:
         return cls(
             layout,
             config.agent_spec(),
+            make_agent,
             address=config.ray_address,
             agent_cpus=config.agent_cpus,
             agent_memory_mb=config.agent_memory_mb,
@@ -326,7 +332,9 @@ class RayRunner:
         )
 
     def _env(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIX)}
+        # The actor takes the supervisor's LOOPX_* variables (the turn's timing knobs,
+        # the lock mode, faults for tests): its worker was started by Ray, not by us.
+        return environ.loopx_items()
 
     def spawn(self, index: int, agent_id: str) -> RayAgent:
         """Create the actor (reserving CPUs, memory and the slot's custom resources) and run it."""
@@ -349,6 +357,7 @@ class RayRunner:
             self.spec,
             resources,
             self._env(),
+            self.make_agent,
         )
         log.info("ray_actor_created", agent_id=agent_id, resources=resources or None)
         return RayAgent(

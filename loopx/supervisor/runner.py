@@ -27,8 +27,9 @@ from typing import Final, Protocol
 
 import psutil
 
+from loopx import environ, process
 from loopx.root import Layout
-from loopx.supervisor import process
+from loopx.supervisor.process import describe_exit, fleet_processes, spawn
 from loopx.supervisor.tmux import TmuxSession
 
 # Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
@@ -52,7 +53,7 @@ class AgentHandle(Protocol):
     agent_id: str
 
     @property
-    def ref(self) -> process.ProcessRef | None:
+    def ref(self) -> process.ProcessIdentity | None:
         """The agent's process (pid and start time) once known; None before."""
 
     def exit_status(self) -> str | None:
@@ -95,10 +96,10 @@ class LocalAgent:
     root: Path
     me_pid: int
     proc: subprocess.Popen[bytes] | None
-    _ref: process.ProcessRef | None
+    _ref: process.ProcessIdentity | None
 
     @property
-    def ref(self) -> process.ProcessRef | None:
+    def ref(self) -> process.ProcessIdentity | None:
         """The agent's process."""
         return self._ref
 
@@ -106,24 +107,24 @@ class LocalAgent:
         """How the process ended, or None while it runs."""
         if self.proc is not None:
             rc = self.proc.poll()
-            return None if rc is None else process.describe_exit(rc)
+            return None if rc is None else describe_exit(rc)
         if self._ref is None or not self._ref.alive():
-            return process.describe_exit(None)
+            return describe_exit(None)
         return None
 
     def request_stop(self) -> None:
         """SIGTERM the agent: it stops its turn at a safe point and exits 0."""
-        if self._ref is not None and (found := process.find(self._ref)) is not None:
+        if self._ref is not None and (found := self._ref.find()) is not None:
             process.signal_all([found], signal.SIGTERM)
 
     def kill(self, *, grace_s: float) -> None:
         """Kill the agent, its descendants and every process carrying its agent id."""
         procs: dict[int, psutil.Process] = {}
-        if self._ref is not None and (found := process.find(self._ref)) is not None:
+        if self._ref is not None and (found := self._ref.find()) is not None:
             procs.update({p.pid: p for p in process.tree(found)})
-        procs.update({p.pid: p for p in process.fleet_processes(self.root, agent_id=self.agent_id)})
+        procs.update({p.pid: p for p in fleet_processes(self.root, agent_id=self.agent_id)})
         procs.pop(self.me_pid, None)
-        process.kill_all(list(procs.values()), grace_s=grace_s)
+        process.kill_tree(list(procs.values()), grace_s=grace_s)
         self.wait(1.0)
 
     def wait(self, timeout_s: float) -> None:
@@ -142,7 +143,7 @@ class LocalRunner:
     env: Mapping[str, str]
     visible: str = "none"  # "none" | "tmux"
     name: str = "local"
-    me: process.ProcessRef = field(default_factory=process.self_ref)
+    me: process.ProcessIdentity = field(default_factory=process.ProcessIdentity.current)
     _tmux: TmuxSession | None = None
 
     @property
@@ -174,18 +175,18 @@ class LocalRunner:
     def spawn(self, index: int, agent_id: str) -> LocalAgent:
         """Start the agent process (its own session; output to ``logs/agent-<index>.log``)."""
         argv = self.argv(agent_id)
-        extra = {"LOOPX_ROOT": str(self.layout.root), "LOOPX_AGENT_ID": agent_id}
+        extra = {environ.ROOT: str(self.layout.root), environ.AGENT_ID: agent_id}
         proc: subprocess.Popen[bytes] | None = None
         if self._tmux is not None:
             pid = self._tmux.start_window(agent_id, argv, extra)
             started = process.started_at(pid)
-            ref = process.ProcessRef(pid, started) if started is not None else None
+            ref = process.ProcessIdentity(pid, started) if started is not None else None
         else:
             env = {k: v for k, v in self.env.items() if k not in PRIVATE_ENV} | extra
             log_path = self.layout.logs_dir / f"agent-{index}.log"
-            proc = process.spawn(argv, env=env, log_path=log_path)
+            proc = spawn(argv, env=env, log_path=log_path)
             started = process.started_at(proc.pid)
-            ref = process.ProcessRef(proc.pid, started or time.time())
+            ref = process.ProcessIdentity(proc.pid, started or time.time())
         return LocalAgent(agent_id, self.layout.root, self.me.pid, proc, ref)
 
     def close(self, *, grace_s: float) -> None:  # noqa: ARG002 - the supervisor killed the agents

@@ -20,10 +20,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final, Literal
 
-import psutil
-
 from loopx.errors import CorruptFileError, LeaseLostError
 from loopx.model import Record, UtcDatetime
+from loopx.process import ProcessIdentity, started_at
 from loopx.root import Layout
 from loopx.storage.files import (
     atomic_write_bytes,
@@ -91,27 +90,12 @@ def takeover_allowed(lease: Lease, holder: Holder, *, now: datetime, grace_s: fl
     return now >= lease.expires_at + timedelta(seconds=grace_s)
 
 
-def process_start_time(pid: int) -> float:
-    """Psutil's create_time() of ``pid``; 0.0 if it is gone."""
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
-
-
 def holder_state(lease: Lease, *, hostname: str) -> Holder:
     """Whether the lease's holder process still runs (psutil; this host only)."""
     if lease.hostname != hostname:
         return Holder.UNKNOWN
-    try:
-        proc = psutil.Process(lease.pid)
-        started = proc.create_time()
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return Holder.DEAD
-    except psutil.Error:
-        return Holder.DEAD
-    # create_time is rounded differently across reads; a reused pid differs by far more.
-    return Holder.ALIVE if abs(started - lease.pid_started_at) < 1.0 else Holder.DEAD
+    alive = ProcessIdentity(lease.pid, lease.pid_started_at).alive()
+    return Holder.ALIVE if alive else Holder.DEAD
 
 
 def read_epoch(layout: Layout, goal_id: str) -> int:
@@ -195,7 +179,7 @@ def claim(
             goal_id=goal_id,
             agent_id=agent_id,
             pid=pid,
-            pid_started_at=process_start_time(pid),
+            pid_started_at=started_at(pid) or 0.0,
             hostname=hostname,
             epoch=epoch,
             turn_key=turn_key,
