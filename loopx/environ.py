@@ -33,7 +33,7 @@ LOCK_MODE: Final = "LOOPX_LOCK_MODE"  # flock | soft | auto
 SOFT_LOCK_STALE_S: Final = "LOOPX_SOFT_LOCK_STALE_S"
 
 # The HTTP status server's bearer token.
-SERVE_TOKEN: Final = "LOOPX_SERVE_TOKEN"
+SERVE_TOKEN: Final = "LOOPX_SERVE_TOKEN"  # noqa: S105 - the variable's name, not a token
 
 # Tests and demos.
 FAULT: Final = "LOOPX_FAULT"  # fault points to die at (see loopx.faults); never passed to a host

@@ -57,7 +57,7 @@ class ProcessIdentity:
 
     @classmethod
     def current(cls) -> ProcessIdentity:
-        """This process."""
+        """The calling process."""
         return cls(os.getpid(), psutil.Process().create_time())
 
     @classmethod
