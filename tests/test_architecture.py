@@ -1,30 +1,165 @@
-"""The kernel never imports the supervisor or agents packages."""
+"""The package's dependency directions, the thin CLI, and one spelling per LOOPX_* name.
+
+Layers: the kernel (``loopx/`` minus the four below), ``loopx.agents``,
+``loopx.supervisor``, ``loopx.cli`` and ``loopx.testing``. The kernel imports
+no other layer; agents and supervisor import only the kernel (the
+supervisor starts agents as ``python -m loopx.agents``, a process boundary,
+and the Ray back-end gets the agent loop injected by the CLI); only the CLI
+(the composition root) imports both; nothing but ``loopx/__main__.py``
+imports the CLI. Every import counts, also one inside a function.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+from typing import Final
 
-KERNEL = Path(__file__).resolve().parent.parent / "loopx"
+import pytest
+
+PACKAGE: Final = Path(__file__).resolve().parent.parent / "loopx"
+LAYERS: Final = ("agents", "supervisor", "cli", "testing")
+# What each layer may import besides itself.
+ALLOWED: Final = {
+    "kernel": {"kernel"},
+    "agents": {"kernel", "agents"},
+    "supervisor": {"kernel", "supervisor"},
+    "testing": {"kernel", "testing"},
+    "cli": {"kernel", "agents", "supervisor", "cli"},
+    "main": {"kernel", "cli"},
+}
+# A CLI module parses, calls the library, prints and exits; file work is the library's.
+CLI_MODULE_MAX_LINES: Final = 350
+CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options) aside
+FILE_METHODS: Final = frozenset(
+    {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
+)
+ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 
 
-def test_kernel_does_not_import_supervisor_or_agents() -> None:
-    """No kernel module (outside cli, supervisor, agents, testing) imports loopx.agents or loopx.supervisor."""
+def layer_of(module: str) -> str:
+    """The layer of a dotted module name inside ``loopx``."""
+    parts = module.split(".")
+    if module == "loopx.__main__":
+        return "main"
+    if len(parts) > 1 and parts[1] in LAYERS:
+        return parts[1]
+    return "kernel"
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of a file of the package."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts).removesuffix(".__init__")
+
+
+def imported(tree: ast.AST) -> list[tuple[int, str]]:
+    """Every ``loopx`` module a tree imports (also by ``importlib.import_module("loopx...")``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, node.args[0].value))
+    return [(line, name) for line, name in found if name.split(".")[0] == "loopx"]
+
+
+def package_files() -> list[Path]:
+    """Every module of the package."""
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def cli_files() -> list[Path]:
+    """Every module of ``loopx.cli``."""
+    return sorted((PACKAGE / "cli").glob("*.py"))
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_imports_follow_the_dependency_direction(layer: str) -> None:
+    """No module imports a layer its own may not depend on."""
     offenders = []
-    for path in KERNEL.rglob("*.py"):
-        if path.relative_to(KERNEL).parts[0] in {"cli", "supervisor", "agents", "testing"}:
+    for path in package_files():
+        module = module_name(path)
+        if layer_of(module) != layer:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [
-                f"{path.name}: {n}"
-                for n in names
-                if n.startswith(("loopx.agents", "loopx.supervisor"))
-            ]
+        for line, name in imported(ast.parse(path.read_text())):
+            if layer_of(name) not in ALLOWED[layer]:
+                offenders.append(f"{module}:{line} imports {name}")
+    assert offenders == []
+
+
+def test_relative_imports_are_not_used() -> None:
+    """Every import is absolute, so the direction check above sees all of them."""
+    offenders = [
+        f"{module_name(path)}:{node.lineno}"
+        for path in package_files()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert offenders == []
+
+
+def test_cli_modules_use_no_storage_primitives_and_touch_no_files() -> None:
+    """A CLI module imports nothing of ``loopx.storage`` and calls no file operation."""
+    offenders = []
+    for path in cli_files():
+        tree = ast.parse(path.read_text())
+        offenders += [
+            f"{path.name}:{line} imports {name}"
+            for line, name in imported(tree)
+            if name.startswith("loopx.storage")
+        ]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "open":
+                offenders.append(f"{path.name}:{node.lineno} calls open()")
+            elif isinstance(func, ast.Attribute) and func.attr in FILE_METHODS:
+                offenders.append(f"{path.name}:{node.lineno} calls .{func.attr}()")
+    assert offenders == []
+
+
+def test_cli_modules_and_handlers_stay_short() -> None:
+    """CLI modules stay under a line budget, and so does every function but the argparse ones."""
+    offenders = []
+    for path in cli_files():
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > CLI_MODULE_MAX_LINES:
+            offenders.append(f"{path.name}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if node.name == "register" or node.name.endswith("_options"):
+                continue
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > CLI_FUNCTION_MAX_LINES:
+                offenders.append(f"{path.name}: {node.name}() is {length} lines")
+    assert offenders == []
+
+
+def test_loopx_environment_names_are_spelled_only_in_environ() -> None:
+    """A ``LOOPX_*`` name appears as a bare string only in ``loopx/environ.py``."""
+    offenders = [
+        f"{module_name(path)}:{node.lineno} {node.value!r}"
+        for path in package_files()
+        if path != PACKAGE / "environ.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and ENV_NAME.fullmatch(node.value)
+    ]
     assert offenders == []
 
 

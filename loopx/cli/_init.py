@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, print_json, resolved
-from loopx.registry.model import Registry, load_registry
+from loopx.registry.model import init_registry
 from loopx.root import open_root
-from loopx.storage.files import atomic_write_model, locked
 
 
 def register(sub: Any) -> None:
@@ -24,15 +22,8 @@ def run(args: argparse.Namespace) -> int:
     """Create the root (0700) and the registry if missing; idempotent."""
     where = resolved(args)
     layout = open_root(where, create=True)
-    created = False
-    with locked(layout.registry):
-        if not layout.registry.exists():
-            common = None
-            if layout.registry.parent != layout.root:
-                common = os.path.relpath(layout.root, layout.registry.parent)
-            atomic_write_model(layout.registry, Registry(common_runtime_root=common))
-            created = True
-        goals = len(load_registry(layout).goals)
+    created, registry = init_registry(layout)
+    goals = len(registry.goals)
     if args.json:
         print_json(
             {

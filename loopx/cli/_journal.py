@@ -9,9 +9,8 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import UsageError
 from loopx.registry.goals import get_goal
-from loopx.storage.files import read_bytes
-from loopx.turn.inspection import inspect
 from loopx.turn.journal import journal_files, journal_path
+from loopx.turn.recovery import inspect_file
 
 
 def register(sub: Any) -> None:
@@ -33,10 +32,7 @@ def run_list(args: argparse.Namespace) -> int:
     """List a goal's journals, oldest first."""
     where = layout(args)
     get_goal(where, args.goal_id)
-    views = [
-        inspect(read_bytes(p), goal_id=args.goal_id, turn_key=p.name.removesuffix(".json"))
-        for p in journal_files(where, args.goal_id)
-    ]
+    views = [inspect_file(p, goal_id=args.goal_id) for p in journal_files(where, args.goal_id)]
     if args.json:
         print_json({"schema_version": 1, "journals": [v.model_dump(mode="json") for v in views]})
         return exitcodes.OK
@@ -53,13 +49,12 @@ def run_inspect(args: argparse.Namespace) -> int:
     where = layout(args)
     path = journal_path(where, args.goal_id, args.turn_key)
     try:
-        raw = read_bytes(path)
+        view = inspect_file(path, goal_id=args.goal_id)
     except FileNotFoundError:
         raise UsageError(
             f"no journal {args.turn_key!r} for goal {args.goal_id!r} ({path})",
             hint=f"list them with `loopx journal list {args.goal_id}`",
         ) from None
-    view = inspect(raw, goal_id=args.goal_id, turn_key=args.turn_key)
     if args.json:
         print_json(view)
         return exitcodes.OK

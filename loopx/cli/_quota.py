@@ -12,8 +12,7 @@ from loopx.model import utcnow
 from loopx.quota.decision import QuotaDecision, QuotaReport, decide, quota_report
 from loopx.registry.goals import get_goal
 from loopx.root import Layout
-from loopx.storage.files import read_model_or_none
-from loopx.turn.lease import Lease
+from loopx.turn.lease import read_lease
 
 
 def register(sub: Any) -> None:
@@ -40,7 +39,7 @@ def register(sub: Any) -> None:
 
 def _leased(where: Layout, goal_id: str, now: datetime) -> bool:
     # A lease past its expiry no longer keeps other agents away (it may be taken over).
-    lease = read_model_or_none(where.lease_file(goal_id), Lease)
+    lease = read_lease(where, goal_id)
     return lease is not None and lease.expires_at > now
 
 

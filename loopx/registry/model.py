@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -176,6 +177,29 @@ def load_registry(layout: Layout) -> Registry:
         CorruptFileError: the file is not valid JSON or not the schema.
     """
     return read_model_or_none(layout.registry, Registry) or Registry()
+
+
+def init_registry(layout: Layout) -> tuple[bool, Registry]:
+    """Create the registry if it is missing; idempotent.
+
+    A registry outside the root names the root (``common_runtime_root``,
+    relative to the registry file) so that ``--registry`` alone finds it.
+
+    Returns:
+        Whether this call created it, and the registry now.
+
+    Raises:
+        CorruptFileError: an existing registry is damaged.
+
+    """
+    with locked(layout.registry):
+        created = not layout.registry.exists()
+        if created:
+            common = None
+            if layout.registry.parent != layout.root:
+                common = os.path.relpath(layout.root, layout.registry.parent)
+            atomic_write_model(layout.registry, Registry(common_runtime_root=common))
+        return created, load_registry(layout)
 
 
 def update_registry(layout: Layout, change: Callable[[Registry], Registry]) -> Registry:

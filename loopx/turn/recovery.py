@@ -172,12 +172,22 @@ def recover_journal(
     ), None
 
 
+def inspect_file(path: Path, *, goal_id: str) -> JournalInspection:
+    """Read and inspect the journal at ``path`` (its turn key is the file name).
+
+    Raises:
+        FileNotFoundError: there is no such journal.
+
+    """
+    return inspect(read_bytes(path), goal_id=goal_id, turn_key=path.name.removesuffix(".json"))
+
+
 def needs_recovery(layout: Layout, goal_id: str) -> list[Path]:
     """A goal's journal files that are not plain terminal tombstones (read-only)."""
     out = []
     for path in journal_files(layout, goal_id):
         try:
-            view = inspect(read_bytes(path), goal_id=goal_id, turn_key=path.name[:-5])
+            view = inspect_file(path, goal_id=goal_id)
         except FileNotFoundError:
             continue
         if view.recovery_decision is not RecoveryDecision.NONE:

@@ -7,6 +7,7 @@ from typing import Final
 
 from pydantic import ValidationError
 
+from loopx import environ
 from loopx.agents.hosts.base import HostOutput, Interpretation
 from loopx.storage.files import describe_validation_error
 from loopx.turn.failures import FailureReason, TurnFailure
@@ -48,7 +49,7 @@ def read_protocol_result(output: HostOutput) -> Interpretation:
         message = f"the host {how}" + (f": {tail}" if tail else " without output on stderr")
         return Interpretation(failure=TurnFailure.of(FailureReason.HOST_EXIT, message))
     text = output.result_file_text
-    source = "LOOPX_RESULT_FILE"
+    source = environ.RESULT_FILE
     if text is None:
         text = _last_json_line(output.stdout)
         source = "the last stdout line"
