@@ -119,7 +119,6 @@ class AgentLoop(Protocol):
     """An agent's loop as a back-end drives it in-process (:class:`loopx.agents.loop.Agent`)."""
 
     turns_done: int
-    turns_lost: int  # turns whose writes a newer lease epoch refused (lease_lost)
 
     def run(self) -> int:
         """Loop until stopped; the exit code."""

@@ -199,11 +199,6 @@ class _Pipes:
         if not stdin:
             self._close_stdin()
 
-    @property
-    def open_readers(self) -> bool:
-        """Whether stdout or stderr may still deliver bytes."""
-        return bool(self._readers)
-
     def serve(self, pidfd: int | None, timeout: float) -> bool:
         """Move bytes until the host exits (True) or ``timeout`` passes (False); never reaps.
 

@@ -38,7 +38,6 @@ from loopx.root import Layout
 from loopx.schedule.candidates import gather_candidates
 from loopx.schedule.select import select
 from loopx.storage.files import atomic_write_model
-from loopx.turn.failures import FailureReason
 
 log = structlog.get_logger(__name__)
 
@@ -82,7 +81,6 @@ class Agent:
         self.stop = threading.Event()  # set: finish at the next safe point; passed to the turn
         self.signals_received = 0
         self.turns_done = 0
-        self.turns_lost = 0  # turns whose writes a newer lease epoch refused (lease_lost)
         self.idle_streak = 0
         self._me = ProcessIdentity.current()
         self._parent = _parent_of(config)
@@ -237,8 +235,6 @@ class Agent:
             report = attempt.report
             if report is not None:
                 self.turns_done += 1
-                if report.failure is not None and report.failure.reason is FailureReason.LEASE_LOST:
-                    self.turns_lost += 1
                 self.idle_streak = 0
                 # Idle from now, published by the next step's beat (running again,
                 # or idle when nothing is eligible) or the heartbeat thread: one

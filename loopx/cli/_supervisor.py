@@ -9,17 +9,6 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import UsageError
 
-RUN_DEFAULTS = {
-    "agents": 1,
-    "visible": "none",
-    "stop_grace_seconds": 30.0,
-    "refresh_interval_seconds": 5.0,
-    "status_projection_cache_ttl_seconds": 5.0,
-    "heartbeat_seconds": 2.0,
-    "stall_seconds": 60.0,
-    "idle_horizon_seconds": 60.0,
-}
-
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

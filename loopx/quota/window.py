@@ -43,16 +43,6 @@ class SpendTotals(Record):
     cost_usd: NonNegFloat = 0.0
     turns: NonNegInt = 0
 
-    def plus(self, other: SpendTotals) -> SpendTotals:
-        """The sum of two totals."""
-        return SpendTotals.model_construct(
-            wall_s=self.wall_s + other.wall_s,
-            cpu_s=self.cpu_s + other.cpu_s,
-            tokens=self.tokens + other.tokens,
-            cost_usd=self.cost_usd + other.cost_usd,
-            turns=self.turns + other.turns,
-        )
-
 
 class SpendBucket(NamedTuple):
     """The spend of the turns that ended within one UTC minute (one row of :class:`SpendColumns`).
@@ -68,11 +58,6 @@ class SpendBucket(NamedTuple):
     tokens: int
     cost_usd: float
     turns: int
-
-    @property
-    def last_end_at(self) -> datetime:
-        """``last_end`` as a UTC datetime."""
-        return datetime.fromtimestamp(self.last_end, UTC)
 
 
 class SpendColumns(Record):

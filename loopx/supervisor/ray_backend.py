@@ -101,7 +101,7 @@ class AgentActor:
     """One agent inside a Ray actor (decorated with ``ray.remote`` by :func:`_actor_class`).
 
     Threaded (``max_concurrency``): ``run`` occupies one thread for the
-    agent's life; ``info``, ``stats``, ``request_stop`` and ``kill_hosts``
+    agent's life; ``info``, ``request_stop`` and ``kill_hosts``
     answer from the others.
     """
 
@@ -154,10 +154,6 @@ class AgentActor:
     def request_stop(self) -> None:
         """Stop at the next safe point (the local agent's first SIGTERM)."""
         self.agent.request_stop()
-
-    def stats(self) -> dict[str, int]:
-        """Turns run and turns whose late writes a newer epoch refused."""
-        return {"turns_done": self.agent.turns_done, "turns_lost": self.agent.turns_lost}
 
     def kill_hosts(self, grace_s: float) -> int:
         """Kill this agent's hosts on this node (processes with its root and agent id)."""

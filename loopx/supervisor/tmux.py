@@ -131,13 +131,6 @@ class TmuxSession:
         except TmuxError:
             return
 
-    def windows(self) -> list[str]:
-        """The names of the session's windows."""
-        out = self._run(
-            "list-windows", "-t", self.name, "-F", "#{window_name}", what="list windows"
-        )
-        return out.splitlines()
-
     def kill_server(self) -> None:
         """Stop the root's tmux server (and every window in it)."""
         if not self.socket.exists():
