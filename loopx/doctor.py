@@ -37,7 +37,8 @@ from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.cache import StatusIndex, StatusShard
 from loopx.status.projection import ProbeObservation
-from loopx.storage.files import read_bytes, read_model, read_records
+from loopx.storage.files import read_bytes, read_model
+from loopx.storage.jsonl import read_records
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, parse_turn_key
 from loopx.turn.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch

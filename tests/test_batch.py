@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from loopx.history.line import HistoryLine
-from loopx.storage.files import read_records
+from loopx.storage.jsonl import read_records
 from tests.turnkit import cli_env, demo_runs
 
 

@@ -16,15 +16,9 @@ import pytest
 
 from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
 from loopx.model import Record
-from loopx.storage.files import (
-    append_record,
-    atomic_write_bytes,
-    exclusive_create,
-    iter_jsonl,
-    locked,
-    read_bytes,
-    read_records,
-)
+from loopx.storage.files import atomic_write_bytes, exclusive_create, read_bytes
+from loopx.storage.jsonl import append_record, iter_jsonl, read_records
+from loopx.storage.locks import locked
 
 
 class Rec(Record):
@@ -84,7 +78,7 @@ def test_readers_never_see_a_partial_file_while_writers_are_killed(tmp_path: Pat
 APPENDER = """
 import sys
 from pathlib import Path
-from loopx.storage.files import append_record
+from loopx.storage.jsonl import append_record
 from loopx.model import Record
 class Rec(Record):
     turn_key: str
@@ -179,7 +173,7 @@ def test_exactly_one_exclusive_creator_wins(tmp_path: Path) -> None:
 HOLDER = """
 import sys, time
 from pathlib import Path
-from loopx.storage.files import locked
+from loopx.storage.locks import locked
 with locked(Path(sys.argv[1])):
     Path(sys.argv[2]).write_text("held")
     time.sleep(60)

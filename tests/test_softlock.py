@@ -10,7 +10,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from loopx.storage.files import locked
+from loopx.storage.locks import locked
 from loopx.storage.softlock import (
     HolderRecord,
     LockMode,

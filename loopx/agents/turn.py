@@ -1,7 +1,9 @@
 """One whole turn of one goal: claim, finish leftovers, quota, journal, host, phases, release.
 
-:func:`run_one_turn` is what the agent loop calls; :func:`attempt_turn` is the
-same with the reasons a turn did not run (``loopx turn run-once`` prints them).
+:func:`attempt_turn` is what the agent loop calls (``loopx turn run-once``
+prints its reasons when no turn ran); :func:`run_one_turn` is the same
+returning only the report. The host run and the phases after it are
+:func:`loopx.agents.execution.execute`.
 
 A claim first finishes the goal's unfinished journal, if any (a turn never
 starts while an older one is open):
@@ -17,32 +19,25 @@ starts while an older one is open):
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
-import signal
 import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
 import structlog
 from pydantic import Field
 
 from loopx import __version__, environ
-from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S, HostRun, Limits, run_host
-from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
+from loopx.agents.execution import HostTerms, execute
+from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
 from loopx.errors import (
     CorruptFileError,
     GoalNotFoundError,
-    HostMissingError,
     LeaseLostError,
-    LoopxError,
 )
-from loopx.faults import fault_point
 from loopx.ids import validate_goal_id
 from loopx.model import Record, utcnow
 from loopx.process import find_by_env, kill_tree
@@ -51,12 +46,11 @@ from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.schedule.candidates import read_registry
-from loopx.secrets import redact_text, secret_values
 from loopx.state import load_state
-from loopx.storage.files import dir_sync_batch, ensure_dir, lock_busy, read_bytes
+from loopx.storage.files import dir_sync_batch
+from loopx.storage.locks import lock_busy
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
-    HostOutcome,
     Phase,
     TurnJournal,
     TurnPlan,
@@ -67,12 +61,10 @@ from loopx.turn.journal import (
     newest_journal,
     result_path,
     write_journal,
-    write_journal_unfenced,
 )
 from loopx.turn.lease import (
     DEFAULT_GRACE_S,
     DEFAULT_TTL_S,
-    Fence,
     Lease,
     claim,
     fence_of,
@@ -82,14 +74,10 @@ from loopx.turn.lease import (
     renew,
     takeover_allowed,
 )
-from loopx.turn.phases import finish_held, settle
 from loopx.turn.protocol import Envelope, ResultKind
 from loopx.turn.recovery import RecoveryAction, recover_goal
-from loopx.turn.tamper import GoalFingerprint
 
 log = structlog.get_logger(__name__)
-
-RESULT_READ_LIMIT: Final = 1024 * 1024 + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +219,11 @@ def _claimed_turn(
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
     holder = _Holder(layout, lease, config.lease_ttl_s)
+    terms = HostTerms(
+        renew=holder.renew,
+        renew_every_s=max(config.lease_ttl_s / 3, 0.05),
+        kill_grace_s=config.kill_grace_s,
+    )
     newest = newest_journal(layout, goal.id)
     turn_key = newest.name.removesuffix(".json") if newest is not None else ""
     try:
@@ -244,7 +237,7 @@ def _claimed_turn(
                 update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
             )
             write_journal(layout, journal, fence)
-            done = _execute(layout, goal, journal, fence, holder, stop=stop, config=config)
+            done = execute(layout, goal, journal, fence, terms, stop=stop)
             return _attempt(goal.id, report=_report(done, actions))
         goal = _goal(layout, goal.id)  # finishing a turn may have changed it
         decision = _decide(layout, goal, now=utcnow())
@@ -256,7 +249,7 @@ def _claimed_turn(
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key
         create_journal(layout, journal, fence)
-        done = _execute(layout, goal, journal, fence, holder, stop=stop, config=config)
+        done = execute(layout, goal, journal, fence, terms, stop=stop)
         return _attempt(goal.id, quota=decision, report=_report(done, actions))
     except LeaseLostError as e:
         log.warning("lease_lost", held=e.held, current=e.current)
@@ -365,230 +358,6 @@ def _plan(
         created_at=now,
         updated_at=now,
     )
-
-
-def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) -> dict[str, str]:
-    envelope = journal.plan.envelope
-    env = environ.without((environ.FAULT,))
-    env.update(extra)
-    env.update(
-        {
-            environ.GOAL_ID: journal.goal_id,
-            environ.TURN_KEY: journal.turn_key,
-            environ.ROOT: str(layout.root),
-            environ.WORKDIR: envelope.workdir,
-            environ.RESULT_FILE: envelope.result_file,
-        }
-    )
-    return env
-
-
-def _read_result_file(path: Path) -> str | None:
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        return None
-    except (OSError, LoopxError) as e:
-        return f"<unreadable result file: {e}>"
-    return data[:RESULT_READ_LIMIT].decode("utf-8", errors="replace")
-
-
-def _execute(
-    layout: Layout,
-    goal: Goal,
-    journal: TurnJournal,
-    fence: Fence,
-    holder: _Holder,
-    *,
-    stop: threading.Event | None,
-    config: TurnConfig,
-) -> TurnJournal:
-    """host_execute (+ typed_result, validation in the same write), then the other phases."""
-    fault_point(f"before:{Phase.HOST_EXECUTE}")
-    envelope = journal.plan.envelope.model_copy(update={"attempt": journal.attempt})
-    result_file = Path(envelope.result_file)
-    ensure_dir(result_file.parent)
-    result_file.unlink(missing_ok=True)
-    host = host_for(goal.host.kind)
-    try:
-        invocation = host.prepare(goal, envelope)
-    except HostMissingError as e:
-        failed = journal.model_copy(
-            update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
-        )
-        return _after_host(layout, settle(failed, now=utcnow()), fence, result_file)
-    env = _host_env(layout, journal, invocation.env)
-    guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
-    tampered_before: list[str] = []  # found before a retry's own journal write
-    earlier = Usage()  # what SIGKILLed attempts of this turn spent
-    while True:
-        run = run_host(
-            invocation.argv,
-            stdin=invocation.stdin,
-            cwd=Path(goal.workdir),
-            env=env,
-            limits=Limits(
-                timeout_s=journal.plan.turn_timeout_s,
-                max_rss_mb=journal.plan.max_rss_mb,
-                kill_grace_s=config.kill_grace_s,
-            ),
-            turn_key=journal.turn_key,
-            loopx_root=str(layout.root),
-            stop=stop,
-            tick=holder.renew,
-            tick_every_s=max(config.lease_ttl_s / 3, 0.05),
-        )
-        if not _killed_from_outside(run, journal, stop):
-            break
-        # SIGKILL that LoopX did not send (the OOM killer, an operator): an
-        # interruption like the agent dying mid-host, so the host runs again
-        # under the same turn key while attempts remain (docs/host-protocol.md).
-        log.warning("host_killed_from_outside", pid=run.pid, attempt=journal.attempt)
-        earlier = _added(earlier, run.usage)
-        tampered_before += guard.changed(layout, goal.id, running=journal.turn_key)
-        journal = journal.model_copy(
-            update={"attempt": journal.attempt + 1, "updated_at": utcnow()}
-        )
-        write_journal(layout, journal, fence)
-        # The journal rewrite moved turns/'s mtime: fingerprint again for the next attempt.
-        guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
-        envelope = envelope.model_copy(update={"attempt": journal.attempt})
-        invocation = host.prepare(goal, envelope)
-        result_file.unlink(missing_ok=True)
-    run = dataclasses.replace(run, usage=_added(earlier, run.usage))
-    # Host output is stored (journal, run logs, history): secret values of the
-    # host's environment are replaced before anything reads or keeps it.
-    outcome, reading = _outcome(host, envelope, journal, run, result_file, secret_values(env))
-    tampered = sorted(
-        set(tampered_before + guard.changed(layout, goal.id, running=journal.turn_key))
-    )
-    if tampered:
-        log.warning("host_tampered_with_root", files=tampered)
-        outcome = outcome.model_copy(
-            update={
-                "failure": TurnFailure.of(
-                    FailureReason.ROOT_TAMPERED,
-                    f"the host changed LoopX's files while it ran: {', '.join(tampered[:10])}; "
-                    "they were left as found: see `loopx doctor` and "
-                    f"`loopx replay {goal.id} --verify` (`--repair` rebuilds them from the journals)",
-                )
-            }
-        )
-    usage = run.usage
-    if reading is not None:
-        usage = usage.model_copy(
-            update={
-                "input_tokens": reading.input_tokens,
-                "output_tokens": reading.output_tokens,
-                "cost_usd": reading.cost_usd,
-            }
-        )
-    journal = journal.model_copy(update={"outcome": outcome, "usage": usage})
-    return _after_host(layout, settle(journal, now=utcnow()), fence, result_file)
-
-
-def _killed_from_outside(run: HostRun, journal: TurnJournal, stop: threading.Event | None) -> bool:
-    """Whether the host died of a SIGKILL LoopX did not send, with an attempt left."""
-    return (
-        run.killed is None
-        and run.signal == signal.SIGKILL
-        and journal.attempt < journal.plan.max_host_attempts
-        and not (stop is not None and stop.is_set())
-    )
-
-
-def _added(a: Usage, b: Usage) -> Usage:
-    return a.model_copy(
-        update={
-            "cpu_s": a.cpu_s + b.cpu_s,
-            "wall_s": a.wall_s + b.wall_s,
-            "peak_rss_mb": max(a.peak_rss_mb, b.peak_rss_mb),
-        }
-    )
-
-
-def _outcome(
-    host: Host,
-    envelope: Envelope,
-    journal: TurnJournal,
-    run: HostRun,
-    result_file: Path,
-    secrets: list[str],
-) -> tuple[HostOutcome, Interpretation | None]:
-    """The recorded outcome (secrets redacted), and the adapter's reading of it."""
-    stdout = redact_text(run.stdout.text(), secrets)
-    stderr = redact_text(run.stderr.text(), secrets)
-    base = {
-        "attempt": journal.attempt,
-        "pid": run.pid or None,
-        "exit_code": run.exit_code,
-        "signal": run.signal,
-        "killed": run.killed,
-        "stdout": stdout,
-        "stderr": stderr,
-        "stdout_dropped": run.stdout.dropped,
-        "stderr_dropped": run.stderr.dropped,
-        "started_at": run.started_at,
-        "ended_at": run.ended_at,
-    }
-    if run.spawn_error is not None:
-        failure = TurnFailure.of(FailureReason.HOST_MISSING, run.spawn_error)
-        return HostOutcome.model_validate({**base, "failure": failure}), None
-    if run.killed is not None:
-        return HostOutcome.model_validate(base), None
-    text = _read_result_file(result_file)
-    text = redact_text(text, secrets) if text is not None else None
-    output = HostOutput(
-        exit_code=run.exit_code,
-        signal=run.signal,
-        stdout=stdout,
-        stderr=stderr,
-        stdout_dropped=run.stdout.dropped,
-        stderr_dropped=run.stderr.dropped,
-        result_file_text=text,
-    )
-    try:
-        reading = host.interpret(envelope, output)
-    except (LoopxError, ValueError) as e:
-        reading_failure = TurnFailure.of(
-            FailureReason.MALFORMED_OUTPUT,
-            f"the {host.kind} adapter could not read the output: {e}",
-        )
-        return HostOutcome.model_validate(
-            {**base, "result_file_text": text, "failure": reading_failure}
-        ), None
-    outcome = HostOutcome.model_validate(
-        {
-            **base,
-            "result_file_text": text,
-            "result": reading.result,
-            "failure": reading.failure,
-            "session": reading.session,
-        }
-    )
-    return outcome, reading
-
-
-def _after_host(
-    layout: Layout, journal: TurnJournal, fence: Fence, result_file: Path
-) -> TurnJournal:
-    # One hold of the goal's lock (epoch checked once) for the outcome write and
-    # every later phase: nothing else of this goal may write in between anyway.
-    with fence.held():
-        write_journal_unfenced(layout, journal)
-        with contextlib.suppress(OSError):
-            result_file.unlink()  # its text is in the journal now
-        for point in (
-            f"after:{Phase.HOST_EXECUTE}",
-            f"before:{Phase.TYPED_RESULT}",
-            f"after:{Phase.TYPED_RESULT}",
-            f"before:{Phase.VALIDATION}",
-            f"after:{Phase.VALIDATION}",
-        ):
-            fault_point(point)
-        journal = finish_held(layout, journal, now=utcnow())
-    fault_point(f"after:{Phase.SCHEDULER_ACK}")
-    return journal
 
 
 def _kill_goal_processes(layout: Layout, goal_id: str, grace_s: float) -> None:

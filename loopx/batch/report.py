@@ -15,7 +15,7 @@ from loopx.quota.ledger import SpendRecord
 from loopx.registry.model import Goal, GoalStatus, load_registry
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
-from loopx.storage.files import read_records
+from loopx.storage.jsonl import read_records
 
 
 class Outcome(StrEnum):

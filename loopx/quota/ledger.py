@@ -47,15 +47,14 @@ from loopx.quota.window import (
 )
 from loopx.root import Layout
 from loopx.storage.files import (
-    append_record,
     atomic_write_bytes,
     describe_validation_error,
     ensure_dir,
     parse_model,
     read_bytes,
-    read_records,
     refuse_symlinked_parents,
 )
+from loopx.storage.jsonl import append_record, read_records
 
 log = structlog.get_logger(__name__)
 

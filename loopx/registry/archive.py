@@ -32,7 +32,8 @@ from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import note_goal_changed
 from loopx.status.sources import history_tail
-from loopx.storage.files import ensure_dir, fsync_dir, locked, read_model_or_none
+from loopx.storage.files import ensure_dir, fsync_dir, read_model_or_none
+from loopx.storage.locks import locked
 from loopx.turn.lease import Holder, Lease, holder_state
 
 STAMP: Final = "%Y%m%dT%H%M%SZ"

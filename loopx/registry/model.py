@@ -13,7 +13,8 @@ from pydantic import Field, field_validator, model_validator
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, locked, read_model_or_none
+from loopx.storage.files import atomic_write_model, read_model_or_none
+from loopx.storage.locks import locked
 
 
 class GoalStatus(StrEnum):

@@ -66,7 +66,8 @@ from loopx.status.sources import (
     reset_hints,
     stat_pair,
 )
-from loopx.storage.files import atomic_write_model, ensure_dir, locked, parse_model, read_bytes
+from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
+from loopx.storage.locks import locked
 
 SHARDS: Final = 256
 SHARD_DIR: Final = "status.d"

@@ -1,52 +1,33 @@
-"""File primitives used everywhere: atomic write, exclusive create, keyed append, locks.
+"""File primitives used everywhere: directories, atomic write, exclusive create, reads.
 
-Every durable byte LoopX writes goes through this module, so the crash
+Every durable byte LoopX writes goes through this module or the two built on
+it (:mod:`loopx.storage.locks`, :mod:`loopx.storage.jsonl`), so the crash
 guarantees are argued once:
 
 * atomic write: temp file in the same directory, write, fsync, rename, fsync
   the directory. A reader sees the old or the new file, never a mix.
 * exclusive create: ``O_CREAT|O_EXCL|O_NOFOLLOW``; exactly one creator wins.
-* keyed append: one ``write`` per JSON line under a file lock; a record whose
-  key is already among the file's recent records is skipped, so replaying an
-  append is harmless. Readers ignore a torn last line.
-* locks: ``filelock`` on ``<file>.lock``; a busy lock is retried with jittered
-  backoff (tenacity) and ends in :class:`LockTimeoutError`. On a network
-  filesystem (or with ``LOOPX_LOCK_MODE=soft``) the lock is a soft lock
-  (:mod:`loopx.storage.softlock`) instead of flock.
+* no symlink is followed: the file itself (``O_NOFOLLOW``) and the two
+  directories above it are checked (:func:`refuse_symlink`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import fcntl
-import json
 import os
 import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
-import filelock
 from pydantic import BaseModel, ValidationError
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
-from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
-from loopx.storage.softlock import LockMode, SoftLock, lock_mode_for
+from loopx.errors import CorruptFileError, UnsafePathError
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
-DEFAULT_LOCK_TIMEOUT_S: Final = 30.0
-# A replayed append can only repeat one of the newest records of a file: each
-# keyed file belongs to one goal, whose writers are serialised by its lease.
-DEDUP_SCAN_RECORDS: Final = 256
-_READ_BLOCK: Final = 64 * 1024
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -133,7 +114,12 @@ def dir_sync_batch() -> Iterator[None]:
             _fsync_dir_now(path)
 
 
-def _refuse_symlink(path: Path) -> None:
+def refuse_symlink(path: Path) -> None:
+    """Refuse ``path`` if it or one of the two directories above it is a symlink.
+
+    Raises:
+        UnsafePathError: it is.
+    """
     if os.path.islink(path):  # os.path, not pathlib: this runs on every write of a turn
         raise UnsafePathError(path, "it is a symlink")
     refuse_symlinked_parents(path)
@@ -180,7 +166,7 @@ def atomic_write_bytes(
     for a write whose loss to a power cut is repaired from other durable
     files (a turn's terminal journal: recovery finishes the turn again).
     """
-    _refuse_symlink(path)
+    refuse_symlink(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     try:
@@ -296,266 +282,3 @@ def describe_validation_error(error: ValidationError) -> str:
     if first["type"] == "json_invalid":
         return f"not valid JSON: {first['msg']}{suffix}"
     return f"{where}: {first['msg']}{suffix}"
-
-
-# --- JSON Lines --------------------------------------------------------------------------------
-
-
-def _tail_lines(fd: int, size: int, want: int) -> list[bytes]:
-    """The last ``want`` complete lines of an open file, oldest first."""
-    pos = size
-    buf = b""
-    while pos > 0 and buf.count(b"\n") <= want:
-        step = min(_READ_BLOCK, pos)
-        pos -= step
-        buf = os.pread(fd, step, pos) + buf
-    lines = buf.split(b"\n")
-    # The first piece may be a partial line when we stopped early; the last is
-    # what follows the final newline (empty, or a torn record).
-    complete = lines[:-1] if pos == 0 else lines[1:-1]
-    return complete[-want:]
-
-
-def _record_key(line: bytes, key_field: str) -> object:
-    try:
-        return json.loads(line).get(key_field)
-    except (ValueError, AttributeError):
-        return None
-
-
-def append_record(
-    path: Path,
-    record: BaseModel,
-    *,
-    key_field: str = "turn_key",
-    timeout: float = DEFAULT_LOCK_TIMEOUT_S,
-) -> bool:
-    """Append ``record`` as one JSON line unless a recent record has the same key.
-
-    A torn last line (a writer died mid-record, so nobody was told it was
-    written) is cut off first, so the new record starts on a line of its own.
-
-    Returns:
-        True if the record was written, False if its key was already there.
-    """
-    key = getattr(record, key_field)
-    line = record.model_dump_json().encode() + b"\n"
-    needle = _key_needle(key)
-    _refuse_symlink(path)
-    with locked(path, timeout=timeout):
-        created = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, FILE_MODE)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                size -= len(_torn_tail(fd, size))
-                os.ftruncate(fd, size)
-            if any(
-                _record_key(old, key_field) == key
-                for old in _tail_lines(fd, size, DEDUP_SCAN_RECORDS)
-                if needle is None or needle in old or b"\\u" in old
-            ):
-                return False
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            fsync_dir(path.parent)
-    return True
-
-
-def _key_needle(key: object) -> bytes | None:
-    """Bytes every JSON line naming string ``key`` contains (None: parse every line).
-
-    Only lines holding the key's text, or a ``\\u`` escape (JSON may spell any
-    character that way), can name it, so the dedup scan parses just those.
-    Keys with characters JSON escapes otherwise (quote, backslash, slash,
-    controls) are not filtered.
-    """
-    if not isinstance(key, str) or any(c in key for c in '"\\/') or not key.isprintable():
-        return None
-    return key.encode()
-
-
-def _torn_tail(fd: int, size: int) -> bytes:
-    """The bytes after the last newline of an open file."""
-    pos = size
-    tail = b""
-    while pos > 0:
-        step = min(_READ_BLOCK, pos)
-        pos -= step
-        tail = os.pread(fd, step, pos) + tail
-        nl = tail.rfind(b"\n")
-        if nl >= 0:
-            return tail[nl + 1 :]
-    return tail
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each complete record of a JSON Lines file.
-
-    A last line without its newline is a torn write and is skipped. Any other
-    line that is not a JSON object is damage.
-
-    Raises:
-        CorruptFileError: a complete line is not a JSON object.
-    """
-    data = read_bytes(path)
-    lines = data.split(b"\n")
-    for number, raw in enumerate(lines[:-1], start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            raise CorruptFileError(path, f"line {number} is not valid JSON: {e}") from e
-        if not isinstance(obj, dict):
-            raise CorruptFileError(path, f"line {number} is not a JSON object")
-        yield number, obj
-
-
-def read_records(path: Path, model: type[M]) -> list[M]:
-    """All complete records of a JSON Lines file, validated as ``model``; [] if missing.
-
-    Raises:
-        CorruptFileError: a complete line is not JSON or not the model's schema.
-    """
-    if not path.exists():
-        return []
-    out = []
-    for number, obj in iter_jsonl(path):
-        try:
-            out.append(model.model_validate(obj))
-        except ValidationError as e:
-            raise CorruptFileError(path, f"line {number}: {describe_validation_error(e)}") from e
-    return out
-
-
-# --- locks -------------------------------------------------------------------------------------
-
-
-def lock_path_for(path: Path) -> Path:
-    """The lock file guarding ``path``."""
-    return path.with_name(path.name + ".lock")
-
-
-@contextlib.contextmanager
-def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the file lock of ``path`` (``<path>.lock``) for a read-modify-write.
-
-    Never hold it while a host runs. Not reentrant: do not nest two locks of
-    the same file in one process.
-
-    Raises:
-        LockTimeoutError: the lock stayed busy for ``timeout`` seconds.
-    """
-    lock_file = lock_path_for(path)
-    _refuse_symlink(lock_file)
-    # A root on a network filesystem (or LOOPX_LOCK_MODE=soft) uses soft locks: see loopx.storage.softlock.
-    lock: filelock.FileLock | SoftLock | _Flock
-    if lock_mode_for(lock_file) is LockMode.SOFT:
-        lock = SoftLock(lock_file)
-    else:
-        lock = _Flock(lock_file)
-    try:
-        lock.acquire(timeout=0)  # the common case, a free lock: no retry machinery
-    except filelock.Timeout:
-        _acquire_with_retries(lock, lock_file, timeout)
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-class _Flock:
-    """The lock ``filelock.FileLock`` takes on Unix (``flock`` of ``<file>.lock``), minus its cost.
-
-    Same file, mode and ``flock(LOCK_EX | LOCK_NB)``, so it excludes and is
-    excluded by a ``filelock.FileLock`` on the same path; what it leaves out
-    is filelock's per-call bookkeeping (singletons, fork tracking, thread
-    state), which cost more than the lock on every turn (7 locks a turn).
-    A lock file unlinked by a peer between our open and our flock is not
-    trusted (retried), as filelock does. A filesystem without ``flock``
-    falls back to ``filelock.FileLock`` itself.
-    """
-
-    def __init__(self, lock_file: Path) -> None:
-        self._path = lock_file
-        self._fd: int | None = None
-        self._fallback: filelock.FileLock | None = None
-
-    def acquire(self, timeout: float = 0) -> None:  # noqa: ARG002 - callers retry (tenacity)
-        """Take the lock now or raise ``filelock.Timeout``."""
-        if self._fallback is not None:
-            self._fallback.acquire(timeout=0)
-            return
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise filelock.Timeout(str(self._path)) from None
-        except OSError:  # no flock here (ENOSYS, ENOLCK...): let filelock decide
-            os.close(fd)
-            self._fallback = filelock.FileLock(str(self._path), mode=FILE_MODE, is_singleton=False)
-            self._fallback.acquire(timeout=0)
-            return
-        if os.fstat(fd).st_nlink == 0:  # unlinked under us: a lock nobody else can see
-            os.close(fd)
-            raise filelock.Timeout(str(self._path))
-        self._fd = fd
-
-    def release(self) -> None:
-        """Let the lock go."""
-        if self._fallback is not None:
-            self._fallback.release()
-            return
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-
-def lock_busy(path: Path) -> bool:
-    """Whether another holder has the file lock of ``path`` right now. A hint only.
-
-    The answer may change the moment it is given; callers use it to try other
-    work first, never to decide anything that needs the lock. A soft lock
-    (network filesystems) is never reported busy.
-    """
-    lock_file = lock_path_for(path)
-    if lock_mode_for(lock_file) is LockMode.SOFT:
-        return False
-    try:
-        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False  # no lock file yet (or unreadable): let the real acquire decide
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same flock filelock takes
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # releases the probe's flock, if it got one
-    return False
-
-
-def _acquire_with_retries(
-    lock: filelock.FileLock | SoftLock | _Flock, lock_file: Path, timeout: float
-) -> None:
-    """Retry a busy lock with jittered backoff until ``timeout``."""
-    try:
-        for attempt in Retrying(
-            stop=stop_after_delay(timeout),
-            wait=wait_random_exponential(multiplier=0.005, max=0.25),
-            retry=retry_if_exception_type(filelock.Timeout),
-            reraise=True,
-        ):
-            with attempt:
-                lock.acquire(timeout=0)
-    except filelock.Timeout as e:
-        raise LockTimeoutError(lock_file, timeout) from e

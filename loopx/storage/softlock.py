@@ -47,7 +47,7 @@ NETWORK_FSTYPES: Final = frozenset(
 
 
 class LockMode(StrEnum):
-    """How ``loopx.storage.files.locked`` locks."""
+    """How ``loopx.storage.locks.locked`` locks."""
 
     FLOCK = "flock"  # filelock.FileLock: fcntl/flock on <file>.lock (local disks)
     SOFT = "soft"  # exclusive-create marker with holder record and stale detection

@@ -17,12 +17,8 @@ from loopx.quota.usage import Usage
 from loopx.registry.model import Goal, QuotaPolicy, Registry, update_registry, with_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState
-from loopx.storage.files import (
-    append_record,
-    atomic_write_bytes,
-    atomic_write_model,
-    exclusive_create,
-)
+from loopx.storage.files import atomic_write_bytes, atomic_write_model, exclusive_create
+from loopx.storage.jsonl import append_record
 from loopx.turn.lease import Lease
 from loopx.turn.protocol import ResultKind
 

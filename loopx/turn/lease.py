@@ -28,10 +28,10 @@ from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,
     exclusive_create,
-    locked,
     read_bytes,
     read_model_or_none,
 )
+from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 30.0
 # How long past expiry a lease whose holder we cannot see (another hostname,

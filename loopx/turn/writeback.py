@@ -5,7 +5,7 @@ process), so a replay after a crash writes the same bytes again:
 
 * ``runs/<seq>.json`` and ``runs/<seq>.md`` are rewritten atomically with the
   same content;
-* the history line is keyed by ``turn_key`` (:func:`loopx.storage.files.append_record`
+* the history line is keyed by ``turn_key`` (:func:`loopx.storage.jsonl.append_record`
   skips a repeat);
 * the state patch is applied only if ``state.turn_seq`` is below the turn's
   seq, and that bump is written in the same atomic rewrite as the patch.
@@ -25,7 +25,8 @@ from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.root import Layout
 from loopx.state import GoalState, Todo, load_state, update_state
-from loopx.storage.files import append_record, atomic_write_bytes, atomic_write_model, ensure_dir
+from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
+from loopx.storage.jsonl import append_record
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, TurnStatus
 from loopx.turn.protocol import Envelope, HostResult, ResultKind
