@@ -147,7 +147,7 @@ def register(sub: Any) -> None:
 
 def _config(args: argparse.Namespace) -> Any:
     from loopx.supervisor.backoff import RestartPolicy  # noqa: PLC0415 - keep `loopx --help` light
-    from loopx.supervisor.fleet import SupervisorConfig  # noqa: PLC0415
+    from loopx.supervisor.config import SupervisorConfig  # noqa: PLC0415
 
     if args.agents < 0:
         raise UsageError(f"--agents must be 0 or more, got {args.agents}", hint="pass --agents N")

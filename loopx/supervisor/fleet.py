@@ -17,10 +17,8 @@ import contextlib
 import os
 import select
 import signal
-import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
 from typing import Final
@@ -29,20 +27,22 @@ import psutil
 import structlog
 
 from loopx import exitcodes, process
-from loopx.errors import CorruptFileError, UsageError
-from loopx.fleet import AgentHeartbeat, AgentLoopFactory, AgentSlot, FleetRecord
+from loopx.errors import CorruptFileError
+from loopx.fleet import AgentHeartbeat, AgentLoopFactory, FleetRecord
 from loopx.model import utcnow
 from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
-from loopx.supervisor.backoff import RestartPolicy, decide_restart
+from loopx.supervisor.backoff import decide_restart
+from loopx.supervisor.config import SupervisorConfig, make_runner
 from loopx.supervisor.idle import idle_verdict
 from loopx.supervisor.lock import acquire, read_record
 from loopx.supervisor.notify import Notifier
 from loopx.supervisor.process import fleet_processes, reap_orphans
 from loopx.supervisor.progress import goal_progress
-from loopx.supervisor.runner import AgentHandle, AgentRunner, AgentSpec, LocalRunner
+from loopx.supervisor.runner import AgentRunner
 from loopx.supervisor.scale import read_scale, scale_file
+from loopx.supervisor.slot import Slot
 from loopx.supervisor.tmux import TmuxSession
 from loopx.turn.recovery import recover
 
@@ -50,77 +50,6 @@ log = structlog.get_logger(__name__)
 
 REAP_GRACE_S: Final = 5.0  # a previous fleet's leftovers get this long after SIGTERM
 STALL_KILL_GRACE_S: Final = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class SupervisorConfig:
-    """How the supervisor runs (the `loopx supervisor run` options)."""
-
-    agents: int = 1
-    visible: str = "none"  # "none" | "tmux"
-    until_idle: bool = False
-    stop_grace_s: float = 30.0
-    refresh_interval_s: float = 5.0
-    status_cache_ttl_s: float = 5.0
-    heartbeat_s: float = 2.0
-    stall_s: float = 60.0
-    tick_s: float = 1.0
-    idle_check_s: float = 0.5
-    idle_horizon_s: float = 60.0
-    agent_max_turns: int | None = None
-    agent_idle_max_s: float = 2.0
-    restart: RestartPolicy = field(default_factory=RestartPolicy)
-    python: str = sys.executable
-    log_level: str = "info"
-    backend: str = "local"  # "local" | "ray"
-    ray_address: str | None = None  # None: start a private local Ray cluster
-    agent_cpus: float = 1.0  # Ray: CPUs reserved per agent actor
-    agent_memory_mb: int | None = None  # Ray: memory reserved per agent actor
-
-    def agent_spec(self) -> AgentSpec:
-        """What each agent is started with."""
-        return AgentSpec(
-            heartbeat_s=self.heartbeat_s,
-            idle_max_s=self.agent_idle_max_s,
-            max_turns=self.agent_max_turns,
-            log_level=self.log_level,
-            python=self.python,
-        )
-
-
-@dataclass(slots=True)
-class _Slot:
-    index: int
-    agent_id: str
-    agent: AgentHandle | None = None
-    spawned_at: float = 0.0
-    next_start: float | None = 0.0  # monotonic; None: do not start (retiring or stopping)
-    restart_times: list[float] = field(default_factory=list)
-    restarts: int = 0
-    recent_restarts: int = 0
-    crash_loop: bool = False
-    last_exit: str | None = None
-    retiring: bool = False
-
-    @property
-    def ref(self) -> process.ProcessIdentity | None:
-        return self.agent.ref if self.agent is not None else None
-
-    def record(self) -> AgentSlot:
-        ref = self.ref
-        return AgentSlot(
-            index=self.index,
-            agent_id=self.agent_id,
-            pid=ref.pid if ref else None,
-            pid_started_at=ref.started_at if ref else None,
-            restarts=self.restarts,
-            recent_restarts=self.recent_restarts,
-            crash_loop=self.crash_loop,
-            last_exit=self.last_exit,
-            next_start_at=None
-            if self.next_start is None or self.agent is not None
-            else utcnow() + timedelta(seconds=max(0.0, self.next_start - time.monotonic())),
-        )
 
 
 class Supervisor:
@@ -154,7 +83,7 @@ class Supervisor:
         self.runner = (
             runner if runner is not None else make_runner(layout, config, self.env, make_agent)
         )
-        self.slots: list[_Slot] = []
+        self.slots: list[Slot] = []
         self.wanted = config.agents
         self.state = "starting"
         self.exit_code: int | None = None
@@ -213,7 +142,7 @@ class Supervisor:
         self._recover()
         self._refresh_status()
         self.runner.open()
-        self.slots = [_Slot(i, f"agent-{i}") for i in range(1, self.wanted + 1)]
+        self.slots = [Slot(i, f"agent-{i}") for i in range(1, self.wanted + 1)]
         now = time.monotonic()
         for slot in self.slots:
             self._spawn(slot, now)
@@ -269,14 +198,14 @@ class Supervisor:
 
     # --- agents ---------------------------------------------------------------------------------
 
-    def _spawn(self, slot: _Slot, now: float) -> None:
+    def _spawn(self, slot: Slot, now: float) -> None:
         slot.agent = self.runner.spawn(slot.index, slot.agent_id)
         slot.spawned_at = now
         slot.next_start = None
         ref = slot.agent.ref
         log.info("agent_spawned", agent_id=slot.agent_id, pid=ref.pid if ref else None)
 
-    def _heartbeat_age(self, slot: _Slot) -> float:
+    def _heartbeat_age(self, slot: Slot) -> float:
         """Seconds since the slot's agent last proved alive (its heartbeat, else its spawn)."""
         since_spawn = time.monotonic() - slot.spawned_at
         try:
@@ -288,7 +217,7 @@ class Supervisor:
             return since_spawn
         return min(since_spawn, (utcnow() - beat.beat_at).total_seconds())
 
-    def _ended(self, slot: _Slot, how: str, now: float) -> None:
+    def _ended(self, slot: Slot, how: str, now: float) -> None:
         ref = slot.ref
         log.warning("agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how)
         slot.agent, slot.last_exit = None, how
@@ -364,7 +293,7 @@ class Supervisor:
             while index in used:
                 index += 1
             used.add(index)
-            self.slots.append(_Slot(index, f"agent-{index}", next_start=now))
+            self.slots.append(Slot(index, f"agent-{index}", next_start=now))
         self.slots.sort(key=lambda s: s.index)
         log.info("supervisor_reloaded", agents_wanted=self.wanted, goals=goals)
         self.notifier.send("READY=1", f"STATUS={self._status_line()}")
@@ -382,7 +311,7 @@ class Supervisor:
                 slot.agent.request_stop()
         log.info("supervisor_stopping", agents=len(self._live()), grace_s=self.config.stop_grace_s)
 
-    def _live(self) -> list[_Slot]:
+    def _live(self) -> list[Slot]:
         return [s for s in self.slots if s.agent is not None]
 
     def _finish(self) -> int:
@@ -548,28 +477,3 @@ class Supervisor:
             self.notifier.close()
             if self._lock is not None:
                 self._lock.release()  # type: ignore[attr-defined]
-
-
-def make_runner(
-    layout: Layout,
-    config: SupervisorConfig,
-    env: Mapping[str, str],
-    make_agent: AgentLoopFactory | None = None,
-) -> AgentRunner:
-    """The back-end ``config.backend`` names.
-
-    Raises:
-        RayUnavailableError: ``--backend ray`` without ray installed.
-        UsageError: ``--backend ray`` without ``make_agent``.
-
-    """
-    if config.backend == "ray":
-        from loopx.supervisor.ray_backend import RayRunner  # noqa: PLC0415 - optional extra
-
-        if make_agent is None:
-            raise UsageError(
-                "--backend ray runs the agent loop inside each actor, and none was given",
-                hint="start the supervisor with `loopx supervisor run --backend ray`",
-            )
-        return RayRunner.from_config(layout, config, make_agent)
-    return LocalRunner(layout, config.agent_spec(), env, visible=config.visible)

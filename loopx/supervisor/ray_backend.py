@@ -41,7 +41,7 @@ from loopx.supervisor.process import fleet_processes
 from loopx.supervisor.runner import AgentSpec
 
 if TYPE_CHECKING:
-    from loopx.supervisor.fleet import SupervisorConfig
+    from loopx.supervisor.config import SupervisorConfig
 
 log = structlog.get_logger(__name__)
 
