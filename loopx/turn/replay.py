@@ -24,10 +24,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -46,6 +44,13 @@ from loopx.storage.files import (
     fsync_dir,
     read_bytes,
 )
+from loopx.turn.differences import (
+    Difference,
+    DifferenceKind,
+    compare_files,
+    file_order,
+    json_lines,
+)
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, journal_files
 from loopx.turn.lease import claim, fence_of, release
@@ -59,40 +64,6 @@ REPLAY_AGENT_ID: Final = "replay"
 HUMAN_FIELDS: Final = ("gates", "host_session")
 # Not compared along the chain: set by humans and turns alike.
 _CHAIN_SKIP: Final = frozenset({*HUMAN_FIELDS, "updated_at"})
-_SHOWN_CHARS: Final = 300
-
-
-class DifferenceKind(StrEnum):
-    """How a file on disk disagrees with the replay."""
-
-    DIFFERS = "differs"  # both have it; the values differ
-    MISSING = "missing"  # the replay wrote it, the disk lacks it
-    EXTRA = "extra"  # the disk has it, no journal explains it
-    DUPLICATE = "duplicate"  # a keyed line appears more than once on disk
-    ORDER = "order"  # the same lines, in another order than the turns
-    UNREADABLE = "unreadable"  # the disk file is damaged (not JSON, not the schema)
-    CHAIN = "chain"  # a journal's planned-from state disagrees with the replay before it
-
-
-class Difference(Record):
-    """One disagreement between the disk and the replay."""
-
-    file: str  # relative to the goal directory: state.json, history.jsonl, runs/3.json, turns/...
-    key: str  # field path, turn_key, or "" for the whole file
-    kind: DifferenceKind
-    disk: JsonValue = None
-    replayed: JsonValue = None
-
-    def line(self) -> str:
-        """One human-readable line."""
-        where = f"{self.file} {self.key}".strip()
-        if self.kind is DifferenceKind.DIFFERS or self.kind is DifferenceKind.CHAIN:
-            return f"{where}: {self.kind}: disk {_short(self.disk)} != replayed {_short(self.replayed)}"
-        if self.kind is DifferenceKind.MISSING:
-            return f"{where}: missing on disk (replayed {_short(self.replayed)})"
-        if self.kind is DifferenceKind.EXTRA:
-            return f"{where}: on disk but explained by no journal ({_short(self.disk)})"
-        return f"{where}: {self.kind}: {_short(self.disk)}"
 
 
 class ReplayReport(Record):
@@ -126,11 +97,6 @@ class SetAsideNote(Record):
     original_path: str
     reason: str
     set_aside_at: UtcDatetime
-
-
-def _short(value: object) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
 # --- reading the journals ----------------------------------------------------------------------
@@ -249,146 +215,18 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
     return Rebuilt(files=files, journals=journals, chain=chain)
 
 
-# --- comparing with the disk -------------------------------------------------------------------
-
-
-def _json_diff(disk: Any, replayed: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
-    if isinstance(disk, dict) and isinstance(replayed, dict):
-        for key in [*disk, *(k for k in replayed if k not in disk)]:
-            yield from _json_diff(
-                disk.get(key), replayed.get(key), f"{path}.{key}" if path else key
-            )
-    elif disk != replayed:
-        yield path, disk, replayed
-
-
-def _lines(data: bytes) -> list[dict[str, Any]]:
-    """Complete JSON lines (a torn last line is ignored, as every reader does)."""
-    out = []
-    for raw in data.split(b"\n")[:-1]:
-        if raw.strip():
-            obj = json.loads(raw)
-            if not isinstance(obj, dict):
-                raise ValueError("a line is not a JSON object")
-            out.append(obj)
-    return out
-
-
-def _compare_lines(
-    name: str, disk: list[dict[str, Any]], replayed: list[dict[str, Any]]
-) -> list[Difference]:
-    out: list[Difference] = []
-    disk_keys = [str(d.get("turn_key")) for d in disk]
-    want = {str(r["turn_key"]): r for r in replayed}
-    seen: set[str] = set()
-    for key, line in zip(disk_keys, disk, strict=True):
-        if key in seen:
-            out.append(Difference(file=name, key=key, kind=DifferenceKind.DUPLICATE, disk=line))
-            continue
-        seen.add(key)
-        if key not in want:
-            out.append(Difference(file=name, key=key, kind=DifferenceKind.EXTRA, disk=line))
-            continue
-        out += [
-            Difference(file=name, key=f"{key}.{p}", kind=DifferenceKind.DIFFERS, disk=d, replayed=r)
-            for p, d, r in _json_diff(line, want[key], "")
-        ]
-    out += [
-        Difference(file=name, key=k, kind=DifferenceKind.MISSING, replayed=r)
-        for k, r in want.items()
-        if k not in seen
-    ]
-    common = [k for k in dict.fromkeys(disk_keys) if k in want]
-    expected = [k for k in want if k in seen]
-    if common != expected:
-        out.append(
-            Difference(file=name, key="", kind=DifferenceKind.ORDER, disk=common, replayed=expected)
-        )
-    return out
-
-
-def _compare_file(name: str, disk: bytes | None, replayed: bytes | None) -> list[Difference]:
-    if disk is None and replayed is None:
-        return []
-    if disk is None:
-        return [
-            Difference(file=name, key="", kind=DifferenceKind.MISSING, replayed=_preview(replayed))
-        ]
-    if replayed is None:
-        if name.endswith(".jsonl") and not disk.strip():
-            return []  # an empty ledger and no ledger say the same
-        return [Difference(file=name, key="", kind=DifferenceKind.EXTRA, disk=_preview(disk))]
-    if name.endswith(".md"):
-        if disk == replayed:
-            return []
-        return [
-            Difference(
-                file=name,
-                key="",
-                kind=DifferenceKind.DIFFERS,
-                disk=_preview(disk),
-                replayed=_preview(replayed),
-            )
-        ]
-    try:
-        if name.endswith(".jsonl"):
-            return _compare_lines(name, _lines(disk), _lines(replayed))
-        disk_doc = json.loads(disk)
-    except (ValueError, UnicodeDecodeError) as e:
-        return [Difference(file=name, key="", kind=DifferenceKind.UNREADABLE, disk=str(e))]
-    return [
-        Difference(file=name, key=p, kind=DifferenceKind.DIFFERS, disk=d, replayed=r)
-        for p, d, r in _json_diff(disk_doc, json.loads(replayed), "")
-    ]
-
-
-def _preview(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    return data[:_SHOWN_CHARS].decode("utf-8", errors="replace")
-
-
-def _disk_files(layout: Layout, goal_id: str) -> dict[str, bytes]:
-    goal_dir = layout.goal_dir(goal_id)
-    out: dict[str, bytes] = {}
-    names = ["state.json", "history.jsonl", "quota.jsonl"]
-    runs = layout.runs_dir(goal_id)
-    if runs.is_dir() and not runs.is_symlink():
-        names += [f"runs/{n}" for n in sorted(os.listdir(runs)) if not n.startswith(".")]
-    for name in names:
-        try:
-            out[name] = read_bytes(goal_dir / name)
-        except FileNotFoundError:
-            continue
-        except UnsafePathError as e:
-            out[name] = f"<{e.message}>".encode()
-    return out
+# --- the command -------------------------------------------------------------------------------
 
 
 def compare(layout: Layout, goal_id: str, rebuilt: Rebuilt) -> list[Difference]:
-    """Every difference between the goal's files on disk and the rebuilt ones."""
-    disk = _disk_files(layout, goal_id)
-    out = list(rebuilt.chain)
-    for name in sorted(set(disk) | set(rebuilt.files), key=_file_order):
-        out += _compare_file(name, disk.get(name), rebuilt.files.get(name))
-    return out
-
-
-def _file_order(name: str) -> tuple[int, int, str]:
-    top = ["state.json", "history.jsonl", "quota.jsonl"]
-    if name in top:
-        return (top.index(name), 0, name)
-    stem = name.removeprefix("runs/").split(".", 1)[0]
-    return (len(top), int(stem) if stem.isdigit() else 0, name)
-
-
-# --- the command -------------------------------------------------------------------------------
+    """The replay's chain differences, then every difference of the files on disk."""
+    return [*rebuilt.chain, *compare_files(layout, goal_id, rebuilt.files)]
 
 
 def _documents(rebuilt: Rebuilt) -> tuple[dict[str, Any], list[Any], list[Any]]:
     state = json.loads(rebuilt.files["state.json"])
-    history = _lines(rebuilt.files.get("history.jsonl", b""))
-    ledger = _lines(rebuilt.files.get("quota.jsonl", b""))
+    history = json_lines(rebuilt.files.get("history.jsonl", b""))
+    ledger = json_lines(rebuilt.files.get("quota.jsonl", b""))
     return state, history, ledger
 
 
@@ -448,7 +286,7 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
     try:
         differences = compare(layout, goal_id, rebuilt)
         names = sorted(
-            {d.file for d in differences if not d.file.startswith("turns/")}, key=_file_order
+            {d.file for d in differences if not d.file.startswith("turns/")}, key=file_order
         )
         goal_dir = layout.goal_dir(goal_id)
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
@@ -496,8 +334,6 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
 
 
 __all__ = [
-    "Difference",
-    "DifferenceKind",
     "ReplayReport",
     "compare",
     "rebuild",
