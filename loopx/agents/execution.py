@@ -158,7 +158,9 @@ def execute(
     run = dataclasses.replace(run, usage=_added(earlier, run.usage))
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
-    outcome, reading = _outcome(host, envelope, journal, run, result_file, secret_values(env))
+    outcome, reading = _outcome(
+        host, envelope, journal, run, result_file=result_file, secrets=secret_values(env)
+    )
     tampered = sorted(
         set(tampered_before + guard.changed(layout, goal.id, running=journal.turn_key))
     )
@@ -212,6 +214,7 @@ def _outcome(
     envelope: Envelope,
     journal: TurnJournal,
     run: HostRun,
+    *,
     result_file: Path,
     secrets: list[str],
 ) -> tuple[HostOutcome, Interpretation | None]:

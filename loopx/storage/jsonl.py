@@ -100,9 +100,9 @@ def append_record(
 
 
 def _key_needle(key: object) -> bytes | None:
-    """Bytes every JSON line naming string ``key`` contains (None: parse every line).
+    r"""Bytes every JSON line naming string ``key`` contains (None: parse every line).
 
-    Only lines holding the key's text, or a ``\\u`` escape (JSON may spell any
+    Only lines holding the key's text, or a ``\u`` escape (JSON may spell any
     character that way), can name it, so the dedup scan parses just those.
     Keys with characters JSON escapes otherwise (quote, backslash, slash,
     controls) are not filtered.

@@ -49,11 +49,8 @@ def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[N
     lock_file = lock_path_for(path)
     refuse_symlink(lock_file)
     # A root on a network filesystem (or LOOPX_LOCK_MODE=soft) uses soft locks: see loopx.storage.softlock.
-    lock: filelock.FileLock | SoftLock | _Flock
-    if lock_mode_for(lock_file) is LockMode.SOFT:
-        lock = SoftLock(lock_file)
-    else:
-        lock = _Flock(lock_file)
+    soft = lock_mode_for(lock_file) is LockMode.SOFT
+    lock: filelock.FileLock | SoftLock | _Flock = SoftLock(lock_file) if soft else _Flock(lock_file)
     try:
         lock.acquire(timeout=0)  # the common case, a free lock: no retry machinery
     except filelock.Timeout:
