@@ -42,15 +42,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus, Registry, load_registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
-from loopx.status.projection import (
-    FleetView,
-    GoalStatusView,
-    ProbeObservation,
-    StatusProjection,
-    assemble,
-    fleet_view,
-    project_goal,
-)
+from loopx.status.projection import assemble, fleet_view, project_goal
 from loopx.status.sources import (
     HintCursor,
     HistoryCounts,
@@ -66,6 +58,7 @@ from loopx.status.sources import (
     reset_hints,
     stat_pair,
 )
+from loopx.status.view import FleetView, GoalStatusView, ProbeObservation, StatusProjection
 from loopx.storage.files import atomic_write_model, ensure_dir, locked, parse_model, read_bytes
 
 SHARDS: Final = 256

@@ -32,8 +32,8 @@ from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S, StatusCache
 from loopx.status.metrics import render_metrics
-from loopx.status.projection import StatusProjection
 from loopx.status.sources import iter_lines_backwards, read_fleet
+from loopx.status.view import StatusProjection
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765

@@ -1,7 +1,8 @@
 """Reading what the status projection needs from the runtime root, cheaply.
 
 The shell around the pure :mod:`loopx.status.projection`: fingerprints of a goal's files,
-history tails read from the end of the file, the quota window read backwards,
+history tails read from the end of the file, the quota window's buckets (from
+the ledger's aggregate, the same reader the quota decision uses),
 the quarantine listing, probe observations, the fleet, and the change-hint log
 that lets a refresh skip the scan of unchanged goals.
 """
@@ -13,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
@@ -23,12 +24,14 @@ from loopx.errors import CorruptFileError, LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
 from loopx.model import Record
-from loopx.quota.ledger import SpendRecord
+from loopx.quota.ledger import window_spend
+from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import GoalInputs, ProbeObservation, SpendPoint
+from loopx.status.projection import GoalInputs
+from loopx.status.view import ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,
     ensure_dir,
@@ -39,7 +42,6 @@ from loopx.storage.files import (
 from loopx.turn.lease import Lease
 
 HISTORY_TAIL: Final = 8  # lines of history the projection looks at (newest last)
-MAX_WINDOW_RECORDS: Final = 100_000  # a quota window never needs more ledger lines
 _BLOCK: Final = 16 * 1024
 # Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
 # turns/ directory's mtime moves whenever a journal is created or rewritten.
@@ -192,41 +194,6 @@ def history_tail(path: Path, want: int = HISTORY_TAIL) -> list[HistoryLine]:
     return out
 
 
-def window_spend(path: Path, *, since: datetime) -> list[SpendPoint]:
-    """Ledger records that ended after ``since``, read backwards until an older one.
-
-    The ledger is appended in commit order, which is ``ended_at`` order up to a
-    little clock skew between agents; a small margin keeps skewed records.
-
-    Raises:
-        CorruptFileError: a line in the window is not a spend record.
-
-    """
-    margin = since - timedelta(minutes=10)
-    out: list[SpendPoint] = []
-    for line in iter_lines_backwards(path):
-        try:
-            rec = SpendRecord.model_validate_json(line)
-        except ValidationError as e:
-            raise CorruptFileError(
-                path, f"a line near the end is not a spend record: {e.errors()[0]['msg']}"
-            ) from e
-        if rec.ended_at < margin or len(out) >= MAX_WINDOW_RECORDS:
-            break
-        u = rec.usage
-        out.append(
-            SpendPoint(
-                ended_at=rec.ended_at,
-                wall_s=u.wall_s,
-                cpu_s=u.cpu_s,
-                tokens=u.tokens,
-                cost_usd=u.cost_usd,
-            )
-        )
-    out.reverse()
-    return out
-
-
 # --- counters ----------------------------------------------------------------------------------
 
 # Byte patterns of model_dump_json's compact output. A pattern inside a JSON
@@ -308,7 +275,7 @@ def gather_goal(
     state: GoalState | None = None
     lease: Lease | None = None
     history: list[HistoryLine] = []
-    spend: list[SpendPoint] = []
+    spend = SpendColumns()
     try:
         state = read_model_or_none(layout.state_file(goal.id), GoalState)
     except (LoopxError, OSError) as e:
@@ -322,9 +289,7 @@ def gather_goal(
     except (LoopxError, OSError) as e:
         damage.append(_damage(layout.history_file(goal.id), e))
     try:
-        spend = window_spend(
-            layout.quota_file(goal.id), since=now - timedelta(hours=goal.quota.window_hours)
-        )
+        spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now)).buckets
     except (LoopxError, OSError) as e:
         damage.append(_damage(layout.quota_file(goal.id), e))
     return GoalInputs(
@@ -332,7 +297,7 @@ def gather_goal(
         state=state,
         lease=lease,
         history=tuple(history),
-        spend=tuple(spend),
+        spend=spend,
         quarantined=quarantined,
         damage=tuple(damage),
         probe=probe,
