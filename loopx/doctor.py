@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
+from loopx.history.runlog import RunReport
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, utcnow
 from loopx.quota.ledger import SpendAggregate, SpendRecord
@@ -40,7 +41,6 @@ from loopx.storage.files import read_bytes, read_model, read_records
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, parse_turn_key
 from loopx.turn.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch
-from loopx.turn.writeback import RunReport
 
 # A temp file of a live writer younger than this is an atomic write in flight.
 TEMP_IN_FLIGHT: Final = timedelta(hours=1)

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
 from loopx.history.line import HistoryLine
+from loopx.history.runlog import RunReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
@@ -20,7 +21,6 @@ from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
-from loopx.turn.writeback import RunReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "registry": Registry,

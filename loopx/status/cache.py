@@ -38,6 +38,7 @@ import structlog
 from pydantic import Field
 
 from loopx.errors import LoopxError
+from loopx.history.reader import HistoryCounts, count_history
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus, Registry, load_registry
 from loopx.root import Layout
@@ -45,8 +46,6 @@ from loopx.status.changes import changes_file
 from loopx.status.projection import assemble, fleet_view, project_goal
 from loopx.status.sources import (
     HintCursor,
-    HistoryCounts,
-    count_history,
     gather_goal,
     goal_fingerprint,
     probes_dir,
