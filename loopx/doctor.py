@@ -35,7 +35,7 @@ from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Registry
 from loopx.root import Layout
 from loopx.state import GoalState
-from loopx.status.cache import StatusIndex, StatusShard
+from loopx.status.refresh import StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation
 from loopx.storage.files import read_bytes, read_model, read_records
 from loopx.turn.inspection import RecoveryDecision, inspect

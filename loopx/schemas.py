@@ -13,7 +13,7 @@ from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Registry
 from loopx.state import GoalState
-from loopx.status.cache import StatusIndex, StatusShard
+from loopx.status.refresh import StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.inspection import JournalInspection
 from loopx.turn.journal import TurnJournal
