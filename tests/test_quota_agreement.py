@@ -73,7 +73,7 @@ clock = st.one_of(
     max_tokens=st.sampled_from([None, 40_000]),
 )
 def test_status_should_run_and_metrics_agree_on_window_spend(
-    tmp_path: Path, turns, reads, window_hours, compute, cpu_seconds, max_tokens
+    tmp_path: Path, *, turns, reads, window_hours, compute, cpu_seconds, max_tokens
 ):
     """For any ledger and clock the three readers report the same window spend."""
     # Given a goal whose ledger grows between reads at increasing clocks

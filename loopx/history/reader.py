@@ -1,5 +1,7 @@
-"""Every read of a goal's ``history.jsonl``: the tail from the end, the newest line, the whole
-file, and counters kept incrementally by byte offset.
+"""Every read of a goal's ``history.jsonl``.
+
+The tail read from the end, the newest line, the whole file, and counters
+kept incrementally by byte offset.
 
 Readers never see a torn last line: only bytes up to the last newline count.
 """
