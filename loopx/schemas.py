@@ -7,20 +7,20 @@ from pydantic import BaseModel
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
 from loopx.history.line import HistoryLine
+from loopx.history.runlog import RunReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Registry
 from loopx.state import GoalState
-from loopx.status.cache import StatusIndex, StatusShard
-from loopx.status.projection import ProbeObservation, StatusProjection
+from loopx.status.refresh import StatusIndex, StatusShard
+from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.inspection import JournalInspection
 from loopx.turn.journal import TurnJournal
 from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
-from loopx.turn.writeback import RunReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "registry": Registry,

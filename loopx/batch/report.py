@@ -10,12 +10,12 @@ from typing import Literal
 from pydantic import Field
 
 from loopx.history.line import HistoryLine
+from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
-from loopx.quota.ledger import SpendRecord
+from loopx.quota.ledger import SpendRecord, read_spend
 from loopx.registry.model import Goal, GoalStatus, load_registry
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
-from loopx.storage.jsonl import read_records
 
 
 class Outcome(StrEnum):
@@ -168,8 +168,8 @@ def gather_goal_reports(layout: Layout, goal_ids: list[str]) -> list[GoalReport]
             goal_report(
                 goal,
                 load_state(layout, goal_id),
-                read_records(layout.history_file(goal_id), HistoryLine),
-                read_records(layout.quota_file(goal_id), SpendRecord),
+                read_history(layout, goal_id),
+                read_spend(layout, goal_id),
             )
         )
     return reports

@@ -17,7 +17,7 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.model import utcnow
 from loopx.status.cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
-from loopx.status.projection import Actor, GoalStatusView, StatusProjection
+from loopx.status.view import Actor, GoalStatusView, StatusProjection
 
 _ACTOR_STYLE = {Actor.HUMAN: "bold red", Actor.AGENT: "green", Actor.NONE: "dim"}
 

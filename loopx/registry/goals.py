@@ -17,11 +17,11 @@ from loopx.errors import (
 from loopx.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.ids import validate_goal_id
 from loopx.model import Record
+from loopx.quota.policy import QuotaPolicy
 from loopx.registry.model import (
     Goal,
     GoalStatus,
     HostSpec,
-    QuotaPolicy,
     Registry,
     load_registry,
     update_registry,

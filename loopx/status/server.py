@@ -27,13 +27,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import structlog
 
 from loopx.errors import LoopxError, UsageError
+from loopx.history.reader import iter_lines_backwards
 from loopx.ids import is_valid_goal_id
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S, StatusCache
 from loopx.status.metrics import render_metrics
-from loopx.status.projection import StatusProjection
-from loopx.status.sources import iter_lines_backwards, read_fleet
+from loopx.status.sources import read_fleet
+from loopx.status.view import StatusProjection
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
+from loopx.quota.policy import QuotaPolicy
 from loopx.quota.usage import Usage
-from loopx.registry.model import Goal, QuotaPolicy, Registry, update_registry, with_goal
+from loopx.registry.model import Goal, Registry, update_registry, with_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, exclusive_create
