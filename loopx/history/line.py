@@ -6,6 +6,8 @@ from typing import Literal
 
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import TurnStatus
 from loopx.turn.protocol import ResultKind
 
 
@@ -22,9 +24,9 @@ class HistoryLine(Record):
     seq: int
     epoch: int
     agent_id: str
-    status: str  # the journal's terminal status: committed | failed | stopped
+    status: TurnStatus  # the journal's terminal status: committed, failed or stopped
     kind: ResultKind | None = None
-    failure: str | None = None  # FailureReason value when status is failed
+    failure: FailureReason | None = None  # why, when status is failed or stopped
     summary: str = ""
     next_action: str | None = None
     usage: Usage = Usage()

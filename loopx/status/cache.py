@@ -117,16 +117,16 @@ class StatusIndex(Record):
     quarantine: dict[str, list[str]] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class RefreshReport:
-    """What one refresh did."""
+class RefreshReport(Record):
+    """What one refresh did (`loopx refresh --json`)."""
 
+    schema_version: Literal[1] = 1
     refreshed: bool  # False when the cache was younger than the TTL
     full_scan: bool
     goals: int
     reread: int  # goals whose files were read again
     shards_written: int
-    checked_at: datetime
+    checked_at: UtcDatetime
 
 
 def shard_of(goal_id: str) -> int:
@@ -248,7 +248,14 @@ class StatusCache:
                 self.load()
             index = self.index
             if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
-                return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at)
+                return RefreshReport(
+                    refreshed=False,
+                    full_scan=False,
+                    goals=len(self.goals),
+                    reread=0,
+                    shards_written=0,
+                    checked_at=index.checked_at,
+                )
             return self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
 
     def _refresh_locked(
@@ -388,7 +395,14 @@ class StatusCache:
         )
         atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
         log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched_shards))
-        return RefreshReport(True, full, len(self.goals), len(dirty), len(touched_shards), now)
+        return RefreshReport(
+            refreshed=True,
+            full_scan=full,
+            goals=len(self.goals),
+            reread=len(dirty),
+            shards_written=len(touched_shards),
+            checked_at=now,
+        )
 
     def _store(self, goal_id: str, cached: CachedGoal) -> None:
         self.goals[goal_id] = cached

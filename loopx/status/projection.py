@@ -38,11 +38,13 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.fleet import AgentHeartbeat, FleetRecord, FleetState
 from loopx.history.line import HistoryLine
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus, QuotaPolicy
 from loopx.state import GoalState
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import TurnStatus
 from loopx.turn.lease import Lease
 from loopx.turn.protocol import ResultKind
 
@@ -161,12 +163,21 @@ class LastTurn(Record):
 
     turn_key: str
     seq: int
-    status: str  # committed | failed | stopped
+    status: TurnStatus  # committed, failed or stopped
     kind: ResultKind | None
-    failure: str | None
+    failure: FailureReason | None
     summary: str
     next_action: str | None
     ended_at: UtcDatetime
+
+
+class Budget(StrEnum):
+    """A per-window budget of a goal's quota policy."""
+
+    WALL = "wall"  # turn wall time: compute x window_hours
+    CPU = "cpu"  # cpu_seconds
+    TOKENS = "tokens"  # max_tokens
+    COST = "cost"  # max_cost_usd
 
 
 class QuotaView(Record):
@@ -183,7 +194,7 @@ class QuotaView(Record):
     spent_tokens: int
     spent_cost_usd: float
     turns_in_window: int
-    exhausted: str | None  # which budget is spent: wall | cpu | tokens | cost
+    exhausted: Budget | None  # the first budget spent, in the order of Budget
     refills_at: UtcDatetime | None  # when enough spend leaves the window to run again
 
 
@@ -217,7 +228,7 @@ class GoalStatusView(Record):
 class FleetView(Record):
     """The supervisor and its agents, as far as status needs them."""
 
-    state: str | None = None  # from supervisor.json; None when no supervisor ever ran
+    state: FleetState | None = None  # from supervisor.json; None when no supervisor ever ran
     pid: int | None = None
     agents_wanted: int = 0
     agents_alive: int = 0  # heartbeats fresher than HEARTBEAT_STALE_S
