@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print("loopx: interrupted", file=sys.stderr)
-        return 130
+        return exitcodes.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`loopx goal list | head`); nothing more to say.
         return exitcodes.OK

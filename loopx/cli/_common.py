@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -70,9 +69,6 @@ def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
     return open_root(resolved(args), create=create)
 
 
-def print_json(document: BaseModel | dict[str, Any] | list[Any]) -> None:
-    """Print one JSON document: the stable `--json` output."""
-    if isinstance(document, BaseModel):
-        sys.stdout.write(document.model_dump_json(indent=2) + "\n")
-    else:
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
+def print_json(document: BaseModel) -> None:
+    """Print one JSON document: the stable `--json` output (its model is in `loopx schema`)."""
+    sys.stdout.write(document.model_dump_json(indent=2) + "\n")

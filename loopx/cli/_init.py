@@ -7,8 +7,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, print_json, resolved
-from loopx.registry.model import init_registry
-from loopx.root import open_root
+from loopx.registry.initialise import initialise
 
 
 def register(sub: Any) -> None:
@@ -20,22 +19,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Create the root (0700) and the registry if missing; idempotent."""
-    where = resolved(args)
-    layout = open_root(where, create=True)
-    created, registry = init_registry(layout)
-    goals = len(registry.goals)
+    report = initialise(resolved(args))
     if args.json:
-        print_json(
-            {
-                "schema_version": 1,
-                "root": str(layout.root),
-                "registry": str(layout.registry),
-                "root_source": str(where.source),
-                "registry_created": created,
-                "goals": goals,
-            }
-        )
+        print_json(report)
     else:
-        verb = "initialised" if created else "already initialised"
-        print(f"{verb}: runtime root {layout.root} (registry {layout.registry}, {goals} goals)")
+        verb = "initialised" if report.registry_created else "already initialised"
+        print(
+            f"{verb}: runtime root {report.root} (registry {report.registry}, {report.goals} goals)"
+        )
     return exitcodes.OK

@@ -204,16 +204,8 @@ def run_refresh(args: argparse.Namespace) -> int:
     report = refresh_status(
         layout(args), now=utcnow(), ttl_s=0.0, full_scan_after_s=0.0 if args.full else 60.0
     )
-    doc = {
-        "schema_version": 1,
-        "full_scan": report.full_scan,
-        "goals": report.goals,
-        "reread": report.reread,
-        "shards_written": report.shards_written,
-        "checked_at": report.checked_at.isoformat(),
-    }
     if args.json:
-        print_json(doc)
+        print_json(report)
     else:
         kind = "full" if report.full_scan else "incremental"
         print(f"refreshed ({kind}): {report.goals} goals, {report.reread} re-read")

@@ -50,7 +50,8 @@ def check_fleet(doc: Checker) -> None:
                         FindingCode.CRASH_LOOP,
                         path,
                         f"agent slot {slot.index} ({slot.agent_id}) is in a crash loop: "
-                        f"{slot.recent_restarts} recent restarts, last {slot.last_exit}",
+                        f"{slot.recent_restarts} recent restarts, last "
+                        f"{slot.last_exit.describe() if slot.last_exit else '-'}",
                         f"read {q(log_file)}, fix the cause, then "
                         "`loopx supervisor stop` and start it again",
                     )

@@ -10,7 +10,8 @@ from typing import Literal
 
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
-from loopx.turn.journal import TurnJournal, final_status
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import TurnJournal, TurnStatus, final_status
 from loopx.turn.protocol import ResultKind
 
 
@@ -27,9 +28,9 @@ class HistoryLine(Record):
     seq: int
     epoch: int
     agent_id: str
-    status: str  # the journal's terminal status: committed | failed | stopped
+    status: TurnStatus  # the journal's terminal status: committed, failed or stopped
     kind: ResultKind | None = None
-    failure: str | None = None  # FailureReason value when status is failed
+    failure: FailureReason | None = None  # why, when status is failed or stopped
     summary: str = ""
     next_action: str | None = None
     usage: Usage = Usage()
@@ -46,9 +47,9 @@ def history_line(journal: TurnJournal) -> HistoryLine:
         seq=journal.seq,
         epoch=journal.epoch,
         agent_id=journal.agent_id,
-        status=final_status(journal).value,
+        status=final_status(journal),
         kind=journal.result.kind if ok and journal.result else None,
-        failure=journal.failure.reason.value if journal.failure else None,
+        failure=journal.failure.reason if journal.failure else None,
         summary=journal.result.summary if ok and journal.result else "",
         next_action=journal.result.next_action if ok and journal.result else None,
         usage=journal.usage,

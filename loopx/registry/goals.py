@@ -28,7 +28,7 @@ from loopx.registry.model import (
     with_goal,
 )
 from loopx.root import Layout
-from loopx.state import Gate, GoalState, HostSession, load_state, update_state
+from loopx.state import Gate, GoalState, HostSession, update_state
 from loopx.storage.files import atomic_write_model, describe_validation_error
 
 
@@ -261,13 +261,3 @@ def reset_session(layout: Layout, goal_id: str, *, now: datetime) -> HostSession
 
     update_state(layout, goal_id, change)
     return dropped[-1]
-
-
-def goal_view(layout: Layout, goal: Goal) -> dict[str, Any]:
-    """The `goal show --json` document: the policy plus the state."""
-    state = load_state(layout, goal.id)
-    return {
-        "schema_version": 1,
-        "goal": goal.model_dump(mode="json"),
-        "state": state.model_dump(mode="json"),
-    }

@@ -196,7 +196,14 @@ class StatusCache:
                 self.load()
             index = self.index
             if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
-                return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at)  # noqa: FBT003
+                return RefreshReport(
+                    refreshed=False,
+                    full_scan=False,
+                    goals=len(self.goals),
+                    reread=0,
+                    shards_written=0,
+                    checked_at=index.checked_at,
+                )
             return self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
 
     def _refresh_locked(
@@ -263,7 +270,14 @@ class StatusCache:
         )
         atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
         log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched))
-        return RefreshReport(True, full, len(self.goals), len(dirty), len(touched), now)  # noqa: FBT003
+        return RefreshReport(
+            refreshed=True,
+            full_scan=full,
+            goals=len(self.goals),
+            reread=len(dirty),
+            shards_written=len(touched),
+            checked_at=now,
+        )
 
     def _expired(self, now: datetime) -> set[str]:
         """Goals whose cached view expires by time at ``now`` (popped from the recheck heap)."""

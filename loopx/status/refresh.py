@@ -68,16 +68,16 @@ class StatusIndex(Record):
     quarantine: dict[str, list[str]] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class RefreshReport:
-    """What one refresh did."""
+class RefreshReport(Record):
+    """What one refresh did (`loopx refresh --json`)."""
 
+    schema_version: Literal[1] = 1
     refreshed: bool  # False when the cache was younger than the TTL
     full_scan: bool
     goals: int
     reread: int  # goals whose files were read again
     shards_written: int
-    checked_at: datetime
+    checked_at: UtcDatetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
-import os
 import socket
 import threading
 from collections.abc import Callable
@@ -25,16 +23,24 @@ from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import structlog
+from pydantic import BaseModel
 
 from loopx.errors import LoopxError, UsageError
-from loopx.history.reader import iter_lines_backwards
 from loopx.ids import is_valid_goal_id
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S, StatusCache
+from loopx.status.documents import (
+    ErrorReply,
+    goal_detail,
+    goal_page,
+    goal_turns,
+    health,
+    status_page,
+)
 from loopx.status.metrics import render_metrics
 from loopx.status.sources import read_fleet
-from loopx.status.view import StatusProjection
+from loopx.status.view import Actor, StatusProjection
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765
@@ -170,11 +176,15 @@ class StatusService:
         return body
 
 
-def _dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+def _dumps(doc: BaseModel) -> bytes:
+    return doc.model_dump_json().encode() + b"\n"
 
 
-def _page(query: dict[str, list[str]]) -> tuple[int, int, str | None]:
+def _error_body(status: HTTPStatus, message: str) -> bytes:
+    return _dumps(ErrorReply(error=message, status=status.value))
+
+
+def _page(query: dict[str, list[str]]) -> tuple[int, int, Actor | None]:
     def number(name: str, default: int, top: int) -> int:
         raw = query.get(name, [str(default)])[-1]
         if not raw.isdigit():
@@ -182,81 +192,13 @@ def _page(query: dict[str, list[str]]) -> tuple[int, int, str | None]:
         return min(int(raw), top)
 
     actor = query.get("actor", [None])[-1]
-    if actor not in (None, "human", "agent", "none"):
+    if actor not in (None, *Actor):
         raise ValueError("actor must be human, agent or none")
-    return number("offset", 0, 10**9), number("limit", DEFAULT_PAGE, MAX_PAGE), actor
-
-
-def status_body(snap: _Snapshot, *, offset: int, limit: int, actor: str | None) -> bytes:
-    """``/status``: counts, fleet and a page of the ordered queue."""
-    p = snap.projection
-    goals = [g for g in p.goals if actor is None or g.actor == actor] if actor else p.goals
-    page = goals[offset : offset + limit]
-    head = p.model_dump(mode="json", exclude={"goals"})
-    head["goals"] = [g.model_dump(mode="json") for g in page]
-    head["page"] = {
-        "offset": offset,
-        "limit": limit,
-        "total": len(goals),
-        "next_offset": offset + limit if offset + limit < len(goals) else None,
-    }
-    return _dumps(head)
-
-
-def goals_body(snap: _Snapshot, *, offset: int, limit: int, actor: str | None) -> bytes:
-    """``/goals``: one compact line per goal (id, actor, reason, explanation)."""
-    goals = [g for g in snap.projection.goals if actor is None or g.actor == actor]
-    page = goals[offset : offset + limit]
-    rows = [
-        {
-            "goal_id": g.goal_id,
-            "actor": g.actor.value,
-            "reason": g.reason.value,
-            "priority": g.priority,
-            "explanation": g.explanation,
-            "next_eligible_at": g.next_eligible_at.isoformat() if g.next_eligible_at else None,
-        }
-        for g in page
-    ]
-    return _dumps(
-        {
-            "schema_version": 1,
-            "goals": rows,
-            "page": {
-                "offset": offset,
-                "limit": limit,
-                "total": len(goals),
-                "next_offset": offset + limit if offset + limit < len(goals) else None,
-            },
-        }
+    return (
+        number("offset", 0, 10**9),
+        number("limit", DEFAULT_PAGE, MAX_PAGE),
+        Actor(actor) if actor is not None else None,
     )
-
-
-def turns_body(layout: Layout, goal_id: str, limit: int) -> bytes:
-    """``/goals/<id>/turns``: the newest history lines, newest first."""
-    lines: list[Any] = []
-    for raw in iter_lines_backwards(layout.history_file(goal_id)):
-        try:
-            lines.append(json.loads(raw))
-        except ValueError:
-            lines.append({"damaged_line": raw[:200].decode(errors="replace")})
-        if len(lines) >= limit:
-            break
-    journals = sorted(
-        n[:-5]
-        for n in _listdir(layout.turns_dir(goal_id))
-        if n.endswith(".json") and not n.startswith(".")
-    )
-    return _dumps(
-        {"schema_version": 1, "goal_id": goal_id, "turns": lines, "journals": journals[-limit:]}
-    )
-
-
-def _listdir(path: os.PathLike[str]) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
 
 
 class StatusHandler(BaseHTTPRequestHandler):
@@ -318,12 +260,12 @@ class StatusHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _error(self, status: HTTPStatus, message: str) -> None:
-        self._reply(status, _dumps({"error": message, "status": status.value}))
+        self._reply(status, _error_body(status, message))
 
     def _not_allowed(self) -> None:
         self.close_connection = True
         self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
-        body = _dumps({"error": "only GET is allowed", "status": 405})
+        body = _error_body(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is allowed")
         self.send_header("Allow", "GET, HEAD")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -340,7 +282,7 @@ class StatusHandler(BaseHTTPRequestHandler):
         """Route a GET."""
         if not self._authorized():
             self.send_response(HTTPStatus.UNAUTHORIZED)
-            body = _dumps({"error": "missing or wrong bearer token", "status": 401})
+            body = _error_body(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
             self.send_header("WWW-Authenticate", 'Bearer realm="loopx"')
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -362,28 +304,21 @@ class StatusHandler(BaseHTTPRequestHandler):
         service = self.server.service
         if parts == ["healthz"]:
             snap = service.snapshot()
-            self._reply(
-                HTTPStatus.OK,
-                _dumps(
-                    {
-                        "ok": True,
-                        "checked_at": snap.projection.checked_at.isoformat(),
-                        "goals": snap.projection.counts.total,
-                    }
-                ),
-            )
+            self._reply(HTTPStatus.OK, _dumps(health(snap.projection)))
         elif parts == ["status"]:
             offset, limit, actor = _page(query)
             body = service.cached(
                 f"status:{offset}:{limit}:{actor}",
-                lambda s: status_body(s, offset=offset, limit=limit, actor=actor),
+                lambda s: _dumps(
+                    status_page(s.projection, offset=offset, limit=limit, actor=actor)
+                ),
             )
             self._reply(HTTPStatus.OK, body)
         elif parts == ["goals"]:
             offset, limit, actor = _page(query)
             body = service.cached(
                 f"goals:{offset}:{limit}:{actor}",
-                lambda s: goals_body(s, offset=offset, limit=limit, actor=actor),
+                lambda s: _dumps(goal_page(s.projection, offset=offset, limit=limit, actor=actor)),
             )
             self._reply(HTTPStatus.OK, body)
         elif len(parts) in (2, 3) and parts[0] == "goals":
@@ -393,9 +328,10 @@ class StatusHandler(BaseHTTPRequestHandler):
                 self._error(HTTPStatus.NOT_FOUND, f"no goal {goal_id!r} in the status projection")
             elif len(parts) == 2:  # noqa: PLR2004 - /goals/<id>
                 view = snap.projection.goals[snap.by_id[goal_id]]
-                self._reply(HTTPStatus.OK, view.model_dump_json().encode() + b"\n")
+                self._reply(HTTPStatus.OK, _dumps(goal_detail(view)))
             elif parts[2] == "turns":
-                self._reply(HTTPStatus.OK, turns_body(service.layout, goal_id, TURNS_PAGE))
+                turns = goal_turns(service.layout, goal_id, TURNS_PAGE)
+                self._reply(HTTPStatus.OK, _dumps(turns))
             else:
                 self._error(HTTPStatus.NOT_FOUND, f"no such resource {self.path!r}")
         elif parts == ["metrics"]:

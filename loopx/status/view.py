@@ -11,9 +11,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime
 from loopx.quota.budget import QuotaView
 from loopx.registry.model import GoalStatus
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import TurnStatus
 from loopx.turn.protocol import ResultKind
 
 __all__ = [
@@ -87,9 +90,9 @@ class LastTurn(Record):
 
     turn_key: str
     seq: int
-    status: str  # committed | failed | stopped
+    status: TurnStatus  # committed, failed or stopped
     kind: ResultKind | None
-    failure: str | None
+    failure: FailureReason | None
     summary: str
     next_action: str | None
     ended_at: UtcDatetime
@@ -125,7 +128,7 @@ class GoalStatusView(Record):
 class FleetView(Record):
     """The supervisor and its agents, as far as status needs them."""
 
-    state: str | None = None  # from supervisor.json; None when no supervisor ever ran
+    state: FleetState | None = None  # from supervisor.json; None when no supervisor ever ran
     pid: int | None = None
     agents_wanted: int = 0
     agents_alive: int = 0  # heartbeats fresher than HEARTBEAT_STALE_S
