@@ -22,6 +22,7 @@ re-read, and then only the tail of their history.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import heapq
 import os
@@ -127,6 +128,9 @@ class RefreshReport:
     reread: int  # goals whose files were read again
     shards_written: int
     checked_at: datetime
+    # Goals whose view was re-projected or dropped; None when this process
+    # reloaded another writer's cache and cannot tell what changed.
+    changed: frozenset[str] | None = frozenset()
 
 
 def shard_of(goal_id: str) -> int:
@@ -244,12 +248,15 @@ class StatusCache:
         """
         ensure_dir(self.layout.projections_dir)
         with locked(self.layout.status_file, timeout=_LOCK_TIMEOUT_S):
-            if self.index is None or not self._in_sync_with_disk():
+            reloaded = self.index is not None and not self._in_sync_with_disk()
+            if self.index is None or reloaded:
                 self.load()
             index = self.index
             if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
-                return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at)
-            return self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+                changed = None if reloaded else frozenset[str]()
+                return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at, changed)
+            report = self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+            return dataclasses.replace(report, changed=None) if reloaded else report
 
     def _refresh_locked(
         self, *, now: datetime, full_scan_after_s: float, force: bool
@@ -388,7 +395,15 @@ class StatusCache:
         )
         atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
         log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched_shards))
-        return RefreshReport(True, full, len(self.goals), len(dirty), len(touched_shards), now)
+        return RefreshReport(
+            True,
+            full,
+            len(self.goals),
+            len(dirty),
+            len(touched_shards),
+            now,
+            frozenset(dirty.union(removed)),
+        )
 
     def _store(self, goal_id: str, cached: CachedGoal) -> None:
         self.goals[goal_id] = cached
