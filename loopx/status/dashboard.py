@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Final, Literal
 
@@ -124,6 +124,7 @@ class AgentRow(Record):
     phase: str | None = None
     goal_id: str | None = None
     turn_key: str | None = None
+    turn_since: UtcDatetime | None = None  # when it took the lease of the goal it runs
     started_at: UtcDatetime | None = None  # the agent process's start
     beat_at: UtcDatetime | None = None
     turns_done: int = 0
@@ -223,12 +224,24 @@ def agent_rows(
 
 
 def overview(
-    projection: StatusProjection, *, agents: list[AgentRow], seq: int, actions: bool
+    projection: StatusProjection,
+    by_id: Mapping[str, int],
+    *,
+    agents: list[AgentRow],
+    seq: int,
+    actions: bool,
 ) -> Overview:
     """The overview document. Pure; costs a slice, not a pass over the goals."""
     humans = projection.counts.by_actor.get(Actor.HUMAN.value, 0)
     agent_count = projection.counts.by_actor.get(Actor.AGENT.value, 0)
     goals = projection.goals
+
+    def with_turn(row: AgentRow) -> AgentRow:
+        index = by_id.get(row.goal_id) if row.goal_id is not None else None
+        lease = goals[index].lease if index is not None else None
+        if lease is None or lease.agent_id != row.agent_id:
+            return row
+        return row.model_copy(update={"turn_since": lease.acquired_at})
     return Overview(
         generated_at=projection.generated_at,
         checked_at=projection.checked_at,
@@ -236,7 +249,7 @@ def overview(
         actions=actions,
         counts=projection.counts,
         fleet=projection.fleet,
-        agents=agents,
+        agents=[with_turn(a) for a in agents],
         humans=[goal_row(v) for v in goals[: min(humans, ATTENTION_HUMANS)]],
         next_up=[goal_row(v) for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]],
     )

@@ -119,6 +119,7 @@ def route_get(h: StatusHandler, parts: list[str], query: dict[str, list[str]]) -
         fleet, beats = read_fleet(service.layout)
         doc = dashboard.overview(
             snap.projection,
+            snap.by_id,
             agents=dashboard.agent_rows(fleet, beats, now=utcnow()),
             seq=service.feed.seq,
             actions=service.actions,
@@ -260,14 +261,14 @@ def do_post(h: StatusHandler) -> bool:
 
 def _refusal(h: StatusHandler) -> tuple[HTTPStatus, str] | None:
     """Why this action request is refused before its body is read, or None."""
-    if not h.server.token or not h._authorized():  # noqa: SLF001
-        return HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token (Authorization header)"
     headers = h.headers
     reason = cross_site_reason(
         headers.get("Sec-Fetch-Site"), headers.get("Origin"), headers.get("Host")
     )
     if reason is not None:
         return HTTPStatus.FORBIDDEN, reason
+    if not h.server.token or not h._authorized():  # noqa: SLF001
+        return HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token (Authorization header)"
     if h.headers.get_content_type() != "application/json":
         return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "an action's body must be application/json"
     if h.headers.get("Transfer-Encoding"):
