@@ -136,8 +136,14 @@ def _fleet(layout: Layout, ids: list[str], *, now: datetime) -> None:
     for k, slot in enumerate(slots):
         goal_id = running[k] if k < len(running) else None
         if goal_id is not None:
-            write_lease(layout, goal_id, now=now - timedelta(seconds=40), agent_id=slot.agent_id,
-                        epoch=4, ttl_s=600)
+            write_lease(
+                layout,
+                goal_id,
+                now=now - timedelta(seconds=40),
+                agent_id=slot.agent_id,
+                epoch=4,
+                ttl_s=600,
+            )
         beat = AgentHeartbeat(
             agent_id=slot.agent_id,
             pid=os.getpid(),
