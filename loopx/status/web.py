@@ -235,6 +235,7 @@ def do_post(h: StatusHandler) -> bool:
     if refusal is not None:
         status, message = refusal
         audit(Outcome.REFUSED, message)
+        _discard_body(h)
         h._error(status, message)  # noqa: SLF001
         return True
     try:
@@ -281,3 +282,10 @@ def _body_length(h: StatusHandler) -> int:
     if not raw.isdigit() or int(raw) > MAX_ACTION_BODY:
         raise ValueError(f"an action's body must be at most {MAX_ACTION_BODY} bytes")
     return int(raw)
+
+
+def _discard_body(h: StatusHandler) -> None:
+    """Read a small unread body so closing the socket does not reset it before the reply lands."""
+    raw = h.headers.get("Content-Length", "0")
+    if raw.isdigit() and int(raw) <= MAX_ACTION_BODY:
+        h.rfile.read(int(raw))

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from loopx.fleet import AgentHeartbeat, AgentPhase, AgentSlot, FleetRecord
+from loopx.history.line import HistoryLine
+from loopx.quota.ledger import SpendRecord
 from loopx.registry.model import GoalStatus, QuotaPolicy
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, Todo, TodoStatus
@@ -97,6 +99,7 @@ def seed_fleet_root(layout: Layout, n: int, *, now: datetime, workdir: Path) -> 
             for seq in (1, 2, 3)
         ]
         append_history(layout, lines, fast=True)
+        _spend(layout, lines)
         state = _state(goal_id, i, now=now, gate=gate, failures=failures)
         if i % 10 == 7:  # noqa: PLR2004
             state = state.model_copy(update={"next_eligible_at": now + timedelta(minutes=20)})
@@ -106,6 +109,23 @@ def seed_fleet_root(layout: Layout, n: int, *, now: datetime, workdir: Path) -> 
         _run_log(layout, goal_id, lines[-1].seq, failed=bool(failures))
     _fleet(layout, ids, now=now)
     return ids
+
+
+def _spend(layout: Layout, lines: list[HistoryLine]) -> None:
+    """The quota ledger records of ``lines`` (what quota_spend appends), in one write."""
+    records = [
+        SpendRecord(
+            turn_key=line.turn_key,
+            goal_id=line.goal_id,
+            seq=line.seq,
+            usage=line.usage,
+            started_at=line.started_at,
+            ended_at=line.ended_at,
+        )
+        for line in lines
+    ]
+    data = b"".join(r.model_dump_json().encode() + b"\n" for r in records)
+    atomic_write_bytes(layout.quota_file(lines[0].goal_id), data, durable=False)
 
 
 def _run_log(layout: Layout, goal_id: str, seq: int, *, failed: bool) -> None:

@@ -262,6 +262,8 @@ async function render(live) {
       && document.activeElement.closest("form.answer");
     if (typing) return patchAround(main, view);  // never wipe an answer being typed
     main.replaceChildren(view);
+    // When the first view was on screen, for the render benchmark and tests.
+    if (!window.loopxFirstRender) window.loopxFirstRender = performance.now();
     if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
   } catch (e) {
     notice(e.message);
@@ -492,29 +494,37 @@ function quotaText(q) {
 }
 
 // Cumulative wall time spent inside the quota window, one step per turn, against the allowance.
+// Both axes zoom to the turns when they cover a small part of the window or of the allowance.
 function chart(d) {
   const q = d.view.quota;
-  const W = 560, H = 180, L = 44, B = 22, T = 10, R = 10;
-  const start = Date.parse(q.window_start);
+  const W = 560, H = 180, L = 44, B = 22, T = 14, R = 10;
+  const windowStart = Date.parse(q.window_start);
   const end = Date.now();
-  const turns = d.turns.filter((t) => Date.parse(t.ended_at) >= start).reverse();
+  const turns = d.turns.filter((t) => Date.parse(t.ended_at) >= windowStart).reverse();
   let sum = 0;
   const pts = turns.map((t) => { sum += t.wall_s; return { x: Date.parse(t.ended_at), y: sum, t }; });
-  const top = Math.max(q.allowance_wall_s, sum, 1) * 1.1;
+  const first = pts.length ? Date.parse(turns[0].started_at) : end;
+  const zoomX = pts.length && end - first < (end - windowStart) / 4;
+  const start = zoomX ? first - (end - first) * 0.1 : windowStart;
+  const limitShown = q.allowance_wall_s <= Math.max(sum, 1) * 4;
+  const top = (limitShown ? Math.max(q.allowance_wall_s, sum) : Math.max(sum, 1)) * 1.15;
   const X = (x) => L + ((x - start) / Math.max(end - start, 1)) * (W - L - R);
   const Y = (y) => H - B - (y / top) * (H - B - T);
   const path = pts.length ? `M${X(start)},${Y(0)} ` + pts.map((p) => `H${X(p.x).toFixed(1)} V${Y(p.y).toFixed(1)}`).join(" ") + ` H${X(end)}` : "";
-  const node = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `wall time spent in the ${q.window_hours}h window against the allowance` },
+  const used = q.allowance_wall_s ? (100 * q.spent_wall_s) / q.allowance_wall_s : 0;
+  const span = secs((end - start) / 1000);
+  return svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `wall time spent in the ${q.window_hours}h window against the allowance` },
     svg("line", { x1: L, y1: Y(0), x2: W - R, y2: Y(0), class: "axis" }),
-    svg("line", { x1: L, y1: Y(q.allowance_wall_s), x2: W - R, y2: Y(q.allowance_wall_s), class: "limit" }),
-    svg("text", { x: W - R, y: Y(q.allowance_wall_s) - 4, "text-anchor": "end", class: "label" }, `allowance ${secs(q.allowance_wall_s)}`),
+    limitShown ? svg("line", { x1: L, y1: Y(q.allowance_wall_s), x2: W - R, y2: Y(q.allowance_wall_s), class: "limit" }) : null,
+    svg("text", { x: W - R, y: limitShown ? Y(q.allowance_wall_s) - 4 : T - 2, "text-anchor": "end", class: "label" },
+      limitShown ? `allowance ${secs(q.allowance_wall_s)}` : `allowance ${secs(q.allowance_wall_s)} is off the scale (${used.toFixed(1)}% used)`),
     svg("text", { x: L - 4, y: Y(0), "text-anchor": "end", class: "label" }, "0"),
-    svg("text", { x: L, y: H - 4, class: "label" }, `-${q.window_hours}h`),
+    pts.length ? svg("text", { x: L - 4, y: Y(sum) + 4, "text-anchor": "end", class: "label" }, secs(sum)) : null,
+    svg("text", { x: L, y: H - 4, class: "label" }, zoomX ? `-${span}` : `-${q.window_hours}h (window start)`),
     svg("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "label" }, "now"),
     path ? svg("path", { d: path, class: "spend" }) : null,
     pts.map((p) => svg("circle", { cx: X(p.x), cy: Y(p.y), r: 3, class: `dot s-${p.t.status}` },
       svg("title", {}, `turn ${p.t.seq}: ${p.t.status}, ${secs(p.t.wall_s)} wall, ${secs(p.t.cpu_s)} CPU`))));
-  return node;
 }
 
 function turnsPanel(goalId, d) {
