@@ -378,6 +378,9 @@ class StatusHandler(BaseHTTPRequestHandler):
     server_version = "loopx"
     sys_version = ""
     timeout = SOCKET_TIMEOUT_S  # StreamRequestHandler applies it to the socket before reading
+    # Headers and body go out in two writes; with Nagle on, a keep-alive client (every browser)
+    # waits for its delayed ACK, 40 ms per reply.
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         """Wrap the socket's read side in the request deadline."""
