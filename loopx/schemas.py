@@ -12,7 +12,9 @@ from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Registry
 from loopx.state import GoalState
+from loopx.status.actions import AuditRecord
 from loopx.status.cache import StatusIndex, StatusShard
+from loopx.status.events import ChangeEvent
 from loopx.status.projection import ProbeObservation, StatusProjection
 from loopx.turn.inspection import JournalInspection
 from loopx.turn.journal import TurnJournal
@@ -46,6 +48,8 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "doctor": DoctorReport,
     "replay": ReplayReport,
     "set-aside-note": SetAsideNote,
+    "audit": AuditRecord,
+    "change-event": ChangeEvent,
 }
 
 
