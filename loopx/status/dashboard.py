@@ -242,6 +242,7 @@ def overview(
         if lease is None or lease.agent_id != row.agent_id:
             return row
         return row.model_copy(update={"turn_since": lease.acquired_at})
+
     return Overview(
         generated_at=projection.generated_at,
         checked_at=projection.checked_at,

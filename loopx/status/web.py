@@ -35,6 +35,7 @@ from loopx.status.actions import (
 )
 from loopx.status.dashboard import dumps
 from loopx.status.events import sse_frame
+from loopx.status.livetail import read_live
 from loopx.status.sources import read_fleet
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def route_get(h: StatusHandler, parts: list[str], query: dict[str, list[str]]) -
             ),
         )
         h._reply(HTTPStatus.OK, body)  # noqa: SLF001
-    elif len(parts) in (3, 5) and parts[1] == "goals":
+    elif len(parts) in (3, 4, 5) and parts[1] == "goals":
         _goal(h, parts[2], parts[3:])
     else:
         h._error(HTTPStatus.NOT_FOUND, f"no such resource {h.path!r}")  # noqa: SLF001
@@ -158,7 +159,14 @@ def _goal(h: StatusHandler, goal_id: str, rest: list[str]) -> None:
         )
         h._reply(HTTPStatus.OK, dumps(doc))  # noqa: SLF001
         return
-    if rest[0] == "runs" and rest[1].isdigit():
+    if rest == ["live"]:
+        live = read_live(service.layout, goal_id)
+        if live is None:
+            h._error(HTTPStatus.NOT_FOUND, f"goal {goal_id!r} has no host running now")  # noqa: SLF001
+        else:
+            h._reply(HTTPStatus.OK, dumps(live))  # noqa: SLF001
+        return
+    if len(rest) == 2 and rest[0] == "runs" and rest[1].isdigit():  # noqa: PLR2004
         log = dashboard.run_log(service.layout, goal_id, int(rest[1]))
         if log is not None:
             h._reply(HTTPStatus.OK, dumps(log))  # noqa: SLF001

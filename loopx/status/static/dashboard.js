@@ -272,7 +272,7 @@ async function render(live) {
 
 // While a person types into an answer box, refresh every part of the page but that form.
 function patchAround(main, view) {
-  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel"]) {
+  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel"]) {
     const old = document.getElementById(id);
     const fresh = view.querySelector(`#${id}`);
     if (old && fresh) old.replaceWith(fresh);
@@ -358,7 +358,8 @@ function fleetPanel(ov) {
   const rows = ov.agents.map((a) => el("tr", { class: a.alive ? "" : "dead" },
     el("td", { "data-label": "agent" }, a.agent_id),
     el("td", { "data-label": "state" }, a.crash_loop ? badge("crash_loop") : badge(a.alive ? a.phase || "alive" : "down")),
-    el("td", { "data-label": "goal" }, a.goal_id ? el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}` }, a.goal_id) : "—"),
+    el("td", { "data-label": "goal" }, a.goal_id ? [el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}` }, a.goal_id), " ",
+      el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}`, class: "muted", title: "the host's live output" }, "(output)")] : "—"),
     el("td", { "data-label": "turn", class: "mono wide" }, a.turn_key || ""),
     el("td", { "data-label": "since" }, when(a.turn_since || a.started_at)),
     el("td", { "data-label": "heartbeat" }, when(a.beat_at)),
@@ -466,6 +467,7 @@ async function goalView(route) {
         d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
       el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
     ),
+    v.lease ? livePanel(v.goal_id) : null,
     log ? runLogPanel(v.goal_id, log) : null,
     turnsPanel(v.goal_id, d),
     resolvedGates(gates.filter((g) => g.answer !== null)),
@@ -525,6 +527,33 @@ function chart(d) {
     path ? svg("path", { d: path, class: "spend" }) : null,
     pts.map((p) => svg("circle", { cx: X(p.x), cy: Y(p.y), r: 3, class: `dot s-${p.t.status}` },
       svg("title", {}, `turn ${p.t.seq}: ${p.t.status}, ${secs(p.t.wall_s)} wall, ${secs(p.t.cpu_s)} CPU`))));
+}
+
+// The running host's newest output (redacted by the agent), polled every 2 s while shown.
+let liveTimer = null;
+
+function livePanel(goalId) {
+  const pre = el("pre", { class: "live-output", id: "live-output", tabindex: 0 }, "waiting for output…");
+  const info = el("span", { class: "muted", id: "live-info" }, "");
+  const panel = el("section", { class: "panel", id: "live-panel" },
+    el("h2", {}, "Live output ", info), pre);
+  clearInterval(liveTimer);
+  const poll = async () => {
+    if (!document.body.contains(pre) && liveTimer !== null) { clearInterval(liveTimer); liveTimer = null; return; }
+    try {
+      const resp = await fetch(`/api/goals/${encodeURIComponent(goalId)}/live`, { headers: headers(), cache: "no-store" });
+      if (resp.status === 404) { info.textContent = "(no host running now)"; return; }
+      if (!resp.ok) return;
+      const live = await resp.json();
+      const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = live.text || "(no output yet)";
+      info.textContent = `(${live.total_bytes.toLocaleString()} bytes, turn ${live.turn_key}, ${ago(live.updated_at)})`;
+      if (stick) pre.scrollTop = pre.scrollHeight;
+    } catch (e) { /* the next poll retries */ }
+  };
+  setTimeout(poll, 0);
+  liveTimer = setInterval(poll, 2000);
+  return panel;
 }
 
 function turnsPanel(goalId, d) {
