@@ -5,10 +5,10 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import threading
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
