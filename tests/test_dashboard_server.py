@@ -56,7 +56,9 @@ def call(server, method, path, headers=None, body=None):
         resp = conn.getresponse()
         data = resp.read()
         kind = resp.getheader("Content-Type") or ""
-        return resp.status, json.loads(data) if kind.startswith("application/json") else data
+        return resp.status, json.loads(data) if data and kind.startswith(
+            "application/json"
+        ) else data
     finally:
         conn.close()
 

@@ -254,7 +254,15 @@ class StatusCache:
             index = self.index
             if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
                 changed = None if reloaded else frozenset[str]()
-                return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at, changed)
+                return RefreshReport(
+                    refreshed=False,
+                    full_scan=False,
+                    goals=len(self.goals),
+                    reread=0,
+                    shards_written=0,
+                    checked_at=index.checked_at,
+                    changed=changed,
+                )
             report = self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
             return dataclasses.replace(report, changed=None) if reloaded else report
 
@@ -396,13 +404,13 @@ class StatusCache:
         atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
         log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched_shards))
         return RefreshReport(
-            True,
-            full,
-            len(self.goals),
-            len(dirty),
-            len(touched_shards),
-            now,
-            frozenset(dirty.union(removed)),
+            refreshed=True,
+            full_scan=full,
+            goals=len(self.goals),
+            reread=len(dirty),
+            shards_written=len(touched_shards),
+            checked_at=now,
+            changed=frozenset(dirty.union(removed)),
         )
 
     def _store(self, goal_id: str, cached: CachedGoal) -> None:

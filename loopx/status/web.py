@@ -161,8 +161,8 @@ def _goal(h: StatusHandler, goal_id: str, rest: list[str]) -> None:
         return
     if rest == ["live"]:
         live = read_live(service.layout, goal_id)
-        if live is None:
-            h._error(HTTPStatus.NOT_FOUND, f"goal {goal_id!r} has no host running now")  # noqa: SLF001
+        if live is None:  # no host runs now: not an error, so no 404 in the browser's console
+            h._reply(HTTPStatus.NO_CONTENT, b"")  # noqa: SLF001
         else:
             h._reply(HTTPStatus.OK, dumps(live))  # noqa: SLF001
         return

@@ -257,14 +257,25 @@ async function render(live) {
   const main = document.getElementById("main");
   try {
     const view = state.route.goal ? await goalView(state.route) : await overviewView();
-    const focused = document.activeElement && document.activeElement.id;
-    const typing = live && document.activeElement && document.activeElement.tagName === "INPUT"
-      && document.activeElement.closest("form.answer");
-    if (typing) return patchAround(main, view);  // never wipe an answer being typed
+    const active = document.activeElement;
+    const focused = active && active.id;
+    if (live && active && active.tagName === "INPUT" && active.closest("form.answer")) {
+      return patchAround(main, view);  // never wipe an answer being typed
+    }
+    // A live refresh keeps what is being typed in the filter box, and where the caret is.
+    const typed = live && active && active.tagName === "INPUT"
+      ? { value: active.value, start: active.selectionStart, end: active.selectionEnd } : null;
     main.replaceChildren(view);
     // When the first view was on screen, for the render benchmark and tests.
     if (!window.loopxFirstRender) window.loopxFirstRender = performance.now();
-    if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+    const again = focused && document.getElementById(focused);
+    if (again) {
+      again.focus();
+      if (typed && again.tagName === "INPUT") {
+        again.value = typed.value;
+        if (typed.start !== null) again.setSelectionRange(typed.start, typed.end);
+      }
+    }
   } catch (e) {
     notice(e.message);
   }
@@ -542,7 +553,7 @@ function livePanel(goalId) {
     if (!document.body.contains(pre) && liveTimer !== null) { clearInterval(liveTimer); liveTimer = null; return; }
     try {
       const resp = await fetch(`/api/goals/${encodeURIComponent(goalId)}/live`, { headers: headers(), cache: "no-store" });
-      if (resp.status === 404) { info.textContent = "(no host running now)"; return; }
+      if (resp.status === 204) { info.textContent = "(no host running now)"; return; }
       if (!resp.ok) return;
       const live = await resp.json();
       const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
