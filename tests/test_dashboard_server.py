@@ -316,3 +316,10 @@ def test_slow_body_is_cut_at_the_request_deadline(server, layout):
         sock.close()
     assert time.monotonic() - started < 6.0
     assert load_state(layout, "goal-00000").gates[0].answer is None
+
+
+def test_head_on_events_does_not_stream(server):
+    """HEAD /events answers the headers and ends, without holding a stream open."""
+    status, body = call(server, "HEAD", "/events", AUTH)
+    assert (status, body) == (200, b"")
+    assert server.streams.open == 0

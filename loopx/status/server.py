@@ -8,6 +8,12 @@ is cut off), and every reply is JSON except ``/metrics`` (Prometheus text),
 ``/events`` (Server-Sent Events) and the dashboard's static files
 (:mod:`loopx.status.web`). Actions (answer a gate, pause, resume, done) are
 off unless the server is started with them and a token.
+
+The stdlib ``ThreadingHTTPServer`` is kept rather than adding an ASGI server:
+the whole-request deadline is a reader wrapper (:class:`_DeadlineReader`), a
+Server-Sent Events stream is a thread waiting on a condition (at most 32 of
+them), and nothing is imported at CLI start that ``loopx status`` does not
+already need.
 A background thread refreshes the cached projection every
 ``refresh_interval_s`` (a no-op while a supervisor keeps it fresh), and the
 serialised replies are cached per generation, so a request costs a lookup

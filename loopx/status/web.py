@@ -111,7 +111,10 @@ def route_get(h: StatusHandler, parts: list[str], query: dict[str, list[str]]) -
     """Answer ``/api/...`` and ``/events``; False for any other path."""
     service = h.server.service
     if parts == ["events"]:
-        _stream(h)
+        if h.command == "HEAD":
+            h._reply(HTTPStatus.OK, b"", "text/event-stream; charset=utf-8")  # noqa: SLF001
+        else:
+            _stream(h)
         return True
     if not parts or parts[0] != "api":
         return False
