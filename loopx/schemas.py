@@ -12,9 +12,11 @@ from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Registry
 from loopx.state import GoalState
-from loopx.status.actions import AuditRecord
+from loopx.status.actions import ActionResult, AuditRecord
 from loopx.status.cache import StatusIndex, StatusShard
+from loopx.status.dashboard import GoalDetail, GoalsPage, Overview, RunLog
 from loopx.status.events import ChangeEvent
+from loopx.status.livetail import LiveOutput
 from loopx.status.projection import ProbeObservation, StatusProjection
 from loopx.turn.inspection import JournalInspection
 from loopx.turn.journal import TurnJournal
@@ -49,7 +51,14 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "replay": ReplayReport,
     "set-aside-note": SetAsideNote,
     "audit": AuditRecord,
+    "live-output": LiveOutput,
+    # What the dashboard's routes on `loopx serve` reply (docs/cli.md "loopx serve").
     "change-event": ChangeEvent,
+    "dashboard-overview": Overview,
+    "dashboard-goals": GoalsPage,
+    "dashboard-goal": GoalDetail,
+    "dashboard-run-log": RunLog,
+    "dashboard-action": ActionResult,
 }
 
 

@@ -10,7 +10,7 @@ is cut off), and every reply is JSON except ``/metrics`` (Prometheus text),
 off unless the server is started with them and a token.
 
 The stdlib ``ThreadingHTTPServer`` is kept rather than adding an ASGI server:
-the whole-request deadline is a reader wrapper (:class:`_DeadlineReader`), a
+the whole-request deadline is a reader wrapper (:class:`~loopx.status.deadline.DeadlineReader`), a
 Server-Sent Events stream is a thread waiting on a condition (at most 32 of
 them), and nothing is imported at CLI start that ``loopx status`` does not
 already need.
@@ -26,7 +26,6 @@ import hmac
 import io
 import ipaddress
 import json
-import math
 import os
 import socket
 import threading
@@ -35,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import structlog
@@ -47,13 +46,11 @@ from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.status import web
 from loopx.status.cache import StatusCache
+from loopx.status.deadline import DeadlineReader
 from loopx.status.events import ChangeFeed, change_event
 from loopx.status.metrics import render_metrics
 from loopx.status.projection import StatusProjection
 from loopx.status.sources import iter_lines_backwards, read_fleet
-
-if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765
@@ -338,43 +335,6 @@ def _listdir(path: os.PathLike[str]) -> list[str]:
         return []
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A socket's read side that waits no longer than the current request's deadline.
-
-    A socket timeout bounds each read, so a client sending one byte every few
-    seconds could hold a connection for as long as it likes; this bounds the
-    sum (issue 18). The socket's timeout is restored after each read, so
-    replies are written with the ordinary per-write timeout.
-    """
-
-    def __init__(self, sock: socket.socket, io_timeout: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._io_timeout = io_timeout
-        self.deadline = math.inf
-
-    def readable(self) -> bool:
-        """A reader."""
-        return True
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        """Read what is there, waiting at most until the deadline.
-
-        Raises:
-            TimeoutError: the deadline passed (the stdlib handler closes the connection).
-
-        """
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            msg = "request not complete within its deadline"
-            raise TimeoutError(msg)
-        self._sock.settimeout(min(left, self._io_timeout))
-        try:
-            return self._sock.recv_into(buffer)
-        finally:
-            self._sock.settimeout(self._io_timeout)
-
-
 class StatusHandler(BaseHTTPRequestHandler):
     """One request: bounded in size and time, authenticated when a token is set."""
 
@@ -391,7 +351,7 @@ class StatusHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         """Wrap the socket's read side in the request deadline."""
         super().setup()
-        self._reader = _DeadlineReader(self.connection, SOCKET_TIMEOUT_S)
+        self._reader = DeadlineReader(self.connection, SOCKET_TIMEOUT_S)
         self.rfile = io.BufferedReader(self._reader)
 
     def handle_one_request(self) -> None:
