@@ -129,10 +129,10 @@ function showHeader(counts, fleet) {
   const by = counts.by_actor || {};
   const c = document.getElementById("counts");
   c.replaceChildren(
-    el("a", { href: "#/", class: "count human", "data-actor": "human", onclick: (ev) => setActor("human", ev) }, `${by.human || 0} need you`),
-    el("a", { href: "#/", class: "count agent", "data-actor": "agent", onclick: (ev) => setActor("agent", ev) }, `${by.agent || 0} for agents`),
-    el("a", { href: "#/", class: "count none", "data-actor": "none", onclick: (ev) => setActor("none", ev) }, `${by.none || 0} quiet`),
-    el("span", { class: "muted" }, ` of ${counts.total}`),
+    el("a", { href: "#/", class: "count human", "data-actor": "human", onclick: (ev) => setActor("human", ev) }, `${(by.human || 0).toLocaleString()} need you`),
+    el("a", { href: "#/", class: "count agent", "data-actor": "agent", onclick: (ev) => setActor("agent", ev) }, `${(by.agent || 0).toLocaleString()} for agents`),
+    el("a", { href: "#/", class: "count none", "data-actor": "none", onclick: (ev) => setActor("none", ev) }, `${(by.none || 0).toLocaleString()} quiet`),
+    el("span", { class: "muted" }, ` of ${counts.total.toLocaleString()}`),
   );
 }
 
