@@ -23,7 +23,8 @@ from loopx.registry.goals import resolve_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate
-from loopx.storage.files import append_record, ensure_dir
+from loopx.storage.files import ensure_dir
+from loopx.storage.jsonl import append_record
 
 AUDIT_NAME: Final = "audit.jsonl"
 MAX_ACTION_BODY: Final = 16 * 1024
