@@ -33,7 +33,11 @@ from loopx.registry.initialise import InitReport
 from loopx.registry.model import Registry
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
 from loopx.state import GoalState
+from loopx.status import dashboard
+from loopx.status.actions import ActionResult, AuditRecord
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
+from loopx.status.events import ChangeEvent
+from loopx.status.livetail import LiveOutput
 from loopx.status.refresh import RefreshReport, StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
@@ -69,6 +73,8 @@ FILES: dict[str, type[BaseModel]] = {
     "scale-request": ScaleRequest,
     "batch-plan": BatchPlan,
     "batch-report": BatchReport,
+    "audit": AuditRecord,
+    "live-output": LiveOutput,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -101,6 +107,13 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "http-turns": GoalTurns,
     "http-healthz": Health,
     "http-error": ErrorReply,
+    # What the dashboard's routes on `loopx serve` reply (docs/cli.md "loopx serve").
+    "change-event": ChangeEvent,
+    "dashboard-overview": dashboard.Overview,
+    "dashboard-goals": dashboard.GoalsPage,
+    "dashboard-goal": dashboard.GoalDetail,
+    "dashboard-run-log": dashboard.RunLog,
+    "dashboard-action": ActionResult,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

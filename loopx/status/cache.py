@@ -192,10 +192,12 @@ class StatusCache:
         """
         ensure_dir(self.layout.projections_dir)
         with locked(self.layout.status_file, timeout=_LOCK_TIMEOUT_S):
-            if self.index is None or not self._in_sync_with_disk():
+            reloaded = self.index is not None and not self._in_sync_with_disk()
+            if self.index is None or reloaded:
                 self.load()
             index = self.index
             if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
+                changed = None if reloaded else frozenset[str]()
                 return RefreshReport(
                     refreshed=False,
                     full_scan=False,
@@ -203,8 +205,10 @@ class StatusCache:
                     reread=0,
                     shards_written=0,
                     checked_at=index.checked_at,
+                    changed=changed,
                 )
-            return self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+            report = self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+            return report.model_copy(update={"changed": None}) if reloaded else report
 
     def _refresh_locked(
         self, *, now: datetime, full_scan_after_s: float, force: bool
@@ -277,6 +281,7 @@ class StatusCache:
             reread=len(dirty),
             shards_written=len(touched),
             checked_at=now,
+            changed=frozenset(dirty.union(removed)),
         )
 
     def _expired(self, now: datetime) -> set[str]:

@@ -94,6 +94,7 @@ class ErrorReply(Record):
     schema_version: Literal[1] = 1
     error: str
     status: int  # the HTTP status code, repeated for clients that only keep the body
+    hint: str | None = None  # what to do about it, where the library said
 
 
 def _page(goals: list[GoalStatusView], offset: int, limit: int) -> Page:

@@ -78,6 +78,9 @@ class RefreshReport(Record):
     reread: int  # goals whose files were read again
     shards_written: int
     checked_at: UtcDatetime
+    # Goals whose view was re-projected or dropped (what `/events` announces); None when this
+    # process reloaded another writer's cache and cannot tell. Not part of the JSON document.
+    changed: frozenset[str] | None = Field(default=frozenset(), exclude=True)
 
 
 @dataclass(frozen=True, slots=True)
