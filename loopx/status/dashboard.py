@@ -217,7 +217,9 @@ def agent_rows(
                 turns_done=beat.turns_done if beat is not None else 0,
                 restarts=slot.restarts if slot is not None else 0,
                 crash_loop=slot.crash_loop if slot is not None else False,
-                last_exit=slot.last_exit if slot is not None else None,
+                last_exit=slot.last_exit.describe()
+                if slot is not None and slot.last_exit
+                else None,
             )
         )
     return rows

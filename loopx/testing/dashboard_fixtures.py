@@ -12,7 +12,7 @@ import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from loopx.fleet import AgentHeartbeat, AgentPhase, AgentSlot, FleetRecord
+from loopx.fleet import AgentHeartbeat, AgentPhase, AgentSlot, ExitKind, ExitStatus, FleetRecord
 from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
 from loopx.quota.policy import QuotaPolicy
@@ -142,7 +142,9 @@ def _run_log(layout: Layout, goal_id: str, seq: int, *, failed: bool) -> None:
 def _fleet(layout: Layout, ids: list[str], *, now: datetime) -> None:
     agents = 4
     slots = [AgentSlot(index=k, agent_id=f"agent-{k + 1}", pid=os.getpid()) for k in range(agents)]
-    slots[3] = slots[3].model_copy(update={"restarts": 2, "last_exit": "signal SIGKILL"})
+    slots[3] = slots[3].model_copy(
+        update={"restarts": 2, "last_exit": ExitStatus(kind=ExitKind.SIGNALLED, signal="SIGKILL")}
+    )
     record = FleetRecord(
         pid=os.getpid(),
         pid_started_at=0.0,
