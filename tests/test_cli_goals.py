@@ -65,6 +65,7 @@ def test_every_policy_field_round_trips(cli: Cli, tmp_path: Path) -> None:
         "kind": "command",
         "argv": ["my-agent", "--flag", "two words"],
         "session_max_turns": None,
+        "unreachable_after_s": None,
     }
     assert goal["priority"] == 7
     assert goal["next_probe"] == "git log -1"

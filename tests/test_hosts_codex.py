@@ -295,6 +295,7 @@ def test_goal_add_accepts_codex_on_path_with_extra_flags(cli, fake):
         "kind": "codex",
         "argv": ["--model", "o3"],
         "session_max_turns": None,
+        "unreachable_after_s": None,
     }
 
 

@@ -196,26 +196,35 @@ def test_find_json_object_finds_a_late_result_after_many_braces():
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
+CODEX_LIMIT = (
+    "You\u2019ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), "
+    "or try again at 7:56 PM."
+)
+NYC = ZoneInfo("America/New_York")
+
+
 @pytest.mark.parametrize(
     ("message", "local", "reset"),
     [
         # codex 0.171: a clock in the host's local zone, no zone named
-        ("You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), "
-         "or try again at 7:56 PM.", BERLIN, datetime(2026, 1, 2, 19, 56, tzinfo=BERLIN)),
+        (CODEX_LIMIT, BERLIN, datetime(2026, 1, 2, 19, 56, tzinfo=BERLIN)),
         ("try again at 3:30 AM.", UTC, datetime(2026, 1, 2, 3, 30, tzinfo=UTC)),
         ("try again at 2:30 AM.", UTC, datetime(2026, 1, 3, 2, 30, tzinfo=UTC)),
-        ("try again at Dec 3rd, 2026 6:56 PM.", BERLIN, datetime(2026, 12, 3, 18, 56, tzinfo=BERLIN)),
+        ("try again at Dec 3rd, 2026 6:56 PM.", BERLIN,
+         datetime(2026, 12, 3, 18, 56, tzinfo=BERLIN)),
         ("try again at Jan 21st, 2026 12:05 AM.", UTC, datetime(2026, 1, 21, 0, 5, tzinfo=UTC)),
         # claude 2.1.197: a clock or date with its zone named
         ("You've hit your session limit · resets 8:56pm (Europe/Berlin)", UTC,
          datetime(2026, 1, 2, 20, 56, tzinfo=BERLIN)),
-        ("You've hit your session limit · resets 9pm (UTC)", BERLIN, datetime(2026, 1, 2, 21, 0, tzinfo=UTC)),
+        ("You've hit your session limit · resets 9pm (UTC)", BERLIN,
+         datetime(2026, 1, 2, 21, 0, tzinfo=UTC)),
         ("You've hit your weekly limit · resets Dec 3, 7:56pm (Europe/Berlin)", UTC,
          datetime(2026, 12, 3, 19, 56, tzinfo=BERLIN)),
         ("You've hit your weekly limit · resets Jan 5, 2027, 7am (America/New_York)", UTC,
-         datetime(2027, 1, 5, 7, 0, tzinfo=ZoneInfo("America/New_York"))),
-        # a date a day in the past without a year is next year's
-        ("You've hit your weekly limit · resets Jan 1, 2am (UTC)", UTC, datetime(2027, 1, 1, 2, 0, tzinfo=UTC)),
+         datetime(2027, 1, 5, 7, 0, tzinfo=NYC)),
+        # a date more than a day in the past without a year is next year's
+        ("You've hit your weekly limit · resets Jan 1, 2am (UTC)", UTC,
+         datetime(2027, 1, 1, 2, 0, tzinfo=UTC)),
     ],
 )  # fmt: skip
 def test_reset_moments_in_the_real_wordings(message: str, local: ZoneInfo, reset: datetime):

@@ -22,7 +22,9 @@ import structlog
 from loopx import environ
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
-from loopx.errors import HostMissingError, LoopxError
+from loopx.agents.hosts.plugins import PluginError
+from loopx.agents.hosts.watch import StallWatcher
+from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError
 from loopx.faults import fault_point
 from loopx.model import utcnow
 from loopx.quota.usage import Usage
@@ -110,10 +112,10 @@ def execute(
     result_file = Path(envelope.result_file)
     ensure_dir(result_file.parent)
     result_file.unlink(missing_ok=True)
-    host = host_for(goal.host.kind)
     try:
+        host = host_for(goal.host.kind)
         invocation = host.prepare(goal, envelope)
-    except HostMissingError as e:
+    except (HostMissingError, HostUnsupportedError, PluginError) as e:
         failed = journal.model_copy(
             update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
         )
@@ -141,6 +143,7 @@ def execute(
                 tick=terms.renew,
                 tick_every_s=terms.renew_every_s,
                 tee=tail.feed,
+                watch=StallWatcher(invocation.stall) if invocation.stall is not None else None,
             )
         finally:
             tail.close()  # the host ended (or the turn failed): no live output any more
@@ -199,6 +202,7 @@ def _killed_from_outside(run: HostRun, journal: TurnJournal, stop: threading.Eve
     """Whether the host died of a SIGKILL LoopX did not send, with an attempt left."""
     return (
         run.killed is None
+        and not run.watched
         and run.signal == signal.SIGKILL
         and journal.attempt < journal.plan.max_host_attempts
         and not (stop is not None and stop.is_set())

@@ -103,6 +103,7 @@ class HostRun:
     started_at: datetime
     ended_at: datetime
     spawn_error: str | None = None  # the program could not be started at all
+    watched: bool = False  # stopped because ``watch`` said its output shows it is stuck
 
 
 @dataclass(slots=True)
@@ -314,6 +315,7 @@ def run_host(
     tick: Callable[[], None] | None = None,
     tick_every_s: float = 10.0,
     tee: Callable[[bytes], None] | None = None,
+    watch: Callable[[Capture, Capture], bool] | None = None,
 ) -> HostRun:
     """Run a host to its end (or kill it) and report what happened.
 
@@ -330,6 +332,8 @@ def run_host(
             if it raises, the tree is killed and the error propagates.
         tick_every_s: the tick period.
         tee: given every chunk of stdout and stderr as it arrives (the live tail).
+        watch: called with the output so far at each sample; True stops the
+            host (``watched``), whose output the adapter then reads as usual.
 
     Returns:
         The run; a program that cannot start gives ``spawn_error``.
@@ -370,6 +374,7 @@ def run_host(
         pidfd = None
     tree = _Tree(proc.pid, turn_key, loopx_root)
     killed: FailureReason | None = None
+    watched = False
     error: BaseException | None = None
     next_tick = t0 + tick_every_s
     period = _FIRST_SAMPLE_S
@@ -399,6 +404,10 @@ def run_host(
                     error, reason = e, FailureReason.LEASE_LOST
             if reason is not None:
                 killed = reason
+                _terminate_tree(tree, proc, limits.kill_grace_s)
+                break
+            if watch is not None and watch(out, err):
+                watched = True
                 _terminate_tree(tree, proc, limits.kill_grace_s)
                 break
         ended = utcnow()
@@ -442,6 +451,7 @@ def run_host(
         killed=killed,
         started_at=started,
         ended_at=ended,
+        watched=watched,
     )
 
 

@@ -55,6 +55,13 @@ def register(sub: Any) -> None:
         metavar="N",
         help="codex/claude: start a fresh CLI session after N turns of one (with --host-kind)",
     )
+    add.add_argument(
+        "--unreachable-after",
+        type=float,
+        metavar="S",
+        help="codex: stop a host stuck reconnecting to its model server after S seconds "
+        "(default 120); the turn waits and retries (with --host-kind)",
+    )
     add.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
     add.add_argument("--quota-compute", type=float, metavar="F", help="share of a window, 0..1")
     add.add_argument("--quota-window-hours", type=float, metavar="H", help="window (default 24)")
@@ -125,9 +132,10 @@ def run_reset_session(args: argparse.Namespace) -> int:
 
 def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     if args.host is None and args.host_kind is None:
-        if args.session_max_turns is not None:
+        if args.session_max_turns is not None or args.unreachable_after is not None:
             raise UsageError(
-                "--session-max-turns is part of the host: pass --host-kind with it",
+                "--session-max-turns and --unreachable-after are part of the host: "
+                "pass --host-kind with them",
                 hint="e.g. --host-kind codex --session-max-turns 20",
             )
         return None
@@ -144,7 +152,16 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
         raise InvalidPolicyError(
             "--session-max-turns", f"must be at least 1, got {args.session_max_turns}"
         )
-    return HostSpec(kind=kind, argv=argv, session_max_turns=args.session_max_turns)
+    if args.unreachable_after is not None and not args.unreachable_after > 0:
+        raise InvalidPolicyError(
+            "--unreachable-after", f"must be more than 0 seconds, got {args.unreachable_after}"
+        )
+    return HostSpec(
+        kind=kind,
+        argv=argv,
+        session_max_turns=args.session_max_turns,
+        unreachable_after_s=args.unreachable_after,
+    )
 
 
 def _resources(given: list[str] | None) -> dict[str, float] | None:

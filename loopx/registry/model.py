@@ -48,6 +48,9 @@ class HostSpec(Record):
     argv: list[str] = Field(default_factory=list)
     # Start a fresh CLI session after this many turns of one session (codex/claude).
     session_max_turns: Annotated[int, Field(ge=1)] | None = None
+    # codex: stop a host that only reports it cannot reach its model server after this many
+    # seconds (None: 120); the turn commits a wait (host_unreachable), see docs/hosts.md.
+    unreachable_after_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     @field_validator("argv")
     @classmethod

@@ -151,7 +151,7 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
         raise SupervisorRunningError(str(layout.root), record.pid)
     log_path = layout.logs_dir / "supervisor.log"
     argv = [
-        sys.executable, "-m", "loopx", "--root", str(layout.root), "--registry", str(layout.registry),
+        sys.executable, "-P", "-m", "loopx", "--root", str(layout.root), "--registry", str(layout.registry),
         "supervisor", "run", *run_args,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}

@@ -161,7 +161,8 @@ class LocalRunner:
     def argv(self, agent_id: str) -> list[str]:
         """The agent's command line."""
         argv = [
-            self.spec.python, "-m", "loopx.agents", "run",
+            # -P: never import from the cwd (a `loopx/` folder there would shadow ours)
+            self.spec.python, "-P", "-m", "loopx.agents", "run",
             "--root", str(self.layout.root), "--registry", str(self.layout.registry),
             "--agent-id", agent_id,
             "--heartbeat-seconds", str(self.spec.heartbeat_s),

@@ -172,7 +172,9 @@ def anthropic_events(message: dict[str, Any]) -> list[tuple[str, dict]]:
     """The Messages API SSE events of one message."""
     start = {**message, "content": [], "stop_reason": None}
     start["usage"] = {**message["usage"], "output_tokens": 1}
-    events: list[tuple[str, dict]] = [("message_start", {"type": "message_start", "message": start})]
+    events: list[tuple[str, dict]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
     for i, block in enumerate(message["content"]):
         if block["type"] == "text":
             first = {"type": "text", "text": ""}
@@ -181,7 +183,10 @@ def anthropic_events(message: dict[str, Any]) -> list[tuple[str, dict]]:
             first = {**block, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         events += [
-            ("content_block_start", {"type": "content_block_start", "index": i, "content_block": first}),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": i, "content_block": first},
+            ),
             ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}),
             ("content_block_stop", {"type": "content_block_stop", "index": i}),
         ]

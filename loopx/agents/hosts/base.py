@@ -11,6 +11,7 @@ from typing import Protocol
 
 from pydantic import Field
 
+from loopx.agents.hosts.watch import StallWatch
 from loopx.model import Record
 from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
@@ -19,11 +20,16 @@ from loopx.turn.protocol import Envelope, HostResult
 
 
 class HostInvocation(Record):
-    """What to spawn: argv (never through a shell), stdin bytes, extra environment."""
+    """What to spawn: argv (never through a shell), stdin bytes, extra environment.
+
+    ``stall`` names output that means the host is stuck (see ``watch.py``);
+    the turn runner stops it then instead of waiting for the turn timeout.
+    """
 
     argv: list[str]
     stdin: bytes = b""
     env: dict[str, str] = Field(default_factory=dict)
+    stall: StallWatch | None = None
 
 
 class HostOutput(Record):

@@ -35,6 +35,7 @@ from loopx.agents.hosts.session import (
     session_to_resume,
     turn_tokens,
 )
+from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
 from loopx.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.root import Layout
@@ -44,6 +45,8 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 
 SCHEMA_FILE_NAME: Final = "codex-result.schema.json"
+# What codex 0.171 repeats, never exiting, while its model server is unreachable.
+RECONNECT_LINE: Final = r"Reconnecting\.\.\. waiting for network"
 STDERR_TAIL: Final = 400
 
 
@@ -84,18 +87,17 @@ def _on_event(parsed: CodexEvents, event: dict[str, Any]) -> None:
         parsed.failure_message = message if isinstance(message, str) else "turn failed"
     elif kind == "error" and isinstance(event.get("message"), str):
         parsed.errors.append(event["message"])
-    elif kind == "item.completed":
-        item = event.get("item")
-        if isinstance(item, dict) and item.get("type") == "agent_message":
-            text = item.get("text")
-            if isinstance(text, str):
-                parsed.last_message = text
-        elif isinstance(item, dict) and item.get("type") == "error":
-            # Codex 0.171 reports non-fatal problems this way ("Model metadata for `m` not
-            # found"); the turn goes on, so they are kept as warnings, never as the outcome.
-            text = item.get("message")
-            if isinstance(text, str):
-                parsed.warnings.append(text)
+    elif kind == "item.completed" and isinstance(event.get("item"), dict):
+        _on_item(parsed, event["item"])
+
+
+def _on_item(parsed: CodexEvents, item: dict[str, Any]) -> None:
+    if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
+        parsed.last_message = item["text"]
+    elif item.get("type") == "error" and isinstance(item.get("message"), str):
+        # Codex 0.171 reports non-fatal problems this way ("Model metadata for `m` not
+        # found"); the turn goes on, so they are kept as warnings, never as the outcome.
+        parsed.warnings.append(item["message"])
 
 
 def parse_events(stdout: str) -> CodexEvents:
@@ -172,7 +174,11 @@ class CodexHost:
             argv += ["resume", resume.session_id]
         argv.append("-")  # read the prompt from stdin: no ARG_MAX limit, not in `ps`
         prompt = build_prompt(envelope, resumed=resume is not None)
-        return HostInvocation(argv=argv, stdin=prompt.encode())
+        stall = StallWatch(
+            pattern=RECONNECT_LINE,
+            after_s=goal.host.unreachable_after_s or DEFAULT_UNREACHABLE_AFTER_S,
+        )
+        return HostInvocation(argv=argv, stdin=prompt.encode(), stall=stall)
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in codex's final agent message, or a typed failure. Pure."""

@@ -57,8 +57,9 @@ _SESSION_MISSING = re.compile(
     r"|(?:session|conversation|thread|rollout)\b[^.\n]{0,80}\bnot found",
     re.IGNORECASE,
 )
-# Codex 0.171 loops on "Reconnecting... waiting for network (Connection failed: error sending
-# request)"; Claude Code 2.1.197 ends with "API Error: Unable to connect to API (ConnectionRefused)".
+# Codex 0.171 loops on "Reconnecting... waiting for network (Connection failed: error
+# sending request)"; Claude Code 2.1.197 ends with "API Error: Unable to connect to API
+# (ConnectionRefused)".
 _UNREACHABLE = re.compile(
     r"waiting for network|unable to connect to (?:the )?api|connection failed|connection refused"
     r"|ConnectionRefused|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|network is unreachable"

@@ -22,7 +22,12 @@ import re
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
+    )
+}
 _EPOCH = re.compile(r"(?:\||resets?_?at\"?\s*[:=]\s*)(\d{10})\b", re.IGNORECASE)
 _SECONDS = re.compile(r"(?:resets_in_seconds|retry[- ]after)\"?\s*[:=]?\s*(\d+)", re.IGNORECASE)
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
