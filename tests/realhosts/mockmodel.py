@@ -45,6 +45,7 @@ class MockModel:
     mode: str = "ok"
     answer: str = json.dumps(DEFAULT_ANSWER)
     reset_at: int = 0  # epoch seconds the usage limit resets (usage_limit mode)
+    limit_claim: str = "five_hour"  # Anthropic's limit that was hit: five_hour, seven_day
     requests: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _release: threading.Event = field(default_factory=threading.Event)
@@ -303,9 +304,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {
                 "anthropic-ratelimit-unified-status": "rejected",
                 "anthropic-ratelimit-unified-reset": str(model.reset_at),
-                "anthropic-ratelimit-unified-representative-claim": "five_hour",
-                "anthropic-ratelimit-unified-5h-status": "rejected",
-                "anthropic-ratelimit-unified-5h-reset": str(model.reset_at),
+                "anthropic-ratelimit-unified-representative-claim": model.limit_claim,
             }
             error = {"type": "rate_limit_error", "message": "usage limit reached"}
             self._json(429, {"type": "error", "error": error}, headers)
