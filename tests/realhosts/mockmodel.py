@@ -242,14 +242,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.close_connection = True
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         self.server.model.log(Request("GET", self.path, dict(self.headers), None))
         if self.path.startswith("/v1/models"):
             self._json(200, {"data": [], "object": "list", "models": []})
         else:
             self._json(404, {"error": {"message": f"mock: no {self.path}"}})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         body = self._body()
         model = self.server.model
         model.log(Request("POST", self.path, dict(self.headers), body))

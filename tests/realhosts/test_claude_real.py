@@ -56,7 +56,9 @@ def test_tool_call_runs_and_the_turn_commits(cli, claude_env, mock, tmp_path):
 
 
 @pytest.mark.parametrize(("claim", "days"), [("five_hour", 0.1), ("seven_day", 3)])
-def test_usage_limit_waits_until_the_printed_reset(cli, claude_env, mock, tmp_path, claim, days):
+def test_usage_limit_waits_until_the_printed_reset(  # noqa: PLR0917 - fixtures and parameters
+    cli, claude_env, mock, tmp_path, claim, days
+):
     """`You've hit your session limit · resets 8:56pm (Europe/Berlin)` (or weekly, with a date)."""
     mock.model.mode = "usage_limit"
     mock.model.limit_claim = claim

@@ -1,4 +1,4 @@
-"""The real Codex CLI (pinned in .ci/setup.d/realhosts.sh) driven by LoopX against the mock model."""
+"""The real Codex CLI (pinned in .ci/setup.d/realhosts.sh) driven by LoopX against a mock model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from tests.realhosts.conftest import add_goal, goal_state, run_once
-from tests.realhosts.mockmodel import MockServer
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(240)]
 
@@ -59,7 +58,7 @@ def test_tool_call_runs_and_the_turn_commits(cli, codex_env, mock, tmp_path):
 
 @pytest.mark.parametrize("days", [0.1, 3])
 def test_usage_limit_waits_until_the_printed_reset(cli, codex_env, mock, tmp_path, days):
-    """`try again at 7:56 PM.` / `at Dec 3rd, 2026 6:56 PM.` (Berlin time) become one wait until then."""
+    """`try again at 7:56 PM.` / `at Dec 3rd, 2026 6:56 PM.` (Berlin time): one wait until then."""
     mock.model.mode = "usage_limit"
     mock.model.reset_at = int(time.time() + days * 86400)
     add_goal(cli, codex_env, "c1", "codex", tmp_path / "work")
