@@ -33,9 +33,9 @@ def test_toml_plan_is_read(tmp_path: Path) -> None:
     plan = load_plan(path)
     build, demo = plan.goals
     assert build.host_spec().argv == ["make", "-j2"]
-    assert build.host_spec().kind is HostKind.COMMAND
+    assert build.host_spec().kind == HostKind.COMMAND
     assert build.quota.compute == 0.5
-    assert demo.host_spec().kind is HostKind.DEMO
+    assert demo.host_spec().kind == HostKind.DEMO
     assert demo.changes(tmp_path).workdir == str((tmp_path / "w" / "demo").resolve())
 
 

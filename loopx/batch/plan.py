@@ -15,7 +15,7 @@ from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.quota.policy import QuotaPolicy
 from loopx.registry.goals import GoalChanges
-from loopx.registry.model import HostKind, HostSpec
+from loopx.registry.model import HostKind, HostKindName, HostSpec
 from loopx.storage.files import read_bytes
 
 
@@ -39,7 +39,7 @@ class PlanGoal(Record):
     objective: Annotated[str, Field(min_length=1)]
     workdir: str | None = None
     host: str | list[str] | None = None  # a command line (split like a shell) or an argv list
-    host_kind: HostKind | None = None
+    host_kind: HostKindName | None = None
     priority: int = 0
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from loopx import exitcodes
+from loopx.agents.hosts.plugins import require_kind
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
@@ -46,8 +47,9 @@ def register(sub: Any) -> None:
     add.add_argument("--host", metavar="'CMD ARGS'", help="host command, split like a shell")
     add.add_argument(
         "--host-kind",
-        choices=[k.value for k in HostKind],
-        help="how the host is run (default: command with --host, else demo)",
+        metavar="KIND",
+        help="how the host is run: command, demo, codex, claude or a plug-in's kind "
+        "(default: command with --host, else demo)",
     )
     add.add_argument(
         "--session-max-turns",
@@ -145,8 +147,8 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
         raise UsageError(
             f"--host {args.host!r} cannot be split: {e}", hint="check its quotes"
         ) from e
-    kind = HostKind(args.host_kind) if args.host_kind else HostKind.COMMAND
-    if kind is HostKind.COMMAND and not argv:
+    kind = require_kind(args.host_kind) if args.host_kind else HostKind.COMMAND
+    if kind == HostKind.COMMAND and not argv:
         raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
     if args.session_max_turns is not None and args.session_max_turns < 1:
         raise InvalidPolicyError(
@@ -219,7 +221,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def _describe_host(goal: Goal) -> str:
-    if goal.host.kind is HostKind.COMMAND:
+    if goal.host.kind == HostKind.COMMAND:
         return shlex.join(goal.host.argv)
     return str(goal.host.kind)
 
