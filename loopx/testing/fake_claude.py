@@ -51,6 +51,9 @@ BOOL_FLAGS = {
 # Result texts as Claude Code 2.1.197 prints them (tests/realhosts/captures/claude-*.json).
 LIMIT = "You've hit your {what} limit \u00b7 resets {when}"
 UNREACHABLE = "API Error: Unable to connect to API (ConnectionRefused)"
+RATE_LIMITED = (
+    "API Error: Server is temporarily limiting requests (not your usage limit) \u00b7 Rate limited"
+)
 SERVER_ERROR = (
     "API Error: 500 Internal server error. This is a server-side issue, usually temporary "
     "\u2014 try again in a moment."
@@ -127,7 +130,7 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
         "empty": "",
         "auth": "Invalid API key · Please run /login",
         "rate_limit": f"Claude AI usage limit reached|{reset}",
-        "rate_limit_429": "API Error: Request rejected (429) · Rate limit reached",
+        "rate_limit_429": RATE_LIMITED,
         "session_limit": LIMIT.format(what="session", when=when),
         "weekly_limit": LIMIT.format(what="weekly", when=when),
         "server_error": SERVER_ERROR,
