@@ -210,7 +210,7 @@ def test_each_failure_has_its_typed_reason(tmp_path, monkeypatch, fake, mode, re
 def test_rate_limit_waits_until_the_local_clock_codex_printed(
     tmp_path, monkeypatch, fake, reset_in
 ):
-    """`try again at 9:23 PM.` / `at Dec 3rd, 2026 8:23 PM.` in the host's zone: a wait until then."""
+    """`try again at 9:23 PM.` or `at Dec 3rd, 2026 8:23 PM.`, host zone: a wait until then."""
     monkeypatch.setenv("TZ", "Europe/Berlin")
     monkeypatch.setenv("FAKE_CODEX_MODE", "rate_limit")
     monkeypatch.setenv("FAKE_CODEX_RESET_IN", str(reset_in))

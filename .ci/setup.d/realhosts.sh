@@ -4,11 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 prefix=.realhosts
-# The versions tests/realhosts and docs/hosts.md were checked against; bump all three together.
+# The versions tests/realhosts and docs/hosts.md were checked against; bump them together
+# with PINNED in tests/realhosts/conftest.py and re-run `python -m tests.realhosts.capture`.
 pins=(
     "@openai/codex@0.171.0"
     "@anthropic-ai/claude-code@2.1.197"
-    "@google/gemini-cli@0.61.0"
 )
 if ! command -v npm >/dev/null; then
     echo "realhosts: npm not found; install node >= 20 to run tests/realhosts" >&2

@@ -15,7 +15,7 @@ from tests.realhosts.mockmodel import MockServer
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".realhosts" / "node_modules" / ".bin"
 SETUP = ".ci/setup.d/realhosts.sh"
-PINNED = {"codex": "0.171.0", "claude": "2.1.197", "gemini": "0.61.0"}
+PINNED = {"codex": "0.171.0", "claude": "2.1.197"}
 
 
 def require_cli(name: str) -> Path:
