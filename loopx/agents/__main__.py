@@ -14,6 +14,7 @@ from loopx.fleet import AgentConfig
 from loopx.ids import validate_goal_id
 from loopx.log import configure_logging
 from loopx.root import ResolvedRoot, RootSource, open_root
+from loopx.storage.resources import resource_fault
 
 
 def add_agent_options(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:  # pragma: no cover - handlers catch SIGINT
         return exitcodes.OK
+    except OSError as e:
+        reason = resource_fault(e)
+        if reason is None:
+            raise
+        print(f"loopx agent: error: {reason}; the supervisor restarts this agent", file=sys.stderr)
+        return exitcodes.FAILURE
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from loopx.root import Layout
 from loopx.schedule.candidates import gather_candidates
 from loopx.schedule.select import select
 from loopx.storage.files import atomic_write_model
+from loopx.storage.resources import resource_fault
 
 log = structlog.get_logger(__name__)
 
@@ -95,6 +96,7 @@ class Agent:
         self._beater: threading.Thread | None = None
         self._beats_done = threading.Event()
         self._since_beat = 0.0
+        self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
 
@@ -140,7 +142,26 @@ class Agent:
             )
             # Not fsynced: a heartbeat tells live processes about a live agent; after
             # a power cut there is no agent left for it to describe.
-            atomic_write_model(self.layout.agent_file(self.config.agent_id), record, durable=False)
+            try:
+                atomic_write_model(
+                    self.layout.agent_file(self.config.agent_id), record, durable=False
+                )
+            except OSError as e:
+                self._note_fault(e)  # a missed beat; the next one may pass
+                return
+            self._note_fault(None)
+
+    def _note_fault(self, error: OSError | None) -> None:
+        """Track whether writes are refused now; raise errors that are not resource faults."""
+        reason = resource_fault(error) if error is not None else None
+        if error is not None and reason is None:
+            raise error
+        if reason != self.degraded:
+            if reason is not None:
+                log.warning("agent_degraded", reason=reason)
+            else:
+                log.info("agent_recovered", was=self.degraded)
+            self.degraded = reason
 
     def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
         """Change the phase the next beat publishes, without writing now."""
@@ -228,6 +249,12 @@ class Agent:
                 # A damaged file or a busy lock of one goal must not stop the others.
                 log.warning("turn_error", error=e.message, hint=e.hint)
                 continue
+            except OSError as e:
+                # A full or failing disk: nothing of this turn was committed (a host
+                # that finished waits inside the turn until its writes pass); back
+                # off like an idle step and try again.
+                self._note_fault(e)
+                break
             finally:
                 structlog.contextvars.unbind_contextvars("goal_id")
             if attempt.busy:

@@ -31,6 +31,7 @@ import structlog
 from loopx import __version__, environ
 from loopx.agents.execution import HostTerms, execute
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
+from loopx.clock import calibrate
 from loopx.errors import (
     CorruptFileError,
     GoalNotFoundError,
@@ -46,6 +47,7 @@ from loopx.schedule.candidates import read_registry
 from loopx.state import load_state
 from loopx.storage.files import dir_sync_batch
 from loopx.storage.locks import lock_busy
+from loopx.storage.resources import resource_fault
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
@@ -66,6 +68,8 @@ from loopx.turn.lease import (
     claim,
     fence_of,
     holder_state,
+    lease_grace_s,
+    lease_ttl_s,
     read_lease,
     release,
     renew,
@@ -89,8 +93,8 @@ class TurnConfig:
     def from_env(cls, env: Mapping[str, str]) -> TurnConfig:
         """Read ``LOOPX_LEASE_TTL_S``, ``LOOPX_LEASE_GRACE_S``, ``LOOPX_KILL_GRACE_S``."""
         return cls(
-            lease_ttl_s=environ.seconds(environ.LEASE_TTL_S, DEFAULT_TTL_S, env),
-            lease_grace_s=environ.seconds(environ.LEASE_GRACE_S, DEFAULT_GRACE_S, env),
+            lease_ttl_s=lease_ttl_s(env),
+            lease_grace_s=lease_grace_s(env),
             kill_grace_s=environ.seconds(environ.KILL_GRACE_S, DEFAULT_KILL_GRACE_S, env),
         )
 
@@ -137,6 +141,12 @@ def attempt_turn(
     config = config or TurnConfig.from_env(os.environ)
     with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
         goal = _goal(layout, goal_id)
+        # Date everything by the filesystem's clock if ours disagrees (loopx.clock),
+        # before any lease is judged: a clock a day ahead must neither take over a
+        # live holder nor keep the goal waiting a day longer than its result asked.
+        offset = calibrate(layout.goal_dir(goal_id))
+        if offset:
+            log.warning("clock_skew", seconds=round(offset.total_seconds(), 3))
         visible = _visibly_held(layout, goal_id, now=utcnow(), grace_s=config.lease_grace_s)
         if visible is not None:
             # Agents that ranked the same goal first race for it; the losers see
@@ -182,7 +192,7 @@ def _claimed_turn(
     config: TurnConfig,
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
-    holder = _Holder(layout, lease, config.lease_ttl_s)
+    holder = _Holder(layout, lease, config.lease_ttl_s, config.lease_grace_s)
     terms = HostTerms(
         renew=holder.renew,
         renew_every_s=max(config.lease_ttl_s / 3, 0.05),
@@ -239,13 +249,29 @@ def _attempt(
 class _Holder:
     """The held lease, renewed from the host-wait loop."""
 
-    def __init__(self, layout: Layout, lease: Lease, ttl_s: float) -> None:
+    def __init__(self, layout: Layout, lease: Lease, ttl_s: float, grace_s: float) -> None:
         self.layout = layout
         self.lease = lease
         self.ttl_s = ttl_s
+        self.grace_s = grace_s
 
     def renew(self) -> None:
-        self.lease = renew(self.layout, self.lease, now=utcnow(), ttl_s=self.ttl_s)
+        """Extend the lease; a refused write (disk full) is tolerated while the lease lasts.
+
+        Raises:
+            LeaseLostError: a takeover happened.
+            OSError: renewals kept failing past the lease's expiry and grace, after
+                which another agent may take the goal: the host must stop now.
+
+        """
+        now = utcnow()
+        try:
+            self.lease = renew(self.layout, self.lease, now=now, ttl_s=self.ttl_s)
+        except OSError as e:
+            reason = resource_fault(e)
+            if reason is None or now >= self.lease.expires_at + timedelta(seconds=self.grace_s):
+                raise
+            log.warning("lease_renewal_deferred", reason=reason)
 
 
 def _visibly_held(layout: Layout, goal_id: str, *, now: datetime, grace_s: float) -> Lease | None:

@@ -30,6 +30,7 @@ from loopx.cli import (
 from loopx.cli._common import common_options
 from loopx.errors import LoopxError
 from loopx.log import configure_logging
+from loopx.storage.resources import ResourceFaultError, resource_fault
 
 # Each module adds its subcommands; listed explicitly so the CLI's surface is visible here.
 COMMAND_MODULES = (
@@ -75,17 +76,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except LoopxError as e:
-        print(f"loopx: error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
-        return e.exit_code
+        return _error(e)
     except KeyboardInterrupt:
         print("loopx: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`loopx goal list | head`); nothing more to say.
         return exitcodes.OK
+    except OSError as e:
+        reason = resource_fault(e)
+        if reason is None:
+            raise
+        return _error(ResourceFaultError(reason, f"finish `loopx {args.command}`"))
     return code
+
+
+def _error(e: LoopxError) -> int:
+    """Print the error's one line and hint; return its exit code."""
+    print(f"loopx: error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"hint: {e.hint}", file=sys.stderr)
+    return e.exit_code
 
 
 def run() -> None:

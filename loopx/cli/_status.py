@@ -106,6 +106,7 @@ def _header(p: StatusProjection) -> str:
     fleet = p.fleet
     sup = f"supervisor {fleet.state}" if fleet.state else "no supervisor"
     loop = f", crash loop: {', '.join(fleet.crash_loop_agents)}" if fleet.crash_loop_agents else ""
+    loop += f", DEGRADED: {fleet.degraded}" if fleet.degraded else ""
     return (
         f"{p.counts.total} goals: {c.get('human', 0)} need a human, {c.get('agent', 0)} for agents, "
         f"{c.get('none', 0)} quiet | {sup}, {fleet.agents_alive}/{fleet.agents_wanted} agents alive"

@@ -10,6 +10,7 @@ from loopx.doctor.fleet import check_fleet
 from loopx.doctor.goals import check_goal
 from loopx.doctor.projections import check_projections, check_quarantine
 from loopx.doctor.registry import check_registry, goal_names
+from loopx.doctor.reliability import check_leftover_processes
 from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.root import Layout
@@ -52,6 +53,7 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
                     goal_id,
                 )
         check_fleet(doctor)
+        check_leftover_processes(doctor)
         check_projections(doctor)
         check_quarantine(doctor)
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}

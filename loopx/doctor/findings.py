@@ -54,6 +54,8 @@ class FindingCode(StrEnum):
     STALE_HEARTBEAT = "stale_heartbeat"
     ORPHAN_GOAL = "orphan_goal"  # a goal directory the registry does not name
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
+    LEFTOVER_PROCESS = "leftover_process"  # a live process of a turn that is finished
+    FUTURE_DATED = "future_dated"  # written by a clock that ran ahead
 
 
 class Finding(Record):

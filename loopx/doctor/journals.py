@@ -10,7 +10,14 @@ from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.storage.files import read_bytes
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, parse_turn_key
-from loopx.turn.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch
+from loopx.turn.lease import (
+    DEFAULT_GRACE_S,
+    Holder,
+    Lease,
+    holder_state,
+    lease_grace_s,
+    read_epoch,
+)
 
 
 def lease_problem(
@@ -47,7 +54,7 @@ def check_lease_and_journals(doc: Checker, goal_id: str) -> list[TurnJournal]:  
     live = False
     if isinstance(lease, Lease):
         holder = holder_state(lease, hostname=doc.hostname)
-        stale = lease_problem(lease, holder, now=doc.now)
+        stale = lease_problem(lease, holder, now=doc.now, grace_s=lease_grace_s())
         live = stale is None
         if stale is not None:
             doc.add(

@@ -84,6 +84,7 @@ class Health(Record):
     ok: bool
     checked_at: UtcDatetime
     goals: int
+    degraded: str | None = None  # why the root cannot take writes now (disk full...), if so
 
 
 class ErrorReply(Record):
@@ -159,4 +160,9 @@ def goal_turns(layout: Layout, goal_id: str, limit: int) -> GoalTurns:
 
 def health(projection: StatusProjection) -> Health:
     """``/healthz`` for the current projection."""
-    return Health(ok=True, checked_at=projection.checked_at, goals=projection.counts.total)
+    return Health(
+        ok=True,
+        checked_at=projection.checked_at,
+        goals=projection.counts.total,
+        degraded=projection.fleet.degraded,
+    )

@@ -156,6 +156,13 @@ def render_metrics(
         "Entries in quarantine/ waiting for a human.",
         [({}, quarantined)],
     )
+    degraded = projection.fleet.degraded
+    out.metric(
+        "loopx_degraded",
+        "gauge",
+        "1 while the root cannot take writes (disk full, read-only), with the reason.",
+        [({"reason": degraded or ""}, 1.0 if degraded else 0.0)],
+    )
     out.metric(
         "loopx_status_checked_timestamp_seconds",
         "gauge",

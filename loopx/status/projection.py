@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.fleet import ACTIVE_STATES, AgentHeartbeat, FleetRecord, FleetState
 from loopx.history.line import HistoryLine
 from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.window import SpendColumns, WindowSpend
@@ -306,17 +306,47 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FleetLiveness:
+    """What the processes and the filesystem say now, beside the files (gathered by the caller)."""
+
+    supervisor_alive: bool | None = None  # None: not checked
+    live_agents: frozenset[str] | None = None  # agent ids whose process runs; None: not checked
+    degraded: str | None = None
+
+
 def fleet_view(
-    fleet: FleetRecord | None, heartbeats: Iterable[AgentHeartbeat], *, now: datetime
+    fleet: FleetRecord | None,
+    heartbeats: Iterable[AgentHeartbeat],
+    *,
+    now: datetime,
+    live: FleetLiveness | None = None,
 ) -> FleetView:
-    """The supervisor record and heartbeats summarised. Pure."""
+    """The supervisor record and heartbeats summarised, corrected by ``live``. Pure.
+
+    A record is only what its writer last said: a supervisor SIGKILLed (or
+    one that just stopped) leaves ``running`` behind, so the state is
+    ``dead`` when its process is gone, and only agents whose process runs
+    count as alive.
+    """
+    live = live or FleetLiveness()
     stale = now - timedelta(seconds=HEARTBEAT_STALE_S)
-    alive = sum(1 for h in heartbeats if h.beat_at >= stale and h.phase != "stopping")
+    alive = sum(
+        1
+        for h in heartbeats
+        if h.beat_at >= stale
+        and h.phase != "stopping"
+        and (live.live_agents is None or h.agent_id in live.live_agents)
+    )
     if fleet is None:
-        return FleetView(agents_alive=alive)
+        return FleetView(agents_alive=alive, degraded=live.degraded)
+    state = fleet.state
+    if live.supervisor_alive is False and state in ACTIVE_STATES:
+        state = FleetState.DEAD
     return FleetView(
-        state=fleet.state,
+        state=state,
         pid=fleet.pid,
+        degraded=live.degraded,
         agents_wanted=fleet.agents_wanted,
         agents_alive=alive,
         restarts=sum(s.restarts for s in fleet.slots),

@@ -155,14 +155,22 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
         "supervisor", "run", *run_args,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    try:
+        since = log_path.stat().st_size  # the log is shared: only what follows is this start's
+    except OSError:
+        since = 0
     child = spawn(argv, env=env, log_path=log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if child.poll() is not None:
+            # Two starts raced: ours lost the lock to the other, which now runs.
+            record, ref = running_ref(layout)
+            if ref is not None and record is not None and record.pid != child.pid:
+                raise SupervisorRunningError(str(layout.root), record.pid)
             raise SupervisorStartError(
                 f"the background supervisor exited with "
                 f"{ExitStatus.of_returncode(child.returncode).describe()}: "
-                f"{_tail(log_path)}",
+                f"{_tail(log_path, since=since)}",
                 hint=f"see {log_path}",
             )
         record = read_record(layout)
@@ -176,12 +184,12 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
     )
 
 
-def _tail(path: os.PathLike[str], limit: int = 400) -> str:
+def _tail(path: os.PathLike[str], limit: int = 400, *, since: int = 0) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - limit))
+            f.seek(max(since, size - limit))
             return f.read().decode(errors="replace").strip().replace("\n", " | ")
     except OSError:
         return "(no log)"

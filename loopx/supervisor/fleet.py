@@ -40,6 +40,7 @@ from loopx.model import utcnow
 from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
+from loopx.storage.resources import resource_fault, retry_delay
 from loopx.supervisor.backoff import decide_restart
 from loopx.supervisor.config import SupervisorConfig, make_runner
 from loopx.supervisor.idle import idle_verdict
@@ -108,6 +109,11 @@ class Supervisor:
         self._next_extend = 0.0
         self._last_status = ""
         self._published_pids: list[int | None] = []
+        # Why writes are refused now (disk full...), None when healthy; the
+        # supervisor keeps going and retries the record with backoff.
+        self.degraded: str | None = None
+        self._record_failures = 0
+        self._record_retry_at: float | None = None
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -185,7 +191,16 @@ class Supervisor:
         reap_orphans()
 
     def _recover(self) -> None:
-        report = recover(self.layout)
+        try:
+            report = recover(self.layout)
+        except OSError as e:
+            reason = resource_fault(e)
+            if reason is None:
+                raise
+            # Agents recover each goal's journal at their next claim anyway.
+            log.warning("recovery_deferred", reason=reason)
+            self.degraded = reason
+            return
         log.info(
             "recovery_done",
             actions=len(report.actions),
@@ -396,7 +411,8 @@ class Supervisor:
             self._reload(now)
             self._write_record()
         # A Ray actor's pid becomes known after its spawn: publish it then too.
-        if self._check_slots(now) or self._pids() != self._published_pids:
+        retry_due = self._record_retry_at is not None and now >= self._record_retry_at
+        if self._check_slots(now) or self._pids() != self._published_pids or retry_due:
             self._write_record()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
@@ -421,6 +437,8 @@ class Supervisor:
             due.append(now + 0.1)
         if self.config.until_idle:
             due.append(self._next_idle_check)
+        if self._record_retry_at is not None:
+            due.append(self._record_retry_at)
         due += [s.next_start for s in self.slots if s.next_start is not None and s.agent is None]
         return max(0.0, min(due) - now)
 
@@ -428,12 +446,14 @@ class Supervisor:
         alive = len(self._live())
         loops = sum(1 for s in self.slots if s.crash_loop)
         text = f"{self.state}: {alive}/{self.wanted} agents alive"
-        return text + (f", {loops} in crash loop" if loops else "")
+        text += f", {loops} in crash loop" if loops else ""
+        return text + (f"; degraded: {self.degraded}" if self.degraded else "")
 
     def _pids(self) -> list[int | None]:
         return [r.pid if (r := s.ref) is not None else None for s in self.slots]
 
     def _write_record(self) -> None:
+        """Publish ``supervisor.json``; a refused write degrades and is retried, never fatal."""
         self._published_pids = self._pids()
         record = FleetRecord(
             pid=self.me.pid,
@@ -451,7 +471,22 @@ class Supervisor:
             updated_at=utcnow(),
             slots=[s.record() for s in self.slots],
         )
-        atomic_write_model(self.layout.supervisor_file, record)
+        try:
+            atomic_write_model(self.layout.supervisor_file, record)
+        except OSError as e:
+            reason = resource_fault(e)
+            if reason is None:
+                raise
+            self._record_failures += 1
+            delay = retry_delay(self._record_failures)
+            self._record_retry_at = time.monotonic() + delay
+            if self.degraded != reason:
+                log.warning("supervisor_degraded", reason=reason, retry_in_s=delay)
+            self.degraded = reason
+            return
+        if self.degraded is not None:
+            log.info("supervisor_recovered", was=self.degraded, failures=self._record_failures)
+        self.degraded, self._record_failures, self._record_retry_at = None, 0, None
 
     # --- the loop -------------------------------------------------------------------------------
 
