@@ -101,7 +101,7 @@ def _read_result_file(path: Path) -> tuple[str | None, str | None]:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
         # A result cut at the read limit may end inside a character: the size check reports it.
-        if len(data) == RESULT_READ_LIMIT and e.start >= len(data) - 3:  # noqa: PLR2004 - UTF-8
+        if len(data) == RESULT_READ_LIMIT and e.start >= len(data) - 3:
             return data[: e.start].decode("utf-8"), None
         return data.decode("utf-8", errors="replace"), (
             f"the result file is not UTF-8: byte {e.start} ({data[e.start : e.start + 1]!r})"
