@@ -27,7 +27,7 @@ from typing import Literal
 import structlog
 
 from loopx.errors import CorruptFileError, LeaseLostError, LoopxError
-from loopx.fleet import FleetRecord, died
+from loopx.fleet import FleetRecord, FleetState, died
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
@@ -249,7 +249,7 @@ def settle_dead_supervisor(layout: Layout, *, now: datetime) -> FleetRecord | No
         return None
     stopped = record.model_copy(
         update={
-            "state": "stopped",
+            "state": FleetState.STOPPED,
             "exit_code": record.exit_code,
             "updated_at": now,
             "slots": [
