@@ -9,12 +9,11 @@ from pathlib import Path
 
 from loopx import exitcodes
 from loopx.agents.loop import run_agent
-from loopx.errors import LoopxError
+from loopx.errors import LoopxError, resource_fault
 from loopx.fleet import AgentConfig
 from loopx.ids import validate_goal_id
 from loopx.log import configure_logging
 from loopx.root import ResolvedRoot, RootSource, open_root
-from loopx.storage.resources import resource_fault
 
 
 def add_agent_options(parser: argparse.ArgumentParser) -> None:

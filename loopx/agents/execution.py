@@ -25,7 +25,7 @@ from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
-from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError
+from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.model import utcnow
 from loopx.quota.usage import Usage
@@ -34,7 +34,6 @@ from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
 from loopx.status.livetail import LiveTail
 from loopx.storage.files import ensure_dir, read_bytes
-from loopx.storage.resources import resource_fault
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
     HostOutcome,

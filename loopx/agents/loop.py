@@ -25,7 +25,7 @@ from typing import Final
 import structlog
 
 from loopx import exitcodes
-from loopx.errors import LoopxError
+from loopx.errors import LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
 from loopx.model import utcnow
@@ -39,7 +39,6 @@ from loopx.root import Layout
 from loopx.schedule.candidates import gather_candidates
 from loopx.schedule.select import select
 from loopx.storage.files import atomic_write_model
-from loopx.storage.resources import resource_fault
 
 log = structlog.get_logger(__name__)
 

@@ -36,6 +36,7 @@ from loopx.errors import (
     CorruptFileError,
     GoalNotFoundError,
     LeaseLostError,
+    resource_fault,
 )
 from loopx.ids import validate_goal_id
 from loopx.model import utcnow
@@ -47,7 +48,6 @@ from loopx.schedule.candidates import read_registry
 from loopx.state import load_state
 from loopx.storage.files import dir_sync_batch
 from loopx.storage.locks import lock_busy
-from loopx.storage.resources import resource_fault
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (

@@ -28,9 +28,8 @@ from loopx.cli import (
     _turn,
 )
 from loopx.cli._common import common_options
-from loopx.errors import LoopxError
+from loopx.errors import LoopxError, ResourceFaultError, resource_fault
 from loopx.log import configure_logging
-from loopx.storage.resources import ResourceFaultError, resource_fault
 
 # Each module adds its subcommands; listed explicitly so the CLI's surface is visible here.
 COMMAND_MODULES = (

@@ -35,7 +35,7 @@ from typing import Final
 
 import structlog
 
-from loopx.errors import LoopxError
+from loopx.errors import LoopxError, resource_fault
 from loopx.history.reader import HistoryCounts, count_history
 from loopx.registry.model import Goal, GoalStatus, Registry, load_registry
 from loopx.root import Layout
@@ -71,7 +71,6 @@ from loopx.status.sources import (
 from loopx.status.view import StatusProjection
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 from loopx.storage.locks import locked
-from loopx.storage.resources import resource_fault
 
 SHARDS: Final = 256
 SHARD_DIR: Final = "status.d"

@@ -9,46 +9,13 @@ filesystem looks right now (``statvfs``), for status.
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Final
 
-from loopx.errors import LoopxError
-
-RESOURCE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 # Less free space than this on the root's filesystem reads as full: an atomic
 # write of a journal needs a few hundred KiB at most.
 LOW_SPACE_BYTES: Final = 1024 * 1024
-_REASONS: Final = {
-    errno.ENOSPC: "disk full",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EROFS: "read-only filesystem",
-    errno.EIO: "I/O error",
-}
-
-
-def resource_fault(error: BaseException) -> str | None:
-    """The reason when ``error`` is a write the machine refused, else None. Pure."""
-    if isinstance(error, ResourceFaultError):
-        return error.reason
-    if isinstance(error, OSError) and error.errno in RESOURCE_ERRNOS:
-        where = f" ({error.filename})" if error.filename else ""
-        return f"{_REASONS[error.errno]}{where}"
-    return None
-
-
-class ResourceFaultError(LoopxError):
-    """A write was refused by the machine (disk full, quota, read-only, I/O error)."""
-
-    def __init__(self, reason: str, doing: str) -> None:
-        super().__init__(
-            f"could not {doing}: {reason}",
-            hint="free space on the disk holding the runtime root (`df -h ROOT`) or fix "
-            "the filesystem; nothing was lost, run the command again afterwards",
-        )
-        self.reason = reason
-        self.doing = doing
 
 
 def root_health(root: Path) -> str | None:
@@ -72,10 +39,4 @@ def retry_delay(attempt: int, *, base_s: float = 0.5, cap_s: float = 10.0) -> fl
     return float(min(cap_s, base_s * 2 ** max(attempt - 1, 0)))
 
 
-__all__ = [
-    "RESOURCE_ERRNOS",
-    "ResourceFaultError",
-    "resource_fault",
-    "retry_delay",
-    "root_health",
-]
+__all__ = ["LOW_SPACE_BYTES", "retry_delay", "root_health"]

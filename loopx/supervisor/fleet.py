@@ -27,7 +27,7 @@ import psutil
 import structlog
 
 from loopx import exitcodes, process
-from loopx.errors import CorruptFileError
+from loopx.errors import CorruptFileError, resource_fault
 from loopx.fleet import (
     AgentHeartbeat,
     AgentLoopFactory,
@@ -40,7 +40,7 @@ from loopx.model import utcnow
 from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
-from loopx.storage.resources import resource_fault, retry_delay
+from loopx.storage.resources import retry_delay
 from loopx.supervisor.backoff import decide_restart
 from loopx.supervisor.config import SupervisorConfig, make_runner
 from loopx.supervisor.idle import idle_verdict
