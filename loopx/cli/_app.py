@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -61,23 +62,35 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run long-lived AI agent work unattended, crash-safe by journal.",
         parents=[common_options(top=True)],
     )
+    parser.add_argument("--version", action="version", version=f"loopx {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("loopx")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _report(message: str, hint: str | None) -> None:
+    print(f"loopx: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `loopx` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(level=args.log_level)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        configure_logging(level=args.log_level)
         code: int = args.func(args)
     except LoopxError as e:
-        print(f"loopx: error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+        _report(e.message, e.hint)
         return e.exit_code
     except KeyboardInterrupt:
         print("loopx: interrupted", file=sys.stderr)
@@ -85,6 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader went away (`loopx goal list | head`); nothing more to say.
         return exitcodes.OK
+    except OSError as e:
+        # The last net for a file the user pointed at (a directory given as a file,
+        # a path under a file, a permission): one line, never a traceback.
+        where = f": {e.filename}" if e.filename else ""
+        _report(
+            f"{e.strerror or e}{where}",
+            "check the path and its permissions; `loopx doctor` describes the root",
+        )
+        return exitcodes.FAILURE
     return code
 
 

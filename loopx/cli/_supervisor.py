@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
+from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json
 from loopx.errors import UsageError
 from loopx.fleet import (
     Backend,
@@ -15,9 +15,7 @@ from loopx.fleet import (
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--agents", type=int, default=1, metavar="N", help="agent processes (default 1)"
-    )
+    add_agent_options(parser, default=1, what="agent processes")
     parser.add_argument(
         "--visible",
         choices=["none", "tmux"],
@@ -144,7 +142,8 @@ def register(sub: Any) -> None:
         scale = add_command(
             actions, "scale", help="change the number of agents of the running supervisor"
         )
-        scale.add_argument("agents", type=int, metavar="N")
+        scale.add_argument("agents", type=int, metavar="N", help="0 stops every agent")
+        scale.add_argument("--max-agents", type=int, metavar="N", help="refuse N above this")
         scale.add_argument("--json", action="store_true")
         scale.set_defaults(func=run_scale)
 
@@ -153,8 +152,7 @@ def _config(args: argparse.Namespace) -> Any:
     from loopx.supervisor.backoff import RestartPolicy  # noqa: PLC0415 - keep `loopx --help` light
     from loopx.supervisor.config import SupervisorConfig  # noqa: PLC0415
 
-    if args.agents < 0:
-        raise UsageError(f"--agents must be 0 or more, got {args.agents}", hint="pass --agents N")
+    check_agents(args)
     if args.stop_grace_seconds < 0:
         raise UsageError("--stop-grace-seconds must be 0 or more", hint="pass a number of seconds")
     if args.backend != "ray" and (args.ray_address or args.agent_memory_mb is not None):
@@ -204,11 +202,20 @@ def run_run(args: argparse.Namespace) -> int:
     config = _config(args)
     # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
     configure_logging(level=config.log_level, force=True)
-    return Supervisor(layout(args, create=True), config, make_agent=Agent).run()
+    return Supervisor(layout(args), config, make_agent=Agent).run()
 
 
 def _run_args(args: argparse.Namespace) -> list[str]:
-    out = ["--agents", str(args.agents), "--visible", args.visible, "--backend", args.backend]
+    out = [
+        "--agents",
+        str(args.agents),
+        "--max-agents",
+        str(max(args.agents, 1)),
+        "--visible",
+        args.visible,
+        "--backend",
+        args.backend,
+    ]
     if args.until_idle:
         out.append("--until-idle")
     for flag in (
@@ -227,7 +234,7 @@ def run_start(args: argparse.Namespace) -> int:
     """Start the supervisor detached."""
     from loopx.supervisor.control import start_detached  # noqa: PLC0415
 
-    where = layout(args, create=True)
+    where = layout(args)
     started = start_detached(where, _run_args(args))
     record = started.supervisor
     if args.json:
@@ -300,8 +307,8 @@ def run_scale(args: argparse.Namespace) -> int:
     """Ask the running supervisor for N agents."""
     from loopx.supervisor.control import scale  # noqa: PLC0415
 
-    if args.agents < 0:
-        raise UsageError(f"agent count must be 0 or more, got {args.agents}", hint="pass N >= 0")
+    if args.agents != 0:  # 0 is allowed here: it parks the fleet until the next scale
+        check_agents(args, flag="agent count")
     result = scale(layout(args), args.agents)
     if args.json:
         print_json(result)
