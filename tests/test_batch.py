@@ -111,6 +111,9 @@ def test_exit_codes_for_humans_and_failures(tmp_path: Path) -> None:
     goal = json.loads((report_dir / "report.json").read_text())["goals"][0]
     assert goal["outcome"] == "failed"
     assert goal["failures"][0]["reason"] == "host_exit"
+    # The reason's words reach the report, not an empty summary of a failed turn.
+    assert goal["failures"][0]["last_message"].strip()
+    assert goal["failures"][0]["last_message"] in (report_dir / "report.md").read_text()
 
 
 def test_a_malformed_plan_registers_nothing(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 from tests.conftest import Cli
 
 
-def test_init_creates_a_private_root_and_registry(cli: Cli) -> None:
+def test_init_creates_a_private_root_and_registry(tmp_path: Path) -> None:
     """`loopx init` makes the root and an empty registry; running it again changes nothing."""
+    cli = Cli(tmp_path / "fresh", tmp_path)
     first = cli.json("init")
     assert first["registry_created"] is True
     assert cli.json("init")["registry_created"] is False
@@ -32,6 +33,7 @@ def test_every_policy_field_round_trips(cli: Cli, tmp_path: Path) -> None:
         str(work),
         "--host",
         "my-agent --flag 'two words'",
+        "--no-check",
         "--priority",
         "7",
         "--quota-compute",

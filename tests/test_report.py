@@ -49,6 +49,15 @@ def _spend(seq: int, cpu: float, wall: float, rss: float) -> SpendRecord:
     )
 
 
+def test_a_failure_names_its_reason() -> None:
+    """A failed turn's message, not its empty summary, is the report's last_message."""
+    failed = _line(1, "failed", "host_exit").model_copy(
+        update={"summary": "", "failure_message": "host exited with status 3"}
+    )
+    report = goal_report(_goal("g"), GoalState(goal_id="g"), [failed], [])
+    assert [f.last_message for f in report.failures] == ["host exited with status 3"]
+
+
 def test_sums_and_failures() -> None:
     """CPU and wall add up, peak RSS is the max, failures are counted by reason."""
     history = [

@@ -85,7 +85,7 @@ def goal_report(
     """Summarise one goal from its registry entry, state, history and ledger."""
     failed = [h for h in history if h.status == "failed"]
     reasons = Counter(h.failure or "unknown" for h in failed)
-    last_message = {h.failure or "unknown": h.summary for h in failed}
+    last_message = {h.failure or "unknown": h.failure_message or h.summary for h in failed}
     open_gates = state.open_gates
     return GoalReport(
         goal_id=goal.id,

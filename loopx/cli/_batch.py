@@ -10,6 +10,8 @@ from typing import Any
 from loopx.batch.plan import load_plan
 from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json
 from loopx.model import utcnow
+from loopx.registry.checks import check_program
+from loopx.registry.model import HostKind
 
 
 def register(sub: Any) -> None:
@@ -57,6 +59,10 @@ def run_batch(args: argparse.Namespace) -> int:
     check_agents(args)
     plan_path = args.plan.resolve()
     plan = load_plan(plan_path)  # a malformed plan is rejected before anything is registered
+    for entry in plan.goals:
+        host = entry.host_spec()
+        if host.kind is HostKind.COMMAND:
+            check_program(host.argv[0], entry.workdir_path(plan_path.parent))
     where = layout(args, create=True)
     goal_ids = register_plan(where, plan, plan_path.parent, now=utcnow())
     config = BatchConfig(

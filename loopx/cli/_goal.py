@@ -83,6 +83,11 @@ def register(sub: Any) -> None:
         metavar="NAME=AMOUNT",
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
     )
+    add.add_argument(
+        "--no-check",
+        action="store_true",
+        help="register even if the workdir or the host program does not exist yet",
+    )
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
     add.set_defaults(func=run_add)
@@ -189,6 +194,8 @@ def _resources(given: list[str] | None) -> dict[str, float] | None:
 def _check_setup(args: argparse.Namespace, host: HostSpec | None) -> Path | None:
     """Check the workdir and a command host now; return the workdir to store."""
     workdir = Path(args.workdir).expanduser().resolve() if args.workdir is not None else None
+    if args.no_check:
+        return workdir
     if workdir is not None:
         check_workdir(workdir)
     if host is not None and host.kind is HostKind.COMMAND and host.argv:
