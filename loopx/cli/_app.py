@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import sys
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from loopx.cli import (
     _supervisor,
     _turn,
 )
-from loopx.cli._common import common_options
+from loopx.cli._common import Parser, common_options
 from loopx.errors import LoopxError
 from loopx.log import configure_logging
 
@@ -55,9 +54,9 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The whole `loopx` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="loopx",
         description="Run long-lived AI agent work unattended, crash-safe by journal.",
         parents=[common_options(top=True)],

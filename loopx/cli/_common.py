@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
@@ -14,6 +15,15 @@ from loopx.errors import UsageError
 from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with LoopX's error shape: one line, a hint, exit 2 (not a usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise the mistake as a UsageError; the CLI prints it like any other."""
+        raise UsageError(message, hint=f"see `{self.prog} --help`")
+
+
+@functools.cache  # one parent serves all ~50 subcommands: argparse set-up is most of start-up
 def common_options(*, top: bool = False) -> argparse.ArgumentParser:
     """``--root``/``--runtime-root``, ``--registry`` and ``--log-level``.
 

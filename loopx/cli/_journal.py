@@ -7,7 +7,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.errors import UsageError
+from loopx.errors import LoopxError, UsageError
 from loopx.registry.goals import get_goal
 from loopx.turn.journal import journal_path
 from loopx.turn.recovery import inspect_file, inspect_goal_journals
@@ -52,7 +52,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     try:
         view = inspect_file(path, goal_id=args.goal_id)
     except FileNotFoundError:
-        raise UsageError(
+        raise LoopxError(
             f"no journal {args.turn_key!r} for goal {args.goal_id!r} ({path})",
             hint=f"list them with `loopx journal list {args.goal_id}`",
         ) from None

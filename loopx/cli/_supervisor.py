@@ -234,6 +234,7 @@ def run_start(args: argparse.Namespace) -> int:
     """Start the supervisor detached."""
     from loopx.supervisor.control import start_detached  # noqa: PLC0415
 
+    _config(args)  # refuse bad options here, not in a detached child's log
     where = layout(args)
     started = start_detached(where, _run_args(args))
     record = started.supervisor
