@@ -23,6 +23,7 @@ summed RSS of a sample, or the rusage maxrss if larger.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import signal
@@ -74,11 +75,14 @@ class Capture:
     kept: bytearray = field(default_factory=bytearray)
     dropped: int = 0
     tee: Callable[[bytes], None] | None = None  # also sees every chunk (the live tail)
+    echo: Callable[[bytes], None] | None = None  # shown live (an agent's console)
 
     def feed(self, chunk: bytes) -> None:
         """Keep what fits under the limit, count the rest."""
         if self.tee is not None:
             self.tee(chunk)
+        if self.echo is not None:
+            self.echo(chunk)
         room = self.limit - len(self.kept)
         if room > 0:
             self.kept += chunk[:room]
@@ -316,6 +320,7 @@ def run_host(
     tick_every_s: float = 10.0,
     tee: Callable[[bytes], None] | None = None,
     watch: Callable[[Capture, Capture], bool] | None = None,
+    echo: Callable[[str, bytes], None] | None = None,
 ) -> HostRun:
     """Run a host to its end (or kill it) and report what happened.
 
@@ -334,6 +339,7 @@ def run_host(
         tee: given every chunk of stdout and stderr as it arrives (the live tail).
         watch: called with the output so far at each sample; True stops the
             host (``watched``), whose output the adapter then reads as usual.
+        echo: called with ``"stdout"``/``"stderr"`` and each chunk as it is read.
 
     Returns:
         The run; a program that cannot start gives ``spawn_error``.
@@ -367,6 +373,9 @@ def run_host(
             spawn_error=f"cannot start {argv[0]!r} in {cwd}: {e.strerror or e}",
         )
     out, err = Capture(tee=tee), Capture(tee=tee)
+    if echo is not None:
+        out.echo = functools.partial(echo, "stdout")
+        err.echo = functools.partial(echo, "stderr")
     pipes = _Pipes(proc, stdin, out, err)
     try:
         pidfd: int | None = os.pidfd_open(proc.pid)

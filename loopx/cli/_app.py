@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        configure_logging(level=args.log_level)
+        configure_logging(level=args.log_level or "warning")
         code: int = args.func(args)
     except LoopxError as e:
         _report(e.message, e.hint)

@@ -50,8 +50,9 @@ def common_options(*, top: bool = False) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
-        default="warning" if top else argparse.SUPPRESS,
-        help="log level of the structured log on stderr (default: warning)",
+        default=None if top else argparse.SUPPRESS,
+        help="log level of the structured log on stderr (default: warning; "
+        "info for the supervisor, whose log is its product)",
     )
     return parser
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from loopx import exitcodes
@@ -115,6 +116,9 @@ def register(sub: Any) -> None:
 
         run = add_command(actions, "run", help="run the supervisor in the foreground")
         _run_options(run)
+        run.add_argument(
+            "--json", action="store_true", help="print the run's summary as JSON when it ends"
+        )
         run.set_defaults(func=run_run)
 
         start = add_command(
@@ -185,7 +189,7 @@ def _config(args: argparse.Namespace) -> Any:
             window_s=args.crash_loop_window_seconds,
             crash_loop_restarts=args.crash_loop_restarts,
         ),
-        log_level=args.log_level if args.log_level != "warning" else "info",
+        log_level=args.log_level or "info",
         backend=Backend(args.backend),
         ray_address=args.ray_address,
         agent_cpus=args.agent_cpus,
@@ -199,10 +203,22 @@ def run_run(args: argparse.Namespace) -> int:
     from loopx.log import configure_logging  # noqa: PLC0415
     from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
 
+    from loopx.model import utcnow  # noqa: PLC0415
+    from loopx.supervisor.summary import render_summary, summarise  # noqa: PLC0415
+
     config = _config(args)
+    where = layout(args)
     # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
     configure_logging(level=config.log_level, force=True)
-    return Supervisor(layout(args), config, make_agent=Agent).run()
+    started = utcnow()
+    code: int = Supervisor(where, config, make_agent=Agent).run()
+    if args.json or sys.stdout.isatty():
+        summary = summarise(where, exit_code=code, started_at=started, now=utcnow())
+        if args.json:
+            print_json(summary)
+        else:
+            print(render_summary(summary))
+    return code
 
 
 def _run_args(args: argparse.Namespace) -> list[str]:
@@ -218,6 +234,8 @@ def _run_args(args: argparse.Namespace) -> list[str]:
     ]
     if args.until_idle:
         out.append("--until-idle")
+    if args.log_level is not None:
+        out += ["--log-level", args.log_level]
     for flag in (
         "stop_grace_seconds", "refresh_interval_seconds", "status_projection_cache_ttl_seconds",
         "heartbeat_seconds", "stall_seconds", "idle_horizon_seconds", "crash_loop_restarts",

@@ -1,0 +1,72 @@
+"""What `loopx supervisor run` says when it ends: goals done, waiting and failed, turns, time."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Literal
+
+from loopx.batch.report import Outcome, goal_outcome
+from loopx.fleet import FleetRecord
+from loopx.history.line import HistoryLine
+from loopx.model import Record, UtcDatetime
+from loopx.registry.model import load_registry
+from loopx.root import Layout
+from loopx.state import load_state
+from loopx.storage.files import read_records
+from loopx.supervisor.lock import read_record
+
+
+class RunSummary(Record):
+    """The end of one supervisor run (``supervisor run --json``)."""
+
+    schema_version: Literal[1] = 1
+    root: str
+    exit_code: int
+    started_at: UtcDatetime
+    ended_at: UtcDatetime
+    wall_s: float
+    turns: int  # turns that ended during this run
+    failed_turns: int
+    goals: dict[Outcome, int]  # every registered goal by how it stands now
+    supervisor: FleetRecord | None
+
+
+def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: datetime) -> RunSummary:
+    """Read the registry, states and histories once, after the fleet stopped."""
+    outcomes: Counter[Outcome] = Counter()
+    turns = failed = 0
+    for goal in load_registry(layout).goals.values():
+        history = read_records(layout.history_file(goal.id), HistoryLine)
+        outcomes[goal_outcome(goal, load_state(layout, goal.id), history)] += 1
+        mine = [h for h in history if h.ended_at >= started_at]
+        turns += len(mine)
+        failed += sum(1 for h in mine if h.status == "failed")
+    return RunSummary(
+        root=str(layout.root),
+        exit_code=exit_code,
+        started_at=started_at,
+        ended_at=now,
+        wall_s=round((now - started_at).total_seconds(), 3),
+        turns=turns,
+        failed_turns=failed,
+        goals={o: outcomes.get(o, 0) for o in Outcome},
+        supervisor=read_record(layout),
+    )
+
+
+def render_summary(summary: RunSummary) -> str:
+    """The plain summary a person reads at the end of a run in a terminal. Pure."""
+    g = summary.goals
+    waiting = g[Outcome.NEEDS_HUMAN] + g[Outcome.UNFINISHED] + g[Outcome.PAUSED]
+    minutes, seconds = divmod(round(summary.wall_s), 60)
+    lines = [
+        f"loopx: supervisor stopped (exit {summary.exit_code}) after {minutes}m{seconds:02d}s; "
+        f"{summary.turns} turns ran ({summary.failed_turns} failed)",
+        f"  goals: {g[Outcome.COMPLETED]} done, {waiting} waiting "
+        f"({g[Outcome.NEEDS_HUMAN]} for a human, {g[Outcome.UNFINISHED]} unfinished, "
+        f"{g[Outcome.PAUSED]} paused), {g[Outcome.FAILED]} failed",
+    ]
+    if g[Outcome.NEEDS_HUMAN]:
+        lines.append(f"  next: `loopx status --root {summary.root} --actor human`")
+    return "\n".join(lines)
