@@ -38,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
     home, root = demo_home(Path(args.root).resolve() if args.root else None)
     layout = open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
     if not args.json:
-        print(f"loopx demo: runtime root {root}, {args.agents} agents, 4 demo goals")
+        print(
+            f"loopx demo: runtime root {root}, {args.agents} agents, 4 demo goals; "
+            f"plan, work directories and report in {home}"
+        )
     with display_for() as show:
         result = run_demo(layout, home, agents=args.agents, show=show)
     if args.json:
