@@ -128,6 +128,8 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
     """Register a goal served by the demo host with ``demo_args``."""
     import shlex
 
+    if not (root / "registry.json").exists():
+        assert cli(root, "init").returncode == 0
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         "goal",
