@@ -30,7 +30,7 @@ from typing import Any
 CASE_TIMEOUT_S = 20  # a case that has not failed by then is running for real: a bug
 
 
-class CaseHung(BaseException):  # noqa: N818 - control flow, not an error a caller handles
+class CaseHung(BaseException):
     """Raised by SIGALRM when a case outlives CASE_TIMEOUT_S (BaseException: no net catches it)."""
 
 

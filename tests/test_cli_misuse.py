@@ -86,8 +86,8 @@ ID_COMMANDS = [c for c, a in COMMANDS.items() if a[:1] == ["g"]]
 
 def leaf_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> set[str]:
     """Every runnable command line prefix of the parser ("goal add", "status", ...)."""
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             found: set[str] = set()
             for name, sub in action.choices.items():
                 found |= leaf_commands(sub, (*prefix, name))
@@ -113,16 +113,44 @@ BAD_FLAGS: dict[str, tuple[list[str], int, str]] = {
     "batch-agents-zero": (["batch", "run", "{base}/plan.json", "--agents", "0"], 2, "at least 1"),
     "demo-agents-huge": (["demo", "--agents", "100000"], 2, "is more than"),
     "scale-negative": (["supervisor", "scale", "-3"], 2, "at least 1"),
-    "priority-not-int": (["goal", "add", "g3", "--objective", "o", "--priority", "high"], 2, "invalid int"),
-    "quota-out-of-range": (["goal", "add", "g3", "--objective", "o", "--quota-compute", "7"], 2, "--quota-compute"),
-    "workdir-missing": (["goal", "add", "g3", "--objective", "o", "--workdir", "{base}/nowhere"], 2, "does not exist"),
-    "workdir-a-file": (["goal", "add", "g3", "--objective", "o", "--workdir", "{base}/afile"], 2, "not a directory"),
-    "host-missing": (["goal", "add", "g3", "--objective", "o", "--host", "no-such-program-x"], 2, "not found"),
-    "host-bad-quotes": (["goal", "add", "g3", "--objective", "o", "--host", "run 'x"], 2, "cannot be split"),
+    "priority-not-int": (
+        ["goal", "add", "g3", "--objective", "o", "--priority", "high"],
+        2,
+        "invalid int",
+    ),
+    "quota-out-of-range": (
+        ["goal", "add", "g3", "--objective", "o", "--quota-compute", "7"],
+        2,
+        "--quota-compute",
+    ),
+    "workdir-missing": (
+        ["goal", "add", "g3", "--objective", "o", "--workdir", "{base}/nowhere"],
+        2,
+        "does not exist",
+    ),
+    "workdir-a-file": (
+        ["goal", "add", "g3", "--objective", "o", "--workdir", "{base}/afile"],
+        2,
+        "not a directory",
+    ),
+    "host-missing": (
+        ["goal", "add", "g3", "--objective", "o", "--host", "no-such-program-x"],
+        2,
+        "not found",
+    ),
+    "host-bad-quotes": (
+        ["goal", "add", "g3", "--objective", "o", "--host", "run 'x"],
+        2,
+        "cannot be split",
+    ),
     "log-level": (["status", "--log-level", "loud"], 2, "invalid choice"),
     "unknown-command": (["frobnicate"], 2, "invalid choice"),
     "no-command": ([], 2, "required"),
-    "gate-number": (["gate", "resolve", "g", "--answer", "y", "--gate", "7"], 1, "gate 7 is not open"),
+    "gate-number": (
+        ["gate", "resolve", "g", "--answer", "y", "--gate", "7"],
+        1,
+        "gate 7 is not open",
+    ),
     "schema-name": (["schema", "nope"], 2, "nope"),
 }
 BAD_FILES: dict[str, tuple[list[str], int, str]] = {
@@ -216,15 +244,17 @@ def all_cases(arena: Path) -> dict[str, list[str]]:
     cases: dict[str, list[str]] = {}
     for command, mistake in root_cases():
         root = _root_for(arena, mistake)
-        cases[f"root:{command}:{mistake}"] = _argv(arena, [*command.split(), *COMMANDS[command]], root)
+        cases[f"root:{command}:{mistake}"] = _argv(
+            arena, [*command.split(), *COMMANDS[command]], root
+        )
     ok = str(arena / "ok")
     for command in ID_COMMANDS:
         rest = COMMANDS[command][1:]
         for label, goal_id in (("invalid", "../x"), ("unknown", "nope")):
             words = [*command.split(), goal_id, *rest]
             cases[f"id:{command}:{label}"] = _argv(arena, words, ok)
-    for command in COMMANDS:
-        words = [*command.split(), *COMMANDS[command], "--no-such-flag"]
+    for command, valid in COMMANDS.items():
+        words = [*command.split(), *valid, "--no-such-flag"]
         cases[f"flag:{command}"] = _argv(arena, words, ok)
     for name, (words, _, _) in (BAD_FLAGS | BAD_FILES).items():
         cases[f"case:{name}"] = _argv(arena, words, ok)
@@ -261,9 +291,10 @@ def assert_one_line_error(result: dict[str, Any], code: int, phrase: str = "") -
     assert result["crash"] is None, f"{where} raised:\n{result['crash']}"
     lines = result["stderr"].splitlines()
     assert "Traceback" not in result["stderr"], f"{where}:\n{result['stderr']}"
-    assert len(lines) == 2, f"{where} printed {len(lines)} lines:\n{result['stderr']}"  # noqa: PLR2004
+    assert len(lines) == 2, f"{where} printed {len(lines)} lines:\n{result['stderr']}"
     assert lines[0].startswith("loopx: error: "), f"{where}: {lines[0]}"
-    assert lines[1].startswith("hint: ") and len(lines[1]) > len("hint: "), f"{where}: {lines}"
+    assert lines[1].startswith("hint: "), f"{where}: {lines}"
+    assert len(lines[1]) > len("hint: "), f"{where}: {lines}"
     assert phrase in lines[0], f"{where}: {phrase!r} not in {lines[0]!r}"
     assert result["code"] == code, f"{where} exited {result['code']}, not {code}: {lines}"
 
@@ -349,7 +380,8 @@ def test_the_console_entry_point_too(tmp_path: Path) -> None:
     (_, file_err), (_, rel_err), (version, _) = (p.communicate(timeout=60) for p in procs)
     assert [p.returncode for p in procs] == [1, 1, 0]
     assert file_err.splitlines()[0].endswith("is not a directory"), file_err
-    assert "relative path" in rel_err and rel_err.count("\n") == 2, rel_err  # noqa: PLR2004
+    assert "relative path" in rel_err, rel_err
+    assert rel_err.count("\n") == 2, rel_err
     assert version.startswith("loopx ")
 
 

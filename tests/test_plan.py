@@ -47,13 +47,19 @@ def test_toml_plan_is_read(tmp_path: Path) -> None:
         ("goals = [", ".toml", "TOML syntax"),
         ('{"goals": []}', ".json", "goals"),
         (
-            '{"goals": [{"id": "a", "objective": "x", "host": "make"}, {"id": "b", "objective": "y", "host": "make", "quota": {"compute": 3}}]}',
+            (
+                '{"goals": [{"id": "a", "objective": "x", "host": "make"}, '
+                '{"id": "b", "objective": "y", "host": "make", "quota": {"compute": 3}}]}'
+            ),
             ".json",
             "goals[1] (id 'b').quota.compute",
         ),
         ('{"goals": [{"id": "../x", "objective": "x"}]}', ".json", "goals[0] (id '../x').id"),
         (
-            '{"goals": [{"id": "a", "objective": "x", "host": "make"}, {"id": "a", "objective": "y", "host": "make"}]}',
+            (
+                '{"goals": [{"id": "a", "objective": "x", "host": "make"}, '
+                '{"id": "a", "objective": "y", "host": "make"}]}'
+            ),
             ".json",
             "appears twice",
         ),

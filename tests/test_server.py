@@ -14,9 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from loopx.errors import UsageError
 from loopx.model import utcnow
+from loopx.status.metrics import _format
 from loopx.status.server import InsecureBindError, StatusServer, check_bind, make_server
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
 
@@ -148,8 +150,6 @@ def test_metrics_prometheus_text(server):
 
 def test_metrics_parse_at_full_precision(server):
     """/metrics reads back with prometheus_client's parser; the timestamp keeps every digit."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     text = request(server, "GET", "/metrics")[2].decode()
     samples = {
         s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
@@ -168,10 +168,6 @@ def test_metrics_parse_at_full_precision(server):
 )  # fmt: skip
 def test_metric_values_keep_full_precision(value, text):
     """Counters above a million and Unix timestamps are written exactly, not to 6 digits."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from loopx.status.metrics import _format
-
     assert _format(value) == text
     (family,) = text_string_to_metric_families(f"# TYPE x gauge\nx {text}\n")
     assert family.samples[0].value == value

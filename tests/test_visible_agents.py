@@ -43,8 +43,18 @@ def _root(tmp_path: Path) -> tuple[Path, Path]:
 
 def _pane(root: Path, window: str) -> str:
     proc = subprocess.run(
-        ["tmux", "-S", str(root / "tmux.sock"), "capture-pane", "-p", "-J", "-S", "-200",
-         "-t", f"{session_name(root.resolve())}:{window}"],  # fmt: skip
+        [
+            "tmux",
+            "-S",
+            str(root / "tmux.sock"),
+            "capture-pane",
+            "-p",
+            "-J",
+            "-S",
+            "-200",
+            "-t",
+            f"{session_name(root.resolve())}:{window}",
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -55,8 +65,20 @@ def _pane(root: Path, window: str) -> str:
 def _start(root: Path, log: Path, *args: str, **env: str) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "loopx", "--root", str(root), "supervisor", "run",
-             "--agents", "1", "--visible", "tmux", *args],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "loopx",
+                "--root",
+                str(root),
+                "supervisor",
+                "run",
+                "--agents",
+                "1",
+                "--visible",
+                "tmux",
+                *args,
+            ],
             env=clean_env(MY_API_TOKEN=SECRET, **env),
             stdout=subprocess.PIPE,
             stderr=out,
@@ -86,8 +108,9 @@ def test_an_agent_window_shows_claim_output_and_outcome(tmp_path: Path) -> None:
         # The headless log keeps the same lines (tmux pipes the window into it).
         log = wait_for(
             "the window's lines in logs/agent-1.log",
-            lambda: "hello from the host" in (t := (root / "logs" / "agent-1.log").read_text())
-            and t,
+            lambda: (
+                "hello from the host" in (t := (root / "logs" / "agent-1.log").read_text()) and t
+            ),
         )
         assert SECRET not in log
         assert sigterm_and_wait(proc) == 0

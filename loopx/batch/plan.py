@@ -71,7 +71,7 @@ class PlanGoal(Record):
         return HostSpec(kind=self.host_kind or HostKind.COMMAND, argv=argv)
 
     def workdir_path(self, plan_dir: Path) -> Path:
-        """The goal's working directory: ``workdir`` from the plan's directory, else ``work/<id>``."""
+        """The goal's workdir: ``workdir`` from the plan's directory, else ``work/<id>``."""
         return (plan_dir / self.workdir if self.workdir else plan_dir / "work" / self.id).resolve()
 
     def changes(self, plan_dir: Path) -> GoalChanges:

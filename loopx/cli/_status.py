@@ -207,12 +207,14 @@ def _watch_live(args: argparse.Namespace, interval: float) -> int:
     (Stopping a non-transient Live mid-redraw left a second header behind.)
     """
     shown = render_table(_load(args), utcnow())
-    with contextlib.suppress(KeyboardInterrupt):
-        with Live(shown, auto_refresh=False, screen=False, transient=True) as live:
-            while True:
-                time.sleep(interval)
-                shown = render_table(_load(args), utcnow())
-                live.update(shown, refresh=True)
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        Live(shown, auto_refresh=False, screen=False, transient=True) as live,
+    ):
+        while True:
+            time.sleep(interval)
+            shown = render_table(_load(args), utcnow())
+            live.update(shown, refresh=True)
     Console().print(shown)
     return exitcodes.OK
 

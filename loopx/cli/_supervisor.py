@@ -201,9 +201,8 @@ def run_run(args: argparse.Namespace) -> int:
     """Run the supervisor in the foreground until stopped (or idle)."""
     from loopx.agents.loop import Agent  # noqa: PLC0415
     from loopx.log import configure_logging  # noqa: PLC0415
-    from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
-
     from loopx.model import utcnow  # noqa: PLC0415
+    from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
     from loopx.supervisor.summary import render_summary, summarise  # noqa: PLC0415
 
     config = _config(args)

@@ -112,8 +112,10 @@ def next_steps(result: DemoResult, root: Path) -> list[str]:
     return [
         f"{r} status                      # who must act next, per goal",
         f'{r} gate resolve ask-a-human --answer "PostgreSQL"',
-        f"{r} batch run {result.plan_path}   # resumes: ask-a-human finishes; exit 1 "
-        "while throttled still waits for its quota",
+        (
+            f"{r} batch run {result.plan_path}   # resumes: ask-a-human finishes; exit 1 "
+            "while throttled still waits for its quota"
+        ),
         f"{r} quota show throttled          # why the throttled goal waits",
         f"{r} goal show count-to-three",
         f"{r} supervisor run --agents 2 --visible tmux   # a fleet you can watch",

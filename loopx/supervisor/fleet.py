@@ -201,9 +201,7 @@ class Supervisor:
         from loopx.status.cache import refresh_status  # noqa: PLC0415 - heavy; supervisor only
 
         try:
-            report = refresh_status(
-                self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s
-            )
+            report = refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
             self._goals = report.goals
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))

@@ -61,11 +61,15 @@ def render_summary(summary: RunSummary) -> str:
     waiting = g[Outcome.NEEDS_HUMAN] + g[Outcome.UNFINISHED] + g[Outcome.PAUSED]
     minutes, seconds = divmod(round(summary.wall_s), 60)
     lines = [
-        f"loopx: supervisor stopped (exit {summary.exit_code}) after {minutes}m{seconds:02d}s; "
-        f"{summary.turns} turns ran ({summary.failed_turns} failed)",
-        f"  goals: {g[Outcome.COMPLETED]} done, {waiting} waiting "
-        f"({g[Outcome.NEEDS_HUMAN]} for a human, {g[Outcome.UNFINISHED]} unfinished, "
-        f"{g[Outcome.PAUSED]} paused), {g[Outcome.FAILED]} failed",
+        (
+            f"loopx: supervisor stopped (exit {summary.exit_code}) after "
+            f"{minutes}m{seconds:02d}s; {summary.turns} turns ran ({summary.failed_turns} failed)"
+        ),
+        (
+            f"  goals: {g[Outcome.COMPLETED]} done, {waiting} waiting "
+            f"({g[Outcome.NEEDS_HUMAN]} for a human, {g[Outcome.UNFINISHED]} unfinished, "
+            f"{g[Outcome.PAUSED]} paused), {g[Outcome.FAILED]} failed"
+        ),
     ]
     if g[Outcome.NEEDS_HUMAN]:
         lines.append(f"  next: `loopx status --root {summary.root} --actor human`")
