@@ -31,3 +31,11 @@ class Record(BaseModel):
 def utcnow() -> datetime:
     """The current time in UTC; pass it down instead of calling the clock deep inside."""
     return datetime.now(UTC)
+
+
+def iso_utc(at: datetime, timespec: str = "auto") -> str:
+    """``at`` as ISO 8601 in UTC with a ``Z``, the form every JSON document uses.
+
+    Text outputs use it too, so one run never mixes ``Z`` and ``+00:00``.
+    """
+    return at.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

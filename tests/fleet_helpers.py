@@ -75,6 +75,8 @@ def cli(
 def start_supervisor(
     root: Path, *args: str, log: Path | None = None, **env: str
 ) -> subprocess.Popen[bytes]:
+    if not (root / "registry.json").exists():  # as the unit's ExecStartPre does
+        assert cli(root, "init").returncode == 0
     out = open(log or root.parent / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.model import utcnow
+from loopx.model import iso_utc, utcnow
 from loopx.status.cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
 from loopx.status.view import Actor, GoalStatusView, StatusProjection
 
@@ -110,7 +110,7 @@ def _header(p: StatusProjection) -> str:
     return (
         f"{p.counts.total} goals: {c.get('human', 0)} need a human, {c.get('agent', 0)} for agents, "
         f"{c.get('none', 0)} quiet | {sup}, {fleet.agents_alive}/{fleet.agents_wanted} agents alive"
-        f"{loop} | checked {p.checked_at.isoformat(timespec='seconds')}"
+        f"{loop} | checked {iso_utc(p.checked_at, 'seconds')}"
     )
 
 
