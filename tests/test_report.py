@@ -105,3 +105,25 @@ def test_markdown_lists_every_goal_and_failure() -> None:
     assert "| a | completed |" in text
     assert "| c | failed |" in text
     assert "**c**: host_exit x1" in text
+
+
+def test_run_summary_reads_as_a_sentence() -> None:
+    """The end-of-run summary names done, waiting and failed goals, turns and time."""
+    from loopx.batch.report import Outcome  # noqa: PLC0415
+    from loopx.supervisor.summary import RunSummary, render_summary  # noqa: PLC0415
+
+    summary = RunSummary(
+        root="/r",
+        exit_code=2,
+        started_at=NOW,
+        ended_at=NOW,
+        wall_s=125.0,
+        turns=7,
+        failed_turns=1,
+        goals={o: 0 for o in Outcome} | {Outcome.COMPLETED: 2, Outcome.NEEDS_HUMAN: 1},
+        supervisor=None,
+    )
+    text = render_summary(summary)
+    assert "after 2m05s; 7 turns ran (1 failed)" in text
+    assert "goals: 2 done, 1 waiting (1 for a human, 0 unfinished, 0 paused), 0 failed" in text
+    assert "--actor human" in text
