@@ -90,6 +90,8 @@ def test_goal_add_resource_flag(tmp_path: Path) -> None:
         "--workdir",
         str(tmp_path),
     ]
+    init = [sys.executable, "-m", "loopx", "--root", str(tmp_path / "root"), "init"]
+    subprocess.run(init, capture_output=True, env=clean_env(), timeout=60, check=True)
     done = subprocess.run(
         [*base, "--resource", "gpu=1", "--resource", "licence=0.5", "--json"],
         capture_output=True,
