@@ -40,7 +40,7 @@ def _on_alarm(_signum: int, _frame: FrameType | None) -> None:
 
 def _preload() -> None:
     """Import every LoopX module (and what it imports) before the privileges go."""
-    import loopx  # noqa: PLC0415
+    import loopx
 
     codecs.lookup("unicode_escape")  # codecs load lazily too (softlock reads /proc/mounts with it)
 
@@ -53,8 +53,8 @@ def _preload() -> None:
 
 def run_case(argv: list[str]) -> dict[str, Any]:
     """Run one command line through the CLI's entry point; capture how it ended."""
-    from loopx.cli._app import main  # noqa: PLC0415
-    from loopx.log import configure_logging  # noqa: PLC0415
+    from loopx.cli._app import main
+    from loopx.log import configure_logging
 
     started = time.monotonic()
     out, err = io.StringIO(), io.StringIO()

@@ -109,8 +109,8 @@ def test_markdown_lists_every_goal_and_failure() -> None:
 
 def test_run_summary_reads_as_a_sentence() -> None:
     """The end-of-run summary names done, waiting and failed goals, turns and time."""
-    from loopx.batch.report import Outcome  # noqa: PLC0415
-    from loopx.supervisor.summary import RunSummary, render_summary  # noqa: PLC0415
+    from loopx.batch.report import Outcome
+    from loopx.supervisor.summary import RunSummary, render_summary
 
     summary = RunSummary(
         root="/r",
@@ -120,7 +120,7 @@ def test_run_summary_reads_as_a_sentence() -> None:
         wall_s=125.0,
         turns=7,
         failed_turns=1,
-        goals={o: 0 for o in Outcome} | {Outcome.COMPLETED: 2, Outcome.NEEDS_HUMAN: 1},
+        goals=dict.fromkeys(Outcome, 0) | {Outcome.COMPLETED: 2, Outcome.NEEDS_HUMAN: 1},
         supervisor=None,
     )
     text = render_summary(summary)

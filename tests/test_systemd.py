@@ -70,10 +70,10 @@ def test_units_agree_with_the_supervisor_on_stop_timing() -> None:
         assert timeout > grace
 
 
-def _exec_start(unit_text: str, env: dict[str, str], key: str = "ExecStart") -> list[str]:
-    """ExecStart's (or ``key``'s) argv with ${VAR} expanded from ``env``, as systemd does."""
-    line = next(s for s in unit_text.splitlines() if s.startswith(f"{key}="))
-    words = line.removeprefix(f"{key}=").split()
+def _exec_start(unit_text: str, env: dict[str, str], setting: str = "ExecStart") -> list[str]:
+    """ExecStart's (or ``setting``'s) argv with ${VAR} expanded from ``env``, as systemd does."""
+    line = next(s for s in unit_text.splitlines() if s.startswith(f"{setting}="))
+    words = line.removeprefix(f"{setting}=").split()
     out = []
     for word in words:
         expanded = word

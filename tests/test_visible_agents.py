@@ -156,7 +156,7 @@ def test_a_crashed_agent_keeps_its_last_words_and_exit_status(tmp_path: Path) ->
 
 
 def _goal() -> Goal:
-    from loopx.model import utcnow  # noqa: PLC0415
+    from loopx.model import utcnow
 
     now = utcnow()
     return Goal(

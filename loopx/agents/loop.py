@@ -43,9 +43,10 @@ from loopx.schedule.select import select
 from loopx.secrets import secret_values
 from loopx.state import load_state
 from loopx.storage.files import atomic_write_model
+from loopx.turn.failures import FailureReason
 
 if TYPE_CHECKING:
-    from loopx.agents.turn import TurnReport
+    from loopx.turn.attempt import TurnReport
 
 log = structlog.get_logger(__name__)
 

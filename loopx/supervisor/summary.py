@@ -8,12 +8,11 @@ from typing import Literal
 
 from loopx.batch.report import Outcome, goal_outcome
 from loopx.fleet import FleetRecord
-from loopx.history.line import HistoryLine
+from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.state import load_state
-from loopx.storage.files import read_records
 from loopx.supervisor.lock import read_record
 
 
@@ -37,7 +36,7 @@ def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: date
     outcomes: Counter[Outcome] = Counter()
     turns = failed = 0
     for goal in load_registry(layout).goals.values():
-        history = read_records(layout.history_file(goal.id), HistoryLine)
+        history = read_history(layout, goal.id)
         outcomes[goal_outcome(goal, load_state(layout, goal.id), history)] += 1
         mine = [h for h in history if h.ended_at >= started_at]
         turns += len(mine)
