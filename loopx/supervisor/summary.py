@@ -4,31 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime
-from typing import Literal
 
-from loopx.batch.report import Outcome, goal_outcome
-from loopx.fleet import FleetRecord
+from loopx.batch.report import Outcome, RunSummary, goal_outcome
 from loopx.history.reader import read_history
-from loopx.model import Record, UtcDatetime
 from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.supervisor.lock import read_record
-
-
-class RunSummary(Record):
-    """The end of one supervisor run (``supervisor run --json``)."""
-
-    schema_version: Literal[1] = 1
-    root: str
-    exit_code: int
-    started_at: UtcDatetime
-    ended_at: UtcDatetime
-    wall_s: float
-    turns: int  # turns that ended during this run
-    failed_turns: int
-    goals: dict[Outcome, int]  # every registered goal by how it stands now
-    supervisor: FleetRecord | None
 
 
 def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: datetime) -> RunSummary:
