@@ -61,7 +61,7 @@ def run_batch(args: argparse.Namespace) -> int:
     plan = load_plan(plan_path)  # a malformed plan is rejected before anything is registered
     for entry in plan.goals:
         host = entry.host_spec()
-        if host.kind is HostKind.COMMAND:
+        if host.kind == HostKind.COMMAND:
             check_program(host.argv[0], entry.workdir_path(plan_path.parent))
     where = layout(args, create=True)
     goal_ids = register_plan(where, plan, plan_path.parent, now=utcnow())

@@ -198,7 +198,7 @@ def _check_setup(args: argparse.Namespace, host: HostSpec | None) -> Path | None
         return workdir
     if workdir is not None:
         check_workdir(workdir)
-    if host is not None and host.kind is HostKind.COMMAND and host.argv:
+    if host is not None and host.kind == HostKind.COMMAND and host.argv:
         check_program(host.argv[0], workdir or (None if args.update else Path.cwd()))
     return workdir
 
