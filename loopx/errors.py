@@ -162,8 +162,9 @@ class HostMissingError(LoopxError):
     """A goal's host program is not installed or not on PATH."""
 
     def __init__(self, program: str, kind: str) -> None:
+        where = "is not an executable file" if "/" in program else "was not found on PATH"
         super().__init__(
-            f"{kind} host program {program!r} was not found on PATH",
+            f"{kind} host program {program!r} {where}",
             hint=f"install {program} or pass --host with its full path",
         )
         self.program = program

@@ -51,3 +51,11 @@ def set_clock_offset(offset: timedelta) -> None:
     """Set the correction :func:`utcnow` applies (only :mod:`loopx.clock` calls this)."""
     global _clock_offset  # noqa: PLW0603 - one clock per process by design
     _clock_offset = offset
+
+
+def iso_utc(at: datetime, timespec: str = "auto") -> str:
+    """``at`` as ISO 8601 in UTC with a ``Z``, the form every JSON document uses.
+
+    Text outputs use it too, so one run never mixes ``Z`` and ``+00:00``.
+    """
+    return at.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

@@ -21,6 +21,7 @@ import structlog
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from loopx import environ
+from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 from loopx.agents.hosts.plugins import PluginError
@@ -115,6 +116,7 @@ def execute(
     terms: HostTerms,
     *,
     stop: threading.Event | None,
+    console: AgentConsole | None = None,
 ) -> TurnJournal:
     """host_execute (+ typed_result, validation in the same write), then the other phases.
 
@@ -149,6 +151,8 @@ def execute(
     earlier = Usage()  # what SIGKILLed attempts of this turn spent
     tail = LiveTail(layout, goal.id, journal.turn_key, secret_values(env))
     while True:
+        if console is not None:
+            console.started(goal, seq=journal.seq, attempt=journal.attempt)
         try:
             run = run_host(
                 invocation.argv,
@@ -167,6 +171,7 @@ def execute(
                 tick_every_s=terms.renew_every_s,
                 tee=tail.feed,
                 watch=StallWatcher(invocation.stall) if invocation.stall is not None else None,
+                echo=console.output if console is not None else None,
             )
         finally:
             tail.close()  # the host ended (or the turn failed): no live output any more

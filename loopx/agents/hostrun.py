@@ -25,6 +25,7 @@ summed RSS of a sample, or the rusage maxrss if larger.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import resource
 import select
@@ -76,11 +77,14 @@ class Capture:
     kept: bytearray = field(default_factory=bytearray)
     dropped: int = 0
     tee: Callable[[bytes], None] | None = None  # also sees every chunk (the live tail)
+    echo: Callable[[bytes], None] | None = None  # shown live (an agent's console)
 
     def feed(self, chunk: bytes) -> None:
         """Keep what fits under the limit, count the rest."""
         if self.tee is not None:
             self.tee(chunk)
+        if self.echo is not None:
+            self.echo(chunk)
         room = self.limit - len(self.kept)
         if room > 0:
             self.kept += chunk[:room]
@@ -270,6 +274,7 @@ def run_host(
     tick_every_s: float = 10.0,
     tee: Callable[[bytes], None] | None = None,
     watch: Callable[[Capture, Capture], bool] | None = None,
+    echo: Callable[[str, bytes], None] | None = None,
 ) -> HostRun:
     """Run a host to its end (or kill it) and report what happened.
 
@@ -288,6 +293,7 @@ def run_host(
         tee: given every chunk of stdout and stderr as it arrives (the live tail).
         watch: called with the output so far at each sample; True stops the
             host (``watched``), whose output the adapter then reads as usual.
+        echo: called with ``"stdout"``/``"stderr"`` and each chunk as it is read.
 
     Returns:
         The run; a program that cannot start gives ``spawn_error``.
@@ -310,7 +316,7 @@ def run_host(
         except OSError as e:
             return _not_started(argv, cwd, e, started)
         tree = Tree(proc.pid, turn_key, loopx_root)
-        run = _Running(proc, stdin, tree, limits, before, tee=tee)
+        run = _Running(proc, stdin, tree, limits, before, tee=tee, echo=echo)
         try:
             killed = run.watch(stop, tick, tick_every_s, stuck=watch)
             ended = utcnow()
@@ -363,6 +369,7 @@ class _Running:
         before: set[int] | None,
         *,
         tee: Callable[[bytes], None] | None = None,
+        echo: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self.proc = proc
         self.tree = tree
@@ -372,6 +379,9 @@ class _Running:
         self.reaper = before is not None
         self.before = before or set()
         self.out, self.err = Capture(tee=tee), Capture(tee=tee)
+        if echo is not None:
+            self.out.echo = functools.partial(echo, "stdout")
+            self.err.echo = functools.partial(echo, "stderr")
         self.pipes = _Pipes(proc, stdin, self.out, self.err)
         try:
             self.pidfd: int | None = os.pidfd_open(proc.pid)

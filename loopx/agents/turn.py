@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from loopx import __version__, environ
+from loopx.agents.console import AgentConsole
 from loopx.agents.execution import HostTerms, execute
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
 from loopx.clock import calibrate
@@ -130,13 +131,15 @@ def attempt_turn(
     stop: threading.Event | None = None,
     config: TurnConfig | None = None,
     skip_if_busy: bool = False,
+    console: AgentConsole | None = None,
 ) -> TurnAttempt:
     """Like :func:`run_one_turn`, saying why no turn ran.
 
     ``skip_if_busy``: when the goal's lock is held right now (another agent is
     claiming it or writing its turn), return at once (``busy``) instead of
     waiting for the lock only to find the goal leased; the agent loop tries
-    its other candidates first and comes back.
+    its other candidates first and comes back. ``console`` shows the claim
+    and the host's live output to a person.
     """
     config = config or TurnConfig.from_env(os.environ)
     with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
@@ -178,7 +181,7 @@ def attempt_turn(
                 log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
                 _kill_goal_processes(layout, goal_id, config.kill_grace_s)
             try:
-                return _claimed_turn(layout, goal, lease, stop=stop, config=config)
+                return _claimed_turn(layout, goal, lease, stop=stop, config=config, console=console)
             finally:
                 release(layout, lease)
 
@@ -190,6 +193,7 @@ def _claimed_turn(
     *,
     stop: threading.Event | None,
     config: TurnConfig,
+    console: AgentConsole | None = None,
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
     holder = _Holder(layout, lease, config.lease_ttl_s, config.lease_grace_s)
@@ -211,7 +215,7 @@ def _claimed_turn(
                 update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
             )
             write_journal(layout, journal, fence)
-            done = execute(layout, goal, journal, fence, terms, stop=stop)
+            done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
             return _attempt(goal.id, report=_report(done, actions))
         goal = _goal(layout, goal.id)  # finishing a turn may have changed it
         decision = _decide(layout, goal, now=utcnow())
@@ -223,7 +227,7 @@ def _claimed_turn(
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key
         create_journal(layout, journal, fence)
-        done = execute(layout, goal, journal, fence, terms, stop=stop)
+        done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
         return _attempt(goal.id, quota=decision, report=_report(done, actions))
     except LeaseLostError as e:
         log.warning("lease_lost", held=e.held, current=e.current)

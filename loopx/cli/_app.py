@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -27,7 +28,7 @@ from loopx.cli import (
     _supervisor,
     _turn,
 )
-from loopx.cli._common import common_options
+from loopx.cli._common import Parser, common_options
 from loopx.errors import LoopxError, ResourceFaultError, resource_fault
 from loopx.log import configure_logging
 
@@ -54,25 +55,40 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The whole `loopx` argument parser."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="loopx",
         description="Run long-lived AI agent work unattended, crash-safe by journal.",
         parents=[common_options(top=True)],
     )
+    parser.add_argument("--version", action="version", version=f"loopx {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("loopx")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _report(message: str, hint: str | None) -> None:
+    print(f"loopx: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `loopx` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(level=args.log_level)
+    args: argparse.Namespace | None = None
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        configure_logging(level=args.log_level or "warning")
         code: int = args.func(args)
     except LoopxError as e:
         return _error(e)
@@ -84,17 +100,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exitcodes.OK
     except OSError as e:
         reason = resource_fault(e)
-        if reason is None:
-            raise
-        return _error(ResourceFaultError(reason, f"finish `loopx {args.command}`"))
+        if reason is not None:
+            command = getattr(args, "command", None) if args is not None else None
+            return _error(ResourceFaultError(reason, f"finish `loopx {command or '...'}`"))
+        # The last net for a file the user pointed at (a directory given as a file,
+        # a path under a file, a permission): one line, never a traceback.
+        where = f": {e.filename}" if e.filename else ""
+        _report(
+            f"{e.strerror or e}{where}",
+            "check the path and its permissions; `loopx doctor` describes the root",
+        )
+        return exitcodes.FAILURE
     return code
 
 
 def _error(e: LoopxError) -> int:
     """Print the error's one line and hint; return its exit code."""
-    print(f"loopx: error: {e.message}", file=sys.stderr)
-    if e.hint:
-        print(f"hint: {e.hint}", file=sys.stderr)
+    _report(e.message, e.hint)
     return e.exit_code
 
 

@@ -12,6 +12,7 @@ from loopx.agents.hosts.plugins import require_kind
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
+from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
 from loopx.registry.views import GoalDocument, SessionReset, goal_list, goal_view
@@ -81,6 +82,11 @@ def register(sub: Any) -> None:
         action="append",
         metavar="NAME=AMOUNT",
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
+    )
+    add.add_argument(
+        "--no-check",
+        action="store_true",
+        help="register even if the workdir or the host program does not exist yet",
     )
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
@@ -185,13 +191,27 @@ def _resources(given: list[str] | None) -> dict[str, float] | None:
     return out
 
 
+def _check_setup(args: argparse.Namespace, host: HostSpec | None) -> Path | None:
+    """Check the workdir and a command host now; return the workdir to store."""
+    workdir = Path(args.workdir).expanduser().resolve() if args.workdir is not None else None
+    if args.no_check:
+        return workdir
+    if workdir is not None:
+        check_workdir(workdir)
+    if host is not None and host.kind == HostKind.COMMAND and host.argv:
+        check_program(host.argv[0], workdir or (None if args.update else Path.cwd()))
+    return workdir
+
+
 def run_add(args: argparse.Namespace) -> int:
     """Register or update a goal."""
     quota = {field: getattr(args, flag) for flag, field in QUOTA_FLAGS.items()}
+    host = _host_spec(args)
+    workdir = _check_setup(args, host)
     changes = GoalChanges(
         objective=args.objective,
-        workdir=args.workdir,
-        host=_host_spec(args),
+        workdir=str(workdir) if workdir is not None else None,
+        host=host,
         priority=args.priority,
         next_probe=args.next_probe,
         max_host_attempts=args.max_host_attempts,
@@ -200,7 +220,7 @@ def run_add(args: argparse.Namespace) -> int:
     )
     try:
         goal = add_goal(
-            layout(args, create=True),
+            layout(args),
             args.goal_id,
             changes,
             update=args.update,

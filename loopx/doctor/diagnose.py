@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from loopx.doctor.files import walk_root
@@ -36,7 +37,23 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
             "the runtime root is a symlink or not a directory; LoopX refuses it",
             "point --root at the real directory",
         )
+    elif not layout.registry.exists():
+        doctor.add(
+            Severity.ERROR,
+            FindingCode.NOT_INITIALISED,
+            layout.registry,
+            "the runtime root has no registry, so every command but `init` refuses it",
+            f"loopx init --root {q(root)}",
+        )
     else:
+        if not os.access(root, os.W_OK | os.X_OK):
+            doctor.add(
+                Severity.ERROR,
+                FindingCode.PERMISSIONS,
+                root,
+                "the runtime root is not writable by you, so every command refuses it",
+                f"chmod 700 {q(root)}",
+            )
         walk_root(doctor)
         registry = check_registry(doctor)
         registered = set(registry.goals) if registry is not None else None

@@ -35,6 +35,7 @@ class FindingCode(StrEnum):
     """What kind of problem a finding is."""
 
     ROOT_MISSING = "root_missing"
+    NOT_INITIALISED = "not_initialised"  # a directory without a registry: commands refuse it
     PERMISSIONS = "permissions"  # mode broader than 0700/0600
     OWNER = "owner"  # not owned by the user running LoopX
     SYMLINK = "symlink"  # LoopX never follows it

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, UnsafePathError
+from loopx.model import iso_utc
 from loopx.storage.files import read_bytes
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, parse_turn_key
@@ -29,7 +30,7 @@ def lease_problem(
     if holder is Holder.UNKNOWN and now > lease.expires_at + timedelta(seconds=grace_s):
         return (
             f"held by {lease.agent_id} on host {lease.hostname}, expired at "
-            f"{lease.expires_at.isoformat()} and not renewed since"
+            f"{iso_utc(lease.expires_at)} and not renewed since"
         )
     return None
 

@@ -22,8 +22,10 @@ class InitReport(Record):
 
 def initialise(where: ResolvedRoot) -> InitReport:
     """Create the root (0700) and, if missing, a registry; a second call changes nothing."""
-    layout = open_root(where, create=True)
+    existed = where.registry.exists()
+    layout = open_root(where, create=True)  # creating a root also writes its registry
     created, registry = init_registry(layout)
+    created = created or not existed
     return InitReport(
         root=str(layout.root),
         registry=str(layout.registry),

@@ -37,6 +37,7 @@ from typing import Final
 
 from loopx.fleet import ACTIVE_STATES, AgentHeartbeat, FleetRecord, FleetState
 from loopx.history.line import HistoryLine
+from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
@@ -159,7 +160,7 @@ def _warnings(inputs: GoalInputs, state: GoalState, now: datetime) -> list[str]:
     if inputs.lease is not None and inputs.lease.expires_at <= now:
         out.append(
             f"lease of agent {inputs.lease.agent_id} expired at "
-            f"{inputs.lease.expires_at.isoformat()}; the next agent takes it over"
+            f"{iso_utc(inputs.lease.expires_at)}; the next agent takes it over"
         )
     out.extend(inputs.damage)
     return out
@@ -203,7 +204,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
             None,
         )
     if lease is not None:
-        since = lease.acquired_at.isoformat(timespec="seconds")
+        since = iso_utc(lease.acquired_at, "seconds")
         if lease.expires_at > now:
             return (
                 Actor.AGENT,
@@ -227,7 +228,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
             state.next_eligible_at,
         )
     if quota.exhausted is not None:
-        when = quota.refills_at.isoformat(timespec="seconds") if quota.refills_at else "later"
+        when = iso_utc(quota.refills_at, "seconds") if quota.refills_at else "later"
         return (
             Actor.NONE,
             StatusReason.QUOTA_EXHAUSTED,
@@ -239,7 +240,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         state.next_eligible_at if state.next_eligible_at and state.next_eligible_at > now else None
     )
     if failures > 0:
-        when = f"at {later.isoformat(timespec='seconds')}" if later else "now"
+        when = f"at {iso_utc(later, 'seconds')}" if later else "now"
         return (
             Actor.AGENT,
             StatusReason.FAILING,
@@ -250,7 +251,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         return (
             Actor.NONE,
             StatusReason.WAITING,
-            f"waiting until {later.isoformat(timespec='seconds')}",
+            f"waiting until {iso_utc(later, 'seconds')}",
             later,
         )
     return Actor.AGENT, StatusReason.READY, "ready for the next agent", None

@@ -203,7 +203,21 @@ def attach(layout: Layout) -> None:
         TmuxError: the fleet is not visible (headless) or tmux failed.
 
     """
-    _record, ref = running_ref(layout)
+    record, ref = running_ref(layout)
     if ref is None:
         raise SupervisorNotRunningError(str(layout.root), "attach")
+    if record is not None and record.visible != "tmux":
+        raise HeadlessFleetError(layout, record.pid)
     TmuxSession(layout.root).attach()
+
+
+class HeadlessFleetError(LoopxError):
+    """`supervisor attach` on a fleet that runs without tmux windows."""
+
+    def __init__(self, layout: Layout, pid: int) -> None:
+        super().__init__(
+            f"the supervisor (pid {pid}) on {layout.root} runs headless: there is no tmux "
+            "session to attach to",
+            hint=f"read {layout.logs_dir}/agent-<n>.log, or restart it with --visible tmux",
+        )
+        self.pid = pid

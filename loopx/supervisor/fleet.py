@@ -20,6 +20,7 @@ import signal
 import time
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Final
 
@@ -114,6 +115,7 @@ class Supervisor:
         self.degraded: str | None = None
         self._record_failures = 0
         self._record_retry_at: float | None = None
+        self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -214,7 +216,8 @@ class Supervisor:
         from loopx.status.cache import refresh_status  # noqa: PLC0415 - heavy; supervisor only
 
         try:
-            refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
+            report = refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
+            self._goals = report.goals
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))
 
@@ -241,9 +244,20 @@ class Supervisor:
 
     def _ended(self, slot: Slot, how: ExitStatus, now: float) -> None:
         ref = slot.ref
-        log.warning(
-            "agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how.describe()
-        )
+        pid = ref.pid if ref else None
+        if how.clean:
+            log.info("agent_exited", agent_id=slot.agent_id, pid=pid, how=how.describe())
+        else:
+            # rq's monitor_work_horse: say precisely how it died, and what it said last.
+            log_path = self.layout.logs_dir / f"agent-{slot.index}.log"
+            log.warning(
+                "agent_exited",
+                agent_id=slot.agent_id,
+                pid=pid,
+                how=how.describe(),
+                log=str(log_path),
+                last_output=last_lines(log_path),
+            )
         slot.agent, slot.last_exit = None, how
         if self.state is not FleetState.RUNNING or slot.retiring:
             slot.next_start = None
@@ -356,7 +370,10 @@ class Supervisor:
             leftovers.update({p.pid: p for p in psutil.Process().children(recursive=True)})
         leftovers.pop(self.me.pid, None)
         if leftovers:
-            log.warning("killing_leftovers", pids=sorted(leftovers))
+            # After agents that all stopped cleanly, what is left is the tmux server and
+            # its status window: expected, so not a warning.
+            clean = all(s.last_exit is None or s.last_exit.clean for s in self.slots)
+            (log.info if clean else log.warning)("killing_leftovers", pids=sorted(leftovers))
             process.kill_tree(list(leftovers.values()), grace_s=0)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
@@ -447,6 +464,8 @@ class Supervisor:
         loops = sum(1 for s in self.slots if s.crash_loop)
         text = f"{self.state}: {alive}/{self.wanted} agents alive"
         text += f", {loops} in crash loop" if loops else ""
+        if self._goals is not None:
+            text += f", {self._goals} goals"
         return text + (f"; degraded: {self.degraded}" if self.degraded else "")
 
     def _pids(self) -> list[int | None]:
@@ -527,3 +546,18 @@ class Supervisor:
             self.notifier.close()
             if self._lock is not None:
                 self._lock.release()  # type: ignore[attr-defined]
+
+
+LAST_LINES = 12
+LAST_BYTES = 8192
+
+
+def last_lines(path: Path, count: int = LAST_LINES) -> list[str]:
+    """The last lines of an agent's log (its last words), or [] when there is none."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LAST_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in tail.splitlines() if line.strip()][-count:]
