@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
+from loopx.api import Root
 from loopx.errors import UsageError
 from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
 
@@ -123,6 +124,11 @@ def resolved(args: argparse.Namespace) -> ResolvedRoot:
 def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
     """The checked layout of the selected root (created with ``create``)."""
     return open_root(resolved(args), create=create)
+
+
+def root(args: argparse.Namespace, *, create: bool = False) -> Root:
+    """The API's handle on the selected root (created with ``create``)."""
+    return Root.open(args.root, create=create, registry=args.registry)
 
 
 def print_json(document: BaseModel) -> None:

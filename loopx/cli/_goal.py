@@ -9,13 +9,13 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.agents.hosts.plugins import require_kind
-from loopx.cli._common import add_command, layout, print_json
+from loopx.cli._common import add_command, layout, print_json, root
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.checks import check_program, check_workdir
-from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
+from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
-from loopx.registry.views import GoalDocument, SessionReset, goal_list, goal_view
+from loopx.registry.views import GoalDocument
 from loopx.state import TodoStatus
 
 # CLI flag -> QuotaPolicy field.
@@ -125,9 +125,10 @@ def register_reset_session(actions: Any) -> None:
 
 def run_reset_session(args: argparse.Namespace) -> int:
     """Drop a goal's host session."""
-    dropped = reset_session(layout(args), args.goal_id, now=utcnow())
+    result = root(args).goals.reset_session(args.goal_id)
+    dropped = result.dropped
     if args.json:
-        print_json(SessionReset(goal_id=args.goal_id, dropped=dropped))
+        print_json(result)
     elif dropped is None:
         print(f"goal {args.goal_id} has no host session; its next turn starts a fresh one anyway")
     else:
@@ -248,7 +249,7 @@ def _describe_host(goal: Goal) -> str:
 
 def run_list(args: argparse.Namespace) -> int:
     """List goals, highest priority first."""
-    listed = goal_list(layout(args))
+    listed = root(args).goals.list()
     if args.json:
         print_json(listed)
         return exitcodes.OK
@@ -266,8 +267,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     """Show one goal."""
-    where = layout(args)
-    view = goal_view(where, get_goal(where, args.goal_id))
+    view = root(args).goals.show(args.goal_id)
     if args.json:
         print_json(view)
         return exitcodes.OK
@@ -288,9 +288,10 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_set_status(args: argparse.Namespace) -> int:
     """Pause, resume or finish a goal."""
-    goal = set_status(layout(args), args.goal_id, args.status, now=utcnow())
+    document = root(args).goals.set_status(args.goal_id, args.status)
+    goal = document.goal
     if args.json:
-        print_json(GoalDocument(goal=goal))
+        print_json(document)
     else:
         print(f"goal {goal.id} is now {goal.status}")
     return exitcodes.OK
