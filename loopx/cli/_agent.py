@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from loopx.cli._common import add_command, layout
+from loopx.cli._common import Subparsers, add_command, layout
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `agent` commands."""
     from loopx.agents.__main__ import add_agent_options  # noqa: PLC0415 - the one option list
 

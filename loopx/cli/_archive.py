@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `archive`."""
     parser = add_command(sub, "archive", help="move a goal's files aside and mark it archived")
     parser.add_argument("goal_id", metavar="GOAL")

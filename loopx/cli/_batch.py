@@ -5,16 +5,22 @@ from __future__ import annotations
 import argparse
 import signal
 from pathlib import Path
-from typing import Any
 
 from loopx.batch.plan import load_plan
-from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json
+from loopx.cli._common import (
+    Subparsers,
+    add_agent_options,
+    add_command,
+    check_agents,
+    layout,
+    print_json,
+)
 from loopx.model import utcnow
 from loopx.registry.checks import check_program
 from loopx.registry.model import HostKind
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `batch run`."""
     batch = add_command(sub, "batch", help="headless batch runs")
     actions = batch.add_subparsers(dest="action", metavar="ACTION", required=True)

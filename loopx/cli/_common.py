@@ -7,13 +7,16 @@ import functools
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 from pydantic import BaseModel
 
 from loopx.api import Root
 from loopx.errors import UsageError
 from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+
+# What ``add_subparsers()`` returns; argparse names the class privately.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # noqa: SLF001
 
 
 class Parser(argparse.ArgumentParser):
@@ -59,10 +62,10 @@ def common_options(*, top: bool = False) -> argparse.ArgumentParser:
 
 
 def add_command(
-    sub: Any,
+    sub: Subparsers,
     name: str,
     *,
-    help: str,
+    help: str,  # noqa: A002 - argparse's name
     aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:
     """Add a subcommand that accepts the common options."""

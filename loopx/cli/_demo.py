@@ -5,19 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from loopx import exitcodes
-from loopx.cli._common import add_agent_options, add_command, check_agents, print_json
+from loopx.cli._common import Subparsers, add_agent_options, add_command, check_agents, print_json
 from loopx.cli._status import render_plain, render_table
 from loopx.model import utcnow
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.status.cache import load_status
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `demo`."""
     parser = add_command(
         sub,

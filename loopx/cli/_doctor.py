@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, resolved
+from loopx.cli._common import Subparsers, add_command, print_json, resolved
 from loopx.clock import repair_future_dated
 from loopx.doctor import Severity, diagnose
 from loopx.model import utcnow
@@ -14,7 +13,7 @@ from loopx.root import Layout
 from loopx.schedule.candidates import read_registry
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `doctor`."""
     parser = add_command(
         sub, "doctor", help="check permissions, file schemas, leases, journals, quarantine, fleet"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `gate open` and `gate resolve`."""
     gate = add_command(sub, "gate", help="open or resolve a human gate on a goal")
     actions = gate.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Any
 
 from loopx import exitcodes
 from loopx.agents.hosts.plugins import require_kind
-from loopx.cli._common import add_command, layout, print_json, root
+from loopx.cli._common import Subparsers, add_command, layout, print_json, root
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.checks import check_program, check_workdir
@@ -36,7 +35,7 @@ POLICY_FLAGS = {
 } | {"resources": "--resource"}
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `goal` commands."""
     goal = add_command(sub, "goal", help="register and manage goals")
     actions = goal.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -113,7 +112,7 @@ def register(sub: Any) -> None:
     register_reset_session(actions)
 
 
-def register_reset_session(actions: Any) -> None:
+def register_reset_session(actions: Subparsers) -> None:
     """Add `goal reset-session`."""
     reset = add_command(
         actions, "reset-session", help="start a fresh host CLI session (codex/claude) next turn"

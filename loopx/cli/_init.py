@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
 from loopx.api import Root
-from loopx.cli._common import add_command, print_json
+from loopx.cli._common import Subparsers, add_command, print_json
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `init`."""
     parser = add_command(sub, "init", help="create the runtime root and an empty registry")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

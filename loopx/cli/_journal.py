@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `journal` commands."""
     journal = add_command(sub, "journal", help="list and inspect turn journals")
     actions = journal.add_subparsers(dest="action", metavar="ACTION", required=True)

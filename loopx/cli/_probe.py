@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
 from loopx.api import Goals
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 
 DEFAULT_TIMEOUT_S, DEFAULT_MAX_BYTES = Goals.PROBE_TIMEOUT_S, Goals.PROBE_MAX_BYTES
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `probe`."""
     parser = add_command(sub, "probe", help="run a goal's read-only next_probe command")
     parser.add_argument("goal_id", metavar="GOAL")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.model import iso_utc
 from loopx.quota.decision import QuotaReport
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `quota` commands."""
     quota = add_command(sub, "quota", help="inspect a goal's compute quota")
     actions = quota.add_subparsers(dest="action", metavar="ACTION", required=True)

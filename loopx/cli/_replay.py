@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.turn.replay import ReplayReport
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `replay`."""
     parser = add_command(
         sub, "replay", help="rebuild a goal's state, history and quota ledger from its journals"

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command
+from loopx.cli._common import Subparsers, add_command
 from loopx.schemas import SCHEMAS, schema_model
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `schema`."""
     parser = add_command(
         sub, "schema", help="print the JSON Schema of a file kind or a --json output"

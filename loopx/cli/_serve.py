@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
 
 from loopx import environ, exitcodes
-from loopx.cli._common import add_command, layout
+from loopx.cli._common import Subparsers, add_command, layout
 from loopx.status.server import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -18,7 +18,7 @@ from loopx.status.server import (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `serve`."""
     parser = add_command(
         sub, "serve", help="serve the dashboard, status, goals and metrics over HTTP"
@@ -76,8 +76,6 @@ def run_serve(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     mode = "actions enabled" if args.actions else "read-only"
     print(f"loopx serve: dashboard on http://{shown}:{port}/ ({mode}; JSON at /status)", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         serve(server)
-    except KeyboardInterrupt:
-        pass
     return exitcodes.OK

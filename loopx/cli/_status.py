@@ -16,11 +16,13 @@ from rich.text import Text
 
 from loopx import exitcodes
 from loopx.api import Status
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.model import iso_utc
 from loopx.status.view import Actor, GoalStatusView, StatusProjection
 
 DEFAULT_TTL_S = Status.DEFAULT_TTL_S
+_SECONDS_UNTIL_S = 120  # "in 90s" below this, minutes above
+_MINUTES_UNTIL_S = 7200  # minutes below this, hours above
 
 
 def utcnow() -> datetime:
@@ -31,7 +33,7 @@ def utcnow() -> datetime:
 _ACTOR_STYLE = {Actor.HUMAN: "bold red", Actor.AGENT: "green", Actor.NONE: "dim"}
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `status` and `refresh`."""
     status = add_command(sub, "status", help="who must act next on each goal, and why")
     status.add_argument("--json", action="store_true", help="print the projection as JSON")
@@ -78,9 +80,9 @@ def _when(value: datetime | None, now: datetime) -> str:
     span = abs(delta)
     text = (
         f"{span:.0f}s"
-        if span < 120
+        if span < _SECONDS_UNTIL_S
         else f"{span / 60:.0f}m"
-        if span < 7200
+        if span < _MINUTES_UNTIL_S
         else f"{span / 3600:.1f}h"
     )
     return f"in {text}" if delta > 0 else f"{text} ago"

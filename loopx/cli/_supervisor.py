@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loopx import exitcodes
-from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json, root
+from loopx.cli._common import (
+    Subparsers,
+    add_agent_options,
+    add_command,
+    check_agents,
+    layout,
+    print_json,
+    root,
+)
 from loopx.errors import UsageError
 from loopx.fleet import (
     Backend,
     Visibility,
 )
+
+if TYPE_CHECKING:
+    from loopx.supervisor.config import SupervisorConfig
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -108,7 +119,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add `supervisor` and its alias `daemon`."""
     for name in ("supervisor", "daemon"):
         top = add_command(sub, name, help="run and control the agent fleet of a root")
@@ -152,7 +163,7 @@ def register(sub: Any) -> None:
         scale.set_defaults(func=run_scale)
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace) -> SupervisorConfig:
     from loopx.supervisor.backoff import RestartPolicy  # noqa: PLC0415 - keep `loopx --help` light
     from loopx.supervisor.config import SupervisorConfig  # noqa: PLC0415
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, root
+from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.turn.journal import TurnStatus
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     """Add the `turn` commands."""
     turn = add_command(sub, "turn", help="run turns by hand")
     actions = turn.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -154,7 +154,7 @@ class BatchRun:
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
-                preexec_fn=set_parent_death_signal,
+                preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - one prctl, no lock taken
             )
         finally:
             os.close(fd)
