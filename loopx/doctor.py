@@ -32,7 +32,8 @@ from loopx.ids import is_valid_goal_id
 from loopx.model import Record, utcnow
 from loopx.process import ProcessIdentity
 from loopx.quota.ledger import SpendAggregate, SpendRecord
-from loopx.registry.model import Registry
+from loopx.registry.model import Goal, RegistrySettings
+from loopx.registry.store import SETTINGS_VERSION, registry_version
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.cache import StatusIndex, StatusShard
@@ -78,7 +79,8 @@ class FindingCode(StrEnum):
     SUPERVISOR_RUNNING = "supervisor_running"
     CRASH_LOOP = "crash_loop"
     STALE_HEARTBEAT = "stale_heartbeat"
-    ORPHAN_GOAL = "orphan_goal"  # a goal directory the registry does not name
+    ORPHAN_GOAL = "orphan_goal"  # a goal directory without a goal file (goal.json)
+    OLD_LAYOUT = "old_layout"  # a single-file registry of LoopX 0.x, migrated on the next open
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
 
 
@@ -316,23 +318,32 @@ class _Doctor:
         return records
 
     # the registry
-    def registry(self) -> Registry | None:
+    def registry(self) -> bool:
+        """Check the root-wide settings file; True when it is an old single-file registry.
+
+        Each goal's policy (``goal.json``) is checked with the goal.
+        """
         path = self.layout.registry
-        found = self.model(
-            path,
-            Registry,
+        repair = (
             f"restore {q(path)} from a backup  (or fix the named field by hand: `loopx schema "
-            "registry` prints the format; every goal's own files are intact)",
+            "registry` prints the format; every goal's own files are intact)"
         )
-        if found is None and not path.exists() and self._goal_names():
+        try:
+            version = registry_version(path)
+        except CorruptFileError as e:
+            self.add(Severity.ERROR, FindingCode.SCHEMA, path, e.problem, repair)
+            return False
+        if version is not None and version < SETTINGS_VERSION:
             self.add(
                 Severity.WARNING,
-                FindingCode.MISSING_FILE,
+                FindingCode.OLD_LAYOUT,
                 path,
-                "the registry is missing but goals/ has goals",
-                "restore it from a backup, or re-register each goal with `loopx goal add ID ...`",
+                "a single-file registry written by an older LoopX",
+                f"loopx init --upgrade --root {q(self.layout.root)}  (or any command opening it)",
             )
-        return found if isinstance(found, Registry) else None
+            return True
+        self.model(path, RegistrySettings, repair)
+        return False
 
     def _goal_names(self) -> list[str]:
         try:
@@ -356,12 +367,21 @@ class _Doctor:
         if goal_dir.is_symlink() or not goal_dir.is_dir():
             return  # reported by the walk (symlink) or not a goal
         self.goals += 1
+        policy = layout.goal_file(goal_id)
         if not registered:
+            self.model(
+                policy,
+                Goal,
+                f"restore {q(policy)} from a backup, or register the goal again with "
+                f"`loopx goal add {goal_id} --update ...`",
+                goal_id=goal_id,
+            )
+        if not registered and not policy.exists():
             self.add(
                 Severity.WARNING,
                 FindingCode.ORPHAN_GOAL,
                 goal_dir,
-                "a goal directory the registry does not name",
+                "a goal directory without a goal file (goal.json)",
                 f"loopx archive {goal_id}  (or re-register it with `loopx goal add {goal_id} ...`)",
                 goal_id,
             )
@@ -674,11 +694,10 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
         )
     else:
         doctor.walk()
-        registry = doctor.registry()
-        registered = set(registry.goals) if registry is not None else None
+        old_layout = doctor.registry()
         for goal_id in doctor._goal_names():  # noqa: SLF001 - same module
             try:
-                doctor.goal(goal_id, registered is None or goal_id in registered)
+                doctor.goal(goal_id, registered=old_layout)
             except (LoopxError, OSError) as e:
                 doctor.add(
                     Severity.ERROR,

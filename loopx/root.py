@@ -154,6 +154,11 @@ class Layout:
         """``projections/status.json``."""
         return self.projections_dir / "status.json"
 
+    @property
+    def goal_index_file(self) -> Path:
+        """``projections/goals.json``: the derived index of every goal's policy."""
+        return self.projections_dir / "goals.json"
+
     def agent_file(self, agent_id: str) -> Path:
         """``agents/<agent_id>.json``."""
         return self.agents_dir / f"{validate_goal_id(agent_id)}.json"
@@ -162,6 +167,10 @@ class Layout:
     def goal_dir(self, goal_id: str) -> Path:
         """``goals/<id>/``."""
         return self.goals_dir / validate_goal_id(goal_id)
+
+    def goal_file(self, goal_id: str) -> Path:
+        """``goals/<id>/goal.json``: the goal's policy."""
+        return self.goal_dir(goal_id) / "goal.json"
 
     def state_file(self, goal_id: str) -> Path:
         """``goals/<id>/state.json``."""

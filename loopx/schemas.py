@@ -10,7 +10,9 @@ from loopx.history.line import HistoryLine
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
-from loopx.registry.model import Registry
+from loopx.registry.catalog import GoalIndex
+from loopx.registry.migrate import MigrationReport
+from loopx.registry.model import Goal, RegistrySettings
 from loopx.state import GoalState
 from loopx.status.cache import StatusIndex, StatusShard
 from loopx.status.projection import ProbeObservation, StatusProjection
@@ -23,7 +25,10 @@ from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.writeback import RunReport
 
 SCHEMAS: dict[str, type[BaseModel]] = {
-    "registry": Registry,
+    "registry": RegistrySettings,
+    "goal": Goal,
+    "goal-index": GoalIndex,
+    "migration": MigrationReport,
     "state": GoalState,
     "status": StatusProjection,
     "status-index": StatusIndex,

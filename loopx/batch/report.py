@@ -12,7 +12,8 @@ from pydantic import Field
 from loopx.history.line import HistoryLine
 from loopx.model import Record, UtcDatetime
 from loopx.quota.ledger import SpendRecord
-from loopx.registry.model import Goal, GoalStatus, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
 from loopx.storage.jsonl import read_records

@@ -1,4 +1,4 @@
-"""`loopx goal add|list|show|pause|resume|done`."""
+"""`loopx goal add|import|list|show|pause|resume|done`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from loopx.registry.goals import (
     reset_session,
     set_status,
 )
-from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
 
 # CLI flag -> QuotaPolicy field.
 QUOTA_FLAGS = {
@@ -85,6 +86,16 @@ def register(sub: Any) -> None:
     lister = add_command(actions, "list", help="list registered goals")
     lister.add_argument("--json", action="store_true")
     lister.set_defaults(func=run_list)
+
+    importer = add_command(
+        actions,
+        "import",
+        help="register many goals from JSON Lines (one `goal list --json` entry per line) "
+        "or a batch plan; checked whole, idempotent",
+    )
+    importer.add_argument("file", metavar="FILE", type=Path)
+    importer.add_argument("--json", action="store_true")
+    importer.set_defaults(func=run_import)
 
     show = add_command(actions, "show", help="show a goal's policy and state")
     show.add_argument("goal_id", metavar="ID")
@@ -232,6 +243,21 @@ def run_list(args: argparse.Namespace) -> int:
         print(
             f"{g.id:<{width}}  {g.status:<8}  p{g.priority:<3}  {_describe_host(g)}  {g.objective[:60]}"
         )
+    return exitcodes.OK
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Register the goals of an import file."""
+    from loopx.registry.bulk import import_goals, read_import  # noqa: PLC0415 - only import
+
+    where = layout(args, create=True)
+    source = args.file.expanduser().resolve()
+    goals = read_import(source, default_workdir=Path.cwd(), now=utcnow())
+    report = import_goals(where, source, goals)
+    if args.json:
+        print_json(report)
+    else:
+        print(f"imported {report.added} new goals, {report.unchanged} unchanged, from {source}")
     return exitcodes.OK
 
 

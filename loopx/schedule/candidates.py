@@ -15,7 +15,9 @@ from loopx.model import Record
 from loopx.quota.decision import should_run
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
+from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.registry.store import ensure_current
 from loopx.root import Layout
 from loopx.schedule.select import Candidate
 from loopx.state import GoalState
@@ -64,14 +66,20 @@ def read_record_cached(path: Path, model: type[R]) -> R | None:
     return record
 
 
-def read_registry(layout: Layout) -> Registry:
-    """The registry (empty when absent), parsed again only when it changed.
+def read_goal_cached(layout: Layout, goal_id: str) -> Goal | None:
+    """The goal's policy (None when unregistered), its file parsed again only when it changed.
 
     Raises:
-        CorruptFileError: the file is not valid JSON or not the schema.
+        CorruptFileError: the goal file is damaged or names another goal.
 
     """
-    return read_record_cached(layout.registry, Registry) or Registry()
+    ensure_current(layout)
+    goal = read_record_cached(layout.goal_file(goal_id), Goal)
+    if goal is not None and goal.id != goal_id:
+        raise CorruptFileError(
+            layout.goal_file(goal_id), f"id: the file names goal {goal.id!r}, not {goal_id!r}"
+        )
+    return goal
 
 
 def _read_state(layout: Layout, goal_id: str) -> GoalState:
@@ -136,7 +144,11 @@ def gather_candidates(
     Goals that are not active are left out: they can never be selected, and
     reading their files would cost time on every idle poll.
     """
-    reg = registry if registry is not None else read_registry(layout)
+    if registry is None:
+        catalog = goal_catalog(layout, persist=False)
+        catalog.refresh(now=now)
+        registry = catalog.registry()
+    reg = registry
     out: list[Candidate] = []
     headroom: HostHeadroom | None = None  # one measurement serves every goal of this step
     for goal in reg.goals.values():

@@ -39,7 +39,8 @@ from pydantic import Field
 
 from loopx.errors import LoopxError
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal, GoalStatus, Registry, load_registry
+from loopx.registry.catalog import goal_catalog
+from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
 from loopx.status.projection import (
@@ -258,20 +259,35 @@ class StatusCache:
         registry_fp = list(stat_pair(str(layout.registry)))
         dirty: set[str] = set()
         removed: list[str] = []
-        registry_changed = index is None or registry_fp != index.registry_fp
-        if self.registry is None or registry_changed:
-            # Registry: new, removed and changed goals (O(goals), only when it changed).
-            self.registry = load_registry(layout)
+        # Goals: new, removed and changed policies, from the goal index (O(changed goals)
+        # after the first refresh of this process, which compares every goal once).
+        catalog = goal_catalog(layout)
+        changed_ids = catalog.refresh(now=now)
+        if self.registry is None:
+            self.registry = catalog.registry()
             self.active = {
                 g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
             }
             removed = [g for g in self.goals if g not in self.active]
-            for goal_id in removed:
-                self._drop(goal_id)
-            for goal_id, goal in self.active.items():
-                cached = self.goals.get(goal_id)
-                if cached is None or (registry_changed and cached.policy != _policy_digest(goal)):
-                    dirty.add(goal_id)
+            # A policy changed since the cache was written shows in the goal's
+            # fingerprint (goal.json is part of it) through its hint or the full scan.
+            dirty.update(g for g in self.active if g not in self.goals)
+            check: Iterable[str] = ()
+        else:
+            for goal_id in changed_ids:
+                goal = catalog.goals.get(goal_id)
+                if goal is None or goal.status is GoalStatus.ARCHIVED:
+                    if self.active.pop(goal_id, None) is not None or goal_id in self.goals:
+                        removed.append(goal_id)
+                else:
+                    self.active[goal_id] = goal
+            check = [g for g in changed_ids if g in self.active]
+        for goal_id in removed:
+            self._drop(goal_id)
+        for goal_id in check:
+            cached = self.goals.get(goal_id)
+            if cached is None or cached.policy != _policy_digest(self.active[goal_id]):
+                dirty.add(goal_id)
         goals = self.active
 
         # Hints, or a full fingerprint scan when due or when hints were lost.

@@ -44,6 +44,7 @@ _BLOCK: Final = 16 * 1024
 # Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
 # turns/ directory's mtime moves whenever a journal is created or rewritten.
 FINGERPRINT_NAMES: Final = (
+    "goal.json",
     "state.json",
     "lease.json",
     "history.jsonl",

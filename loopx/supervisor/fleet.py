@@ -30,7 +30,7 @@ from loopx import exitcodes, process
 from loopx.errors import CorruptFileError
 from loopx.fleet import AgentHeartbeat, AgentLoopFactory, FleetRecord
 from loopx.model import utcnow
-from loopx.registry.model import load_registry
+from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.supervisor.backoff import decide_restart

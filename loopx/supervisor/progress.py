@@ -10,7 +10,8 @@ import structlog
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.history.line import HistoryLine
 from loopx.quota.decision import decide
-from loopx.registry.model import GoalStatus, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.schedule.candidates import lease_expiry
 from loopx.state import load_state
