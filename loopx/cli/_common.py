@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel
+# Not `from typing import ...`: `loopx --help` imports only argparse (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
-from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+    from pydantic import BaseModel
+
+    from loopx.root import Layout, ResolvedRoot
 
 
 def common_options(*, top: bool = False) -> argparse.ArgumentParser:
@@ -62,17 +63,28 @@ def add_command(
 
 def resolved(args: argparse.Namespace) -> ResolvedRoot:
     """The runtime root the command line and environment select."""
+    import os  # noqa: PLC0415 - `loopx --help` imports only argparse
+    from pathlib import Path  # noqa: PLC0415
+
+    from loopx.root import resolve_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
     return resolve_root(flag=args.root, registry=args.registry, env=os.environ, home=Path.home())
 
 
 def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
     """The checked layout of the selected root (created with ``create``)."""
+    from loopx.root import open_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
     return open_root(resolved(args), create=create)
 
 
 def print_json(document: BaseModel | dict[str, Any] | list[Any]) -> None:
     """Print one JSON document: the stable `--json` output."""
+    from pydantic import BaseModel  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
     if isinstance(document, BaseModel):
         sys.stdout.write(document.model_dump_json(indent=2) + "\n")
     else:
+        import json  # noqa: PLC0415 - `loopx --help` imports only argparse
+
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
