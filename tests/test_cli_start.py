@@ -19,7 +19,7 @@ def test_the_command_table_matches_what_the_modules_register() -> None:
         parser = argparse.ArgumentParser()
         sub = parser.add_subparsers()
         command_module(name).register(sub)  # type: ignore[attr-defined]
-        helps = {a.dest: a.help for a in sub._choices_actions}  # noqa: SLF001 - argparse has no API
+        helps = {a.dest: a.help for a in sub._choices_actions}
         assert helps[name] == command.help, name
         same_module = {
             alias
@@ -59,7 +59,7 @@ def test_help_and_version_import_no_kernel() -> None:
 
 def test_version_matches_the_package_metadata() -> None:
     """`loopx --version` prints the installed distribution's version."""
-    assert VERSION == importlib.metadata.version("loopx")
+    assert importlib.metadata.version("loopx") == VERSION
     done = subprocess.run(
         [sys.executable, "-m", "loopx", "--version"], capture_output=True, text=True, check=True
     )

@@ -72,7 +72,7 @@ def _stat_fp(path: str) -> Fingerprint:
 
 @dataclass(slots=True)
 class GoalCatalog:
-    """This process's copy of the goal index for one root, refreshed incrementally.
+    """A process's copy of the goal index of one root, refreshed incrementally.
 
     Attributes:
         layout: the root.
@@ -241,7 +241,7 @@ _CATALOGS: dict[tuple[Path, Path], GoalCatalog] = {}
 
 
 def goal_catalog(layout: Layout, *, persist: bool = True) -> GoalCatalog:
-    """This process's catalog of ``layout``'s root."""
+    """The catalog of ``layout``'s root, one per process."""
     key = (layout.root, layout.registry)
     catalog = _CATALOGS.get(key)
     if catalog is None:

@@ -12,7 +12,7 @@ import structlog
 
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.model import Record
-from loopx.quota.decision import should_run
+from loopx.quota.decision import QuotaDecision, should_run
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
 from loopx.registry.catalog import goal_catalog
@@ -112,6 +112,18 @@ def candidate_of(
 ) -> Candidate:
     """Read one goal's select inputs (state, lease, quota decision).
 
+    Raises:
+        LoopxError: a file of the goal is damaged or a lock timed out.
+
+    """
+    return candidate_and_decision(layout, goal, now=now, headroom=headroom)[0]
+
+
+def candidate_and_decision(
+    layout: Layout, goal: Goal, *, now: datetime, headroom: HostHeadroom | None = None
+) -> tuple[Candidate, QuotaDecision]:
+    """:func:`candidate_of`, with the quota decision it was made from (its next eligible time).
+
     The decision is :func:`loopx.quota.decision.decide`'s, from the state read here
     (not read twice) and ``headroom`` (measured now when not given).
 
@@ -126,7 +138,7 @@ def candidate_of(
     )
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
-    return Candidate(
+    candidate = Candidate(
         goal=goal,
         open_gates=len(state.open_gates),
         next_eligible_at=state.next_eligible_at,
@@ -134,6 +146,7 @@ def candidate_of(
         quota_allowed=decision.allowed,
         spent_wall_s=decision.spent_wall_s,
     )
+    return candidate, decision
 
 
 def gather_candidates(
