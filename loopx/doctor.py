@@ -333,6 +333,9 @@ class _Doctor:
         except CorruptFileError as e:
             self.add(Severity.ERROR, FindingCode.SCHEMA, path, e.problem, repair)
             return False
+        except (UnsafePathError, OSError) as e:
+            self.add(Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair)
+            return False
         if version is not None and version < SETTINGS_VERSION:
             self.add(
                 Severity.WARNING,
