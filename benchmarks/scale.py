@@ -159,13 +159,15 @@ def make_all_wait(root: Path) -> None:
 
 
 def idle_cpu(root: Path, seconds: float) -> float:
+    for old in (root / "agents").glob("*.json"):
+        old.unlink()  # heartbeats of the earlier fleets
     proc, sup = start(root, 2)
     try:
         deadline = time.monotonic() + 600
         # Settled: both agents built their index (heartbeats say idle).
         while time.monotonic() < deadline:
-            beats = list((root / "agents").glob("*.json"))
-            if len(beats) >= 2 and all('"idle"' in b.read_text() for b in beats):
+            beats = [root / "agents" / f"agent-{i}.json" for i in (1, 2)]
+            if all(b.exists() and '"idle"' in b.read_text() for b in beats):
                 break
             time.sleep(0.5)
         time.sleep(2)
@@ -177,8 +179,20 @@ def idle_cpu(root: Path, seconds: float) -> float:
     return (after - before) / seconds * 100
 
 
+class Figures(dict[str, float]):
+    """Figures of one size, each printed as soon as it is measured."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def __setitem__(self, key: str, value: float) -> None:
+        super().__setitem__(key, value)
+        print(f"  {self.n} goals: {key} = {value:.3f}", flush=True)
+
+
 def measure(n: int, args: argparse.Namespace) -> dict[str, float]:
-    out: dict[str, float] = {}
+    out = Figures(n)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         root = base / "root"

@@ -90,6 +90,9 @@ class GoalCatalog:
     _verified_at: datetime | None = None
     _loaded: bool = False
     _view: Registry | None = None
+    hints_lost: bool = (
+        False  # the last refresh found the hint log replaced: anything may have changed
+    )
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -132,6 +135,7 @@ class GoalCatalog:
         if not self._loaded:
             self._load()
         hinted, cursor = read_hints(self.layout, self._cursor)
+        self.hints_lost = hinted is None
         goals_dir = str(self.layout.goals_dir)
         dir_fp = _stat_fp(goals_dir)
         full = (

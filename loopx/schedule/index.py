@@ -98,7 +98,8 @@ class ScheduleIndex:
             CorruptFileError: the registry settings are damaged.
         """
         changed = self._catalog.refresh(now=now)
-        if not self._built:
+        if not self._built or self._catalog.hints_lost:
+            # First build, or the hint log was replaced (hints may be lost): look at all.
             self._built = True
             recheck = set(self._catalog.goals)
         else:
