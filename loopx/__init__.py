@@ -65,7 +65,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def _version() -> str:
+def _read_version() -> str:
     from loopx._version import VERSION  # noqa: PLC0415 - lazy, see above
 
     return VERSION
@@ -74,7 +74,7 @@ def _version() -> str:
 def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562 hook: any exported object
     """Import a public name on first access and cache it in the module."""
     if name == "__version__":
-        value: Any = _version()
+        value: Any = _read_version()
     elif name in _EXPORTS:
         import importlib  # noqa: PLC0415 - lazy, see above
 

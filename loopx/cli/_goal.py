@@ -11,6 +11,7 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
+from loopx.registry.catalog import load_registry
 from loopx.registry.goals import (
     GoalChanges,
     add_goal,
@@ -19,7 +20,6 @@ from loopx.registry.goals import (
     reset_session,
     set_status,
 )
-from loopx.registry.catalog import load_registry
 from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
 
 # CLI flag -> QuotaPolicy field.

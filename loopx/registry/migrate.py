@@ -25,13 +25,13 @@ from loopx.faults import fault_point
 from loopx.model import Record
 from loopx.registry.model import Goal, RegistrySettings
 from loopx.root import Layout
-from loopx.storage.locks import locked
 from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,
     parse_model,
     read_bytes,
 )
+from loopx.storage.locks import locked
 
 BACKUP_NAME = "registry.v1.json"
 

@@ -31,8 +31,8 @@ from loopx.batch.report import (
 from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
-from loopx.registry.goals import add_goal, build_goal
 from loopx.registry.catalog import load_registry
+from loopx.registry.goals import add_goal, build_goal
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 
