@@ -31,7 +31,8 @@ if TYPE_CHECKING:
         UsageError,
     )
     from loopx.ids import validate_goal_id
-    from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, QuotaPolicy, Registry
+    from loopx.quota.policy import QuotaPolicy
+    from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, Registry
     from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
     from loopx.state import Gate, GoalState, Todo
 
@@ -57,9 +58,10 @@ _EXPORTS: dict[str, str] = {
     ),
     "validate_goal_id": "loopx.ids",
     **dict.fromkeys(
-        ("Goal", "GoalStatus", "HostKind", "HostSpec", "QuotaPolicy", "Registry"),
+        ("Goal", "GoalStatus", "HostKind", "HostSpec", "Registry"),
         "loopx.registry.model",
     ),
+    "QuotaPolicy": "loopx.quota.policy",
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
     **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),
 }

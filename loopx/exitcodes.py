@@ -1,9 +1,15 @@
-"""Named exit codes of the `loopx` command; scripts depend on these numbers."""
+"""Named exit codes of the `loopx` command; scripts depend on these numbers.
+
+Within one command no two outcomes share a code, so a CI script can branch on
+it: a usage error (2) is never mistaken for "a human is needed" (4).
+"""
 
 from typing import Final
 
 OK: Final = 0  # the command did what was asked; for a batch run: every goal completed
 FAILURE: Final = 1  # an operation failed (bad file, lock timeout, a goal failed)
 USAGE: Final = 2  # the command line or an argument is malformed
-NEEDS_HUMAN: Final = 2  # batch/until-idle: no failure, but some goal waits for a human
-NOT_ALLOWED: Final = 3  # `quota should-run`: the goal may not run now
+NOT_ALLOWED: Final = 3  # `quota should-run`, `turn run-once`: the goal may not run now
+NEEDS_HUMAN: Final = 4  # `batch run`, `supervisor run --until-idle`: none failed, a human must act
+INTERRUPTED: Final = 130  # Ctrl-C (SIGINT) ended the command, or an agent's second signal: 128 + 2
+FAULT: Final = 137  # a `LOOPX_FAULT` point was reached: what a SIGKILLed process reports (128 + 9)

@@ -11,9 +11,9 @@ import os
 import sys
 from typing import Final
 
-from loopx import environ
+from loopx import environ, exitcodes
 
-FAULT_EXIT_CODE: Final = 137  # what a SIGKILLed process reports through a shell
+FAULT_EXIT_CODE: Final = exitcodes.FAULT
 
 
 def fault_point(name: str) -> None:

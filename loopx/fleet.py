@@ -6,16 +6,22 @@ offers a back-end that runs it inside its own process (:class:`AgentLoop`,
 the Ray actor). The supervisor starts local agents as ``python -m
 loopx.agents``; it never imports :mod:`loopx.agents`, and agents never import
 :mod:`loopx.supervisor`.
+
+The supervisor's outputs are here too (`loopx supervisor status|start|stop|scale
+--json`: :class:`SupervisorStatus`, :class:`SupervisorStarted`,
+:class:`SupervisorStopped`, :class:`ScaleResult`), and :class:`ExitStatus`, how
+an agent ended, so that `loopx schema` lists them from the kernel.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Annotated, Final, Literal, Protocol, Self
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
@@ -28,6 +34,32 @@ class AgentPhase(StrEnum):
     IDLE = "idle"  # nothing eligible; sleeping with jitter
     RUNNING = "running"  # a turn is in progress
     STOPPING = "stopping"
+
+
+MAX_AGENTS: Final = 256  # the most agents `supervisor scale` accepts
+
+
+class FleetState(StrEnum):
+    """Where a supervisor is in its life (``supervisor.json``'s ``state``)."""
+
+    STARTING = "starting"  # taking the lock, reaping leftovers, recovering
+    RUNNING = "running"
+    STOPPING = "stopping"  # a stop was requested; agents are finishing their turns
+    STOPPED = "stopped"  # the supervisor exited; ``exit_code`` is set
+
+
+class Visibility(StrEnum):
+    """Where agents' output goes (``--visible``)."""
+
+    NONE = "none"  # headless: logs/agent-<n>.log
+    TMUX = "tmux"  # one tmux window per agent
+
+
+class Backend(StrEnum):
+    """Where agents run (``--backend``)."""
+
+    LOCAL = "local"  # processes on this machine
+    RAY = "ray"  # Ray actors
 
 
 class AgentHeartbeat(Record):
@@ -46,6 +78,55 @@ class AgentHeartbeat(Record):
     beat_at: UtcDatetime
 
 
+class ExitKind(StrEnum):
+    """How an agent ended."""
+
+    EXITED = "exited"  # it exited by itself with ``code``
+    SIGNALLED = "signalled"  # a signal (``signal``) ended it
+    STALLED = "stalled"  # the supervisor killed it: its heartbeat went silent
+    KILLED = "killed"  # its back-end killed it (``ray.kill``)
+    DIED = "died"  # its Ray worker died under it (killed, OOM, node lost)
+    FAILED = "failed"  # its Ray actor raised; ``detail`` says what
+    UNKNOWN = "unknown"  # not our child: it is gone, but its status was not observed
+
+
+class ExitStatus(Record):
+    """How an agent ended; the supervisor restarts a clean exit without counting a crash."""
+
+    kind: ExitKind
+    code: int | None = None  # the exit code, for ``exited``
+    signal: str | None = None  # the signal's name (``SIGKILL``), for ``signalled``
+    detail: str = ""  # what the back-end or the supervisor said about it
+
+    @classmethod
+    def of_returncode(cls, returncode: int | None) -> Self:
+        """A child's status from ``Popen.returncode`` (negative: the signal), None if unseen."""
+        if returncode is None:
+            return cls(kind=ExitKind.UNKNOWN)
+        if returncode < 0:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = str(-returncode)
+            return cls(kind=ExitKind.SIGNALLED, signal=name)
+        return cls(kind=ExitKind.EXITED, code=returncode)
+
+    @property
+    def clean(self) -> bool:
+        """Whether the agent exited 0 by itself (asked to, or done); anything else is a crash."""
+        return self.kind is ExitKind.EXITED and self.code == 0
+
+    def describe(self) -> str:
+        """In words: ``exit code 1``, ``signal SIGKILL``, ``killed: heartbeat silent for 61s``."""
+        if self.kind is ExitKind.EXITED:
+            return f"exit code {self.code}"
+        if self.kind is ExitKind.SIGNALLED:
+            return f"signal {self.signal}"
+        if self.kind is ExitKind.UNKNOWN:
+            return "exited (status unknown: not a child of this supervisor)"
+        return f"{self.kind}: {self.detail}" if self.detail else str(self.kind)
+
+
 class AgentSlot(Record):
     """The supervisor's view of one agent slot."""
 
@@ -56,8 +137,14 @@ class AgentSlot(Record):
     restarts: int = 0
     recent_restarts: int = 0  # restarts inside the crash-loop window
     crash_loop: bool = False
-    last_exit: str | None = None  # e.g. "exit code 1", "signal SIGKILL"
+    last_exit: ExitStatus | None = None
     next_start_at: UtcDatetime | None = None
+
+    @field_validator("last_exit", mode="before")
+    @classmethod
+    def _from_text(cls, value: object) -> object:
+        # supervisor.json written before last_exit was typed held the words; keep it readable.
+        return ExitStatus(kind=ExitKind.UNKNOWN, detail=value) if isinstance(value, str) else value
 
 
 class FleetRecord(Record):
@@ -68,10 +155,10 @@ class FleetRecord(Record):
     pid_started_at: float
     hostname: str
     agents_wanted: int
-    visible: str = "none"  # "none" | "tmux"
-    backend: str = "local"  # "local" (processes) | "ray" (Ray actors)
+    visible: Visibility = Visibility.NONE
+    backend: Backend = Backend.LOCAL
     tmux_session: str | None = None
-    state: str = "running"  # starting | running | stopping | stopped
+    state: FleetState = FleetState.RUNNING
     stop_grace_s: float = 30.0  # how long a stop waits for agents before SIGKILL
     until_idle: bool = False
     exit_code: int | None = None  # set when state is stopped
@@ -130,3 +217,54 @@ class AgentLoop(Protocol):
 # What makes an agent loop: ``loopx.agents.loop.Agent``, handed to the supervisor by
 # the composition root (the CLI), so the supervisor need not import loopx.agents.
 AgentLoopFactory = Callable[[Layout, AgentConfig], AgentLoop]
+
+
+class ScaleRequest(Record):
+    """``supervisor.scale.json``: how many agents a person wants (read on SIGHUP)."""
+
+    schema_version: Literal[1] = 1
+    agents: Annotated[int, Field(ge=0, le=MAX_AGENTS)]
+    requested_at: UtcDatetime
+
+
+class AgentView(AgentHeartbeat):
+    """An agent's heartbeat, with whether its process runs and how old the beat is."""
+
+    alive: bool
+    beat_age_s: float
+
+
+class SupervisorStatus(Record):
+    """`loopx supervisor status --json`."""
+
+    schema_version: Literal[1] = 1
+    root: str
+    running: bool  # the recorded supervisor's pid and start time match a live process
+    crash_loop: bool  # a running supervisor has a slot in a crash loop
+    supervisor: FleetRecord | None  # None when no supervisor ever ran on this root
+    agents: list[AgentView]
+
+
+class SupervisorStarted(Record):
+    """`loopx supervisor start --json`: the detached supervisor once it reported running."""
+
+    schema_version: Literal[1] = 1
+    started: Literal[True] = True
+    supervisor: FleetRecord
+
+
+class SupervisorStopped(Record):
+    """`loopx supervisor stop --json`: the final record, None when none was running."""
+
+    schema_version: Literal[1] = 1
+    was_running: bool
+    supervisor: FleetRecord | None
+
+
+class ScaleResult(Record):
+    """`loopx supervisor scale N --json`: the count asked for, and whether a supervisor got it."""
+
+    schema_version: Literal[1] = 1
+    agents: int
+    signalled: bool  # False: none runs; the next start's --agents decides
+    supervisor_pid: int | None = None  # the supervisor that got SIGHUP

@@ -187,7 +187,9 @@ def kill_tree(
         procs: the processes of the tree, including descendants the caller
             found by :func:`find_by_env` (they may have left the group).
         grace_s: how long SIGTERM gets before SIGKILL (0: SIGKILL at once after it).
-        pgid: a process group to signal as well (the tree's session leader).
+        pgid: a process group to signal as well (the tree's session leader);
+            only ``procs`` and ``child_pid`` are waited for, so pass the group's
+            members found by :func:`tree` or :func:`find_by_env` too.
         child_pid: our own child to signal as well; never reaped here, so its
             caller can ``wait4`` it for its rusage.
 

@@ -1,34 +1,62 @@
-"""The file kinds whose JSON Schema `loopx schema NAME` prints."""
+"""Every document LoopX stores or prints, by name: `loopx schema NAME` prints its JSON Schema.
+
+Two kinds: the files under a runtime root (``FILES``) and the JSON that
+commands print with ``--json`` and the HTTP server replies (``OUTPUTS``).
+Each is a frozen :class:`loopx.model.Record` with an integer ``schema_version``.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
+from loopx.batch.plan import BatchPlan
+from loopx.batch.report import BatchReport
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
+from loopx.fleet import (
+    AgentHeartbeat,
+    AgentView,
+    FleetRecord,
+    ScaleRequest,
+    ScaleResult,
+    SupervisorStarted,
+    SupervisorStatus,
+    SupervisorStopped,
+)
 from loopx.history.line import HistoryLine
+from loopx.history.runlog import RunReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.registry.archive import ArchiveResult
+from loopx.registry.bulk import ImportReport
 from loopx.registry.catalog import GoalIndex
-from loopx.registry.migrate import MigrationReport
+from loopx.registry.initialise import InitReport
+from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal, RegistrySettings
+from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
 from loopx.state import GoalState
-from loopx.status.cache import StatusIndex, StatusShard
-from loopx.status.projection import ProbeObservation, StatusProjection
-from loopx.turn.inspection import JournalInspection
+from loopx.status import dashboard
+from loopx.status.actions import ActionResult, AuditRecord
+from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
+from loopx.status.events import ChangeEvent
+from loopx.status.livetail import LiveOutput
+from loopx.status.refresh import RefreshReport, StatusIndex, StatusShard
+from loopx.status.view import ProbeObservation, StatusProjection
+from loopx.turn.attempt import TurnAttempt, TurnReport
+from loopx.turn.inspection import JournalInspection, JournalList
 from loopx.turn.journal import TurnJournal
 from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
-from loopx.turn.writeback import RunReport
 
-SCHEMAS: dict[str, type[BaseModel]] = {
-    "registry": RegistrySettings,
-    "goal": Goal,
+# Files under a runtime root (and the batch plan a person writes).
+FILES: dict[str, type[BaseModel]] = {
+    "registry": RegistrySettings,  # root-wide settings only
+    "registry-v1": RegistryV1,  # the old single-file registry, migrated on first open
+    "goal-file": Goal,  # goals/<id>/goal.json
     "goal-index": GoalIndex,
-    "migration": MigrationReport,
     "state": GoalState,
     "status": StatusProjection,
     "status-index": StatusIndex,
@@ -37,21 +65,66 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "host-headroom": HostHeadroom,
     "quota-aggregate": SpendAggregate,
     "quota-decision": QuotaDecision,
-    "quota-report": QuotaReport,
     "spend-record": SpendRecord,
     "envelope": Envelope,
     "result": HostResult,
     "journal": TurnJournal,
-    "journal-inspection": JournalInspection,
     "lease": Lease,
     "run": RunReport,
     "history": HistoryLine,
-    "recovery": RecoveryReport,
     "quarantine-note": QuarantineNote,
+    "set-aside-note": SetAsideNote,
+    "supervisor": FleetRecord,
+    "heartbeat": AgentHeartbeat,
+    "scale-request": ScaleRequest,
+    "batch-plan": BatchPlan,
+    "batch-report": BatchReport,
+    "audit": AuditRecord,
+    "live-output": LiveOutput,
+}
+
+# What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
+# `batch-report`) and what `loopx serve` replies.
+OUTPUTS: dict[str, type[BaseModel]] = {
+    "init": InitReport,
+    "migration": MigrationReport,  # inside init (`init --upgrade`)
+    "goal-import": ImportReport,
+    "goal": GoalDocument,
+    "goal-list": GoalList,
+    "goal-view": GoalView,
+    "session-reset": SessionReset,
+    "gate": GateDocument,
+    "quota-report": QuotaReport,
+    "turn-attempt": TurnAttempt,
+    "turn-report": TurnReport,  # inside turn-attempt
+    "journal-list": JournalList,
+    "journal-inspection": JournalInspection,
+    "recovery": RecoveryReport,
+    "refresh": RefreshReport,
+    "archive": ArchiveResult,
     "doctor": DoctorReport,
     "replay": ReplayReport,
-    "set-aside-note": SetAsideNote,
+    "supervisor-status": SupervisorStatus,
+    "agent-view": AgentView,  # inside supervisor-status
+    "supervisor-started": SupervisorStarted,
+    "supervisor-stopped": SupervisorStopped,
+    "supervisor-scale": ScaleResult,
+    "http-status": StatusPage,
+    "http-goals": GoalPage,
+    "http-goal": GoalDetail,
+    "http-turns": GoalTurns,
+    "http-healthz": Health,
+    "http-error": ErrorReply,
+    # What the dashboard's routes on `loopx serve` reply (docs/cli.md "loopx serve").
+    "change-event": ChangeEvent,
+    "dashboard-overview": dashboard.Overview,
+    "dashboard-goals": dashboard.GoalsPage,
+    "dashboard-goal": dashboard.GoalDetail,
+    "dashboard-run-log": dashboard.RunLog,
+    "dashboard-action": ActionResult,
 }
+
+SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS
 
 
 def schema_model(name: str) -> type[BaseModel]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loopx import exitcodes
 from loopx.history.line import HistoryLine
 from loopx.storage.jsonl import read_records
 from tests.turnkit import cli_env, demo_runs
@@ -82,11 +83,11 @@ def test_batch_completes_and_writes_reports(tmp_path: Path) -> None:
 
 
 def test_exit_codes_for_humans_and_failures(tmp_path: Path) -> None:
-    """A goal waiting for a human gives 2; a failing goal gives 1, with its reason reported."""
+    """A goal waiting for a human exits NEEDS_HUMAN; a failing goal 1, with its reason reported."""
     human = _plan(
         tmp_path, [{"id": "h", "objective": "ask", "host_kind": "demo", "host": ["--ask", "ok?"]}]
     )
-    assert _batch(tmp_path / "r1", human).returncode == 2
+    assert _batch(tmp_path / "r1", human).returncode == exitcodes.NEEDS_HUMAN
     failing = tmp_path / "fail.json"
     failing.write_text(
         json.dumps(
@@ -123,7 +124,7 @@ def test_a_malformed_plan_registers_nothing(tmp_path: Path) -> None:
     )
     root = tmp_path / "root"
     proc = _batch(root, plan)
-    assert proc.returncode == 2
+    assert proc.returncode == exitcodes.USAGE
     assert "goals[1] (id 'bad').quota.compute" in proc.stderr
     assert not (root / "registry.json").exists()
 

@@ -112,8 +112,8 @@ def test_init_upgrade_reports_the_migration(cli: Cli) -> None:
     """`loopx init --upgrade` migrates an old root and says how many goals moved; again: none."""
     old_root(cli.root, ["a", "b"])
     first = cli.json("init", "--upgrade")
-    assert (first["migrated_goals"], first["goals"]) == (2, 2)
-    assert cli.json("init", "--upgrade")["migrated_goals"] == 0
+    assert (first["migration"]["goals"], first["goals"]) == (2, 2)
+    assert cli.json("init", "--upgrade")["migration"]["goals"] == 0
 
 
 def test_a_root_from_a_newer_loopx_is_refused(cli: Cli) -> None:

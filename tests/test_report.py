@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from loopx import exitcodes
 from loopx.batch.report import Outcome, build_report, exit_code_for, goal_report, render_markdown
 from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
@@ -83,7 +84,7 @@ def test_outcomes_and_exit_codes() -> None:
     )
     assert human.open_question == "which?"
     assert exit_code_for([done]) == 0
-    assert exit_code_for([done, human]) == 2
+    assert exit_code_for([done, human]) == exitcodes.NEEDS_HUMAN
     assert exit_code_for([done, human, failed]) == 1
 
 

@@ -7,13 +7,13 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from loopx.history.reader import HistoryCounts, count_history, history_tail, iter_lines_backwards
 from loopx.model import utcnow
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.status.cache import StatusCache, clear_status_cache, load_status, shard_dir
 from loopx.status.changes import note_goal_changed
-from loopx.status.projection import Actor, StatusReason
-from loopx.status.sources import HistoryCounts, count_history, history_tail, iter_lines_backwards
+from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import (
     append_history,
     history_line,

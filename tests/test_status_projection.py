@@ -8,17 +8,12 @@ from pathlib import Path
 import pytest
 
 from loopx.fleet import AgentSlot, FleetRecord
-from loopx.registry.model import GoalStatus, QuotaPolicy
+from loopx.quota.policy import QuotaPolicy
+from loopx.quota.window import BucketFold, SpendColumns
+from loopx.registry.model import GoalStatus
 from loopx.state import GoalState
-from loopx.status.projection import (
-    Actor,
-    GoalInputs,
-    SpendPoint,
-    StatusReason,
-    fleet_view,
-    project,
-    project_goal,
-)
+from loopx.status.projection import GoalInputs, fleet_view, project, project_goal
+from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import history_line, make_goal, open_gate_state
 from loopx.turn.protocol import ResultKind
 
@@ -149,13 +144,21 @@ def test_one_failure_is_retried_by_an_agent():
     assert (v.actor, v.reason, v.next_eligible_at) == (Actor.AGENT, StatusReason.FAILING, later)
 
 
+def spent(*turns: tuple[datetime, float, float]) -> SpendColumns:
+    """The ledger's minute buckets of turns given as (ended_at, wall_s, cpu_s)."""
+    fold = BucketFold()
+    for ended_at, wall_s, cpu_s in turns:
+        fold.add(ended_at, wall_s=wall_s, cpu_s=cpu_s, tokens=0, cost_usd=0.0)
+    return fold.columns()
+
+
 def test_spent_window_is_quota_exhausted_until_refill():
     """A spent wall-time allowance is none/quota_exhausted until the oldest spend leaves."""
     policy = QuotaPolicy(compute=0.01, window_hours=1.0)  # 36 s per hour
-    spend = [
-        SpendPoint(ended_at=NOW - timedelta(minutes=50), wall_s=20.0),
-        SpendPoint(ended_at=NOW - timedelta(minutes=10), wall_s=20.0),
-    ]
+    spend = spent(
+        (NOW - timedelta(minutes=50), 20.0, 0.0),
+        (NOW - timedelta(minutes=10), 20.0, 0.0),
+    )
     v = view(GoalInputs(goal=goal(quota=policy), spend=spend))
     assert (v.actor, v.reason, v.quota.exhausted) == (
         Actor.NONE,
@@ -169,7 +172,7 @@ def test_spent_window_is_quota_exhausted_until_refill():
 def test_spend_outside_the_window_does_not_count():
     """Spend that ended before the window start is ignored."""
     policy = QuotaPolicy(compute=0.01, window_hours=1.0)
-    spend = [SpendPoint(ended_at=NOW - timedelta(hours=2), wall_s=500.0)]
+    spend = spent((NOW - timedelta(hours=2), 500.0, 0.0))
     v = view(GoalInputs(goal=goal(quota=policy), spend=spend))
     assert (v.reason, v.quota.spent_wall_s) == (StatusReason.READY, 0.0)
 
@@ -177,7 +180,7 @@ def test_spend_outside_the_window_does_not_count():
 def test_cpu_cap_exhausts():
     """A cpu_seconds cap is checked too."""
     policy = QuotaPolicy(cpu_seconds=10.0)
-    spend = [SpendPoint(ended_at=NOW - timedelta(minutes=1), wall_s=1.0, cpu_s=12.0)]
+    spend = spent((NOW - timedelta(minutes=1), 1.0, 12.0))
     v = view(GoalInputs(goal=goal(quota=policy), spend=spend))
     assert (v.reason, v.quota.exhausted) == (StatusReason.QUOTA_EXHAUSTED, "cpu")
 

@@ -65,7 +65,12 @@ def test_killed_agent_is_restarted(root: Path) -> None:
             )
 
         slot = wait_for("a restarted agent", restarted)
-        assert slot["last_exit"] == "signal SIGKILL"
+        assert slot["last_exit"] == {
+            "kind": "signalled",
+            "code": None,
+            "signal": "SIGKILL",
+            "detail": "",
+        }
         assert psutil.pid_exists(slot["pid"])
 
 
@@ -88,7 +93,7 @@ def test_crash_loop_is_detected_and_shown(root: Path) -> None:
 
         wait_for("a crash loop", in_loop)
         slot = record(root)["slots"][0]  # type: ignore[index]
-        assert slot["last_exit"] == "exit code 137"
+        assert (slot["last_exit"]["kind"], slot["last_exit"]["code"]) == ("exited", 137)
         assert slot["recent_restarts"] >= 3
         status = json.loads(cli(root, "supervisor", "status", "--json").stdout)
         assert (status["running"], status["crash_loop"]) == (True, True)
@@ -156,7 +161,8 @@ def test_stalled_heartbeat_is_killed_and_restarted(root: Path) -> None:
             return slot if slot and slot["pid"] not in (None, old) else None
 
         slot = wait_for("the stalled agent replaced", replaced)
-        assert slot["last_exit"].startswith("killed: heartbeat silent")
+        assert slot["last_exit"]["kind"] == "stalled"
+        assert slot["last_exit"]["detail"].startswith("heartbeat silent for")
         assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from loopx import exitcodes
 from loopx.registry.model import GoalStatus
 from loopx.supervisor.backoff import RestartPolicy, decide_restart, exponential_delay
 from loopx.supervisor.idle import GoalProgress, Outcome, idle_verdict
@@ -49,7 +50,7 @@ def test_until_idle_gate_is_2_and_failure_wins() -> None:
     """An open gate gives 2; a failed goal beside it gives 1."""
     gate = GoalProgress("a", GoalStatus.ACTIVE, open_gates=1)
     failed = GoalProgress("b", GoalStatus.ACTIVE, quota_allowed=False, last_failed=True)
-    assert idle_verdict([gate], now=NOW, horizon=HORIZON).exit_code == 2
+    assert idle_verdict([gate], now=NOW, horizon=HORIZON).exit_code == exitcodes.NEEDS_HUMAN
     verdict = idle_verdict([gate, failed], now=NOW, horizon=HORIZON)
     assert (verdict.exit_code, verdict.outcomes["b"]) == (1, Outcome.FAILED)
 
@@ -61,7 +62,7 @@ def test_until_idle_far_wait_is_not_progress() -> None:
     quota = GoalProgress(
         "c", GoalStatus.ACTIVE, quota_allowed=False, quota_next_eligible_at=NOW + timedelta(hours=1)
     )
-    assert idle_verdict([far, quota], now=NOW, horizon=HORIZON).exit_code == 2
+    assert idle_verdict([far, quota], now=NOW, horizon=HORIZON).exit_code == exitcodes.NEEDS_HUMAN
     assert not idle_verdict([far, near], now=NOW, horizon=HORIZON).idle
 
 

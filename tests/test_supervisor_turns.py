@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loopx import exitcodes
 from tests.fleet_helpers import (
     add_demo_goal,
     assert_no_overlapping_turns,
@@ -35,7 +36,7 @@ def goal_status(root: Path, goal_id: str) -> str:
     ("demo_args", "expected"),
     [
         ((), 0),
-        (("--kind", "needs_human", "--question", "which branch?"), 2),
+        (("--kind", "needs_human", "--question", "which branch?"), exitcodes.NEEDS_HUMAN),
         (("--fail",), 1),
     ],
     ids=["done", "needs-human", "failed"],
@@ -43,7 +44,7 @@ def goal_status(root: Path, goal_id: str) -> str:
 def test_until_idle_exit_code(
     root: Path, tmp_path: Path, demo_args: tuple[str, ...], expected: int
 ) -> None:
-    """--until-idle exits 0 when all goals are done, 2 when one waits for a human, 1 when one failed."""
+    """--until-idle exits 0 when all goals are done, 4 when one waits for a human, 1 when one failed."""
     add_demo_goal(root, "easy", tmp_path / "w-easy", "--steps", "2")
     if demo_args:
         add_demo_goal(root, "odd", tmp_path / "w-odd", *demo_args)

@@ -29,6 +29,7 @@ from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
+from loopx.status.livetail import LiveTail
 from loopx.storage.files import ensure_dir, read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
@@ -121,23 +122,28 @@ def execute(
     guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
     tampered_before: list[str] = []  # found before a retry's own journal write
     earlier = Usage()  # what SIGKILLed attempts of this turn spent
+    tail = LiveTail(layout, goal.id, journal.turn_key, secret_values(env))
     while True:
-        run = run_host(
-            invocation.argv,
-            stdin=invocation.stdin,
-            cwd=Path(goal.workdir),
-            env=env,
-            limits=Limits(
-                timeout_s=journal.plan.turn_timeout_s,
-                max_rss_mb=journal.plan.max_rss_mb,
-                kill_grace_s=terms.kill_grace_s,
-            ),
-            turn_key=journal.turn_key,
-            loopx_root=str(layout.root),
-            stop=stop,
-            tick=terms.renew,
-            tick_every_s=terms.renew_every_s,
-        )
+        try:
+            run = run_host(
+                invocation.argv,
+                stdin=invocation.stdin,
+                cwd=Path(goal.workdir),
+                env=env,
+                limits=Limits(
+                    timeout_s=journal.plan.turn_timeout_s,
+                    max_rss_mb=journal.plan.max_rss_mb,
+                    kill_grace_s=terms.kill_grace_s,
+                ),
+                turn_key=journal.turn_key,
+                loopx_root=str(layout.root),
+                stop=stop,
+                tick=terms.renew,
+                tick_every_s=terms.renew_every_s,
+                tee=tail.feed,
+            )
+        finally:
+            tail.close()  # the host ended (or the turn failed): no live output any more
         if not _killed_from_outside(run, journal, stop):
             break
         # SIGKILL that LoopX did not send (the OOM killer, an operator): an

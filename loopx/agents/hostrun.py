@@ -73,9 +73,12 @@ class Capture:
     limit: int = OUTPUT_LIMIT_BYTES
     kept: bytearray = field(default_factory=bytearray)
     dropped: int = 0
+    tee: Callable[[bytes], None] | None = None  # also sees every chunk (the live tail)
 
     def feed(self, chunk: bytes) -> None:
         """Keep what fits under the limit, count the rest."""
+        if self.tee is not None:
+            self.tee(chunk)
         room = self.limit - len(self.kept)
         if room > 0:
             self.kept += chunk[:room]
@@ -310,6 +313,7 @@ def run_host(
     stop: threading.Event | None = None,
     tick: Callable[[], None] | None = None,
     tick_every_s: float = 10.0,
+    tee: Callable[[bytes], None] | None = None,
 ) -> HostRun:
     """Run a host to its end (or kill it) and report what happened.
 
@@ -325,6 +329,7 @@ def run_host(
         tick: called every ``tick_every_s`` while the host runs (lease renewal);
             if it raises, the tree is killed and the error propagates.
         tick_every_s: the tick period.
+        tee: given every chunk of stdout and stderr as it arrives (the live tail).
 
     Returns:
         The run; a program that cannot start gives ``spawn_error``.
@@ -357,7 +362,7 @@ def run_host(
             ended_at=now,
             spawn_error=f"cannot start {argv[0]!r} in {cwd}: {e.strerror or e}",
         )
-    out, err = Capture(), Capture()
+    out, err = Capture(tee=tee), Capture(tee=tee)
     pipes = _Pipes(proc, stdin, out, err)
     try:
         pidfd: int | None = os.pidfd_open(proc.pid)

@@ -24,6 +24,7 @@ from typing import Final
 
 import structlog
 
+from loopx import exitcodes
 from loopx.errors import LoopxError
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
@@ -40,7 +41,7 @@ from loopx.storage.files import atomic_write_model
 
 log = structlog.get_logger(__name__)
 
-FORCED_EXIT_CODE: Final = 130  # a second signal: leave now, recovery finishes the journal
+FORCED_EXIT_CODE: Final = exitcodes.INTERRUPTED  # a second signal: leave now, recovery finishes
 PARENT_GONE_CHECK_S: Final = 1.0
 HINT_CHECK_S: Final = 0.25  # an idle agent looks for change hints this often (one stat)
 
@@ -296,7 +297,7 @@ class Agent:
             self.stop_heartbeat()
             self.beat(AgentPhase.STOPPING)
             log.info("agent_stopped", turns_done=self.turns_done)
-        return 0
+        return exitcodes.OK
 
 
 def install_signal_handlers(agent: Agent) -> None:
@@ -347,5 +348,5 @@ def run_agent(layout: Layout, config: AgentConfig) -> int:
     # The parent may have died before the death signal was armed (a race prctl leaves).
     if config.parent_pid is not None and agent._parent_gone():  # noqa: SLF001 - same module
         log.warning("agent_parent_gone_at_start", parent_pid=config.parent_pid)
-        return 0
+        return exitcodes.OK
     return agent.run()

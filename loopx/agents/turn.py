@@ -25,10 +25,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
 
 import structlog
-from pydantic import Field
 
 from loopx import __version__, environ
 from loopx.agents.execution import HostTerms, execute
@@ -39,19 +37,18 @@ from loopx.errors import (
     LeaseLostError,
 )
 from loopx.ids import validate_goal_id
-from loopx.model import Record, utcnow
+from loopx.model import utcnow
 from loopx.process import find_by_env, kill_tree
 from loopx.quota.decision import QuotaDecision, decide
-from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.schedule.candidates import read_goal_cached
 from loopx.state import load_state
 from loopx.storage.files import dir_sync_batch
 from loopx.storage.locks import lock_busy
+from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
-    Phase,
     TurnJournal,
     TurnPlan,
     TurnStatus,
@@ -74,7 +71,7 @@ from loopx.turn.lease import (
     renew,
     takeover_allowed,
 )
-from loopx.turn.protocol import Envelope, ResultKind
+from loopx.turn.protocol import Envelope
 from loopx.turn.recovery import RecoveryAction, recover_goal
 
 log = structlog.get_logger(__name__)
@@ -96,39 +93,6 @@ class TurnConfig:
             lease_grace_s=environ.seconds(environ.LEASE_GRACE_S, DEFAULT_GRACE_S, env),
             kill_grace_s=environ.seconds(environ.KILL_GRACE_S, DEFAULT_KILL_GRACE_S, env),
         )
-
-
-class TurnReport(Record):
-    """What one finished turn did (``loopx turn run-once --json`` prints it)."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    agent_id: str
-    turn_key: str
-    seq: int
-    epoch: int
-    attempt: int
-    status: TurnStatus  # for lease_lost: failed, and the journal was left to the new holder
-    kind: ResultKind | None = None
-    failure: TurnFailure | None = None
-    summary: str = ""
-    usage: Usage = Usage()
-    completed_phases: list[Phase]
-    recovered: list[RecoveryAction] = Field(default_factory=list)
-
-
-class TurnAttempt(Record):
-    """Whether a turn ran, and if not, why (not claimed; quota refused; stop requested)."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    claimed: bool
-    blocking_agent: str | None = None  # the live holder when not claimed
-    quota: QuotaDecision | None = None
-    report: TurnReport | None = None
-    recovered: list[RecoveryAction] = Field(default_factory=list)
-    # Not claimed because the goal's lock was busy and the caller asked not to wait.
-    busy: bool = False
 
 
 def run_one_turn(

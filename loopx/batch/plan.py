@@ -13,8 +13,9 @@ from pydantic import Field, ValidationError, field_validator
 from loopx.errors import UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
+from loopx.quota.policy import QuotaPolicy
 from loopx.registry.goals import GoalChanges
-from loopx.registry.model import HostKind, HostSpec, QuotaPolicy
+from loopx.registry.model import HostKind, HostSpec
 from loopx.storage.files import read_bytes
 
 

@@ -9,14 +9,15 @@ from typing import Literal
 
 from pydantic import Field
 
+from loopx import exitcodes
 from loopx.history.line import HistoryLine
+from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
-from loopx.quota.ledger import SpendRecord
+from loopx.quota.ledger import SpendRecord, read_spend
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
-from loopx.storage.jsonl import read_records
 
 
 class Outcome(StrEnum):
@@ -61,7 +62,7 @@ class BatchReport(Record):
     generated_at: UtcDatetime
     root: str
     exit_code: int
-    counts: dict[str, int]
+    counts: dict[Outcome, int]  # every outcome, 0 included
     goals: list[GoalReport]
     max_wall_reached: bool = False  # the run was stopped by --max-wall before it was idle
 
@@ -107,23 +108,26 @@ def goal_report(
 
 
 def exit_code_for(goals: list[GoalReport]) -> int:
-    """0 when every goal completed, 2 when some need a human (and none failed), else 1."""
+    """``OK`` when every goal completed, ``NEEDS_HUMAN`` when some need one and none failed.
+
+    Else ``FAILURE`` (a failed, paused or unfinished goal).
+    """
     outcomes = {g.outcome for g in goals}
     if outcomes <= {Outcome.COMPLETED}:
-        return 0
+        return exitcodes.OK
     if outcomes <= {Outcome.COMPLETED, Outcome.NEEDS_HUMAN}:
-        return 2
-    return 1
+        return exitcodes.NEEDS_HUMAN
+    return exitcodes.FAILURE
 
 
 def build_report(root: str, goals: list[GoalReport], *, now: datetime) -> BatchReport:
     """The whole report over the given goals' lines."""
-    counts = Counter(str(g.outcome) for g in goals)
+    counts = Counter(g.outcome for g in goals)
     return BatchReport(
         generated_at=now,
         root=root,
         exit_code=exit_code_for(goals),
-        counts={o.value: counts.get(o.value, 0) for o in Outcome},
+        counts={o: counts[o] for o in Outcome},
         goals=goals,
     )
 
@@ -169,8 +173,8 @@ def gather_goal_reports(layout: Layout, goal_ids: list[str]) -> list[GoalReport]
             goal_report(
                 goal,
                 load_state(layout, goal_id),
-                read_records(layout.history_file(goal_id), HistoryLine),
-                read_records(layout.quota_file(goal_id), SpendRecord),
+                read_history(layout, goal_id),
+                read_spend(layout, goal_id),
             )
         )
     return reports

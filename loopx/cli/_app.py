@@ -34,7 +34,7 @@ COMMANDS = {
     "goal": Command("_goal", "register and manage goals"),
     "gate": Command("_gate", "open or resolve a human gate on a goal"),
     "quota": Command("_quota", "inspect a goal's compute quota"),
-    "schema": Command("_schema", "print the JSON Schema of a file kind"),
+    "schema": Command("_schema", "print the JSON Schema of a file kind or a --json output"),
     "agent": Command("_agent", "run an agent worker (the supervisor starts these)"),
     "supervisor": Command(
         "_supervisor", "run and control the agent fleet of a root", aliases=("daemon",)
@@ -42,7 +42,7 @@ COMMANDS = {
     "batch": Command("_batch", "headless batch runs"),
     "status": Command("_status", "who must act next on each goal, and why"),
     "refresh": Command("_status", "refresh the cached status projection now"),
-    "serve": Command("_serve", "serve status, goals and metrics over HTTP (GET only)"),
+    "serve": Command("_serve", "serve the dashboard, status, goals and metrics over HTTP"),
     "archive": Command("_archive", "move a goal's files aside and mark it archived"),
     "probe": Command("_probe", "run a goal's read-only next_probe command"),
     "turn": Command("_turn", "run turns by hand"),
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print("loopx: interrupted", file=sys.stderr)
-        return 130
+        return exitcodes.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`loopx goal list | head`); nothing more to say.
         return exitcodes.OK

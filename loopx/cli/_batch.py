@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
 def run_batch(args: argparse.Namespace) -> int:
     """Validate the plan, register it, run until idle, write and summarise the report.
 
-    Exit 0 when every goal completed, 2 when some need a human, 1 otherwise.
+    Exit 0 when every goal completed, 4 (``NEEDS_HUMAN``) when some need a human, 1 otherwise.
     """
     from loopx.supervisor.batch import (  # noqa: PLC0415 - the kernel CLI loads the fleet lazily
         BatchConfig,

@@ -78,13 +78,6 @@ def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
     return open_root(resolved(args), create=create)
 
 
-def print_json(document: BaseModel | dict[str, Any] | list[Any]) -> None:
-    """Print one JSON document: the stable `--json` output."""
-    from pydantic import BaseModel  # noqa: PLC0415 - `loopx --help` must not need pydantic
-
-    if isinstance(document, BaseModel):
-        sys.stdout.write(document.model_dump_json(indent=2) + "\n")
-    else:
-        import json  # noqa: PLC0415 - `loopx --help` imports only argparse
-
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
+def print_json(document: BaseModel) -> None:
+    """Print one JSON document: the stable `--json` output (its model is in `loopx schema`)."""
+    sys.stdout.write(document.model_dump_json(indent=2) + "\n")

@@ -9,6 +9,7 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.model import utcnow
 from loopx.registry.goals import open_gate, resolve_gate
+from loopx.registry.views import GateDocument
 
 
 def register(sub: Any) -> None:
@@ -34,9 +35,7 @@ def run_open(args: argparse.Namespace) -> int:
     """Open a gate."""
     gate = open_gate(layout(args), args.goal_id, args.question, now=utcnow())
     if args.json:
-        print_json(
-            {"schema_version": 1, "goal_id": args.goal_id, "gate": gate.model_dump(mode="json")}
-        )
+        print_json(GateDocument(goal_id=args.goal_id, gate=gate))
     else:
         print(f"{args.goal_id}: gate {gate.id} open: {gate.question}")
     return exitcodes.OK
@@ -46,9 +45,7 @@ def run_resolve(args: argparse.Namespace) -> int:
     """Resolve a gate."""
     gate = resolve_gate(layout(args), args.goal_id, args.answer, now=utcnow(), gate_id=args.gate)
     if args.json:
-        print_json(
-            {"schema_version": 1, "goal_id": args.goal_id, "gate": gate.model_dump(mode="json")}
-        )
+        print_json(GateDocument(goal_id=args.goal_id, gate=gate))
     else:
         print(f"{args.goal_id}: gate {gate.id} resolved")
     return exitcodes.OK

@@ -11,16 +11,10 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
-from loopx.registry.catalog import load_registry
-from loopx.registry.goals import (
-    GoalChanges,
-    add_goal,
-    get_goal,
-    goal_view,
-    reset_session,
-    set_status,
-)
+from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
+from loopx.registry.views import GoalDocument, SessionReset, goal_list, goal_view
+from loopx.state import TodoStatus
 
 # CLI flag -> QuotaPolicy field.
 QUOTA_FLAGS = {
@@ -128,13 +122,7 @@ def run_reset_session(args: argparse.Namespace) -> int:
     """Drop a goal's host session."""
     dropped = reset_session(layout(args), args.goal_id, now=utcnow())
     if args.json:
-        print_json(
-            {
-                "schema_version": 1,
-                "goal_id": args.goal_id,
-                "dropped": dropped.model_dump(mode="json") if dropped else None,
-            }
-        )
+        print_json(SessionReset(goal_id=args.goal_id, dropped=dropped))
     elif dropped is None:
         print(f"goal {args.goal_id} has no host session; its next turn starts a fresh one anyway")
     else:
@@ -217,7 +205,7 @@ def run_add(args: argparse.Namespace) -> int:
             raise
         raise InvalidPolicyError(flag, e.problem) from e
     if args.json:
-        print_json({"schema_version": 1, "goal": goal.model_dump(mode="json")})
+        print_json(GoalDocument(goal=goal))
     else:
         print(f"{'updated' if args.update else 'added'} goal {goal.id} ({goal.status})")
     return exitcodes.OK
@@ -231,10 +219,11 @@ def _describe_host(goal: Goal) -> str:
 
 def run_list(args: argparse.Namespace) -> int:
     """List goals, highest priority first."""
-    goals = sorted(load_registry(layout(args)).goals.values(), key=lambda g: (-g.priority, g.id))
+    listed = goal_list(layout(args))
     if args.json:
-        print_json({"schema_version": 1, "goals": [g.model_dump(mode="json") for g in goals]})
+        print_json(listed)
         return exitcodes.OK
+    goals = listed.goals
     if not goals:
         print("no goals; add one with `loopx goal add ID --objective TEXT`")
         return exitcodes.OK
@@ -268,20 +257,18 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(view)
         return exitcodes.OK
-    goal, state = view["goal"], view["state"]
-    print(f"goal {goal['id']}  [{goal['status']}]  priority {goal['priority']}")
-    print(f"  objective: {goal['objective']}")
-    print(f"  workdir:   {goal['workdir']}")
-    print(f"  host:      {goal['host']['kind']} {shlex.join(goal['host']['argv'])}".rstrip())
-    print(
-        "  quota:     " + ", ".join(f"{k}={v}" for k, v in goal["quota"].items() if v is not None)
-    )
-    print(f"  next action: {state['next_action'] or '-'}   turns applied: {state['turn_seq']}")
-    for gate in state["gates"]:
-        if gate["answer"] is None:
-            print(f"  OPEN GATE {gate['id']}: {gate['question']}")
-    for todo in state["todos"]:
-        print(f"  [{'x' if todo['status'] == 'done' else ' '}] {todo['id']}: {todo['text']}")
+    goal, state = view.goal, view.state
+    print(f"goal {goal.id}  [{goal.status}]  priority {goal.priority}")
+    print(f"  objective: {goal.objective}")
+    print(f"  workdir:   {goal.workdir}")
+    print(f"  host:      {goal.host.kind} {shlex.join(goal.host.argv)}".rstrip())
+    quota = goal.quota.model_dump(mode="json")
+    print("  quota:     " + ", ".join(f"{k}={v}" for k, v in quota.items() if v is not None))
+    print(f"  next action: {state.next_action or '-'}   turns applied: {state.turn_seq}")
+    for gate in state.open_gates:
+        print(f"  OPEN GATE {gate.id}: {gate.question}")
+    for todo in state.todos:
+        print(f"  [{'x' if todo.status is TodoStatus.DONE else ' '}] {todo.id}: {todo.text}")
     return exitcodes.OK
 
 
@@ -289,7 +276,7 @@ def run_set_status(args: argparse.Namespace) -> int:
     """Pause, resume or finish a goal."""
     goal = set_status(layout(args), args.goal_id, args.status, now=utcnow())
     if args.json:
-        print_json({"schema_version": 1, "goal": goal.model_dump(mode="json")})
+        print_json(GoalDocument(goal=goal))
     else:
         print(f"goal {goal.id} is now {goal.status}")
     return exitcodes.OK

@@ -7,9 +7,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, print_json, resolved
-from loopx.registry.catalog import init_registry
-from loopx.registry.migrate import migrate_registry
-from loopx.root import open_root
+from loopx.registry.initialise import initialise
 
 
 def register(sub: Any) -> None:
@@ -27,29 +25,16 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Create the root (0700) and the registry if missing; idempotent."""
-    where = resolved(args)
-    layout = open_root(where, create=True)
-    migration = migrate_registry(layout) if args.upgrade else None
-    created, registry = init_registry(layout)
-    goals = len(registry.goals)
+    report = initialise(resolved(args), upgrade=args.upgrade)
     if args.json:
-        print_json(
-            {
-                "schema_version": 1,
-                "root": str(layout.root),
-                "registry": str(layout.registry),
-                "root_source": str(where.source),
-                "registry_created": created,
-                "goals": goals,
-                "migrated_goals": migration.goals if migration is not None else 0,
-            }
+        print_json(report)
+        return exitcodes.OK
+    verb = "initialised" if report.registry_created else "already initialised"
+    print(f"{verb}: runtime root {report.root} (registry {report.registry}, {report.goals} goals)")
+    migration = report.migration
+    if migration is not None and migration.migrated:
+        print(
+            f"upgraded: {migration.goals} goals moved to goals/<id>/goal.json "
+            f"(old registry kept as {migration.backup})"
         )
-    else:
-        verb = "initialised" if created else "already initialised"
-        print(f"{verb}: runtime root {layout.root} (registry {layout.registry}, {goals} goals)")
-        if migration is not None and migration.migrated:
-            print(
-                f"upgraded: {migration.goals} goals moved to goals/<id>/goal.json "
-                f"(old registry kept as {migration.backup})"
-            )
     return exitcodes.OK

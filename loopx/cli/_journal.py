@@ -9,8 +9,8 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import UsageError
 from loopx.registry.goals import get_goal
-from loopx.turn.journal import journal_files, journal_path
-from loopx.turn.recovery import inspect_file
+from loopx.turn.journal import journal_path
+from loopx.turn.recovery import inspect_file, inspect_goal_journals
 
 
 def register(sub: Any) -> None:
@@ -32,10 +32,11 @@ def run_list(args: argparse.Namespace) -> int:
     """List a goal's journals, oldest first."""
     where = layout(args)
     get_goal(where, args.goal_id)
-    views = [inspect_file(p, goal_id=args.goal_id) for p in journal_files(where, args.goal_id)]
+    listed = inspect_goal_journals(where, args.goal_id)
     if args.json:
-        print_json({"schema_version": 1, "journals": [v.model_dump(mode="json") for v in views]})
+        print_json(listed)
         return exitcodes.OK
+    views = listed.journals
     if not views:
         print(f"goal {args.goal_id} has no turn journals yet")
     for v in views:

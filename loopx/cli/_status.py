@@ -17,7 +17,7 @@ from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.model import utcnow
 from loopx.status.cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
-from loopx.status.projection import Actor, GoalStatusView, StatusProjection
+from loopx.status.view import Actor, GoalStatusView, StatusProjection
 
 _ACTOR_STYLE = {Actor.HUMAN: "bold red", Actor.AGENT: "green", Actor.NONE: "dim"}
 
@@ -204,16 +204,8 @@ def run_refresh(args: argparse.Namespace) -> int:
     report = refresh_status(
         layout(args), now=utcnow(), ttl_s=0.0, full_scan_after_s=0.0 if args.full else 60.0
     )
-    doc = {
-        "schema_version": 1,
-        "full_scan": report.full_scan,
-        "goals": report.goals,
-        "reread": report.reread,
-        "shards_written": report.shards_written,
-        "checked_at": report.checked_at.isoformat(),
-    }
     if args.json:
-        print_json(doc)
+        print_json(report)
     else:
         kind = "full" if report.full_scan else "incremental"
         print(f"refreshed ({kind}): {report.goals} goals, {report.reread} re-read")

@@ -8,6 +8,10 @@ from typing import Any
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import UsageError
+from loopx.fleet import (
+    Backend,
+    Visibility,
+)
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +27,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--until-idle",
         action="store_true",
-        help="exit when no goal can progress: 0 all done, 2 some wait for a human/quota, 1 some failed",
+        help="exit when no goal can progress: 0 all done, 4 some wait for a human/quota, 1 some failed",
     )
     parser.add_argument(
         "--stop-grace-seconds",
@@ -169,7 +173,7 @@ def _config(args: argparse.Namespace) -> Any:
         )
     return SupervisorConfig(
         agents=args.agents,
-        visible=args.visible,
+        visible=Visibility(args.visible),
         until_idle=args.until_idle,
         stop_grace_s=args.stop_grace_seconds,
         refresh_interval_s=args.refresh_interval_seconds,
@@ -184,7 +188,7 @@ def _config(args: argparse.Namespace) -> Any:
             crash_loop_restarts=args.crash_loop_restarts,
         ),
         log_level=args.log_level if args.log_level != "warning" else "info",
-        backend=args.backend,
+        backend=Backend(args.backend),
         ray_address=args.ray_address,
         agent_cpus=args.agent_cpus,
         agent_memory_mb=args.agent_memory_mb,
@@ -224,11 +228,10 @@ def run_start(args: argparse.Namespace) -> int:
     from loopx.supervisor.control import start_detached  # noqa: PLC0415
 
     where = layout(args, create=True)
-    record = start_detached(where, _run_args(args))
+    started = start_detached(where, _run_args(args))
+    record = started.supervisor
     if args.json:
-        print_json(
-            {"schema_version": 1, "started": True, "supervisor": record.model_dump(mode="json")}
-        )
+        print_json(started)
     else:
         print(
             f"supervisor started: pid {record.pid}, {record.agents_wanted} agents; log {where.logs_dir / 'supervisor.log'}"
@@ -240,15 +243,10 @@ def run_stop(args: argparse.Namespace) -> int:
     """Stop the running supervisor."""
     from loopx.supervisor.control import stop  # noqa: PLC0415
 
-    record = stop(layout(args), timeout_s=args.timeout, force=args.force)
+    stopped = stop(layout(args), timeout_s=args.timeout, force=args.force)
+    record = stopped.supervisor
     if args.json:
-        print_json(
-            {
-                "schema_version": 1,
-                "was_running": record is not None,
-                "supervisor": record.model_dump(mode="json") if record else None,
-            }
-        )
+        print_json(stopped)
     elif record is None:
         print("no supervisor is running")
     else:
@@ -264,25 +262,28 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(doc)
         return exitcodes.OK
-    sup = doc["supervisor"]
+    sup = doc.supervisor
     if sup is None:
         print("no supervisor has run on this root")
         return exitcodes.OK
-    state = sup["state"] if doc["running"] else f"not running (last state {sup['state']})"
+    state = sup.state if doc.running else f"not running (last state {sup.state})"
     print(
-        f"supervisor pid {sup['pid']}: {state}; {sup['agents_wanted']} agents wanted; visible {sup['visible']}"
+        f"supervisor pid {sup.pid}: {state}; {sup.agents_wanted} agents wanted; "
+        f"visible {sup.visible}"
     )
-    if doc["crash_loop"]:
+    if doc.crash_loop:
         print("CRASH LOOP: an agent keeps dying; see logs/agent-<n>.log")
-    beats = {a["agent_id"]: a for a in doc["agents"]}
-    for slot in sup["slots"]:
-        beat = beats.get(slot["agent_id"], {})
-        phase = beat.get("phase", "-") if beat.get("pid") == slot["pid"] else "-"
-        goal = beat.get("goal_id") or ""
-        flag = "  CRASH LOOP" if slot["crash_loop"] else ""
+    beats = {a.agent_id: a for a in doc.agents}
+    for slot in sup.slots:
+        beat = beats.get(slot.agent_id)
+        current = beat is not None and beat.pid == slot.pid
+        phase = beat.phase if beat is not None and current else "-"
+        goal = (beat.goal_id if beat is not None else None) or ""
+        flag = "  CRASH LOOP" if slot.crash_loop else ""
+        ended = slot.last_exit.describe() if slot.last_exit else ""
         print(
-            f"  {slot['agent_id']:<10} pid {slot['pid'] or '-':<8} {phase:<9} {goal:<20} "
-            f"restarts {slot['restarts']}{flag}  {slot['last_exit'] or ''}".rstrip()
+            f"  {slot.agent_id:<10} pid {slot.pid or '-':<8} {phase:<9} {goal:<20} "
+            f"restarts {slot.restarts}{flag}  {ended}".rstrip()
         )
     return exitcodes.OK
 
@@ -301,13 +302,15 @@ def run_scale(args: argparse.Namespace) -> int:
 
     if args.agents < 0:
         raise UsageError(f"agent count must be 0 or more, got {args.agents}", hint="pass N >= 0")
-    record = scale(layout(args), args.agents)
+    result = scale(layout(args), args.agents)
     if args.json:
-        print_json({"schema_version": 1, "agents": args.agents, "signalled": record is not None})
-    elif record is None:
+        print_json(result)
+    elif not result.signalled:
         print(
             f"wanted agents set to {args.agents}; no supervisor is running (its --agents decides at start)"
         )
     else:
-        print(f"asked supervisor pid {record.pid} for {args.agents} agents (SIGHUP sent)")
+        print(
+            f"asked supervisor pid {result.supervisor_pid} for {args.agents} agents (SIGHUP sent)"
+        )
     return exitcodes.OK

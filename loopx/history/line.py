@@ -1,4 +1,8 @@
-"""Run history: one compact line per committed turn (``goals/<id>/history.jsonl``)."""
+"""Run History: one compact line per finished turn (``goals/<id>/history.jsonl``).
+
+The model and its pure builder from a settled journal; :mod:`loopx.history.reader`
+reads the file, :mod:`loopx.turn.writeback` appends to it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import Literal
 
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import TurnJournal, TurnStatus, final_status
 from loopx.turn.protocol import ResultKind
 
 
@@ -22,11 +28,31 @@ class HistoryLine(Record):
     seq: int
     epoch: int
     agent_id: str
-    status: str  # the journal's terminal status: committed | failed | stopped
+    status: TurnStatus  # the journal's terminal status: committed, failed or stopped
     kind: ResultKind | None = None
-    failure: str | None = None  # FailureReason value when status is failed
+    failure: FailureReason | None = None  # why, when status is failed or stopped
     summary: str = ""
     next_action: str | None = None
     usage: Usage = Usage()
     started_at: UtcDatetime
     ended_at: UtcDatetime
+
+
+def history_line(journal: TurnJournal) -> HistoryLine:
+    """The compact history line of a settled journal. Pure."""
+    ok = journal.failure is None and journal.result is not None
+    return HistoryLine(
+        turn_key=journal.turn_key,
+        goal_id=journal.goal_id,
+        seq=journal.seq,
+        epoch=journal.epoch,
+        agent_id=journal.agent_id,
+        status=final_status(journal),
+        kind=journal.result.kind if ok and journal.result else None,
+        failure=journal.failure.reason if journal.failure else None,
+        summary=journal.result.summary if ok and journal.result else "",
+        next_action=journal.result.next_action if ok and journal.result else None,
+        usage=journal.usage,
+        started_at=journal.created_at,
+        ended_at=journal.turn_end,
+    )

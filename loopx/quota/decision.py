@@ -37,18 +37,17 @@ or the host, so they carry None.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
-
-from pydantic import Field
+from typing import Final, Literal
 
 from loopx.model import Record, UtcDatetime
+from loopx.quota.budget import Budget, QuotaRemaining, QuotaView, quota_view, remaining_of
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
-from loopx.quota.window import SpendTotals, WindowSpend, frees_at
-from loopx.registry.model import Goal, GoalStatus, QuotaPolicy
+from loopx.quota.policy import QuotaPolicy
+from loopx.quota.window import SpendTotals, WindowSpend
+from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
 
@@ -107,13 +106,12 @@ class QuotaDecision(Record):
     headroom: HostHeadroom | None = None
 
 
-class QuotaRemaining(Record):
-    """What is left of each budget in the window; None where the policy sets no cap."""
-
-    wall_s: Annotated[float, Field(ge=0.0)]
-    cpu_s: Annotated[float, Field(ge=0.0)] | None = None
-    tokens: Annotated[int, Field(ge=0)] | None = None
-    cost_usd: Annotated[float, Field(ge=0.0)] | None = None
+_REFUSAL: Final = {
+    Budget.WALL: QuotaReason.WINDOW_EXHAUSTED,
+    Budget.CPU: QuotaReason.CPU_BUDGET_EXHAUSTED,
+    Budget.TOKENS: QuotaReason.TOKEN_BUDGET_EXHAUSTED,
+    Budget.COST: QuotaReason.COST_BUDGET_EXHAUSTED,
+}
 
 
 class QuotaReport(Record):
@@ -145,74 +143,28 @@ def _when(at: datetime, now: datetime) -> str:
     return f"{at.isoformat(timespec='seconds')} (in {_seconds((at - now).total_seconds())})"
 
 
-def remaining_of(policy: QuotaPolicy, spend: WindowSpend) -> QuotaRemaining:
-    """What is left of each budget of ``policy`` after ``spend``."""
-    allowance = policy.compute * policy.window_hours * 3600.0
-    return QuotaRemaining(
-        wall_s=max(0.0, allowance - spend.wall_s),
-        cpu_s=None if policy.cpu_seconds is None else max(0.0, policy.cpu_seconds - spend.cpu_s),
-        tokens=None if policy.max_tokens is None else max(0, policy.max_tokens - spend.tokens),
-        cost_usd=None
-        if policy.max_cost_usd is None
-        else max(0.0, policy.max_cost_usd - spend.cost_usd),
+def _exhausted_sentence(budget: Budget, policy: QuotaPolicy, view: QuotaView) -> str:
+    span = f"{_hours(policy.window_hours)} window"
+    if budget is Budget.WALL:
+        return (
+            f"spent {_seconds(view.spent_wall_s)} of turn wall time, its allowance is "
+            f"{_seconds(view.allowance_wall_s)} (compute {policy.compute:g} x {span})"
+        )
+    if budget is Budget.CPU:
+        return (
+            f"spent {view.spent_cpu_s:,.1f} CPU-s of its cap of {policy.cpu_seconds or 0:,.1f} "
+            f"CPU-s per {span}"
+        )
+    if budget is Budget.TOKENS:
+        cap = policy.max_tokens or 0
+        return f"spent {view.spent_tokens:,} tokens of its cap of {cap:,} per {span}"
+    return (
+        f"spent ${view.spent_cost_usd:,.2f} of its cap of ${policy.max_cost_usd or 0:,.2f} "
+        f"per {span}"
     )
 
 
-def _budget_blocks(
-    goal: Goal, spend: WindowSpend, now: datetime
-) -> list[tuple[QuotaReason, datetime, str]]:
-    """Each exhausted window budget, with when it frees up and its sentence, in precedence order."""
-    policy = goal.quota
-    window = timedelta(hours=policy.window_hours)
-    buckets = spend.buckets
-    span = f"{_hours(policy.window_hours)} window"
-    allowance = policy.compute * policy.window_hours * 3600.0
-    checks: list[tuple[QuotaReason, Sequence[float], float | None, str]] = [
-        (
-            QuotaReason.WINDOW_EXHAUSTED,
-            buckets.wall_s,
-            allowance,
-            (
-                f"spent {_seconds(spend.wall_s)} of turn wall time, its allowance is "
-                f"{_seconds(allowance)} (compute {policy.compute:g} x {span})"
-            ),
-        ),
-        (
-            QuotaReason.CPU_BUDGET_EXHAUSTED,
-            buckets.cpu_s,
-            policy.cpu_seconds,
-            (
-                f"spent {spend.cpu_s:,.1f} CPU-s of its cap of {policy.cpu_seconds or 0:,.1f} "
-                f"CPU-s per {span}"
-            ),
-        ),
-        (
-            QuotaReason.TOKEN_BUDGET_EXHAUSTED,
-            buckets.tokens,
-            None if policy.max_tokens is None else float(policy.max_tokens),
-            f"spent {spend.tokens:,} tokens of its cap of {policy.max_tokens or 0:,} per {span}",
-        ),
-        (
-            QuotaReason.COST_BUDGET_EXHAUSTED,
-            buckets.cost_usd,
-            policy.max_cost_usd,
-            (
-                f"spent ${spend.cost_usd:,.2f} of its cap of ${policy.max_cost_usd or 0:,.2f} "
-                f"per {span}"
-            ),
-        ),
-    ]
-    blocks = []
-    for reason, amounts, cap, sentence in checks:
-        if cap is None:
-            continue
-        at = frees_at(buckets.last_end, amounts, cap, window)
-        if at is not None:
-            blocks.append((reason, max(at, now), sentence))
-    return blocks
-
-
-def should_run(
+def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's precedence
     goal: Goal,
     state: GoalState,
     spend: WindowSpend,
@@ -235,18 +187,18 @@ def should_run(
         The decision: the first refusal of the module's precedence, or ``ok``.
     """
     policy = goal.quota
-    allowance = policy.compute * policy.window_hours * 3600.0
+    view = quota_view(policy, spend, now=now)
     numbers = {
-        "window_start": spend.window_start,
+        "window_start": view.window_start,
         "window_hours": policy.window_hours,
-        "allowance_wall_s": allowance,
-        "spent_wall_s": spend.wall_s,
-        "remaining_wall_s": max(0.0, allowance - spend.wall_s),
+        "allowance_wall_s": view.allowance_wall_s,
+        "spent_wall_s": view.spent_wall_s,
+        "remaining_wall_s": view.remaining_wall_s,
         "cpu_allowance_s": policy.cpu_seconds,
-        "spent_cpu_s": spend.cpu_s,
-        "spent_tokens": spend.tokens,
-        "spent_cost_usd": spend.cost_usd,
-        "spent_turns": spend.turns,
+        "spent_cpu_s": view.spent_cpu_s,
+        "spent_tokens": view.spent_tokens,
+        "spent_cost_usd": view.spent_cost_usd,
+        "spent_turns": view.turns_in_window,
         "token_allowance": policy.max_tokens,
         "cost_allowance_usd": policy.max_cost_usd,
         "headroom": headroom,
@@ -283,25 +235,21 @@ def should_run(
     if leased:
         return refuse(QuotaReason.LEASED, f"{who} is leased: another agent's turn is running it")
 
-    blocks = _budget_blocks(goal, spend, now)
-    waits = [at for _, at, _ in blocks]
     not_before = state.next_eligible_at
     if not_before is not None and not_before > now:
-        waits.append(not_before)
-        at = max(waits)
+        at = max(not_before, view.refills_at or not_before)
         return refuse(
             QuotaReason.NOT_YET_ELIGIBLE,
             f"{who} is not eligible before {not_before.isoformat(timespec='seconds')}"
             f"; next eligible at {_when(at, now)}",
             at,
         )
-    if blocks:
-        reason, _, sentence = blocks[0]
-        at = max(waits)
+    if view.exhausted is not None and view.refills_at is not None:
+        sentence = _exhausted_sentence(view.exhausted, policy, view)
         return refuse(
-            reason,
-            f"{who} {sentence}; enough of it leaves the window at {_when(at, now)}",
-            at,
+            _REFUSAL[view.exhausted],
+            f"{who} {sentence}; enough of it leaves the window at {_when(view.refills_at, now)}",
+            view.refills_at,
         )
 
     if policy.min_free_memory_mb is not None and (
@@ -327,7 +275,7 @@ def should_run(
             "allowed": True,
             "reason": QuotaReason.OK,
             "message": f"{who} may run: {_seconds(left.wall_s)} of its "
-            f"{_seconds(allowance)} wall-time allowance{extra} left in the "
+            f"{_seconds(view.allowance_wall_s)} wall-time allowance{extra} left in the "
             f"{_hours(policy.window_hours)} window",
         }
         | numbers
@@ -341,8 +289,7 @@ def _gather(
     layout: Layout, goal: Goal, now: datetime, headroom: HostHeadroom | None
 ) -> tuple[GoalState, WindowSpend, HostHeadroom]:
     state = load_state(layout, goal.id)
-    start = now - timedelta(hours=goal.quota.window_hours)
-    spend = window_spend(layout, goal.id, window_start=start)
+    spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
     return state, spend, headroom if headroom is not None else measure_headroom(now=now)
 
 

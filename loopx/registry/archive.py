@@ -18,6 +18,7 @@ from typing import Final, Literal
 
 from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageError
 from loopx.history.line import HistoryLine
+from loopx.history.reader import history_tail
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
@@ -25,7 +26,6 @@ from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import note_goal_changed
-from loopx.status.sources import history_tail
 from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_model_or_none
 from loopx.storage.locks import locked
 from loopx.turn.lease import Holder, Lease, holder_state

@@ -17,10 +17,11 @@ from loopx.errors import (
 from loopx.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.ids import validate_goal_id
 from loopx.model import Record
-from loopx.registry.model import Goal, GoalStatus, HostSpec, QuotaPolicy
+from loopx.quota.policy import QuotaPolicy
+from loopx.registry.model import Goal, GoalStatus, HostSpec
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
-from loopx.state import Gate, GoalState, HostSession, load_state, update_state
+from loopx.state import Gate, GoalState, HostSession, update_state
 from loopx.storage.files import atomic_write_model, describe_validation_error
 
 
@@ -243,13 +244,3 @@ def reset_session(layout: Layout, goal_id: str, *, now: datetime) -> HostSession
 
     update_state(layout, goal_id, change)
     return dropped[-1]
-
-
-def goal_view(layout: Layout, goal: Goal) -> dict[str, Any]:
-    """The `goal show --json` document: the policy plus the state."""
-    state = load_state(layout, goal.id)
-    return {
-        "schema_version": 1,
-        "goal": goal.model_dump(mode="json"),
-        "state": state.model_dump(mode="json"),
-    }

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
+from loopx.quota.policy import PositiveFloat, QuotaPolicy
 
 
 class GoalStatus(StrEnum):
@@ -57,55 +58,6 @@ class HostSpec(Record):
             msg = "a command host needs a program: pass --host 'CMD ARGS'"
             raise ValueError(msg)
         return self
-
-
-# Policy numbers must be finite: JSON has no Infinity/NaN, so one would make
-# registry.json unreadable after it was written.
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-PositiveInt = Annotated[int, Field(gt=0)]
-
-
-class QuotaPolicy(Record):
-    """A goal's compute budget per window and the host guards checked before each turn."""
-
-    compute: Annotated[
-        float,
-        Field(
-            ge=0.0,
-            le=1.0,
-            allow_inf_nan=False,
-            description="share of each window the goal's turns may run, 0..1; 0 pauses it",
-        ),
-    ] = 1.0
-    window_hours: Annotated[
-        PositiveFloat, Field(description="length of the sliding quota window in hours, > 0")
-    ] = 24.0
-    cpu_seconds: Annotated[
-        PositiveFloat | None, Field(description="CPU-seconds cap per window, > 0")
-    ] = None
-    turn_timeout_s: Annotated[
-        PositiveFloat, Field(description="seconds one turn's host may run before it is killed, > 0")
-    ] = 1800.0
-    max_rss_mb: Annotated[
-        PositiveInt | None,
-        Field(description="peak RSS of a turn's host process tree in MB before it is killed, > 0"),
-    ] = None
-    min_free_memory_mb: Annotated[
-        PositiveInt | None,
-        Field(description="host guard: no turn starts with less memory available, in MB, > 0"),
-    ] = None
-    max_load_per_cpu: Annotated[
-        PositiveFloat | None,
-        Field(description="host guard: no turn starts above this 1-minute load per CPU, > 0"),
-    ] = None
-    max_tokens: Annotated[
-        PositiveInt | None,
-        Field(description="tokens per window, from the host's reported usage, > 0"),
-    ] = None
-    max_cost_usd: Annotated[
-        PositiveFloat | None,
-        Field(description="cost in USD per window, from the host's reported usage, > 0"),
-    ] = None
 
 
 class Goal(Record):

@@ -133,9 +133,7 @@ def candidate_and_decision(
     """
     state = _read_state(layout, goal.id)
     leased_until = lease_expiry(layout, goal.id, now=now)
-    spend = window_spend(
-        layout, goal.id, window_start=now - timedelta(hours=goal.quota.window_hours)
-    )
+    spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
     candidate = Candidate(

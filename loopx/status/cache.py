@@ -22,40 +22,43 @@ re-read, and then only the tail of their history.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import heapq
 import os
 import secrets
 import shutil
 import zlib
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 import structlog
-from pydantic import Field
 
 from loopx.errors import LoopxError
-from loopx.model import Record, UtcDatetime
+from loopx.history.reader import HistoryCounts, count_history
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
-from loopx.status.projection import (
-    FleetView,
-    GoalStatusView,
-    ProbeObservation,
-    StatusProjection,
-    assemble,
-    fleet_view,
-    project_goal,
+from loopx.status.projection import assemble, fleet_view, project_goal
+from loopx.status.refresh import (
+    HINT_LOG_MAX,
+    CachedGoal,
+    RefreshReport,
+    SharedSources,
+    StatusIndex,
+    StatusShard,
+    changed_in_catalog,
+    changed_in_registry,
+    goals_to_reread,
+    next_index,
+    plan_scan,
+    policy_digest,
 )
 from loopx.status.sources import (
+    Fingerprint,
     HintCursor,
-    HistoryCounts,
-    count_history,
     gather_goal,
     goal_fingerprint,
     probes_dir,
@@ -67,6 +70,7 @@ from loopx.status.sources import (
     reset_hints,
     stat_pair,
 )
+from loopx.status.view import StatusProjection
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 from loopx.storage.locks import locked
 
@@ -74,60 +78,9 @@ SHARDS: Final = 256
 SHARD_DIR: Final = "status.d"
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
-_HINT_LOG_MAX: Final = 1 << 20  # truncate the change log after a full scan past this size
 _LOCK_TIMEOUT_S: Final = 60.0
 
 log = structlog.get_logger(__name__)
-
-
-class CachedGoal(Record):
-    """One goal's cached view and what it was computed from."""
-
-    fingerprint: list[int]
-    policy: str  # digest of the goal's registry entry
-    view: GoalStatusView
-    history: HistoryCounts = Field(default_factory=HistoryCounts)
-    epoch: int = 0  # the highest epoch seen (lease or history): claims so far
-    recheck_ts: float | None = None  # view.recheck_at as POSIX seconds
-
-
-class StatusShard(Record):
-    """``projections/status.d/NN.json``: the cached goals whose id hashes to NN."""
-
-    schema_version: Literal[1] = 1
-    goals: dict[str, CachedGoal] = Field(default_factory=dict)
-
-
-class StatusIndex(Record):
-    """``projections/status.json``: the cache's index."""
-
-    schema_version: Literal[1] = 1
-    generation: int  # raised by every write; a reader holding another one reloads
-    writer: str  # random token of the process that wrote it
-    generated_at: UtcDatetime  # when a view last changed
-    checked_at: UtcDatetime  # when the sources were last checked (the TTL counts from here)
-    full_scan_at: UtcDatetime
-    goal_count: int
-    registry_fp: list[int]
-    quarantine_fp: list[int]
-    probes_fp: list[int]
-    hint_inode: int = 0
-    hint_offset: int = 0
-    fleet: FleetView
-    quarantined_total: int = 0
-    quarantine: dict[str, list[str]] = Field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RefreshReport:
-    """What one refresh did."""
-
-    refreshed: bool  # False when the cache was younger than the TTL
-    full_scan: bool
-    goals: int
-    reread: int  # goals whose files were read again
-    shards_written: int
-    checked_at: datetime
 
 
 def shard_of(goal_id: str) -> int:
@@ -143,10 +96,6 @@ def shard_dir(layout: Layout) -> Path:
 def shard_file(layout: Layout, shard: int) -> Path:
     """``projections/status.d/NN.json``."""
     return shard_dir(layout) / f"{shard:02x}.json"
-
-
-def _policy_digest(goal: Goal) -> str:
-    return hashlib.blake2b(goal.model_dump_json().encode(), digest_size=12).hexdigest()
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -245,166 +194,188 @@ class StatusCache:
         """
         ensure_dir(self.layout.projections_dir)
         with locked(self.layout.status_file, timeout=_LOCK_TIMEOUT_S):
-            if self.index is None or not self._in_sync_with_disk():
+            reloaded = self.index is not None and not self._in_sync_with_disk()
+            if self.index is None or reloaded:
                 self.load()
             index = self.index
             if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
-                return RefreshReport(False, False, len(self.goals), 0, 0, index.checked_at)
-            return self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+                changed = None if reloaded else frozenset[str]()
+                return RefreshReport(
+                    refreshed=False,
+                    full_scan=False,
+                    goals=len(self.goals),
+                    reread=0,
+                    shards_written=0,
+                    checked_at=index.checked_at,
+                    changed=changed,
+                )
+            report = self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+            return report.model_copy(update={"changed": None}) if reloaded else report
 
     def _refresh_locked(
         self, *, now: datetime, full_scan_after_s: float, force: bool
     ) -> RefreshReport:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
-        dirty: set[str] = set()
-        removed: list[str] = []
-        # Goals: new, removed and changed policies, from the goal index (O(changed goals)
-        # after the first refresh of this process, which compares every goal once).
-        catalog = goal_catalog(layout)
+        removed, dirty = self._sync_goals(now)
+        goals = self.active
+
+        hinted, cursor = read_hints(
+            layout, HintCursor(index.hint_inode, index.hint_offset) if index else HintCursor()
+        )
+        full, candidates = plan_scan(
+            index,
+            goals=goals,
+            hinted=hinted,
+            leased=self._leased,
+            now=now,
+            full_scan_after_s=full_scan_after_s,
+            force=force,
+        )
+        goals_dir = str(layout.goals_dir)
+        fingerprints = {g: goal_fingerprint(os.path.join(goals_dir, g)) for g in candidates}
+        if full and cursor.offset > HINT_LOG_MAX:
+            cursor = reset_hints(layout)
+        quarantine_before = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
+        sources = self._read_shared(
+            index, full=full, goals=goals, now=now, registry_fp=registry_fp, hints=cursor
+        )
+        dirty |= goals_to_reread(
+            goals=goals,
+            cached=self.goals,
+            fingerprints=fingerprints,
+            expired=self._expired(now),
+            quarantine_before=quarantine_before,
+            sources=sources,
+        )
+
+        for goal_id in dirty:
+            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+        touched = {shard_of(g) for g in (*removed, *dirty)}
+        self._write(touched)
+        self.index = next_index(
+            index,
+            writer=self._writer,
+            now=now,
+            full=full,
+            views_changed=bool(touched),
+            goal_count=len(self.goals),
+            sources=sources,
+        )
+        atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
+        log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched))
+        return RefreshReport(
+            refreshed=True,
+            full_scan=full,
+            goals=len(self.goals),
+            reread=len(dirty),
+            shards_written=len(touched),
+            checked_at=now,
+            changed=frozenset(dirty.union(removed)),
+        )
+
+    def _sync_goals(self, now: datetime) -> tuple[list[str], set[str]]:
+        """Goals removed, and goals new or with a changed policy, from the goal index.
+
+        O(changed goals) after this process's first refresh, which compares
+        every goal once; a policy changed since the cache was written shows in
+        the goal's fingerprint (``goal.json`` is part of it) through its hint
+        or the full scan.
+        """
+        catalog = goal_catalog(self.layout)
         changed_ids = catalog.refresh(now=now)
         if self.registry is None:
             self.registry = catalog.registry()
             self.active = {
                 g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
             }
-            removed = [g for g in self.goals if g not in self.active]
-            # A policy changed since the cache was written shows in the goal's
-            # fingerprint (goal.json is part of it) through its hint or the full scan.
-            dirty.update(g for g in self.active if g not in self.goals)
-            check: Iterable[str] = ()
+            removed, dirty = changed_in_registry(self.active, self.goals, registry_changed=False)
         else:
-            for goal_id in changed_ids:
-                goal = catalog.goals.get(goal_id)
-                if goal is None or goal.status is GoalStatus.ARCHIVED:
-                    if self.active.pop(goal_id, None) is not None or goal_id in self.goals:
-                        removed.append(goal_id)
-                else:
-                    self.active[goal_id] = goal
-            check = [g for g in changed_ids if g in self.active]
+            removed, dirty = changed_in_catalog(
+                self.active, self.goals, catalog=catalog.goals, changed=changed_ids
+            )
         for goal_id in removed:
             self._drop(goal_id)
-        for goal_id in check:
-            cached = self.goals.get(goal_id)
-            if cached is None or cached.policy != _policy_digest(self.active[goal_id]):
-                dirty.add(goal_id)
-        goals = self.active
+        return removed, dirty
 
-        # Hints, or a full fingerprint scan when due or when hints were lost.
-        cursor = HintCursor(index.hint_inode, index.hint_offset) if index else HintCursor()
-        hinted, cursor = read_hints(layout, cursor)
-        full = (
-            force
-            or index is None
-            or hinted is None
-            or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
-        )
-        candidates: Iterable[str]
-        if full:
-            candidates = goals
-        else:
-            candidates = {g for g in (hinted or set()) | self._leased if g in goals}
-        fingerprints: dict[str, tuple[int, ...]] = {}
-        goals_dir = str(layout.goals_dir)
-        for goal_id in candidates:
-            fp = goal_fingerprint(os.path.join(goals_dir, goal_id))
-            fingerprints[goal_id] = fp
-            cached = self.goals.get(goal_id)
-            if cached is None or tuple(cached.fingerprint) != fp:
-                dirty.add(goal_id)
-
-        # Views that expire by time alone.
+    def _expired(self, now: datetime) -> set[str]:
+        """Goals whose cached view expires by time at ``now`` (popped from the recheck heap)."""
+        out: set[str] = set()
         now_ts = now.timestamp()
         while self._rechecks and self._rechecks[0][0] <= now_ts:
             ts, goal_id = heapq.heappop(self._rechecks)
             cached = self.goals.get(goal_id)
             if cached is not None and cached.recheck_ts == ts:  # else a stale heap entry
-                dirty.add(goal_id)
+                out.add(goal_id)
+        return out
 
-        # Shared sources: quarantine and probes (directory fingerprints), the fleet (always).
+    def _read_shared(
+        self,
+        index: StatusIndex | None,
+        *,
+        full: bool,
+        goals: Mapping[str, Goal],
+        now: datetime,
+        registry_fp: list[int],
+        hints: HintCursor,
+    ) -> SharedSources:
+        """Quarantine and probes (re-listed when their directories changed), and the fleet."""
+        layout = self.layout
         quarantine_fp = quarantine_fingerprint(layout)
         quarantine = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
         quarantined_total = index.quarantined_total if index else 0
         if full or index is None or quarantine_fp != index.quarantine_fp:
-            new_quarantine, quarantined_total = quarantine_listing(layout, set(goals))
-            dirty.update(g for g in set(quarantine) ^ set(new_quarantine) if g in goals)
-            dirty.update(g for g in new_quarantine if quarantine.get(g) != new_quarantine[g])
-            quarantine = new_quarantine
+            quarantine, quarantined_total = quarantine_listing(layout, set(goals))
         probes_fp = list(stat_pair(str(probes_dir(layout))))
-        probes: dict[str, ProbeObservation] | None = None
+        probes = None
         if full or index is None or probes_fp != index.probes_fp:
             probes = read_probes(layout)
-            dirty.update(
-                g
-                for g in goals
-                if (self.goals[g].view.probe if g in self.goals else None) != probes.get(g)
-            )
         fleet, beats = read_fleet(layout)
-        fleet_summary = fleet_view(fleet, beats, now=now)
-
-        # Re-read and re-project what changed.
-        touched_shards: set[int] = {shard_of(g) for g in removed}
-        for goal_id in dirty:
-            goal = goals[goal_id]
-            fp = fingerprints.get(goal_id) or goal_fingerprint(os.path.join(goals_dir, goal_id))
-            previous = self.goals.get(goal_id)
-            probe = (
-                probes.get(goal_id)
-                if probes is not None
-                else (previous.view.probe if previous else None)
-            )
-            inputs = gather_goal(
-                layout, goal, now=now, quarantined=quarantine.get(goal_id, ()), probe=probe
-            )
-            view = project_goal(inputs, now=now)
-            counts = count_history(
-                layout.history_file(goal_id), previous.history if previous else HistoryCounts()
-            )
-            epoch = max(
-                counts.max_epoch,
-                inputs.lease.epoch if inputs.lease else 0,
-                previous.epoch if previous else 0,
-            )
-            self._store(
-                goal_id,
-                CachedGoal(
-                    fingerprint=list(fp),
-                    policy=_policy_digest(goal),
-                    view=view,
-                    history=counts,
-                    epoch=epoch,
-                    recheck_ts=_ts(view.recheck_at),
-                ),
-            )
-            touched_shards.add(shard_of(goal_id))
-
-        if full:
-            full_scan_at = now
-            if cursor.offset > _HINT_LOG_MAX:
-                cursor = reset_hints(layout)
-        else:
-            full_scan_at = index.full_scan_at if index else now
-        changed = bool(touched_shards) or index is None or fleet_summary != index.fleet
-        self._write(touched_shards)
-        self.index = StatusIndex(
-            generation=(index.generation + 1) if index else 1,
-            writer=self._writer,
-            generated_at=now if changed or index is None else index.generated_at,
-            checked_at=now,
-            full_scan_at=full_scan_at,
-            goal_count=len(self.goals),
+        return SharedSources(
             registry_fp=registry_fp,
             quarantine_fp=quarantine_fp,
             probes_fp=probes_fp,
-            hint_inode=cursor.inode,
-            hint_offset=cursor.offset,
-            fleet=fleet_summary,
+            quarantine=quarantine,
             quarantined_total=quarantined_total,
-            quarantine={g: list(v) for g, v in quarantine.items()},
+            probes=probes,
+            fleet=fleet_view(fleet, beats, now=now),
+            hints=hints,
         )
-        atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
-        log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched_shards))
-        return RefreshReport(True, full, len(self.goals), len(dirty), len(touched_shards), now)
+
+    def _reproject(
+        self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
+    ) -> None:
+        """Read one goal's files again and cache its new view."""
+        layout, goal = self.layout, self.active[goal_id]
+        if fp is None:
+            fp = goal_fingerprint(os.path.join(str(layout.goals_dir), goal_id))
+        previous = self.goals.get(goal_id)
+        if sources.probes is not None:
+            probe = sources.probes.get(goal_id)
+        else:
+            probe = previous.view.probe if previous else None
+        inputs = gather_goal(
+            layout, goal, now=now, quarantined=sources.quarantine.get(goal_id, ()), probe=probe
+        )
+        counts = count_history(
+            layout.history_file(goal_id), previous.history if previous else HistoryCounts()
+        )
+        view = project_goal(inputs, now=now)
+        self._store(
+            goal_id,
+            CachedGoal(
+                fingerprint=list(fp),
+                policy=policy_digest(goal),
+                view=view,
+                history=counts,
+                epoch=max(
+                    counts.max_epoch,
+                    inputs.lease.epoch if inputs.lease else 0,
+                    previous.epoch if previous else 0,
+                ),
+                recheck_ts=_ts(view.recheck_at),
+            ),
+        )
 
     def _store(self, goal_id: str, cached: CachedGoal) -> None:
         self.goals[goal_id] = cached

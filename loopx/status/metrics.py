@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.status.cache import StatusCache
-from loopx.status.projection import HEARTBEAT_STALE_S, StatusProjection
+from loopx.status.projection import HEARTBEAT_STALE_S
+from loopx.status.view import StatusProjection
 
 
 def _escape(value: str) -> str:

@@ -24,8 +24,8 @@ from loopx.errors import GoalStateError, UsageError
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
-from loopx.status.projection import ProbeObservation
 from loopx.status.sources import write_probe
+from loopx.status.view import ProbeObservation
 
 DEFAULT_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_BYTES: Final = 64 * 1024

@@ -32,17 +32,26 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import Final, Literal
-
-from pydantic import Field
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
-from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal, GoalStatus, QuotaPolicy
+from loopx.quota.budget import QuotaView, quota_view, spend_at
+from loopx.quota.window import SpendColumns, WindowSpend
+from loopx.registry.model import Goal, GoalStatus
 from loopx.state import GoalState
+from loopx.status.view import (
+    Actor,
+    FleetView,
+    GoalStatusView,
+    LastTurn,
+    LeaseView,
+    ProbeObservation,
+    StatusCounts,
+    StatusProjection,
+    StatusReason,
+)
 from loopx.turn.lease import Lease
 from loopx.turn.protocol import ResultKind
 
@@ -50,29 +59,6 @@ FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must l
 HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive
 _OBJECTIVE_CHARS: Final = 200
 _SUMMARY_CHARS: Final = 500
-
-
-class Actor(StrEnum):
-    """Who must act next on a goal."""
-
-    AGENT = "agent"  # an agent will (or does) run a turn
-    HUMAN = "human"  # nothing moves until a person acts
-    NONE = "none"  # quiet: done, or waiting for time to pass
-
-
-class StatusReason(StrEnum):
-    """Why the actor is who it is."""
-
-    READY = "ready"
-    RUNNING = "running"
-    GATE_PENDING = "gate_pending"
-    QUOTA_EXHAUSTED = "quota_exhausted"
-    PAUSED = "paused"
-    DONE = "done"
-    CRASH_LOOP = "crash_loop"
-    QUARANTINED = "quarantined"
-    FAILING = "failing"
-    WAITING = "waiting"
 
 
 _ACTOR_RANK: Final = {Actor.HUMAN: 0, Actor.AGENT: 1, Actor.NONE: 2}
@@ -94,38 +80,13 @@ _REASON_RANK: Final = {
 # --- inputs ------------------------------------------------------------------------------------
 
 
-class SpendPoint(Record):
-    """One turn's spend as the projection needs it: when it ended and what it used."""
-
-    ended_at: UtcDatetime
-    wall_s: float = 0.0
-    cpu_s: float = 0.0
-    tokens: int = 0
-    cost_usd: float = 0.0
-
-
-class ProbeObservation(Record):
-    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    command: str
-    cwd: str
-    exit_code: int | None  # None when killed at the deadline
-    timed_out: bool = False
-    stdout: str = ""
-    stderr: str = ""
-    truncated: bool = False  # output was cut at the byte limit
-    started_at: UtcDatetime
-    duration_s: float
-
-
 @dataclass(frozen=True, slots=True)
 class GoalInputs:
     """Everything the projection reads about one goal (gathered by the caller).
 
     ``history`` is the tail of ``history.jsonl``, oldest first; ``spend`` the
-    ledger records that may fall in the quota window; ``damage`` one line per
+    ledger's minute buckets reaching back at least to the quota window's start
+    (:func:`loopx.quota.ledger.window_spend`); ``damage`` one line per
     file that could not be read; ``quarantined`` the names of the goal's
     journals in ``quarantine/``.
     """
@@ -134,116 +95,10 @@ class GoalInputs:
     state: GoalState | None = None
     lease: Lease | None = None
     history: Sequence[HistoryLine] = ()
-    spend: Sequence[SpendPoint] = ()
+    spend: SpendColumns = field(default_factory=SpendColumns)
     quarantined: Sequence[str] = ()
     damage: Sequence[str] = ()
     probe: ProbeObservation | None = None
-
-
-# --- outputs -----------------------------------------------------------------------------------
-
-
-class LeaseView(Record):
-    """Who holds a goal's lease."""
-
-    agent_id: str
-    hostname: str
-    pid: int
-    epoch: int
-    turn_key: str | None
-    acquired_at: UtcDatetime
-    expires_at: UtcDatetime
-    expired: bool
-
-
-class LastTurn(Record):
-    """The newest line of a goal's run history."""
-
-    turn_key: str
-    seq: int
-    status: str  # committed | failed | stopped
-    kind: ResultKind | None
-    failure: str | None
-    summary: str
-    next_action: str | None
-    ended_at: UtcDatetime
-
-
-class QuotaView(Record):
-    """The goal's compute spend in its sliding window, against its allowance."""
-
-    compute: float
-    window_hours: float
-    window_start: UtcDatetime
-    allowance_wall_s: float
-    spent_wall_s: float
-    remaining_wall_s: float
-    cpu_allowance_s: float | None
-    spent_cpu_s: float
-    spent_tokens: int
-    spent_cost_usd: float
-    turns_in_window: int
-    exhausted: str | None  # which budget is spent: wall | cpu | tokens | cost
-    refills_at: UtcDatetime | None  # when enough spend leaves the window to run again
-
-
-class GoalStatusView(Record):
-    """One goal's line of the attention queue."""
-
-    goal_id: str
-    objective: str
-    goal_status: GoalStatus
-    priority: int
-    actor: Actor
-    reason: StatusReason
-    explanation: str  # one sentence: why, and what the actor does next
-    next_eligible_at: UtcDatetime | None = None
-    lease: LeaseView | None = None
-    last_turn: LastTurn | None = None
-    quota: QuotaView
-    next_action: str | None = None
-    open_gates: int = 0
-    gate_question: str | None = None  # the oldest open gate's question
-    consecutive_failures: int = 0
-    turns_applied: int = 0
-    warnings: list[str] = Field(default_factory=list)
-    quarantined: list[str] = Field(default_factory=list)
-    probe: ProbeObservation | None = None
-    # The earliest time this view changes by time alone (a wait ends, a lease
-    # expires, spend leaves the window); the cache re-projects the goal then.
-    recheck_at: UtcDatetime | None = None
-
-
-class FleetView(Record):
-    """The supervisor and its agents, as far as status needs them."""
-
-    state: str | None = None  # from supervisor.json; None when no supervisor ever ran
-    pid: int | None = None
-    agents_wanted: int = 0
-    agents_alive: int = 0  # heartbeats fresher than HEARTBEAT_STALE_S
-    restarts: int = 0
-    crash_loop_agents: list[str] = Field(default_factory=list)
-    updated_at: UtcDatetime | None = None
-
-
-class StatusCounts(Record):
-    """How many goals each actor and reason has."""
-
-    total: int = 0
-    by_actor: dict[str, int] = Field(default_factory=dict)
-    by_reason: dict[str, int] = Field(default_factory=dict)
-
-
-class StatusProjection(Record):
-    """``loopx status --json``: the whole attention queue, humans first."""
-
-    schema_version: Literal[1] = 1
-    generated_at: UtcDatetime  # when the newest source change was projected
-    checked_at: UtcDatetime  # when the sources were last checked for changes
-    counts: StatusCounts
-    fleet: FleetView
-    quarantined_total: int = 0
-    goals: list[GoalStatusView] = Field(default_factory=list)
 
 
 # --- pieces ------------------------------------------------------------------------------------
@@ -255,53 +110,6 @@ def _clip(text: str, limit: int) -> str:
 
 def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
-
-
-def quota_view(policy: QuotaPolicy, spend: Iterable[SpendPoint], *, now: datetime) -> QuotaView:
-    """The window's spend against the policy: share x window of wall time, plus caps."""
-    window = timedelta(hours=policy.window_hours)
-    start = now - window
-    inside = sorted((p for p in spend if start < p.ended_at <= now), key=lambda p: p.ended_at)
-    wall = sum(p.wall_s for p in inside)
-    cpu = sum(p.cpu_s for p in inside)
-    tokens = sum(p.tokens for p in inside)
-    cost = sum(p.cost_usd for p in inside)
-    allowance = policy.compute * policy.window_hours * 3600.0
-    checks: list[tuple[str, float, float, str]] = [("wall", wall, allowance, "wall_s")]
-    if policy.cpu_seconds is not None:
-        checks.append(("cpu", cpu, policy.cpu_seconds, "cpu_s"))
-    if policy.max_tokens is not None:
-        checks.append(("tokens", float(tokens), float(policy.max_tokens), "tokens"))
-    if policy.max_cost_usd is not None:
-        checks.append(("cost", cost, policy.max_cost_usd, "cost_usd"))
-    exhausted: str | None = None
-    refills: datetime | None = None
-    for name, spent, cap, attr in checks:
-        if policy.compute > 0 and spent >= cap:
-            exhausted = exhausted or name
-            # Spend leaves the window oldest first; find when enough has left.
-            left = spent
-            for p in inside:
-                left -= float(getattr(p, attr))
-                if left < cap:
-                    when = p.ended_at + window
-                    refills = when if refills is None else max(refills, when)
-                    break
-    return QuotaView(
-        compute=policy.compute,
-        window_hours=policy.window_hours,
-        window_start=start,
-        allowance_wall_s=allowance,
-        spent_wall_s=wall,
-        remaining_wall_s=max(0.0, allowance - wall),
-        cpu_allowance_s=policy.cpu_seconds,
-        spent_cpu_s=cpu,
-        spent_tokens=tokens,
-        spent_cost_usd=cost,
-        turns_in_window=len(inside),
-        exhausted=exhausted,
-        refills_at=refills,
-    )
 
 
 def _lease_view(lease: Lease, now: datetime) -> LeaseView:
@@ -449,14 +257,18 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
 
 
 def _recheck_at(
-    inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime
+    inputs: GoalInputs, state: GoalState, spend: WindowSpend, quota: QuotaView, now: datetime
 ) -> datetime | None:
-    window = timedelta(hours=inputs.goal.quota.window_hours)
+    # The oldest bucket of the window is the next to leave it and change the spend.
+    last_end = spend.buckets.last_end
+    leaves = (
+        datetime.fromtimestamp(last_end[0], UTC) + inputs.goal.quota.window if last_end else None
+    )
     candidates = [
         state.next_eligible_at,
         inputs.lease.expires_at if inputs.lease is not None else None,
         quota.refills_at,
-        *(p.ended_at + window for p in inputs.spend),
+        leaves,
     ]
     future = [t for t in candidates if t is not None and t > now]
     return min(future) if future else None
@@ -466,7 +278,8 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
     """One goal's view: actor, reason, explanation and the facts behind them. Pure."""
     goal = inputs.goal
     state = inputs.state or GoalState(goal_id=goal.id)
-    quota = quota_view(goal.quota, inputs.spend, now=now)
+    spend = spend_at(goal.quota, inputs.spend, now=now)
+    quota = quota_view(goal.quota, spend, now=now)
     actor, reason, explanation, eligible = _decide(inputs, state, quota, now)
     gates = state.open_gates
     return GoalStatusView(
@@ -489,7 +302,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
         warnings=_warnings(inputs, state, now),
         quarantined=list(inputs.quarantined),
         probe=inputs.probe,
-        recheck_at=_recheck_at(inputs, state, quota, now),
+        recheck_at=_recheck_at(inputs, state, spend, quota, now),
     )
 
 

@@ -1,8 +1,19 @@
-"""The HTTP status server: the attention queue and metrics, read-only, over GET.
+"""The HTTP status server: the dashboard, the attention queue and metrics.
 
 Loopback by default; a non-loopback bind needs a bearer token. Requests are
-small and bounded (request line, header count and size, no body), sockets
-time out, and every reply is JSON except ``/metrics`` (Prometheus text).
+small and bounded (request line, header count and size, no body but an
+action's small JSON), the whole request must arrive within
+``request_timeout_s`` (not per read: a client trickling one byte at a time
+is cut off), and every reply is JSON except ``/metrics`` (Prometheus text),
+``/events`` (Server-Sent Events) and the dashboard's static files
+(:mod:`loopx.status.web`). Actions (answer a gate, pause, resume, done) are
+off unless the server is started with them and a token.
+
+The stdlib ``ThreadingHTTPServer`` is kept rather than adding an ASGI server:
+the whole-request deadline is a reader wrapper (:class:`~loopx.status.deadline.DeadlineReader`), a
+Server-Sent Events stream is a thread waiting on a condition (at most 32 of
+them), and nothing is imported at CLI start that ``loopx status`` does not
+already need.
 A background thread refreshes the cached projection every
 ``refresh_interval_s`` (a no-op while a supervisor keeps it fresh), and the
 serialised replies are cached per generation, so a request costs a lookup
@@ -12,11 +23,11 @@ and a socket write, not a projection.
 from __future__ import annotations
 
 import hmac
+import io
 import ipaddress
-import json
-import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -25,15 +36,28 @@ from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import structlog
+from pydantic import BaseModel
 
 from loopx.errors import LoopxError, UsageError
 from loopx.ids import is_valid_goal_id
 from loopx.model import utcnow
+from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.status.cache import DEFAULT_TTL_S, StatusCache
+from loopx.status import web
+from loopx.status.cache import StatusCache
+from loopx.status.deadline import DeadlineReader
+from loopx.status.documents import (
+    ErrorReply,
+    goal_detail,
+    goal_page,
+    goal_turns,
+    health,
+    status_page,
+)
+from loopx.status.events import ChangeFeed, change_event
 from loopx.status.metrics import render_metrics
-from loopx.status.projection import StatusProjection
-from loopx.status.sources import iter_lines_backwards, read_fleet
+from loopx.status.sources import read_fleet
+from loopx.status.view import Actor, StatusProjection
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765
@@ -41,11 +65,26 @@ MAX_REQUEST_LINE: Final = 4096
 MAX_HEADERS: Final = 32
 MAX_HEADER_BYTES: Final = 8192
 SOCKET_TIMEOUT_S: Final = 10.0
+REQUEST_TIMEOUT_S: Final = 10.0  # the whole request (line, headers, body), however it trickles
+# The dashboard promises a committed turn on screen within 2 s, so serve re-checks every second
+# (a refresh reads the change hints, not every goal).
+SERVE_TTL_S: Final = 1.0
+SERVE_REFRESH_S: Final = 1.0
 DEFAULT_PAGE: Final = 100
 MAX_PAGE: Final = 10_000
 TURNS_PAGE: Final = 50
 
 log = structlog.get_logger(__name__)
+
+
+class ActionsNeedTokenError(UsageError):
+    """Actions on a server without a token would let any local page change goals."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "refusing to enable actions without a token",
+            hint="pass --token T (or set LOOPX_SERVE_TOKEN); the dashboard asks for it once",
+        )
 
 
 class InsecureBindError(UsageError):
@@ -69,15 +108,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse a non-loopback bind without a token.
+def check_bind(host: str, token: str | None, *, actions: bool = False) -> None:
+    """Refuse a non-loopback bind, or actions, without a token.
 
     Raises:
         InsecureBindError: ``host`` is not loopback and ``token`` is empty.
+        ActionsNeedTokenError: ``actions`` without a token.
 
     """
     if not is_loopback(host) and not token:
         raise InsecureBindError(host)
+    if actions and not token:
+        raise ActionsNeedTokenError
 
 
 @dataclass(slots=True)
@@ -91,31 +133,72 @@ class _Snapshot:
 class StatusService:
     """What the handlers read: the cache, refreshed by one thread, and cached replies."""
 
-    def __init__(self, layout: Layout, *, ttl_s: float, refresh_interval_s: float) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        ttl_s: float,
+        refresh_interval_s: float,
+        actions: bool = False,
+    ) -> None:
         self.layout = layout
         self.ttl_s = ttl_s
         self.refresh_interval_s = refresh_interval_s
+        self.actions = actions
+        self.feed = ChangeFeed()
         self._cache = StatusCache(layout)
         self._lock = threading.Lock()
         self._snapshot: _Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def refresh_once(self) -> None:
-        """Refresh the cache (if older than the TTL) and rebuild the snapshot if it changed."""
+    def refresh_once(self, *, now_please: bool = False) -> None:
+        """Refresh the cache (if older than the TTL) and rebuild the snapshot if it changed.
+
+        A refresh that changed goals (or the fleet) publishes a change event
+        naming them; one that changed nothing keeps the assembled projection
+        and only moves its ``checked_at``, so an idle root costs no re-sort.
+        ``now_please`` ignores the TTL (after an action, so the page sees it).
+        """
         with self._lock:
-            self._cache.refresh(now=utcnow(), ttl_s=self.ttl_s)
+            ttl_s = 0.0 if now_please else self.ttl_s
+            report = self._cache.refresh(now=utcnow(), ttl_s=ttl_s)
             index = self._cache.index
             if index is None:
                 return
             generation = (index.generation, index.writer)
-            if self._snapshot is not None and self._snapshot.generation == generation:
+            old = self._snapshot
+            if old is not None and old.generation == generation:
+                return
+            if (
+                old is not None
+                and report.changed == frozenset()
+                and index.fleet == old.projection.fleet
+                and index.generated_at == old.projection.generated_at
+            ):
+                moved = old.projection.model_copy(update={"checked_at": index.checked_at})
+                self._snapshot = _Snapshot(generation, moved, old.by_id)
                 return
             projection = self._cache.projection()
             if projection is None:
                 return
             by_id = {g.goal_id: i for i, g in enumerate(projection.goals)}
             self._snapshot = _Snapshot(generation, projection, by_id)
+            if old is not None:
+                self.feed.publish(
+                    change_event(
+                        self.feed.next_seq(),
+                        at=index.checked_at,
+                        changed=report.changed,
+                        counts=projection.counts,
+                        fleet=projection.fleet,
+                    )
+                )
+
+    def goal_policy(self, goal_id: str) -> Goal | None:
+        """The registry entry the cache last read for ``goal_id``."""
+        with self._lock:
+            return self._cache.active.get(goal_id)
 
     def snapshot(self) -> _Snapshot:
         """The current snapshot (refreshing first if there is none)."""
@@ -135,8 +218,9 @@ class StatusService:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the background refresher."""
+        """Stop the background refresher and end every event stream."""
         self._stop.set()
+        self.feed.close()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -169,11 +253,15 @@ class StatusService:
         return body
 
 
-def _dumps(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+def _dumps(doc: BaseModel) -> bytes:
+    return doc.model_dump_json().encode() + b"\n"
 
 
-def _page(query: dict[str, list[str]]) -> tuple[int, int, str | None]:
+def _error_body(status: HTTPStatus, message: str, hint: str | None = None) -> bytes:
+    return _dumps(ErrorReply(error=message, status=status.value, hint=hint))
+
+
+def _page(query: dict[str, list[str]]) -> tuple[int, int, Actor | None]:
     def number(name: str, default: int, top: int) -> int:
         raw = query.get(name, [str(default)])[-1]
         if not raw.isdigit():
@@ -181,85 +269,17 @@ def _page(query: dict[str, list[str]]) -> tuple[int, int, str | None]:
         return min(int(raw), top)
 
     actor = query.get("actor", [None])[-1]
-    if actor not in (None, "human", "agent", "none"):
+    if actor not in (None, *Actor):
         raise ValueError("actor must be human, agent or none")
-    return number("offset", 0, 10**9), number("limit", DEFAULT_PAGE, MAX_PAGE), actor
-
-
-def status_body(snap: _Snapshot, *, offset: int, limit: int, actor: str | None) -> bytes:
-    """``/status``: counts, fleet and a page of the ordered queue."""
-    p = snap.projection
-    goals = [g for g in p.goals if actor is None or g.actor == actor] if actor else p.goals
-    page = goals[offset : offset + limit]
-    head = p.model_dump(mode="json", exclude={"goals"})
-    head["goals"] = [g.model_dump(mode="json") for g in page]
-    head["page"] = {
-        "offset": offset,
-        "limit": limit,
-        "total": len(goals),
-        "next_offset": offset + limit if offset + limit < len(goals) else None,
-    }
-    return _dumps(head)
-
-
-def goals_body(snap: _Snapshot, *, offset: int, limit: int, actor: str | None) -> bytes:
-    """``/goals``: one compact line per goal (id, actor, reason, explanation)."""
-    goals = [g for g in snap.projection.goals if actor is None or g.actor == actor]
-    page = goals[offset : offset + limit]
-    rows = [
-        {
-            "goal_id": g.goal_id,
-            "actor": g.actor.value,
-            "reason": g.reason.value,
-            "priority": g.priority,
-            "explanation": g.explanation,
-            "next_eligible_at": g.next_eligible_at.isoformat() if g.next_eligible_at else None,
-        }
-        for g in page
-    ]
-    return _dumps(
-        {
-            "schema_version": 1,
-            "goals": rows,
-            "page": {
-                "offset": offset,
-                "limit": limit,
-                "total": len(goals),
-                "next_offset": offset + limit if offset + limit < len(goals) else None,
-            },
-        }
+    return (
+        number("offset", 0, 10**9),
+        number("limit", DEFAULT_PAGE, MAX_PAGE),
+        Actor(actor) if actor is not None else None,
     )
-
-
-def turns_body(layout: Layout, goal_id: str, limit: int) -> bytes:
-    """``/goals/<id>/turns``: the newest history lines, newest first."""
-    lines: list[Any] = []
-    for raw in iter_lines_backwards(layout.history_file(goal_id)):
-        try:
-            lines.append(json.loads(raw))
-        except ValueError:
-            lines.append({"damaged_line": raw[:200].decode(errors="replace")})
-        if len(lines) >= limit:
-            break
-    journals = sorted(
-        n[:-5]
-        for n in _listdir(layout.turns_dir(goal_id))
-        if n.endswith(".json") and not n.startswith(".")
-    )
-    return _dumps(
-        {"schema_version": 1, "goal_id": goal_id, "turns": lines, "journals": journals[-limit:]}
-    )
-
-
-def _listdir(path: os.PathLike[str]) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
 
 
 class StatusHandler(BaseHTTPRequestHandler):
-    """One request: bounded, authenticated when a token is set, GET only."""
+    """One request: bounded in size and time, authenticated when a token is set."""
 
     server: StatusServer
     raw_requestline: bytes  # set by the stdlib's handle_one_request before parse_request
@@ -267,6 +287,20 @@ class StatusHandler(BaseHTTPRequestHandler):
     server_version = "loopx"
     sys_version = ""
     timeout = SOCKET_TIMEOUT_S  # StreamRequestHandler applies it to the socket before reading
+    # Headers and body go out in two writes; with Nagle on, a keep-alive client (every browser)
+    # waits for its delayed ACK, 40 ms per reply.
+    disable_nagle_algorithm = True
+
+    def setup(self) -> None:
+        """Wrap the socket's read side in the request deadline."""
+        super().setup()
+        self._reader = DeadlineReader(self.connection, SOCKET_TIMEOUT_S)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        """Give the next request (line, headers, body) ``request_timeout_s`` to arrive."""
+        self._reader.deadline = time.monotonic() + self.server.request_timeout_s
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
         """Log through structlog at debug level instead of stderr lines."""
@@ -287,7 +321,7 @@ class StatusHandler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
             return False
         if self.command not in ("GET", "HEAD"):
-            return True  # answered 405 by _not_allowed, which closes without reading a body
+            return True  # POST: web.do_post reads a bounded body; others: 405 without reading
         if self.headers.get("Content-Length", "0") not in ("", "0") or self.headers.get(
             "Transfer-Encoding"
         ):
@@ -305,31 +339,51 @@ class StatusHandler(BaseHTTPRequestHandler):
         return hmac.compare_digest(given.encode(), expected.encode())
 
     def _reply(
-        self, status: HTTPStatus, body: bytes, content_type: str = "application/json"
+        self,
+        status: HTTPStatus,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _error(self, status: HTTPStatus, message: str) -> None:
-        self._reply(status, _dumps({"error": message, "status": status.value}))
+    def _error(self, status: HTTPStatus, message: str, hint: str | None = None) -> None:
+        self._reply(status, _error_body(status, message, hint))
+
+    def _unauthorized(self) -> None:
+        self.send_response(HTTPStatus.UNAUTHORIZED)
+        body = _error_body(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+        self.send_header("WWW-Authenticate", 'Bearer realm="loopx"')
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def _not_allowed(self) -> None:
         self.close_connection = True
         self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
-        body = _dumps({"error": "only GET is allowed", "status": 405})
+        body = _error_body(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is allowed")
         self.send_header("Allow", "GET, HEAD")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed  # noqa: N815
+
+    def do_POST(self) -> None:
+        """An action (``/api/goals/<id>/<action>``); any other POST is a 405."""
+        if not web.do_post(self):
+            self._not_allowed()
 
     def do_HEAD(self) -> None:
         """Same as GET without the body."""
@@ -337,20 +391,17 @@ class StatusHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """Route a GET."""
-        if not self._authorized():
-            self.send_response(HTTPStatus.UNAUTHORIZED)
-            body = _dumps({"error": "missing or wrong bearer token", "status": 401})
-            self.send_header("WWW-Authenticate", 'Bearer realm="loopx"')
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.split("/") if p]
+        if web.serve_static(self, parts):  # the page and its assets hold no data: no token
+            return
+        if not self._authorized():
+            self._unauthorized()
+            return
         try:
             query = parse_qs(url.query, max_num_fields=10)
-            self._route(parts, query)
+            if not web.route_get(self, parts, query):
+                self._route(parts, query)
         except ValueError as e:
             self._error(HTTPStatus.BAD_REQUEST, str(e))
         except (LoopxError, OSError) as e:
@@ -361,28 +412,21 @@ class StatusHandler(BaseHTTPRequestHandler):
         service = self.server.service
         if parts == ["healthz"]:
             snap = service.snapshot()
-            self._reply(
-                HTTPStatus.OK,
-                _dumps(
-                    {
-                        "ok": True,
-                        "checked_at": snap.projection.checked_at.isoformat(),
-                        "goals": snap.projection.counts.total,
-                    }
-                ),
-            )
+            self._reply(HTTPStatus.OK, _dumps(health(snap.projection)))
         elif parts == ["status"]:
             offset, limit, actor = _page(query)
             body = service.cached(
                 f"status:{offset}:{limit}:{actor}",
-                lambda s: status_body(s, offset=offset, limit=limit, actor=actor),
+                lambda s: _dumps(
+                    status_page(s.projection, offset=offset, limit=limit, actor=actor)
+                ),
             )
             self._reply(HTTPStatus.OK, body)
         elif parts == ["goals"]:
             offset, limit, actor = _page(query)
             body = service.cached(
                 f"goals:{offset}:{limit}:{actor}",
-                lambda s: goals_body(s, offset=offset, limit=limit, actor=actor),
+                lambda s: _dumps(goal_page(s.projection, offset=offset, limit=limit, actor=actor)),
             )
             self._reply(HTTPStatus.OK, body)
         elif len(parts) in (2, 3) and parts[0] == "goals":
@@ -392,9 +436,10 @@ class StatusHandler(BaseHTTPRequestHandler):
                 self._error(HTTPStatus.NOT_FOUND, f"no goal {goal_id!r} in the status projection")
             elif len(parts) == 2:  # noqa: PLR2004 - /goals/<id>
                 view = snap.projection.goals[snap.by_id[goal_id]]
-                self._reply(HTTPStatus.OK, view.model_dump_json().encode() + b"\n")
+                self._reply(HTTPStatus.OK, _dumps(goal_detail(view)))
             elif parts[2] == "turns":
-                self._reply(HTTPStatus.OK, turns_body(service.layout, goal_id, TURNS_PAGE))
+                turns = goal_turns(service.layout, goal_id, TURNS_PAGE)
+                self._reply(HTTPStatus.OK, _dumps(turns))
             else:
                 self._error(HTTPStatus.NOT_FOUND, f"no such resource {self.path!r}")
         elif parts == ["metrics"]:
@@ -410,9 +455,18 @@ class StatusServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], service: StatusService, token: str | None) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        service: StatusService,
+        token: str | None,
+        *,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.service = service
         self.token = token or None
+        self.request_timeout_s = request_timeout_s
+        self.streams = web.StreamSlots()
         host = address[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
@@ -429,20 +483,25 @@ def make_server(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     token: str | None = None,
-    ttl_s: float = DEFAULT_TTL_S,
-    refresh_interval_s: float = 5.0,
+    ttl_s: float = SERVE_TTL_S,
+    refresh_interval_s: float = SERVE_REFRESH_S,
+    actions: bool = False,
+    request_timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> StatusServer:
     """A bound (not yet serving) status server; ``port`` 0 picks a free port.
 
     Raises:
         InsecureBindError: a non-loopback host without a token.
+        ActionsNeedTokenError: ``actions`` without a token.
         UsageError: the address cannot be bound.
 
     """
-    check_bind(host, token)
-    service = StatusService(layout, ttl_s=ttl_s, refresh_interval_s=refresh_interval_s)
+    check_bind(host, token, actions=actions)
+    service = StatusService(
+        layout, ttl_s=ttl_s, refresh_interval_s=refresh_interval_s, actions=actions
+    )
     try:
-        server = StatusServer((host, port), service, token)
+        server = StatusServer((host, port), service, token, request_timeout_s=request_timeout_s)
     except OSError as e:
         raise UsageError(
             f"cannot listen on {host}:{port}: {e.strerror}", hint="choose another --port"

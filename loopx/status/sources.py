@@ -1,7 +1,8 @@
 """Reading what the status projection needs from the runtime root, cheaply.
 
 The shell around the pure :mod:`loopx.status.projection`: fingerprints of a goal's files,
-history tails read from the end of the file, the quota window read backwards,
+history tails (:mod:`loopx.history.reader`), the quota window's buckets (from
+the ledger's aggregate, the same reader the quota decision uses),
 the quarantine listing, probe observations, the fleet, and the change-hint log
 that lets a refresh skip the scan of unchanged goals.
 """
@@ -9,26 +10,24 @@ that lets a refresh skip the scan of unchanged goals.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from pydantic import Field, ValidationError
-
-from loopx.errors import CorruptFileError, LoopxError
+from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
-from loopx.model import Record
-from loopx.quota.ledger import SpendRecord
+from loopx.history.reader import history_tail
+from loopx.quota.ledger import window_spend
+from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import GoalInputs, ProbeObservation, SpendPoint
+from loopx.status.projection import GoalInputs
+from loopx.status.view import ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,
     ensure_dir,
@@ -38,9 +37,6 @@ from loopx.storage.files import (
 )
 from loopx.turn.lease import Lease
 
-HISTORY_TAIL: Final = 8  # lines of history the projection looks at (newest last)
-MAX_WINDOW_RECORDS: Final = 100_000  # a quota window never needs more ledger lines
-_BLOCK: Final = 16 * 1024
 # Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
 # turns/ directory's mtime moves whenever a journal is created or rewritten.
 FINGERPRINT_NAMES: Final = (
@@ -135,159 +131,6 @@ def goal_fingerprint(goal_dir: str) -> Fingerprint:
     return tuple(out)
 
 
-# --- tails -------------------------------------------------------------------------------------
-
-
-def iter_lines_backwards(path: Path, *, block: int = _BLOCK) -> Iterator[bytes]:
-    """Complete lines of a file, newest first, read from the end in blocks.
-
-    A last line without its newline is a torn write and is skipped.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return
-    try:
-        pos = os.fstat(fd).st_size
-        carry = b""
-        seen_newline = False
-        while pos > 0:
-            step = min(block, pos)
-            pos -= step
-            buf = os.pread(fd, step, pos) + carry
-            if not seen_newline:
-                nl = buf.rfind(b"\n")
-                if nl < 0:
-                    carry = b""  # still inside the torn tail
-                    continue
-                buf, seen_newline = buf[:nl], True
-            lines = buf.split(b"\n")
-            carry = lines[0]
-            for line in reversed(lines[1:]):
-                if line.strip():
-                    yield line
-        if seen_newline and carry.strip():
-            yield carry
-    finally:
-        os.close(fd)
-
-
-def history_tail(path: Path, want: int = HISTORY_TAIL) -> list[HistoryLine]:
-    """The last ``want`` history lines, oldest first.
-
-    Raises:
-        CorruptFileError: one of those lines is not a history record.
-
-    """
-    out: list[HistoryLine] = []
-    for line in iter_lines_backwards(path):
-        try:
-            out.append(HistoryLine.model_validate_json(line))
-        except ValidationError as e:
-            raise CorruptFileError(
-                path, f"a line near the end is not a history record: {e.errors()[0]['msg']}"
-            ) from e
-        if len(out) >= want:
-            break
-    out.reverse()
-    return out
-
-
-def window_spend(path: Path, *, since: datetime) -> list[SpendPoint]:
-    """Ledger records that ended after ``since``, read backwards until an older one.
-
-    The ledger is appended in commit order, which is ``ended_at`` order up to a
-    little clock skew between agents; a small margin keeps skewed records.
-
-    Raises:
-        CorruptFileError: a line in the window is not a spend record.
-
-    """
-    margin = since - timedelta(minutes=10)
-    out: list[SpendPoint] = []
-    for line in iter_lines_backwards(path):
-        try:
-            rec = SpendRecord.model_validate_json(line)
-        except ValidationError as e:
-            raise CorruptFileError(
-                path, f"a line near the end is not a spend record: {e.errors()[0]['msg']}"
-            ) from e
-        if rec.ended_at < margin or len(out) >= MAX_WINDOW_RECORDS:
-            break
-        u = rec.usage
-        out.append(
-            SpendPoint(
-                ended_at=rec.ended_at,
-                wall_s=u.wall_s,
-                cpu_s=u.cpu_s,
-                tokens=u.tokens,
-                cost_usd=u.cost_usd,
-            )
-        )
-    out.reverse()
-    return out
-
-
-# --- counters ----------------------------------------------------------------------------------
-
-# Byte patterns of model_dump_json's compact output. A pattern inside a JSON
-# string would have its quotes escaped (\"), so it cannot match by accident.
-KIND_PATTERNS: Final = {
-    kind: f'"kind":"{kind}"'.encode()
-    for kind in ("progress", "completed", "wait", "needs_human", "failed")
-}
-STATUS_PATTERNS: Final = {s: f'"status":"{s}"'.encode() for s in ("committed", "failed", "stopped")}
-INTERRUPTED_PATTERN: Final = b'"failure":"host_interrupted"'
-
-
-class HistoryCounts(Record):
-    """Counts over a whole history file, kept incrementally by byte offset (for /metrics)."""
-
-    offset: int = 0
-    lines: int = 0
-    kinds: dict[str, int] = Field(default_factory=dict)
-    statuses: dict[str, int] = Field(default_factory=dict)
-    interrupted: int = 0  # turns failed by recovery with host_interrupted
-    max_epoch: int = 0
-
-
-def count_history(path: Path, previous: HistoryCounts) -> HistoryCounts:
-    """Counts extended by the lines appended since ``previous.offset`` (recounted if shrunk)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return HistoryCounts()
-    try:
-        size = os.fstat(fd).st_size
-        base = previous if size >= previous.offset else HistoryCounts()
-        data = os.pread(fd, size - base.offset, base.offset) if size > base.offset else b""
-    finally:
-        os.close(fd)
-    cut = data.rfind(b"\n") + 1
-    data = data[:cut]
-    kinds = dict(base.kinds)
-    for kind, pattern in KIND_PATTERNS.items():
-        kinds[kind] = kinds.get(kind, 0) + data.count(pattern)
-    statuses = dict(base.statuses)
-    for status, pattern in STATUS_PATTERNS.items():
-        statuses[status] = statuses.get(status, 0) + data.count(pattern)
-    max_epoch = base.max_epoch
-    if data:
-        for line in reversed(data.split(b"\n")):
-            if line.strip():
-                with contextlib.suppress(ValueError, AttributeError, TypeError):
-                    max_epoch = max(max_epoch, int(json.loads(line).get("epoch", 0)))
-                break
-    return HistoryCounts(
-        offset=base.offset + cut,
-        lines=base.lines + data.count(b"\n"),
-        kinds=kinds,
-        statuses=statuses,
-        interrupted=base.interrupted + data.count(INTERRUPTED_PATTERN),
-        max_epoch=max_epoch,
-    )
-
-
 # --- goals -------------------------------------------------------------------------------------
 
 
@@ -309,7 +152,7 @@ def gather_goal(
     state: GoalState | None = None
     lease: Lease | None = None
     history: list[HistoryLine] = []
-    spend: list[SpendPoint] = []
+    spend = SpendColumns()
     try:
         state = read_model_or_none(layout.state_file(goal.id), GoalState)
     except (LoopxError, OSError) as e:
@@ -323,9 +166,7 @@ def gather_goal(
     except (LoopxError, OSError) as e:
         damage.append(_damage(layout.history_file(goal.id), e))
     try:
-        spend = window_spend(
-            layout.quota_file(goal.id), since=now - timedelta(hours=goal.quota.window_hours)
-        )
+        spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now)).buckets
     except (LoopxError, OSError) as e:
         damage.append(_damage(layout.quota_file(goal.id), e))
     return GoalInputs(
@@ -333,7 +174,7 @@ def gather_goal(
         state=state,
         lease=lease,
         history=tuple(history),
-        spend=tuple(spend),
+        spend=spend,
         quarantined=quarantined,
         damage=tuple(damage),
         probe=probe,

@@ -20,6 +20,7 @@ from types import FrameType
 
 import structlog
 
+from loopx import exitcodes
 from loopx.batch.plan import BatchPlan
 from loopx.batch.report import (
     BatchReport,
@@ -182,12 +183,14 @@ class BatchRun:
                 fleet.wait()
         reports = gather_goal_reports(self.layout, self.goal_ids)
         self.show(progress_of(reports, time.monotonic() - started))
-        if fleet.returncode not in (0, 1, 2) and terminated_at is None:
+        ended = (exitcodes.OK, exitcodes.FAILURE, exitcodes.NEEDS_HUMAN)  # --until-idle verdicts
+        if fleet.returncode not in ended and terminated_at is None:
             raise BatchError(
                 f"the fleet's supervisor exited unexpectedly ({fleet.returncode}); see {log_path}",
                 hint="fix what the log names, then run the same batch again: it resumes",
             )
-        if fleet.returncode == 1 and not any(r.failures for r in reports) and terminated_at is None:
+        failed = fleet.returncode == exitcodes.FAILURE
+        if failed and not any(r.failures for r in reports) and terminated_at is None:
             raise BatchError(
                 f"the fleet's supervisor failed: {_last_error(log_path)}",
                 hint=f"see {log_path}; run the same batch again once fixed: it resumes",

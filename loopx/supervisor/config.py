@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loopx.errors import UsageError
-from loopx.fleet import AgentLoopFactory
+from loopx.fleet import AgentLoopFactory, Backend, Visibility
 from loopx.root import Layout
 from loopx.supervisor.backoff import RestartPolicy
 from loopx.supervisor.runner import AgentRunner, AgentSpec, LocalRunner
@@ -23,7 +23,7 @@ class SupervisorConfig:
     """How the supervisor runs (the `loopx supervisor run` options)."""
 
     agents: int = 1
-    visible: str = "none"  # "none" | "tmux"
+    visible: Visibility = Visibility.NONE
     until_idle: bool = False
     stop_grace_s: float = 30.0
     refresh_interval_s: float = 5.0
@@ -38,7 +38,7 @@ class SupervisorConfig:
     restart: RestartPolicy = field(default_factory=RestartPolicy)
     python: str = sys.executable
     log_level: str = "info"
-    backend: str = "local"  # "local" | "ray"
+    backend: Backend = Backend.LOCAL
     ray_address: str | None = None  # None: start a private local Ray cluster
     agent_cpus: float = 1.0  # Ray: CPUs reserved per agent actor
     agent_memory_mb: int | None = None  # Ray: memory reserved per agent actor
@@ -67,7 +67,7 @@ def make_runner(
         UsageError: ``--backend ray`` without ``make_agent``.
 
     """
-    if config.backend == "ray":
+    if config.backend is Backend.RAY:
         from loopx.supervisor.ray_backend import RayRunner  # noqa: PLC0415 - optional extra
 
         if make_agent is None:

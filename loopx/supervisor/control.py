@@ -7,17 +7,28 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from loopx import process
 from loopx.errors import CorruptFileError, LoopxError
-from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.fleet import (
+    AgentHeartbeat,
+    AgentView,
+    ExitStatus,
+    FleetRecord,
+    FleetState,
+    ScaleRequest,
+    ScaleResult,
+    SupervisorStarted,
+    SupervisorStatus,
+    SupervisorStopped,
+)
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.storage.files import read_model_or_none
 from loopx.supervisor.lock import read_record
-from loopx.supervisor.process import describe_exit, spawn
-from loopx.supervisor.scale import ScaleRequest, write_scale
+from loopx.supervisor.process import spawn
+from loopx.supervisor.scale import write_scale
 from loopx.supervisor.tmux import TmuxSession
 
 START_TIMEOUT_S: Final = 60.0
@@ -42,14 +53,14 @@ class SupervisorStartError(LoopxError):
 def running_ref(layout: Layout) -> tuple[FleetRecord | None, process.ProcessIdentity | None]:
     """The last supervisor record, and its process if it still runs."""
     record = read_record(layout)
-    if record is None or record.state == "stopped":
+    if record is None or record.state is FleetState.STOPPED:
         return record, None
     ref = process.ProcessIdentity(record.pid, record.pid_started_at)
     return record, ref if ref.alive() else None
 
 
-def status_document(layout: Layout) -> dict[str, Any]:
-    """The `loopx supervisor status --json` document (see docs/cli.md)."""
+def status_document(layout: Layout) -> SupervisorStatus:
+    """The supervisor's record and every agent's heartbeat, with liveness (`supervisor status`)."""
     record, ref = running_ref(layout)
     agents = []
     if layout.agents_dir.is_dir():
@@ -62,26 +73,24 @@ def status_document(layout: Layout) -> dict[str, Any]:
                 continue
             alive = process.ProcessIdentity(beat.pid, beat.pid_started_at).alive()
             age = (utcnow() - beat.beat_at).total_seconds()
-            agents.append(
-                {**beat.model_dump(mode="json"), "alive": alive, "beat_age_s": round(age, 3)}
-            )
-    return {
-        "schema_version": 1,
-        "root": str(layout.root),
-        "running": ref is not None,
-        "crash_loop": bool(record and ref and record.crash_loop),
-        "supervisor": record.model_dump(mode="json") if record else None,
-        "agents": agents,
-    }
+            fields = {name: getattr(beat, name) for name in AgentHeartbeat.model_fields}
+            agents.append(AgentView(**fields, alive=alive, beat_age_s=round(age, 3)))
+    return SupervisorStatus(
+        root=str(layout.root),
+        running=ref is not None,
+        crash_loop=bool(record and ref and record.crash_loop),
+        supervisor=record,
+        agents=agents,
+    )
 
 
 def stop(
     layout: Layout, *, timeout_s: float | None = None, force: bool = False
-) -> FleetRecord | None:
+) -> SupervisorStopped:
     """SIGTERM the running supervisor and wait until it has stopped its fleet.
 
     Returns:
-        The supervisor's final record, or None when none was running.
+        The supervisor's final record (None when none was running).
 
     Raises:
         LoopxError: it did not stop within the wait.
@@ -89,11 +98,11 @@ def stop(
     """
     record, ref = running_ref(layout)
     if ref is None or record is None:
-        return None
+        return SupervisorStopped(was_running=False, supervisor=None)
     wait = timeout_s if timeout_s is not None else record.stop_grace_s + 15
     found = ref.find()
     if found is None:
-        return read_record(layout)
+        return SupervisorStopped(was_running=True, supervisor=read_record(layout))
     found.send_signal(signal.SIGTERM)
     if force:
         found.send_signal(signal.SIGTERM)
@@ -105,28 +114,27 @@ def stop(
             f"supervisor pid {ref.pid} on {layout.root} did not stop within {wait:.0f}s",
             hint="run `loopx supervisor stop --force`, or kill it; the next start reaps its agents",
         )
-    return read_record(layout)
+    return SupervisorStopped(was_running=True, supervisor=read_record(layout))
 
 
-def scale(layout: Layout, agents: int) -> FleetRecord | None:
+def scale(layout: Layout, agents: int) -> ScaleResult:
     """Ask for ``agents`` agents: write the wanted count and send SIGHUP to a running supervisor.
 
     Returns:
-        The running supervisor's record (before it applied the change), or None when none runs
-        (the file is then ignored: the next start's ``--agents`` decides).
+        Whether a running supervisor was signalled; when none runs the file is ignored (the
+        next start's ``--agents`` decides).
 
     """
     write_scale(layout, ScaleRequest(agents=agents, requested_at=utcnow()))
-    record, ref = running_ref(layout)
-    if ref is None:
-        return None
-    found = ref.find()
-    if found is not None:
-        found.send_signal(signal.SIGHUP)
-    return record
+    _record, ref = running_ref(layout)
+    found = ref.find() if ref is not None else None
+    if found is None:
+        return ScaleResult(agents=agents, signalled=False)
+    found.send_signal(signal.SIGHUP)
+    return ScaleResult(agents=agents, signalled=True, supervisor_pid=found.pid)
 
 
-def start_detached(layout: Layout, run_args: Sequence[str]) -> FleetRecord:
+def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted:
     """Start `loopx supervisor run RUN_ARGS` in the background (own session, log in logs/).
 
     Waits until it reports ``running``.
@@ -152,13 +160,14 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> FleetRecord:
     while time.monotonic() < deadline:
         if child.poll() is not None:
             raise SupervisorStartError(
-                f"the background supervisor exited with {describe_exit(child.returncode)}: "
+                f"the background supervisor exited with "
+                f"{ExitStatus.of_returncode(child.returncode).describe()}: "
                 f"{_tail(log_path)}",
                 hint=f"see {log_path}",
             )
         record = read_record(layout)
-        if record is not None and record.pid == child.pid and record.state == "running":
-            return record
+        if record is not None and record.pid == child.pid and record.state is FleetState.RUNNING:
+            return SupervisorStarted(supervisor=record)
         time.sleep(0.05)
     raise SupervisorStartError(
         f"the background supervisor (pid {child.pid}) did not report running within "

@@ -15,7 +15,8 @@ from pathlib import Path
 from loopx.batch.plan import BatchPlan, PlanGoal
 from loopx.batch.report import BatchReport, Outcome
 from loopx.model import utcnow
-from loopx.registry.model import HostKind, QuotaPolicy
+from loopx.quota.policy import QuotaPolicy
+from loopx.registry.model import HostKind
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, ensure_dir
 from loopx.supervisor.batch import BatchConfig, BatchRun, Progress, register_plan, write_report

@@ -28,7 +28,14 @@ import structlog
 
 from loopx import exitcodes, process
 from loopx.errors import CorruptFileError
-from loopx.fleet import AgentHeartbeat, AgentLoopFactory, FleetRecord
+from loopx.fleet import (
+    AgentHeartbeat,
+    AgentLoopFactory,
+    ExitKind,
+    ExitStatus,
+    FleetRecord,
+    FleetState,
+)
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
@@ -85,7 +92,7 @@ class Supervisor:
         )
         self.slots: list[Slot] = []
         self.wanted = config.agents
-        self.state = "starting"
+        self.state = FleetState.STARTING
         self.exit_code: int | None = None
         self.stop_requests = 0
         self.reload_requested = False
@@ -146,7 +153,7 @@ class Supervisor:
         now = time.monotonic()
         for slot in self.slots:
             self._spawn(slot, now)
-        self.state = "running"
+        self.state = FleetState.RUNNING
         self._write_record()
         self.notifier.ready(self._status_line())
         log.info(
@@ -217,14 +224,16 @@ class Supervisor:
             return since_spawn
         return min(since_spawn, (utcnow() - beat.beat_at).total_seconds())
 
-    def _ended(self, slot: Slot, how: str, now: float) -> None:
+    def _ended(self, slot: Slot, how: ExitStatus, now: float) -> None:
         ref = slot.ref
-        log.warning("agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how)
+        log.warning(
+            "agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how.describe()
+        )
         slot.agent, slot.last_exit = None, how
-        if self.state != "running" or slot.retiring:
+        if self.state is not FleetState.RUNNING or slot.retiring:
             slot.next_start = None
             return
-        clean = how == "exit code 0"
+        clean = how.clean
         decision = decide_restart(self.config.restart, [] if clean else slot.restart_times, now=now)
         if not clean:
             slot.restart_times = [
@@ -246,18 +255,24 @@ class Supervisor:
         for slot in list(self.slots):
             if slot.agent is not None:
                 how = slot.agent.exit_status()
-                if how is None and self.state == "running":
+                if how is None and self.state is FleetState.RUNNING:
                     age = self._heartbeat_age(slot)
                     if age > self.config.stall_s:
                         log.error("agent_stalled", agent_id=slot.agent_id, silent_s=round(age, 1))
                         slot.agent.kill(grace_s=STALL_KILL_GRACE_S)
-                        how = f"killed: heartbeat silent for {age:.0f}s"
+                        how = ExitStatus(
+                            kind=ExitKind.STALLED, detail=f"heartbeat silent for {age:.0f}s"
+                        )
                     elif slot.crash_loop and now - slot.spawned_at > self.config.restart.window_s:
                         slot.crash_loop, slot.recent_restarts, changed = False, 0, True
                 if how is not None:
                     self._ended(slot, how, now)
                     changed = True
-            elif slot.next_start is not None and now >= slot.next_start and self.state == "running":
+            elif (
+                slot.next_start is not None
+                and now >= slot.next_start
+                and self.state is FleetState.RUNNING
+            ):
                 self._spawn(slot, now)
                 changed = True
             if slot.retiring and slot.agent is None:
@@ -299,7 +314,7 @@ class Supervisor:
         self.notifier.send("READY=1", f"STATUS={self._status_line()}")
 
     def _begin_stop(self, now: float) -> None:
-        self.state = "stopping"
+        self.state = FleetState.STOPPING
         self.exit_code = self._stop_code
         self._stop_deadline = now + self.config.stop_grace_s
         self.notifier.stopping(f"stopping {len(self._live())} agents")
@@ -331,7 +346,7 @@ class Supervisor:
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
         reap_orphans()
-        self.state = "stopped"
+        self.state = FleetState.STOPPED
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK
         log.info("supervisor_stopped", exit_code=code)
@@ -366,9 +381,9 @@ class Supervisor:
 
     def tick(self, now: float) -> int | None:
         """One step of the supervisor at monotonic time ``now``; the exit code once stopped."""
-        if self.stop_requests and self.state == "running":
+        if self.stop_requests and self.state is FleetState.RUNNING:
             self._begin_stop(now)
-        if self.state == "stopping":
+        if self.state is FleetState.STOPPING:
             self._check_slots(now)
             forced = self.stop_requests > 1 or now >= self._stop_deadline
             if forced or not self._live():
@@ -402,7 +417,7 @@ class Supervisor:
         due = [now + self.config.tick_s]
         if self.notifier.watchdog_s is not None:
             due.append(self._next_watchdog)
-        if self.state == "stopping":
+        if self.state is FleetState.STOPPING:
             due.append(now + 0.1)
         if self.config.until_idle:
             due.append(self._next_idle_check)
@@ -431,7 +446,7 @@ class Supervisor:
             state=self.state,
             stop_grace_s=self.config.stop_grace_s,
             until_idle=self.config.until_idle,
-            exit_code=self.exit_code if self.state == "stopped" else None,
+            exit_code=self.exit_code if self.state is FleetState.STOPPED else None,
             started_at=self._started_wall,
             updated_at=utcnow(),
             slots=[s.record() for s in self.slots],
@@ -463,7 +478,7 @@ class Supervisor:
                     while os.read(read_fd, 512):
                         pass
         except BaseException:
-            if self._lock is not None and self.state != "stopped":
+            if self._lock is not None and self.state is not FleetState.STOPPED:
                 self.exit_code = exitcodes.FAILURE
                 with contextlib.suppress(Exception):
                     self._finish()

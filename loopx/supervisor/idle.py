@@ -71,9 +71,10 @@ def idle_verdict(
 ) -> IdleVerdict:
     """Whether no goal can make progress, and the run's exit code.
 
-    0 when every goal is done; 1 when some goal failed (or ``fleet_dead``: every
-    agent is in a crash loop, so nothing can progress); 2 when none failed but
-    some wait for a human, for quota, or for a time beyond ``horizon``.
+    ``OK`` when every goal is done; ``FAILURE`` when some goal failed (or
+    ``fleet_dead``: every agent is in a crash loop, so nothing can progress);
+    ``NEEDS_HUMAN`` when none failed but some wait for a human, for quota, or
+    for a time beyond ``horizon``.
     """
     outcomes = {g.goal_id: outcome_of(g, now=now, horizon=horizon) for g in goals}
     progressing = any(o is Outcome.PROGRESSING for o in outcomes.values())

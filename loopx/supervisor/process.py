@@ -7,7 +7,6 @@ the policy (when to kill, how long to wait) in :mod:`loopx.supervisor.fleet`.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -88,16 +87,3 @@ def reap_orphans(known: Iterable[int] = ()) -> list[tuple[int, int]]:
         if pid:
             reaped.append((pid, status))
     return reaped
-
-
-def describe_exit(returncode: int | None) -> str:
-    """A dead child's end in words: ``exit code 1`` or ``signal SIGKILL``."""
-    if returncode is None:
-        return "exited (status unknown: not a child of this supervisor)"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = str(-returncode)
-        return f"signal {name}"
-    return f"exit code {returncode}"

@@ -3,35 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 
 import structlog
 
-from loopx.errors import CorruptFileError, LoopxError
-from loopx.history.line import HistoryLine
+from loopx.errors import LoopxError
+from loopx.history.reader import last_history_line
 from loopx.quota.decision import decide
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.schedule.candidates import lease_expiry
 from loopx.state import load_state
-from loopx.status.sources import history_tail
 from loopx.supervisor.idle import GoalProgress
 from loopx.turn.protocol import ResultKind
 
 log = structlog.get_logger(__name__)
-
-
-def last_history_line(path: Path) -> HistoryLine | None:
-    """The newest complete line of a goal's ``history.jsonl`` (read from the end), or None.
-
-    A damaged newest line is None too: the idle decision then goes by the state alone.
-    """
-    try:
-        tail = history_tail(path, 1)
-    except CorruptFileError:
-        return None
-    return tail[-1] if tail else None
 
 
 def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:

@@ -34,7 +34,7 @@ import structlog
 
 from loopx import environ, process
 from loopx.errors import LoopxError, UsageError
-from loopx.fleet import AgentConfig, AgentLoopFactory
+from loopx.fleet import AgentConfig, AgentLoopFactory, Backend, ExitKind, ExitStatus
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import GoalStatus, Registry
 from loopx.root import Layout
@@ -184,7 +184,7 @@ class RayAgent:
     me_pid: int
     _ref: process.ProcessIdentity | None = None
     hostname: str | None = None
-    _ended: str | None = None
+    _ended: ExitStatus | None = None
 
     @property
     def ref(self) -> process.ProcessIdentity | None:
@@ -199,7 +199,7 @@ class RayAgent:
                     self._ref = process.ProcessIdentity(int(pid), float(started))
         return self._ref
 
-    def exit_status(self) -> str | None:
+    def exit_status(self) -> ExitStatus | None:
         """How the actor's loop ended, or None while it runs (or waits for a node)."""
         if self._ended is not None:
             return self._ended
@@ -210,11 +210,11 @@ class RayAgent:
             return None
         try:
             code = ray.get(self.run_ref)
-            self._ended = f"exit code {code}"
+            self._ended = ExitStatus(kind=ExitKind.EXITED, code=int(code))
         except ray.exceptions.RayActorError as e:
             self._ended = _describe_actor_death(e, self._ref)
         except ray.exceptions.RayError as e:
-            self._ended = f"actor failed: {str(e).splitlines()[0][:200]}"
+            self._ended = ExitStatus(kind=ExitKind.FAILED, detail=str(e).splitlines()[0][:200])
         return self._ended
 
     def request_stop(self) -> None:
@@ -241,16 +241,16 @@ class RayAgent:
             procs.append(found)
         process.kill_tree([p for p in procs if p.pid != self.me_pid], grace_s=0)
         if self._ended is None:
-            self._ended = "killed (ray.kill)"
+            self._ended = ExitStatus(kind=ExitKind.KILLED, detail="ray.kill")
 
 
-def _describe_actor_death(error: Exception, ref: process.ProcessIdentity | None) -> str:
-    """A dead actor's end in words, with its worker pid."""
-    text = str(error)
-    pid = f" (worker pid {ref.pid})" if ref is not None else ""
-    if "killed by `ray.kill`" in text or "ray.kill" in text:
-        return f"actor killed{pid}"
-    return f"actor died{pid}: worker process exited unexpectedly (killed, OOM, or node lost)"
+def _describe_actor_death(error: Exception, ref: process.ProcessIdentity | None) -> ExitStatus:
+    """A dead actor's end, with its worker pid."""
+    pid = f"worker pid {ref.pid}" if ref is not None else "worker pid unknown"
+    if "ray.kill" in str(error):
+        return ExitStatus(kind=ExitKind.KILLED, detail=f"actor killed ({pid})")
+    died = "worker process exited unexpectedly (killed, OOM, or node lost)"
+    return ExitStatus(kind=ExitKind.DIED, detail=f"actor died ({pid}): {died}")
 
 
 @dataclass(slots=True)
@@ -263,7 +263,7 @@ class RayRunner:
     address: str | None = None
     agent_cpus: float = 1.0
     agent_memory_mb: int | None = None
-    name: str = "ray"
+    name: Backend = Backend.RAY
     me_pid: int = field(default_factory=os.getpid)
     _cls: Any = None
     _started_ray: bool = False

@@ -28,8 +28,9 @@ from typing import Final, Protocol
 import psutil
 
 from loopx import environ, process
+from loopx.fleet import Backend, ExitStatus, Visibility
 from loopx.root import Layout
-from loopx.supervisor.process import describe_exit, fleet_processes, spawn
+from loopx.supervisor.process import fleet_processes, spawn
 from loopx.supervisor.tmux import TmuxSession
 
 # Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
@@ -56,8 +57,8 @@ class AgentHandle(Protocol):
     def ref(self) -> process.ProcessIdentity | None:
         """The agent's process (pid and start time) once known; None before."""
 
-    def exit_status(self) -> str | None:
-        """How the agent ended (``exit code 0``, ``signal SIGKILL``, ...), or None while it runs."""
+    def exit_status(self) -> ExitStatus | None:
+        """How the agent ended, or None while it runs."""
 
     def request_stop(self) -> None:
         """Ask the agent to stop at a safe point (the first SIGTERM of a local agent)."""
@@ -69,7 +70,7 @@ class AgentHandle(Protocol):
 class AgentRunner(Protocol):
     """A back-end: starts agents and cleans up after them."""
 
-    name: str
+    name: Backend
 
     def open(self) -> None:
         """Prepare the back-end (connect to a cluster, create the tmux session)."""
@@ -103,13 +104,13 @@ class LocalAgent:
         """The agent's process."""
         return self._ref
 
-    def exit_status(self) -> str | None:
+    def exit_status(self) -> ExitStatus | None:
         """How the process ended, or None while it runs."""
         if self.proc is not None:
             rc = self.proc.poll()
-            return None if rc is None else describe_exit(rc)
+            return None if rc is None else ExitStatus.of_returncode(rc)
         if self._ref is None or not self._ref.alive():
-            return describe_exit(None)
+            return ExitStatus.of_returncode(None)
         return None
 
     def request_stop(self) -> None:
@@ -141,8 +142,8 @@ class LocalRunner:
     layout: Layout
     spec: AgentSpec
     env: Mapping[str, str]
-    visible: str = "none"  # "none" | "tmux"
-    name: str = "local"
+    visible: Visibility = Visibility.NONE
+    name: Backend = Backend.LOCAL
     me: process.ProcessIdentity = field(default_factory=process.ProcessIdentity.current)
     _tmux: TmuxSession | None = None
 
@@ -153,7 +154,7 @@ class LocalRunner:
 
     def open(self) -> None:
         """Create the tmux session with ``--visible tmux``."""
-        if self.visible == "tmux":
+        if self.visible is Visibility.TMUX:
             self._tmux = TmuxSession(self.layout.root)
             self._tmux.create()
 

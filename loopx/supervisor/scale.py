@@ -8,25 +8,14 @@ so a scale change survives the supervisor's restart only when the unit's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final, Literal
-
-from pydantic import Field
+from typing import Final
 
 from loopx.errors import CorruptFileError
-from loopx.model import Record, UtcDatetime
+from loopx.fleet import ScaleRequest
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
 
 SCALE_FILE: Final = "supervisor.scale.json"
-MAX_AGENTS: Final = 256
-
-
-class ScaleRequest(Record):
-    """``supervisor.scale.json``: how many agents a person wants."""
-
-    schema_version: Literal[1] = 1
-    agents: Annotated[int, Field(ge=0, le=MAX_AGENTS)]
-    requested_at: UtcDatetime
 
 
 def scale_file(layout: Layout) -> Path:

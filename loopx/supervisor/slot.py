@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from loopx import process
-from loopx.fleet import AgentSlot
+from loopx.fleet import AgentSlot, ExitStatus
 from loopx.model import utcnow
 from loopx.supervisor.runner import AgentHandle
 
@@ -25,7 +25,7 @@ class Slot:
     restarts: int = 0
     recent_restarts: int = 0
     crash_loop: bool = False
-    last_exit: str | None = None
+    last_exit: ExitStatus | None = None
     retiring: bool = False
 
     @property

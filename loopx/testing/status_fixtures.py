@@ -13,8 +13,9 @@ from pathlib import Path
 
 from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
+from loopx.quota.policy import QuotaPolicy
 from loopx.quota.usage import Usage
-from loopx.registry.model import Goal, QuotaPolicy
+from loopx.registry.model import Goal
 from loopx.registry.store import write_goals
 from loopx.root import Layout
 from loopx.state import Gate, GoalState

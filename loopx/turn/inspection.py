@@ -234,3 +234,11 @@ def inspect_journal(journal: TurnJournal, *, goal_id: str, turn_key: str) -> Jou
         recovery_decision=decision,
         failure=journal.failure.reason if journal.failure else None,
     )
+
+
+class JournalList(Record):
+    """`loopx journal list --json`: the inspection of each of a goal's journals, oldest first."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    journals: list[JournalInspection]

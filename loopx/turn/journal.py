@@ -267,3 +267,12 @@ def last_seq(layout: Layout, goal_id: str) -> int:
     newest = newest_journal(layout, goal_id)
     parsed = parse_turn_key(newest.name[: -len(".json")]) if newest is not None else None
     return parsed[1] if parsed is not None else 0
+
+
+def final_status(journal: TurnJournal) -> TurnStatus:
+    """The terminal status the journal's data implies. Pure."""
+    if journal.failure is None:
+        return TurnStatus.COMMITTED
+    if journal.failure.reason is FailureReason.STOPPED:
+        return TurnStatus.STOPPED
+    return TurnStatus.FAILED

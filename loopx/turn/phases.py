@@ -43,10 +43,10 @@ from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state, update_state
 from loopx.storage.files import dir_sync_batch
 from loopx.turn.failures import FailureReason, TurnFailure
-from loopx.turn.journal import Phase, TurnJournal, write_journal_unfenced
+from loopx.turn.journal import Phase, TurnJournal, final_status, write_journal_unfenced
 from loopx.turn.lease import Fence
 from loopx.turn.protocol import ResultKind
-from loopx.turn.writeback import durable_writeback, final_status
+from loopx.turn.writeback import durable_writeback
 
 BACKOFF_BASE_S: Final = 30.0
 BACKOFF_MAX_S: Final = 3600.0

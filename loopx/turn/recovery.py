@@ -31,8 +31,14 @@ from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
-from loopx.turn.inspection import JournalInspection, RecoveryDecision, Violation, inspect
-from loopx.turn.journal import Phase, TurnJournal, journal_files
+from loopx.turn.inspection import (
+    JournalInspection,
+    JournalList,
+    RecoveryDecision,
+    Violation,
+    inspect,
+)
+from loopx.turn.journal import Phase, TurnJournal, TurnStatus, journal_files
 from loopx.turn.lease import Fence, claim, clear_dead_lease, fence_of, release
 from loopx.turn.phases import finish
 
@@ -47,7 +53,7 @@ class RecoveryAction(Record):
     goal_id: str
     turn_key: str
     decision: RecoveryDecision
-    status: str | None = None  # the journal's status afterwards (None when quarantined)
+    status: TurnStatus | None = None  # the journal's status afterwards (None when quarantined)
     detail: str = ""
     quarantined_to: str | None = None
 
@@ -180,6 +186,14 @@ def inspect_file(path: Path, *, goal_id: str) -> JournalInspection:
 
     """
     return inspect(read_bytes(path), goal_id=goal_id, turn_key=path.name.removesuffix(".json"))
+
+
+def inspect_goal_journals(layout: Layout, goal_id: str) -> JournalList:
+    """Every journal of ``goal_id``, inspected, oldest first (`loopx journal list`)."""
+    return JournalList(
+        goal_id=goal_id,
+        journals=[inspect_file(p, goal_id=goal_id) for p in journal_files(layout, goal_id)],
+    )
 
 
 def needs_recovery(layout: Layout, goal_id: str) -> list[Path]:

@@ -5,7 +5,7 @@ process), so a replay after a crash writes the same bytes again:
 
 * ``runs/<seq>.json`` and ``runs/<seq>.md`` are rewritten atomically with the
   same content;
-* the history line is keyed by ``turn_key`` (:func:`loopx.storage.jsonl.append_record`
+* the history line is keyed by ``turn_key`` (:func:`loopx.storage.files.append_record`
   skips a repeat);
 * the state patch is applied only if ``state.turn_seq`` is below the turn's
   seq, and that bump is written in the same atomic rewrite as the patch.
@@ -17,120 +17,15 @@ and history line exist.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from loopx.faults import fault_point
-from loopx.history.line import HistoryLine
-from loopx.model import Record, UtcDatetime
-from loopx.quota.usage import Usage
+from loopx.history.line import history_line
+from loopx.history.runlog import render_markdown, run_report
 from loopx.root import Layout
 from loopx.state import GoalState, Todo, load_state, update_state
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 from loopx.storage.jsonl import append_record
-from loopx.turn.failures import FailureReason, TurnFailure
-from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, TurnStatus
-from loopx.turn.protocol import Envelope, HostResult, ResultKind
-
-
-def final_status(journal: TurnJournal) -> TurnStatus:
-    """The terminal status the journal's data implies. Pure."""
-    if journal.failure is None:
-        return TurnStatus.COMMITTED
-    if journal.failure.reason is FailureReason.STOPPED:
-        return TurnStatus.STOPPED
-    return TurnStatus.FAILED
-
-
-class RunReport(Record):
-    """``goals/<id>/runs/<seq>.json``: the full report of one turn."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    turn_key: str
-    seq: int
-    epoch: int
-    agent_id: str
-    attempt: int
-    status: TurnStatus
-    kind: ResultKind | None = None
-    failure: TurnFailure | None = None
-    result: HostResult | None = None
-    usage: Usage
-    envelope: Envelope
-    plan_argv: list[str]
-    outcome: HostOutcome | None = None
-    started_at: UtcDatetime
-    ended_at: UtcDatetime
-
-
-def run_report(journal: TurnJournal) -> RunReport:
-    """The run report of a settled journal. Pure."""
-    plan: TurnPlan = journal.plan
-    return RunReport(
-        goal_id=journal.goal_id,
-        turn_key=journal.turn_key,
-        seq=journal.seq,
-        epoch=journal.epoch,
-        agent_id=journal.agent_id,
-        attempt=journal.attempt,
-        status=final_status(journal),
-        kind=journal.result.kind if journal.result and journal.failure is None else None,
-        failure=journal.failure,
-        result=journal.result,
-        usage=journal.usage,
-        envelope=plan.envelope,
-        plan_argv=plan.argv,
-        outcome=journal.outcome,
-        started_at=journal.created_at,
-        ended_at=journal.turn_end,
-    )
-
-
-def render_markdown(report: RunReport) -> str:
-    """The human-readable ``runs/<seq>.md``. Pure."""
-    lines = [
-        f"# {report.goal_id} turn {report.seq} ({report.turn_key})",
-        "",
-        f"- status: **{report.status}**" + (f" ({report.kind})" if report.kind else ""),
-        f"- agent: {report.agent_id}, epoch {report.epoch}, host attempt {report.attempt}",
-        f"- started: {report.started_at.isoformat()}, ended: {report.ended_at.isoformat()}",
-        f"- usage: cpu {report.usage.cpu_s:.3f}s, wall {report.usage.wall_s:.3f}s, "
-        f"peak rss {report.usage.peak_rss_mb:.1f} MB",
-    ]
-    if report.failure is not None:
-        lines.append(f"- failure: `{report.failure.reason}`: {report.failure.message}")
-    if report.result is not None:
-        lines += ["", "## Summary", "", report.result.summary or "(none)"]
-        if report.result.next_action:
-            lines += ["", f"Next action: {report.result.next_action}"]
-        if report.result.evidence:
-            lines += ["", "## Evidence", "", *(f"- {e}" for e in report.result.evidence)]
-        if report.result.question:
-            lines += ["", "## Question for a human", "", report.result.question]
-    if report.outcome is not None and report.outcome.stderr:
-        tail = report.outcome.stderr[-2000:]
-        lines += ["", "## stderr (tail)", "", "```", tail.rstrip(), "```"]
-    return "\n".join(lines) + "\n"
-
-
-def history_line(journal: TurnJournal) -> HistoryLine:
-    """The compact history line of a settled journal. Pure."""
-    ok = journal.failure is None and journal.result is not None
-    return HistoryLine(
-        turn_key=journal.turn_key,
-        goal_id=journal.goal_id,
-        seq=journal.seq,
-        epoch=journal.epoch,
-        agent_id=journal.agent_id,
-        status=final_status(journal).value,
-        kind=journal.result.kind if ok and journal.result else None,
-        failure=journal.failure.reason.value if journal.failure else None,
-        summary=journal.result.summary if ok and journal.result else "",
-        next_action=journal.result.next_action if ok and journal.result else None,
-        usage=journal.usage,
-        started_at=journal.created_at,
-        ended_at=journal.turn_end,
-    )
+from loopx.turn.journal import TurnJournal
 
 
 def _upsert_todos(todos: list[Todo], changes: list[Todo]) -> list[Todo]:

@@ -1,0 +1,160 @@
+"""Every read of a goal's ``history.jsonl``.
+
+The tail read from the end, the newest line, the whole file, and counters
+kept incrementally by byte offset.
+
+Readers never see a torn last line: only bytes up to the last newline count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from pydantic import Field, ValidationError
+
+from loopx.errors import CorruptFileError
+from loopx.history.line import HistoryLine
+from loopx.model import Record
+from loopx.root import Layout
+from loopx.storage.jsonl import read_records
+
+HISTORY_TAIL: Final = 8  # lines of history the status projection looks at (newest last)
+_BLOCK: Final = 16 * 1024
+
+
+def iter_lines_backwards(path: Path, *, block: int = _BLOCK) -> Iterator[bytes]:
+    """Complete lines of a file, newest first, read from the end in blocks.
+
+    A last line without its newline is a torn write and is skipped.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    try:
+        pos = os.fstat(fd).st_size
+        carry = b""
+        seen_newline = False
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            buf = os.pread(fd, step, pos) + carry
+            if not seen_newline:
+                nl = buf.rfind(b"\n")
+                if nl < 0:
+                    carry = b""  # still inside the torn tail
+                    continue
+                buf, seen_newline = buf[:nl], True
+            lines = buf.split(b"\n")
+            carry = lines[0]
+            for line in reversed(lines[1:]):
+                if line.strip():
+                    yield line
+        if seen_newline and carry.strip():
+            yield carry
+    finally:
+        os.close(fd)
+
+
+def history_tail(path: Path, want: int = HISTORY_TAIL) -> list[HistoryLine]:
+    """The last ``want`` history lines, oldest first.
+
+    Raises:
+        CorruptFileError: one of those lines is not a history record.
+
+    """
+    out: list[HistoryLine] = []
+    for line in iter_lines_backwards(path):
+        try:
+            out.append(HistoryLine.model_validate_json(line))
+        except ValidationError as e:
+            raise CorruptFileError(
+                path, f"a line near the end is not a history record: {e.errors()[0]['msg']}"
+            ) from e
+        if len(out) >= want:
+            break
+    out.reverse()
+    return out
+
+
+# --- counters ----------------------------------------------------------------------------------
+
+# Byte patterns of model_dump_json's compact output. A pattern inside a JSON
+# string would have its quotes escaped (\"), so it cannot match by accident.
+KIND_PATTERNS: Final = {
+    kind: f'"kind":"{kind}"'.encode()
+    for kind in ("progress", "completed", "wait", "needs_human", "failed")
+}
+STATUS_PATTERNS: Final = {s: f'"status":"{s}"'.encode() for s in ("committed", "failed", "stopped")}
+INTERRUPTED_PATTERN: Final = b'"failure":"host_interrupted"'
+
+
+class HistoryCounts(Record):
+    """Counts over a whole history file, kept incrementally by byte offset (for /metrics)."""
+
+    offset: int = 0
+    lines: int = 0
+    kinds: dict[str, int] = Field(default_factory=dict)
+    statuses: dict[str, int] = Field(default_factory=dict)
+    interrupted: int = 0  # turns failed by recovery with host_interrupted
+    max_epoch: int = 0
+
+
+def count_history(path: Path, previous: HistoryCounts) -> HistoryCounts:
+    """Counts extended by the lines appended since ``previous.offset`` (recounted if shrunk)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return HistoryCounts()
+    try:
+        size = os.fstat(fd).st_size
+        base = previous if size >= previous.offset else HistoryCounts()
+        data = os.pread(fd, size - base.offset, base.offset) if size > base.offset else b""
+    finally:
+        os.close(fd)
+    cut = data.rfind(b"\n") + 1
+    data = data[:cut]
+    kinds = dict(base.kinds)
+    for kind, pattern in KIND_PATTERNS.items():
+        kinds[kind] = kinds.get(kind, 0) + data.count(pattern)
+    statuses = dict(base.statuses)
+    for status, pattern in STATUS_PATTERNS.items():
+        statuses[status] = statuses.get(status, 0) + data.count(pattern)
+    max_epoch = base.max_epoch
+    if data:
+        for line in reversed(data.split(b"\n")):
+            if line.strip():
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    max_epoch = max(max_epoch, int(json.loads(line).get("epoch", 0)))
+                break
+    return HistoryCounts(
+        offset=base.offset + cut,
+        lines=base.lines + data.count(b"\n"),
+        kinds=kinds,
+        statuses=statuses,
+        interrupted=base.interrupted + data.count(INTERRUPTED_PATTERN),
+        max_epoch=max_epoch,
+    )
+
+
+def last_history_line(path: Path) -> HistoryLine | None:
+    """The newest complete line of a goal's ``history.jsonl``, or None (none, or damaged)."""
+    try:
+        tail = history_tail(path, 1)
+    except CorruptFileError:
+        return None
+    return tail[-1] if tail else None
+
+
+def read_history(layout: Layout, goal_id: str) -> list[HistoryLine]:
+    """Every complete line of a goal's history, oldest first; [] when there is none.
+
+    Raises:
+        CorruptFileError: a complete line is not a history record.
+    """
+    return read_records(layout.history_file(goal_id), HistoryLine)

@@ -1,0 +1,89 @@
+"""The Run Log: one full report per turn (``goals/<id>/runs/<seq>.json`` and ``.md``).
+
+Built from a settled journal alone (pure), so a replay after a crash writes
+the same bytes again; :mod:`loopx.turn.writeback` writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from loopx.model import Record, UtcDatetime
+from loopx.quota.usage import Usage
+from loopx.turn.failures import TurnFailure
+from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, TurnStatus, final_status
+from loopx.turn.protocol import Envelope, HostResult, ResultKind
+
+
+class RunReport(Record):
+    """``goals/<id>/runs/<seq>.json``: the full report of one turn."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    turn_key: str
+    seq: int
+    epoch: int
+    agent_id: str
+    attempt: int
+    status: TurnStatus
+    kind: ResultKind | None = None
+    failure: TurnFailure | None = None
+    result: HostResult | None = None
+    usage: Usage
+    envelope: Envelope
+    plan_argv: list[str]
+    outcome: HostOutcome | None = None
+    started_at: UtcDatetime
+    ended_at: UtcDatetime
+
+
+def run_report(journal: TurnJournal) -> RunReport:
+    """The run report of a settled journal. Pure."""
+    plan: TurnPlan = journal.plan
+    return RunReport(
+        goal_id=journal.goal_id,
+        turn_key=journal.turn_key,
+        seq=journal.seq,
+        epoch=journal.epoch,
+        agent_id=journal.agent_id,
+        attempt=journal.attempt,
+        status=final_status(journal),
+        kind=journal.result.kind if journal.result and journal.failure is None else None,
+        failure=journal.failure,
+        result=journal.result,
+        usage=journal.usage,
+        envelope=plan.envelope,
+        plan_argv=plan.argv,
+        outcome=journal.outcome,
+        started_at=journal.created_at,
+        ended_at=journal.turn_end,
+    )
+
+
+def render_markdown(report: RunReport) -> str:
+    """The human-readable ``runs/<seq>.md``. Pure."""
+    lines = [
+        f"# {report.goal_id} turn {report.seq} ({report.turn_key})",
+        "",
+        f"- status: **{report.status}**" + (f" ({report.kind})" if report.kind else ""),
+        f"- agent: {report.agent_id}, epoch {report.epoch}, host attempt {report.attempt}",
+        f"- started: {report.started_at.isoformat()}, ended: {report.ended_at.isoformat()}",
+        (
+            f"- usage: cpu {report.usage.cpu_s:.3f}s, wall {report.usage.wall_s:.3f}s, "
+            f"peak rss {report.usage.peak_rss_mb:.1f} MB"
+        ),
+    ]
+    if report.failure is not None:
+        lines.append(f"- failure: `{report.failure.reason}`: {report.failure.message}")
+    if report.result is not None:
+        lines += ["", "## Summary", "", report.result.summary or "(none)"]
+        if report.result.next_action:
+            lines += ["", f"Next action: {report.result.next_action}"]
+        if report.result.evidence:
+            lines += ["", "## Evidence", "", *(f"- {e}" for e in report.result.evidence)]
+        if report.result.question:
+            lines += ["", "## Question for a human", "", report.result.question]
+    if report.outcome is not None and report.outcome.stderr:
+        tail = report.outcome.stderr[-2000:]
+        lines += ["", "## stderr (tail)", "", "```", tail.rstrip(), "```"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,396 @@
+"""The dashboard's JSON documents, built from the status projection. Pure except the readers.
+
+``/api/overview`` (attention queue head, fleet, counts), ``/api/goals`` (a
+filtered page of the ordered queue), ``/api/goals/<id>`` (one goal's policy,
+state, view and recent turns) and ``/api/goals/<id>/runs/<seq>`` (a run log).
+A page costs a slice of the ordered projection, so 100,000 goals answer as
+fast as 10; a text filter costs one pass over the goals, cached per
+refresh generation by the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Final, Literal
+
+from pydantic import Field, ValidationError
+
+from loopx.errors import LoopxError
+from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.history.line import HistoryLine
+from loopx.history.reader import iter_lines_backwards
+from loopx.model import Record, UtcDatetime
+from loopx.registry.model import Goal, GoalStatus
+from loopx.root import Layout
+from loopx.state import GoalState, load_state
+from loopx.status.projection import HEARTBEAT_STALE_S
+from loopx.status.view import (
+    Actor,
+    FleetView,
+    GoalStatusView,
+    StatusCounts,
+    StatusProjection,
+    StatusReason,
+)
+
+ATTENTION_HUMANS: Final = 25
+ATTENTION_AGENTS: Final = 10
+DEFAULT_ROWS: Final = 50
+MAX_ROWS: Final = 500
+TURNS_SHOWN: Final = 100
+RUN_LOG_MAX_BYTES: Final = 256 * 1024
+MAX_QUERY_CHARS: Final = 200
+
+
+class GoalRow(Record):
+    """One line of the goals table (the view's fields a row shows)."""
+
+    goal_id: str
+    objective: str
+    goal_status: GoalStatus
+    priority: int
+    actor: Actor
+    reason: StatusReason
+    explanation: str
+    next_eligible_at: UtcDatetime | None = None
+    gate_question: str | None = None
+    open_gates: int = 0
+    agent_id: str | None = None  # the lease holder while running
+    last_turn_at: UtcDatetime | None = None
+    last_turn_seq: int | None = None
+    last_turn_status: str | None = None
+    consecutive_failures: int = 0
+    quota_used: float = 0.0  # spent / allowance of the wall budget, 0..1+
+
+
+def goal_row(view: GoalStatusView) -> GoalRow:
+    """A view as a table row. Pure."""
+    q = view.quota
+    last = view.last_turn
+    return GoalRow(
+        goal_id=view.goal_id,
+        objective=view.objective,
+        goal_status=view.goal_status,
+        priority=view.priority,
+        actor=view.actor,
+        reason=view.reason,
+        explanation=view.explanation,
+        next_eligible_at=view.next_eligible_at,
+        gate_question=view.gate_question,
+        open_gates=view.open_gates,
+        agent_id=view.lease.agent_id if view.lease is not None else None,
+        last_turn_at=last.ended_at if last is not None else None,
+        last_turn_seq=last.seq if last is not None else None,
+        last_turn_status=last.status if last is not None else None,
+        consecutive_failures=view.consecutive_failures,
+        quota_used=q.spent_wall_s / q.allowance_wall_s if q.allowance_wall_s > 0 else 0.0,
+    )
+
+
+class PageInfo(Record):
+    """Where a page sits in the filtered list."""
+
+    offset: int
+    limit: int
+    total: int
+    next_offset: int | None
+
+
+class GoalFilter(Record):
+    """The goals table's filters (all optional)."""
+
+    actor: Actor | None = None
+    reason: StatusReason | None = None
+    q: str | None = None  # case-insensitive substring of the id or the objective
+
+
+class GoalsPage(Record):
+    """``/api/goals``: one page of the filtered, urgency-ordered goals."""
+
+    schema_version: Literal[1] = 1
+    filter: GoalFilter
+    page: PageInfo
+    rows: list[GoalRow]
+
+
+class AgentRow(Record):
+    """One agent slot: what it runs now and how healthy it is."""
+
+    agent_id: str
+    alive: bool
+    phase: str | None = None
+    goal_id: str | None = None
+    turn_key: str | None = None
+    turn_since: UtcDatetime | None = None  # when it took the lease of the goal it runs
+    started_at: UtcDatetime | None = None  # the agent process's start
+    beat_at: UtcDatetime | None = None
+    turns_done: int = 0
+    restarts: int = 0
+    crash_loop: bool = False
+    last_exit: str | None = None
+
+
+class Overview(Record):
+    """``/api/overview``: counts, fleet, and the head of the attention queue."""
+
+    schema_version: Literal[1] = 1
+    generated_at: UtcDatetime
+    checked_at: UtcDatetime
+    seq: int  # the newest change event's number when this was built
+    actions: bool  # whether this server accepts actions
+    counts: StatusCounts
+    fleet: FleetView
+    agents: list[AgentRow]
+    humans: list[GoalRow]  # needs a person: gates, failing, paused, quarantined, crash loops
+    next_up: list[GoalRow]  # what agents run now or next
+
+
+class TurnRow(Record):
+    """One finished turn in a goal's history, newest first on the goal page."""
+
+    seq: int
+    turn_key: str
+    status: str
+    kind: str | None
+    failure: str | None
+    summary: str
+    agent_id: str
+    started_at: UtcDatetime
+    ended_at: UtcDatetime
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    tokens: int
+    cost_usd: float
+    has_log: bool
+
+
+class GoalDetail(Record):
+    """``/api/goals/<id>``: policy, state, status view and the recent turns."""
+
+    schema_version: Literal[1] = 1
+    view: GoalStatusView
+    goal: Goal | None = None  # None when the registry entry cannot be read
+    state: GoalState | None = None
+    state_error: str | None = None
+    turns: list[TurnRow] = Field(default_factory=list)
+    damaged_history_lines: int = 0
+    actions: bool = False
+
+
+class RunLog(Record):
+    """``/api/goals/<id>/runs/<seq>``: the turn's markdown report."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    seq: int
+    markdown: str
+    truncated: bool
+
+
+# --- builders ----------------------------------------------------------------------------------
+
+
+def agent_rows(
+    fleet: FleetRecord | None, beats: Sequence[AgentHeartbeat], *, now: datetime
+) -> list[AgentRow]:
+    """Each supervisor slot joined with its agent's heartbeat (heartbeats alone without one)."""
+    stale = now - timedelta(seconds=HEARTBEAT_STALE_S)
+    by_id = {b.agent_id: b for b in beats}
+    rows: list[AgentRow] = []
+    slots = fleet.slots if fleet is not None else []
+    for agent_id in [s.agent_id for s in slots] + sorted(set(by_id) - {s.agent_id for s in slots}):
+        slot = next((s for s in slots if s.agent_id == agent_id), None)
+        beat = by_id.get(agent_id)
+        rows.append(
+            AgentRow(
+                agent_id=agent_id,
+                alive=beat is not None and beat.beat_at >= stale,
+                phase=beat.phase.value if beat is not None else None,
+                goal_id=beat.goal_id if beat is not None else None,
+                turn_key=beat.turn_key if beat is not None else None,
+                started_at=beat.started_at if beat is not None else None,
+                beat_at=beat.beat_at if beat is not None else None,
+                turns_done=beat.turns_done if beat is not None else 0,
+                restarts=slot.restarts if slot is not None else 0,
+                crash_loop=slot.crash_loop if slot is not None else False,
+                last_exit=slot.last_exit.describe()
+                if slot is not None and slot.last_exit
+                else None,
+            )
+        )
+    return rows
+
+
+def overview(
+    projection: StatusProjection,
+    by_id: Mapping[str, int],
+    *,
+    agents: list[AgentRow],
+    seq: int,
+    actions: bool,
+) -> Overview:
+    """The overview document. Pure; costs a slice, not a pass over the goals."""
+    humans = projection.counts.by_actor.get(Actor.HUMAN.value, 0)
+    agent_count = projection.counts.by_actor.get(Actor.AGENT.value, 0)
+    goals = projection.goals
+
+    def with_turn(row: AgentRow) -> AgentRow:
+        index = by_id.get(row.goal_id) if row.goal_id is not None else None
+        lease = goals[index].lease if index is not None else None
+        if lease is None or lease.agent_id != row.agent_id:
+            return row
+        return row.model_copy(update={"turn_since": lease.acquired_at})
+
+    return Overview(
+        generated_at=projection.generated_at,
+        checked_at=projection.checked_at,
+        seq=seq,
+        actions=actions,
+        counts=projection.counts,
+        fleet=projection.fleet,
+        agents=[with_turn(a) for a in agents],
+        humans=[goal_row(v) for v in goals[: min(humans, ATTENTION_HUMANS)]],
+        next_up=[goal_row(v) for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]],
+    )
+
+
+def parse_filter(query: dict[str, list[str]]) -> GoalFilter:
+    """The table filter from a query string.
+
+    Raises:
+        ValueError: an unknown actor or reason, or an overlong text.
+
+    """
+
+    def one(name: str) -> str | None:
+        value = query.get(name, [""])[-1].strip()
+        return value or None
+
+    actor, reason, text = one("actor"), one("reason"), one("q")
+    if actor is not None and actor not in set(Actor):
+        raise ValueError(f"actor must be one of {', '.join(Actor)}")
+    if reason is not None and reason not in set(StatusReason):
+        raise ValueError(f"reason must be one of {', '.join(StatusReason)}")
+    if text is not None and len(text) > MAX_QUERY_CHARS:
+        raise ValueError(f"q is longer than {MAX_QUERY_CHARS} characters")
+    return GoalFilter(
+        actor=Actor(actor) if actor else None,
+        reason=StatusReason(reason) if reason else None,
+        q=text,
+    )
+
+
+def filtered(goals: Sequence[GoalStatusView], f: GoalFilter) -> Sequence[GoalStatusView]:
+    """The goals matching ``f``, in queue order. Pure; no filter returns ``goals`` itself."""
+    if f.actor is None and f.reason is None and f.q is None:
+        return goals
+    needle = f.q.casefold() if f.q else None
+    return [
+        g
+        for g in goals
+        if (f.actor is None or g.actor is f.actor)
+        and (f.reason is None or g.reason is f.reason)
+        and (needle is None or needle in g.goal_id.casefold() or needle in g.objective.casefold())
+    ]
+
+
+def goals_page(
+    goals: Sequence[GoalStatusView], f: GoalFilter, *, offset: int, limit: int
+) -> GoalsPage:
+    """One page of the table. Pure."""
+    total = len(goals)
+    end = offset + limit
+    return GoalsPage(
+        filter=f,
+        page=PageInfo(
+            offset=offset, limit=limit, total=total, next_offset=end if end < total else None
+        ),
+        rows=[goal_row(v) for v in goals[offset:end]],
+    )
+
+
+def _turn_row(line: HistoryLine, runs: set[int]) -> TurnRow:
+    u = line.usage
+    return TurnRow(
+        seq=line.seq,
+        turn_key=line.turn_key,
+        status=line.status,
+        kind=line.kind.value if line.kind is not None else None,
+        failure=line.failure,
+        summary=line.summary,
+        agent_id=line.agent_id,
+        started_at=line.started_at,
+        ended_at=line.ended_at,
+        wall_s=u.wall_s,
+        cpu_s=u.cpu_s,
+        peak_rss_mb=u.peak_rss_mb,
+        tokens=u.tokens,
+        cost_usd=u.cost_usd,
+        has_log=line.seq in runs,
+    )
+
+
+def _run_seqs(layout: Layout, goal_id: str) -> set[int]:
+    try:
+        names = os.listdir(layout.runs_dir(goal_id))
+    except OSError:
+        return set()
+    return {int(n[:-3]) for n in names if n.endswith(".md") and n[:-3].isdigit()}
+
+
+def goal_detail(
+    layout: Layout, view: GoalStatusView, goal: Goal | None, *, actions: bool
+) -> GoalDetail:
+    """Read one goal's state and newest turns (bounded) and build its page."""
+    state: GoalState | None = None
+    state_error: str | None = None
+    try:
+        state = load_state(layout, view.goal_id)
+    except (LoopxError, OSError) as e:
+        state_error = str(e)
+    runs = _run_seqs(layout, view.goal_id)
+    turns: list[TurnRow] = []
+    damaged = 0
+    for raw in iter_lines_backwards(layout.history_file(view.goal_id)):
+        try:
+            turns.append(_turn_row(HistoryLine.model_validate_json(raw), runs))
+        except ValidationError:
+            damaged += 1
+        if len(turns) + damaged >= TURNS_SHOWN:
+            break
+    return GoalDetail(
+        view=view,
+        goal=goal,
+        state=state,
+        state_error=state_error,
+        turns=turns,
+        damaged_history_lines=damaged,
+        actions=actions,
+    )
+
+
+def run_log(layout: Layout, goal_id: str, seq: int) -> RunLog | None:
+    """The run log ``runs/<seq>.md`` (its first 256 KiB), or None when there is none."""
+    path = layout.runs_dir(goal_id) / f"{seq}.md"
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            data = os.read(fd, RUN_LOG_MAX_BYTES + 1)
+        finally:
+            os.close(fd)
+        return RunLog(
+            goal_id=goal_id,
+            seq=seq,
+            markdown=data[:RUN_LOG_MAX_BYTES].decode("utf-8", errors="replace"),
+            truncated=len(data) > RUN_LOG_MAX_BYTES,
+        )
+    return None
+
+
+def dumps(record: Record) -> bytes:
+    """A reply body: compact JSON and a newline."""
+    return record.model_dump_json().encode() + b"\n"

@@ -1,0 +1,110 @@
+"""Live change events for the dashboard: what a status refresh changed, fanned out to streams.
+
+The HTTP server's refresher publishes one :class:`ChangeEvent` per refresh
+that changed something (the goals its change hints and fingerprints led it to
+re-project, or the fleet); each ``/events`` stream waits on the
+:class:`ChangeFeed` and writes the events as Server-Sent Events. A client
+then fetches only what it shows (a page, one goal), never the whole
+projection.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import Final, Literal
+
+from pydantic import Field
+
+from loopx.model import Record, UtcDatetime
+from loopx.status.view import FleetView, StatusCounts
+
+MAX_CHANGED_IDS: Final = 200  # past this an event says "many" and clients refetch their view
+_BACKLOG: Final = 256  # events kept for a stream that fell behind
+
+
+class ChangeEvent(Record):
+    """One ``change`` event of ``/events``: which goals changed, and the new totals."""
+
+    schema_version: Literal[1] = 1
+    seq: int  # raised by one per event of this server process
+    at: UtcDatetime
+    changed: list[str] = Field(default_factory=list)  # goal ids, at most MAX_CHANGED_IDS
+    all: bool = False  # the change set is unknown or larger than ``changed``: refetch what you show
+    counts: StatusCounts
+    fleet: FleetView
+
+
+def change_event(
+    seq: int,
+    *,
+    at: UtcDatetime,
+    changed: Iterable[str] | None,
+    counts: StatusCounts,
+    fleet: FleetView,
+) -> ChangeEvent:
+    """The event for one refresh; ``changed`` None means "unknown". Pure."""
+    ids = sorted(changed) if changed is not None else []
+    return ChangeEvent(
+        seq=seq,
+        at=at,
+        changed=ids[:MAX_CHANGED_IDS],
+        all=changed is None or len(ids) > MAX_CHANGED_IDS,
+        counts=counts,
+        fleet=fleet,
+    )
+
+
+def sse_frame(event: str, data: str, *, event_id: int | None = None) -> bytes:
+    """One Server-Sent Events frame (``data`` is one line of JSON)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
+class ChangeFeed:
+    """A bounded backlog of events that any number of streams wait on."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._events: deque[ChangeEvent] = deque(maxlen=_BACKLOG)
+        self._seq = 0
+        self._closed = False
+
+    @property
+    def seq(self) -> int:
+        """The newest event's sequence number (0 before any)."""
+        return self._seq
+
+    @property
+    def closed(self) -> bool:
+        """Whether the server is shutting down."""
+        return self._closed
+
+    def next_seq(self) -> int:
+        """The sequence number the next published event must carry."""
+        return self._seq + 1
+
+    def publish(self, event: ChangeEvent) -> None:
+        """Add ``event`` and wake every waiting stream."""
+        with self._cond:
+            self._events.append(event)
+            self._seq = event.seq
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Wake every stream so it ends (server shutdown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def wait_after(self, seq: int, timeout: float) -> list[ChangeEvent]:
+        """Events newer than ``seq``, waiting up to ``timeout`` seconds for one.
+
+        A stream that fell further behind than the backlog gets the oldest
+        kept events; each carries ``counts``, and the gap shows as a jump in
+        ``seq`` that tells the client to refetch what it shows.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: self._seq > seq or self._closed, timeout=timeout)
+            return [e for e in self._events if e.seq > seq]

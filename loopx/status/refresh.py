@@ -1,0 +1,234 @@
+"""What a status refresh re-reads and what it writes. Pure.
+
+The cache's files (:class:`StatusIndex`, :class:`StatusShard`) and the three
+decisions :class:`loopx.status.cache.StatusCache` runs between its reads:
+
+1. :func:`plan_scan`: scan every goal's fingerprint, or only the hinted and
+   leased ones;
+2. :func:`goals_to_reread`: which goals' files changed (registry entry,
+   fingerprint, quarantine entries, probe) or whose view expired by time;
+3. :func:`next_index`: the index to write after the changed goals were
+   re-projected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal
+
+from pydantic import Field
+
+from loopx.history.reader import HistoryCounts
+from loopx.model import Record, UtcDatetime
+from loopx.registry.model import Goal, GoalStatus
+from loopx.status.sources import Fingerprint, HintCursor
+from loopx.status.view import FleetView, GoalStatusView, ProbeObservation
+
+HINT_LOG_MAX: Final = 1 << 20  # truncate the change log after a full scan past this size
+
+
+class CachedGoal(Record):
+    """One goal's cached view and what it was computed from."""
+
+    fingerprint: list[int]
+    policy: str  # digest of the goal's registry entry
+    view: GoalStatusView
+    history: HistoryCounts = Field(default_factory=HistoryCounts)
+    epoch: int = 0  # the highest epoch seen (lease or history): claims so far
+    recheck_ts: float | None = None  # view.recheck_at as POSIX seconds
+
+
+class StatusShard(Record):
+    """``projections/status.d/NN.json``: the cached goals whose id hashes to NN."""
+
+    schema_version: Literal[1] = 1
+    goals: dict[str, CachedGoal] = Field(default_factory=dict)
+
+
+class StatusIndex(Record):
+    """``projections/status.json``: the cache's index."""
+
+    schema_version: Literal[1] = 1
+    generation: int  # raised by every write; a reader holding another one reloads
+    writer: str  # random token of the process that wrote it
+    generated_at: UtcDatetime  # when a view last changed
+    checked_at: UtcDatetime  # when the sources were last checked (the TTL counts from here)
+    full_scan_at: UtcDatetime
+    goal_count: int
+    registry_fp: list[int]
+    quarantine_fp: list[int]
+    probes_fp: list[int]
+    hint_inode: int = 0
+    hint_offset: int = 0
+    fleet: FleetView
+    quarantined_total: int = 0
+    quarantine: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class RefreshReport(Record):
+    """What one refresh did (`loopx refresh --json`)."""
+
+    schema_version: Literal[1] = 1
+    refreshed: bool  # False when the cache was younger than the TTL
+    full_scan: bool
+    goals: int
+    reread: int  # goals whose files were read again
+    shards_written: int
+    checked_at: UtcDatetime
+    # Goals whose view was re-projected or dropped (what `/events` announces); None when this
+    # process reloaded another writer's cache and cannot tell. Not part of the JSON document.
+    changed: frozenset[str] | None = Field(default=frozenset(), exclude=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSources:
+    """The root-wide sources one refresh looked at (fingerprints, and what they list)."""
+
+    registry_fp: list[int]
+    quarantine_fp: list[int]
+    probes_fp: list[int]
+    quarantine: Mapping[str, tuple[str, ...]]  # entries by goal
+    quarantined_total: int
+    probes: Mapping[str, ProbeObservation] | None  # None: not re-read (unchanged)
+    fleet: FleetView
+    hints: HintCursor
+
+
+def policy_digest(goal: Goal) -> str:
+    """A digest of a goal's registry entry: a changed one means a re-projection."""
+    return hashlib.blake2b(goal.model_dump_json().encode(), digest_size=12).hexdigest()
+
+
+def plan_scan(
+    index: StatusIndex | None,
+    *,
+    goals: Collection[str],
+    hinted: set[str] | None,
+    leased: Iterable[str],
+    now: datetime,
+    full_scan_after_s: float,
+    force: bool,
+) -> tuple[bool, set[str]]:
+    """Whether this refresh is a full scan, and the goals whose fingerprints it reads.
+
+    ``hinted`` is None when the change log was replaced (hints were lost).
+    Without a full scan, the hinted goals and those that held a lease last
+    time are read: every turn writes under a lease, and its release is a change.
+    """
+    full = (
+        force
+        or index is None
+        or hinted is None
+        or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
+    )
+    if full:
+        return True, set(goals)
+    return False, {g for g in (hinted or set()) | set(leased) if g in goals}
+
+
+def changed_in_registry(
+    active: Mapping[str, Goal], cached: Mapping[str, CachedGoal], *, registry_changed: bool
+) -> tuple[list[str], set[str]]:
+    """Cached goals gone from the registry, and active goals new or with a changed entry."""
+    removed = [g for g in cached if g not in active]
+    dirty = {
+        goal_id
+        for goal_id, goal in active.items()
+        if goal_id not in cached
+        or (registry_changed and cached[goal_id].policy != policy_digest(goal))
+    }
+    return removed, dirty
+
+
+def changed_in_catalog(
+    active: dict[str, Goal],
+    cached: Mapping[str, CachedGoal],
+    *,
+    catalog: Mapping[str, Goal],
+    changed: Iterable[str],
+) -> tuple[list[str], set[str]]:
+    """Apply the goal index's changed ids to ``active`` (updated in place).
+
+    Returns:
+        The goals gone or archived that were active or cached, and the
+        active goals new or whose policy differs from the cached one.
+    """
+    removed: list[str] = []
+    check: list[str] = []
+    for goal_id in changed:
+        goal = catalog.get(goal_id)
+        if goal is None or goal.status is GoalStatus.ARCHIVED:
+            if active.pop(goal_id, None) is not None or goal_id in cached:
+                removed.append(goal_id)
+        else:
+            active[goal_id] = goal
+            check.append(goal_id)
+    dirty = {g for g in check if g not in cached or cached[g].policy != policy_digest(active[g])}
+    return removed, dirty
+
+
+def goals_to_reread(
+    *,
+    goals: Collection[str],
+    cached: Mapping[str, CachedGoal],
+    fingerprints: Mapping[str, Fingerprint],
+    expired: Iterable[str],
+    quarantine_before: Mapping[str, tuple[str, ...]],
+    sources: SharedSources,
+) -> set[str]:
+    """The goals whose view must be projected again.
+
+    A goal is re-read when its fingerprint differs from the cached one, its
+    view expired by time, its quarantine entries or its probe changed.
+    """
+    dirty = {
+        g for g, fp in fingerprints.items() if g not in cached or tuple(cached[g].fingerprint) != fp
+    }
+    dirty.update(expired)
+    after = sources.quarantine
+    dirty.update(g for g in set(quarantine_before) ^ set(after) if g in goals)
+    dirty.update(g for g in after if quarantine_before.get(g) != after[g] and g in goals)
+    if sources.probes is not None:
+        probes = sources.probes
+        dirty.update(
+            g for g in goals if (cached[g].view.probe if g in cached else None) != probes.get(g)
+        )
+    return dirty
+
+
+def next_index(
+    previous: StatusIndex | None,
+    *,
+    writer: str,
+    now: datetime,
+    full: bool,
+    views_changed: bool,
+    goal_count: int,
+    sources: SharedSources,
+) -> StatusIndex:
+    """The index written after a refresh that checked the sources at ``now``.
+
+    ``generated_at`` moves only when a view or the fleet changed, so a reader
+    can tell how old the newest change is.
+    """
+    changed = views_changed or previous is None or sources.fleet != previous.fleet
+    full_scan_at = now if full or previous is None else previous.full_scan_at
+    return StatusIndex(
+        generation=(previous.generation + 1) if previous else 1,
+        writer=writer,
+        generated_at=now if changed or previous is None else previous.generated_at,
+        checked_at=now,
+        full_scan_at=full_scan_at,
+        goal_count=goal_count,
+        registry_fp=sources.registry_fp,
+        quarantine_fp=sources.quarantine_fp,
+        probes_fp=sources.probes_fp,
+        hint_inode=sources.hints.inode,
+        hint_offset=sources.hints.offset,
+        fleet=sources.fleet,
+        quarantined_total=sources.quarantined_total,
+        quarantine={g: list(v) for g, v in sources.quarantine.items()},
+    )

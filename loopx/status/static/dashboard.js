@@ -1,0 +1,649 @@
+// LoopX dashboard: plain JavaScript, no build step, no network beyond this server.
+// Views: #/ (attention queue, fleet, goals table) and #/goal/<id>[/run/<seq>].
+// Live: /events (Server-Sent Events, read with fetch so the token can ride in a header)
+// names the goals each status refresh changed; the page refetches only what it shows.
+"use strict";
+
+const TOKEN_KEY = "loopx-token";
+const PAGE_ROWS = 50;
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY) || "",
+  actions: false,
+  seq: 0,
+  filter: { actor: "", reason: "", q: "" },
+  offset: 0,
+  route: null,
+  pending: null,
+};
+const REASONS = ["crash_loop", "quarantined", "failing", "gate_pending", "paused", "running",
+  "ready", "quota_exhausted", "waiting", "done"];
+
+// --- DOM helpers (text only: nothing from the server is parsed as HTML) -------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "class") node.className = v;
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function ago(iso) {
+  if (!iso) return "";
+  const s = (Date.now() - Date.parse(iso)) / 1000;
+  const a = Math.abs(s);
+  const text = a < 60 ? `${Math.round(a)}s` : a < 3600 ? `${Math.round(a / 60)}m`
+    : a < 86400 ? `${(a / 3600).toFixed(1)}h` : `${(a / 86400).toFixed(1)}d`;
+  return s >= 0 ? `${text} ago` : `in ${text}`;
+}
+
+function when(iso) {
+  return iso ? el("time", { datetime: iso, title: new Date(iso).toLocaleString() }, ago(iso)) : "";
+}
+
+function secs(n) {
+  if (n === null || n === undefined) return "";
+  return n < 60 ? `${n.toFixed(1)}s` : n < 3600 ? `${(n / 60).toFixed(1)}m` : `${(n / 3600).toFixed(1)}h`;
+}
+
+function badge(text, kind) {
+  return el("span", { class: `badge ${kind || ""} b-${text}` }, String(text).replace("_", " "));
+}
+
+function notice(text) {
+  const box = document.getElementById("notice");
+  box.textContent = text || "";
+  box.hidden = !text;
+}
+
+// --- the API ----------------------------------------------------------------------------------
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  if (state.token) h.Authorization = `Bearer ${state.token}`;
+  return h;
+}
+
+async function api(path, options) {
+  const resp = await fetch(path, Object.assign({ headers: headers(), cache: "no-store" }, options || {}));
+  let doc = null;
+  try { doc = await resp.json(); } catch (e) { doc = null; }
+  if (resp.status === 401) {
+    showTokenForm("This server needs its access token.");
+    throw new Error("the server wants its token");
+  }
+  if (!resp.ok) {
+    const msg = doc && doc.error ? doc.error + (doc.hint ? ` (${doc.hint})` : "") : `HTTP ${resp.status}`;
+    throw new Error(msg);
+  }
+  return doc;
+}
+
+async function act(goalId, action, body) {
+  if (!state.token) {
+    showTokenForm("Actions need the server's token.");
+    return false;
+  }
+  try {
+    await api(`/api/goals/${encodeURIComponent(goalId)}/${action}`, {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify(body || {}),
+    });
+    notice("");
+    await render();
+    return true;
+  } catch (e) {
+    notice(`${goalId}: ${action} refused: ${e.message}`);
+    return false;
+  }
+}
+
+// --- header: fleet, counts, live indicator, token ----------------------------------------------
+
+function showHeader(counts, fleet) {
+  const f = document.getElementById("fleet");
+  if (fleet.state) {
+    f.textContent = `supervisor ${fleet.state} · ${fleet.agents_alive}/${fleet.agents_wanted} agents`;
+    f.className = `pill ${fleet.state === "running" && fleet.agents_alive >= fleet.agents_wanted ? "ok" : "warn"}`;
+  } else {
+    f.textContent = `no supervisor · ${fleet.agents_alive} agents`;
+    f.className = "pill";
+  }
+  const by = counts.by_actor || {};
+  const c = document.getElementById("counts");
+  c.replaceChildren(
+    el("a", { href: "#/", class: "count human", "data-actor": "human", onclick: (ev) => setActor("human", ev) }, `${(by.human || 0).toLocaleString()} need you`),
+    el("a", { href: "#/", class: "count agent", "data-actor": "agent", onclick: (ev) => setActor("agent", ev) }, `${(by.agent || 0).toLocaleString()} for agents`),
+    el("a", { href: "#/", class: "count none", "data-actor": "none", onclick: (ev) => setActor("none", ev) }, `${(by.none || 0).toLocaleString()} quiet`),
+    el("span", { class: "muted" }, ` of ${counts.total.toLocaleString()}`),
+  );
+}
+
+function setActor(actor, ev) {
+  if (ev) ev.preventDefault();
+  state.filter = { actor, reason: "", q: "" };
+  state.offset = 0;
+  if (parseRoute().goal) location.hash = "#/";
+  else render();
+}
+
+function showTokenForm(message) {
+  const form = document.getElementById("token-form");
+  form.hidden = false;
+  if (message) notice(message);
+  document.getElementById("token-input").focus();
+}
+
+function setupToken() {
+  const form = document.getElementById("token-form");
+  document.getElementById("token-button").addEventListener("click", () => {
+    form.hidden = !form.hidden;
+    if (!form.hidden) document.getElementById("token-input").focus();
+  });
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.token = document.getElementById("token-input").value.trim();
+    sessionStorage.setItem(TOKEN_KEY, state.token);
+    form.hidden = true;
+    notice("");
+    connect();
+    render();
+  });
+  document.getElementById("token-clear").addEventListener("click", () => {
+    state.token = "";
+    sessionStorage.removeItem(TOKEN_KEY);
+    document.getElementById("token-input").value = "";
+  });
+}
+
+// --- live events ------------------------------------------------------------------------------
+
+let stream = null;
+
+function setLive(on, text) {
+  const live = document.getElementById("live");
+  live.className = `live ${on ? "on" : "off"}`;
+  live.textContent = text;
+}
+
+async function connect() {
+  if (stream) stream.abort();
+  const ctl = new AbortController();
+  stream = ctl;
+  let wait = 1000;
+  while (!ctl.signal.aborted) {
+    try {
+      const resp = await fetch("/events", { headers: headers(), signal: ctl.signal, cache: "no-store" });
+      if (resp.status === 401) { setLive(false, "needs token"); return; }
+      if (!resp.ok || !resp.body) throw new Error(`HTTP ${resp.status}`);
+      setLive(true, "live");
+      wait = 1000;
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          frame(buf.slice(0, cut));
+          buf = buf.slice(cut + 2);
+        }
+      }
+    } catch (e) {
+      if (ctl.signal.aborted) return;
+    }
+    setLive(false, "reconnecting");
+    await new Promise((r) => setTimeout(r, wait));
+    wait = Math.min(wait * 2, 15000);
+  }
+}
+
+function frame(text) {
+  let event = "message";
+  const data = [];
+  for (const line of text.split("\n")) {
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).trim());
+  }
+  if (!data.length) return;
+  const doc = JSON.parse(data.join("\n"));
+  if (event === "hello") {
+    if (state.seq && doc.seq !== state.seq) refresh(null);  // missed events while away
+    state.seq = doc.seq;
+  } else if (event === "change") {
+    const gap = state.seq && doc.seq !== state.seq + 1;
+    state.seq = doc.seq;
+    showHeader(doc.counts, doc.fleet);
+    refresh(doc.all || gap ? null : doc.changed);
+  }
+}
+
+// Coalesce bursts: one refetch of the current view per 200 ms, whatever the event count.
+function refresh(changed) {
+  const route = state.route;
+  if (route && route.goal && changed && !changed.includes(route.goal)) return;
+  if (state.pending) return;
+  state.pending = setTimeout(() => { state.pending = null; render(true); }, 200);
+}
+
+// --- views ------------------------------------------------------------------------------------
+
+function parseRoute() {
+  const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+))?$/);
+  if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? Number(m[2]) : null };
+  return { goal: null, run: null };
+}
+
+async function render(live) {
+  state.route = parseRoute();
+  const main = document.getElementById("main");
+  try {
+    const view = state.route.goal ? await goalView(state.route) : await overviewView();
+    const active = document.activeElement;
+    const focused = active && active.id;
+    if (live && active && active.tagName === "INPUT" && active.closest("form.answer")) {
+      return patchAround(main, view);  // never wipe an answer being typed
+    }
+    // A live refresh keeps what is being typed in the filter box, and where the caret is.
+    const typed = live && active && active.tagName === "INPUT"
+      ? { value: active.value, start: active.selectionStart, end: active.selectionEnd } : null;
+    main.replaceChildren(view);
+    // When the first view was on screen, for the render benchmark and tests.
+    if (!window.loopxFirstRender) window.loopxFirstRender = performance.now();
+    const again = focused && document.getElementById(focused);
+    if (again) {
+      again.focus();
+      if (typed && again.tagName === "INPUT") {
+        again.value = typed.value;
+        if (typed.start !== null) again.setSelectionRange(typed.start, typed.end);
+      }
+    }
+  } catch (e) {
+    notice(e.message);
+  }
+}
+
+// While a person types into an answer box, refresh every part of the page but that form.
+function patchAround(main, view) {
+  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel"]) {
+    const old = document.getElementById(id);
+    const fresh = view.querySelector(`#${id}`);
+    if (old && fresh) old.replaceWith(fresh);
+  }
+}
+
+async function overviewView() {
+  const f = state.filter;
+  const q = new URLSearchParams({ offset: state.offset, limit: PAGE_ROWS });
+  if (f.actor) q.set("actor", f.actor);
+  if (f.reason) q.set("reason", f.reason);
+  if (f.q) q.set("q", f.q);
+  const [ov, page] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`)]);
+  state.actions = ov.actions;
+  if (!state.seq) state.seq = ov.seq;
+  showHeader(ov.counts, ov.fleet);
+  document.title = ov.counts.by_actor.human ? `(${ov.counts.by_actor.human}) LoopX` : "LoopX";
+  return el("div", { class: "grid" },
+    attentionPanel(ov),
+    el("section", { class: "panel", id: "agents-next", "aria-labelledby": "h-next" },
+      el("h2", { id: "h-next" }, "Agents next"),
+      ov.next_up.length ? el("ul", { class: "list" }, ov.next_up.map(nextRow))
+        : el("p", { class: "muted" }, "No goal is ready for an agent.")),
+    fleetPanel(ov),
+    goalsPanel(page),
+  );
+}
+
+function attentionPanel(ov) {
+  const total = ov.counts.by_actor.human || 0;
+  return el("section", { class: "panel attention", id: "attention", "aria-labelledby": "h-att" },
+    el("h2", { id: "h-att" }, "Needs you ", el("span", { class: "muted" }, `(${total})`)),
+    ov.humans.length ? el("ul", { class: "cards" }, ov.humans.map((g) => humanCard(g, ov.actions)))
+      : el("p", { class: "muted" }, "Nothing waits for a person."),
+    total > ov.humans.length
+      ? el("p", {}, el("a", { href: "#/", onclick: (ev) => setActor("human", ev) }, `All ${total} in the table below`)) : null,
+  );
+}
+
+function humanCard(g, actions) {
+  const card = el("li", { class: `card r-${g.reason}`, "data-goal": g.goal_id },
+    el("div", { class: "card-head" },
+      el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id),
+      badge(g.reason)),
+    g.gate_question ? el("p", { class: "question" }, g.gate_question) : el("p", {}, g.explanation),
+    g.last_turn_seq && g.reason !== "gate_pending"
+      ? el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}/run/${g.last_turn_seq}` },
+        `Run log of turn ${g.last_turn_seq}`), " ", el("span", { class: "muted" }, when(g.last_turn_at))) : null,
+  );
+  if (actions && g.reason === "gate_pending") card.append(answerForm(g.goal_id, null));
+  if (actions && g.reason === "paused") {
+    card.append(el("div", { class: "buttons" },
+      el("button", { type: "button", onclick: () => act(g.goal_id, "resume") }, "Resume")));
+  }
+  return card;
+}
+
+function answerForm(goalId, gateId) {
+  const id = `answer-${goalId}${gateId ? "-" + gateId : ""}`;
+  const form = el("form", { class: "answer", "data-goal": goalId },
+    el("label", { for: id, class: "sr" }, `Answer for ${goalId}`),
+    el("input", { id, name: "answer", placeholder: "Your answer", required: true, autocomplete: "off" }),
+    el("button", { type: "submit" }, "Answer"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const answer = form.elements.answer.value.trim();
+    if (!answer) return;
+    form.querySelector("button").disabled = true;
+    const ok = await act(goalId, "resolve-gate", gateId ? { answer, gate_id: gateId } : { answer });
+    if (!ok) form.querySelector("button").disabled = false;
+  });
+  return form;
+}
+
+function nextRow(g) {
+  return el("li", {},
+    el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id), " ",
+    badge(g.reason), " ", el("span", { class: "muted" }, g.agent_id ? `on ${g.agent_id}` : g.explanation));
+}
+
+function fleetPanel(ov) {
+  const fleet = ov.fleet;
+  const rows = ov.agents.map((a) => el("tr", { class: a.alive ? "" : "dead" },
+    el("td", { "data-label": "agent" }, a.agent_id),
+    el("td", { "data-label": "state" }, a.crash_loop ? badge("crash_loop") : badge(a.alive ? a.phase || "alive" : "down")),
+    el("td", { "data-label": "goal" }, a.goal_id ? [el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}` }, a.goal_id), " ",
+      el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}`, class: "muted", title: "the host's live output" }, "(output)")] : "—"),
+    el("td", { "data-label": "turn", class: "mono wide" }, a.turn_key || ""),
+    el("td", { "data-label": "since" }, when(a.turn_since || a.started_at)),
+    el("td", { "data-label": "heartbeat" }, when(a.beat_at)),
+    el("td", { "data-label": "turns", class: "num" }, a.turns_done),
+    el("td", { "data-label": "restarts", class: "num" }, a.restarts, a.last_exit ? el("span", { class: "muted" }, ` (${a.last_exit})`) : "")));
+  return el("section", { class: "panel", id: "fleet-panel", "aria-labelledby": "h-fleet" },
+    el("h2", { id: "h-fleet" }, "Fleet"),
+    el("p", {}, fleet.state ? `Supervisor ${fleet.state} (pid ${fleet.pid}), ${fleet.agents_alive} of ${fleet.agents_wanted} agents alive, ${fleet.restarts} restarts` : "No supervisor has run on this root.",
+      fleet.crash_loop_agents.length ? el("strong", { class: "bad" }, ` · crash loop: ${fleet.crash_loop_agents.join(", ")}`) : ""),
+    rows.length ? el("table", { class: "table" },
+      el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Since", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
+      el("tbody", {}, rows)) : null);
+}
+
+function goalsPanel(page) {
+  const f = state.filter;
+  const actor = el("select", { id: "f-actor", name: "actor" },
+    ["", "human", "agent", "none"].map((a) => el("option", { value: a, selected: a === f.actor }, a || "any actor")));
+  const reason = el("select", { id: "f-reason", name: "reason" },
+    ["", ...REASONS].map((r) => el("option", { value: r, selected: r === f.reason }, r ? r.replace("_", " ") : "any status")));
+  const text = el("input", { id: "f-q", name: "q", type: "search", value: f.q, placeholder: "Filter by id or objective  ( / )", autocomplete: "off" });
+  const form = el("form", { class: "filters", role: "search" },
+    el("label", { for: "f-actor", class: "sr" }, "Actor"), actor,
+    el("label", { for: "f-reason", class: "sr" }, "Status"), reason,
+    el("label", { for: "f-q", class: "sr" }, "Text"), text,
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.filter = { actor: actor.value, reason: reason.value, q: text.value.trim() };
+    state.offset = 0;
+    render();
+  });
+  actor.addEventListener("change", () => form.requestSubmit());
+  reason.addEventListener("change", () => form.requestSubmit());
+  const p = page.page;
+  const first = p.total ? p.offset + 1 : 0;
+  const last = p.offset + page.rows.length;
+  const pager = el("nav", { class: "pager", "aria-label": "pages" },
+    el("button", { type: "button", id: "prev", disabled: p.offset === 0, onclick: () => { state.offset = Math.max(0, p.offset - p.limit); render(); } }, "← Previous"),
+    el("span", { class: "muted", id: "page-info" }, `${first}–${last} of ${p.total.toLocaleString()}`),
+    el("button", { type: "button", id: "next", disabled: p.next_offset === null, onclick: () => { state.offset = p.next_offset; render(); } }, "Next →"));
+  const rows = page.rows.map((g) => el("tr", { "data-goal": g.goal_id },
+    el("td", { "data-label": "goal" }, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
+    el("td", { "data-label": "who" }, badge(g.actor, "actor")),
+    el("td", { "data-label": "status" }, badge(g.reason)),
+    el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}` : g.explanation),
+    el("td", { "data-label": "priority", class: "num wide" }, g.priority),
+    el("td", { "data-label": "last turn", class: "wide" }, g.last_turn_at ? when(g.last_turn_at) : "—"),
+    el("td", { "data-label": "quota", class: "wide" }, quotaBar(g.quota_used))));
+  return el("section", { class: "panel wide-panel", id: "goals-panel", "aria-labelledby": "h-goals" },
+    el("h2", { id: "h-goals" }, "Goals"),
+    form,
+    el("table", { class: "table goals" },
+      el("thead", {}, el("tr", {}, ["Goal", "Who", "Status", "Why / next", "Prio", "Last turn", "Quota"].map((h, i) => el("th", { class: i >= 4 ? "wide" : "" }, h)))),
+      el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No goal matches.")))),
+    pager);
+}
+
+function quotaBar(used) {
+  const pct = Math.max(0, Math.min(100, Math.round((used || 0) * 100)));
+  return el("meter", { min: 0, max: 100, low: 70, high: 90, optimum: 0, value: pct, title: `${pct}% of the window's wall-time allowance` }, `${pct}%`);
+}
+
+// --- goal page --------------------------------------------------------------------------------
+
+async function goalView(route) {
+  const id = encodeURIComponent(route.goal);
+  const [d, log] = await Promise.all([
+    api(`/api/goals/${id}`),
+    route.run ? api(`/api/goals/${id}/runs/${route.run}`).catch((e) => ({ error: e.message })) : null,
+  ]);
+  state.actions = d.actions;
+  const v = d.view;
+  const s = d.state || {};
+  document.title = `${v.goal_id} · LoopX`;
+  const gates = (s.gates || []).slice().reverse();
+  const open = gates.filter((g) => g.answer === null);
+  return el("div", { class: "goal-page" },
+    el("p", {}, el("a", { href: "#/", id: "back" }, "← All goals")),
+    el("section", { class: "panel" },
+      el("h1", {}, v.goal_id, " ", badge(v.actor, "actor"), " ", badge(v.reason)),
+      el("p", { class: "lead" }, v.explanation),
+      v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
+      d.actions ? el("div", { class: "buttons" },
+        v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: () => act(v.goal_id, "pause") }, "Pause") : null,
+        v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: () => act(v.goal_id, "resume") }, "Resume") : null,
+        v.goal_status !== "done" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: () => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done"); } }, "Mark done") : null)
+        : el("p", { class: "muted" }, "Read-only: start `loopx serve --actions --token T` to act from here.")),
+    open.length ? el("section", { class: "panel attention" },
+      el("h2", {}, "Open gates"),
+      el("ul", { class: "cards" }, open.map((g) => el("li", { class: "card" },
+        el("p", { class: "question" }, g.question),
+        el("p", { class: "muted" }, "asked ", when(g.opened_at), g.opened_by !== "human" ? ` by turn ${g.opened_by}` : ""),
+        d.actions ? answerForm(v.goal_id, g.id) : null)))) : null,
+    el("div", { class: "grid" },
+      el("section", { class: "panel" },
+        el("h2", {}, "Objective"),
+        el("p", { class: "objective" }, d.goal ? d.goal.objective : v.objective),
+        listBlock("Next action", s.next_action ? [s.next_action] : []),
+        listBlock("Beliefs (newest first)", (s.beliefs || []).slice().reverse()),
+        listBlock("Priorities", s.priorities || []),
+        listBlock("Non-goals", s.non_goals || []),
+        (s.todos || []).length ? el("div", {}, el("h3", {}, "Todos"),
+          el("ul", { class: "todos" }, s.todos.map((t) => el("li", { class: `todo-${t.status}` }, t.status === "done" ? "☑ " : t.status === "dropped" ? "☒ " : "☐ ", t.text)))) : null,
+        d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
+      el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
+    ),
+    v.lease ? livePanel(v.goal_id) : null,
+    log ? runLogPanel(v.goal_id, log) : null,
+    turnsPanel(v.goal_id, d),
+    resolvedGates(gates.filter((g) => g.answer !== null)),
+  );
+}
+
+function listBlock(title, items) {
+  if (!items.length) return null;
+  return el("div", {}, el("h3", {}, title), el("ul", {}, items.map((t) => el("li", {}, t))));
+}
+
+function resolvedGates(gates) {
+  if (!gates.length) return null;
+  return el("section", { class: "panel" }, el("h2", {}, "Answered gates"),
+    el("ul", { class: "list" }, gates.slice(0, 20).map((g) => el("li", {},
+      el("strong", {}, g.question), " → ", g.answer, " ", el("span", { class: "muted" }, when(g.resolved_at))))));
+}
+
+function quotaText(q) {
+  const cpu = q.cpu_allowance_s !== null ? `, CPU ${secs(q.spent_cpu_s)} of ${secs(q.cpu_allowance_s)}` : "";
+  return el("p", { class: "muted" },
+    `Window ${q.window_hours}h: ${secs(q.spent_wall_s)} of ${secs(q.allowance_wall_s)} wall time spent in ${q.turns_in_window} turns${cpu}`,
+    q.spent_tokens ? `, ${q.spent_tokens.toLocaleString()} tokens` : "",
+    q.spent_cost_usd ? `, $${q.spent_cost_usd.toFixed(2)}` : "",
+    q.exhausted ? el("strong", { class: "bad" }, ` · ${q.exhausted} budget spent, refills ${ago(q.refills_at)}`) : "");
+}
+
+// Cumulative wall time spent inside the quota window, one step per turn, against the allowance.
+// Both axes zoom to the turns when they cover a small part of the window or of the allowance.
+function chart(d) {
+  const q = d.view.quota;
+  const W = 560, H = 180, L = 44, B = 22, T = 14, R = 10;
+  const windowStart = Date.parse(q.window_start);
+  const end = Date.now();
+  const turns = d.turns.filter((t) => Date.parse(t.ended_at) >= windowStart).reverse();
+  let sum = 0;
+  const pts = turns.map((t) => { sum += t.wall_s; return { x: Date.parse(t.ended_at), y: sum, t }; });
+  const first = pts.length ? Date.parse(turns[0].started_at) : end;
+  const zoomX = pts.length && end - first < (end - windowStart) / 4;
+  const start = zoomX ? first - (end - first) * 0.1 : windowStart;
+  const limitShown = q.allowance_wall_s <= Math.max(sum, 1) * 4;
+  const top = (limitShown ? Math.max(q.allowance_wall_s, sum) : Math.max(sum, 1)) * 1.15;
+  const X = (x) => L + ((x - start) / Math.max(end - start, 1)) * (W - L - R);
+  const Y = (y) => H - B - (y / top) * (H - B - T);
+  const path = pts.length ? `M${X(start)},${Y(0)} ` + pts.map((p) => `H${X(p.x).toFixed(1)} V${Y(p.y).toFixed(1)}`).join(" ") + ` H${X(end)}` : "";
+  const used = q.allowance_wall_s ? (100 * q.spent_wall_s) / q.allowance_wall_s : 0;
+  const span = secs((end - start) / 1000);
+  return svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `wall time spent in the ${q.window_hours}h window against the allowance` },
+    svg("line", { x1: L, y1: Y(0), x2: W - R, y2: Y(0), class: "axis" }),
+    limitShown ? svg("line", { x1: L, y1: Y(q.allowance_wall_s), x2: W - R, y2: Y(q.allowance_wall_s), class: "limit" }) : null,
+    svg("text", { x: W - R, y: limitShown ? Y(q.allowance_wall_s) - 4 : T - 2, "text-anchor": "end", class: "label" },
+      limitShown ? `allowance ${secs(q.allowance_wall_s)}` : `allowance ${secs(q.allowance_wall_s)} is off the scale (${used.toFixed(1)}% used)`),
+    svg("text", { x: L - 4, y: Y(0), "text-anchor": "end", class: "label" }, "0"),
+    pts.length ? svg("text", { x: L - 4, y: Y(sum) + 4, "text-anchor": "end", class: "label" }, secs(sum)) : null,
+    svg("text", { x: L, y: H - 4, class: "label" }, zoomX ? `-${span}` : `-${q.window_hours}h (window start)`),
+    svg("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "label" }, "now"),
+    path ? svg("path", { d: path, class: "spend" }) : null,
+    pts.map((p) => svg("circle", { cx: X(p.x), cy: Y(p.y), r: 3, class: `dot s-${p.t.status}` },
+      svg("title", {}, `turn ${p.t.seq}: ${p.t.status}, ${secs(p.t.wall_s)} wall, ${secs(p.t.cpu_s)} CPU`))));
+}
+
+// The running host's newest output (redacted by the agent), polled every 2 s while shown.
+let liveTimer = null;
+
+function livePanel(goalId) {
+  const pre = el("pre", { class: "live-output", id: "live-output", tabindex: 0 }, "waiting for output…");
+  const info = el("span", { class: "muted", id: "live-info" }, "");
+  const panel = el("section", { class: "panel", id: "live-panel" },
+    el("h2", {}, "Live output ", info), pre);
+  clearInterval(liveTimer);
+  const poll = async () => {
+    if (!document.body.contains(pre) && liveTimer !== null) { clearInterval(liveTimer); liveTimer = null; return; }
+    try {
+      const resp = await fetch(`/api/goals/${encodeURIComponent(goalId)}/live`, { headers: headers(), cache: "no-store" });
+      if (resp.status === 204) { info.textContent = "(no host running now)"; return; }
+      if (!resp.ok) return;
+      const live = await resp.json();
+      const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = live.text || "(no output yet)";
+      info.textContent = `(${live.total_bytes.toLocaleString()} bytes, turn ${live.turn_key}, ${ago(live.updated_at)})`;
+      if (stick) pre.scrollTop = pre.scrollHeight;
+    } catch (e) { /* the next poll retries */ }
+  };
+  setTimeout(poll, 0);
+  liveTimer = setInterval(poll, 2000);
+  return panel;
+}
+
+function turnsPanel(goalId, d) {
+  const rows = d.turns.map((t) => el("tr", { class: `s-${t.status}` },
+    el("td", { "data-label": "turn", class: "num" }, t.seq),
+    el("td", { "data-label": "ended" }, when(t.ended_at)),
+    el("td", { "data-label": "outcome" }, badge(t.status), t.kind ? ` ${t.kind}` : "", t.failure ? ` (${t.failure})` : ""),
+    el("td", { "data-label": "duration", class: "num" }, secs(t.wall_s)),
+    el("td", { "data-label": "CPU", class: "num wide" }, secs(t.cpu_s)),
+    el("td", { "data-label": "tokens", class: "num wide" }, t.tokens ? t.tokens.toLocaleString() : "—"),
+    el("td", { "data-label": "cost", class: "num wide" }, t.cost_usd ? `$${t.cost_usd.toFixed(3)}` : "—"),
+    el("td", { "data-label": "summary", class: "why" }, t.summary),
+    el("td", { "data-label": "log" }, t.has_log ? el("a", { href: `#/goal/${encodeURIComponent(goalId)}/run/${t.seq}` }, "log") : "")));
+  return el("section", { class: "panel", id: "turns-panel" },
+    el("h2", {}, "Last turns"),
+    d.damaged_history_lines ? el("p", { class: "bad" }, `${d.damaged_history_lines} damaged history line(s) skipped`) : null,
+    rows.length ? el("table", { class: "table turns" },
+      el("thead", {}, el("tr", {}, ["Turn", "Ended", "Outcome", "Duration", "CPU", "Tokens", "Cost", "Summary", ""].map((h, i) => el("th", { class: i >= 4 && i <= 6 ? "wide" : "" }, h)))),
+      el("tbody", {}, rows)) : el("p", { class: "muted" }, "No turn has run yet."));
+}
+
+function runLogPanel(goalId, log) {
+  return el("section", { class: "panel", id: "run-log" },
+    el("h2", {}, `Run log, turn ${log.seq || ""}`, " ",
+      el("a", { href: `#/goal/${encodeURIComponent(goalId)}`, class: "muted" }, "close")),
+    log.error ? el("p", { class: "bad" }, log.error) : markdown(log.markdown),
+    log.truncated ? el("p", { class: "muted" }, "(cut at 256 KiB)") : null);
+}
+
+// A small Markdown subset (headings, fences, lists, paragraphs, inline code), built as DOM text.
+function markdown(text) {
+  const root = el("div", { class: "md" });
+  let list = null, fence = null, para = [];
+  const flush = () => { if (para.length) root.append(inline(el("p"), para.join(" "))); para = []; };
+  for (const line of text.split("\n")) {
+    if (fence) {
+      if (line.startsWith("```")) { root.append(el("pre", {}, fence.join("\n"))); fence = null; } else fence.push(line);
+      continue;
+    }
+    if (line.startsWith("```")) { flush(); list = null; fence = []; continue; }
+    const h = line.match(/^(#{1,4})\s+(.*)$/);
+    const li = line.match(/^\s*[-*]\s+(.*)$/);
+    if (h) { flush(); list = null; root.append(inline(el(`h${Math.min(h[1].length + 2, 6)}`), h[2])); }
+    else if (li) { flush(); if (!list) { list = el("ul"); root.append(list); } list.append(inline(el("li"), li[1])); }
+    else if (!line.trim()) { flush(); list = null; }
+    else para.push(line);
+  }
+  if (fence) root.append(el("pre", {}, fence.join("\n")));
+  flush();
+  return root;
+}
+
+function inline(node, text) {
+  text.split(/(`[^`]+`)/).forEach((part) => {
+    if (part.startsWith("`") && part.endsWith("`") && part.length > 1) node.append(el("code", {}, part.slice(1, -1)));
+    else node.append(part.replace(/\*\*([^*]+)\*\*/g, "$1"));
+  });
+  return node;
+}
+
+// --- keyboard ---------------------------------------------------------------------------------
+
+document.addEventListener("keydown", (ev) => {
+  const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
+  if (ev.key === "/" && !typing) {
+    const q = document.getElementById("f-q");
+    if (q) { ev.preventDefault(); q.focus(); }
+  } else if (ev.key === "Escape" && state.route && state.route.goal && !typing) {
+    location.hash = "#/";
+  }
+});
+
+window.addEventListener("hashchange", () => {
+  render().then(() => document.getElementById("main").focus({ preventScroll: true }));
+});
+
+document.addEventListener("DOMContentLoaded", () => {
+  setupToken();
+  render();
+  connect();
+  setInterval(() => { for (const t of document.querySelectorAll("time")) t.textContent = ago(t.getAttribute("datetime")); }, 5000);
+});

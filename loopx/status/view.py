@@ -1,0 +1,157 @@
+"""The records of the attention queue: what ``loopx status --json`` and the HTTP server show.
+
+:mod:`loopx.status.projection` computes them from a goal's files; this module
+only says what they hold.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from loopx.fleet import FleetState
+from loopx.model import Record, UtcDatetime
+from loopx.quota.budget import QuotaView
+from loopx.registry.model import GoalStatus
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import TurnStatus
+from loopx.turn.protocol import ResultKind
+
+__all__ = [
+    "Actor",
+    "FleetView",
+    "GoalStatusView",
+    "LastTurn",
+    "LeaseView",
+    "ProbeObservation",
+    "QuotaView",
+    "StatusCounts",
+    "StatusProjection",
+    "StatusReason",
+]
+
+
+class Actor(StrEnum):
+    """Who must act next on a goal."""
+
+    AGENT = "agent"  # an agent will (or does) run a turn
+    HUMAN = "human"  # nothing moves until a person acts
+    NONE = "none"  # quiet: done, or waiting for time to pass
+
+
+class StatusReason(StrEnum):
+    """Why the actor is who it is."""
+
+    READY = "ready"
+    RUNNING = "running"
+    GATE_PENDING = "gate_pending"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    PAUSED = "paused"
+    DONE = "done"
+    CRASH_LOOP = "crash_loop"
+    QUARANTINED = "quarantined"
+    FAILING = "failing"
+    WAITING = "waiting"
+
+
+class ProbeObservation(Record):
+    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    command: str
+    cwd: str
+    exit_code: int | None  # None when killed at the deadline
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False  # output was cut at the byte limit
+    started_at: UtcDatetime
+    duration_s: float
+
+
+class LeaseView(Record):
+    """Who holds a goal's lease."""
+
+    agent_id: str
+    hostname: str
+    pid: int
+    epoch: int
+    turn_key: str | None
+    acquired_at: UtcDatetime
+    expires_at: UtcDatetime
+    expired: bool
+
+
+class LastTurn(Record):
+    """The newest line of a goal's run history."""
+
+    turn_key: str
+    seq: int
+    status: TurnStatus  # committed, failed or stopped
+    kind: ResultKind | None
+    failure: FailureReason | None
+    summary: str
+    next_action: str | None
+    ended_at: UtcDatetime
+
+
+class GoalStatusView(Record):
+    """One goal's line of the attention queue."""
+
+    goal_id: str
+    objective: str
+    goal_status: GoalStatus
+    priority: int
+    actor: Actor
+    reason: StatusReason
+    explanation: str  # one sentence: why, and what the actor does next
+    next_eligible_at: UtcDatetime | None = None
+    lease: LeaseView | None = None
+    last_turn: LastTurn | None = None
+    quota: QuotaView
+    next_action: str | None = None
+    open_gates: int = 0
+    gate_question: str | None = None  # the oldest open gate's question
+    consecutive_failures: int = 0
+    turns_applied: int = 0
+    warnings: list[str] = Field(default_factory=list)
+    quarantined: list[str] = Field(default_factory=list)
+    probe: ProbeObservation | None = None
+    # The earliest time this view changes by time alone (a wait ends, a lease
+    # expires, spend leaves the window); the cache re-projects the goal then.
+    recheck_at: UtcDatetime | None = None
+
+
+class FleetView(Record):
+    """The supervisor and its agents, as far as status needs them."""
+
+    state: FleetState | None = None  # from supervisor.json; None when no supervisor ever ran
+    pid: int | None = None
+    agents_wanted: int = 0
+    agents_alive: int = 0  # heartbeats fresher than HEARTBEAT_STALE_S
+    restarts: int = 0
+    crash_loop_agents: list[str] = Field(default_factory=list)
+    updated_at: UtcDatetime | None = None
+
+
+class StatusCounts(Record):
+    """How many goals each actor and reason has."""
+
+    total: int = 0
+    by_actor: dict[str, int] = Field(default_factory=dict)
+    by_reason: dict[str, int] = Field(default_factory=dict)
+
+
+class StatusProjection(Record):
+    """``loopx status --json``: the whole attention queue, humans first."""
+
+    schema_version: Literal[1] = 1
+    generated_at: UtcDatetime  # when the newest source change was projected
+    checked_at: UtcDatetime  # when the sources were last checked for changes
+    counts: StatusCounts
+    fleet: FleetView
+    quarantined_total: int = 0
+    goals: list[GoalStatusView] = Field(default_factory=list)

@@ -1,0 +1,103 @@
+"""Headless Chromium (Debian's package) driven by Playwright, and a served root per test.
+
+Skipped with a reason when Chromium or Playwright is missing; `.ci/setup.d/browser.sh`
+installs Chromium. Screenshots go to ``$LOOPX_BROWSER_ARTIFACTS/<test>/`` (else tmp_path).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopx.root import Layout
+from loopx.status.server import make_server
+
+CHROMIUM = os.environ.get("LOOPX_CHROMIUM", "/usr/bin/chromium")
+# --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start. The rest keep a
+# headless run off the network and quiet.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+TOKEN = "browser-token"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(
+            f"no Chromium at {CHROMIUM}: run .ci/setup.d/browser.sh (apt-get install chromium)"
+        )
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright is missing: pip install -e '.[test]'"
+    )
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    base = os.environ.get("LOOPX_BROWSER_ARTIFACTS")
+    out = Path(base) / request.node.name if base else tmp_path / "artifacts"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@dataclass
+class Tab:
+    """A page plus the console errors and uncaught exceptions it logged."""
+
+    page: Any
+    errors: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def tab(browser: Any) -> Iterator[Tab]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    tab = Tab(page)
+    page.on("console", lambda m: tab.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: tab.errors.append(str(e)))
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def with_token(tab: Tab, token: str = TOKEN) -> None:
+    """Give the page the token the way a person would once (sessionStorage)."""
+    tab.page.add_init_script(f"sessionStorage.setItem('loopx-token', {token!r})")
+
+
+@contextmanager
+def served(layout: Layout, **options: Any) -> Iterator[str]:
+    """``loopx serve`` on a free loopback port; yields the dashboard's URL."""
+    server = make_server(layout, host="127.0.0.1", port=0, **options)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.service.stop()
+        server.server_close()
+        thread.join(timeout=10)

@@ -1,0 +1,325 @@
+"""The dashboard's HTTP side: page and assets, JSON API, live events, actions, deadlines."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from loopx.model import utcnow
+from loopx.registry.goals import get_goal
+from loopx.registry.model import GoalStatus
+from loopx.state import load_state
+from loopx.status.actions import audit_file, cross_site_reason
+from loopx.status.changes import note_goal_changed
+from loopx.status.server import ActionsNeedTokenError, StatusServer, make_server
+from loopx.testing.dashboard_fixtures import seed_fleet_root
+from loopx.testing.status_fixtures import append_history, history_line
+from tests.test_server import running
+
+TOKEN = "dash-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON_AUTH = {**AUTH, "Content-Type": "application/json"}
+
+
+@pytest.fixture
+def server(layout, tmp_path) -> Iterator[StatusServer]:
+    seed_fleet_root(layout, 30, now=utcnow(), workdir=tmp_path)
+    yield from running(
+        make_server(
+            layout,
+            port=0,
+            token=TOKEN,
+            actions=True,
+            refresh_interval_s=0.2,
+            ttl_s=0.0,
+            request_timeout_s=2.0,
+        )
+    )
+
+
+@pytest.fixture
+def readonly(layout, tmp_path) -> Iterator[StatusServer]:
+    seed_fleet_root(layout, 12, now=utcnow(), workdir=tmp_path)
+    yield from running(make_server(layout, port=0, refresh_interval_s=0.2, ttl_s=0.0))
+
+
+def call(server, method, path, headers=None, body=None):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        kind = resp.getheader("Content-Type") or ""
+        return resp.status, json.loads(data) if data and kind.startswith(
+            "application/json"
+        ) else data
+    finally:
+        conn.close()
+
+
+def answer(server, goal_id, headers, body=b'{"answer": "merge it"}'):
+    return call(server, "POST", f"/api/goals/{goal_id}/resolve-gate", headers, body)
+
+
+def audit_lines(layout):
+    path = audit_file(layout)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# --- page and API ------------------------------------------------------------------------------
+
+
+def test_page_and_assets_need_no_token(server):
+    """`/` and its assets hold no data and load without the token, with a strict CSP."""
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request("GET", "/")
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 200
+    assert b"/static/dashboard.js" in body
+    assert "script-src 'self'" in resp.getheader("Content-Security-Policy")
+    conn.close()
+    assert call(server, "GET", "/static/dashboard.js")[0] == 200
+    assert call(server, "GET", "/static/../server.py")[0] == 401  # not an asset: needs the token
+
+
+def test_api_needs_the_token(server):
+    """Every data route refuses a request without the bearer token."""
+    for path in ("/api/overview", "/api/goals", "/api/goals/goal-00000", "/events"):
+        assert call(server, "GET", path)[0] == 401
+
+
+def test_overview_puts_humans_first(server):
+    """The overview lists gates and failing goals, the agents next, and the fleet."""
+    status, doc = call(server, "GET", "/api/overview", AUTH)
+    assert status == 200
+    assert doc["actions"] is True
+    humans = {g["goal_id"]: g["reason"] for g in doc["humans"]}
+    assert humans["goal-00000"] == "gate_pending"
+    assert humans["goal-00005"] == "failing"
+    assert {g["reason"] for g in doc["next_up"]} <= {"running", "ready"}
+    running_agents = {a["agent_id"]: a["goal_id"] for a in doc["agents"] if a["goal_id"]}
+    assert running_agents == {"agent-1": "goal-00001", "agent-2": "goal-00002"}
+    assert all(a["turn_since"] for a in doc["agents"] if a["goal_id"])
+
+
+def test_goals_page_filters_and_pages(server):
+    """`/api/goals` filters by actor, reason and text and pages the result."""
+    _, doc = call(server, "GET", "/api/goals?reason=gate_pending", AUTH)
+    assert [r["goal_id"] for r in doc["rows"]] == ["goal-00000", "goal-00010", "goal-00020"]
+    _, doc = call(server, "GET", "/api/goals?q=SERVICE%2017&limit=5", AUTH)
+    assert [r["goal_id"] for r in doc["rows"]] == ["goal-00017"]
+    _, doc = call(server, "GET", "/api/goals?actor=agent&limit=4&offset=4", AUTH)
+    assert doc["page"]["offset"] == 4
+    assert len(doc["rows"]) == 4
+    assert doc["page"]["total"] == 19  # 30 less 5 for humans, 3 waiting, 3 done
+    assert call(server, "GET", "/api/goals?reason=bogus", AUTH)[0] == 400
+
+
+def test_goal_detail_and_run_log(server):
+    """One goal: view, policy, state and turns newest first; its run log as markdown."""
+    status, doc = call(server, "GET", "/api/goals/goal-00005", AUTH)
+    assert status == 200
+    assert (doc["view"]["reason"], doc["goal"]["id"]) == ("failing", "goal-00005")
+    assert [t["seq"] for t in doc["turns"]] == [3, 2, 1]
+    assert [t["has_log"] for t in doc["turns"]] == [True, False, False]
+    status, log = call(server, "GET", "/api/goals/goal-00005/runs/3", AUTH)
+    assert status == 200
+    assert "AssertionError" in log["markdown"]
+    assert call(server, "GET", "/api/goals/goal-00005/runs/9", AUTH)[0] == 404
+    assert call(server, "GET", "/api/goals/..%2Fx", AUTH)[0] == 404
+
+
+# --- actions -----------------------------------------------------------------------------------
+
+
+def test_answer_gate_resolves_it_and_is_audited(server, layout):
+    """A gate answered over HTTP is resolved by the CLI's function and written to the audit log."""
+    status, doc = answer(server, "goal-00000", JSON_AUTH)
+    assert status == 200
+    assert doc["gate"]["answer"] == "merge it"
+    gate = load_state(layout, "goal-00000").gates[0]
+    assert (gate.answer, gate.resolved_at is not None) == ("merge it", True)
+    [record] = audit_lines(layout)
+    assert (record["action"], record["goal_id"], record["outcome"], record["answer"]) == (
+        "resolve-gate",
+        "goal-00000",
+        "applied",
+        "merge it",
+    )
+    status, doc = call(server, "GET", "/api/goals/goal-00000", AUTH)
+    assert doc["view"]["reason"] != "gate_pending"  # the action refreshed the snapshot
+
+
+def test_pause_resume_done(server, layout):
+    """Pause, resume and done change the registry status like `loopx goal pause|resume|done`."""
+    for action, expected in (
+        ("pause", GoalStatus.PAUSED),
+        ("resume", GoalStatus.ACTIVE),
+        ("done", GoalStatus.DONE),
+    ):
+        status, _ = call(server, "POST", f"/api/goals/goal-00003/{action}", JSON_AUTH, b"{}")
+        assert status == 200
+        assert get_goal(layout, "goal-00003").status is expected
+
+
+def test_library_errors_reach_the_page(server, layout):
+    """The CLI's error (no open gate, no such goal) comes back with its hint, and is audited."""
+    status, doc = answer(server, "goal-00003", JSON_AUTH)
+    assert status == 409
+    assert "nothing to resolve" in doc["error"]
+    assert "goal show" in doc["hint"]
+    assert answer(server, "nope", JSON_AUTH)[0] == 404
+    assert [r["outcome"] for r in audit_lines(layout)] == ["failed", "failed"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Content-Type": "application/json"}, 401),
+        ({"Content-Type": "application/json", "Authorization": "Bearer wrong"}, 401),
+        ({"Content-Type": "application/json", "Cookie": f"token={TOKEN}"}, 401),
+        ({**JSON_AUTH, "Origin": "https://evil.example"}, 403),
+        ({**JSON_AUTH, "Sec-Fetch-Site": "cross-site"}, 403),
+        ({**AUTH, "Content-Type": "text/plain"}, 415),
+    ],
+)
+def test_actions_refused(server, layout, headers, status):
+    """No token, a wrong token, a cookie, a cross-site request or a form body: refused, audited."""
+    assert answer(server, "goal-00000", headers)[0] == status
+    assert load_state(layout, "goal-00000").gates[0].answer is None
+    assert [r["outcome"] for r in audit_lines(layout)] == ["refused"]
+
+
+def test_same_origin_browser_request_allowed(server, layout):
+    """A same-origin request (the dashboard itself) with the token is accepted."""
+    host, port = server.server_address[:2]
+    headers = {**JSON_AUTH, "Origin": f"http://{host}:{port}", "Sec-Fetch-Site": "same-origin"}
+    assert answer(server, "goal-00000", headers)[0] == 200
+
+
+def test_readonly_server_refuses_actions_and_writes_nothing(readonly, layout):
+    """Without --actions every action is a 403 and no audit file appears."""
+    status, doc = answer(readonly, "goal-00000", {"Content-Type": "application/json"})
+    assert status == 403
+    assert "--actions" in doc["hint"]
+    assert not audit_file(layout).exists()
+    assert call(readonly, "POST", "/status", {}, b"{}")[0] == 405
+
+
+def test_actions_need_a_token(layout):
+    """Actions are never enabled without a token."""
+    with pytest.raises(ActionsNeedTokenError):
+        make_server(layout, port=0, actions=True)
+
+
+def test_cross_site_reason_rules():
+    """Same origin passes; another origin, a null origin or a cross-site fetch is named."""
+    assert cross_site_reason("same-origin", "http://h:1", "h:1") is None
+    assert cross_site_reason(None, None, "h:1") is None  # curl: judged by the token alone
+    assert "cross-site" in cross_site_reason("cross-site", None, "h:1")
+    assert "not this server" in cross_site_reason(None, "http://other:1", "h:1")
+    assert "null" in cross_site_reason(None, "null", "h:1")
+
+
+# --- live events -------------------------------------------------------------------------------
+
+
+def read_event(sock_file, wanted: str, deadline: float) -> dict:
+    event = None
+    while time.monotonic() < deadline:
+        line = sock_file.readline().decode()
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:") and event == wanted:
+            return json.loads(line.split(":", 1)[1])
+    raise AssertionError(f"no {wanted} event before the deadline")
+
+
+def test_committed_turn_arrives_as_an_event(server, layout):
+    """A history line noted by its writer reaches /events, naming only that goal.
+
+    (How fast is measured by benchmarks/dashboard.py; here the wait is bounded at 10 s.)
+    """
+    host, port = server.server_address[:2]
+    sock = socket.create_connection((host, port), timeout=10)
+    try:
+        head = f"GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        sock.sendall(head.encode())
+        stream = sock.makefile("rb")
+        assert stream.readline().startswith(b"HTTP/1.1 200")
+        hello = read_event(stream, "hello", time.monotonic() + 10)
+        started = time.monotonic()
+        line = history_line("goal-00004", 4, ended_at=utcnow())
+        append_history(layout, [line])  # append_record does not hint; the writer's hint follows
+        note_goal_changed(layout, "goal-00004")
+        event = read_event(stream, "change", started + 10)
+        assert event["seq"] > hello["seq"]
+        assert event["changed"] == ["goal-00004"]
+        assert event["all"] is False
+        assert event["counts"]["total"] == 30
+    finally:
+        sock.close()
+
+
+# --- request deadline (issue 18) ---------------------------------------------------------------
+
+
+def test_trickling_headers_are_cut_at_the_request_deadline(server):
+    """One header byte every 0.3 s: the connection is closed at the 2 s request deadline."""
+    host, port = server.server_address[:2]
+    sock = socket.create_connection((host, port), timeout=10)
+    started = time.monotonic()
+    closed_at = None
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        for byte in b"X-Slow: " + b"a" * 60:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed_at = time.monotonic()
+                break
+            sock.settimeout(0.3)
+            try:
+                if sock.recv(1024) == b"":
+                    closed_at = time.monotonic()
+                    break
+            except TimeoutError:
+                continue
+    finally:
+        sock.close()
+    assert closed_at is not None, "the server kept a trickling client past 18 s"
+    assert closed_at - started < 6.0
+
+
+def test_slow_body_is_cut_at_the_request_deadline(server, layout):
+    """An action whose body never completes is cut off, and changes nothing."""
+    host, port = server.server_address[:2]
+    sock = socket.create_connection((host, port), timeout=10)
+    started = time.monotonic()
+    try:
+        head = (
+            "POST /api/goals/goal-00000/resolve-gate HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100\r\n\r\n{"
+        )
+        sock.sendall(head.encode())
+        assert sock.recv(1024) == b""  # closed without a reply once the deadline passed
+    finally:
+        sock.close()
+    assert time.monotonic() - started < 6.0
+    assert load_state(layout, "goal-00000").gates[0].answer is None
+
+
+def test_head_on_events_does_not_stream(server):
+    """HEAD /events answers the headers and ends, without holding a stream open."""
+    status, body = call(server, "HEAD", "/events", AUTH)
+    assert (status, body) == (200, b"")
+    assert server.streams.open == 0
