@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from loopx import exitcodes
 
@@ -173,8 +174,9 @@ class HostMissingError(LoopxError):
     """A goal's host program is not installed or not on PATH."""
 
     def __init__(self, program: str, kind: str) -> None:
+        where = "is not an executable file" if "/" in program else "was not found on PATH"
         super().__init__(
-            f"{kind} host program {program!r} was not found on PATH",
+            f"{kind} host program {program!r} {where}",
             hint=f"install {program} or pass --host with its full path",
         )
         self.program = program
@@ -217,3 +219,40 @@ class HostUnsupportedError(LoopxError):
         )
         self.kind = kind
         self.known = known
+
+
+# --- resource faults: a write refused by the machine ----------------------------------------
+
+_RESOURCE_REASONS: Final = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only filesystem",
+    errno.EIO: "I/O error",
+}
+RESOURCE_ERRNOS: Final = frozenset(_RESOURCE_REASONS)
+
+
+class ResourceFaultError(LoopxError):
+    """A write was refused by the machine (disk full, quota, read-only, I/O error)."""
+
+    def __init__(self, reason: str, doing: str) -> None:
+        super().__init__(
+            f"could not {doing}: {reason}",
+            hint="free space on the disk holding the runtime root (`df -h ROOT`) or fix "
+            "the filesystem; nothing was lost, run the command again afterwards",
+        )
+        self.reason = reason
+        self.doing = doing
+
+
+def resource_fault(error: BaseException) -> str | None:
+    """The reason when ``error`` is a write the machine refused, else None. Pure.
+
+    Such faults are weathered, not fatal: callers wait and retry (docs/reliability.md).
+    """
+    if isinstance(error, ResourceFaultError):
+        return error.reason
+    if isinstance(error, OSError) and error.errno in RESOURCE_ERRNOS:
+        where = f" ({error.filename})" if error.filename else ""
+        return f"{_RESOURCE_REASONS[error.errno]}{where}"
+    return None

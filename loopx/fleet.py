@@ -24,6 +24,7 @@ from typing import Annotated, Final, Literal, Protocol, Self
 from pydantic import Field, field_validator
 
 from loopx.model import Record, UtcDatetime
+from loopx.process import ProcessIdentity
 from loopx.root import Layout
 
 
@@ -46,6 +47,9 @@ class FleetState(StrEnum):
     RUNNING = "running"
     STOPPING = "stopping"  # a stop was requested; agents are finishing their turns
     STOPPED = "stopped"  # the supervisor exited; ``exit_code`` is set
+    # Never written by a supervisor: status's word for a record that says starting,
+    # running or stopping while its process (pid and start time) is gone.
+    DEAD = "dead"
 
 
 class Visibility(StrEnum):
@@ -268,3 +272,20 @@ class ScaleResult(Record):
     agents: int
     signalled: bool  # False: none runs; the next start's --agents decides
     supervisor_pid: int | None = None  # the supervisor that got SIGHUP
+
+
+ACTIVE_STATES = frozenset({FleetState.STARTING, FleetState.RUNNING, FleetState.STOPPING})
+
+
+def process_runs(pid: int, started_at: float) -> bool:
+    """Whether ``pid`` still runs the process started at ``started_at`` (a zombie does not)."""
+    return ProcessIdentity(pid, started_at).alive()
+
+
+def died(record: FleetRecord, *, hostname: str) -> bool:
+    """Whether the record names an active supervisor on this host whose process is gone."""
+    return (
+        record.state in ACTIVE_STATES
+        and record.hostname == hostname
+        and not process_runs(record.pid, record.pid_started_at)
+    )

@@ -13,8 +13,9 @@ import sys
 from loopx.errors import HostMissingError
 from loopx.registry.model import HostKind, HostSpec
 
-# The program each CLI host kind runs when HostSpec.argv does not name one.
-DEFAULT_PROGRAMS: dict[HostKind, str] = {
+# The program each CLI host kind runs when HostSpec.argv does not name one (a plug-in
+# kind's default program is its own name).
+DEFAULT_PROGRAMS: dict[str, str] = {
     HostKind.CODEX: "codex",
     HostKind.CLAUDE: "claude",
 }
@@ -27,13 +28,13 @@ def split_program(spec: HostSpec) -> tuple[str, list[str]]:
     only when its first word is not a flag (``["/opt/codex", "--model", "o3"]``).
     A ``command`` host's argv is the whole command; the demo host is Python.
     """
-    if spec.kind is HostKind.COMMAND:
+    if spec.kind == HostKind.COMMAND:
         return spec.argv[0], list(spec.argv[1:])
-    if spec.kind is HostKind.DEMO:
+    if spec.kind == HostKind.DEMO:
         return sys.executable, list(spec.argv)
     if spec.argv and not spec.argv[0].startswith("-"):
         return spec.argv[0], list(spec.argv[1:])
-    return DEFAULT_PROGRAMS[spec.kind], list(spec.argv)
+    return DEFAULT_PROGRAMS.get(spec.kind, spec.kind), list(spec.argv)
 
 
 def find_program(spec: HostSpec, path: str | None = None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -14,10 +15,31 @@ from loopx.secrets import RedactSecrets, secret_values
 _configured = False
 
 
+class _Tolerant:
+    """A log stream whose writes never raise for a full or failing disk.
+
+    The supervisor's and agents' stderr is often a file under the root: when
+    that disk fills, a log line must be lost, not the process (issue 18).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            return 0
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stream.flush()
+
+
 def _stderr_logger(*_args: object) -> structlog.PrintLogger:
     # Resolve sys.stderr per logger, not once: a test runner or a daemonising
     # parent may replace (and close) the stream after configuration.
-    return structlog.PrintLogger(sys.stderr)
+    return structlog.PrintLogger(_Tolerant(sys.stderr))  # type: ignore[arg-type]
 
 
 def configure_logging(
@@ -49,7 +71,7 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=out)
+        logger_factory=structlog.PrintLoggerFactory(file=_Tolerant(out))  # type: ignore[arg-type]
         if stream is not None
         else _stderr_logger,
         cache_logger_on_first_use=False,

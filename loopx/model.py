@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
@@ -28,6 +28,34 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
+# How far this process's clock runs ahead of the filesystem's, once measured
+# (loopx.clock.calibrate); zero until then and within the tolerance.
+_clock_offset = timedelta(0)
+
+
 def utcnow() -> datetime:
-    """The current time in UTC; pass it down instead of calling the clock deep inside."""
-    return datetime.now(UTC)
+    """The current time in UTC; pass it down instead of calling the clock deep inside.
+
+    Corrected by the offset :func:`loopx.clock.calibrate` measured, so a
+    process whose clock is wrong dates what it writes like the others do.
+    """
+    return datetime.now(UTC) - _clock_offset
+
+
+def current_offset() -> timedelta:
+    """The correction :func:`utcnow` applies now."""
+    return _clock_offset
+
+
+def set_clock_offset(offset: timedelta) -> None:
+    """Set the correction :func:`utcnow` applies (only :mod:`loopx.clock` calls this)."""
+    global _clock_offset  # noqa: PLW0603 - one clock per process by design
+    _clock_offset = offset
+
+
+def iso_utc(at: datetime, timespec: str = "auto") -> str:
+    """``at`` as ISO 8601 in UTC with a ``Z``, the form every JSON document uses.
+
+    Text outputs use it too, so one run never mixes ``Z`` and ``+00:00``.
+    """
+    return at.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

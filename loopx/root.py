@@ -70,16 +70,25 @@ def resolve_root(
     ``--root``, else ``LOOPX_ROOT``, else the ``common_runtime_root`` of the
     ``--registry`` file (relative to that file), else ``$XDG_STATE_HOME/loopx``
     (``~/.local/state/loopx``). The registry is ``--registry`` if given, else
-    ``<root>/registry.json``.
+    ``<root>/registry.json``. A relative ``--root`` is relative to the current
+    directory, like any path argument; a relative ``LOOPX_ROOT`` is refused.
 
     Raises:
-        RootError: ``--registry`` names no usable root and nothing else does.
+        RootError: ``LOOPX_ROOT`` is relative, or ``--registry`` names no usable
+            root and nothing else does.
     """
     registry_path = Path(registry).expanduser().resolve() if registry is not None else None
     if flag is not None and str(flag) != "":
         root, source = Path(flag).expanduser(), RootSource.FLAG
     elif env.get(environ.ROOT):
         root, source = Path(env[environ.ROOT]).expanduser(), RootSource.ENV
+        if not root.is_absolute():
+            # An environment variable outlives the directory it was set in: a relative
+            # one would name a different root in every directory a command runs from.
+            raise RootError(
+                f"{environ.ROOT}={env[environ.ROOT]} is a relative path",
+                hint=f"set it to an absolute path, e.g. `export {environ.ROOT}=$PWD/{env[environ.ROOT]}`",
+            )
     elif registry_path is not None and (common := _registry_common_root(registry_path)):
         root, source = common, RootSource.REGISTRY
     else:
@@ -228,29 +237,87 @@ def _check_not_shared(path: Path) -> None:
         )
 
 
+def _init_hint(resolved: ResolvedRoot) -> str:
+    return f"create it with `loopx init --root {resolved.root}`"
+
+
+def _check_root_dir(resolved: ResolvedRoot) -> None:
+    """Refuse a root that is not a directory or that this user cannot write."""
+    root = resolved.root
+    if not root.is_dir():
+        raise RootError(
+            f"runtime root {root} (chosen by {resolved.source}) is not a directory",
+            hint="pass --root with a directory, or move the file out of the way",
+        )
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise RootError(
+            f"runtime root {root} is not writable by you",
+            hint=f"fix its permissions (`chmod 700 {root}`) or choose another root with --root",
+        )
+
+
+def _make_dirs(layout: Layout, resolved: ResolvedRoot) -> None:
+    try:
+        for sub in (
+            layout.goals_dir,
+            layout.agents_dir,
+            layout.projections_dir,
+            layout.quarantine_dir,
+            layout.archive_dir,
+            layout.logs_dir,
+        ):
+            ensure_dir(sub)
+    except OSError as e:
+        raise RootError(
+            f"cannot create {e.filename or resolved.root}: {e.strerror}",
+            hint="check the root's permissions, or choose another root with --root",
+        ) from e
+
+
+def _initialise_registry(layout: Layout) -> None:
+    # Lazy: the registry store imports this module. Only the settings file is written
+    # here: an old single-file registry is migrated by its first reader (or `init --upgrade`).
+    from loopx.registry.store import create_settings  # noqa: PLC0415
+
+    create_settings(layout)
+
+
 def open_root(resolved: ResolvedRoot, *, create: bool) -> Layout:
-    """Check (and with ``create``, make) the runtime root; return its layout.
+    """Check (and with ``create``, initialise) the runtime root; return its layout.
+
+    One rule for every command: a root is initialised when its registry file
+    exists. Only ``create`` (``loopx init``, ``demo``, ``batch run``) makes the
+    directory and an empty registry; every other caller is refused an
+    uninitialised root, so a mistyped ``--root`` never starts an idle fleet.
 
     Raises:
-        RootError: the root is missing (without ``create``), shared with other
-            users, or owned by someone else.
+        RootError: the root is missing or uninitialised (without ``create``),
+            not a directory, not writable, shared with other users, or owned
+            by someone else.
     """
     layout = Layout.of(resolved)
-    if not resolved.root.exists():
+    if not resolved.root.exists() and not resolved.root.is_symlink():
         if not create:
             raise RootError(
                 f"runtime root {resolved.root} does not exist (chosen by {resolved.source})",
-                hint=f"create it with `loopx init --root {resolved.root}`",
+                hint=_init_hint(resolved),
             )
-        ensure_dir(resolved.root)
+        try:
+            ensure_dir(resolved.root)
+        except OSError as e:
+            raise RootError(
+                f"cannot create runtime root {resolved.root}: {e.strerror}",
+                hint="create its parent directory, or choose another root with --root",
+            ) from e
     _check_not_shared(resolved.root)
-    for sub in (
-        layout.goals_dir,
-        layout.agents_dir,
-        layout.projections_dir,
-        layout.quarantine_dir,
-        layout.archive_dir,
-        layout.logs_dir,
-    ):
-        ensure_dir(sub)
+    _check_root_dir(resolved)
+    if not create and not layout.registry.exists():
+        raise RootError(
+            f"runtime root {resolved.root} is not initialised: it has no "
+            f"{layout.registry.name} (chosen by {resolved.source})",
+            hint=_init_hint(resolved),
+        )
+    _make_dirs(layout, resolved)
+    if create:
+        _initialise_registry(layout)
     return layout

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from loopx.batch.plan import BatchPlan
-from loopx.batch.report import BatchReport
+from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
 from loopx.fleet import (
@@ -105,6 +105,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "doctor": DoctorReport,
     "replay": ReplayReport,
     "supervisor-status": SupervisorStatus,
+    "supervisor-run": RunSummary,
     "agent-view": AgentView,  # inside supervisor-status
     "supervisor-started": SupervisorStarted,
     "supervisor-stopped": SupervisorStopped,

@@ -62,7 +62,8 @@ class Cli:
 
 @pytest.fixture
 def cli(root: Path, tmp_path: Path) -> Iterator[Cli]:
-    """The real CLI on a private root, run from a private working directory."""
+    """The real CLI on a private, initialised root, run from a private working directory."""
     work = tmp_path / "cwd"
     work.mkdir()
+    open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
     return Cli(root, work)

@@ -75,6 +75,8 @@ def cli(
 def start_supervisor(
     root: Path, *args: str, log: Path | None = None, **env: str
 ) -> subprocess.Popen[bytes]:
+    if not (root / "registry.json").exists():  # as the unit's ExecStartPre does
+        assert cli(root, "init").returncode == 0
     out = open(log or root.parent / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
@@ -128,6 +130,8 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
     """Register a goal served by the demo host with ``demo_args``."""
     import shlex
 
+    if not (root / "registry.json").exists():
+        assert cli(root, "init").returncode == 0
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         "goal",

@@ -111,6 +111,9 @@ def test_exit_codes_for_humans_and_failures(tmp_path: Path) -> None:
     goal = json.loads((report_dir / "report.json").read_text())["goals"][0]
     assert goal["outcome"] == "failed"
     assert goal["failures"][0]["reason"] == "host_exit"
+    # The reason's words reach the report, not an empty summary of a failed turn.
+    assert goal["failures"][0]["last_message"].strip()
+    assert goal["failures"][0]["last_message"] in (report_dir / "report.md").read_text()
 
 
 def test_a_malformed_plan_registers_nothing(tmp_path: Path) -> None:
@@ -215,7 +218,14 @@ def test_demo_runs_as_designed(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ask-a-human" in proc.stdout
     assert "gate resolve ask-a-human" in proc.stdout
-    report = json.loads((tmp_path / "demo" / "report" / "report.json").read_text())
+    # The demo's files live in a directory of their own, named on the report line.
+    (report_md,) = [
+        line.removeprefix("report: ")
+        for line in proc.stdout.splitlines()
+        if line.startswith("report: ")
+    ]
+    report = json.loads((Path(report_md).parent / "report.json").read_text())
+    assert not (tmp_path / "demo" / "report").exists()  # nothing beside the root
     assert {g["goal_id"]: g["outcome"] for g in report["goals"]} == {
         "count-to-three": "completed",
         "count-to-five": "completed",

@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -72,6 +73,7 @@ class Fleet:
 
     root: Path
     agents: int = 4
+    timing: dict[str, str] = field(default_factory=lambda: dict(TIMING))
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     log: Path = field(init=False)
@@ -106,7 +108,7 @@ class Fleet:
                     "--refresh-interval-seconds",
                     "60",
                 ],
-                env=cli_env(**TIMING),
+                env=cli_env(**self.timing),
                 stdout=out,
                 stderr=out,
             )
@@ -330,3 +332,155 @@ def test_chaos_small(tmp_path: Path) -> None:
 def test_chaos_soak(tmp_path: Path) -> None:
     """200 random SIGKILLs of supervisor, agents and hosts on 4 agents and 20 goals."""
     run_chaos(tmp_path, SOAK)
+
+
+# --- resource faults: a full disk, damaged leases, daemonising hosts, a clock a day ahead -------
+
+RESOURCE_SOAK = Plan(goals=6, steps=12, hang_s=0.2, kills=0, gap_s=(0.5, 2.0), budget_s=300)
+FAULT_PHASE_S = 60.0
+# The default lease timing (30 s + 30 s), longer than fills in a row last: a holder
+# whose finished host waits out the full disk keeps its lease (past ttl + grace a
+# live holder is taken over, and its host runs again under the same turn key,
+# recorded once: docs/reliability.md).
+RESOURCE_TIMING = {"LOOPX_KILL_GRACE_S": "0.5"}
+
+
+def add_resource_goals(layout: Layout, plan: Plan, base: Path) -> list[str]:
+    """Demo goals answering on stdout (a full root must not fail the host); half daemonise."""
+    ids = []
+    for index in range(plan.goals):
+        goal_id = f"r{index:02d}"
+        workdir = base / "work" / goal_id
+        workdir.mkdir(parents=True)
+        argv = ["--steps", str(plan.steps), "--hang", str(plan.hang_s), "--stdout-result"]
+        argv += ["--daemon", "120"] if index % 2 else []
+        changes = GoalChanges(
+            objective=f"count to {plan.steps}",
+            workdir=str(workdir),
+            host=HostSpec(kind=HostKind.DEMO, argv=argv),
+            max_host_attempts=100,
+        )
+        add_goal(layout, goal_id, changes, update=False, default_workdir=workdir, now=utcnow())
+        ids.append(goal_id)
+    return ids
+
+
+def plant_lease(layout: Layout, goal_id: str, data: bytes) -> bool:
+    """Create a damaged lease where none is held (never over a live holder's)."""
+    try:
+        fd = os.open(layout.lease_file(goal_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except (FileExistsError, OSError):
+        return False
+    try:
+        os.write(fd, data)
+    except OSError:  # the disk may be full right now: an empty lease then
+        pass
+    finally:
+        os.close(fd)
+    return True
+
+
+def offset_turn(layout: Layout, goal_id: str) -> bool:
+    """One `turn run-once` whose process clock runs a day ahead (Debian's faketime)."""
+    if shutil.which("faketime") is None:
+        return False
+    subprocess.run(
+        [
+            *("faketime", "-f", "+1d", sys.executable, "-m", "loopx"),
+            *("--root", str(layout.root), "turn", "run-once", goal_id),
+        ],
+        capture_output=True,
+        env=cli_env(NO_FAKE_STAT="1", FAKETIME_DONT_FAKE_MONOTONIC="1", **RESOURCE_TIMING),
+        timeout=120,
+        check=False,
+    )
+    return True
+
+
+def run_resource_chaos(tmp_path: Path, plan: Plan) -> dict[str, Any]:  # noqa: PLR0915 - one scenario read top to bottom
+    """Faults at seeded moments for FAULT_PHASE_S, then the fleet finishes by itself."""
+    from tests.test_tmpfs_full import fill, small_tmpfs
+
+    started = time.monotonic()
+    rng = random.Random(SEED)
+    faults: Counter[str] = Counter()
+    timeline: list[tuple[float, str, str, bool]] = []
+    degraded_seen = False
+    with small_tmpfs(tmp_path / "mnt", "32m") as mnt:
+        layout = make_root(mnt / "root")
+        goals = add_resource_goals(layout, plan, tmp_path)
+        fleet = Fleet(layout.root, agents=3, timing=RESOURCE_TIMING)
+        fleet.log = tmp_path / "supervisor.log"  # off the disk that fills
+        try:
+            fleet.start()
+            while time.monotonic() - started < FAULT_PHASE_S and fleet.alive():
+                time.sleep(rng.uniform(*plan.gap_s))
+                what = rng.choice(["disk_full", "garbage_lease", "empty_lease", "clock"])
+                goal_id = rng.choice(goals)
+                if what == "disk_full":
+                    filler = mnt / "filler"
+                    fill(filler)
+                    try:
+                        doc = json.loads(loopx(layout.root, "status", "--json").stdout or "{}")
+                        degraded_seen |= bool(doc.get("fleet", {}).get("degraded"))
+                        time.sleep(rng.uniform(1.0, 4.0))
+                        assert fleet.alive() or fleet.proc.returncode == 0, "supervisor died"  # type: ignore[union-attr]
+                    finally:
+                        filler.unlink()
+                    done = True
+                elif what == "garbage_lease":
+                    done = plant_lease(layout, goal_id, b"\x00not a lease{")
+                elif what == "empty_lease":
+                    done = plant_lease(layout, goal_id, b"")
+                else:
+                    done = offset_turn(layout, goal_id)
+                faults[what] += done
+                timeline.append((round(time.monotonic() - started, 1), what, goal_id, done))
+            assert fleet.proc is not None
+            left_s = plan.budget_s - (time.monotonic() - started) - 30
+            code = fleet.proc.wait(timeout=max(left_s, 30))
+            assert code == 0, f"supervisor exited {code}; see {fleet.log}"
+            left = wait_gone(layout.root)
+            assert not left, f"processes left: {[(p.pid, p.cmdline()) for p in left]}"
+        finally:
+            if fleet.alive():
+                assert fleet.proc is not None
+                fleet.proc.kill()
+                fleet.proc.wait()
+            for proc, _ in marked(layout.root):
+                proc.kill()
+            # Kept for a post-mortem: the tmpfs goes with the test.
+            shutil.copytree(layout.root, tmp_path / "root-copy", symlinks=True)
+            (tmp_path / "timeline.json").write_text(json.dumps(timeline))
+        assert "Traceback" not in fleet.log.read_text(errors="replace")
+        totals: Counter[str] = Counter()
+        for goal_id in goals:
+            totals.update(check_invariants(layout, goal_id))
+            workdir = tmp_path / "work" / goal_id
+            runs = [
+                line.split()[0]
+                for line in (workdir / ".loopx-demo" / "runs.log").read_text().splitlines()
+            ]
+            assert len(runs) == len(set(runs)), f"{goal_id}: a host ran twice"
+            final = final_state(layout, goal_id)
+            assert (final["goal_status"], final["counter"]) == ("done", plan.steps), final
+        report = diagnose(layout)
+        bad = [f for f in report.findings if f.severity == "error" or f.code == "leftover_process"]
+        assert not bad, bad
+    if faults["disk_full"]:
+        assert degraded_seen, "status never said degraded while the disk was full"
+    figures = {
+        "seed": SEED,
+        "faults": dict(faults),
+        **totals,
+        "seconds": round(time.monotonic() - started),
+    }
+    print(f"resource chaos figures: {json.dumps(figures)}")
+    return figures
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(RESOURCE_SOAK.budget_s + 60)
+def test_chaos_resource_faults_soak(tmp_path: Path) -> None:
+    """A minute of full disks, damaged leases and a day-ahead clock on daemonising hosts."""
+    run_resource_chaos(tmp_path, RESOURCE_SOAK)

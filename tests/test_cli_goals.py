@@ -10,8 +10,9 @@ from pathlib import Path
 from tests.conftest import Cli
 
 
-def test_init_creates_a_private_root_and_registry(cli: Cli) -> None:
+def test_init_creates_a_private_root_and_registry(tmp_path: Path) -> None:
     """`loopx init` makes the root and an empty registry; running it again changes nothing."""
+    cli = Cli(tmp_path / "fresh", tmp_path)
     first = cli.json("init")
     assert first["registry_created"] is True
     assert cli.json("init")["registry_created"] is False
@@ -34,6 +35,7 @@ def test_every_policy_field_round_trips(cli: Cli, tmp_path: Path) -> None:
         str(work),
         "--host",
         "my-agent --flag 'two words'",
+        "--no-check",
         "--priority",
         "7",
         "--quota-compute",
@@ -67,6 +69,7 @@ def test_every_policy_field_round_trips(cli: Cli, tmp_path: Path) -> None:
         "kind": "command",
         "argv": ["my-agent", "--flag", "two words"],
         "session_max_turns": None,
+        "unreachable_after_s": None,
     }
     assert goal["priority"] == 7
     assert goal["next_probe"] == "git log -1"
@@ -203,3 +206,18 @@ def test_twenty_concurrent_goal_adds_lose_nothing(cli: Cli) -> None:
     assert sorted(g["id"] for g in goals) == sorted(f"g{i}" for i in range(20))
     for i in range(20):
         assert (cli.root / "goals" / f"g{i}" / "state.json").exists()
+
+
+def test_replay_verify_of_a_goal_without_turns_matches(cli: Cli) -> None:
+    """A goal no turn has touched verifies clean (its state's time is not a journal's)."""
+    cli.run("goal", "add", "g", "--objective", "o", "--host-kind", "demo", check=True)
+    proc = cli.run("replay", "g", "--verify")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DIFF" not in proc.stdout
+
+
+def test_status_says_when_a_filter_matches_nothing(cli: Cli) -> None:
+    """`status --actor human` with no such goal names the filter, not an empty registry."""
+    cli.run("goal", "add", "g", "--objective", "o", "--host-kind", "demo", check=True)
+    out = cli.run("status", "--actor", "human", check=True).stdout
+    assert "no goal matches the filter (1 goals in all)" in out

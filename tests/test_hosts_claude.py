@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,39 @@ def test_reported_usage_counts_cache_tokens_and_legacy_cost():
         "cost_usd": 0.5,
     }
     assert reported_usage(payload) == (6, 4, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reset_in"), [("session_limit", 7200), ("weekly_limit", 3 * 86400)]
+)
+def test_subscriber_limits_wait_until_the_printed_reset(
+    tmp_path, monkeypatch, fake, mode, reset_in
+):
+    """`You've hit your session limit · resets 8:56pm (Europe/Berlin)` (or weekly, with a date)."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    monkeypatch.setenv("FAKE_CLAUDE_MODE", mode)
+    monkeypatch.setenv("FAKE_CLAUDE_RESET_IN", str(reset_in))
+    goal = make_goal(tmp_path, HostKind.CLAUDE)
+    envelope = make_envelope(tmp_path, goal, started=utcnow())
+    out = HOST.interpret(envelope, run(HOST.prepare(goal, envelope), envelope))
+    assert out.result is not None
+    assert out.result.kind is ResultKind.WAIT
+    assert out.result.wait_seconds is not None
+    assert abs(out.result.wait_seconds - reset_in) <= 60
+
+
+def test_unreachable_api_is_a_wait(tmp_path, monkeypatch, fake):
+    """`API Error: Unable to connect to API (ConnectionRefused)` commits a host_unreachable wait."""
+    _, out = turn(tmp_path, monkeypatch, "unreachable")
+    assert out.result is not None
+    assert out.result.evidence == [FailureReason.HOST_UNREACHABLE.value]
+
+
+def test_fake_rejects_unknown_options(tmp_path, fake):
+    """Like Claude Code, the fake refuses an option it does not know."""
+    proc = subprocess.run(
+        [str(tmp_path / "bin" / "claude"), "-p", "--no-such-flag"],
+        input=b"hi", capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert b"error: unknown option '--no-such-flag'" in proc.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -204,15 +206,47 @@ def test_each_failure_has_its_typed_reason(tmp_path, monkeypatch, fake, mode, re
     assert out.failure.reason is reason, out.failure.message
 
 
-def test_rate_limit_becomes_wait_until_the_reset(tmp_path, monkeypatch, fake):
-    """ "try again in 2 hours 5 minutes" is a wait result of 7500 s, not a failure."""
-    envelope, out = turn(tmp_path, monkeypatch, "rate_limit")
+@pytest.mark.parametrize("reset_in", [7200, 3 * 86400])
+def test_rate_limit_waits_until_the_local_clock_codex_printed(
+    tmp_path, monkeypatch, fake, reset_in
+):
+    """`try again at 9:23 PM.` or `at Dec 3rd, 2026 8:23 PM.`, host zone: a wait until then."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    monkeypatch.setenv("FAKE_CODEX_MODE", "rate_limit")
+    monkeypatch.setenv("FAKE_CODEX_RESET_IN", str(reset_in))
+    goal = make_goal(tmp_path, HostKind.CODEX)
+    envelope = make_envelope(tmp_path, goal, started=datetime.now(UTC))
+    out = HOST.interpret(envelope, run(HOST.prepare(goal, envelope), envelope))
     assert out.failure is None
     assert out.result is not None
     assert out.result.kind is ResultKind.WAIT
-    assert out.result.wait_seconds == 7500
+    assert out.result.wait_seconds is not None
+    assert abs(out.result.wait_seconds - reset_in) <= 60  # codex prints whole minutes
     assert out.result.turn_key == envelope.turn_key
     assert out.session is not None  # the thread is kept for when the limit resets
+
+
+def test_fake_rejects_exec_flags_after_resume(tmp_path, fake):
+    """Like codex 0.171, the fake refuses `--cd` after `resume` (clap's message, exit 2)."""
+    bin_codex = tmp_path / "bin" / "codex"
+    proc = subprocess.run(
+        [str(bin_codex), "exec", "--json", "resume", "th-1", "--cd", str(tmp_path), "-"],
+        input=b"hi", capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert b"error: unexpected argument '--cd' found" in proc.stderr
+
+
+def test_lost_thread_message_is_the_one_error_line(tmp_path, monkeypatch, fake):
+    """The WARNING codex prints first is not part of the failure message."""
+    gone = HostSession(kind="codex", session_id="th-gone", turns=1)
+    _, out = turn(tmp_path, monkeypatch, "success", session=gone)
+    assert out.failure is not None
+    assert (
+        "could not resume its session: Error: thread/resume: thread/resume failed"
+        in out.failure.message
+    )
+    assert "WARNING" not in out.failure.message
 
 
 def test_failure_keeps_the_thread_for_the_next_turn(tmp_path, monkeypatch, fake):
@@ -295,6 +329,7 @@ def test_goal_add_accepts_codex_on_path_with_extra_flags(cli, fake):
         "kind": "codex",
         "argv": ["--model", "o3"],
         "session_max_turns": None,
+        "unreachable_after_s": None,
     }
 
 

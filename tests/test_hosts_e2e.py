@@ -132,3 +132,12 @@ def test_lost_session_is_dropped_and_the_next_turn_starts_fresh(cli, fakes, tmp_
     failed = run_once(cli, "c1")
     assert failed["failure"]["reason"] == "host_execution_error"
     assert state(cli, "c1")["host_session"]["session_id"] == ""
+
+
+def test_codex_stuck_reconnecting_commits_a_wait_not_a_timeout(cli, fakes):
+    """The fake loops `Reconnecting... waiting for network`; the turn stops it and waits."""
+    add(cli, "c1", "codex", fakes, "--unreachable-after", "1", "--turn-timeout", "300")
+    report = run_once(cli, "c1", FAKE_CODEX_MODE="unreachable")
+    assert (report["status"], report["kind"]) == ("committed", "wait"), report
+    assert report["usage"]["wall_s"] < 60
+    assert "could not reach its model server" in report["summary"]

@@ -5,10 +5,17 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, retry_after_s
+from loopx.agents.hosts.diagnosis import (
+    MAX_RATE_LIMIT_WAIT_S,
+    Diagnosis,
+    diagnose,
+    rate_limited,
+    retry_after_s,
+)
 from loopx.agents.hosts.extract import find_json_object, parse_result
 from loopx.agents.hosts.prompt import build_prompt, result_schema
 from loopx.agents.hosts.session import session_after_turn, session_to_resume, turn_tokens
@@ -182,3 +189,82 @@ def test_find_json_object_finds_a_late_result_after_many_braces():
     """A result after thousands of non-JSON braces (pasted code) is still found."""
     text = "if (x) { y } " * 5000 + '\nResult: {"kind": "completed"}'
     assert find_json_object(text) == {"kind": "completed"}
+
+
+# --- reset times in every form the real CLIs print (tests/realhosts/captures) --------------------
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+CODEX_LIMIT = (
+    "You\u2019ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), "
+    "or try again at 7:56 PM."
+)
+NYC = ZoneInfo("America/New_York")
+
+
+@pytest.mark.parametrize(
+    ("message", "local", "reset"),
+    [
+        # codex 0.171: a clock in the host's local zone, no zone named
+        (CODEX_LIMIT, BERLIN, datetime(2026, 1, 2, 19, 56, tzinfo=BERLIN)),
+        ("try again at 3:30 AM.", UTC, datetime(2026, 1, 2, 3, 30, tzinfo=UTC)),
+        ("try again at 2:30 AM.", UTC, datetime(2026, 1, 3, 2, 30, tzinfo=UTC)),
+        ("try again at Dec 3rd, 2026 6:56 PM.", BERLIN,
+         datetime(2026, 12, 3, 18, 56, tzinfo=BERLIN)),
+        ("try again at Jan 21st, 2026 12:05 AM.", UTC, datetime(2026, 1, 21, 0, 5, tzinfo=UTC)),
+        # claude 2.1.197: a clock or date with its zone named
+        ("You've hit your session limit · resets 8:56pm (Europe/Berlin)", UTC,
+         datetime(2026, 1, 2, 20, 56, tzinfo=BERLIN)),
+        ("You've hit your session limit · resets 9pm (UTC)", BERLIN,
+         datetime(2026, 1, 2, 21, 0, tzinfo=UTC)),
+        ("You've hit your weekly limit · resets Dec 3, 7:56pm (Europe/Berlin)", UTC,
+         datetime(2026, 12, 3, 19, 56, tzinfo=BERLIN)),
+        ("You've hit your weekly limit · resets Jan 5, 2027, 7am (America/New_York)", UTC,
+         datetime(2027, 1, 5, 7, 0, tzinfo=NYC)),
+        # a date more than a day in the past without a year is next year's
+        ("You've hit your weekly limit · resets Jan 1, 2am (UTC)", UTC,
+         datetime(2027, 1, 1, 2, 0, tzinfo=UTC)),
+    ],
+)  # fmt: skip
+def test_reset_moments_in_the_real_wordings(message: str, local: ZoneInfo, reset: datetime):
+    """Local clocks, zoned clocks and dates become the moment they name, in the right zone."""
+    assert retry_after_s(message, NOW, local) == (reset - NOW).total_seconds()
+
+
+def test_claude_limit_wordings_are_rate_limits():
+    """Claude Code 2.1's session and weekly limit wordings are rate limits, not `other`."""
+    for text in (
+        "You've hit your session limit · resets 8:56pm (Europe/Berlin)",
+        "You've hit your weekly limit · resets Dec 3, 7:56pm (Europe/Berlin)",
+        "You've hit your Opus limit · resets Dec 3, 7:56pm (Europe/Berlin)",
+    ):
+        assert diagnose(text) is Diagnosis.RATE_LIMIT, text
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Reconnecting... waiting for network (Connection failed: error sending request)",
+        "API Error: Unable to connect to API (ConnectionRefused)",
+    ],
+)
+def test_unreachable_wordings(message: str):
+    """Codex's reconnect loop and Claude Code's connection error mean the server is unreachable."""
+    assert diagnose(message) is Diagnosis.UNREACHABLE
+
+
+def test_a_three_day_limit_waits_three_days(tmp_path):
+    """A reset days away becomes one committed wait until then, not a 30-minute retry loop."""
+    goal = make_goal(tmp_path, HostKind.CODEX)
+    envelope = make_envelope(tmp_path, goal, started=NOW)
+    result = rate_limited("codex", "try again at Jan 5th, 2026 3:00 AM.", envelope, UTC)
+    assert (result.kind, result.wait_seconds) == (ResultKind.WAIT, 3 * 86400.0)
+
+
+def test_a_reset_beyond_the_maximum_is_bounded(tmp_path):
+    """A reset further than MAX_RATE_LIMIT_WAIT_S away waits only that long."""
+    goal = make_goal(tmp_path, HostKind.CODEX)
+    envelope = make_envelope(tmp_path, goal, started=NOW)
+    result = rate_limited("codex", "try again at Dec 3rd, 2026 6:56 PM.", envelope, UTC)
+    assert result.wait_seconds == MAX_RATE_LIMIT_WAIT_S

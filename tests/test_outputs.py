@@ -56,6 +56,7 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("supervisor", "start"): "supervisor-started",
     ("supervisor", "stop"): "supervisor-stopped",
     ("supervisor", "status"): "supervisor-status",
+    ("supervisor", "run"): "supervisor-run",
     ("supervisor", "scale"): "supervisor-scale",
 }
 
@@ -173,10 +174,11 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:
     check(("goal", "done"), "g2")
     check(("archive",), "g2")
     check(("doctor",), codes=(0, 1))
-    check(("supervisor", "start"), "--agents", "0")
+    check(("supervisor", "start"), "--agents", "1")
     check(("supervisor", "status"))
     check(("supervisor", "scale"), "0")
     check(("supervisor", "stop"))
+    check(("supervisor", "run"), "--agents", "1", "--until-idle", codes=(0, 1, 4))
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"goals": [{"id": "b1", "objective": "x", "host_kind": "demo"}]}))
     check(("batch", "run"), str(plan), "--agents", "1")

@@ -23,6 +23,7 @@ quota = { compute = 0.5, turn_timeout_s = 60 }
 id = "demo"
 objective = "count to three"
 workdir = "w/demo"
+host_kind = "demo"
 """
 
 
@@ -33,9 +34,9 @@ def test_toml_plan_is_read(tmp_path: Path) -> None:
     plan = load_plan(path)
     build, demo = plan.goals
     assert build.host_spec().argv == ["make", "-j2"]
-    assert build.host_spec().kind is HostKind.COMMAND
+    assert build.host_spec().kind == HostKind.COMMAND
     assert build.quota.compute == 0.5
-    assert demo.host_spec().kind is HostKind.DEMO
+    assert demo.host_spec().kind == HostKind.DEMO
     assert demo.changes(tmp_path).workdir == str((tmp_path / "w" / "demo").resolve())
 
 
@@ -46,17 +47,29 @@ def test_toml_plan_is_read(tmp_path: Path) -> None:
         ("goals = [", ".toml", "TOML syntax"),
         ('{"goals": []}', ".json", "goals"),
         (
-            '{"goals": [{"id": "a", "objective": "x"}, {"id": "b", "objective": "y", "quota": {"compute": 3}}]}',
+            (
+                '{"goals": [{"id": "a", "objective": "x", "host": "make"}, '
+                '{"id": "b", "objective": "y", "host": "make", "quota": {"compute": 3}}]}'
+            ),
             ".json",
             "goals[1] (id 'b').quota.compute",
         ),
         ('{"goals": [{"id": "../x", "objective": "x"}]}', ".json", "goals[0] (id '../x').id"),
         (
-            '{"goals": [{"id": "a", "objective": "x"}, {"id": "a", "objective": "y"}]}',
+            (
+                '{"goals": [{"id": "a", "objective": "x", "host": "make"}, '
+                '{"id": "a", "objective": "y", "host": "make"}]}'
+            ),
             ".json",
             "appears twice",
         ),
         ('{"goals": [{"id": "a", "objective": "x", "colour": "red"}]}', ".json", "colour"),
+        (
+            '{"goals": [{"id": "a", "objective": "x"}]}',
+            ".json",
+            "goals[0] (id 'a'): Value error, no host",
+        ),
+        ("goals: []", ".yaml", "write it as .json or .toml"),
     ],
 )
 def test_malformed_plans_name_the_fault(
@@ -75,3 +88,11 @@ def test_missing_plan_is_a_clear_error(tmp_path: Path) -> None:
     """A plan path that does not exist says so."""
     with pytest.raises(PlanError, match="does not exist"):
         load_plan(tmp_path / "nope.json")
+
+
+def test_a_directory_as_plan_is_a_clear_error(tmp_path: Path) -> None:
+    """A directory given as the plan is named as such, not an IsADirectoryError."""
+    plan = tmp_path / "plan.json"
+    plan.mkdir()
+    with pytest.raises(PlanError, match="is a directory"):
+        load_plan(plan)

@@ -44,7 +44,9 @@ def json_of(capsys, root: Path, *argv: str) -> tuple[int, dict]:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    return tmp_path / "root"
+    path = tmp_path / "root"
+    assert main(["init", "--root", str(path)]) == exitcodes.OK
+    return path
 
 
 def add(root: Path, goal_id: str = "g", *extra: str) -> None:

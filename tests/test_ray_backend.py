@@ -34,6 +34,8 @@ def goal(goal_id: str, status: GoalStatus = GoalStatus.ACTIVE, **resources: floa
 
 def test_backend_ray_without_ray_says_how_to_install(tmp_path: Path) -> None:
     """--backend ray where ray cannot be imported: exit 2, one line naming `pip install 'loopx[ray]'`."""
+    init = [sys.executable, "-m", "loopx", "--root", str(tmp_path / "root"), "init"]
+    subprocess.run(init, capture_output=True, env=clean_env(), timeout=60, check=True)
     done = subprocess.run(
         [sys.executable, "-c", HIDE_RAY, "--root", str(tmp_path / "root"), "supervisor", "run", "--backend", "ray"],
         capture_output=True, text=True, env=clean_env(), timeout=60, check=False,
@@ -88,6 +90,8 @@ def test_goal_add_resource_flag(tmp_path: Path) -> None:
         "--workdir",
         str(tmp_path),
     ]
+    init = [sys.executable, "-m", "loopx", "--root", str(tmp_path / "root"), "init"]
+    subprocess.run(init, capture_output=True, env=clean_env(), timeout=60, check=True)
     done = subprocess.run(
         [*base, "--resource", "gpu=1", "--resource", "licence=0.5", "--json"],
         capture_output=True,

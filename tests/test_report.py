@@ -49,6 +49,15 @@ def _spend(seq: int, cpu: float, wall: float, rss: float) -> SpendRecord:
     )
 
 
+def test_a_failure_names_its_reason() -> None:
+    """A failed turn's message, not its empty summary, is the report's last_message."""
+    failed = _line(1, "failed", "host_exit").model_copy(
+        update={"summary": "", "failure_message": "host exited with status 3"}
+    )
+    report = goal_report(_goal("g"), GoalState(goal_id="g"), [failed], [])
+    assert [f.last_message for f in report.failures] == ["host exited with status 3"]
+
+
 def test_sums_and_failures() -> None:
     """CPU and wall add up, peak RSS is the max, failures are counted by reason."""
     history = [
@@ -96,3 +105,25 @@ def test_markdown_lists_every_goal_and_failure() -> None:
     assert "| a | completed |" in text
     assert "| c | failed |" in text
     assert "**c**: host_exit x1" in text
+
+
+def test_run_summary_reads_as_a_sentence() -> None:
+    """The end-of-run summary names done, waiting and failed goals, turns and time."""
+    from loopx.batch.report import Outcome
+    from loopx.supervisor.summary import RunSummary, render_summary
+
+    summary = RunSummary(
+        root="/r",
+        exit_code=2,
+        started_at=NOW,
+        ended_at=NOW,
+        wall_s=125.0,
+        turns=7,
+        failed_turns=1,
+        goals=dict.fromkeys(Outcome, 0) | {Outcome.COMPLETED: 2, Outcome.NEEDS_HUMAN: 1},
+        supervisor=None,
+    )
+    text = render_summary(summary)
+    assert "after 2m05s; 7 turns ran (1 failed)" in text
+    assert "goals: 2 done, 1 waiting (1 for a human, 0 unfinished, 0 paused), 0 failed" in text
+    assert "--actor human" in text

@@ -11,11 +11,14 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from loopx.errors import UsageError
 from loopx.model import utcnow
+from loopx.status.metrics import _format
 from loopx.status.server import InsecureBindError, StatusServer, check_bind, make_server
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
 
@@ -143,6 +146,31 @@ def test_metrics_prometheus_text(server):
     ):
         assert f"# TYPE {name} " in text
     assert 'loopx_turns_total{kind="progress"} 9' in text
+
+
+def test_metrics_parse_at_full_precision(server):
+    """/metrics reads back with prometheus_client's parser; the timestamp keeps every digit."""
+    text = request(server, "GET", "/metrics")[2].decode()
+    samples = {
+        s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples
+    }
+    checked = get_json(server, "/status")[1]["checked_at"]
+    stamp = datetime.fromisoformat(checked).timestamp()
+    # `{:g}` wrote 1.79606e+09, 45 minutes off; the exposition must keep the float exactly.
+    assert abs(samples["loopx_status_checked_timestamp_seconds"] - stamp) < 1.0
+    assert samples["loopx_status_checked_timestamp_seconds"] != float(f"{stamp:g}")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(1_234_567.0, "1234567"), (1796060000.125, "1796060000.125"), (0.1, "0.1"),
+     (float("inf"), "+Inf"), (2.0**60, "1.152921504606847e+18")],
+)  # fmt: skip
+def test_metric_values_keep_full_precision(value, text):
+    """Counters above a million and Unix timestamps are written exactly, not to 6 digits."""
+    assert _format(value) == text
+    (family,) = text_string_to_metric_families(f"# TYPE x gauge\nx {text}\n")
+    assert family.samples[0].value == value
 
 
 def test_hundred_concurrent_clients(server):

@@ -7,7 +7,14 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from loopx.history.reader import HistoryCounts, count_history, history_tail, iter_lines_backwards
+from loopx.history.line import HistoryLine
+from loopx.history.reader import (
+    HistoryCounts,
+    count_history,
+    history_tail,
+    iter_lines_backwards,
+    newest_lines,
+)
 from loopx.model import utcnow
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
@@ -199,6 +206,16 @@ def test_history_tail_skips_a_torn_last_line(layout):
     tail = history_tail(layout.history_file("g0"))
     assert [h.seq for h in tail] == [1, 2, 3]
     assert now is not None
+
+
+def test_newest_lines_keep_a_damaged_line_raw(layout):
+    """The newest lines come newest first, a damaged one as its bytes, at most ``limit``."""
+    seeded(layout, n=1, history=3)
+    with open(layout.history_file("g0"), "ab") as f:
+        f.write(b'{"not": "a history line"}\n')
+    lines = list(newest_lines(layout.history_file("g0"), 3))
+    assert lines[0] == b'{"not": "a history line"}'
+    assert [h.seq for h in lines[1:] if isinstance(h, HistoryLine)] == [3, 2]
 
 
 def test_backwards_reader_across_blocks(tmp_path: Path):

@@ -41,7 +41,9 @@ def test_status_plain_text_when_not_a_tty(layout, cli):
     seed(layout)
     out = cli.run("status", check=True).stdout.splitlines()
     assert out[0].startswith("2 goals: 1 need a human")
-    assert out[1].split()[:3] == ["human", "b", "gate_pending"]
+    assert out[1].split()[:3] == ["actor", "goal", "reason"]  # a header row, aligned
+    assert out[2].split()[:3] == ["human", "b", "gate_pending"]
+    assert out[2].index("gate_pending") == out[1].index("reason")
 
 
 def test_status_actor_filter(layout, cli):

@@ -179,6 +179,7 @@ def test_until_idle_with_nothing_to_do_exits_0(root: Path) -> None:
 def test_start_status_stop_detached(root: Path) -> None:
     """`supervisor start` runs it in the background; status shows it; `daemon stop` ends it all."""
     try:
+        assert cli(root, "init").returncode == 0
         started = cli(root, "supervisor", "start", "--agents", "1", "--json")
         assert started.returncode == 0, started.stderr
         pid = json.loads(started.stdout)["supervisor"]["pid"]

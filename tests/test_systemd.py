@@ -70,10 +70,10 @@ def test_units_agree_with_the_supervisor_on_stop_timing() -> None:
         assert timeout > grace
 
 
-def _exec_start(unit_text: str, env: dict[str, str]) -> list[str]:
-    """ExecStart's argv with ${VAR} expanded from ``env``, as systemd does."""
-    line = next(s for s in unit_text.splitlines() if s.startswith("ExecStart="))
-    words = line.removeprefix("ExecStart=").split()
+def _exec_start(unit_text: str, env: dict[str, str], setting: str = "ExecStart") -> list[str]:
+    """ExecStart's (or ``setting``'s) argv with ${VAR} expanded from ``env``, as systemd does."""
+    line = next(s for s in unit_text.splitlines() if s.startswith(f"{setting}="))
+    words = line.removeprefix(f"{setting}=").split()
     out = []
     for word in words:
         expanded = word
@@ -96,9 +96,14 @@ def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
     )
     env_file["LOOPX_ROOT"] = str(root)
     env_file["LOOPX_AGENTS"] = "1"
-    argv = _exec_start((UNITS / "loopx-supervisor.service").read_text(), env_file)
+    unit_text = (UNITS / "loopx-supervisor.service").read_text()
+    argv = _exec_start(unit_text, env_file)
     assert argv[0] == "/opt/loopx/venv/bin/loopx"
     argv[0] = _loopx_bin()
+    # ExecStartPre initialises the root (every command but init refuses an uninitialised one).
+    pre = _exec_start(unit_text, env_file, "ExecStartPre")
+    assert pre[1:] == ["init", "--root", str(root)]
+    subprocess.run([_loopx_bin(), *pre[1:]], check=True, capture_output=True)
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(sock_path))

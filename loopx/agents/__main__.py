@@ -9,7 +9,7 @@ from pathlib import Path
 
 from loopx import exitcodes
 from loopx.agents.loop import run_agent
-from loopx.errors import LoopxError
+from loopx.errors import LoopxError, resource_fault
 from loopx.fleet import AgentConfig
 from loopx.ids import validate_goal_id
 from loopx.log import configure_logging
@@ -71,6 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:  # pragma: no cover - handlers catch SIGINT
         return exitcodes.OK
+    except OSError as e:
+        reason = resource_fault(e)
+        if reason is None:
+            raise
+        print(f"loopx agent: error: {reason}; the supervisor restarts this agent", file=sys.stderr)
+        return exitcodes.FAILURE
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ host runs.
 
 Switches (argv, or extra words in ``$LOOPX_DEMO_ARGS``) make it misbehave on
 purpose: fail, hang, ignore SIGTERM, burn CPU, fork workers, allocate memory,
-print huge output, print invalid JSON, exit without a result, leave a
+print huge output, print invalid JSON, exit without a result, daemonise, leave a
 ``setsid`` grandchild behind. It is the host of the tests, the benchmarks and
 the demo.
 """
@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         help="ask a human QUESTION (needs_human) until a gate has an answer",
     )
     p.add_argument(
+        "--daemon",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="daemonise a grandchild (fork, setsid, fork; no stdio; SIGTERM ignored) sleeping S",
+    )
+    p.add_argument(
         "--grandchild",
         type=float,
         default=0.0,
@@ -96,6 +103,27 @@ def _grandchild(seconds: float) -> None:
     pid_file = Path(STATE_DIR) / "grandchild.pid"
     pid_file.write_text(f"{os.getpid()}\n")
     time.sleep(seconds)
+
+
+def _daemon(seconds: float) -> None:
+    """Fork, setsid, fork: a daemon with no stdio that ignores SIGTERM; its parent exits."""
+    os.setsid()
+    if os.fork() != 0:
+        return  # the middle process exits at once (_fork_and's os._exit)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    (Path(STATE_DIR) / "daemon.pid").write_text(f"{os.getpid()}\n")
+    time.sleep(seconds)
+
+
+def _leave_behind(args: argparse.Namespace) -> None:
+    """Start what ``--grandchild`` and ``--daemon`` ask to outlive this host."""
+    if args.grandchild:
+        _fork_and(_grandchild, args.grandchild)
+    if args.daemon:
+        os.waitpid(_fork_and(_daemon, args.daemon), 0)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -180,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - one flag, one mi
         log.write(f"{turn_key} {envelope.get('attempt', 1)} {os.getpid()}\n")
         log.flush()
         os.fsync(log.fileno())
-    if args.grandchild:
-        _fork_and(_grandchild, args.grandchild)
+    _leave_behind(args)
     if args.hang:
         time.sleep(args.hang)
     children = [_fork_and(_burn, args.burn) for _ in range(args.workers)]

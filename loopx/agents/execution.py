@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Final
 
 import structlog
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from loopx import environ
+from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
-from loopx.errors import HostMissingError, LoopxError
+from loopx.agents.hosts.plugins import PluginError
+from loopx.agents.hosts.watch import StallWatcher
+from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.model import utcnow
 from loopx.quota.usage import Usage
@@ -47,6 +51,10 @@ from loopx.turn.tamper import GoalFingerprint
 log = structlog.get_logger(__name__)
 
 RESULT_READ_LIMIT: Final = 1024 * 1024 + 1
+# A finished host's outcome waits this long at most for a refused write once a
+# stop was requested (the supervisor's stop grace is longer).
+_STOP_WAIT_S: Final = 10.0
+_WRITE_RETRY_MAX_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +82,30 @@ def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) ->
     return env
 
 
-def _read_result_file(path: Path) -> str | None:
+def _read_result_file(path: Path) -> tuple[str | None, str | None]:
+    """The result file's text (None: not written), and why it cannot be used, if it cannot.
+
+    A refused file (a symlink, unreadable) or bytes that are not UTF-8 are
+    reported as such instead of being passed on as text that fails to parse
+    as JSON, which hid the reason.
+    """
     try:
         data = read_bytes(path)
     except FileNotFoundError:
-        return None
+        return None, None
     except (OSError, LoopxError) as e:
-        return f"<unreadable result file: {e}>"
-    return data[:RESULT_READ_LIMIT].decode("utf-8", errors="replace")
+        message = e.message if isinstance(e, LoopxError) else str(e)
+        return None, f"the result file was refused: {message}"
+    data = data[:RESULT_READ_LIMIT]
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        # A result cut at the read limit may end inside a character: the size check reports it.
+        if len(data) == RESULT_READ_LIMIT and e.start >= len(data) - 3:
+            return data[: e.start].decode("utf-8"), None
+        return data.decode("utf-8", errors="replace"), (
+            f"the result file is not UTF-8: byte {e.start} ({data[e.start : e.start + 1]!r})"
+        )
 
 
 def execute(
@@ -92,6 +116,7 @@ def execute(
     terms: HostTerms,
     *,
     stop: threading.Event | None,
+    console: AgentConsole | None = None,
 ) -> TurnJournal:
     """host_execute (+ typed_result, validation in the same write), then the other phases.
 
@@ -110,20 +135,24 @@ def execute(
     result_file = Path(envelope.result_file)
     ensure_dir(result_file.parent)
     result_file.unlink(missing_ok=True)
-    host = host_for(goal.host.kind)
     try:
+        host = host_for(goal.host.kind)
         invocation = host.prepare(goal, envelope)
-    except HostMissingError as e:
+    except (HostMissingError, HostUnsupportedError, PluginError) as e:
         failed = journal.model_copy(
             update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
         )
-        return _after_host(layout, settle(failed, now=utcnow()), fence, result_file)
+        return _after_host(
+            layout, settle(failed, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
+        )
     env = _host_env(layout, journal, invocation.env)
     guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
     tampered_before: list[str] = []  # found before a retry's own journal write
     earlier = Usage()  # what SIGKILLed attempts of this turn spent
     tail = LiveTail(layout, goal.id, journal.turn_key, secret_values(env))
     while True:
+        if console is not None:
+            console.started(goal, seq=journal.seq, attempt=journal.attempt)
         try:
             run = run_host(
                 invocation.argv,
@@ -141,6 +170,8 @@ def execute(
                 tick=terms.renew,
                 tick_every_s=terms.renew_every_s,
                 tee=tail.feed,
+                watch=StallWatcher(invocation.stall) if invocation.stall is not None else None,
+                echo=console.output if console is not None else None,
             )
         finally:
             tail.close()  # the host ended (or the turn failed): no live output any more
@@ -192,13 +223,16 @@ def execute(
             }
         )
     journal = journal.model_copy(update={"outcome": outcome, "usage": usage})
-    return _after_host(layout, settle(journal, now=utcnow()), fence, result_file)
+    return _after_host(
+        layout, settle(journal, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
+    )
 
 
 def _killed_from_outside(run: HostRun, journal: TurnJournal, stop: threading.Event | None) -> bool:
     """Whether the host died of a SIGKILL LoopX did not send, with an attempt left."""
     return (
         run.killed is None
+        and not run.watched
         and run.signal == signal.SIGKILL
         and journal.attempt < journal.plan.max_host_attempts
         and not (stop is not None and stop.is_set())
@@ -245,8 +279,13 @@ def _outcome(
         return HostOutcome.model_validate({**base, "failure": failure}), None
     if run.killed is not None:
         return HostOutcome.model_validate(base), None
-    text = _read_result_file(result_file)
+    text, refused = _read_result_file(result_file)
     text = redact_text(text, secrets) if text is not None else None
+    if refused is not None and run.exit_code == 0:
+        failure = TurnFailure.of(FailureReason.INVALID_RESULT, refused)
+        return HostOutcome.model_validate(
+            {**base, "result_file_text": text, "failure": failure}
+        ), None
     output = HostOutput(
         exit_code=run.exit_code,
         signal=run.signal,
@@ -279,6 +318,57 @@ def _outcome(
 
 
 def _after_host(
+    layout: Layout,
+    journal: TurnJournal,
+    fence: Fence,
+    result_file: Path,
+    *,
+    renew: Callable[[], None],
+    stop: threading.Event | None,
+) -> TurnJournal:
+    """Record the host's outcome and finish the phases, waiting out a full or failing disk.
+
+    The host ran and its outcome exists only in memory until this write
+    passes: giving up would make recovery run the host again. So a write the
+    machine refuses is retried with backoff (the lease renewed meanwhile)
+    until it passes, the lease is lost, or a requested stop has waited
+    ``_STOP_WAIT_S`` for it.
+    """
+    stop_deadline: list[float] = []
+
+    def give_up(state: RetryCallState) -> bool:
+        if stop is None or not stop.is_set():
+            return False
+        if not stop_deadline:
+            stop_deadline.append(state.outcome_timestamp or 0.0)
+        return (state.outcome_timestamp or 0.0) - stop_deadline[0] > _STOP_WAIT_S
+
+    def waiting(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning(
+            "turn_writes_deferred",
+            reason=resource_fault(error) if error is not None else None,
+            attempt=state.attempt_number,
+        )
+        # Still failing past the lease's grace: fencing refuses our writes if
+        # another agent took the goal meanwhile; until then keep trying.
+        with contextlib.suppress(OSError):
+            renew()
+
+    for attempt in Retrying(
+        retry=retry_if_exception(lambda e: resource_fault(e) is not None),
+        wait=wait_random_exponential(multiplier=0.25, max=_WRITE_RETRY_MAX_S),
+        stop=give_up,
+        before_sleep=waiting,
+        reraise=True,
+    ):
+        with attempt:
+            done = _write_outcome_and_finish(layout, journal, fence, result_file)
+    fault_point(f"after:{Phase.SCHEDULER_ACK}")
+    return done
+
+
+def _write_outcome_and_finish(
     layout: Layout, journal: TurnJournal, fence: Fence, result_file: Path
 ) -> TurnJournal:
     # One hold of the goal's lock (epoch checked once) for the outcome write and
@@ -295,6 +385,4 @@ def _after_host(
             f"after:{Phase.VALIDATION}",
         ):
             fault_point(point)
-        journal = finish_held(layout, journal, now=utcnow())
-    fault_point(f"after:{Phase.SCHEDULER_ACK}")
-    return journal
+        return finish_held(layout, journal, now=utcnow())

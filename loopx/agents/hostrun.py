@@ -6,13 +6,15 @@ the calling thread waits on the host's pidfd and its pipes together
 (``select``): it feeds stdin, reads stdout and stderr as they fill (keeping
 the first 1 MiB of each and counting the rest, so a chatty host can neither
 fill memory nor block on a full pipe) and wakes the moment the host exits, so
-a short host costs no polling latency and no thread start-ups. The tree is
-sampled with psutil: descendants by parentage, plus (at enforcement, and at
-the end when the tree was seen to fork or another process still holds the
-host's pipes after it exited) every process carrying this turn's
-``LOOPX_TURN_KEY`` in its environment, which finds grandchildren that
-``setsid`` away from the group. That scan reads every process's environment,
-so a plain host that forked nothing never pays for it.
+a short host costs no polling latency and no thread start-ups. Whether to
+kill the running host is one pure decision (:func:`kill_reason`) over what
+each sample saw; :func:`run_host` is the shell around it.
+
+Nothing outlives its turn: while the host runs this process is a child
+subreaper (:mod:`loopx.agents.hosttree`), so whatever the host leaves behind,
+however fast it detaches, is reparented to us and swept when the host exits.
+At enforcement the tree is also found through every process carrying this
+turn's ``LOOPX_TURN_KEY``.
 
 Usage: CPU is the direct child's ``wait4`` rusage (which includes every
 descendant it waited for) plus the last sample of descendants that were
@@ -23,7 +25,9 @@ summed RSS of a sample, or the rusage maxrss if larger.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -35,12 +39,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Final
 
-import psutil
 import structlog
 
-from loopx import environ
+from loopx.agents.hosttree import Tree, leftovers, own_children, subreaper, sweep
 from loopx.model import utcnow
-from loopx.process import child_running, find_by_env, kill_tree, running
+from loopx.process import child_running, kill_tree, running
 from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import OUTPUT_LIMIT_BYTES
@@ -74,11 +77,14 @@ class Capture:
     kept: bytearray = field(default_factory=bytearray)
     dropped: int = 0
     tee: Callable[[bytes], None] | None = None  # also sees every chunk (the live tail)
+    echo: Callable[[bytes], None] | None = None  # shown live (an agent's console)
 
     def feed(self, chunk: bytes) -> None:
         """Keep what fits under the limit, count the rest."""
         if self.tee is not None:
             self.tee(chunk)
+        if self.echo is not None:
+            self.echo(chunk)
         room = self.limit - len(self.kept)
         if room > 0:
             self.kept += chunk[:room]
@@ -103,83 +109,7 @@ class HostRun:
     started_at: datetime
     ended_at: datetime
     spawn_error: str | None = None  # the program could not be started at all
-
-
-@dataclass(slots=True)
-class _Seen:
-    cpu_s: float = 0.0
-    orphan: bool = False
-
-
-class _Tree:
-    """psutil bookkeeping of one host tree."""
-
-    def __init__(self, root_pid: int, turn_key: str, loopx_root: str) -> None:
-        self.root_pid = root_pid
-        self.turn_key = turn_key
-        self.loopx_root = loopx_root
-        self.seen: dict[tuple[int, float], _Seen] = {}
-        self.peak_rss = 0
-        self.forked = False
-        self._root: psutil.Process | None = None
-        self._root_read = False
-
-    @property
-    def root(self) -> psutil.Process | None:
-        """The host process, looked up on first use: a host that exits before
-        the first sample never costs a /proc read. Its pid cannot be reused
-        meanwhile, as it is our unreaped child.
-        """
-        if not self._root_read:
-            self._root_read = True
-            with contextlib.suppress(psutil.Error):
-                self._root = psutil.Process(self.root_pid)
-        return self._root
-
-    def descendants(self) -> list[psutil.Process]:
-        if self.root is None:
-            return []
-        try:
-            return self.root.children(recursive=True)
-        except psutil.Error:
-            return []
-
-    def marked(self) -> list[psutil.Process]:
-        """Processes carrying this turn's LOOPX_TURN_KEY (found even after setsid)."""
-        return find_by_env(self.loopx_root, {environ.TURN_KEY: self.turn_key})
-
-    def sample(self, *, scan_marked: bool = False) -> int:
-        """Record CPU and RSS of the tree now; return the summed RSS in bytes."""
-        procs = self.descendants()
-        if procs:
-            self.forked = True
-        if scan_marked and self.forked:
-            known = {p.pid for p in procs}
-            procs += [p for p in self.marked() if p.pid not in known and p.pid != self.root_pid]
-        total = 0
-        if self.root is not None:
-            with contextlib.suppress(psutil.Error):
-                total += self.root.memory_info().rss
-        for proc in procs:
-            try:
-                with proc.oneshot():
-                    times = proc.cpu_times()
-                    rss = proc.memory_info().rss
-                    ppid = proc.ppid()
-                    key = (proc.pid, proc.create_time())
-            except psutil.Error:
-                continue
-            total += rss
-            entry = self.seen.setdefault(key, _Seen())
-            entry.cpu_s = max(entry.cpu_s, times.user + times.system)
-            # Reparented to init (or a subreaper) outside the tree: nobody in the
-            # tree will wait for it, so the direct child's rusage misses it.
-            entry.orphan = entry.orphan or ppid in {0, 1} or ppid == os.getpid()
-        self.peak_rss = max(self.peak_rss, total)
-        return total
-
-    def orphan_cpu(self) -> float:
-        return sum(s.cpu_s for s in self.seen.values() if s.orphan)
+    watched: bool = False  # stopped because ``watch`` said its output shows it is stuck
 
 
 class _Pipes:
@@ -301,6 +231,35 @@ class _Pipes:
             self._stdin_fd = None
 
 
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one sample of a running host saw."""
+
+    elapsed_s: float
+    rss_bytes: int
+    stop_requested: bool
+
+
+def kill_reason(seen: Observation, limits: Limits) -> FailureReason | None:
+    """Why a running host must be killed now, or None to let it run. Pure."""
+    if seen.stop_requested:
+        return FailureReason.STOPPED
+    if seen.elapsed_s > limits.timeout_s:
+        return FailureReason.TURN_TIMEOUT
+    if limits.max_rss_mb is not None and seen.rss_bytes > limits.max_rss_mb * _MB:
+        return FailureReason.QUOTA_MEMORY_EXCEEDED
+    return None
+
+
+def next_wait(period: float, elapsed_s: float, limits: Limits, *, stoppable: bool) -> float:
+    """How long to serve the pipes before the next sample. Pure.
+
+    Never past the timeout; at most 50 ms when a stop may be requested.
+    """
+    wait = min(period, max(limits.timeout_s - elapsed_s, 0.0) + 0.001)
+    return min(wait, 0.05) if stoppable else wait
+
+
 def run_host(
     argv: list[str],
     *,
@@ -314,6 +273,8 @@ def run_host(
     tick: Callable[[], None] | None = None,
     tick_every_s: float = 10.0,
     tee: Callable[[bytes], None] | None = None,
+    watch: Callable[[Capture, Capture], bool] | None = None,
+    echo: Callable[[str, bytes], None] | None = None,
 ) -> HostRun:
     """Run a host to its end (or kill it) and report what happened.
 
@@ -330,128 +291,196 @@ def run_host(
             if it raises, the tree is killed and the error propagates.
         tick_every_s: the tick period.
         tee: given every chunk of stdout and stderr as it arrives (the live tail).
+        watch: called with the output so far at each sample; True stops the
+            host (``watched``), whose output the adapter then reads as usual.
+        echo: called with ``"stdout"``/``"stderr"`` and each chunk as it is read.
 
     Returns:
         The run; a program that cannot start gives ``spawn_error``.
 
     """
     started = utcnow()
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as e:
-        now = utcnow()
-        return HostRun(
-            pid=0,
-            exit_code=None,
-            signal=None,
-            stdout=Capture(),
-            stderr=Capture(),
-            usage=Usage(),
-            killed=None,
-            started_at=started,
-            ended_at=now,
-            spawn_error=f"cannot start {argv[0]!r} in {cwd}: {e.strerror or e}",
-        )
-    out, err = Capture(tee=tee), Capture(tee=tee)
-    pipes = _Pipes(proc, stdin, out, err)
-    try:
-        pidfd: int | None = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # pragma: no cover - old kernels
-        pidfd = None
-    tree = _Tree(proc.pid, turn_key, loopx_root)
-    killed: FailureReason | None = None
-    error: BaseException | None = None
-    next_tick = t0 + tick_every_s
-    period = _FIRST_SAMPLE_S
-    try:
-        while True:
-            wake = min(period, max(limits.timeout_s - (time.monotonic() - t0), 0.0) + 0.001)
-            if stop is not None:
-                wake = min(wake, 0.05)
-            exited = pipes.serve(pidfd, wake)
+    with subreaper() as reaping:
+        before = own_children() if reaping else None
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=dict(env),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            return _not_started(argv, cwd, e, started)
+        tree = Tree(proc.pid, turn_key, loopx_root)
+        run = _Running(proc, stdin, tree, limits, before, tee=tee, echo=echo)
+        try:
+            killed = run.watch(stop, tick, tick_every_s, stuck=watch)
+            ended = utcnow()
+            rusage = run.reap(killed)
+        finally:
+            run.close()
+    if run.error is not None:
+        raise run.error
+    cpu = rusage.ru_utime + rusage.ru_stime + run.tree.orphan_cpu()
+    peak = max(run.tree.peak_rss, rusage.ru_maxrss * 1024)
+    code = proc.returncode
+    return HostRun(
+        pid=proc.pid,
+        exit_code=code if code >= 0 else None,
+        signal=-code if code < 0 else None,
+        stdout=run.out,
+        stderr=run.err,
+        usage=Usage(cpu_s=cpu, wall_s=run.wall_s, peak_rss_mb=peak / _MB),
+        killed=killed,
+        started_at=started,
+        ended_at=ended,
+        watched=run.watched,
+    )
+
+
+def _not_started(argv: list[str], cwd: Path, error: OSError, started: datetime) -> HostRun:
+    return HostRun(
+        pid=0,
+        exit_code=None,
+        signal=None,
+        stdout=Capture(),
+        stderr=Capture(),
+        usage=Usage(),
+        killed=None,
+        started_at=started,
+        ended_at=utcnow(),
+        spawn_error=f"cannot start {argv[0]!r} in {cwd}: {error.strerror or error}",
+    )
+
+
+class _Running:
+    """One started host: its pipes, pidfd and tree, and the effects the decisions ask for."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        stdin: bytes,
+        tree: Tree,
+        limits: Limits,
+        before: set[int] | None,
+        *,
+        tee: Callable[[bytes], None] | None = None,
+        echo: Callable[[str, bytes], None] | None = None,
+    ) -> None:
+        self.proc = proc
+        self.tree = tree
+        self.limits = limits
+        # Our children before the host started (not its leftovers); None: we
+        # could not become a subreaper, so leftovers are found by their turn key.
+        self.reaper = before is not None
+        self.before = before or set()
+        self.out, self.err = Capture(tee=tee), Capture(tee=tee)
+        if echo is not None:
+            self.out.echo = functools.partial(echo, "stdout")
+            self.err.echo = functools.partial(echo, "stderr")
+        self.pipes = _Pipes(proc, stdin, self.out, self.err)
+        try:
+            self.pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # pragma: no cover - old kernels
+            self.pidfd = None
+        self.t0 = time.monotonic()
+        self.wall_s = 0.0
+        self.watched = False  # ended because the adapter's watch saw it stuck
+        self.error: BaseException | None = None
+
+    def watch(
+        self,
+        stop: threading.Event | None,
+        tick: Callable[[], None] | None,
+        tick_every_s: float,
+        *,
+        stuck: Callable[[Capture, Capture], bool] | None = None,
+    ) -> FailureReason | None:
+        """Serve the pipes and sample until the host exits or must be killed; return why killed.
+
+        ``stuck`` (the adapter's watch) sees the output at each sample; True
+        ends the host without a kill reason (``watched``).
+        """
+        next_tick = self.t0 + tick_every_s
+        period = _FIRST_SAMPLE_S
+        killed: FailureReason | None = None
+        while killed is None:
+            elapsed = time.monotonic() - self.t0
+            wait = next_wait(period, elapsed, self.limits, stoppable=stop is not None)
             period = min(period * 2, _SAMPLE_PERIOD_S)
-            if exited or not child_running(proc.pid):
+            if self.pipes.serve(self.pidfd, wait) or not child_running(self.proc.pid):
                 break
             now_m = time.monotonic()
-            reason = None
-            rss = tree.sample()
-            if stop is not None and stop.is_set():
-                reason = FailureReason.STOPPED
-            elif now_m - t0 > limits.timeout_s:
-                reason = FailureReason.TURN_TIMEOUT
-            elif limits.max_rss_mb is not None and rss > limits.max_rss_mb * _MB:
-                reason = FailureReason.QUOTA_MEMORY_EXCEEDED
-            if reason is None and tick is not None and now_m >= next_tick:
+            seen = Observation(
+                elapsed_s=now_m - self.t0,
+                rss_bytes=self.tree.sample(),
+                stop_requested=stop is not None and stop.is_set(),
+            )
+            killed = kill_reason(seen, self.limits)
+            if killed is None and tick is not None and now_m >= next_tick:
                 next_tick = now_m + tick_every_s
                 try:
                     tick()
                 except Exception as e:  # noqa: BLE001 - re-raised after the tree is gone
-                    error, reason = e, FailureReason.LEASE_LOST
-            if reason is not None:
-                killed = reason
-                _terminate_tree(tree, proc, limits.kill_grace_s)
+                    self.error, killed = e, FailureReason.LEASE_LOST
+            if killed is None and stuck is not None and stuck(self.out, self.err):
+                self.watched = True
                 break
-        ended = utcnow()
-        wall = time.monotonic() - t0
-        if killed is None and (tree.forked or pipes.held_elsewhere()):
-            # The host exited; its descendants must not outlive the turn.
-            leftovers = [p for p in [*tree.descendants(), *tree.marked()] if p.pid != proc.pid]
-            if leftovers:
-                tree.sample(scan_marked=True)
-                kill_tree(leftovers, pgid=proc.pid, grace_s=limits.kill_grace_s)
-                log.info("host_leftovers_killed", pid=proc.pid, processes=len(leftovers))
+        if killed is not None or self.watched:
+            self._terminate()
+        self.wall_s = time.monotonic() - self.t0
+        return killed
+
+    def reap(self, killed: FailureReason | None) -> resource.struct_rusage:
+        """Sweep what the host left, then collect its exit status and rusage."""
+        pid, key = self.proc.pid, self.tree.turn_key
+        if self.reaper:
+            found = leftovers(self.before, pid, key)
+            if found:
+                self.tree.sample(extra=found)  # their CPU counts towards the turn
+                count = sweep(self.before, pid, key, grace_s=self.limits.kill_grace_s)
+                log.info("host_leftovers_killed", pid=pid, processes=count)
+        elif killed is None and (self.tree.forked or self.pipes.held_elsewhere()):
+            # No subreaper (not Linux): find what setsid'd away by its turn key.
+            found = [p for p in [*self.tree.descendants(), *self.tree.marked()] if p.pid != pid]
+            if found:
+                self.tree.sample(scan_marked=True)
+                kill_tree(found, pgid=pid, grace_s=self.limits.kill_grace_s)
+                log.info("host_leftovers_killed", pid=pid, processes=len(found))
         # Whatever is still in the host's group goes now; the group id is safe
         # to use while the (zombie) leader is not yet reaped.
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        _, status, rusage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-        if proc.returncode is None and child_running(proc.pid):  # an exception above
-            _terminate_tree(tree, proc, limits.kill_grace_s)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        _, status, rusage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return rusage
+
+    def close(self) -> None:
+        """Release the pidfd and pipes; kill and reap the host if an error cut the run short."""
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        if self.proc.returncode is None and child_running(self.proc.pid):  # an exception above
+            self._terminate()
             with contextlib.suppress(ChildProcessError):
-                os.wait4(proc.pid, 0)
+                os.wait4(self.proc.pid, 0)
         # What the tree wrote before it ended; bounded like the old reader threads' join.
         with contextlib.suppress(OSError, ValueError):
-            pipes.drain(time.monotonic() + _DRAIN_S)
-        pipes.close()
-    if error is not None:
-        raise error
-    cpu = rusage.ru_utime + rusage.ru_stime + tree.orphan_cpu()
-    peak = max(tree.peak_rss, rusage.ru_maxrss * 1024)
-    exit_code = proc.returncode
-    return HostRun(
-        pid=proc.pid,
-        exit_code=exit_code if exit_code >= 0 else None,
-        signal=-exit_code if exit_code < 0 else None,
-        stdout=out,
-        stderr=err,
-        usage=Usage(cpu_s=cpu, wall_s=wall, peak_rss_mb=peak / _MB),
-        killed=killed,
-        started_at=started,
-        ended_at=ended,
-    )
+            self.pipes.drain(time.monotonic() + _DRAIN_S)
+        self.pipes.close()
 
-
-def _terminate_tree(tree: _Tree, proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Kill the whole tree: the group, every descendant, every marked process."""
-    tree.sample(scan_marked=True)
-    found = {p.pid: p for p in [*tree.descendants(), *tree.marked()] if p.pid != proc.pid}
-    kill_tree(found.values(), pgid=proc.pid, grace_s=grace_s, child_pid=proc.pid)
-    # Something forked while we were killing: one more sweep, straight to SIGKILL.
-    late = [p for p in tree.marked() if p.pid != proc.pid and running(p)]
-    if late:
-        kill_tree(late, grace_s=0.0)
-    log.info("host_tree_killed", pid=proc.pid, processes=len(found) + 1)
+    def _terminate(self) -> None:
+        """Kill the whole tree: the group, every descendant, every marked process."""
+        tree, pid = self.tree, self.proc.pid
+        tree.sample(scan_marked=True)
+        found = {p.pid: p for p in [*tree.descendants(), *tree.marked()] if p.pid != pid}
+        kill_tree(found.values(), pgid=pid, grace_s=self.limits.kill_grace_s, child_pid=pid)
+        # Something forked while we were killing: one more sweep, straight to SIGKILL.
+        late = [p for p in tree.marked() if p.pid != pid and running(p)]
+        if late:
+            kill_tree(late, grace_s=0.0)
+        log.info("host_tree_killed", pid=pid, processes=len(found) + 1)

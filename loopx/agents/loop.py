@@ -16,16 +16,18 @@ import os
 import random
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Mapping
 from enum import StrEnum
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
 from loopx import exitcodes
-from loopx.errors import LoopxError
+from loopx.agents.console import AgentConsole
+from loopx.errors import LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
 from loopx.model import utcnow
@@ -37,7 +39,13 @@ from loopx.process import (
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.schedule.index import ScheduleIndex
+from loopx.secrets import secret_values
+from loopx.state import load_state
 from loopx.storage.files import atomic_write_model
+from loopx.turn.failures import FailureReason
+
+if TYPE_CHECKING:
+    from loopx.turn.attempt import TurnReport
 
 log = structlog.get_logger(__name__)
 
@@ -76,9 +84,12 @@ def _parent_of(config: AgentConfig) -> ProcessIdentity | None:
 class Agent:
     """One agent process's loop and its heartbeat."""
 
-    def __init__(self, layout: Layout, config: AgentConfig) -> None:
+    def __init__(
+        self, layout: Layout, config: AgentConfig, *, console: AgentConsole | None = None
+    ) -> None:
         self.layout = layout
         self.config = config
+        self.console = console
         self.stop = threading.Event()  # set: finish at the next safe point; passed to the turn
         self.signals_received = 0
         self.turns_done = 0
@@ -98,6 +109,7 @@ class Agent:
         # O(changed goals), not O(goals) (issue 14).
         self.index = ScheduleIndex(layout, accept=lambda goal: fits(goal, config.resources))
         self._since_beat = 0.0
+        self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
 
@@ -143,7 +155,26 @@ class Agent:
             )
             # Not fsynced: a heartbeat tells live processes about a live agent; after
             # a power cut there is no agent left for it to describe.
-            atomic_write_model(self.layout.agent_file(self.config.agent_id), record, durable=False)
+            try:
+                atomic_write_model(
+                    self.layout.agent_file(self.config.agent_id), record, durable=False
+                )
+            except OSError as e:
+                self._note_fault(e)  # a missed beat; the next one may pass
+                return
+            self._note_fault(None)
+
+    def _note_fault(self, error: OSError | None) -> None:
+        """Track whether writes are refused now; raise errors that are not resource faults."""
+        reason = resource_fault(error) if error is not None else None
+        if error is not None and reason is None:
+            raise error
+        if reason != self.degraded:
+            if reason is not None:
+                log.warning("agent_degraded", reason=reason)
+            else:
+                log.info("agent_recovered", was=self.degraded)
+            self.degraded = reason
 
     def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
         """Change the phase the next beat publishes, without writing now."""
@@ -224,11 +255,18 @@ class Agent:
                     agent_id=self.config.agent_id,
                     stop=self.stop,
                     skip_if_busy=not wait,
+                    console=self.console,
                 )
             except LoopxError as e:
                 # A damaged file or a busy lock of one goal must not stop the others.
                 log.warning("turn_error", error=e.message, hint=e.hint)
                 continue
+            except OSError as e:
+                # A full or failing disk: nothing of this turn was committed (a host
+                # that finished waits inside the turn until its writes pass); back
+                # off like an idle step and try again.
+                self._note_fault(e)
+                break
             finally:
                 structlog.contextvars.unbind_contextvars("goal_id")
                 self.index.touch(goal_id)  # its lease, state or quota changed, or a race was lost
@@ -237,6 +275,7 @@ class Agent:
                 continue
             report = attempt.report
             if report is not None:
+                self._show_outcome(report)
                 self.turns_done += 1
                 self.idle_streak = 0
                 # Idle from now, published by the next step's beat (running again,
@@ -247,6 +286,26 @@ class Agent:
         self.idle_streak += 1
         self.beat(AgentPhase.IDLE)
         return Step.IDLE
+
+    def _show_outcome(self, report: TurnReport) -> None:
+        """The turn's one line on the console: what came of it and when the goal runs next."""
+        if self.console is None:
+            return
+        try:
+            next_at = load_state(self.layout, report.goal_id).next_eligible_at
+        except (LoopxError, OSError):
+            next_at = None
+        self.console.finished(
+            goal_id=report.goal_id,
+            seq=report.seq,
+            outcome=outcome_words(report),
+            detail=failure_detail(report),
+            wall_s=report.usage.wall_s,
+            cpu_s=report.usage.cpu_s,
+            tokens=report.usage.tokens,
+            cost_usd=report.usage.cost_usd,
+            next_eligible_at=next_at,
+        )
 
     def idle_delay(self) -> float:
         """The next idle sleep: doubles with each idle step up to ``idle_max_s``, with jitter.
@@ -300,6 +359,21 @@ class Agent:
         return exitcodes.OK
 
 
+def outcome_words(report: TurnReport) -> str:
+    """A turn's outcome in a few words: its result kind, or FAILED with the reason. Pure."""
+    if report.failure is not None:
+        if report.failure.reason is FailureReason.STOPPED:
+            return "stopped"
+        return f"FAILED {report.failure.reason}"
+    return str(report.kind or report.status)
+
+
+def failure_detail(report: TurnReport) -> str:
+    """The first line of a failed turn's message (bounded), or the turn's summary. Pure."""
+    text = report.failure.message if report.failure is not None else report.summary
+    return text.splitlines()[0][:200] if text else ""
+
+
 def install_signal_handlers(agent: Agent) -> None:
     """Deliver SIGTERM/SIGINT to :meth:`Agent.handle_signal` from a watcher thread; ignore SIGHUP.
 
@@ -339,7 +413,8 @@ def run_agent(layout: Layout, config: AgentConfig) -> int:
     the handlers.
     """
     fault_point("agent:start")
-    agent = Agent(layout, config)
+    console = AgentConsole(config.agent_id, sys.stdout, secret_values(os.environ))
+    agent = Agent(layout, config, console=console)
     # Handlers first, then unblock: a SIGTERM that arrived during the spawn is
     # pending and must find the handler, not the default action.
     install_signal_handlers(agent)

@@ -29,12 +29,15 @@ from datetime import datetime, timedelta
 import structlog
 
 from loopx import __version__, environ
+from loopx.agents.console import AgentConsole
 from loopx.agents.execution import HostTerms, execute
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
+from loopx.clock import calibrate
 from loopx.errors import (
     CorruptFileError,
     GoalNotFoundError,
     LeaseLostError,
+    resource_fault,
 )
 from loopx.ids import validate_goal_id
 from loopx.model import utcnow
@@ -66,6 +69,8 @@ from loopx.turn.lease import (
     claim,
     fence_of,
     holder_state,
+    lease_grace_s,
+    lease_ttl_s,
     read_lease,
     release,
     renew,
@@ -89,8 +94,8 @@ class TurnConfig:
     def from_env(cls, env: Mapping[str, str]) -> TurnConfig:
         """Read ``LOOPX_LEASE_TTL_S``, ``LOOPX_LEASE_GRACE_S``, ``LOOPX_KILL_GRACE_S``."""
         return cls(
-            lease_ttl_s=environ.seconds(environ.LEASE_TTL_S, DEFAULT_TTL_S, env),
-            lease_grace_s=environ.seconds(environ.LEASE_GRACE_S, DEFAULT_GRACE_S, env),
+            lease_ttl_s=lease_ttl_s(env),
+            lease_grace_s=lease_grace_s(env),
             kill_grace_s=environ.seconds(environ.KILL_GRACE_S, DEFAULT_KILL_GRACE_S, env),
         )
 
@@ -126,17 +131,25 @@ def attempt_turn(
     stop: threading.Event | None = None,
     config: TurnConfig | None = None,
     skip_if_busy: bool = False,
+    console: AgentConsole | None = None,
 ) -> TurnAttempt:
     """Like :func:`run_one_turn`, saying why no turn ran.
 
     ``skip_if_busy``: when the goal's lock is held right now (another agent is
     claiming it or writing its turn), return at once (``busy``) instead of
     waiting for the lock only to find the goal leased; the agent loop tries
-    its other candidates first and comes back.
+    its other candidates first and comes back. ``console`` shows the claim
+    and the host's live output to a person.
     """
     config = config or TurnConfig.from_env(os.environ)
     with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
         goal = _goal(layout, goal_id)
+        # Date everything by the filesystem's clock if ours disagrees (loopx.clock),
+        # before any lease is judged: a clock a day ahead must neither take over a
+        # live holder nor keep the goal waiting a day longer than its result asked.
+        offset = calibrate(layout.goal_dir(goal_id))
+        if offset:
+            log.warning("clock_skew", seconds=round(offset.total_seconds(), 3))
         visible = _visibly_held(layout, goal_id, now=utcnow(), grace_s=config.lease_grace_s)
         if visible is not None:
             # Agents that ranked the same goal first race for it; the losers see
@@ -168,7 +181,7 @@ def attempt_turn(
                 log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
                 _kill_goal_processes(layout, goal_id, config.kill_grace_s)
             try:
-                return _claimed_turn(layout, goal, lease, stop=stop, config=config)
+                return _claimed_turn(layout, goal, lease, stop=stop, config=config, console=console)
             finally:
                 release(layout, lease)
 
@@ -180,9 +193,10 @@ def _claimed_turn(
     *,
     stop: threading.Event | None,
     config: TurnConfig,
+    console: AgentConsole | None = None,
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
-    holder = _Holder(layout, lease, config.lease_ttl_s)
+    holder = _Holder(layout, lease, config.lease_ttl_s, config.lease_grace_s)
     terms = HostTerms(
         renew=holder.renew,
         renew_every_s=max(config.lease_ttl_s / 3, 0.05),
@@ -201,7 +215,7 @@ def _claimed_turn(
                 update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
             )
             write_journal(layout, journal, fence)
-            done = execute(layout, goal, journal, fence, terms, stop=stop)
+            done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
             return _attempt(goal.id, report=_report(done, actions))
         goal = _goal(layout, goal.id)  # finishing a turn may have changed it
         decision = _decide(layout, goal, now=utcnow())
@@ -213,7 +227,7 @@ def _claimed_turn(
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key
         create_journal(layout, journal, fence)
-        done = execute(layout, goal, journal, fence, terms, stop=stop)
+        done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
         return _attempt(goal.id, quota=decision, report=_report(done, actions))
     except LeaseLostError as e:
         log.warning("lease_lost", held=e.held, current=e.current)
@@ -239,13 +253,29 @@ def _attempt(
 class _Holder:
     """The held lease, renewed from the host-wait loop."""
 
-    def __init__(self, layout: Layout, lease: Lease, ttl_s: float) -> None:
+    def __init__(self, layout: Layout, lease: Lease, ttl_s: float, grace_s: float) -> None:
         self.layout = layout
         self.lease = lease
         self.ttl_s = ttl_s
+        self.grace_s = grace_s
 
     def renew(self) -> None:
-        self.lease = renew(self.layout, self.lease, now=utcnow(), ttl_s=self.ttl_s)
+        """Extend the lease; a refused write (disk full) is tolerated while the lease lasts.
+
+        Raises:
+            LeaseLostError: a takeover happened.
+            OSError: renewals kept failing past the lease's expiry and grace, after
+                which another agent may take the goal: the host must stop now.
+
+        """
+        now = utcnow()
+        try:
+            self.lease = renew(self.layout, self.lease, now=now, ttl_s=self.ttl_s)
+        except OSError as e:
+            reason = resource_fault(e)
+            if reason is None or now >= self.lease.expires_at + timedelta(seconds=self.grace_s):
+                raise
+            log.warning("lease_renewal_deferred", reason=reason)
 
 
 def _visibly_held(layout: Layout, goal_id: str, *, now: datetime, grace_s: float) -> Lease | None:

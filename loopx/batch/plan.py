@@ -8,14 +8,14 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from loopx.errors import UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.quota.policy import QuotaPolicy
 from loopx.registry.goals import GoalChanges
-from loopx.registry.model import HostKind, HostSpec
+from loopx.registry.model import HostKind, HostKindName, HostSpec
 from loopx.storage.files import read_bytes
 
 
@@ -39,7 +39,7 @@ class PlanGoal(Record):
     objective: Annotated[str, Field(min_length=1)]
     workdir: str | None = None
     host: str | list[str] | None = None  # a command line (split like a shell) or an argv list
-    host_kind: HostKind | None = None
+    host_kind: HostKindName | None = None
     priority: int = 0
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None
@@ -50,18 +50,35 @@ class PlanGoal(Record):
     def _safe_id(cls, value: str) -> str:
         return validate_goal_id(value)
 
+    @model_validator(mode="after")
+    def _names_a_host(self) -> PlanGoal:
+        # A goal without a host used to run the demo host and report `completed`:
+        # a false green. The demo host must be asked for by name.
+        if not self.host and self.host_kind is None:
+            msg = (
+                'no host: add "host": "CMD ARGS" (or "host_kind": "codex", "claude", '
+                'or "demo" for the built-in demo host)'
+            )
+            raise ValueError(msg)
+        if self.host_kind is HostKind.COMMAND and not self.host:
+            msg = 'host_kind "command" needs "host": "CMD ARGS"'
+            raise ValueError(msg)
+        return self
+
     def host_spec(self) -> HostSpec:
         """The registry host of this goal."""
         argv = shlex.split(self.host) if isinstance(self.host, str) else list(self.host or [])
-        kind = self.host_kind or (HostKind.COMMAND if argv else HostKind.DEMO)
-        return HostSpec(kind=kind, argv=argv)
+        return HostSpec(kind=self.host_kind or HostKind.COMMAND, argv=argv)
+
+    def workdir_path(self, plan_dir: Path) -> Path:
+        """The goal's workdir: ``workdir`` from the plan's directory, else ``work/<id>``."""
+        return (plan_dir / self.workdir if self.workdir else plan_dir / "work" / self.id).resolve()
 
     def changes(self, plan_dir: Path) -> GoalChanges:
         """The registry changes that register this goal."""
-        workdir = plan_dir / self.workdir if self.workdir else plan_dir / "work" / self.id
         return GoalChanges(
             objective=self.objective,
-            workdir=str(workdir.resolve()),
+            workdir=str(self.workdir_path(plan_dir)),
             host=self.host_spec(),
             priority=self.priority,
             next_probe=self.next_probe,
@@ -86,6 +103,9 @@ class BatchPlan(Record):
                 raise ValueError(msg)
             seen.add(goal.id)
         return goals
+
+
+PLAN_SUFFIXES = (".json", ".toml")
 
 
 def _parse(path: Path, data: bytes) -> Any:  # noqa: ANN401 - the untyped edge, validated next
@@ -127,10 +147,20 @@ def load_plan(path: Path) -> BatchPlan:
     Raises:
         PlanError: unreadable, not JSON/TOML, or a field at fault (named with its goal).
     """
+    if path.suffix not in PLAN_SUFFIXES:
+        raise PlanError(
+            path,
+            "file",
+            f"a {path.suffix or 'suffix-less'} plan is not read: write it as .json or .toml",
+        )
     try:
         data = read_bytes(path)
     except FileNotFoundError as e:
         raise PlanError(path, "file", "does not exist") from e
+    except IsADirectoryError as e:
+        raise PlanError(path, "file", "is a directory; pass the plan file itself") from e
+    except OSError as e:
+        raise PlanError(path, "file", f"cannot be read: {e.strerror}") from e
     raw = _parse(path, data)
     try:
         return BatchPlan.model_validate(raw)

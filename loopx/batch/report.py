@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from loopx import exitcodes
+from loopx.fleet import FleetRecord
 from loopx.history.line import HistoryLine
 from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
@@ -86,7 +87,7 @@ def goal_report(
     """Summarise one goal from its registry entry, state, history and ledger."""
     failed = [h for h in history if h.status == "failed"]
     reasons = Counter(h.failure or "unknown" for h in failed)
-    last_message = {h.failure or "unknown": h.summary for h in failed}
+    last_message = {h.failure or "unknown": h.failure_message or h.summary for h in failed}
     open_gates = state.open_gates
     return GoalReport(
         goal_id=goal.id,
@@ -178,3 +179,18 @@ def gather_goal_reports(layout: Layout, goal_ids: list[str]) -> list[GoalReport]
             )
         )
     return reports
+
+
+class RunSummary(Record):
+    """The end of one supervisor run (``supervisor run --json``): how every goal stands."""
+
+    schema_version: Literal[1] = 1
+    root: str
+    exit_code: int
+    started_at: UtcDatetime
+    ended_at: UtcDatetime
+    wall_s: float
+    turns: int  # turns that ended during this run
+    failed_turns: int
+    goals: dict[Outcome, int]  # every registered goal by how it stands now
+    supervisor: FleetRecord | None

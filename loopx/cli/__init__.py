@@ -1,5 +1,23 @@
 """The `loopx` command line: thin over the library."""
 
-from loopx.cli._app import main, run
+import sys
+
+
+def run() -> None:
+    """Console-script entry: a Ctrl-C while the CLI is still importing exits 130 quietly."""
+    try:
+        from loopx.cli._app import main  # noqa: PLC0415 - inside the Ctrl-C guard
+    except KeyboardInterrupt:
+        print("loopx: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(main())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `loopx` command line on ``argv``; returns the exit code."""
+    from loopx.cli._app import main as app_main  # noqa: PLC0415 - keep import cheap
+
+    return app_main(argv)
+
 
 __all__ = ["main", "run"]

@@ -12,12 +12,14 @@ import argparse
 import importlib
 import sys
 
-from loopx.cli._common import common_options
+from loopx.cli._common import Parser, common_options
 
 # Not `typing`/`collections.abc`: `loopx --help` imports only argparse (issue 14).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from loopx.errors import LoopxError
 
 
 class Command:
@@ -92,12 +94,12 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
     """The `loopx` parser; only the command ``argv`` chooses (if any) is fully registered.
 
     Without ``argv`` every command is registered in full.
     """
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="loopx",
         description="Run long-lived AI agent work unattended, crash-safe by journal.",
         parents=[common_options(top=True)],
@@ -120,27 +122,64 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `loopx` console script; returns the exit code."""
     args_in = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(args_in)
-    args = parser.parse_args(args_in)
-    from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
-    from loopx.errors import LoopxError  # noqa: PLC0415 - not needed by --help/--version
-    from loopx.log import configure_logging  # noqa: PLC0415 - structlog only once a command runs
-
-    configure_logging(level=args.log_level)
+    args: argparse.Namespace | None = None
     try:
+        parser = build_parser(args_in)
+        args = parser.parse_args(args_in)
+        from loopx.log import configure_logging  # noqa: PLC0415 - structlog only once a command runs
+
+        configure_logging(level=args.log_level or "warning")
         code: int = args.func(args)
-    except LoopxError as e:
-        print(f"loopx: error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
-        return e.exit_code
     except KeyboardInterrupt:
+        from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
+
         print("loopx: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED
-    except BrokenPipeError:
+    except Exception as e:  # noqa: BLE001 - _failed re-raises what it does not handle
+        return _failed(e, args)
+    return code
+
+
+def _failed(e: Exception, args: argparse.Namespace | None) -> int:
+    """The exit code of a command that raised ``e``: one line and a hint, never a traceback.
+
+    Raises:
+        Exception: ``e`` again when it is neither a LoopxError nor an OSError.
+    """
+    from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
+    from loopx.errors import LoopxError, ResourceFaultError, resource_fault  # noqa: PLC0415
+
+    if isinstance(e, LoopxError):
+        return _error(e)
+    if isinstance(e, BrokenPipeError):
         # The reader went away (`loopx goal list | head`); nothing more to say.
         return exitcodes.OK
-    return code
+    if not isinstance(e, OSError):
+        raise e
+    reason = resource_fault(e)
+    if reason is not None:
+        command = getattr(args, "command", None) if args is not None else None
+        return _error(ResourceFaultError(reason, f"finish `loopx {command or '...'}`"))
+    # The last net for a file the user pointed at (a directory given as a file,
+    # a path under a file, a permission): one line, never a traceback.
+    where = f": {e.filename}" if e.filename else ""
+    _report(
+        f"{e.strerror or e}{where}",
+        "check the path and its permissions; `loopx doctor` describes the root",
+    )
+    return exitcodes.FAILURE
+
+
+def _report(message: str, hint: str | None) -> None:
+    print(f"loopx: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+
+
+def _error(e: LoopxError) -> int:
+    """Print the error's one line and hint; return its exit code."""
+    _report(e.message, e.hint)
+    return e.exit_code
 
 
 def run() -> None:

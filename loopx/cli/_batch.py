@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from loopx.batch.plan import load_plan
-from loopx.cli._common import add_command, layout, print_json
-from loopx.errors import UsageError
+from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json
 from loopx.model import utcnow
+from loopx.registry.checks import check_program
+from loopx.registry.model import HostKind
 
 
 def register(sub: Any) -> None:
@@ -21,7 +22,7 @@ def register(sub: Any) -> None:
         actions, "run", help="register a plan's goals, run a fleet until idle, report"
     )
     run.add_argument("plan", metavar="PLAN", type=Path, help="plan file (.json or .toml)")
-    run.add_argument("--agents", type=int, default=2, metavar="N", help="agents (default 2)")
+    add_agent_options(run, default=2, what="agents")
     run.add_argument(
         "--report",
         type=Path,
@@ -55,10 +56,13 @@ def run_batch(args: argparse.Namespace) -> int:
     )
     from loopx.supervisor.display import display_for  # noqa: PLC0415
 
-    if args.agents < 1:
-        raise UsageError(f"--agents must be at least 1, got {args.agents}", hint="pass --agents N")
+    check_agents(args)
     plan_path = args.plan.resolve()
     plan = load_plan(plan_path)  # a malformed plan is rejected before anything is registered
+    for entry in plan.goals:
+        host = entry.host_spec()
+        if host.kind == HostKind.COMMAND:
+            check_program(host.argv[0], entry.workdir_path(plan_path.parent))
     where = layout(args, create=True)
     goal_ids = register_plan(where, plan, plan_path.parent, now=utcnow())
     config = BatchConfig(

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
 
 # Not `from typing import ...`: `loopx --help` imports only argparse (issue 14).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
     from pydantic import BaseModel
 
     from loopx.root import Layout, ResolvedRoot
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with LoopX's error shape: one line, a hint, exit 2 (not a usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise the mistake as a UsageError; the CLI prints it like any other."""
+        from loopx.errors import UsageError  # noqa: PLC0415 - `loopx --help` imports only argparse
+
+        raise UsageError(message, hint=f"see `{self.prog} --help`")
+
+
+@functools.cache  # one parent serves all ~50 subcommands: argparse set-up is most of start-up
 def common_options(*, top: bool = False) -> argparse.ArgumentParser:
     """``--root``/``--runtime-root``, ``--registry`` and ``--log-level``.
 
@@ -41,8 +54,9 @@ def common_options(*, top: bool = False) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
-        default="warning" if top else argparse.SUPPRESS,
-        help="log level of the structured log on stderr (default: warning)",
+        default=None if top else argparse.SUPPRESS,
+        help="log level of the structured log on stderr (default: warning; "
+        "info for the supervisor, whose log is its product)",
     )
     return parser
 
@@ -61,9 +75,54 @@ def add_command(
     return parser
 
 
+AGENTS_PER_CPU = 4  # agents mostly wait on their host program, so a few per CPU is sane
+
+
+def default_max_agents() -> int:
+    """The default bound on ``--agents``: a few per CPU of this machine."""
+    return AGENTS_PER_CPU * (os.cpu_count() or 1)
+
+
+def add_agent_options(parser: argparse.ArgumentParser, *, default: int, what: str) -> None:
+    """``--agents N`` and ``--max-agents N``, the bound that keeps a typo from forking thousands."""
+    parser.add_argument(
+        "--agents", type=int, default=default, metavar="N", help=f"{what} (default {default})"
+    )
+    parser.add_argument(
+        "--max-agents",
+        type=int,
+        metavar="N",
+        help=f"refuse --agents above N (default {AGENTS_PER_CPU} per CPU: {default_max_agents()})",
+    )
+
+
+def check_agents(
+    args: argparse.Namespace, *, count: int | None = None, flag: str = "--agents"
+) -> int:
+    """The checked agent count: at least 1 and at most ``--max-agents``.
+
+    Raises:
+        UsageError: the count is below 1 or above the bound.
+    """
+    from loopx.errors import UsageError  # noqa: PLC0415 - `loopx --help` imports only argparse
+
+    n = args.agents if count is None else count
+    limit = args.max_agents if args.max_agents is not None else default_max_agents()
+    if n < 1:
+        raise UsageError(
+            f"{flag} must be at least 1, got {n}",
+            hint="an agent runs the goals; pass --agents 1 or more",
+        )
+    if n > limit:
+        raise UsageError(
+            f"{flag} {n} is more than {limit} ({AGENTS_PER_CPU} per CPU on this machine)",
+            hint=f"pass --max-agents {n} as well if you really mean {n} agent processes",
+        )
+    return n
+
+
 def resolved(args: argparse.Namespace) -> ResolvedRoot:
     """The runtime root the command line and environment select."""
-    import os  # noqa: PLC0415 - `loopx --help` imports only argparse
     from pathlib import Path  # noqa: PLC0415
 
     from loopx.root import resolve_root  # noqa: PLC0415 - `loopx --help` must not need pydantic

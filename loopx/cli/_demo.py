@@ -10,9 +10,8 @@ from typing import Any
 from rich.console import Console
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json
+from loopx.cli._common import add_agent_options, add_command, check_agents, print_json
 from loopx.cli._status import render_plain, render_table
-from loopx.errors import UsageError
 from loopx.model import utcnow
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.status.cache import load_status
@@ -25,7 +24,7 @@ def register(sub: Any) -> None:
         "demo",
         help="run demo goals on a fresh root with a headless fleet, then show the status",
     )
-    parser.add_argument("--agents", type=int, default=2, metavar="N", help="agents (default 2)")
+    add_agent_options(parser, default=2, what="agents")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 
@@ -35,12 +34,14 @@ def run(args: argparse.Namespace) -> int:
     from loopx.supervisor.demo import demo_home, next_steps, run_demo  # noqa: PLC0415
     from loopx.supervisor.display import display_for  # noqa: PLC0415
 
-    if args.agents < 1:
-        raise UsageError(f"--agents must be at least 1, got {args.agents}", hint="pass --agents N")
+    check_agents(args)
     home, root = demo_home(Path(args.root).resolve() if args.root else None)
     layout = open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
     if not args.json:
-        print(f"loopx demo: runtime root {root}, {args.agents} agents, 4 demo goals")
+        print(
+            f"loopx demo: runtime root {root}, {args.agents} agents, 4 demo goals; "
+            f"plan, work directories and report in {home}"
+        )
     with display_for() as show:
         result = run_demo(layout, home, agents=args.agents, show=show)
     if args.json:

@@ -7,7 +7,10 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, print_json, resolved
+from loopx.clock import repair_future_dated
 from loopx.doctor import Severity, diagnose
+from loopx.model import utcnow
+from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 
 
@@ -17,13 +20,23 @@ def register(sub: Any) -> None:
         sub, "doctor", help="check permissions, file schemas, leases, journals, quarantine, fleet"
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="first shift future-dated goal states back to now (written by a clock that ran ahead)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Diagnose the root (read-only); exit 0 when healthy, 1 otherwise."""
     # Not open_root: doctor must also describe a root that open_root refuses.
-    report = diagnose(Layout.of(resolved(args)))
+    layout = Layout.of(resolved(args))
+    if args.repair:
+        goals = sorted(load_registry(layout).goals)
+        for goal_id in repair_future_dated(layout, goals, now=utcnow()):
+            print(f"repaired: {layout.state_file(goal_id)}: dated back to now")
+    report = diagnose(layout)
     if args.json:
         print_json(report)
     else:

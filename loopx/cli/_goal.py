@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from loopx import exitcodes
+from loopx.agents.hosts.plugins import require_kind
 from loopx.cli._common import add_command, layout, print_json
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
+from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
 from loopx.registry.views import GoalDocument, SessionReset, goal_list, goal_view
@@ -46,14 +48,22 @@ def register(sub: Any) -> None:
     add.add_argument("--host", metavar="'CMD ARGS'", help="host command, split like a shell")
     add.add_argument(
         "--host-kind",
-        choices=[k.value for k in HostKind],
-        help="how the host is run (default: command with --host, else demo)",
+        metavar="KIND",
+        help="how the host is run: command, demo, codex, claude or a plug-in's kind "
+        "(default: command with --host, else demo)",
     )
     add.add_argument(
         "--session-max-turns",
         type=int,
         metavar="N",
         help="codex/claude: start a fresh CLI session after N turns of one (with --host-kind)",
+    )
+    add.add_argument(
+        "--unreachable-after",
+        type=float,
+        metavar="S",
+        help="codex: stop a host stuck reconnecting to its model server after S seconds "
+        "(default 120); the turn waits and retries (with --host-kind)",
     )
     add.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
     add.add_argument("--quota-compute", type=float, metavar="F", help="share of a window, 0..1")
@@ -72,6 +82,11 @@ def register(sub: Any) -> None:
         action="append",
         metavar="NAME=AMOUNT",
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
+    )
+    add.add_argument(
+        "--no-check",
+        action="store_true",
+        help="register even if the workdir or the host program does not exist yet",
     )
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
@@ -135,9 +150,10 @@ def run_reset_session(args: argparse.Namespace) -> int:
 
 def _host_spec(args: argparse.Namespace) -> HostSpec | None:
     if args.host is None and args.host_kind is None:
-        if args.session_max_turns is not None:
+        if args.session_max_turns is not None or args.unreachable_after is not None:
             raise UsageError(
-                "--session-max-turns is part of the host: pass --host-kind with it",
+                "--session-max-turns and --unreachable-after are part of the host: "
+                "pass --host-kind with them",
                 hint="e.g. --host-kind codex --session-max-turns 20",
             )
         return None
@@ -147,14 +163,23 @@ def _host_spec(args: argparse.Namespace) -> HostSpec | None:
         raise UsageError(
             f"--host {args.host!r} cannot be split: {e}", hint="check its quotes"
         ) from e
-    kind = HostKind(args.host_kind) if args.host_kind else HostKind.COMMAND
-    if kind is HostKind.COMMAND and not argv:
+    kind = require_kind(args.host_kind) if args.host_kind else HostKind.COMMAND
+    if kind == HostKind.COMMAND and not argv:
         raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
     if args.session_max_turns is not None and args.session_max_turns < 1:
         raise InvalidPolicyError(
             "--session-max-turns", f"must be at least 1, got {args.session_max_turns}"
         )
-    return HostSpec(kind=kind, argv=argv, session_max_turns=args.session_max_turns)
+    if args.unreachable_after is not None and not args.unreachable_after > 0:
+        raise InvalidPolicyError(
+            "--unreachable-after", f"must be more than 0 seconds, got {args.unreachable_after}"
+        )
+    return HostSpec(
+        kind=kind,
+        argv=argv,
+        session_max_turns=args.session_max_turns,
+        unreachable_after_s=args.unreachable_after,
+    )
 
 
 def _resources(given: list[str] | None) -> dict[str, float] | None:
@@ -176,13 +201,27 @@ def _resources(given: list[str] | None) -> dict[str, float] | None:
     return out
 
 
+def _check_setup(args: argparse.Namespace, host: HostSpec | None) -> Path | None:
+    """Check the workdir and a command host now; return the workdir to store."""
+    workdir = Path(args.workdir).expanduser().resolve() if args.workdir is not None else None
+    if args.no_check:
+        return workdir
+    if workdir is not None:
+        check_workdir(workdir)
+    if host is not None and host.kind == HostKind.COMMAND and host.argv:
+        check_program(host.argv[0], workdir or (None if args.update else Path.cwd()))
+    return workdir
+
+
 def run_add(args: argparse.Namespace) -> int:
     """Register or update a goal."""
     quota = {field: getattr(args, flag) for flag, field in QUOTA_FLAGS.items()}
+    host = _host_spec(args)
+    workdir = _check_setup(args, host)
     changes = GoalChanges(
         objective=args.objective,
-        workdir=args.workdir,
-        host=_host_spec(args),
+        workdir=str(workdir) if workdir is not None else None,
+        host=host,
         priority=args.priority,
         next_probe=args.next_probe,
         max_host_attempts=args.max_host_attempts,
@@ -191,7 +230,7 @@ def run_add(args: argparse.Namespace) -> int:
     )
     try:
         goal = add_goal(
-            layout(args, create=True),
+            layout(args),
             args.goal_id,
             changes,
             update=args.update,
@@ -212,7 +251,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def _describe_host(goal: Goal) -> str:
-    if goal.host.kind is HostKind.COMMAND:
+    if goal.host.kind == HostKind.COMMAND:
         return shlex.join(goal.host.argv)
     return str(goal.host.kind)
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.errors import UsageError
+from loopx.errors import LoopxError, UsageError
+from loopx.ids import is_valid_goal_id
 from loopx.registry.goals import get_goal
 from loopx.turn.journal import journal_path
 from loopx.turn.recovery import inspect_file, inspect_goal_journals
@@ -48,11 +49,16 @@ def run_list(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     """Print one journal's projection."""
     where = layout(args)
+    if not is_valid_goal_id(args.turn_key):  # turn keys follow the goal id rule
+        raise UsageError(
+            f"invalid turn key {args.turn_key!r}: not a single safe path segment",
+            hint=f"list the goal's turn keys with `loopx journal list {args.goal_id}`",
+        )
     path = journal_path(where, args.goal_id, args.turn_key)
     try:
         view = inspect_file(path, goal_id=args.goal_id)
     except FileNotFoundError:
-        raise UsageError(
+        raise LoopxError(
             f"no journal {args.turn_key!r} for goal {args.goal_id!r} ({path})",
             hint=f"list them with `loopx journal list {args.goal_id}`",
         ) from None

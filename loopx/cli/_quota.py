@@ -8,7 +8,7 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.model import utcnow
+from loopx.model import iso_utc, utcnow
 from loopx.quota.decision import QuotaDecision, QuotaReport, decide, quota_report
 from loopx.registry.goals import get_goal
 from loopx.root import Layout
@@ -70,7 +70,7 @@ def _print_report(report: QuotaReport) -> None:
             f"{room.load_1m:.2f} on {room.cpu_count} CPUs"
         )
     if d.next_eligible_at is not None:
-        print(f"  next eligible at {d.next_eligible_at.isoformat(timespec='seconds')}")
+        print(f"  next eligible at {iso_utc(d.next_eligible_at, 'seconds')}")
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from datetime import datetime
@@ -15,7 +16,7 @@ from rich.text import Text
 
 from loopx import exitcodes
 from loopx.cli._common import add_command, layout, print_json
-from loopx.model import utcnow
+from loopx.model import iso_utc, utcnow
 from loopx.status.cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
 from loopx.status.view import Actor, GoalStatusView, StatusProjection
 
@@ -106,10 +107,11 @@ def _header(p: StatusProjection) -> str:
     fleet = p.fleet
     sup = f"supervisor {fleet.state}" if fleet.state else "no supervisor"
     loop = f", crash loop: {', '.join(fleet.crash_loop_agents)}" if fleet.crash_loop_agents else ""
+    loop += f", DEGRADED: {fleet.degraded}" if fleet.degraded else ""
     return (
         f"{p.counts.total} goals: {c.get('human', 0)} need a human, {c.get('agent', 0)} for agents, "
         f"{c.get('none', 0)} quiet | {sup}, {fleet.agents_alive}/{fleet.agents_wanted} agents alive"
-        f"{loop} | checked {p.checked_at.isoformat(timespec='seconds')}"
+        f"{loop} | checked {iso_utc(p.checked_at, 'seconds')}"
     )
 
 
@@ -139,16 +141,22 @@ def render_table(p: StatusProjection, now: datetime) -> Group:
 
 
 def render_plain(p: StatusProjection, now: datetime) -> str:
-    """The non-TTY rendering: one line per goal, tab-free and grep-friendly."""
+    """The non-TTY rendering: a header row, then one aligned line per goal; grep-friendly."""
     lines = [_header(p)]
-    width = max((len(v.goal_id) for v in p.goals), default=4)
-    for v in p.goals:
-        lines.append(
-            f"{v.actor.value:<5}  {v.goal_id:<{width}}  {v.reason.value:<15}  "
-            f"{_last(v, now):<24}  {v.explanation}"
-        )
-        lines.extend(f"       ! {w}" for w in v.warnings)
-    if not p.goals:
+    rows = [
+        (v.actor.value, v.goal_id, v.reason.value, _last(v, now), v.explanation) for v in p.goals
+    ]
+    if rows:
+        head = ("actor", "goal", "reason", "last turn", "why")
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+        for row, view in zip([head, *rows], [None, *p.goals], strict=True):
+            cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
+            lines.append("  ".join([*cells, row[-1]]).rstrip())
+            if view is not None:
+                lines.extend(f"  ! {w}" for w in view.warnings)
+    elif p.counts.total:
+        lines.append(f"no goal matches the filter ({p.counts.total} goals in all)")
+    else:
         lines.append("no goals; add one with `loopx goal add ID --objective TEXT`")
     return "\n".join(lines)
 
@@ -181,12 +189,7 @@ def _watch(args: argparse.Namespace) -> int:
     interval = max(0.2, args.watch)
     try:
         if sys.stdout.isatty() and not args.json:
-            with Live(
-                render_table(_load(args), utcnow()), auto_refresh=False, screen=False
-            ) as live:
-                while True:
-                    time.sleep(interval)
-                    live.update(render_table(_load(args), utcnow()), refresh=True)
+            return _watch_live(args, interval)
         while True:
             projection = _load(args)
             if args.json:
@@ -197,6 +200,24 @@ def _watch(args: argparse.Namespace) -> int:
             time.sleep(interval)
     except KeyboardInterrupt:
         return exitcodes.OK
+
+
+def _watch_live(args: argparse.Namespace, interval: float) -> int:
+    """Redraw the table in place; on Ctrl-C erase the live region and print the last one once.
+
+    (Stopping a non-transient Live mid-redraw left a second header behind.)
+    """
+    shown = render_table(_load(args), utcnow())
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        Live(shown, auto_refresh=False, screen=False, transient=True) as live,
+    ):
+        while True:
+            time.sleep(interval)
+            shown = render_table(_load(args), utcnow())
+            live.update(shown, refresh=True)
+    Console().print(shown)
+    return exitcodes.OK
 
 
 def run_refresh(args: argparse.Namespace) -> int:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
+from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json
 from loopx.errors import UsageError
 from loopx.fleet import (
     Backend,
@@ -15,9 +16,7 @@ from loopx.fleet import (
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--agents", type=int, default=1, metavar="N", help="agent processes (default 1)"
-    )
+    add_agent_options(parser, default=1, what="agent processes")
     parser.add_argument(
         "--visible",
         choices=["none", "tmux"],
@@ -117,6 +116,9 @@ def register(sub: Any) -> None:
 
         run = add_command(actions, "run", help="run the supervisor in the foreground")
         _run_options(run)
+        run.add_argument(
+            "--json", action="store_true", help="print the run's summary as JSON when it ends"
+        )
         run.set_defaults(func=run_run)
 
         start = add_command(
@@ -144,7 +146,8 @@ def register(sub: Any) -> None:
         scale = add_command(
             actions, "scale", help="change the number of agents of the running supervisor"
         )
-        scale.add_argument("agents", type=int, metavar="N")
+        scale.add_argument("agents", type=int, metavar="N", help="0 stops every agent")
+        scale.add_argument("--max-agents", type=int, metavar="N", help="refuse N above this")
         scale.add_argument("--json", action="store_true")
         scale.set_defaults(func=run_scale)
 
@@ -153,8 +156,7 @@ def _config(args: argparse.Namespace) -> Any:
     from loopx.supervisor.backoff import RestartPolicy  # noqa: PLC0415 - keep `loopx --help` light
     from loopx.supervisor.config import SupervisorConfig  # noqa: PLC0415
 
-    if args.agents < 0:
-        raise UsageError(f"--agents must be 0 or more, got {args.agents}", hint="pass --agents N")
+    check_agents(args)
     if args.stop_grace_seconds < 0:
         raise UsageError("--stop-grace-seconds must be 0 or more", hint="pass a number of seconds")
     if args.backend != "ray" and (args.ray_address or args.agent_memory_mb is not None):
@@ -187,7 +189,7 @@ def _config(args: argparse.Namespace) -> Any:
             window_s=args.crash_loop_window_seconds,
             crash_loop_restarts=args.crash_loop_restarts,
         ),
-        log_level=args.log_level if args.log_level != "warning" else "info",
+        log_level=args.log_level or "info",
         backend=Backend(args.backend),
         ray_address=args.ray_address,
         agent_cpus=args.agent_cpus,
@@ -199,18 +201,40 @@ def run_run(args: argparse.Namespace) -> int:
     """Run the supervisor in the foreground until stopped (or idle)."""
     from loopx.agents.loop import Agent  # noqa: PLC0415
     from loopx.log import configure_logging  # noqa: PLC0415
+    from loopx.model import utcnow  # noqa: PLC0415
     from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
+    from loopx.supervisor.summary import render_summary, summarise  # noqa: PLC0415
 
     config = _config(args)
+    where = layout(args)
     # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
     configure_logging(level=config.log_level, force=True)
-    return Supervisor(layout(args, create=True), config, make_agent=Agent).run()
+    started = utcnow()
+    code: int = Supervisor(where, config, make_agent=Agent).run()
+    if args.json or sys.stdout.isatty():
+        summary = summarise(where, exit_code=code, started_at=started, now=utcnow())
+        if args.json:
+            print_json(summary)
+        else:
+            print(render_summary(summary))
+    return code
 
 
 def _run_args(args: argparse.Namespace) -> list[str]:
-    out = ["--agents", str(args.agents), "--visible", args.visible, "--backend", args.backend]
+    out = [
+        "--agents",
+        str(args.agents),
+        "--max-agents",
+        str(max(args.agents, 1)),
+        "--visible",
+        args.visible,
+        "--backend",
+        args.backend,
+    ]
     if args.until_idle:
         out.append("--until-idle")
+    if args.log_level is not None:
+        out += ["--log-level", args.log_level]
     for flag in (
         "stop_grace_seconds", "refresh_interval_seconds", "status_projection_cache_ttl_seconds",
         "heartbeat_seconds", "stall_seconds", "idle_horizon_seconds", "crash_loop_restarts",
@@ -227,7 +251,8 @@ def run_start(args: argparse.Namespace) -> int:
     """Start the supervisor detached."""
     from loopx.supervisor.control import start_detached  # noqa: PLC0415
 
-    where = layout(args, create=True)
+    _config(args)  # refuse bad options here, not in a detached child's log
+    where = layout(args)
     started = start_detached(where, _run_args(args))
     record = started.supervisor
     if args.json:
@@ -300,8 +325,8 @@ def run_scale(args: argparse.Namespace) -> int:
     """Ask the running supervisor for N agents."""
     from loopx.supervisor.control import scale  # noqa: PLC0415
 
-    if args.agents < 0:
-        raise UsageError(f"agent count must be 0 or more, got {args.agents}", hint="pass N >= 0")
+    if args.agents != 0:  # 0 is allowed here: it parks the fleet until the next scale
+        check_agents(args, flag="agent count")
     result = scale(layout(args), args.agents)
     if args.json:
         print_json(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from loopx.doctor.files import walk_root
@@ -10,6 +11,7 @@ from loopx.doctor.fleet import check_fleet
 from loopx.doctor.goals import check_goal
 from loopx.doctor.projections import check_projections, check_quarantine
 from loopx.doctor.registry import check_registry, goal_names
+from loopx.doctor.reliability import check_leftover_processes
 from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.root import Layout
@@ -35,7 +37,23 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
             "the runtime root is a symlink or not a directory; LoopX refuses it",
             "point --root at the real directory",
         )
+    elif not layout.registry.exists():
+        doctor.add(
+            Severity.ERROR,
+            FindingCode.NOT_INITIALISED,
+            layout.registry,
+            "the runtime root has no registry, so every command but `init` refuses it",
+            f"loopx init --root {q(root)}",
+        )
     else:
+        if not os.access(root, os.W_OK | os.X_OK):
+            doctor.add(
+                Severity.ERROR,
+                FindingCode.PERMISSIONS,
+                root,
+                "the runtime root is not writable by you, so every command refuses it",
+                f"chmod 700 {q(root)}",
+            )
         walk_root(doctor)
         old_layout = check_registry(doctor)
         for goal_id in goal_names(doctor):
@@ -52,6 +70,7 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
                     goal_id,
                 )
         check_fleet(doctor)
+        check_leftover_processes(doctor)
         check_projections(doctor)
         check_quarantine(doctor)
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}

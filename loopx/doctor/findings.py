@@ -35,6 +35,7 @@ class FindingCode(StrEnum):
     """What kind of problem a finding is."""
 
     ROOT_MISSING = "root_missing"
+    NOT_INITIALISED = "not_initialised"  # a directory without a registry: commands refuse it
     PERMISSIONS = "permissions"  # mode broader than 0700/0600
     OWNER = "owner"  # not owned by the user running LoopX
     SYMLINK = "symlink"  # LoopX never follows it
@@ -55,6 +56,8 @@ class FindingCode(StrEnum):
     ORPHAN_GOAL = "orphan_goal"  # a goal directory without a goal file (goal.json)
     OLD_LAYOUT = "old_layout"  # a single-file registry of LoopX 0.x, migrated on the next open
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
+    LEFTOVER_PROCESS = "leftover_process"  # a live process of a turn that is finished
+    FUTURE_DATED = "future_dated"  # written by a clock that ran ahead
 
 
 class Finding(Record):

@@ -32,7 +32,7 @@ def check_fleet(doc: Checker) -> None:
                 f"the supervisor (pid {record.pid}) is recorded as {record.state} but is "
                 "gone; turns it ran may be unfinished",
                 f"loopx supervisor start --agents {record.agents_wanted}  (reaps what is "
-                "left and recovers), or `loopx recover`",
+                "left, recovers its turns and replaces the record)",
             )
         elif supervisor_alive:
             doc.add(

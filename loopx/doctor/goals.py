@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.doctor.journals import check_lease_and_journals
+from loopx.doctor.reliability import check_future_dated
 from loopx.history.line import HistoryLine
 from loopx.history.runlog import RunReport
 from loopx.ids import is_valid_goal_id
@@ -81,6 +82,7 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
                 )
     finished = check_lease_and_journals(doc, goal_id)
     cross_check(doc, goal_id, finished=finished, state=state, history=history, ledger=ledger)
+    check_future_dated(doc, goal_id, state, ledger)
 
 
 def cross_check(

@@ -7,10 +7,18 @@ from datetime import datetime, timedelta
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, UnsafePathError
+from loopx.model import iso_utc
 from loopx.storage.files import read_bytes
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, parse_turn_key
-from loopx.turn.lease import DEFAULT_GRACE_S, Holder, Lease, holder_state, read_epoch
+from loopx.turn.lease import (
+    DEFAULT_GRACE_S,
+    Holder,
+    Lease,
+    holder_state,
+    lease_grace_s,
+    read_epoch,
+)
 
 
 def lease_problem(
@@ -22,7 +30,7 @@ def lease_problem(
     if holder is Holder.UNKNOWN and now > lease.expires_at + timedelta(seconds=grace_s):
         return (
             f"held by {lease.agent_id} on host {lease.hostname}, expired at "
-            f"{lease.expires_at.isoformat()} and not renewed since"
+            f"{iso_utc(lease.expires_at)} and not renewed since"
         )
     return None
 
@@ -47,7 +55,7 @@ def check_lease_and_journals(doc: Checker, goal_id: str) -> list[TurnJournal]:  
     live = False
     if isinstance(lease, Lease):
         holder = holder_state(lease, hostname=doc.hostname)
-        stale = lease_problem(lease, holder, now=doc.now)
+        stale = lease_problem(lease, holder, now=doc.now, grace_s=lease_grace_s())
         live = stale is None
         if stale is not None:
             doc.add(

@@ -32,10 +32,14 @@ class HistoryLine(Record):
     kind: ResultKind | None = None
     failure: FailureReason | None = None  # why, when status is failed or stopped
     summary: str = ""
+    failure_message: str = ""  # why a failed turn failed (bounded); the run log has the rest
     next_action: str | None = None
     usage: Usage = Usage()
     started_at: UtcDatetime
     ended_at: UtcDatetime
+
+
+FAILURE_MESSAGE_CHARS = 300  # a history line stays compact; runs/<seq>.md keeps it whole
 
 
 def history_line(journal: TurnJournal) -> HistoryLine:
@@ -50,6 +54,7 @@ def history_line(journal: TurnJournal) -> HistoryLine:
         status=final_status(journal),
         kind=journal.result.kind if ok and journal.result else None,
         failure=journal.failure.reason if journal.failure else None,
+        failure_message=journal.failure.message[:FAILURE_MESSAGE_CHARS] if journal.failure else "",
         summary=journal.result.summary if ok and journal.result else "",
         next_action=journal.result.next_action if ok and journal.result else None,
         usage=journal.usage,

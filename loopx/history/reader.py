@@ -142,6 +142,21 @@ def count_history(path: Path, previous: HistoryCounts) -> HistoryCounts:
     )
 
 
+def newest_lines(path: Path, limit: int) -> Iterator[HistoryLine | bytes]:
+    """Up to ``limit`` complete lines, newest first, each parsed or kept raw.
+
+    A line that is not a history record comes back as its bytes, so a caller
+    can show the damage instead of failing.
+    """
+    for count, raw in enumerate(iter_lines_backwards(path)):
+        if count >= limit:
+            return
+        try:
+            yield HistoryLine.model_validate_json(raw)
+        except ValidationError:
+            yield raw
+
+
 def last_history_line(path: Path) -> HistoryLine | None:
     """The newest complete line of a goal's ``history.jsonl``, or None (none, or damaged)."""
     try:

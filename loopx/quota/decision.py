@@ -41,7 +41,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal
 
-from loopx.model import Record, UtcDatetime
+from loopx.model import Record, UtcDatetime, iso_utc
 from loopx.quota.budget import Budget, QuotaRemaining, QuotaView, quota_view, remaining_of
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
@@ -140,7 +140,7 @@ def _hours(value: float) -> str:
 
 
 def _when(at: datetime, now: datetime) -> str:
-    return f"{at.isoformat(timespec='seconds')} (in {_seconds((at - now).total_seconds())})"
+    return f"{iso_utc(at, 'seconds')} (in {_seconds((at - now).total_seconds())})"
 
 
 def _exhausted_sentence(budget: Budget, policy: QuotaPolicy, view: QuotaView) -> str:
@@ -240,7 +240,7 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
         at = max(not_before, view.refills_at or not_before)
         return refuse(
             QuotaReason.NOT_YET_ELIGIBLE,
-            f"{who} is not eligible before {not_before.isoformat(timespec='seconds')}"
+            f"{who} is not eligible before {iso_utc(not_before, 'seconds')}"
             f"; next eligible at {_when(at, now)}",
             at,
         )

@@ -20,7 +20,7 @@ from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageErr
 from loopx.history.line import HistoryLine
 from loopx.history.reader import history_tail
 from loopx.ids import validate_goal_id
-from loopx.model import Record, UtcDatetime
+from loopx.model import Record, UtcDatetime, iso_utc
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
@@ -52,7 +52,7 @@ class LiveLeaseError(GoalStateError):
     def __init__(self, goal_id: str, lease: Lease) -> None:
         super().__init__(
             f"goal {goal_id!r} is leased by agent {lease.agent_id} (pid {lease.pid} on "
-            f"{lease.hostname}, epoch {lease.epoch}, expires {lease.expires_at.isoformat()})",
+            f"{lease.hostname}, epoch {lease.epoch}, expires {iso_utc(lease.expires_at)})",
             hint=f"pause it with `loopx goal pause {goal_id}`, wait for the turn to end, then retry",
         )
         self.goal_id, self.lease = goal_id, lease
@@ -117,7 +117,7 @@ def _summary(result: dict[str, object], state: GoalState | None, tail: list[Hist
         last = tail[-1]
         lines.append(
             f"- last turn: #{last.seq} {last.kind or last.status} at "
-            f"{last.ended_at.isoformat(timespec='seconds')}: {last.summary}"
+            f"{iso_utc(last.ended_at, 'seconds')}: {last.summary}"
         )
     return "\n".join(lines) + "\n"
 

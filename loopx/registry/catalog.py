@@ -28,12 +28,11 @@ from pydantic import Field, ValidationError
 from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime, utcnow
-from loopx.registry.model import Goal, Registry, RegistrySettings
-from loopx.registry.store import read_settings
+from loopx.registry.model import Goal, Registry
+from loopx.registry.store import create_settings, read_settings
 from loopx.root import Layout
 from loopx.status.sources import HintCursor, read_hints
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
-from loopx.storage.locks import locked
 
 DEFAULT_VERIFY_S: Final = 60.0
 GOAL_FILE: Final = "goal.json"
@@ -268,9 +267,6 @@ def load_registry(layout: Layout, *, now: datetime | None = None) -> Registry:
 def init_registry(layout: Layout) -> tuple[bool, Registry]:
     """Create the registry's settings file if it is missing; idempotent.
 
-    A registry outside the root names the root (``common_runtime_root``,
-    relative to the registry file) so that ``--registry`` alone finds it.
-
     Returns:
         Whether this call created it, and the registry now.
 
@@ -279,13 +275,7 @@ def init_registry(layout: Layout) -> tuple[bool, Registry]:
         NewerRootError: a newer LoopX wrote it.
 
     """
-    with locked(layout.registry):
-        created = not layout.registry.exists()
-        if created:
-            common = None
-            if layout.registry.parent != layout.root:
-                common = os.path.relpath(layout.root, layout.registry.parent)
-            atomic_write_model(layout.registry, RegistrySettings(common_runtime_root=common))
+    created = create_settings(layout)
     return created, load_registry(layout)
 
 

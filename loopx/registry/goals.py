@@ -211,9 +211,9 @@ def resolve_gate(
     def change(state: GoalState) -> GoalState:
         candidates = [g for g in state.open_gates if gate_id is None or g.id == gate_id]
         if not candidates:
-            which = f"gate {gate_id}" if gate_id is not None else "no gate"
+            which = f"gate {gate_id} is not open" if gate_id is not None else "no gate is open"
             raise GoalStateError(
-                f"goal {goal_id!r}: {which} is open, nothing to resolve",
+                f"goal {goal_id!r}: {which}, nothing to resolve",
                 hint=f"see open gates with `loopx goal show {goal_id}`",
             )
         target = candidates[0]

@@ -29,9 +29,11 @@ def initialise(where: ResolvedRoot, *, upgrade: bool = False) -> InitReport:
     With ``upgrade``, first move an old single-file registry's goals into
     their goal files (the first open of such a root does the same).
     """
-    layout = open_root(where, create=True)
+    existed = where.registry.exists()
+    layout = open_root(where, create=True)  # creating a root also writes its registry
     migration = migrate_registry(layout) if upgrade else None
     created, registry = init_registry(layout)
+    created = created or not existed
     return InitReport(
         root=str(layout.root),
         registry=str(layout.registry),

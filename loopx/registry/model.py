@@ -23,12 +23,19 @@ class GoalStatus(StrEnum):
 
 
 class HostKind(StrEnum):
-    """How a goal's host is run and its output understood."""
+    """The built-in host kinds; plug-ins add more (entry-point group ``loopx.hosts``)."""
 
     COMMAND = "command"  # any argv speaking docs/host-protocol.md
     DEMO = "demo"  # the built-in demo host, `python -m loopx.agents.demo`
     CODEX = "codex"  # OpenAI Codex CLI (`codex exec --json`)
     CLAUDE = "claude"  # Claude Code (`claude -p --output-format json`)
+
+
+# A host kind's name: a built-in HostKind or a plug-in's entry-point name (docs/hosts.md).
+# Any such name is accepted here, so a registry stays readable when a plug-in is uninstalled;
+# `goal add` checks that an adapter is installed and a turn without one fails host_missing.
+HOST_KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+HostKindName = Annotated[str, Field(pattern=HOST_KIND_PATTERN)]
 
 
 class HostSpec(Record):
@@ -39,10 +46,13 @@ class HostSpec(Record):
     shell; write ``["sh", "-c", "..."]`` to ask for one.
     """
 
-    kind: HostKind = HostKind.DEMO
+    kind: HostKindName = HostKind.DEMO
     argv: list[str] = Field(default_factory=list)
     # Start a fresh CLI session after this many turns of one session (codex/claude).
     session_max_turns: Annotated[int, Field(ge=1)] | None = None
+    # codex: stop a host that only reports it cannot reach its model server after this many
+    # seconds (None: 120); the turn commits a wait (host_unreachable), see docs/hosts.md.
+    unreachable_after_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     @field_validator("argv")
     @classmethod
@@ -54,7 +64,7 @@ class HostSpec(Record):
 
     @model_validator(mode="after")
     def _command_names_a_program(self) -> HostSpec:
-        if self.kind is HostKind.COMMAND and not self.argv:
+        if self.kind == HostKind.COMMAND and not self.argv:
             msg = "a command host needs a program: pass --host 'CMD ARGS'"
             raise ValueError(msg)
         return self

@@ -70,6 +70,23 @@ def ensure_current(layout: Layout) -> None:
     _CURRENT.add(layout.registry)
 
 
+def create_settings(layout: Layout) -> bool:
+    """Write an empty settings file (``registry.json``) if there is none; True when written.
+
+    A registry outside the root names the root (``common_runtime_root``,
+    relative to the registry file) so that ``--registry`` alone finds it. An
+    existing file, even an old single-file registry, is left as it is.
+    """
+    with locked(layout.registry):
+        if layout.registry.exists():
+            return False
+        common = None
+        if layout.registry.parent != layout.root:
+            common = os.path.relpath(layout.root, layout.registry.parent)
+        atomic_write_model(layout.registry, RegistrySettings(common_runtime_root=common))
+        return True
+
+
 def read_settings(layout: Layout) -> RegistrySettings:
     """The root-wide settings (defaults when ``registry.json`` is absent).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,7 +22,14 @@ from loopx.root import Layout
 from loopx.schedule.select import Candidate
 from loopx.state import GoalState
 from loopx.storage.files import parse_model, read_bytes
-from loopx.turn.lease import DEFAULT_GRACE_S, holder_state, read_lease, takeover_allowed
+from loopx.turn.lease import (
+    damaged_lease_blocks_until,
+    holder_state,
+    lease_grace_s,
+    lease_ttl_s,
+    read_lease,
+    takeover_allowed,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -92,19 +99,22 @@ def lease_expiry(layout: Layout, goal_id: str, *, now: datetime) -> datetime | N
     A holder SIGKILLed mid-turn leaves an unexpired lease; counting it as free
     lets the next claim take it over (and recover the turn) at once instead
     of after the expiry. :func:`loopx.turn.lease.claim` re-checks under the goal's
-    lock. A damaged lease file counts as held: the claim path owns deciding
-    what to do with it; select only stays away.
+    lock, with the same rules: the lease settings and, for a lease file that
+    cannot be read, :func:`loopx.turn.lease.damaged_lease_free_at`.
     """
+    grace_s = lease_grace_s()
     try:
         lease = read_lease(layout, goal_id)
     except CorruptFileError:
-        return datetime.max.replace(tzinfo=UTC)
+        return damaged_lease_blocks_until(
+            layout.lease_file(goal_id), now=now, ttl_s=lease_ttl_s(), grace_s=grace_s
+        )
     if lease is None:
         return None
     holder = holder_state(lease, hostname=socket.gethostname())
-    if takeover_allowed(lease, holder, now=now, grace_s=DEFAULT_GRACE_S):
+    if takeover_allowed(lease, holder, now=now, grace_s=grace_s):
         return None
-    return max(lease.expires_at + timedelta(seconds=DEFAULT_GRACE_S), now + timedelta(seconds=1))
+    return max(lease.expires_at + timedelta(seconds=grace_s), now + timedelta(seconds=1))
 
 
 def candidate_of(

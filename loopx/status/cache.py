@@ -27,7 +27,7 @@ import os
 import secrets
 import shutil
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -35,13 +35,13 @@ from typing import Final
 
 import structlog
 
-from loopx.errors import LoopxError
+from loopx.errors import LoopxError, resource_fault
 from loopx.history.reader import HistoryCounts, count_history
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
-from loopx.status.projection import assemble, fleet_view, project_goal
+from loopx.status.projection import assemble, project_goal
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,
@@ -59,12 +59,12 @@ from loopx.status.refresh import (
 from loopx.status.sources import (
     Fingerprint,
     HintCursor,
+    current_fleet,
     gather_goal,
     goal_fingerprint,
     probes_dir,
     quarantine_fingerprint,
     quarantine_listing,
-    read_fleet,
     read_hints,
     read_probes,
     reset_hints,
@@ -198,7 +198,14 @@ class StatusCache:
             if self.index is None or reloaded:
                 self.load()
             index = self.index
-            if index is not None and not force and (now - index.checked_at).total_seconds() < ttl_s:
+            # A young cache is served as it is, unless the registry changed since:
+            # a damaged registry must be reported, not hidden behind the cache.
+            if (
+                index is not None
+                and not force
+                and (now - index.checked_at).total_seconds() < ttl_s
+                and list(stat_pair(str(self.layout.registry))) == index.registry_fp
+            ):
                 changed = None if reloaded else frozenset[str]()
                 return RefreshReport(
                     refreshed=False,
@@ -252,7 +259,8 @@ class StatusCache:
         for goal_id in dirty:
             self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
         touched = {shard_of(g) for g in (*removed, *dirty)}
-        self._write(touched)
+        with _cache_write():
+            self._write(touched)
         self.index = next_index(
             index,
             writer=self._writer,
@@ -262,7 +270,8 @@ class StatusCache:
             goal_count=len(self.goals),
             sources=sources,
         )
-        atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
+        with _cache_write():
+            atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
         log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched))
         return RefreshReport(
             refreshed=True,
@@ -330,7 +339,6 @@ class StatusCache:
         probes = None
         if full or index is None or probes_fp != index.probes_fp:
             probes = read_probes(layout)
-        fleet, beats = read_fleet(layout)
         return SharedSources(
             registry_fp=registry_fp,
             quarantine_fp=quarantine_fp,
@@ -338,7 +346,7 @@ class StatusCache:
             quarantine=quarantine,
             quarantined_total=quarantined_total,
             probes=probes,
-            fleet=fleet_view(fleet, beats, now=now),
+            fleet=current_fleet(layout, now=now),
             hints=hints,
         )
 
@@ -426,6 +434,22 @@ class StatusCache:
 _CACHES: dict[Path, StatusCache] = {}
 
 
+@contextlib.contextmanager
+def _cache_write() -> Iterator[None]:
+    """A cache write the disk refuses (full, read-only) is skipped: status is served from memory.
+
+    The cache is rebuilt from the durable files, and on a full disk status
+    is what an operator reads to learn why (issue 18).
+    """
+    try:
+        yield
+    except OSError as e:
+        reason = resource_fault(e)
+        if reason is None:
+            raise
+        log.warning("status_cache_not_written", reason=reason)
+
+
 def status_cache(layout: Layout) -> StatusCache:
     """This process's cache for ``layout``'s root."""
     cache = _CACHES.get(layout.root)
@@ -469,7 +493,9 @@ def load_status(
     if projection is None:  # pragma: no cover - refresh always leaves an index
         msg = "status cache has no index after a refresh"
         raise LoopxError(msg)
-    return projection
+    # The cache may be a few seconds old, written by a supervisor that has
+    # stopped since: liveness is always read now (issue 16: no stale "running").
+    return projection.model_copy(update={"fleet": current_fleet(layout, now=now)})
 
 
 def clear_status_cache(layout: Layout) -> None:

@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Final, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
-from loopx.history.reader import iter_lines_backwards
+from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
@@ -355,13 +355,11 @@ def goal_detail(
     runs = _run_seqs(layout, view.goal_id)
     turns: list[TurnRow] = []
     damaged = 0
-    for raw in iter_lines_backwards(layout.history_file(view.goal_id)):
-        try:
-            turns.append(_turn_row(HistoryLine.model_validate_json(raw), runs))
-        except ValidationError:
+    for line in newest_lines(layout.history_file(view.goal_id), TURNS_SHOWN):
+        if isinstance(line, HistoryLine):
+            turns.append(_turn_row(line, runs))
+        else:
             damaged += 1
-        if len(turns) + damaged >= TURNS_SHOWN:
-            break
     return GoalDetail(
         view=view,
         goal=goal,

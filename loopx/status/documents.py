@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import ValidationError
-
 from loopx.history.line import HistoryLine
-from loopx.history.reader import iter_lines_backwards
+from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
 from loopx.status.view import (
@@ -86,6 +84,7 @@ class Health(Record):
     ok: bool
     checked_at: UtcDatetime
     goals: int
+    degraded: str | None = None  # why the root cannot take writes now (disk full...), if so
 
 
 class ErrorReply(Record):
@@ -145,14 +144,12 @@ def goal_detail(view: GoalStatusView) -> GoalDetail:
 
 def goal_turns(layout: Layout, goal_id: str, limit: int) -> GoalTurns:
     """The newest ``limit`` history lines of ``goal_id`` and its newest ``limit`` journal keys."""
-    lines: list[HistoryLine | DamagedLine] = []
-    for raw in iter_lines_backwards(layout.history_file(goal_id)):
-        try:
-            lines.append(HistoryLine.model_validate_json(raw))
-        except ValidationError:
-            lines.append(DamagedLine(damaged_line=raw[:200].decode(errors="replace")))
-        if len(lines) >= limit:
-            break
+    lines: list[HistoryLine | DamagedLine] = [
+        line
+        if isinstance(line, HistoryLine)
+        else DamagedLine(damaged_line=line[:200].decode(errors="replace"))
+        for line in newest_lines(layout.history_file(goal_id), limit)
+    ]
     try:
         names = os.listdir(layout.turns_dir(goal_id))
     except FileNotFoundError:
@@ -163,4 +160,9 @@ def goal_turns(layout: Layout, goal_id: str, limit: int) -> GoalTurns:
 
 def health(projection: StatusProjection) -> Health:
     """``/healthz`` for the current projection."""
-    return Health(ok=True, checked_at=projection.checked_at, goals=projection.counts.total)
+    return Health(
+        ok=True,
+        checked_at=projection.checked_at,
+        goals=projection.counts.total,
+        degraded=projection.fleet.degraded,
+    )

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.fleet import ACTIVE_STATES, AgentHeartbeat, FleetRecord, FleetState
 from loopx.history.line import HistoryLine
+from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
@@ -159,7 +160,7 @@ def _warnings(inputs: GoalInputs, state: GoalState, now: datetime) -> list[str]:
     if inputs.lease is not None and inputs.lease.expires_at <= now:
         out.append(
             f"lease of agent {inputs.lease.agent_id} expired at "
-            f"{inputs.lease.expires_at.isoformat()}; the next agent takes it over"
+            f"{iso_utc(inputs.lease.expires_at)}; the next agent takes it over"
         )
     out.extend(inputs.damage)
     return out
@@ -203,7 +204,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
             None,
         )
     if lease is not None:
-        since = lease.acquired_at.isoformat(timespec="seconds")
+        since = iso_utc(lease.acquired_at, "seconds")
         if lease.expires_at > now:
             return (
                 Actor.AGENT,
@@ -227,7 +228,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
             state.next_eligible_at,
         )
     if quota.exhausted is not None:
-        when = quota.refills_at.isoformat(timespec="seconds") if quota.refills_at else "later"
+        when = iso_utc(quota.refills_at, "seconds") if quota.refills_at else "later"
         return (
             Actor.NONE,
             StatusReason.QUOTA_EXHAUSTED,
@@ -239,7 +240,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         state.next_eligible_at if state.next_eligible_at and state.next_eligible_at > now else None
     )
     if failures > 0:
-        when = f"at {later.isoformat(timespec='seconds')}" if later else "now"
+        when = f"at {iso_utc(later, 'seconds')}" if later else "now"
         return (
             Actor.AGENT,
             StatusReason.FAILING,
@@ -250,7 +251,7 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         return (
             Actor.NONE,
             StatusReason.WAITING,
-            f"waiting until {later.isoformat(timespec='seconds')}",
+            f"waiting until {iso_utc(later, 'seconds')}",
             later,
         )
     return Actor.AGENT, StatusReason.READY, "ready for the next agent", None
@@ -306,17 +307,47 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FleetLiveness:
+    """What the processes and the filesystem say now, beside the files (gathered by the caller)."""
+
+    supervisor_alive: bool | None = None  # None: not checked
+    live_agents: frozenset[str] | None = None  # agent ids whose process runs; None: not checked
+    degraded: str | None = None
+
+
 def fleet_view(
-    fleet: FleetRecord | None, heartbeats: Iterable[AgentHeartbeat], *, now: datetime
+    fleet: FleetRecord | None,
+    heartbeats: Iterable[AgentHeartbeat],
+    *,
+    now: datetime,
+    live: FleetLiveness | None = None,
 ) -> FleetView:
-    """The supervisor record and heartbeats summarised. Pure."""
+    """The supervisor record and heartbeats summarised, corrected by ``live``. Pure.
+
+    A record is only what its writer last said: a supervisor SIGKILLed (or
+    one that just stopped) leaves ``running`` behind, so the state is
+    ``dead`` when its process is gone, and only agents whose process runs
+    count as alive.
+    """
+    live = live or FleetLiveness()
     stale = now - timedelta(seconds=HEARTBEAT_STALE_S)
-    alive = sum(1 for h in heartbeats if h.beat_at >= stale and h.phase != "stopping")
+    alive = sum(
+        1
+        for h in heartbeats
+        if h.beat_at >= stale
+        and h.phase != "stopping"
+        and (live.live_agents is None or h.agent_id in live.live_agents)
+    )
     if fleet is None:
-        return FleetView(agents_alive=alive)
+        return FleetView(agents_alive=alive, degraded=live.degraded)
+    state = fleet.state
+    if live.supervisor_alive is False and state in ACTIVE_STATES:
+        state = FleetState.DEAD
     return FleetView(
-        state=fleet.state,
+        state=state,
         pid=fleet.pid,
+        degraded=live.degraded,
         agents_wanted=fleet.agents_wanted,
         agents_alive=alive,
         restarts=sum(s.restarts for s in fleet.slots),

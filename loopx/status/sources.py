@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
 from loopx.errors import LoopxError
-from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs
 from loopx.history.line import HistoryLine
 from loopx.history.reader import history_tail
 from loopx.quota.ledger import window_spend
@@ -26,8 +27,8 @@ from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import GoalInputs
-from loopx.status.view import ProbeObservation
+from loopx.status.projection import FleetLiveness, GoalInputs, fleet_view
+from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,
     ensure_dir,
@@ -35,6 +36,7 @@ from loopx.storage.files import (
     read_bytes,
     read_model_or_none,
 )
+from loopx.storage.resources import root_health
 from loopx.turn.lease import Lease
 
 # Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
@@ -298,3 +300,25 @@ def read_fleet(layout: Layout) -> tuple[FleetRecord | None, list[AgentHeartbeat]
                 )
             )
     return fleet, beats
+
+
+def fleet_liveness(
+    layout: Layout, fleet: FleetRecord | None, beats: list[AgentHeartbeat]
+) -> FleetLiveness:
+    """Which of the recorded processes run now (this host only), and the root's write health."""
+    host = socket.gethostname()
+    supervisor_alive = None
+    if fleet is not None and fleet.hostname == host:
+        supervisor_alive = process_runs(fleet.pid, fleet.pid_started_at)
+    live = frozenset(
+        b.agent_id for b in beats if b.hostname != host or process_runs(b.pid, b.pid_started_at)
+    )
+    return FleetLiveness(
+        supervisor_alive=supervisor_alive, live_agents=live, degraded=root_health(layout.root)
+    )
+
+
+def current_fleet(layout: Layout, *, now: datetime) -> FleetView:
+    """The fleet as it is now: records, heartbeats and process identities read afresh."""
+    fleet, beats = read_fleet(layout)
+    return fleet_view(fleet, beats, now=now, live=fleet_liveness(layout, fleet, beats))

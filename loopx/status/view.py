@@ -128,8 +128,12 @@ class GoalStatusView(Record):
 class FleetView(Record):
     """The supervisor and its agents, as far as status needs them."""
 
-    state: FleetState | None = None  # from supervisor.json; None when no supervisor ever ran
+    # From supervisor.json, except ``dead``: recorded as starting, running or
+    # stopping while its process is gone. None when no supervisor ever ran.
+    state: FleetState | None = None
     pid: int | None = None
+    # Why the root cannot take writes now (disk full, read-only), if it cannot.
+    degraded: str | None = None
     agents_wanted: int = 0
     agents_alive: int = 0  # heartbeats fresher than HEARTBEAT_STALE_S
     restarts: int = 0

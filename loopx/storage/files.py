@@ -25,6 +25,7 @@ from typing import Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from loopx.errors import CorruptFileError, UnsafePathError
+from loopx.faults import io_fault_point
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
@@ -147,8 +148,9 @@ def refuse_symlinked_parents(path: Path) -> None:
 # --- whole files -------------------------------------------------------------------------------
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` (``os.write`` may write fewer)."""
+def _write_all(fd: int, data: bytes, path: Path) -> None:
+    """Write every byte of ``data`` to ``path``'s ``fd`` (``os.write`` may write fewer)."""
+    io_fault_point(path)
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -170,7 +172,7 @@ def atomic_write_bytes(
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     try:
-        _write_all(fd, data)
+        _write_all(fd, data, path)
         if durable:
             os.fsync(fd)
     except BaseException:
@@ -215,11 +217,17 @@ def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
     except FileExistsError:
         return False
     try:
-        _write_all(fd, data)
+        _write_all(fd, data, path)
         if durable:
             os.fsync(fd)
-    finally:
+    except BaseException:
+        # A failed write (ENOSPC, EIO) must not leave a partial file that every
+        # later creator would take for a winner's (an empty lease blocked its
+        # goal for ever: issue 18).
         os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
     if durable:
         fsync_dir(path.parent)
     return True

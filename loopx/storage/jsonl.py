@@ -18,6 +18,7 @@ from typing import Any, Final, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from loopx.errors import CorruptFileError
+from loopx.faults import io_fault_point
 from loopx.storage.files import (
     FILE_MODE,
     describe_validation_error,
@@ -90,6 +91,7 @@ def append_record(
                 if needle is None or needle in old or b"\\u" in old
             ):
                 return False
+            io_fault_point(path)
             os.write(fd, line)
             os.fsync(fd)
         finally:

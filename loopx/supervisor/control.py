@@ -151,18 +151,26 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
         raise SupervisorRunningError(str(layout.root), record.pid)
     log_path = layout.logs_dir / "supervisor.log"
     argv = [
-        sys.executable, "-m", "loopx", "--root", str(layout.root), "--registry", str(layout.registry),
+        sys.executable, "-P", "-m", "loopx", "--root", str(layout.root), "--registry", str(layout.registry),
         "supervisor", "run", *run_args,
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    try:
+        since = log_path.stat().st_size  # the log is shared: only what follows is this start's
+    except OSError:
+        since = 0
     child = spawn(argv, env=env, log_path=log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if child.poll() is not None:
+            # Two starts raced: ours lost the lock to the other, which now runs.
+            record, ref = running_ref(layout)
+            if ref is not None and record is not None and record.pid != child.pid:
+                raise SupervisorRunningError(str(layout.root), record.pid)
             raise SupervisorStartError(
                 f"the background supervisor exited with "
                 f"{ExitStatus.of_returncode(child.returncode).describe()}: "
-                f"{_tail(log_path)}",
+                f"{_tail(log_path, since=since)}",
                 hint=f"see {log_path}",
             )
         record = read_record(layout)
@@ -176,12 +184,12 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
     )
 
 
-def _tail(path: os.PathLike[str], limit: int = 400) -> str:
+def _tail(path: os.PathLike[str], limit: int = 400, *, since: int = 0) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - limit))
+            f.seek(max(since, size - limit))
             return f.read().decode(errors="replace").strip().replace("\n", " | ")
     except OSError:
         return "(no log)"
@@ -195,7 +203,21 @@ def attach(layout: Layout) -> None:
         TmuxError: the fleet is not visible (headless) or tmux failed.
 
     """
-    _record, ref = running_ref(layout)
+    record, ref = running_ref(layout)
     if ref is None:
         raise SupervisorNotRunningError(str(layout.root), "attach")
+    if record is not None and record.visible != "tmux":
+        raise HeadlessFleetError(layout, record.pid)
     TmuxSession(layout.root).attach()
+
+
+class HeadlessFleetError(LoopxError):
+    """`supervisor attach` on a fleet that runs without tmux windows."""
+
+    def __init__(self, layout: Layout, pid: int) -> None:
+        super().__init__(
+            f"the supervisor (pid {pid}) on {layout.root} runs headless: there is no tmux "
+            "session to attach to",
+            hint=f"read {layout.logs_dir}/agent-<n>.log, or restart it with --visible tmux",
+        )
+        self.pid = pid

@@ -79,11 +79,14 @@ class DemoResult:
 
 
 def demo_home(root: Path | None) -> tuple[Path, Path]:
-    """The demo's directory and runtime root: ``--root`` or a fresh temporary directory."""
-    if root is not None:
-        return root.parent, root
+    """The demo's directory (plan, work directories, report) and its runtime root.
+
+    The directory is always a fresh temporary one: with ``--root DIR`` the demo's
+    files used to land in DIR's parent, among the user's own. The root is
+    ``--root`` or ``<directory>/root``.
+    """
     home = Path(tempfile.mkdtemp(prefix="loopx-demo-"))
-    return home, home / "root"
+    return home, root if root is not None else home / "root"
 
 
 def run_demo(
@@ -109,7 +112,10 @@ def next_steps(result: DemoResult, root: Path) -> list[str]:
     return [
         f"{r} status                      # who must act next, per goal",
         f'{r} gate resolve ask-a-human --answer "PostgreSQL"',
-        f"{r} batch run {result.plan_path}   # resumes; ask-a-human now finishes",
+        (
+            f"{r} batch run {result.plan_path}   # resumes: ask-a-human finishes; exit 1 "
+            "while throttled still waits for its quota"
+        ),
         f"{r} quota show throttled          # why the throttled goal waits",
         f"{r} goal show count-to-three",
         f"{r} supervisor run --agents 2 --visible tmux   # a fleet you can watch",

@@ -20,6 +20,7 @@ import signal
 import time
 from collections.abc import Mapping
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import Final
 
@@ -27,7 +28,7 @@ import psutil
 import structlog
 
 from loopx import exitcodes, process
-from loopx.errors import CorruptFileError
+from loopx.errors import CorruptFileError, resource_fault
 from loopx.fleet import (
     AgentHeartbeat,
     AgentLoopFactory,
@@ -40,6 +41,7 @@ from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
+from loopx.storage.resources import retry_delay
 from loopx.supervisor.backoff import decide_restart
 from loopx.supervisor.config import SupervisorConfig, make_runner
 from loopx.supervisor.idle import idle_verdict
@@ -108,6 +110,12 @@ class Supervisor:
         self._next_extend = 0.0
         self._last_status = ""
         self._published_pids: list[int | None] = []
+        # Why writes are refused now (disk full...), None when healthy; the
+        # supervisor keeps going and retries the record with backoff.
+        self.degraded: str | None = None
+        self._record_failures = 0
+        self._record_retry_at: float | None = None
+        self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -185,7 +193,16 @@ class Supervisor:
         reap_orphans()
 
     def _recover(self) -> None:
-        report = recover(self.layout)
+        try:
+            report = recover(self.layout)
+        except OSError as e:
+            reason = resource_fault(e)
+            if reason is None:
+                raise
+            # Agents recover each goal's journal at their next claim anyway.
+            log.warning("recovery_deferred", reason=reason)
+            self.degraded = reason
+            return
         log.info(
             "recovery_done",
             actions=len(report.actions),
@@ -199,7 +216,8 @@ class Supervisor:
         from loopx.status.cache import refresh_status  # noqa: PLC0415 - heavy; supervisor only
 
         try:
-            refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
+            report = refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
+            self._goals = report.goals
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))
 
@@ -226,9 +244,20 @@ class Supervisor:
 
     def _ended(self, slot: Slot, how: ExitStatus, now: float) -> None:
         ref = slot.ref
-        log.warning(
-            "agent_exited", agent_id=slot.agent_id, pid=ref.pid if ref else None, how=how.describe()
-        )
+        pid = ref.pid if ref else None
+        if how.clean:
+            log.info("agent_exited", agent_id=slot.agent_id, pid=pid, how=how.describe())
+        else:
+            # rq's monitor_work_horse: say precisely how it died, and what it said last.
+            log_path = self.layout.logs_dir / f"agent-{slot.index}.log"
+            log.warning(
+                "agent_exited",
+                agent_id=slot.agent_id,
+                pid=pid,
+                how=how.describe(),
+                log=str(log_path),
+                last_output=last_lines(log_path),
+            )
         slot.agent, slot.last_exit = None, how
         if self.state is not FleetState.RUNNING or slot.retiring:
             slot.next_start = None
@@ -341,7 +370,10 @@ class Supervisor:
             leftovers.update({p.pid: p for p in psutil.Process().children(recursive=True)})
         leftovers.pop(self.me.pid, None)
         if leftovers:
-            log.warning("killing_leftovers", pids=sorted(leftovers))
+            # After agents that all stopped cleanly, what is left is the tmux server and
+            # its status window: expected, so not a warning.
+            clean = all(s.last_exit is None or s.last_exit.clean for s in self.slots)
+            (log.info if clean else log.warning)("killing_leftovers", pids=sorted(leftovers))
             process.kill_tree(list(leftovers.values()), grace_s=0)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
@@ -396,7 +428,8 @@ class Supervisor:
             self._reload(now)
             self._write_record()
         # A Ray actor's pid becomes known after its spawn: publish it then too.
-        if self._check_slots(now) or self._pids() != self._published_pids:
+        retry_due = self._record_retry_at is not None and now >= self._record_retry_at
+        if self._check_slots(now) or self._pids() != self._published_pids or retry_due:
             self._write_record()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
@@ -421,6 +454,8 @@ class Supervisor:
             due.append(now + 0.1)
         if self.config.until_idle:
             due.append(self._next_idle_check)
+        if self._record_retry_at is not None:
+            due.append(self._record_retry_at)
         due += [s.next_start for s in self.slots if s.next_start is not None and s.agent is None]
         return max(0.0, min(due) - now)
 
@@ -428,12 +463,16 @@ class Supervisor:
         alive = len(self._live())
         loops = sum(1 for s in self.slots if s.crash_loop)
         text = f"{self.state}: {alive}/{self.wanted} agents alive"
-        return text + (f", {loops} in crash loop" if loops else "")
+        text += f", {loops} in crash loop" if loops else ""
+        if self._goals is not None:
+            text += f", {self._goals} goals"
+        return text + (f"; degraded: {self.degraded}" if self.degraded else "")
 
     def _pids(self) -> list[int | None]:
         return [r.pid if (r := s.ref) is not None else None for s in self.slots]
 
     def _write_record(self) -> None:
+        """Publish ``supervisor.json``; a refused write degrades and is retried, never fatal."""
         self._published_pids = self._pids()
         record = FleetRecord(
             pid=self.me.pid,
@@ -451,7 +490,22 @@ class Supervisor:
             updated_at=utcnow(),
             slots=[s.record() for s in self.slots],
         )
-        atomic_write_model(self.layout.supervisor_file, record)
+        try:
+            atomic_write_model(self.layout.supervisor_file, record)
+        except OSError as e:
+            reason = resource_fault(e)
+            if reason is None:
+                raise
+            self._record_failures += 1
+            delay = retry_delay(self._record_failures)
+            self._record_retry_at = time.monotonic() + delay
+            if self.degraded != reason:
+                log.warning("supervisor_degraded", reason=reason, retry_in_s=delay)
+            self.degraded = reason
+            return
+        if self.degraded is not None:
+            log.info("supervisor_recovered", was=self.degraded, failures=self._record_failures)
+        self.degraded, self._record_failures, self._record_retry_at = None, 0, None
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -492,3 +546,18 @@ class Supervisor:
             self.notifier.close()
             if self._lock is not None:
                 self._lock.release()  # type: ignore[attr-defined]
+
+
+LAST_LINES = 12
+LAST_BYTES = 8192
+
+
+def last_lines(path: Path, count: int = LAST_LINES) -> list[str]:
+    """The last lines of an agent's log (its last words), or [] when there is none."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LAST_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in tail.splitlines() if line.strip()][-count:]

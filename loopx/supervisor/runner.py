@@ -98,6 +98,7 @@ class LocalAgent:
     me_pid: int
     proc: subprocess.Popen[bytes] | None
     _ref: process.ProcessIdentity | None
+    tmux: TmuxSession | None = None  # the agent runs in this session's window
 
     @property
     def ref(self) -> process.ProcessIdentity | None:
@@ -110,7 +111,9 @@ class LocalAgent:
             rc = self.proc.poll()
             return None if rc is None else ExitStatus.of_returncode(rc)
         if self._ref is None or not self._ref.alive():
-            return ExitStatus.of_returncode(None)
+            # Not our child: tmux reaped it and keeps its status in the dead pane.
+            rc = self.tmux.dead_status(self.agent_id) if self.tmux is not None else None
+            return ExitStatus.of_returncode(rc)
         return None
 
     def request_stop(self) -> None:
@@ -156,12 +159,20 @@ class LocalRunner:
         """Create the tmux session with ``--visible tmux``."""
         if self.visible is Visibility.TMUX:
             self._tmux = TmuxSession(self.layout.root)
-            self._tmux.create()
+            self._tmux.create(self.fleet_argv())
+
+    def fleet_argv(self) -> list[str]:
+        """The ``fleet`` window's command: the live status table of this root."""
+        return [
+            self.spec.python, "-m", "loopx", "status", "--watch",
+            "--root", str(self.layout.root), "--registry", str(self.layout.registry),
+        ]  # fmt: skip
 
     def argv(self, agent_id: str) -> list[str]:
         """The agent's command line."""
         argv = [
-            self.spec.python, "-m", "loopx.agents", "run",
+            # -P: never import from the cwd (a `loopx/` folder there would shadow ours)
+            self.spec.python, "-P", "-m", "loopx.agents", "run",
             "--root", str(self.layout.root), "--registry", str(self.layout.registry),
             "--agent-id", agent_id,
             "--heartbeat-seconds", str(self.spec.heartbeat_s),
@@ -178,17 +189,17 @@ class LocalRunner:
         argv = self.argv(agent_id)
         extra = {environ.ROOT: str(self.layout.root), environ.AGENT_ID: agent_id}
         proc: subprocess.Popen[bytes] | None = None
+        log_path = self.layout.logs_dir / f"agent-{index}.log"
         if self._tmux is not None:
-            pid = self._tmux.start_window(agent_id, argv, extra)
+            pid = self._tmux.start_window(agent_id, argv, extra, log_path=log_path)
             started = process.started_at(pid)
             ref = process.ProcessIdentity(pid, started) if started is not None else None
         else:
             env = {k: v for k, v in self.env.items() if k not in PRIVATE_ENV} | extra
-            log_path = self.layout.logs_dir / f"agent-{index}.log"
             proc = spawn(argv, env=env, log_path=log_path)
             started = process.started_at(proc.pid)
             ref = process.ProcessIdentity(proc.pid, started or time.time())
-        return LocalAgent(agent_id, self.layout.root, self.me.pid, proc, ref)
+        return LocalAgent(agent_id, self.layout.root, self.me.pid, proc, ref, self._tmux)
 
     def close(self, *, grace_s: float) -> None:  # noqa: ARG002 - the supervisor killed the agents
         """Remove the tmux session."""

@@ -74,10 +74,15 @@ class TmuxSession:
             return False
         return True
 
-    def create(self) -> None:
-        """Start the server and an empty session (its first window shows the fleet's files)."""
+    def create(self, fleet_argv: Sequence[str] | None = None) -> None:
+        """Start the server and the session; its first window, ``fleet``, runs ``fleet_argv``.
+
+        ``fleet_argv`` is a live status table (``loopx status --watch``); without
+        it the window is a shell.
+        """
         if self.exists():
             return
+        command = [shlex.join(fleet_argv)] if fleet_argv else []
         self._run(
             "new-session",
             "-d",
@@ -89,20 +94,31 @@ class TmuxSession:
             "200",
             "-y",
             "50",
+            *command,
             what="create the session",
         )
-        # Keep a dead agent's window so a person can read why it died, until the restart.
-        self._run("set-option", "-t", self.name, "remain-on-exit", "on", what="set remain-on-exit")
+        # Keep a dead agent's window (its last output and "Pane is dead (status N)") until
+        # the restart. A window option: set server-wide (-g -w), the server is this root's own.
+        self._run("set-option", "-g", "-w", "remain-on-exit", "on", what="set remain-on-exit")
 
     def window_name(self, agent_id: str) -> str:
         """The window of an agent."""
         return agent_id
 
-    def start_window(self, agent_id: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
+    def start_window(
+        self,
+        agent_id: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        log_path: Path | None = None,
+    ) -> int:
         """Run ``argv`` in a fresh window named after the agent; returns the agent's pid.
 
         ``exec`` makes the pane's process the agent itself, so its pid is the
-        agent's pid and signals reach it directly.
+        agent's pid and signals reach it directly. With ``log_path`` what the
+        window shows is also appended to that file, so a crash's last words
+        outlive the window.
         """
         self.kill_window(agent_id)
         assignments = [f"{k}={v}" for k, v in env.items()]
@@ -120,7 +136,36 @@ class TmuxSession:
             command,
             what=f"open a window for {agent_id}",
         )
+        if log_path is not None:
+            target = f"{self.name}:{self.window_name(agent_id)}"
+            pipe = f"cat >> {shlex.quote(str(log_path))}"
+            self._run("pipe-pane", "-t", target, pipe, what=f"log the window of {agent_id}")
         return int(out.splitlines()[-1])
+
+    def dead_status(self, agent_id: str) -> int | None:
+        """How a window's process ended, as a Popen returncode (``-N`` for signal N).
+
+        Returns:
+            None while the process runs, or when the window is gone.
+        """
+        try:
+            out = self._run(
+                "list-panes",
+                "-t",
+                f"{self.name}:{self.window_name(agent_id)}",
+                "-F",
+                "#{pane_dead} #{pane_dead_status} #{pane_dead_signal}",
+                what="read the exit status",
+            )
+        except TmuxError:
+            return None
+        dead, _, rest = out.splitlines()[0].partition(" ") if out else ("0", "", "")
+        if dead != "1":
+            return None
+        status, _, signum = rest.partition(" ")
+        if signum.strip():
+            return -int(signum)
+        return int(status) if status.strip() else None
 
     def kill_window(self, agent_id: str) -> None:
         """Close an agent's window if it exists."""

@@ -11,8 +11,11 @@ Environment:
         and a fence), ``invalid`` (a message that is not the result),
         ``empty``, ``malformed`` (not JSON), ``auth``, ``rate_limit``
         (``usage limit reached|<epoch>``), ``rate_limit_429``
-        (``api_error_status: 429``), ``max_turns``, ``execution_error``,
-        ``budget``, ``exit`` (crash without output).
+        (``api_error_status: 429``), ``session_limit`` / ``weekly_limit``
+        (a subscriber's limit, reset in ``FAKE_CLAUDE_RESET_IN`` seconds, worded
+        as Claude Code 2.1.197 words it), ``server_error`` (500),
+        ``unreachable`` (connection refused), ``max_turns``,
+        ``execution_error``, ``budget``, ``exit`` (crash without output).
     FAKE_CLAUDE_RESULT: the result JSON the agent answers with.
     FAKE_CLAUDE_RESET_IN: seconds until the fake rate limit resets (default 3600).
     FAKE_CLAUDE_LOG: append one JSON line per run: argv, stdin, cwd.
@@ -27,15 +30,44 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake claude turn", "next_action": "continue"}
 VALUE_FLAGS = {
     "--output-format", "--resume", "-r", "--model", "--max-turns", "--permission-mode",
-    "--allowedTools", "--disallowedTools", "--append-system-prompt", "--max-budget-usd",
-    "--json-schema", "--add-dir", "--session-id",
+    "--allowedTools", "--allowed-tools", "--disallowedTools", "--disallowed-tools",
+    "--append-system-prompt", "--system-prompt", "--max-budget-usd", "--json-schema", "--add-dir",
+    "--session-id", "--input-format", "--fallback-model", "--settings", "--mcp-config",
+    "--agents", "--setting-sources", "--betas", "--tools",
 }  # fmt: skip
+BOOL_FLAGS = {
+    "-p", "--print", "--verbose", "-c", "--continue", "--dangerously-skip-permissions",
+    "--include-partial-messages", "--strict-mcp-config", "--fork-session", "-d", "--debug",
+    "--no-session-persistence",
+}  # fmt: skip
+# Result texts as Claude Code 2.1.197 prints them (tests/realhosts/captures/claude-*.json).
+LIMIT = "You've hit your {what} limit \u00b7 resets {when}"
+UNREACHABLE = "API Error: Unable to connect to API (ConnectionRefused)"
+RATE_LIMITED = (
+    "API Error: Server is temporarily limiting requests (not your usage limit) \u00b7 Rate limited"
+)
+SERVER_ERROR = (
+    "API Error: 500 Internal server error. This is a server-side issue, usually temporary "
+    "\u2014 try again in a moment."
+)
+
+
+def reset_words(reset: datetime, now: datetime, zone: str) -> str:
+    """``8:56pm (Europe/Berlin)``, or ``Dec 3, 7:56pm (…)`` when more than a day away."""
+    minute = "" if reset.minute == 0 else f":{reset.minute:02d}"
+    clock = f"{reset.hour % 12 or 12}{minute}{'am' if reset.hour < 12 else 'pm'}"  # noqa: PLR2004
+    if (reset - now).total_seconds() > 86400:  # noqa: PLR2004 - a day, as claude decides it
+        year = f", {reset.year}" if reset.year != now.year else ""
+        clock = f"{reset:%b} {reset.day}{year}, {clock}"
+    return f"{clock} ({zone})"
 
 
 def _home() -> Path:
@@ -55,6 +87,8 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], str | None]:
             flags[arg] = argv[i + 1]
             i += 2
             continue
+        if arg.startswith("-") and arg.split("=")[0] not in BOOL_FLAGS | VALUE_FLAGS:
+            raise ValueError(arg)
         if arg.startswith("-"):
             flags[arg] = ""
         else:
@@ -70,6 +104,7 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
         "is_error": False,
         "duration_ms": 2300,
         "duration_api_ms": 2100,
+        "api_error_status": None,
         "num_turns": 3,
         "session_id": session,
         "total_cost_usd": 0.0123,
@@ -85,6 +120,9 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
         "uuid": str(uuid.uuid4()),
     }
     reset = int(time.time()) + int(os.environ.get("FAKE_CLAUDE_RESET_IN", "3600"))
+    zone = os.environ.get("TZ", "UTC").lstrip(":") or "UTC"
+    now = datetime.now(ZoneInfo(zone))
+    when = reset_words(datetime.fromtimestamp(reset, ZoneInfo(zone)), now, zone)
     texts = {
         "success": result,
         "prose": f"Done for this turn.\n\n```json\n{result}\n```",
@@ -92,16 +130,20 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
         "empty": "",
         "auth": "Invalid API key · Please run /login",
         "rate_limit": f"Claude AI usage limit reached|{reset}",
-        "rate_limit_429": "API Error: Request rejected (429) · Rate limit reached",
+        "rate_limit_429": RATE_LIMITED,
+        "session_limit": LIMIT.format(what="session", when=when),
+        "weekly_limit": LIMIT.format(what="weekly", when=when),
+        "server_error": SERVER_ERROR,
+        "unreachable": UNREACHABLE,
     }
+    status = {"rate_limit_429": 429, "session_limit": 429, "weekly_limit": 429, "server_error": 500}
     if mode in texts:
         base["result"] = texts[mode]
-        if mode in ("auth", "rate_limit", "rate_limit_429"):
+        if mode not in ("success", "prose", "invalid", "empty"):
             base.update(
                 is_error=True, total_cost_usd=0, usage={"input_tokens": 0, "output_tokens": 0}
             )
-            if mode == "rate_limit_429":
-                base["api_error_status"] = 429
+            base["api_error_status"] = status.get(mode)
             return base, 1
         return base, 0
     subtype = {
@@ -117,7 +159,11 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
 
 def main() -> int:
     """Run the fake; returns the exit code."""
-    flags, prompt = _parse(sys.argv[1:])
+    try:
+        flags, prompt = _parse(sys.argv[1:])
+    except ValueError as e:
+        sys.stderr.write(f"error: unknown option '{e}'\n")
+        return 1
     if "-p" not in flags and "--print" not in flags:
         sys.stderr.write("fake claude: only print mode (-p) is implemented\n")
         return 2

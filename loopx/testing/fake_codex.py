@@ -1,17 +1,24 @@
 """A fake ``codex`` CLI: ``codex exec --json`` output without a model.
 
-It accepts ``codex exec [FLAGS] [resume THREAD_ID] [PROMPT|-]``, reads the
-prompt from stdin for ``-``, and prints the JSONL events of codex-rs
-``exec_events.rs``. Threads persist under ``$FAKE_CODEX_HOME`` so ``resume``
-works across runs and ``turn.completed`` usage is thread-cumulative, as the
-real CLI reports it.
+It accepts what codex 0.171 accepts, ``codex exec [FLAGS] [resume [RESUME
+FLAGS] THREAD_ID] [PROMPT|-]``, and rejects what it rejects (``--cd`` and the
+other exec-only flags after ``resume``) with the same message. It reads the
+prompt from stdin for ``-`` and prints the JSONL events of codex-rs
+``exec_events.rs`` with the messages captured from the real binary
+(tests/realhosts/captures/). Threads persist under ``$FAKE_CODEX_HOME`` so
+``resume`` works across runs and ``turn.completed`` usage is thread-cumulative,
+as the real CLI reports it.
 
 Environment:
     FAKE_CODEX_MODE: ``success`` (default), ``prose`` (result JSON inside
         prose and a fence), ``no_message``, ``invalid`` (a message that is not
         the result), ``malformed`` (not JSONL), ``no_completion``, ``auth``,
-        ``rate_limit``, ``failed`` (turn.failed), ``retry_then_success``
-        (a transient ``error`` event, then success), ``exit`` (crash).
+        ``rate_limit`` (the usage limit, reset in ``FAKE_CODEX_RESET_IN``
+        seconds, printed as a local clock like codex), ``too_many_requests``
+        (429), ``server_error`` (500), ``unreachable`` (reconnects forever),
+        ``failed`` (turn.failed), ``retry_then_success`` (a transient
+        ``error`` event, then success), ``exit`` (crash).
+    FAKE_CODEX_RESET_IN: seconds until the fake usage limit resets (default 7200).
     FAKE_CODEX_RESULT: the result JSON the agent answers with.
     FAKE_CODEX_TOKENS: ``IN,OUT`` tokens this run uses (default ``1000,200``).
     FAKE_CODEX_LOG: append one JSON line per run: argv, stdin, cwd.
@@ -24,15 +31,42 @@ import json
 import os
 import sys
 import tempfile
+import time
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake codex turn", "next_action": "continue"}
+# `codex exec --help` / `codex exec resume --help` of codex-cli 0.171.0.
 VALUE_FLAGS = {
     "-C", "--cd", "-m", "--model", "-s", "--sandbox", "-c", "--config", "-p", "--profile",
     "--output-schema", "-o", "--output-last-message", "--color", "-i", "--image", "--add-dir",
+    "--enable", "--disable", "--remote", "--remote-auth-token-env", "--local-provider",
+    "--thread-source", "--cyber-access-program",
 }  # fmt: skip
+EXEC_ONLY = {
+    "-C", "--cd", "-s", "--sandbox", "-p", "--profile", "--add-dir", "--color", "--oss",
+    "--local-provider", "--approve-for-me",
+}  # fmt: skip
+# Messages as codex-cli 0.171.0 prints them (tests/realhosts/captures/codex-*.json).
+USAGE_LIMIT = (
+    "You\u2019ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit "
+    "https://chatgpt.com/settings/usage to purchase more credits or try again at {when}."
+)
+RECONNECT = "Reconnecting... waiting for network (Connection failed: error sending request)"
+MODEL_WARNING = (
+    "Model metadata for `{model}` not found. Defaulting to fallback metadata; this can degrade "
+    "performance and cause issues."
+)
+PATH_WARNING = (
+    "WARNING: proceeding, even though we could not create PATH aliases: Refusing to create "
+    'helper binaries under temporary dir "/tmp"\n'
+)
+
+
+class Rejected(Exception):  # noqa: N818 - mirrors clap's error, not a LoopX error
+    """An argument the real CLI refuses."""
 
 
 def _emit(event: dict[str, Any]) -> None:
@@ -54,6 +88,8 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], str | None, str | None]:
     i = 0
     while i < len(argv):
         arg = argv[i]
+        if positional[:1] == ["resume"] and arg in EXEC_ONLY:
+            raise Rejected(arg)
         if arg in VALUE_FLAGS and i + 1 < len(argv):
             flags[arg] = argv[i + 1]
             i += 2
@@ -70,6 +106,41 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], str | None, str | None]:
     return flags, None, positional[0] if positional else None
 
 
+def reset_clock(reset: datetime, now: datetime) -> str:
+    """The reset moment as codex prints it: local time, the date only when not today."""
+    clock = f"{reset.hour % 12 or 12}:{reset.minute:02d} {'AM' if reset.hour < 12 else 'PM'}"  # noqa: PLR2004
+    if reset.date() == now.date():
+        return clock
+    day = reset.day
+    suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")  # noqa: PLR2004
+    return f"{reset:%b} {day}{suffix}, {reset.year} {clock}"
+
+
+def _rejected(arg: str) -> int:
+    sys.stderr.write(
+        f"error: unexpected argument '{arg}' found\n\n"
+        f"  tip: to pass '{arg}' as a value, use '-- {arg}'\n\n"
+        "Usage: codex exec resume <SESSION_ID> [PROMPT]\n\n"
+        "For more information, try '--help'.\n"
+    )
+    return 2
+
+
+def _failure_message(mode: str) -> str | None:
+    """The turn.failed message of a failure ``mode`` (None: no such mode)."""
+    now = datetime.now().astimezone()
+    reset = now + timedelta(seconds=int(os.environ.get("FAKE_CODEX_RESET_IN", "7200")))
+    return {
+        "auth": "unexpected status 401 Unauthorized: Missing bearer or basic authentication "
+        "in header, url: https://api.openai.com/v1/responses",
+        "rate_limit": USAGE_LIMIT.format(when=reset_clock(reset, now)),
+        "too_many_requests": "exceeded retry limit, last status: 429 Too Many Requests",
+        "server_error": "We\u2019re currently experiencing high demand, which may cause "
+        "temporary errors.",
+        "failed": "stream disconnected before completion: fake network error",
+    }.get(mode)
+
+
 def _message(mode: str, result: str) -> str:
     if mode == "prose":
         return f"I made progress on the objective.\n\n```json\n{result}\n```\nThat is all."
@@ -78,13 +149,16 @@ def _message(mode: str, result: str) -> str:
     return result
 
 
-def main() -> int:  # noqa: C901, PLR0911 - one branch per documented failure mode
+def main() -> int:  # noqa: C901, PLR0911, PLR0912, PLR0915 - a branch per documented mode
     """Run the fake; returns the exit code."""
     args = sys.argv[1:]
     if args[:1] != ["exec"] or "--json" not in args:
         sys.stderr.write("fake codex: only `codex exec --json ...` is implemented\n")
         return 2
-    flags, resume, prompt = _parse(args[1:])
+    try:
+        flags, resume, prompt = _parse(args[1:])
+    except Rejected as e:
+        return _rejected(str(e))
     stdin = sys.stdin.read() if prompt in (None, "-") else ""
     if log := os.environ.get("FAKE_CODEX_LOG"):
         with Path(log).open("a") as f:
@@ -99,21 +173,25 @@ def main() -> int:  # noqa: C901, PLR0911 - one branch per documented failure mo
         sys.stdout.write("Reading prompt from stdin...\nthis is not an event stream\n")
         return 0
     home = _home()
+    sys.stderr.write(PATH_WARNING)
     if resume is not None and not (home / resume).exists():
-        sys.stderr.write(f"Error: thread/resume failed: no rollout found for thread id {resume}\n")
+        sys.stderr.write(
+            f"Error: thread/resume: thread/resume failed: no rollout found for thread id {resume} "
+            "(code -32600)\n"
+        )
         return 1
     thread = resume or str(uuid.uuid4())
     totals = json.loads((home / thread).read_text()) if resume else [0, 0, 0]
     _emit({"type": "thread.started", "thread_id": thread})
+    if model := flags.get("--model", flags.get("-m")):
+        item = {"id": "item_w", "type": "error", "message": MODEL_WARNING.format(model=model)}
+        _emit({"type": "item.completed", "item": item})
     _emit({"type": "turn.started"})
-    if mode in ("auth", "rate_limit", "failed"):
-        message = {
-            "auth": "unexpected status 401 Unauthorized: Missing bearer or basic authentication "
-            "in header, url: https://api.openai.com/v1/responses",
-            "rate_limit": "You've hit your usage limit. Upgrade to Pro or try again in "
-            "2 hours 5 minutes.",
-            "failed": "stream disconnected before completion: fake network error",
-        }[mode]
+    if mode == "unreachable":
+        while True:  # codex 0.171 never gives up; the turn runner must stop it
+            _emit({"type": "error", "message": RECONNECT})
+            time.sleep(0.2)
+    if (message := _failure_message(mode)) is not None:
         _emit({"type": "error", "message": message})
         _emit({"type": "turn.failed", "error": {"message": message}})
         return 1
@@ -155,7 +233,9 @@ def main() -> int:  # noqa: C901, PLR0911 - one branch per documented failure mo
     usage = {
         "input_tokens": totals[0],
         "cached_input_tokens": totals[1],
+        "cache_write_input_tokens": 0,
         "output_tokens": totals[2],
+        "reasoning_output_tokens": totals[2] // 8,
     }
     _emit({"type": "turn.completed", "usage": usage})
     if (last := flags.get("--output-last-message", flags.get("-o"))) and mode != "no_message":

@@ -23,7 +23,7 @@ from loopx.errors import JournalExistsError
 from loopx.model import Record, UtcDatetime
 from loopx.quota.decision import QuotaDecision
 from loopx.quota.usage import Usage
-from loopx.registry.model import HostKind
+from loopx.registry.model import HostKindName
 from loopx.root import Layout
 from loopx.state import HostSession
 from loopx.storage.files import atomic_write_model, exclusive_create, read_model
@@ -88,7 +88,7 @@ class TurnPlan(Record):
     """What the turn intends, fixed when the journal is created."""
 
     envelope: Envelope
-    host_kind: HostKind
+    host_kind: HostKindName
     argv: list[str]
     quota: QuotaDecision | None = None
     max_host_attempts: Annotated[int, Field(ge=1)] = 2

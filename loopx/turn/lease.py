@@ -14,12 +14,16 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Final, Literal
 
+import structlog
+
+from loopx import environ
 from loopx.errors import CorruptFileError, LeaseLostError
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
@@ -33,10 +37,24 @@ from loopx.storage.files import (
 )
 from loopx.storage.locks import locked
 
+log = structlog.get_logger(__name__)
+
 DEFAULT_TTL_S: Final = 30.0
 # How long past expiry a lease whose holder we cannot see (another hostname,
 # or alive but silent here) is still respected before a takeover.
 DEFAULT_GRACE_S: Final = 30.0
+
+
+def lease_ttl_s(env: Mapping[str, str] | None = None) -> float:
+    """The lease duration: ``LOOPX_LEASE_TTL_S``, else 30 s."""
+    return environ.seconds(environ.LEASE_TTL_S, DEFAULT_TTL_S, os.environ if env is None else env)
+
+
+def lease_grace_s(env: Mapping[str, str] | None = None) -> float:
+    """The takeover grace past expiry: ``LOOPX_LEASE_GRACE_S``, else 30 s."""
+    return environ.seconds(
+        environ.LEASE_GRACE_S, DEFAULT_GRACE_S, os.environ if env is None else env
+    )
 
 
 class Lease(Record):
@@ -90,6 +108,35 @@ def takeover_allowed(lease: Lease, holder: Holder, *, now: datetime, grace_s: fl
     return now >= lease.expires_at + timedelta(seconds=grace_s)
 
 
+def damaged_lease_free_at(
+    size: int, modified_at: datetime, *, ttl_s: float, grace_s: float
+) -> datetime | None:
+    """When a lease file that cannot be read stops blocking its goal; None: at once. Pure.
+
+    An empty file is what a create that failed half-way leaves (ENOSPC):
+    nobody holds it. Other damage may be a writer we cannot see (another
+    machine, soft locks), so it is respected for one lease duration plus the
+    grace after its last change, like a lease that stopped being renewed.
+    """
+    if size == 0:
+        return None
+    return modified_at + timedelta(seconds=ttl_s + grace_s)
+
+
+def damaged_lease_blocks_until(
+    path: Path, *, now: datetime, ttl_s: float, grace_s: float
+) -> datetime | None:
+    """For a lease file that failed to parse: until when it blocks a claim (None: free now)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    free_at = damaged_lease_free_at(
+        st.st_size, datetime.fromtimestamp(st.st_mtime, tz=UTC), ttl_s=ttl_s, grace_s=grace_s
+    )
+    return free_at if free_at is not None and now < free_at else None
+
+
 def holder_state(lease: Lease, *, hostname: str) -> Holder:
     """Whether the lease's holder process still runs (psutil; this host only)."""
     if lease.hostname != hostname:
@@ -140,19 +187,26 @@ def claim(
     *,
     agent_id: str,
     now: datetime,
-    ttl_s: float = DEFAULT_TTL_S,
-    grace_s: float = DEFAULT_GRACE_S,
+    ttl_s: float | None = None,
+    grace_s: float | None = None,
     turn_key: str | None = None,
 ) -> ClaimResult:
     """Claim the goal's lease for this process, taking over a dead or long-expired one.
 
+    A lease file that cannot be read is taken over once
+    :func:`damaged_lease_free_at` says so (an empty one at once), with the
+    epoch raised like any takeover.
+
     Returns:
-        The new lease, or (``lease`` None) the live lease that blocks the claim.
+        The new lease, or (``lease`` None) the live lease that blocks the
+        claim (``blocking`` None: a damaged lease not yet old enough).
 
     Raises:
-        CorruptFileError: the lease or epoch file is damaged.
+        CorruptFileError: the epoch file is damaged.
 
     """
+    ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
+    grace_s = lease_grace_s() if grace_s is None else grace_s
     hostname = socket.gethostname()
     pid = os.getpid()
     path = layout.lease_file(goal_id)
@@ -160,9 +214,10 @@ def claim(
         try:
             current = read_lease(layout, goal_id)
             damaged = False
-        except CorruptFileError:
-            # Leases are created and rewritten under this lock, so a damaged one
-            # means its writer died mid-create: nobody holds it.
+        except CorruptFileError as e:
+            if damaged_lease_blocks_until(path, now=now, ttl_s=ttl_s, grace_s=grace_s):
+                return ClaimResult(lease=None)
+            log.warning("damaged_lease_taken_over", path=str(path), problem=e.problem)
             current, damaged = None, True
         took_over = None
         if current is not None:
@@ -236,7 +291,7 @@ def fence_of(layout: Layout, lease: Lease) -> Fence:
     return Fence(layout, lease.goal_id, lease.epoch)
 
 
-def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float = DEFAULT_TTL_S) -> Lease:
+def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = None) -> Lease:
     """Extend a held lease; refuse if a takeover happened.
 
     Raises:
@@ -248,8 +303,9 @@ def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float = DEFAULT
         current = read_lease(layout, lease.goal_id)
         if current is None or current.epoch != lease.epoch:
             raise LeaseLostError(lease.goal_id, lease.epoch, current.epoch if current else -1)
+        ttl = lease_ttl_s() if ttl_s is None else ttl_s
         renewed = current.model_copy(
-            update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl_s)}
+            update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl)}
         )
         atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
     return renewed
@@ -269,23 +325,33 @@ def release(layout: Layout, lease: Lease) -> bool:
     return True
 
 
-def clear_dead_lease(layout: Layout, goal_id: str) -> Lease | None:
-    """Remove the goal's lease if its holder is dead on this host; return what was removed.
+def clear_dead_lease(layout: Layout, goal_id: str, *, now: datetime | None = None) -> bool:
+    """Remove the goal's lease if nobody can hold it any more; return whether it was removed.
 
-    A dead holder's lease would be taken over at the next claim anyway; clearing
-    it at recovery makes ``status`` stop reporting the goal as running.
+    Removed: a lease whose holder is dead on this host, and a damaged one
+    that :func:`damaged_lease_free_at` frees. Either would be taken over at
+    the next claim anyway; clearing it at recovery makes ``status`` stop
+    reporting the goal as running.
     """
-    if not layout.lease_file(goal_id).exists():
-        return None
+    path = layout.lease_file(goal_id)
+    if not path.exists():
+        return False
+    now = now or datetime.now(UTC)
     with goal_lock(layout, goal_id):
         try:
             current = read_lease(layout, goal_id)
         except CorruptFileError:
-            current = None
+            if damaged_lease_blocks_until(
+                path, now=now, ttl_s=lease_ttl_s(), grace_s=lease_grace_s()
+            ):
+                return False
+            log.warning("damaged_lease_cleared", path=str(path))
+            path.unlink(missing_ok=True)
+            return True
         if (
             current is None
             or holder_state(current, hostname=socket.gethostname()) is not Holder.DEAD
         ):
-            return None
-        layout.lease_file(goal_id).unlink(missing_ok=True)
-    return current
+            return False
+        path.unlink(missing_ok=True)
+    return True

@@ -19,17 +19,25 @@ then, oldest journal first:
 from __future__ import annotations
 
 import os
+import socket
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 import structlog
 
-from loopx.errors import LeaseLostError, LoopxError
+from loopx.errors import CorruptFileError, LeaseLostError, LoopxError
+from loopx.fleet import FleetRecord, FleetState, died
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_bytes
+from loopx.storage.files import (
+    atomic_write_model,
+    ensure_dir,
+    fsync_dir,
+    read_bytes,
+    read_model_or_none,
+)
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.inspection import (
     JournalInspection,
@@ -227,9 +235,37 @@ def recover_goal(
     return actions, pending
 
 
+def settle_dead_supervisor(layout: Layout, *, now: datetime) -> FleetRecord | None:
+    """Mark a supervisor recorded as active but gone as ``stopped``; return the old record.
+
+    ``doctor`` reports such a record (``supervisor_dead``) and status would
+    otherwise have to say so for ever; its turns are recovered like any other.
+    """
+    try:
+        record = read_model_or_none(layout.supervisor_file, FleetRecord)
+    except CorruptFileError:
+        return None
+    if record is None or not died(record, hostname=socket.gethostname()):
+        return None
+    stopped = record.model_copy(
+        update={
+            "state": FleetState.STOPPED,
+            "exit_code": record.exit_code,
+            "updated_at": now,
+            "slots": [
+                s.model_copy(update={"pid": None, "pid_started_at": None}) for s in record.slots
+            ],
+        }
+    )
+    atomic_write_model(layout.supervisor_file, stopped)
+    log.warning("dead_supervisor_settled", pid=record.pid, was=record.state)
+    return record
+
+
 def recover(layout: Layout, *, now: datetime | None = None) -> RecoveryReport:
     """Recover every goal of the root. Idempotent: running it again changes nothing more."""
     now = now or utcnow()
+    settle_dead_supervisor(layout, now=now)
     actions: list[RecoveryAction] = []
     busy: list[str] = []
     errors: list[str] = []

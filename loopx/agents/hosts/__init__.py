@@ -1,8 +1,9 @@
 """Host adapters by kind: ``host_for(kind)`` returns the adapter a turn uses.
 
 An adapter translates (envelope -> what to spawn) and (captured output ->
-result or typed failure); it never spawns. Add a kind by registering an
-instance in :data:`HOSTS` (or with :func:`register_host`).
+result or typed failure); it never spawns. Every kind, built-in or not, is an
+entry point of the ``loopx.hosts`` group (see :mod:`.plugins`);
+:func:`register_host` adds one in-process (tests, embedding).
 """
 
 from __future__ import annotations
@@ -12,36 +13,50 @@ from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.command import CommandHost
 from loopx.agents.hosts.demo import DemoHost
+from loopx.agents.hosts.plugins import ENTRY_POINT_GROUP, installed, kind_names, load
 from loopx.errors import HostUnsupportedError
 from loopx.registry.model import HostKind
 
-HOSTS: dict[HostKind, Host] = {
-    HostKind.COMMAND: CommandHost(),
-    HostKind.DEMO: DemoHost(),
-    HostKind.CODEX: CodexHost(),
-    HostKind.CLAUDE: ClaudeHost(),
+# The loaded adapters, by kind.
+HOSTS: dict[str, Host] = {}
+# LoopX's own kinds, used as they are when the package metadata that declares them is
+# missing (running from a source tree that was never installed).
+_BUILTIN: dict[str, type[Host]] = {
+    HostKind.COMMAND: CommandHost,
+    HostKind.DEMO: DemoHost,
+    HostKind.CODEX: CodexHost,
+    HostKind.CLAUDE: ClaudeHost,
 }
 
 
 def register_host(host: Host) -> None:
-    """Make ``host`` the adapter of its kind."""
+    """Make ``host`` the adapter of its kind in this process."""
     HOSTS[host.kind] = host
 
 
-def host_for(kind: HostKind) -> Host:
-    """The adapter of ``kind``.
+def host_for(kind: str) -> Host:
+    """The adapter of ``kind``: registered, else loaded from its entry point.
 
     Raises:
-        HostUnsupportedError: no adapter is registered for it.
+        HostUnsupportedError: no installed package provides it.
+        PluginError: the plug-in that declares it does not load.
 
     """
-    try:
+    if kind in HOSTS:
         return HOSTS[kind]
-    except KeyError:
-        raise HostUnsupportedError(str(kind), sorted(k.value for k in HOSTS)) from None
+    entry = installed().get(kind)
+    if entry is not None:
+        host = load(entry)
+    elif kind in _BUILTIN:
+        host = _BUILTIN[kind]()
+    else:
+        raise HostUnsupportedError(kind, kind_names())
+    HOSTS[kind] = host
+    return host
 
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "HOSTS",
     "ClaudeHost",
     "CodexHost",
@@ -52,5 +67,6 @@ __all__ = [
     "HostOutput",
     "Interpretation",
     "host_for",
+    "kind_names",
     "register_host",
 ]

@@ -11,19 +11,25 @@ from typing import Protocol
 
 from pydantic import Field
 
+from loopx.agents.hosts.watch import StallWatch
 from loopx.model import Record
-from loopx.registry.model import Goal, HostKind
+from loopx.registry.model import Goal
 from loopx.state import HostSession
 from loopx.turn.failures import TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 
 
 class HostInvocation(Record):
-    """What to spawn: argv (never through a shell), stdin bytes, extra environment."""
+    """What to spawn: argv (never through a shell), stdin bytes, extra environment.
+
+    ``stall`` names output that means the host is stuck (see ``watch.py``);
+    the turn runner stops it then instead of waiting for the turn timeout.
+    """
 
     argv: list[str]
     stdin: bytes = b""
     env: dict[str, str] = Field(default_factory=dict)
+    stall: StallWatch | None = None
 
 
 class HostOutput(Record):
@@ -58,9 +64,17 @@ class Interpretation(Record):
 
 
 class Host(Protocol):
-    """One host kind's adapter."""
+    """One host kind's adapter: what a plug-in implements (docs/hosts.md).
 
-    kind: HostKind
+    ``kind`` is the name goals use (``--host-kind``) and the entry point's
+    name. ``prepare`` may raise ``HostMissingError``; ``interpret`` must be
+    pure (it may run again on the same output during recovery).
+    """
+
+    @property
+    def kind(self) -> str:
+        """The kind's name (a class attribute in the built-in adapters)."""
+        ...
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """The process to spawn for this turn.

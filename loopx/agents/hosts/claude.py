@@ -19,9 +19,16 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
-from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for, rate_limited
+from loopx.agents.hosts.diagnosis import (
+    Diagnosis,
+    diagnose,
+    failure_for,
+    rate_limited,
+    unreachable,
+)
 from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
+from loopx.agents.hosts.resettime import host_zone
 from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
 from loopx.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
@@ -166,7 +173,9 @@ def _from_error(
         status not in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}
         and diagnose(message) is Diagnosis.RATE_LIMIT
     ):
-        return rate_limited("claude", message, envelope)
+        return rate_limited("claude", message, envelope, host_zone())
+    if status is None and diagnose(message) is Diagnosis.UNREACHABLE:
+        return unreachable("claude", message, envelope)
     if status in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}:
         message = f"{message} (HTTP {status}, authentication_error)"
     return failure_for("claude", message, default=FailureReason.HOST_EXECUTION_ERROR)

@@ -19,15 +19,23 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
-from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for, rate_limited
+from loopx.agents.hosts.diagnosis import (
+    Diagnosis,
+    diagnose,
+    failure_for,
+    rate_limited,
+    unreachable,
+)
 from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt, strict_result_schema
+from loopx.agents.hosts.resettime import host_zone
 from loopx.agents.hosts.session import (
     no_session,
     session_after_turn,
     session_to_resume,
     turn_tokens,
 )
+from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
 from loopx.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.root import Layout
@@ -37,6 +45,8 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 
 SCHEMA_FILE_NAME: Final = "codex-result.schema.json"
+# What codex 0.171 repeats, never exiting, while its model server is unreachable.
+RECONNECT_LINE: Final = r"Reconnecting\.\.\. waiting for network"
 STDERR_TAIL: Final = 400
 
 
@@ -48,6 +58,7 @@ class CodexEvents:
     terminal: str | None = None  # "turn.completed" or "turn.failed", the last one seen
     failure_message: str | None = None
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # item.completed items of type error
     last_message: str | None = None
     input_tokens: int | None = None  # session-cumulative, from turn.completed
     output_tokens: int | None = None
@@ -76,12 +87,17 @@ def _on_event(parsed: CodexEvents, event: dict[str, Any]) -> None:
         parsed.failure_message = message if isinstance(message, str) else "turn failed"
     elif kind == "error" and isinstance(event.get("message"), str):
         parsed.errors.append(event["message"])
-    elif kind == "item.completed":
-        item = event.get("item")
-        if isinstance(item, dict) and item.get("type") == "agent_message":
-            text = item.get("text")
-            if isinstance(text, str):
-                parsed.last_message = text
+    elif kind == "item.completed" and isinstance(event.get("item"), dict):
+        _on_item(parsed, event["item"])
+
+
+def _on_item(parsed: CodexEvents, item: dict[str, Any]) -> None:
+    if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
+        parsed.last_message = item["text"]
+    elif item.get("type") == "error" and isinstance(item.get("message"), str):
+        # Codex 0.171 reports non-fatal problems this way ("Model metadata for `m` not
+        # found"); the turn goes on, so they are kept as warnings, never as the outcome.
+        parsed.warnings.append(item["message"])
 
 
 def parse_events(stdout: str) -> CodexEvents:
@@ -158,7 +174,11 @@ class CodexHost:
             argv += ["resume", resume.session_id]
         argv.append("-")  # read the prompt from stdin: no ARG_MAX limit, not in `ps`
         prompt = build_prompt(envelope, resumed=resume is not None)
-        return HostInvocation(argv=argv, stdin=prompt.encode())
+        stall = StallWatch(
+            pattern=RECONNECT_LINE,
+            after_s=goal.host.unreachable_after_s or DEFAULT_UNREACHABLE_AFTER_S,
+        )
+        return HostInvocation(argv=argv, stdin=prompt.encode(), stall=stall)
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in codex's final agent message, or a typed failure. Pure."""
@@ -207,8 +227,12 @@ class CodexHost:
 
 
 def _from_error(message: str, envelope: Envelope) -> HostResult | TurnFailure:
-    if diagnose(message) is Diagnosis.RATE_LIMIT:
-        return rate_limited("codex", message, envelope)
+    diagnosis = diagnose(message)
+    if diagnosis is Diagnosis.RATE_LIMIT:
+        # Codex prints the reset as a clock in its own local zone, naming none.
+        return rate_limited("codex", message, envelope, host_zone())
+    if diagnosis is Diagnosis.UNREACHABLE:
+        return unreachable("codex", message, envelope)
     return failure_for("codex", message, default=FailureReason.HOST_EXECUTION_ERROR)
 
 
@@ -216,7 +240,7 @@ def _without_completion(
     envelope: Envelope, output: HostOutput, parsed: CodexEvents
 ) -> HostResult | TurnFailure:
     """No turn.completed/turn.failed and no error event: judge by exit status and stderr."""
-    stderr = output.stderr.strip()
+    stderr = error_line(output.stderr)
     if output.exit_code != 0 or output.signal is not None:
         if stderr and diagnose(stderr) is not Diagnosis.OTHER:
             return _from_error(stderr, envelope)
@@ -237,6 +261,19 @@ def _without_completion(
         f"codex's event stream ended without turn.completed or turn.failed "
         f"after {parsed.events} events",
     )
+
+
+def error_line(stderr: str) -> str:
+    """The line of codex's stderr that says what went wrong. Pure.
+
+    Codex prints ``WARNING: ...`` lines and, with RUST_BACKTRACE, a backtrace
+    around its one ``Error: ...`` line; that line is the message when present.
+    """
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.lower().startswith("error:") or line.startswith("thread 'main' panicked"):
+            return line
+    return "\n".join(line for line in lines if not line.startswith("WARNING:")) or stderr.strip()
 
 
 def _lost_session(failure: TurnFailure, output: HostOutput, parsed: CodexEvents) -> bool:

@@ -13,16 +13,22 @@ from loopx.registry.model import Goal, HostKind
 from loopx.turn.protocol import Envelope
 
 
-def resolve_program(program: str, *, kind: str) -> str:
+def resolve_program(program: str, *, kind: str, cwd: Path | None = None) -> str:
     """The program's path: as given if it contains a slash, else looked up on PATH.
+
+    A relative path is taken from ``cwd`` (the goal's workdir, where the host
+    runs), as `loopx goal add` checks it.
 
     Raises:
         HostMissingError: not found or not executable.
 
     """
     if os.sep in program:
-        if Path(program).is_file() and os.access(program, os.X_OK):
-            return program
+        path = Path(program)
+        if not path.is_absolute() and cwd is not None:
+            path = cwd / path
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
         raise HostMissingError(program, kind)
     found = shutil.which(program)
     if found is None:
@@ -43,7 +49,7 @@ class CommandHost:
 
         """
         argv = list(goal.host.argv)
-        argv[0] = resolve_program(argv[0], kind=self.kind.value)
+        argv[0] = resolve_program(argv[0], kind=self.kind.value, cwd=Path(goal.workdir))
         return HostInvocation(argv=argv, stdin=envelope.model_dump_json().encode())
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:  # noqa: ARG002 - protocol

@@ -17,7 +17,8 @@ class DemoHost:
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """This interpreter running the demo module with the goal's switches."""
-        argv = [sys.executable, "-m", "loopx.agents.demo", *goal.host.argv]
+        # -P: the workdir is the cwd; a `loopx/` folder there must not shadow ours.
+        argv = [sys.executable, "-P", "-m", "loopx.agents.demo", *goal.host.argv]
         return HostInvocation(argv=argv, stdin=envelope.model_dump_json().encode())
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:  # noqa: ARG002 - protocol

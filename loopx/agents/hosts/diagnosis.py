@@ -10,17 +10,21 @@ for "now" so that interpreting a journal again gives the same answer.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from loopx.agents.hosts.resettime import retry_after_s
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult, ResultKind
 
 DEFAULT_RATE_LIMIT_WAIT_S: Final = 1800.0  # no reset time given: look again in 30 minutes
 MIN_RATE_LIMIT_WAIT_S: Final = 60.0
-MAX_RATE_LIMIT_WAIT_S: Final = 30 * 24 * 3600.0  # HostResult.wait_seconds' bound
+# A reset further away than this is read as a misreading: weekly limits are the longest the
+# CLIs have (docs/hosts.md); the goal looks again after this at the latest.
+MAX_RATE_LIMIT_WAIT_S: Final = 8 * 24 * 3600.0
+# The model server could not be reached: look again after this (docs/hosts.md).
+UNREACHABLE_WAIT_S: Final = 300.0
 LOGIN_HINTS: Final = {
     "codex": "run `codex login` (or set OPENAI_API_KEY)",
     "claude": "run `claude` and `/login` once (or set ANTHROPIC_API_KEY)",
@@ -33,6 +37,7 @@ class Diagnosis(StrEnum):
     AUTH = "auth"
     RATE_LIMIT = "rate_limit"
     SESSION_MISSING = "session_missing"
+    UNREACHABLE = "unreachable"
     OTHER = "other"
 
 
@@ -43,7 +48,8 @@ _AUTH = re.compile(
     re.IGNORECASE,
 )
 _RATE_LIMIT = re.compile(
-    r"rate[ _-]?limit|usage limit|hit your limit|limit reached|too many requests|\b429\b",
+    r"rate[ _-]?limit|usage limit|hit your (?:[\w' ]{1,30} )?limit|limit reached|too many requests"
+    r"|\b429\b",
     re.IGNORECASE,
 )
 _SESSION_MISSING = re.compile(
@@ -51,18 +57,13 @@ _SESSION_MISSING = re.compile(
     r"|(?:session|conversation|thread|rollout)\b[^.\n]{0,80}\bnot found",
     re.IGNORECASE,
 )
-
-_EPOCH = re.compile(r"(?:\||resets?_?at\"?\s*[:=]\s*)(\d{10})\b", re.IGNORECASE)
-_SECONDS = re.compile(r"(?:resets_in_seconds|retry[- ]after)\"?\s*[:=]?\s*(\d+)", re.IGNORECASE)
-_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION_PART = r"\d+\s*(?:days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b"
-_DURATION = re.compile(
-    rf"(?:try again|retry|resets?)\s+in\s+((?:{_DURATION_PART}[\s,]*(?:and\s+)?)+)", re.IGNORECASE
-)
-_PART = re.compile(r"(\d+)\s*([a-z]+)", re.IGNORECASE)
-_CLOCK = re.compile(
-    r"(?:resets?|try again at)\s+(?:at\s+)?(\d{1,2})(?::(\d{2}))?\s*([ap]m)?\s*"
-    r"\(([A-Za-z_]+/[A-Za-z_/+-]+|UTC)\)",
+# Codex 0.171 loops on "Reconnecting... waiting for network (Connection failed: error
+# sending request)"; Claude Code 2.1.197 ends with "API Error: Unable to connect to API
+# (ConnectionRefused)".
+_UNREACHABLE = re.compile(
+    r"waiting for network|unable to connect to (?:the )?api|connection failed|connection refused"
+    r"|ConnectionRefused|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|network is unreachable"
+    r"|could not resolve host|error sending request",
     re.IGNORECASE,
 )
 
@@ -75,6 +76,8 @@ def diagnose(message: str) -> Diagnosis:
         return Diagnosis.RATE_LIMIT
     if _SESSION_MISSING.search(message):
         return Diagnosis.SESSION_MISSING
+    if _UNREACHABLE.search(message):
+        return Diagnosis.UNREACHABLE
     return Diagnosis.OTHER
 
 
@@ -83,48 +86,17 @@ def turn_started_at(envelope: Envelope) -> datetime:
     return envelope.deadline_at - timedelta(seconds=envelope.turn_timeout_s)
 
 
-def _clock_reset(match: re.Match[str], now: datetime) -> datetime | None:
-    hour, minute, ampm, zone = match.group(1), match.group(2), match.group(3), match.group(4)
-    try:
-        tz = ZoneInfo("UTC" if zone.upper() == "UTC" else zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-    h = int(hour) % 12 + (12 if ampm and ampm.lower() == "pm" else 0) if ampm else int(hour)
-    if h > 23:  # noqa: PLR2004 - the last hour of a day
-        return None
-    local_now = now.astimezone(tz)
-    reset = local_now.replace(hour=h, minute=int(minute or 0), second=0, microsecond=0)
-    return reset if reset > local_now else reset + timedelta(days=1)
-
-
-def retry_after_s(message: str, now: datetime) -> float | None:
-    """Seconds until a rate limit resets, from the message's wording, or None. Pure.
-
-    Understands an epoch (``usage limit reached|1750708800``, ``resets_at``),
-    seconds (``resets_in_seconds``, ``retry-after``), a duration (``try again
-    in 2 days 3 hours``) and a clock time with its zone (``resets 4pm
-    (Europe/Berlin)``).
-    """
-    if m := _EPOCH.search(message):
-        return float(m.group(1)) - now.timestamp()
-    if m := _SECONDS.search(message):
-        return float(m.group(1))
-    if m := _DURATION.search(message):
-        total = sum(int(n) * _UNIT_S[unit[0].lower()] for n, unit in _PART.findall(m.group(1)))
-        return float(total)
-    if (m := _CLOCK.search(message)) and (reset := _clock_reset(m, now)) is not None:
-        return (reset - now).total_seconds()
-    return None
-
-
-def rate_limited(host: str, message: str, envelope: Envelope) -> HostResult:
+def rate_limited(
+    host: str, message: str, envelope: Envelope, local: tzinfo | None = None
+) -> HostResult:
     """The ``wait`` result a rate-limited turn commits: no state change, retry after the reset.
 
     A rate limit is the provider asking to come back later, not a failure of
     the goal: it must not count toward failure backoff, so it is a ``wait``.
+    ``local`` is the zone the host printed a clock without a zone in.
     """
     started = turn_started_at(envelope)
-    wait = retry_after_s(message, started)
+    wait = retry_after_s(message, started, local)
     seconds = DEFAULT_RATE_LIMIT_WAIT_S if wait is None else wait
     seconds = min(max(seconds, MIN_RATE_LIMIT_WAIT_S), MAX_RATE_LIMIT_WAIT_S)
     retry_at = started + timedelta(seconds=seconds)
@@ -134,6 +106,25 @@ def rate_limited(host: str, message: str, envelope: Envelope) -> HostResult:
         f"{message.strip()[:300]}",
         wait_seconds=seconds,
         evidence=[FailureReason.HOST_RATE_LIMITED.value],
+        turn_key=envelope.turn_key,
+        goal_id=envelope.goal_id,
+    )
+
+
+def unreachable(host: str, message: str, envelope: Envelope) -> HostResult:
+    """The ``wait`` result of a turn whose host could not reach its model server.
+
+    The network or the provider is down, not the goal: like a rate limit it is
+    a ``wait`` (evidence ``host_unreachable``) that does not count toward the
+    failure streak, and the goal is looked at again after UNREACHABLE_WAIT_S.
+    """
+    retry_at = turn_started_at(envelope) + timedelta(seconds=UNREACHABLE_WAIT_S)
+    return HostResult(
+        kind=ResultKind.WAIT,
+        summary=f"{host} could not reach its model server; retrying after "
+        f"{retry_at:%Y-%m-%d %H:%M} UTC: {message.strip()[:300]}",
+        wait_seconds=UNREACHABLE_WAIT_S,
+        evidence=[FailureReason.HOST_UNREACHABLE.value],
         turn_key=envelope.turn_key,
         goal_id=envelope.goal_id,
     )

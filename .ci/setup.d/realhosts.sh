@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the pinned real host CLIs that tests/realhosts drives, into .realhosts/ of the checkout.
+# Idempotent: does nothing when the pinned versions are already there. Needs node >= 20 and npm.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+prefix=.realhosts
+# The versions tests/realhosts and docs/hosts.md were checked against; bump them together
+# with PINNED in tests/realhosts/conftest.py and re-run `python -m tests.realhosts.capture`.
+pins=(
+    "@openai/codex@0.171.0"
+    "@anthropic-ai/claude-code@2.1.197"
+)
+if ! command -v npm >/dev/null; then
+    echo "realhosts: npm not found; install node >= 20 to run tests/realhosts" >&2
+    exit 0
+fi
+stamp="$prefix/.pins"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ]; then
+    exit 0
+fi
+mkdir -p "$prefix"
+[ -f "$prefix/package.json" ] || echo '{"name": "loopx-realhosts", "private": true}' >"$prefix/package.json"
+npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error --save-exact "${pins[@]}"
+echo "${pins[*]}" >"$stamp"

@@ -1,0 +1,121 @@
+"""Clock skew between this process and the filesystem the root lives on.
+
+Durations inside one process use the monotonic clock. Across processes only
+wall-clock instants are shared (lease expiry, next eligible time, spend
+windows), so a process whose clock runs ahead (a wrong timezone setting,
+``faketime``, a host on another machine sharing the root) would date a turn
+in the future and push the goal's eligibility and quota window that far. A
+turn therefore measures its clock against the modification time the kernel
+(or the file server) gave a file it just wrote (the lease it claimed), and
+from then on :func:`loopx.model.utcnow` dates everything this process
+records by that reference when the two disagree by more than
+:data:`MAX_SKEW_S`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+from loopx.model import current_offset, set_clock_offset
+from loopx.root import Layout
+from loopx.state import GoalState
+from loopx.storage.files import atomic_write_model, read_model_or_none
+
+# Up to this much disagreement is accepted as it is (coarse mtimes, slow writes).
+MAX_SKEW_S: Final = 2.0
+
+
+def skew(
+    process_now: datetime, reference: datetime, *, tolerance_s: float = MAX_SKEW_S
+) -> timedelta:
+    """How far the process clock is ahead of ``reference`` (negative: behind); zero within tolerance. Pure."""
+    offset = process_now - reference
+    return offset if abs(offset.total_seconds()) > tolerance_s else timedelta(0)
+
+
+def calibrate(directory: Path) -> timedelta:
+    """Measure this process's clock against a file created in ``directory`` now; correct ``utcnow``.
+
+    The probe is a temp file (``.clock.<pid>.<hex>.tmp``) created, read back
+    with ``fstat`` and removed at once: no fsync, three system calls. If it
+    cannot be created (a full or read-only disk) the previous correction stays.
+
+    Returns:
+        The offset :func:`loopx.model.utcnow` applies from now on (zero within tolerance).
+
+    """
+    probe = directory / f".clock.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return current_offset()
+    try:
+        now = datetime.now(UTC)
+        written = datetime.fromtimestamp(os.fstat(fd).st_mtime, tz=UTC)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    offset = skew(now, written)
+    set_clock_offset(offset)
+    return offset
+
+
+def filesystem_skew(path: Path, *, now: datetime) -> timedelta:
+    """:func:`skew` of ``now`` (read right after writing ``path``) against ``path``'s mtime."""
+    try:
+        written = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+    except OSError:
+        return timedelta(0)
+    return skew(now, written)
+
+
+# A state dated further ahead than this was written by a clock that ran ahead.
+FUTURE_TOLERANCE: Final = timedelta(minutes=5)
+
+
+def clamp_state(state: GoalState, *, now: datetime) -> GoalState | None:
+    """The state with its times shifted back so it is dated ``now``, or None if not future-dated. Pure.
+
+    The wait it asked for (``next_eligible_at`` - ``updated_at``) is kept.
+    """
+    if state.updated_at is None or state.updated_at <= now + FUTURE_TOLERANCE:
+        return None
+    shift = state.updated_at - now
+    update: dict[str, object] = {"updated_at": now}
+    if state.next_eligible_at is not None:
+        update["next_eligible_at"] = state.next_eligible_at - shift
+    return state.model_copy(update=update)
+
+
+def repair_future_dated(layout: Layout, goal_ids: list[str], *, now: datetime) -> list[str]:
+    """Clamp every future-dated goal state (under its goal's lock); return the goals changed."""
+    from loopx.turn.lease import goal_lock  # noqa: PLC0415 - the turn layer imports this module
+
+    changed = []
+    for goal_id in goal_ids:
+        path = layout.state_file(goal_id)
+        with goal_lock(layout, goal_id):
+            state = read_model_or_none(path, GoalState)
+            clamped = clamp_state(state, now=now) if state is not None else None
+            if clamped is None:
+                continue
+            atomic_write_model(path, clamped)
+        changed.append(goal_id)
+    return changed
+
+
+__all__ = [
+    "FUTURE_TOLERANCE",
+    "MAX_SKEW_S",
+    "calibrate",
+    "clamp_state",
+    "filesystem_skew",
+    "repair_future_dated",
+    "skew",
+]

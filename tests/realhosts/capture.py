@@ -1,0 +1,100 @@
+"""Record what the pinned real CLIs print for each mock mode into tests/realhosts/captures/.
+
+Run ``python -m tests.realhosts.capture`` after bumping a pin in
+.ci/setup.d/realhosts.sh; the fakes in loopx.testing must then print the same
+messages (tests/test_fake_captures.py checks them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.realhosts.conftest import BIN, PINNED
+from tests.realhosts.mockmodel import MockServer
+
+CAPTURES = Path(__file__).parent / "captures"
+CODEX_MODES = ["ok", "usage_limit", "429", "500", "unreachable", "lost_session", "resume_cd"]
+# claude 500 is left out: Claude Code retries it for minutes whatever CLAUDE_CODE_MAX_RETRIES says.
+CLAUDE_MODES = ["ok", "usage_limit", "weekly_limit", "429", "unreachable", "lost_session"]
+
+
+def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
+    return {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(home), "TZ": "Europe/Berlin", **extra}
+
+
+def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> dict[str, object]:
+    try:
+        p = subprocess.run(
+            argv, input=b"say hi", capture_output=True, env=env, cwd=cwd, timeout=timeout,
+            check=False,
+        )  # fmt: skip
+        code, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        code, out, err = None, e.stdout or b"", e.stderr or b""
+    return {"exit_code": code, "stdout": out.decode(), "stderr": err.decode()}
+
+
+def capture(cli: str, mode: str) -> dict[str, object]:
+    """One run of the real ``cli`` against the mock in ``mode``."""
+    server = MockServer()
+    server.model.mode = {"weekly_limit": "usage_limit", "lost_session": "ok"}.get(mode, mode)
+    server.model.limit_claim = "seven_day" if mode == "weekly_limit" else "five_hour"
+    server.model.reset_at = int(time.time()) + (3 * 86400 if mode == "weekly_limit" else 7200)
+    tmp = Path(tempfile.mkdtemp())
+    work = tmp / "work"
+    work.mkdir()
+    if mode == "unreachable":
+        server.unreachable()
+    bogus = "01a22e20-0000-7000-8000-000000000000"
+    if cli == "codex":
+        home = tmp / "codex-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            'model = "mock-model"\nmodel_provider = "mock"\n'
+            '[model_providers.mock]\nname = "mock"\n'
+            f'base_url = "{server.url}/v1"\nwire_api = "responses"\nenv_key = "MOCK_API_KEY"\n'
+            "request_max_retries = 0\nstream_max_retries = 0\n"
+        )
+        env = _env(tmp, {"CODEX_HOME": str(home), "MOCK_API_KEY": "sk-mock"})
+        argv = [str(BIN / "codex"), "exec", "--json", "--skip-git-repo-check", "--cd", str(work)]
+        if mode == "lost_session":
+            argv += ["resume", bogus]
+        if mode == "resume_cd":
+            argv += ["resume", bogus, "--cd", str(work)]
+        argv.append("-")
+    else:
+        env = _env(
+            tmp,
+            {
+                "CLAUDE_CONFIG_DIR": str(tmp / "claude"), "ANTHROPIC_BASE_URL": server.url,
+                "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-mock", "CLAUDE_CODE_MAX_RETRIES": "0",
+                "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            },
+        )  # fmt: skip
+        argv = [str(BIN / "claude"), "-p", "--output-format", "json"]
+        if mode == "lost_session":
+            argv += ["--resume", "4f0a5c8e-0000-4000-8000-000000000000"]
+    out = _run(argv, env, work, timeout=8 if mode == "unreachable" and cli == "codex" else 60)
+    if mode != "unreachable":
+        server.close()
+    text = json.dumps(out).replace(str(tmp), "$TMP").replace(str(server.port), "$PORT")
+    return {"cli": cli, "version": PINNED[cli], "mode": mode, **json.loads(text)}
+
+
+def main() -> None:
+    """Capture every mode of both CLIs."""
+    CAPTURES.mkdir(exist_ok=True)
+    for cli, modes in (("codex", CODEX_MODES), ("claude", CLAUDE_MODES)):
+        for mode in modes:
+            record = capture(cli, mode)
+            path = CAPTURES / f"{cli}-{mode}.json"
+            path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+            print(path, record["exit_code"])
+
+
+if __name__ == "__main__":
+    main()

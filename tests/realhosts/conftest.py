@@ -1,0 +1,111 @@
+"""Fixtures of the real-CLI suite: the pinned CLIs, the loopback mock model, private CLI homes."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.realhosts.mockmodel import MockServer
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / ".realhosts" / "node_modules" / ".bin"
+SETUP = ".ci/setup.d/realhosts.sh"
+PINNED = {"codex": "0.171.0", "claude": "2.1.197"}
+
+
+def require_cli(name: str) -> Path:
+    """The installed pinned CLI ``name``, or skip the test saying how to install it."""
+    path = BIN / name
+    if not path.exists():
+        pytest.skip(f"the real {name} CLI is not installed: run `bash {SETUP}` (node >= 20, npm)")
+    return path
+
+
+@pytest.fixture
+def mock() -> Iterator[MockServer]:
+    """The mock model server on 127.0.0.1, answering ``ok`` until a test switches it."""
+    server = MockServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def base_env(tmp_path: Path) -> dict[str, str]:
+    """No credentials or config of this machine: a private HOME, the pinned CLIs first on PATH."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return {
+        "HOME": str(home),
+        "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "TZ": "Europe/Berlin",  # reset clocks are printed in the host's zone
+        "NO_COLOR": "1",
+    }
+
+
+@pytest.fixture
+def codex_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """Codex pointed at the mock through a custom provider (docs/hosts.md), retries off."""
+    require_cli("codex")
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(
+        'model = "mock-model"\n'
+        'model_provider = "mock"\n'
+        "[model_providers.mock]\n"
+        'name = "mock"\n'
+        f'base_url = "{mock.url}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "MOCK_API_KEY"\n'
+        "request_max_retries = 0\n"
+        "stream_max_retries = 0\n"
+    )
+    return {**base_env(tmp_path), "CODEX_HOME": str(codex_home), "MOCK_API_KEY": "sk-mock"}
+
+
+@pytest.fixture
+def claude_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """Claude Code pointed at the mock with ANTHROPIC_BASE_URL, as a subscriber, retries off."""
+    require_cli("claude")
+    return {
+        **base_env(tmp_path),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
+        "ANTHROPIC_BASE_URL": mock.url,
+        # A subscriber's token: only then does Claude Code print its session/weekly limits.
+        "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-mock",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+
+
+def add_goal(
+    cli: Any, env: dict[str, str], goal_id: str, kind: str, work: Path, *flags: str
+) -> None:
+    """Register a goal of host ``kind`` (its CLI found on the PATH of ``env``)."""
+    work.mkdir(exist_ok=True)
+    cli.run(
+        "goal", "add", goal_id, "--objective", "list the files", "--workdir", str(work),
+        "--host-kind", kind, *flags, check=True, **env,
+    )  # fmt: skip
+
+
+def run_once(cli: Any, goal_id: str, env: dict[str, str], timeout: float = 120) -> dict[str, Any]:
+    """One real turn through `loopx turn run-once`: its run log (runs/<seq>.json)."""
+    proc = cli.run("turn", "run-once", goal_id, "--json", timeout=timeout, **env)
+    assert proc.stdout, proc.stderr
+    report = json.loads(proc.stdout)["report"]
+    assert report is not None, proc.stdout
+    run_log = cli.root / "goals" / goal_id / "runs" / f"{report['seq']}.json"
+    return {**report, **json.loads(run_log.read_text())}
+
+
+def goal_state(cli: Any, goal_id: str) -> dict[str, Any]:
+    return cli.json("goal", "show", goal_id)["state"]
