@@ -69,7 +69,10 @@ def test_duplicates_and_conflicts_are_errors(cli: Cli, tmp_path: Path) -> None:
 def test_a_batch_plan_imports_too(cli: Cli, tmp_path: Path) -> None:
     """A TOML batch plan registers its goals, workdirs relative to the plan."""
     plan = tmp_path / "plan.toml"
-    plan.write_text('[[goals]]\nid = "p1"\nobjective = "one"\nworkdir = "w1"\n')
+    (tmp_path / "w1").mkdir()
+    plan.write_text(
+        '[[goals]]\nid = "p1"\nobjective = "one"\nworkdir = "w1"\nhost_kind = "demo"\n'
+    )
     assert cli.json("goal", "import", str(plan))["added"] == 1
     (goal,) = cli.json("goal", "list")["goals"]
     assert (goal["id"], goal["workdir"]) == ("p1", str((tmp_path / "w1").resolve()))

@@ -26,7 +26,7 @@ MIGRATION_FAULTS = (
 
 def old_root(root: Path, ids: list[str]) -> dict[str, dict[str, object]]:
     """Write a root as LoopX 0.x did: one registry.json holding every goal."""
-    root.mkdir(mode=0o700)
+    root.mkdir(mode=0o700, exist_ok=True)
     now = utcnow()
     goals = {g: make_goal(g, now=now, workdir=root, priority=i) for i, g in enumerate(ids)}
     (root / "registry.json").write_text(RegistryV1(goals=goals).model_dump_json())
@@ -118,7 +118,7 @@ def test_init_upgrade_reports_the_migration(cli: Cli) -> None:
 
 def test_a_root_from_a_newer_loopx_is_refused(cli: Cli) -> None:
     """A registry with a higher schema_version is refused with a clear line and left alone."""
-    cli.root.mkdir(mode=0o700)
+    cli.root.mkdir(mode=0o700, exist_ok=True)
     registry = cli.root / "registry.json"
     registry.write_text('{"schema_version": 3}')
     proc = cli.run("goal", "list")

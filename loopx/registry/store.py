@@ -19,7 +19,7 @@ from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
 from loopx.registry.model import Goal, RegistrySettings
 from loopx.root import Layout
 from loopx.status.changes import note_goal_changed
-from loopx.storage.files import atomic_write_model, parse_model, read_bytes
+from loopx.storage.files import atomic_write_model, fsync_dir, parse_model, read_bytes
 from loopx.storage.locks import locked
 
 SETTINGS_VERSION: Final = 2  # RegistrySettings.schema_version; 1 held every goal
@@ -75,16 +75,26 @@ def create_settings(layout: Layout) -> bool:
 
     A registry outside the root names the root (``common_runtime_root``,
     relative to the registry file) so that ``--registry`` alone finds it. An
-    existing file, even an old single-file registry, is left as it is.
+    existing file, even an old single-file registry, is left as it is. The
+    file is written aside and hard-linked into place, so it appears whole or
+    not at all, and without the registry's lock: no goal write ever takes it.
     """
-    with locked(layout.registry):
-        if layout.registry.exists():
-            return False
-        common = None
-        if layout.registry.parent != layout.root:
-            common = os.path.relpath(layout.root, layout.registry.parent)
-        atomic_write_model(layout.registry, RegistrySettings(common_runtime_root=common))
-        return True
+    if layout.registry.exists():
+        return False
+    common = None
+    if layout.registry.parent != layout.root:
+        common = os.path.relpath(layout.root, layout.registry.parent)
+    settings = RegistrySettings(common_runtime_root=common)
+    tmp = layout.registry.with_name(f".{layout.registry.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    atomic_write_model(tmp, settings)
+    try:
+        os.link(tmp, layout.registry)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+    fsync_dir(layout.registry.parent)
+    return True
 
 
 def read_settings(layout: Layout) -> RegistrySettings:
