@@ -255,7 +255,8 @@ def serve(
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        url = line.rsplit(" ", 1)[-1].strip()
+        # "loopx serve: dashboard on http://HOST:PORT/ (read-only; JSON at /status)"
+        url = next(word for word in line.split() if word.startswith("http://"))
         hostport = url.split("//", 1)[1].split("/", 1)[0]
         host, port = hostport.rsplit(":", 1)
         yield proc, host, int(port)
