@@ -70,9 +70,7 @@ def test_a_batch_plan_imports_too(cli: Cli, tmp_path: Path) -> None:
     """A TOML batch plan registers its goals, workdirs relative to the plan."""
     plan = tmp_path / "plan.toml"
     (tmp_path / "w1").mkdir()
-    plan.write_text(
-        '[[goals]]\nid = "p1"\nobjective = "one"\nworkdir = "w1"\nhost_kind = "demo"\n'
-    )
+    plan.write_text('[[goals]]\nid = "p1"\nobjective = "one"\nworkdir = "w1"\nhost_kind = "demo"\n')
     assert cli.json("goal", "import", str(plan))["added"] == 1
     (goal,) = cli.json("goal", "list")["goals"]
     assert (goal["id"], goal["workdir"]) == ("p1", str((tmp_path / "w1").resolve()))
