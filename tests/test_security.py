@@ -255,7 +255,7 @@ def serve(
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        # "loopx serve: dashboard on http://HOST:PORT/ (read-only; JSON at /status)"
+        # The URL is one word of the startup line, not necessarily the last.
         url = next(word for word in line.split() if word.startswith("http://"))
         hostport = url.split("//", 1)[1].split("/", 1)[0]
         host, port = hostport.rsplit(":", 1)

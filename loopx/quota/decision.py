@@ -71,7 +71,7 @@ class QuotaReason(StrEnum):
     PAUSED = "paused"
     WINDOW_EXHAUSTED = "window_exhausted"
     CPU_BUDGET_EXHAUSTED = "cpu_budget_exhausted"
-    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"  # noqa: S105 - a reason code, not a secret
     COST_BUDGET_EXHAUSTED = "cost_budget_exhausted"
     HOST_MEMORY_LOW = "host_memory_low"
     HOST_OVERLOADED = "host_overloaded"

@@ -451,7 +451,7 @@ def _cache_write() -> Iterator[None]:
 
 
 def status_cache(layout: Layout) -> StatusCache:
-    """This process's cache for ``layout``'s root."""
+    """The cache this process keeps for ``layout``'s root."""
     cache = _CACHES.get(layout.root)
     if cache is None or cache.layout != layout:
         cache = _CACHES[layout.root] = StatusCache(layout)

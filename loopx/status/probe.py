@@ -106,7 +106,8 @@ def run_probe(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    assert proc.stdout is not None and proc.stderr is not None  # noqa: S101 - both are PIPE
+    assert proc.stdout is not None  # noqa: S101 - both are PIPE
+    assert proc.stderr is not None  # noqa: S101
     readers = [_BoundedReader(proc.stdout, max_bytes), _BoundedReader(proc.stderr, max_bytes)]
     for r in readers:
         r.start()

@@ -166,7 +166,7 @@ def _warnings(inputs: GoalInputs, state: GoalState, now: datetime) -> list[str]:
     return out
 
 
-def _decide(  # noqa: PLR0911 - one return per rule of the table in the module docstring
+def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the module docstring
     inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime
 ) -> tuple[Actor, StatusReason, str, datetime | None]:
     goal, lease, failures = inputs.goal, inputs.lease, state.consecutive_failures
@@ -184,8 +184,10 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         return (
             Actor.HUMAN,
             StatusReason.PAUSED,
-            "quota compute is 0 (a hard pause); raise it with `loopx goal add --update "
-            f"{goal.id} --quota-compute F`",
+            (
+                "quota compute is 0 (a hard pause); raise it with `loopx goal add --update "
+                f"{goal.id} --quota-compute F`"
+            ),
             None,
         )
     if inputs.quarantined or inputs.damage:
@@ -223,8 +225,10 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         return (
             Actor.HUMAN,
             StatusReason.FAILING,
-            f"the last {failures} turns failed (latest: {failure}); read the run logs in "
-            f"goals/{goal.id}/runs/ and fix the cause; agents keep retrying with backoff",
+            (
+                f"the last {failures} turns failed (latest: {failure}); read the run logs in "
+                f"goals/{goal.id}/runs/ and fix the cause; agents keep retrying with backoff"
+            ),
             state.next_eligible_at,
         )
     if quota.exhausted is not None:
@@ -232,8 +236,10 @@ def _decide(  # noqa: PLR0911 - one return per rule of the table in the module d
         return (
             Actor.NONE,
             StatusReason.QUOTA_EXHAUSTED,
-            f"the {quota.exhausted} budget of the {quota.window_hours:g}h window is spent; "
-            f"eligible again at {when}",
+            (
+                f"the {quota.exhausted} budget of the {quota.window_hours:g}h window is spent; "
+                f"eligible again at {when}"
+            ),
             quota.refills_at,
         )
     later = (

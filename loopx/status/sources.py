@@ -137,8 +137,7 @@ def goal_fingerprint(goal_dir: str) -> Fingerprint:
 
 
 def _damage(path: Path, error: LoopxError | OSError) -> str:
-    message = error.message if isinstance(error, LoopxError) else f"{path}: {error}"
-    return message
+    return error.message if isinstance(error, LoopxError) else f"{path}: {error}"
 
 
 def gather_goal(
@@ -197,8 +196,9 @@ def _is_quarantine_entry(name: str) -> bool:
 
 
 def quarantine_fingerprint(layout: Layout) -> list[int]:
-    """``quarantine/``'s mtime and each per-goal subdirectory's: moves into a subdirectory
-    change only that subdirectory.
+    """``quarantine/``'s mtime and each per-goal subdirectory's.
+
+    Moves into a subdirectory change only that subdirectory.
     """
     out = list(stat_pair(str(layout.quarantine_dir)))
     try:

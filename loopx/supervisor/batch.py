@@ -7,6 +7,7 @@ behind, and running the same command again recovers and finishes the work.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -173,10 +174,8 @@ class BatchRun:
                     terminated_at = time.monotonic()
                 if terminated_at is not None and time.monotonic() - terminated_at > STOP_GRACE_S:
                     fleet.kill()
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     fleet.wait(timeout=self.config.poll_s)
-                except subprocess.TimeoutExpired:
-                    pass
         finally:
             if fleet.poll() is None:
                 fleet.kill()

@@ -320,7 +320,7 @@ class Supervisor:
         try:
             goals = len(load_registry(self.layout).goals)
         except CorruptFileError as e:
-            log.error("reload_registry_damaged", error=e.message)
+            log.error("reload_registry_damaged", error=e.message)  # noqa: TRY400 - the message says it all
             goals = -1
         wanted = read_scale(self.layout)
         if wanted is not None:
@@ -411,7 +411,7 @@ class Supervisor:
 
     # --- one step -------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> int | None:
+    def tick(self, now: float) -> int | None:  # noqa: C901 - one line per duty, in order
         """One step of the supervisor at monotonic time ``now``; the exit code once stopped."""
         if self.stop_requests and self.state is FleetState.RUNNING:
             self._begin_stop(now)

@@ -199,4 +199,4 @@ class TmuxSession:
                 "attach", f"no session {self.name} on {self.socket}; is the fleet visible?"
             )
         argv = self.attach_argv()
-        os.execv(argv[0], argv)
+        os.execv(argv[0], argv)  # noqa: S606 - attach replaces this process with tmux, by design

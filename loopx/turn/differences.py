@@ -63,7 +63,7 @@ def _short(value: object) -> str:
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
-def _json_diff(disk: Any, replayed: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+def _json_diff(disk: object, replayed: object, path: str) -> Iterator[tuple[str, object, object]]:
     if isinstance(disk, dict) and isinstance(replayed, dict):
         for key in [*disk, *(k for k in replayed if k not in disk)]:
             yield from _json_diff(
@@ -118,7 +118,9 @@ def _compare_lines(
     return out
 
 
-def _compare_file(name: str, disk: bytes | None, replayed: bytes | None) -> list[Difference]:
+def _compare_file(  # noqa: PLR0911 - one return per way two files can differ
+    name: str, disk: bytes | None, replayed: bytes | None
+) -> list[Difference]:
     if disk is None and replayed is None:
         return []
     if disk is None:

@@ -16,7 +16,7 @@ class DemoHost:
     kind = HostKind.DEMO
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
-        """This interpreter running the demo module with the goal's switches."""
+        """The running interpreter, running the demo module with the goal's switches."""
         # -P: the workdir is the cwd; a `loopx/` folder there must not shadow ours.
         argv = [sys.executable, "-P", "-m", "loopx.agents.demo", *goal.host.argv]
         return HostInvocation(argv=argv, stdin=envelope.model_dump_json().encode())

@@ -75,7 +75,7 @@ def turn_tokens(
     cumulative_in: int,
     cumulative_out: int,
 ) -> tuple[int, int]:
-    """This turn's (input, output) tokens from session-cumulative counters.
+    """The turn's (input, output) tokens from session-cumulative counters.
 
     Codex reports a resumed thread's totals since it began
     (openai/codex#17539); the turn's share is the increase over the counters
