@@ -278,7 +278,7 @@ def run_import(args: argparse.Namespace) -> int:
     """Register the goals of an import file."""
     from loopx.registry.bulk import import_goals, read_import  # noqa: PLC0415 - only import
 
-    where = layout(args, create=True)
+    where = layout(args)
     source = args.file.expanduser().resolve()
     goals = read_import(source, default_workdir=Path.cwd(), now=utcnow())
     report = import_goals(where, source, goals)

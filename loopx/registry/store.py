@@ -39,9 +39,12 @@ def registry_version(path: Path) -> int | None:
     except FileNotFoundError:
         return None
     try:
-        version = json.loads(data).get("schema_version")
-    except (ValueError, AttributeError) as e:
-        raise CorruptFileError(path, f"not a JSON object: {e}") from e
+        document = json.loads(data)
+    except ValueError as e:
+        raise CorruptFileError(path, f"not valid JSON: {e}") from e
+    if not isinstance(document, dict):
+        raise CorruptFileError(path, "not a JSON object")
+    version = document.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise CorruptFileError(path, f"schema_version: expected an integer, got {version!r}")
     return version
