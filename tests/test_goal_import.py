@@ -32,6 +32,7 @@ def test_goal_list_output_round_trips(cli: Cli, tmp_path: Path) -> None:
     listed = cli.json("goal", "list")["goals"]
     source = write_lines(tmp_path / "export.jsonl", listed)
     other = Cli(tmp_path / "other", cli.cwd)
+    other.run("init", check=True)
     assert other.json("goal", "import", str(source))["added"] == 2
     assert other.json("goal", "list")["goals"] == listed
 
