@@ -17,6 +17,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from loopx.api import Fleet, Gates, Goals, Quota, Root, Status, Turns
+    from loopx.batch.report import BatchReport
+    from loopx.doctor import DoctorReport
     from loopx.errors import (
         CorruptFileError,
         GoalExistsError,
@@ -30,11 +33,22 @@ if TYPE_CHECKING:
         UnsafePathError,
         UsageError,
     )
+    from loopx.fleet import ScaleResult, SupervisorStarted, SupervisorStatus, SupervisorStopped
     from loopx.ids import validate_goal_id
+    from loopx.quota.decision import QuotaDecision, QuotaReport
     from loopx.quota.policy import QuotaPolicy
+    from loopx.registry.archive import ArchiveResult
+    from loopx.registry.initialise import InitReport
     from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, Registry
+    from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
     from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
     from loopx.state import Gate, GoalState, Todo
+    from loopx.status.refresh import RefreshReport
+    from loopx.status.view import Actor, ProbeObservation, StatusProjection
+    from loopx.turn.attempt import TurnAttempt, TurnReport
+    from loopx.turn.inspection import JournalInspection, JournalList
+    from loopx.turn.recovery import RecoveryReport
+    from loopx.turn.replay import ReplayReport
 
     __version__: str
 
@@ -64,6 +78,27 @@ _EXPORTS: dict[str, str] = {
     "QuotaPolicy": "loopx.quota.policy",
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
     **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),
+    # the Python API and the documents it returns (the `--json` outputs)
+    **dict.fromkeys(("Fleet", "Gates", "Goals", "Quota", "Root", "Status", "Turns"), "loopx.api"),
+    "BatchReport": "loopx.batch.report",
+    **dict.fromkeys(
+        ("ScaleResult", "SupervisorStarted", "SupervisorStatus", "SupervisorStopped"),
+        "loopx.fleet",
+    ),
+    **dict.fromkeys(("QuotaDecision", "QuotaReport"), "loopx.quota.decision"),
+    "ArchiveResult": "loopx.registry.archive",
+    "DoctorReport": "loopx.doctor",
+    "InitReport": "loopx.registry.initialise",
+    **dict.fromkeys(
+        ("GateDocument", "GoalDocument", "GoalList", "GoalView", "SessionReset"),
+        "loopx.registry.views",
+    ),
+    "RefreshReport": "loopx.status.refresh",
+    **dict.fromkeys(("Actor", "ProbeObservation", "StatusProjection"), "loopx.status.view"),
+    **dict.fromkeys(("TurnAttempt", "TurnReport"), "loopx.turn.attempt"),
+    **dict.fromkeys(("JournalInspection", "JournalList"), "loopx.turn.inspection"),
+    "RecoveryReport": "loopx.turn.recovery",
+    "ReplayReport": "loopx.turn.replay",
 }
 
 
@@ -93,33 +128,62 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    # errors
+    "Actor",
+    "ArchiveResult",
+    "BatchReport",
     "CorruptFileError",
+    "DoctorReport",
+    "Fleet",
+    "Gate",
+    "GateDocument",
+    "Gates",
+    "Goal",
+    "GoalDocument",
     "GoalExistsError",
+    "GoalList",
     "GoalNotFoundError",
+    "GoalState",
     "GoalStateError",
+    "GoalStatus",
+    "GoalView",
+    "Goals",
+    "HostKind",
+    "HostSpec",
+    "InitReport",
     "InvalidGoalIdError",
     "InvalidPolicyError",
+    "JournalInspection",
+    "JournalList",
+    "Layout",
     "LockTimeoutError",
     "LoopxError",
+    "ProbeObservation",
+    "Quota",
+    "QuotaDecision",
+    "QuotaPolicy",
+    "QuotaReport",
+    "RecoveryReport",
+    "RefreshReport",
+    "Registry",
+    "ReplayReport",
+    "ResolvedRoot",
+    "Root",
     "RootError",
+    "ScaleResult",
+    "SessionReset",
+    "Status",
+    "StatusProjection",
+    "SupervisorStarted",
+    "SupervisorStatus",
+    "SupervisorStopped",
+    "Todo",
+    "TurnAttempt",
+    "TurnReport",
+    "Turns",
     "UnsafePathError",
     "UsageError",
-    # the root
-    "Layout",
-    "ResolvedRoot",
+    "__version__",
     "open_root",
     "resolve_root",
     "validate_goal_id",
-    # models
-    "Gate",
-    "Goal",
-    "GoalState",
-    "GoalStatus",
-    "HostKind",
-    "HostSpec",
-    "QuotaPolicy",
-    "Registry",
-    "Todo",
-    "__version__",
 ]

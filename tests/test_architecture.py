@@ -5,7 +5,8 @@ Layers: the kernel (``loopx/`` minus the four below), ``loopx.agents``,
 no other layer; agents and supervisor import only the kernel (the
 supervisor starts agents as ``python -m loopx.agents``, a process boundary,
 and the Ray back-end gets the agent loop injected by the CLI); only the CLI
-(the composition root) imports both; nothing but ``loopx/__main__.py``
+and ``loopx.api`` (the composition roots) import both, and the
+package's ``__init__`` exports the API lazily; nothing but ``loopx/__main__.py``
 imports the CLI. Every import counts, also one inside a function.
 """
 
@@ -19,15 +20,18 @@ from typing import Final
 import pytest
 
 PACKAGE: Final = Path(__file__).resolve().parent.parent / "loopx"
-LAYERS: Final = ("agents", "supervisor", "cli", "testing")
+LAYERS: Final = ("agents", "supervisor", "api", "cli", "testing")
 # What each layer may import besides itself.
 ALLOWED: Final = {
     "kernel": {"kernel"},
     "agents": {"kernel", "agents"},
     "supervisor": {"kernel", "supervisor"},
     "testing": {"kernel", "testing"},
-    "cli": {"kernel", "agents", "supervisor", "cli"},
+    "api": {"kernel", "agents", "supervisor", "api"},
+    "cli": {"kernel", "agents", "supervisor", "api", "cli"},
     "main": {"kernel", "cli"},
+    # `import loopx` exports the kernel's names and the Python API, lazily.
+    "facade": {"kernel", "api"},
 }
 # A CLI module parses, calls the library, prints and exits; file work is the library's.
 CLI_MODULE_MAX_LINES: Final = 350
@@ -35,6 +39,7 @@ CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options
 FILE_METHODS: Final = frozenset(
     {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
 )
+API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet"})
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 
 
@@ -90,7 +95,7 @@ def test_imports_follow_the_dependency_direction(layer: str) -> None:
     offenders = []
     for path in package_files():
         module = module_name(path)
-        if layer_of(module) != layer:
+        if (layer_of(module) if module != "loopx" else "facade") != layer:
             continue
         for line, name in imported(ast.parse(path.read_text())):
             if layer_of(name) not in ALLOWED[layer]:
@@ -109,6 +114,14 @@ def test_relative_imports_are_not_used() -> None:
     assert offenders == []
 
 
+def _api_call(func: ast.Attribute) -> bool:
+    """``Root.open(...)`` or ``root.gates.open(...)``: the API's methods, not file operations."""
+    owner = func.value
+    if isinstance(owner, ast.Name):
+        return owner.id == "Root"
+    return isinstance(owner, ast.Attribute) and owner.attr in API_GROUPS
+
+
 def test_cli_modules_use_no_storage_primitives_and_touch_no_files() -> None:
     """A CLI module imports nothing of ``loopx.storage`` and calls no file operation."""
     offenders = []
@@ -125,7 +138,11 @@ def test_cli_modules_use_no_storage_primitives_and_touch_no_files() -> None:
             func = node.func
             if isinstance(func, ast.Name) and func.id == "open":
                 offenders.append(f"{path.name}:{node.lineno} calls open()")
-            elif isinstance(func, ast.Attribute) and func.attr in FILE_METHODS:
+            elif (
+                isinstance(func, ast.Attribute)
+                and func.attr in FILE_METHODS
+                and not _api_call(func)
+            ):
                 offenders.append(f"{path.name}:{node.lineno} calls .{func.attr}()")
     assert offenders == []
 
@@ -170,3 +187,47 @@ def test_lazy_exports_match_all() -> None:
     assert set(loopx.__all__) == {*loopx._EXPORTS, "__version__"}
     for name in loopx.__all__:
         assert getattr(loopx, name) is not None
+
+
+# Command modules built on loopx.api alone (the others still call the library directly).
+API_ONLY_CLI_MODULES: Final = (
+    "_archive",
+    "_gate",
+    "_init",
+    "_journal",
+    "_probe",
+    "_quota",
+    "_recover",
+    "_replay",
+    "_status",
+    "_turn",
+)
+
+
+def test_api_cli_modules_import_only_the_api_errors_exit_codes_and_models() -> None:
+    """Parse, one API call, print, exit code: no other part of the kernel is imported."""
+    import enum
+    import importlib
+
+    from pydantic import BaseModel
+
+    offenders = []
+    for name in API_ONLY_CLI_MODULES:
+        tree = ast.parse((PACKAGE / "cli" / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("loopx"):
+                continue
+            module = node.module or ""
+            if module in {
+                "loopx.api",
+                "loopx.errors",
+                "loopx.exitcodes",
+                "loopx.model",
+            } or module.startswith("loopx.cli"):
+                continue
+            for alias in node.names:
+                value = getattr(importlib.import_module(module), alias.name)
+                model = isinstance(value, type) and issubclass(value, BaseModel | enum.Enum)
+                if not (model or (module == "loopx" and alias.name == "exitcodes")):
+                    offenders.append(f"{name}.py:{node.lineno} imports {module}.{alias.name}")
+    assert offenders == []

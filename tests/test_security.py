@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shlex
 import signal
 import stat
@@ -255,9 +256,9 @@ def serve(
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        # The URL is one word of the startup line, not necessarily the last.
-        url = next(word for word in line.split() if word.startswith("http://"))
-        hostport = url.split("//", 1)[1].split("/", 1)[0]
+        found = re.search(r"http://([^/\s]+)/", line)
+        assert found, f"serve printed no address: {line!r}"
+        hostport = found.group(1)
         host, port = hostport.rsplit(":", 1)
         yield proc, host, int(port)
     finally:

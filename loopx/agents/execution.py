@@ -64,6 +64,7 @@ class HostTerms:
     renew: Callable[[], None]  # renews the lease; raises LeaseLostError once it is lost
     renew_every_s: float
     kill_grace_s: float
+    host: Host | None = None  # the adapter to use; None: the one of the goal's host kind
 
 
 def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) -> dict[str, str]:
@@ -136,7 +137,7 @@ def execute(
     ensure_dir(result_file.parent)
     result_file.unlink(missing_ok=True)
     try:
-        host = host_for(goal.host.kind)
+        host = terms.host or host_for(goal.host.kind)
         invocation = host.prepare(goal, envelope)
     except (HostMissingError, HostUnsupportedError, PluginError) as e:
         failed = journal.model_copy(

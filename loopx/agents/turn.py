@@ -32,6 +32,7 @@ from loopx import __version__, environ
 from loopx.agents.console import AgentConsole
 from loopx.agents.execution import HostTerms, execute
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
+from loopx.agents.hosts import Host
 from loopx.clock import calibrate
 from loopx.errors import (
     CorruptFileError,
@@ -132,6 +133,7 @@ def attempt_turn(
     config: TurnConfig | None = None,
     skip_if_busy: bool = False,
     console: AgentConsole | None = None,
+    host: Host | None = None,
 ) -> TurnAttempt:
     """Like :func:`run_one_turn`, saying why no turn ran.
 
@@ -139,7 +141,8 @@ def attempt_turn(
     claiming it or writing its turn), return at once (``busy``) instead of
     waiting for the lock only to find the goal leased; the agent loop tries
     its other candidates first and comes back. ``console`` shows the claim
-    and the host's live output to a person.
+    and the host's live output to a person. ``host``: run the turn with this
+    adapter instead of the one registered for the goal's host kind.
     """
     config = config or TurnConfig.from_env(os.environ)
     with structlog.contextvars.bound_contextvars(goal_id=goal_id, agent_id=agent_id):
@@ -181,7 +184,9 @@ def attempt_turn(
                 log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
                 _kill_goal_processes(layout, goal_id, config.kill_grace_s)
             try:
-                return _claimed_turn(layout, goal, lease, stop=stop, config=config, console=console)
+                return _claimed_turn(
+                    layout, goal, lease, stop=stop, config=config, console=console, host=host
+                )
             finally:
                 release(layout, lease)
 
@@ -194,6 +199,7 @@ def _claimed_turn(
     stop: threading.Event | None,
     config: TurnConfig,
     console: AgentConsole | None = None,
+    host: Host | None = None,
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
     holder = _Holder(layout, lease, config.lease_ttl_s, config.lease_grace_s)
@@ -201,6 +207,7 @@ def _claimed_turn(
         renew=holder.renew,
         renew_every_s=max(config.lease_ttl_s / 3, 0.05),
         kill_grace_s=config.kill_grace_s,
+        host=host,
     )
     newest = newest_journal(layout, goal.id)
     turn_key = newest.name.removesuffix(".json") if newest is not None else ""

@@ -6,9 +6,7 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.model import utcnow
-from loopx.registry.archive import archive_goal, parse_archive_root
+from loopx.cli._common import add_command, print_json, root
 
 
 def register(sub: Any) -> None:
@@ -35,11 +33,9 @@ def register(sub: Any) -> None:
 
 def run_archive(args: argparse.Namespace) -> int:
     """Archive one goal and print a Markdown summary (or JSON)."""
-    result = archive_goal(
-        layout(args),
+    result = root(args).goals.archive(
         args.goal_id,
-        now=utcnow(),
-        archive_root=parse_archive_root(args.archive_root),
+        archive_root=args.archive_root,
         allow_registered=args.allow_registered,
         dry_run=args.dry_run,
         copy=args.copy,

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from pydantic import BaseModel
 
+    from loopx.api import Root
     from loopx.root import Layout, ResolvedRoot
 
 
@@ -135,6 +136,13 @@ def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
     from loopx.root import open_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
 
     return open_root(resolved(args), create=create)
+
+
+def root(args: argparse.Namespace, *, create: bool = False) -> Root:
+    """The API's handle on the selected root (created with ``create``)."""
+    from loopx.api import Root  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
+    return Root.open(args.root, create=create, registry=args.registry)
 
 
 def print_json(document: BaseModel) -> None:

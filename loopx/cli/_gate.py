@@ -6,10 +6,7 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.model import utcnow
-from loopx.registry.goals import open_gate, resolve_gate
-from loopx.registry.views import GateDocument
+from loopx.cli._common import add_command, print_json, root
 
 
 def register(sub: Any) -> None:
@@ -33,9 +30,10 @@ def register(sub: Any) -> None:
 
 def run_open(args: argparse.Namespace) -> int:
     """Open a gate."""
-    gate = open_gate(layout(args), args.goal_id, args.question, now=utcnow())
+    document = root(args).gates.open(args.goal_id, question=args.question)
+    gate = document.gate
     if args.json:
-        print_json(GateDocument(goal_id=args.goal_id, gate=gate))
+        print_json(document)
     else:
         print(f"{args.goal_id}: gate {gate.id} open: {gate.question}")
     return exitcodes.OK
@@ -43,9 +41,10 @@ def run_open(args: argparse.Namespace) -> int:
 
 def run_resolve(args: argparse.Namespace) -> int:
     """Resolve a gate."""
-    gate = resolve_gate(layout(args), args.goal_id, args.answer, now=utcnow(), gate_id=args.gate)
+    document = root(args).gates.resolve(args.goal_id, answer=args.answer, gate=args.gate)
+    gate = document.gate
     if args.json:
-        print_json(GateDocument(goal_id=args.goal_id, gate=gate))
+        print_json(document)
     else:
         print(f"{args.goal_id}: gate {gate.id} resolved")
     return exitcodes.OK

@@ -9,13 +9,13 @@ from typing import Any
 
 from loopx import exitcodes
 from loopx.agents.hosts.plugins import require_kind
-from loopx.cli._common import add_command, layout, print_json
+from loopx.cli._common import add_command, layout, print_json, root
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.checks import check_program, check_workdir
-from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
+from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
-from loopx.registry.views import GoalDocument, SessionReset, goal_list, goal_view
+from loopx.registry.views import GoalDocument
 from loopx.state import TodoStatus
 
 # CLI flag -> QuotaPolicy field.
@@ -135,9 +135,10 @@ def register_reset_session(actions: Any) -> None:
 
 def run_reset_session(args: argparse.Namespace) -> int:
     """Drop a goal's host session."""
-    dropped = reset_session(layout(args), args.goal_id, now=utcnow())
+    result = root(args).goals.reset_session(args.goal_id)
+    dropped = result.dropped
     if args.json:
-        print_json(SessionReset(goal_id=args.goal_id, dropped=dropped))
+        print_json(result)
     elif dropped is None:
         print(f"goal {args.goal_id} has no host session; its next turn starts a fresh one anyway")
     else:
@@ -258,7 +259,7 @@ def _describe_host(goal: Goal) -> str:
 
 def run_list(args: argparse.Namespace) -> int:
     """List goals, highest priority first."""
-    listed = goal_list(layout(args))
+    listed = root(args).goals.list()
     if args.json:
         print_json(listed)
         return exitcodes.OK
@@ -276,23 +277,19 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     """Register the goals of an import file."""
-    from loopx.registry.bulk import import_goals, read_import  # noqa: PLC0415 - only import
-
-    where = layout(args)
-    source = args.file.expanduser().resolve()
-    goals = read_import(source, default_workdir=Path.cwd(), now=utcnow())
-    report = import_goals(where, source, goals)
+    report = root(args).goals.import_file(args.file)
     if args.json:
         print_json(report)
     else:
-        print(f"imported {report.added} new goals, {report.unchanged} unchanged, from {source}")
+        print(
+            f"imported {report.added} new goals, {report.unchanged} unchanged, from {report.source}"
+        )
     return exitcodes.OK
 
 
 def run_show(args: argparse.Namespace) -> int:
     """Show one goal."""
-    where = layout(args)
-    view = goal_view(where, get_goal(where, args.goal_id))
+    view = root(args).goals.show(args.goal_id)
     if args.json:
         print_json(view)
         return exitcodes.OK
@@ -313,9 +310,10 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_set_status(args: argparse.Namespace) -> int:
     """Pause, resume or finish a goal."""
-    goal = set_status(layout(args), args.goal_id, args.status, now=utcnow())
+    document = root(args).goals.set_status(args.goal_id, args.status)
+    goal = document.goal
     if args.json:
-        print_json(GoalDocument(goal=goal))
+        print_json(document)
     else:
         print(f"goal {goal.id} is now {goal.status}")
     return exitcodes.OK

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, print_json, resolved
-from loopx.registry.initialise import initialise
+from loopx.api import Root
+from loopx.cli._common import add_command, print_json
 
 
 def register(sub: Any) -> None:
@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Create the root (0700) and the registry if missing; idempotent."""
-    report = initialise(resolved(args), upgrade=args.upgrade)
+    report = Root.init(args.root, registry=args.registry, upgrade=args.upgrade)
     if args.json:
         print_json(report)
         return exitcodes.OK

@@ -6,12 +6,7 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.errors import LoopxError, UsageError
-from loopx.ids import is_valid_goal_id
-from loopx.registry.goals import get_goal
-from loopx.turn.journal import journal_path
-from loopx.turn.recovery import inspect_file, inspect_goal_journals
+from loopx.cli._common import add_command, print_json, root
 
 
 def register(sub: Any) -> None:
@@ -31,9 +26,7 @@ def register(sub: Any) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     """List a goal's journals, oldest first."""
-    where = layout(args)
-    get_goal(where, args.goal_id)
-    listed = inspect_goal_journals(where, args.goal_id)
+    listed = root(args).turns.journals(args.goal_id)
     if args.json:
         print_json(listed)
         return exitcodes.OK
@@ -48,20 +41,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """Print one journal's projection."""
-    where = layout(args)
-    if not is_valid_goal_id(args.turn_key):  # turn keys follow the goal id rule
-        raise UsageError(
-            f"invalid turn key {args.turn_key!r}: not a single safe path segment",
-            hint=f"list the goal's turn keys with `loopx journal list {args.goal_id}`",
-        )
-    path = journal_path(where, args.goal_id, args.turn_key)
-    try:
-        view = inspect_file(path, goal_id=args.goal_id)
-    except FileNotFoundError:
-        raise LoopxError(
-            f"no journal {args.turn_key!r} for goal {args.goal_id!r} ({path})",
-            hint=f"list them with `loopx journal list {args.goal_id}`",
-        ) from None
+    view = root(args).turns.inspect(args.goal_id, args.turn_key)
     if args.json:
         print_json(view)
         return exitcodes.OK

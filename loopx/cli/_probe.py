@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.model import utcnow
-from loopx.registry.goals import get_goal
-from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
+from loopx.api import Goals
+from loopx.cli._common import add_command, print_json, root
+
+DEFAULT_TIMEOUT_S, DEFAULT_MAX_BYTES = Goals.PROBE_TIMEOUT_S, Goals.PROBE_MAX_BYTES
 
 
 def register(sub: Any) -> None:
@@ -36,13 +36,8 @@ def register(sub: Any) -> None:
 
 def run_probe_command(args: argparse.Namespace) -> int:
     """Probe, print what it saw; the exit code is 0 whatever the probe's own exit code."""
-    where = layout(args)
-    observation = run_probe(
-        where,
-        get_goal(where, args.goal_id),
-        now=utcnow(),
-        timeout_s=args.timeout,
-        max_bytes=args.max_bytes,
+    observation = root(args).goals.probe(
+        args.goal_id, timeout_s=args.timeout, max_bytes=args.max_bytes
     )
     if args.json:
         print_json(observation)

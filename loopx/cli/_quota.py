@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.model import iso_utc, utcnow
-from loopx.quota.decision import QuotaDecision, QuotaReport, decide, quota_report
-from loopx.registry.goals import get_goal
-from loopx.root import Layout
-from loopx.turn.lease import read_lease
+from loopx.cli._common import add_command, print_json, root
+from loopx.model import iso_utc
+from loopx.quota.decision import QuotaReport
 
 
 def register(sub: Any) -> None:
@@ -35,12 +31,6 @@ def register(sub: Any) -> None:
     should.add_argument("goal_id", metavar="ID")
     should.add_argument("--json", action="store_true", help="print the decision as JSON")
     should.set_defaults(func=run_should_run)
-
-
-def _leased(where: Layout, goal_id: str, now: datetime) -> bool:
-    # A lease past its expiry no longer keeps other agents away (it may be taken over).
-    lease = read_lease(where, goal_id)
-    return lease is not None and lease.expires_at > now
 
 
 def _print_report(report: QuotaReport) -> None:
@@ -75,10 +65,7 @@ def _print_report(report: QuotaReport) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """Print the goal's quota report."""
-    where = layout(args)
-    goal = get_goal(where, args.goal_id)
-    now = utcnow()
-    report = quota_report(where, goal, now=now, leased=_leased(where, goal.id, now))
+    report = root(args).quota.report(args.goal_id)
     if args.json:
         print_json(report)
     else:
@@ -88,10 +75,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_should_run(args: argparse.Namespace) -> int:
     """Decide now; exit 0 when the goal may run, NOT_ALLOWED when not."""
-    where = layout(args)
-    goal = get_goal(where, args.goal_id)
-    now = utcnow()
-    decision: QuotaDecision = decide(where, goal, now=now, leased=_leased(where, goal.id, now))
+    decision = root(args).quota.should_run(args.goal_id)
     if args.json:
         print_json(decision)
     else:

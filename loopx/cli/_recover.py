@@ -6,8 +6,7 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.turn.recovery import recover
+from loopx.cli._common import add_command, print_json, root
 
 
 def register(sub: Any) -> None:
@@ -19,7 +18,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Recover the root; exit 1 when something needs a human (quarantine or error)."""
-    report = recover(layout(args))
+    report = root(args).turns.recover()
     if args.json:
         print_json(report)
     else:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.turn.replay import ReplayReport, repair, replay
+from loopx.cli._common import add_command, print_json, root
+from loopx.turn.replay import ReplayReport
 
 
 def register(sub: Any) -> None:
@@ -55,11 +55,11 @@ def _print_text(report: ReplayReport) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Replay (and verify or repair) one goal; exit 1 when the disk disagrees."""
-    where = layout(args)
+    turns = root(args).turns
     report = (
-        repair(where, args.goal_id)
+        turns.repair(args.goal_id)
         if args.repair
-        else replay(where, args.goal_id, verify=args.verify)
+        else turns.replay(args.goal_id, verify=args.verify)
     )
     if args.json:
         print_json(report)

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -15,10 +15,18 @@ from rich.table import Table
 from rich.text import Text
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
-from loopx.model import iso_utc, utcnow
-from loopx.status.cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
+from loopx.api import Status
+from loopx.cli._common import add_command, print_json, root
+from loopx.model import iso_utc
 from loopx.status.view import Actor, GoalStatusView, StatusProjection
+
+DEFAULT_TTL_S = Status.DEFAULT_TTL_S
+
+
+def utcnow() -> datetime:
+    """The time relative times are shown against."""
+    return datetime.now(UTC)
+
 
 _ACTOR_STYLE = {Actor.HUMAN: "bold red", Actor.AGENT: "green", Actor.NONE: "dim"}
 
@@ -61,17 +69,6 @@ def register(sub: Any) -> None:
     refresh.add_argument("--full", action="store_true", help="check every goal's files")
     refresh.add_argument("--json", action="store_true")
     refresh.set_defaults(func=run_refresh)
-
-
-def _filtered(
-    projection: StatusProjection, actor: str | None, limit: int | None
-) -> StatusProjection:
-    goals = [g for g in projection.goals if actor is None or g.actor == actor]
-    if limit is not None:
-        goals = goals[: max(0, limit)]
-    if len(goals) == len(projection.goals):
-        return projection
-    return projection.model_copy(update={"goals": goals})
 
 
 def _when(value: datetime | None, now: datetime) -> str:
@@ -162,17 +159,15 @@ def render_plain(p: StatusProjection, now: datetime) -> str:
 
 
 def _load(args: argparse.Namespace) -> StatusProjection:
-    where = layout(args)
-    projection = load_status(
-        where, now=utcnow(), ttl_s=args.ttl, full_scan_after_s=args.full_scan_after
+    return root(args).status.project(
+        ttl_s=args.ttl, full_scan_after_s=args.full_scan_after, actor=args.actor, limit=args.limit
     )
-    return _filtered(projection, args.actor, args.limit)
 
 
 def run_status(args: argparse.Namespace) -> int:
     """Print (or keep redrawing) the attention queue."""
     if args.clear_cache:
-        clear_status_cache(layout(args))
+        root(args).status.clear_cache()
     if args.watch is None:
         projection = _load(args)
         if args.json:
@@ -222,9 +217,7 @@ def _watch_live(args: argparse.Namespace, interval: float) -> int:
 
 def run_refresh(args: argparse.Namespace) -> int:
     """Refresh the cache now, re-reading only changed goals (all with --full)."""
-    report = refresh_status(
-        layout(args), now=utcnow(), ttl_s=0.0, full_scan_after_s=0.0 if args.full else 60.0
-    )
+    report = root(args).status.refresh(full=args.full)
     if args.json:
         print_json(report)
     else:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json
+from loopx.cli._common import add_agent_options, add_command, check_agents, layout, print_json, root
 from loopx.errors import UsageError
 from loopx.fleet import (
     Backend,
@@ -266,9 +266,7 @@ def run_start(args: argparse.Namespace) -> int:
 
 def run_stop(args: argparse.Namespace) -> int:
     """Stop the running supervisor."""
-    from loopx.supervisor.control import stop  # noqa: PLC0415
-
-    stopped = stop(layout(args), timeout_s=args.timeout, force=args.force)
+    stopped = root(args).fleet.stop(timeout_s=args.timeout, force=args.force)
     record = stopped.supervisor
     if args.json:
         print_json(stopped)
@@ -281,9 +279,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     """Show the supervisor and agents."""
-    from loopx.supervisor.control import status_document  # noqa: PLC0415
-
-    doc = status_document(layout(args))
+    doc = root(args).fleet.status()
     if args.json:
         print_json(doc)
         return exitcodes.OK

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from loopx import exitcodes
-from loopx.cli._common import add_command, layout, print_json
+from loopx.cli._common import add_command, print_json, root
 from loopx.turn.journal import TurnStatus
 
 
@@ -23,9 +23,7 @@ def register(sub: Any) -> None:
 
 def run_once(args: argparse.Namespace) -> int:
     """Run one turn; exit 0 committed, 1 failed/stopped, 3 not run (leased or quota)."""
-    from loopx.agents.turn import attempt_turn  # noqa: PLC0415 - keeps `loopx --help` fast
-
-    attempt = attempt_turn(layout(args), args.goal_id, agent_id=args.agent_id)
+    attempt = root(args).turns.run_one(args.goal_id, agent_id=args.agent_id)
     report = attempt.report
     if args.json:
         print_json(attempt)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,8 +114,10 @@ class BatchRun:
         goal_ids: list[str],
         config: BatchConfig,
         show: Callable[[Progress], None],
+        stop: threading.Event | None = None,
     ) -> None:
         self.layout = layout
+        self.stop = stop  # set from another thread: stop the fleet gracefully, as SIGTERM does
         self.goal_ids = goal_ids
         self.config = config
         self.show = show
@@ -167,7 +170,8 @@ class BatchRun:
                 elapsed = time.monotonic() - started
                 self.show(progress_of(gather_goal_reports(self.layout, self.goal_ids), elapsed))
                 over_time = self.config.max_wall_s is not None and elapsed > self.config.max_wall_s
-                if (self.stop_requested or over_time) and terminated_at is None:
+                stopping = self.stop_requested or (self.stop is not None and self.stop.is_set())
+                if (stopping or over_time) and terminated_at is None:
                     self.max_wall_reached = over_time
                     log.info("batch_stopping", reason="max_wall" if over_time else "signal")
                     fleet.send_signal(signal.SIGTERM)
