@@ -77,6 +77,13 @@ def test_supervisor_speaks_the_protocol(tmp_path: Path) -> None:
     path = tmp_path / "n.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env |= {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "400000"}
+    # Every command but init, demo and batch run needs an initialised root.
+    subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root), "init"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     with receiver(path) as sock:
         proc = subprocess.Popen(
             [
