@@ -33,12 +33,16 @@ from pathlib import Path
 
 from loopx.log import configure_logging
 from loopx.model import utcnow
-from loopx.registry.model import Registry
 from loopx.status.cache import StatusCache, clear_status_cache
 from loopx.status.changes import note_goal_changed
 from loopx.status.server import make_server
-from loopx.storage.files import atomic_write_model
-from loopx.testing.status_fixtures import append_history, history_line, make_root, seed_goal
+from loopx.testing.status_fixtures import (
+    append_history,
+    history_line,
+    make_root,
+    register_goals,
+    seed_goal,
+)
 
 
 def ms(seconds: float) -> str:
@@ -52,7 +56,7 @@ def seed(base: Path, n: int, history: int):
     for i in range(n):
         goal = seed_goal(layout, f"goal-{i:05d}", now=now, history=history, workdir=base)
         goals[goal.id] = goal
-    atomic_write_model(layout.registry, Registry(goals=goals))
+    register_goals(layout, goals.values())
     return layout
 
 

@@ -102,19 +102,16 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 - lazy, see above
+def _read_version() -> str:
+    from loopx._version import VERSION  # noqa: PLC0415 - lazy, see above
 
-    try:
-        return version("loopx")
-    except PackageNotFoundError:  # running from a source tree without installing
-        return "0.0.0+unknown"
+    return VERSION
 
 
 def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562 hook: any exported object
     """Import a public name on first access and cache it in the module."""
     if name == "__version__":
-        value: Any = _version()
+        value: Any = _read_version()
     elif name in _EXPORTS:
         import importlib  # noqa: PLC0415 - lazy, see above
 

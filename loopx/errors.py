@@ -146,6 +146,18 @@ class RootError(LoopxError):
     """The runtime root cannot be resolved, created or trusted."""
 
 
+class NewerRootError(RootError):
+    """The root was written by a newer LoopX whose file format this program does not know."""
+
+    def __init__(self, path: Path, found: int, known: int) -> None:
+        super().__init__(
+            f"{path} has schema_version {found}; this LoopX knows up to {known}, "
+            "so a newer release wrote this root",
+            hint="upgrade LoopX (`pip install -U loopx`) or choose another root with --root",
+        )
+        self.path, self.found, self.known = path, found, known
+
+
 class UnsafePathError(LoopxError):
     """A path inside the runtime root is a symlink or otherwise not what LoopX created."""
 

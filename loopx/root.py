@@ -163,6 +163,11 @@ class Layout:
         """``projections/status.json``."""
         return self.projections_dir / "status.json"
 
+    @property
+    def goal_index_file(self) -> Path:
+        """``projections/goals.json``: the derived index of every goal's policy."""
+        return self.projections_dir / "goals.json"
+
     def agent_file(self, agent_id: str) -> Path:
         """``agents/<agent_id>.json``."""
         return self.agents_dir / f"{validate_goal_id(agent_id)}.json"
@@ -171,6 +176,10 @@ class Layout:
     def goal_dir(self, goal_id: str) -> Path:
         """``goals/<id>/``."""
         return self.goals_dir / validate_goal_id(goal_id)
+
+    def goal_file(self, goal_id: str) -> Path:
+        """``goals/<id>/goal.json``: the goal's policy."""
+        return self.goal_dir(goal_id) / "goal.json"
 
     def state_file(self, goal_id: str) -> Path:
         """``goals/<id>/state.json``."""
@@ -266,10 +275,11 @@ def _make_dirs(layout: Layout, resolved: ResolvedRoot) -> None:
 
 
 def _initialise_registry(layout: Layout) -> None:
-    # Lazy: the registry model imports this module.
-    from loopx.registry.model import init_registry  # noqa: PLC0415
+    # Lazy: the registry store imports this module. Only the settings file is written
+    # here: an old single-file registry is migrated by its first reader (or `init --upgrade`).
+    from loopx.registry.store import create_settings  # noqa: PLC0415
 
-    init_registry(layout)
+    create_settings(layout)
 
 
 def open_root(resolved: ResolvedRoot, *, create: bool) -> Layout:

@@ -29,8 +29,11 @@ from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.archive import ArchiveResult
+from loopx.registry.bulk import ImportReport
+from loopx.registry.catalog import GoalIndex
 from loopx.registry.initialise import InitReport
-from loopx.registry.model import Registry
+from loopx.registry.migrate import MigrationReport, RegistryV1
+from loopx.registry.model import Goal, RegistrySettings
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
 from loopx.state import GoalState
 from loopx.status import dashboard
@@ -50,7 +53,10 @@ from loopx.turn.replay import ReplayReport, SetAsideNote
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {
-    "registry": Registry,
+    "registry": RegistrySettings,  # root-wide settings only
+    "registry-v1": RegistryV1,  # the old single-file registry, migrated on first open
+    "goal-file": Goal,  # goals/<id>/goal.json
+    "goal-index": GoalIndex,
     "state": GoalState,
     "status": StatusProjection,
     "status-index": StatusIndex,
@@ -81,6 +87,8 @@ FILES: dict[str, type[BaseModel]] = {
 # `batch-report`) and what `loopx serve` replies.
 OUTPUTS: dict[str, type[BaseModel]] = {
     "init": InitReport,
+    "migration": MigrationReport,  # inside init (`init --upgrade`)
+    "goal-import": ImportReport,
     "goal": GoalDocument,
     "goal-list": GoalList,
     "goal-view": GoalView,

@@ -43,8 +43,9 @@ import pytest
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.doctor import diagnose
 from loopx.model import utcnow
+from loopx.registry.catalog import load_registry
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec, load_registry
+from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout
 from tests.turnkit import cli_env, loopx, make_root
 

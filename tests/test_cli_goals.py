@@ -16,7 +16,9 @@ def test_init_creates_a_private_root_and_registry(tmp_path: Path) -> None:
     first = cli.json("init")
     assert first["registry_created"] is True
     assert cli.json("init")["registry_created"] is False
-    assert json.loads((cli.root / "registry.json").read_text())["goals"] == {}
+    settings = json.loads((cli.root / "registry.json").read_text())
+    assert settings == {"schema_version": 2, "common_runtime_root": None}
+    assert cli.json("goal", "list")["goals"] == []
 
 
 def test_every_policy_field_round_trips(cli: Cli, tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ COMMANDS: dict[str, list[str]] = {
     "init": [],
     "goal add": ["g2", "--objective", "x", "--host-kind", "demo"],
     "goal list": [],
+    "goal import": ["{base}/goals.jsonl"],
     "goal show": ["g"],
     "goal pause": ["g"],
     "goal resume": ["g"],
@@ -193,6 +194,7 @@ def _build_arena(base: Path) -> None:
     (base / "plan.yaml").write_text("goals: []\n")
     (base / "broken.json").write_text('{"goals": [')
     _plan(base / "plan.json", [{"id": "p", "objective": "x", "host_kind": "demo"}])
+    (base / "goals.jsonl").write_text('{"id": "i1", "objective": "x", "workdir": "/tmp"}\n')
     _plan(base / "nohost.json", [{"id": "p", "objective": "x"}])
     _plan(base / "badhost.json", [{"id": "p", "objective": "x", "host": "no-such-program-x"}])
 
@@ -352,8 +354,7 @@ def test_bad_files(results: dict[str, Any], name: str) -> None:
 
 def test_bad_flags_changed_nothing(results: dict[str, Any], arena: Path) -> None:
     """Refused `goal add`s registered nothing."""
-    registry = json.loads((arena / "ok" / "registry.json").read_text())
-    assert "g3" not in registry["goals"]
+    assert not (arena / "ok" / "goals" / "g3" / "goal.json").exists()
     assert results["init-creates"]["code"] == exitcodes.OK
 
 

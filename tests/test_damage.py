@@ -34,7 +34,7 @@ def _target(layout: Layout, target: str) -> Path:
         "journal": journal_files(layout, "g")[-1] if target == "journal" else layout.root,
         "history": layout.history_file("g"),
         "quota": layout.quota_file("g"),
-        "registry": layout.registry,
+        "registry": layout.goal_file("g"),  # the goal's entry in the registry
     }[target]
 
 
@@ -78,7 +78,7 @@ def follow_repairs(root: Path, report: dict[str, Any], registry_backup: bytes) -
     for finding in report["findings"]:
         if finding["severity"] == "info":
             continue
-        if finding["path"].endswith("registry.json"):
+        if finding["path"].endswith("goal.json"):
             Path(finding["path"]).write_bytes(registry_backup)  # "restore it from a backup"
             continue
         words = shlex.split(finding["repair"].split("  (")[0])
@@ -107,7 +107,7 @@ def test_damage_is_reported_contained_and_repairable(
         for _ in range(2):
             report = run_one_turn(layout, goal_id, agent_id="setup")
             assert report is not None and report.status == "committed"
-    registry_backup = layout.registry.read_bytes()
+    registry_backup = layout.goal_file("g").read_bytes()
     path = _target(layout, target)
     before = durable_hashes(layout, skip=path)
 

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.timeout(300)
 JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("init",): "init",
     ("goal", "add"): "goal",
+    ("goal", "import"): "goal-import",
     ("goal", "list"): "goal-list",
     ("goal", "show"): "goal-view",
     ("goal", "pause"): "goal",
@@ -123,9 +124,9 @@ def test_schema_lists_every_output_and_file_model() -> None:
 
 def test_schema_command_prints_each_listed_schema(cli: Cli) -> None:
     """`loopx schema NAME` prints a JSON Schema for an output as for a file kind."""
-    for name in ("goal-view", "supervisor-status", "http-turns", "registry"):
+    for name in ("goal-view", "supervisor-status", "http-turns", "goal-file", "registry"):
         schema = json.loads(cli.run("schema", name, check=True).stdout)
-        assert schema["properties"]["schema_version"]["const"] == 1
+        assert schema["properties"]["schema_version"]["const"] == (2 if name == "registry" else 1)
 
 
 def _validated(name: str, stdout: str) -> BaseModel:
@@ -145,9 +146,13 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     check(("init",))
+    assert check(("init",), "--upgrade").migration is not None  # type: ignore[attr-defined]
     check(("goal", "add"), "g1", "--objective", "count", "--workdir", str(work),
           "--host-kind", "demo", "--next-probe", "echo seen")  # fmt: skip
     check(("goal", "add"), "g2", "--objective", "x", "--workdir", str(work), "--host-kind", "demo")
+    listing = tmp_path / "goals.jsonl"
+    listing.write_text(json.dumps({"id": "g3", "objective": "y", "workdir": str(work)}) + "\n")
+    check(("goal", "import"), str(listing))
     check(("goal", "list"))
     check(("goal", "show"), "g1")
     check(("quota", "show"), "g1")

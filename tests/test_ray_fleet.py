@@ -87,7 +87,7 @@ def ray_supervisor(root: Path, address: str, *args: str, **env: str) -> subproce
 
 
 def goal_status(root: Path, goal_id: str) -> str:
-    return str(json.loads((root / "registry.json").read_text())["goals"][goal_id]["status"])
+    return str(json.loads((root / "goals" / goal_id / "goal.json").read_text())["status"])
 
 
 def test_three_actors_finish_ten_goals_with_the_local_invariants(

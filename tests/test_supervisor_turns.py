@@ -29,7 +29,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def goal_status(root: Path, goal_id: str) -> str:
-    return json.loads((root / "registry.json").read_text())["goals"][goal_id]["status"]
+    return json.loads((root / "goals" / goal_id / "goal.json").read_text())["status"]
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ def test_demo_goal_completes_after_three_turns(tmp_path):
     demo_goal(layout, "g", tmp_path / "wd")
     kinds = [run_one_turn(layout, "g", agent_id="a", config=FAST) for _ in range(3)]
     assert [r.kind for r in kinds if r] == ["progress", "progress", "completed"]
-    assert json.loads(layout.registry.read_text())["goals"]["g"]["status"] == "done"
+    assert json.loads(layout.goal_file("g").read_text())["status"] == "done"
     assert run_one_turn(layout, "g", agent_id="a", config=FAST) is None
     assert load_state(layout, "g").turn_seq == 3
 

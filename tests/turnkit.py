@@ -104,13 +104,12 @@ def durable_snapshot(layout: Layout, goal_id: str, workdir: Path) -> dict[str, A
         for p in sorted((goal_dir / "turns").glob("*.json"))
         for data in [json.loads(p.read_text())]
     }
-    registry = json.loads(layout.registry.read_text())
     return {
         "state": _strip(json.loads(read(goal_dir / "state.json"))),
         "history": lines("history.jsonl"),
         "ledger": lines("quota.jsonl"),
         "runs": runs,
         "journals": journals,
-        "goal_status": registry["goals"][goal_id]["status"],
+        "goal_status": json.loads(layout.goal_file(goal_id).read_text())["status"],
         "lease": (goal_dir / "lease.json").exists(),
     }

@@ -38,8 +38,7 @@ from loopx.process import (
 )
 from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.schedule.candidates import gather_candidates
-from loopx.schedule.select import select
+from loopx.schedule.index import ScheduleIndex
 from loopx.secrets import secret_values
 from loopx.state import load_state
 from loopx.storage.files import atomic_write_model
@@ -52,6 +51,7 @@ log = structlog.get_logger(__name__)
 
 FORCED_EXIT_CODE: Final = exitcodes.INTERRUPTED  # a second signal: leave now, recovery finishes
 PARENT_GONE_CHECK_S: Final = 1.0
+HINT_CHECK_S: Final = 0.25  # an idle agent looks for change hints this often (one stat)
 
 
 def fits(goal: Goal, resources: Mapping[str, float] | None) -> bool:
@@ -105,6 +105,9 @@ class Agent:
         self._wake = threading.Event()
         self._beater: threading.Thread | None = None
         self._beats_done = threading.Event()
+        # Which goals may run, kept current from change hints: a step costs
+        # O(changed goals), not O(goals) (issue 14).
+        self.index = ScheduleIndex(layout, accept=lambda goal: fits(goal, config.resources))
         self._since_beat = 0.0
         self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
 
@@ -229,10 +232,8 @@ class Agent:
             return Step.STOPPING
 
         now = utcnow()
-        candidates = gather_candidates(self.layout, now=now)
-        if self.config.resources is not None:
-            candidates = [c for c in candidates if fits(c.goal, self.config.resources)]
-        ranked = select(candidates, now=now)
+        self.index.refresh(now=now)
+        ranked = self.index.ranked(now=now)
         return self._run_ranked([c.goal_id for c in ranked])
 
     def _run_ranked(self, goal_ids: list[str]) -> Step:
@@ -268,6 +269,7 @@ class Agent:
                 break
             finally:
                 structlog.contextvars.unbind_contextvars("goal_id")
+                self.index.touch(goal_id)  # its lease, state or quota changed, or a race was lost
             if attempt.busy:
                 later.append(goal_id)
                 continue
@@ -315,6 +317,21 @@ class Agent:
         )
         return float(base * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not cryptography
 
+    def _idle_wait(self) -> None:
+        """Sleep until a waiting goal's time comes or a writer leaves a change hint.
+
+        At most the idle backoff; the hint log is checked with one ``stat``
+        every ``HINT_CHECK_S``, so a new or changed goal is picked up at once
+        while an idle fleet costs next to nothing, however many goals wait.
+        """
+        deadline = self.index.idle_sleep(now=utcnow(), longest=self.idle_delay())
+        waited = 0.0
+        while waited < deadline and not self.stop.is_set():
+            chunk = min(HINT_CHECK_S, deadline - waited)
+            if self._wake.wait(chunk) or self.index.hinted_since_refresh():
+                return
+            waited += chunk
+
     def done(self) -> bool:
         """Whether the loop should end (stop requested or the turn budget used)."""
         limit = self.config.max_turns
@@ -334,7 +351,7 @@ class Agent:
                     self._wake.clear()
                     if self.stop.is_set():
                         break
-                    self._wake.wait(self.idle_delay())
+                    self._idle_wait()
         finally:
             self.stop_heartbeat()
             self.beat(AgentPhase.STOPPING)

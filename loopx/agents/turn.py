@@ -46,7 +46,7 @@ from loopx.process import find_by_env, kill_tree
 from loopx.quota.decision import QuotaDecision, decide
 from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.schedule.candidates import read_registry
+from loopx.schedule.candidates import read_goal_cached
 from loopx.state import load_state
 from loopx.storage.files import dir_sync_batch
 from loopx.storage.locks import lock_busy
@@ -303,13 +303,13 @@ def _visibly_held(layout: Layout, goal_id: str, *, now: datetime, grace_s: float
 
 
 def _goal(layout: Layout, goal_id: str) -> Goal:
-    """:func:`loopx.registry.goals.get_goal`, parsing the registry again only when it changed.
+    """:func:`loopx.registry.goals.get_goal`, parsing the goal file again only when it changed.
 
     Raises:
         GoalNotFoundError: no such goal.
 
     """
-    goal = read_registry(layout).goals.get(validate_goal_id(goal_id))
+    goal = read_goal_cached(layout, validate_goal_id(goal_id))
     if goal is None:
         raise GoalNotFoundError(goal_id, layout.registry)
     return goal

@@ -14,7 +14,8 @@ from loopx.batch.report import BatchReport
 from loopx.errors import UsageError
 from loopx.fleet import ScaleResult, SupervisorStarted, SupervisorStatus, SupervisorStopped
 from loopx.model import utcnow
-from loopx.registry.model import GoalStatus, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 
 if TYPE_CHECKING:

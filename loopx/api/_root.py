@@ -71,9 +71,14 @@ class Root:
         registry: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         home: Path | None = None,
+        upgrade: bool = False,
     ) -> InitReport:
-        """`loopx init`: create the root (0700) and an empty registry; idempotent."""
-        return initialise(_resolve(path, registry, env, home))
+        """`loopx init`: create the root (0700) and an empty registry; idempotent.
+
+        ``upgrade`` (`init --upgrade`) first moves an old single-file
+        registry's goals into one goal file each.
+        """
+        return initialise(_resolve(path, registry, env, home), upgrade=upgrade)
 
     @staticmethod
     def diagnose(

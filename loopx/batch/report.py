@@ -15,7 +15,8 @@ from loopx.history.line import HistoryLine
 from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
 from loopx.quota.ledger import SpendRecord, read_spend
-from loopx.registry.model import Goal, GoalStatus, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
 

@@ -1,117 +1,179 @@
-"""Parse, dispatch, and turn a LoopxError into one line, a hint and an exit code."""
+"""Parse, dispatch, and turn a LoopxError into one line, a hint and an exit code.
+
+Only the chosen subcommand's module is imported: ``loopx --help`` and
+``loopx --version`` start about as fast as Python itself, and each command
+pays only for what it uses (issue 14). The table below is the CLI's surface;
+``tests/test_cli_start.py`` checks it against what the modules register.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
+import importlib
 import sys
-from collections.abc import Sequence
 
-from loopx import exitcodes
-from loopx.cli import (
-    _agent,
-    _archive,
-    _batch,
-    _demo,
-    _doctor,
-    _gate,
-    _goal,
-    _init,
-    _journal,
-    _probe,
-    _quota,
-    _recover,
-    _replay,
-    _schema,
-    _serve,
-    _status,
-    _supervisor,
-    _turn,
-)
 from loopx.cli._common import Parser, common_options
-from loopx.errors import LoopxError, ResourceFaultError, resource_fault
-from loopx.log import configure_logging
 
-# Each module adds its subcommands; listed explicitly so the CLI's surface is visible here.
-COMMAND_MODULES = (
-    _init,
-    _goal,
-    _gate,
-    _quota,
-    _schema,
-    _agent,
-    _supervisor,
-    _batch,
-    _status,
-    _serve,
-    _archive,
-    _probe,
-    _turn,
-    _journal,
-    _recover,
-    _demo,
-    _replay,
-    _doctor,
-)
+# Not `typing`/`collections.abc`: `loopx --help` imports only argparse (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from loopx.errors import LoopxError
 
 
-def build_parser() -> Parser:
-    """The whole `loopx` argument parser."""
+class Command:
+    """A subcommand: the module that registers it, its one-line help, its aliases."""
+
+    __slots__ = ("aliases", "help", "module")
+
+    def __init__(self, module: str, help: str, aliases: tuple[str, ...] = ()) -> None:  # noqa: A002
+        self.module, self.help, self.aliases = module, help, aliases
+
+
+COMMANDS = {
+    "init": Command("_init", "create the runtime root and an empty registry"),
+    "goal": Command("_goal", "register and manage goals"),
+    "gate": Command("_gate", "open or resolve a human gate on a goal"),
+    "quota": Command("_quota", "inspect a goal's compute quota"),
+    "schema": Command("_schema", "print the JSON Schema of a file kind or a --json output"),
+    "agent": Command("_agent", "run an agent worker (the supervisor starts these)"),
+    "supervisor": Command(
+        "_supervisor", "run and control the agent fleet of a root", aliases=("daemon",)
+    ),
+    "batch": Command("_batch", "headless batch runs"),
+    "status": Command("_status", "who must act next on each goal, and why"),
+    "refresh": Command("_status", "refresh the cached status projection now"),
+    "serve": Command("_serve", "serve the dashboard, status, goals and metrics over HTTP"),
+    "archive": Command("_archive", "move a goal's files aside and mark it archived"),
+    "probe": Command("_probe", "run a goal's read-only next_probe command"),
+    "turn": Command("_turn", "run turns by hand"),
+    "journal": Command("_journal", "list and inspect turn journals"),
+    "recover": Command("_recover", "finish interrupted turns from their journals"),
+    "demo": Command(
+        "_demo", "run demo goals on a fresh root with a headless fleet, then show the status"
+    ),
+    "replay": Command(
+        "_replay", "rebuild a goal's state, history and quota ledger from its journals"
+    ),
+    "doctor": Command(
+        "_doctor", "check permissions, file schemas, leases, journals, quarantine, fleet"
+    ),
+}
+_BY_NAME = {alias: name for name, command in COMMANDS.items() for alias in (name, *command.aliases)}
+_VALUED_OPTIONS = frozenset({"--root", "--runtime-root", "--registry", "--log-level"})
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (after the common options), or None."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUED_OPTIONS:
+            skip = True
+        elif arg == "--" or not arg.startswith("-"):
+            return _BY_NAME.get(arg)
+    return None
+
+
+def command_module(name: str) -> object:
+    """Import the module that registers subcommand ``name``."""
+    return importlib.import_module(f"loopx.cli.{COMMANDS[name].module}")
+
+
+def _version() -> str:
+    import loopx  # noqa: PLC0415 - the version is read lazily from the package metadata
+
+    return f"loopx {loopx.__version__}"
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        sys.stdout.write(_version() + "\n")
+        parser.exit()
+
+
+def build_parser(argv: Sequence[str] | None = None) -> Parser:
+    """The `loopx` parser; only the command ``argv`` chooses (if any) is fully registered.
+
+    Without ``argv`` every command is registered in full.
+    """
     parser = Parser(
         prog="loopx",
         description="Run long-lived AI agent work unattended, crash-safe by journal.",
         parents=[common_options(top=True)],
     )
-    parser.add_argument("--version", action="version", version=f"loopx {_version()}")
+    parser.add_argument("--version", nargs=0, action=_VersionAction, help="print the version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    chosen = chosen_command(argv) if argv is not None else None
+    full = COMMANDS if argv is None else ([chosen] if chosen else [])
+    for name in full:
+        module = command_module(name)
+        if name not in sub.choices:
+            module.register(sub)  # type: ignore[attr-defined]  # every command module has it
+    for name, command in COMMANDS.items():
+        if name not in sub.choices:
+            # A stub for the help listing; choosing it registers the real one (above).
+            sub.add_parser(name, help=command.help, aliases=list(command.aliases))
     return parser
 
 
-def _version() -> str:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `loopx` console script; returns the exit code."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    args: argparse.Namespace | None = None
     try:
-        return importlib.metadata.version("loopx")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+        parser = build_parser(args_in)
+        args = parser.parse_args(args_in)
+        from loopx.log import configure_logging  # noqa: PLC0415 - structlog only once a command runs
+
+        configure_logging(level=args.log_level or "warning")
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
+
+        print("loopx: interrupted", file=sys.stderr)
+        return exitcodes.INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - _failed re-raises what it does not handle
+        return _failed(e, args)
+    return code
+
+
+def _failed(e: Exception, args: argparse.Namespace | None) -> int:
+    """The exit code of a command that raised ``e``: one line and a hint, never a traceback.
+
+    Raises:
+        Exception: ``e`` again when it is neither a LoopxError nor an OSError.
+    """
+    from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
+    from loopx.errors import LoopxError, ResourceFaultError, resource_fault  # noqa: PLC0415
+
+    if isinstance(e, LoopxError):
+        return _error(e)
+    if isinstance(e, BrokenPipeError):
+        # The reader went away (`loopx goal list | head`); nothing more to say.
+        return exitcodes.OK
+    if not isinstance(e, OSError):
+        raise e
+    reason = resource_fault(e)
+    if reason is not None:
+        command = getattr(args, "command", None) if args is not None else None
+        return _error(ResourceFaultError(reason, f"finish `loopx {command or '...'}`"))
+    # The last net for a file the user pointed at (a directory given as a file,
+    # a path under a file, a permission): one line, never a traceback.
+    where = f": {e.filename}" if e.filename else ""
+    _report(
+        f"{e.strerror or e}{where}",
+        "check the path and its permissions; `loopx doctor` describes the root",
+    )
+    return exitcodes.FAILURE
 
 
 def _report(message: str, hint: str | None) -> None:
     print(f"loopx: error: {message}", file=sys.stderr)
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `loopx` console script; returns the exit code."""
-    args: argparse.Namespace | None = None
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        configure_logging(level=args.log_level or "warning")
-        code: int = args.func(args)
-    except LoopxError as e:
-        return _error(e)
-    except KeyboardInterrupt:
-        print("loopx: interrupted", file=sys.stderr)
-        return exitcodes.INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (`loopx goal list | head`); nothing more to say.
-        return exitcodes.OK
-    except OSError as e:
-        reason = resource_fault(e)
-        if reason is not None:
-            command = getattr(args, "command", None) if args is not None else None
-            return _error(ResourceFaultError(reason, f"finish `loopx {command or '...'}`"))
-        # The last net for a file the user pointed at (a directory given as a file,
-        # a path under a file, a permission): one line, never a traceback.
-        where = f": {e.filename}" if e.filename else ""
-        _report(
-            f"{e.strerror or e}{where}",
-            "check the path and its permissions; `loopx doctor` describes the root",
-        )
-        return exitcodes.FAILURE
-    return code
 
 
 def _error(e: LoopxError) -> int:

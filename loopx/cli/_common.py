@@ -6,17 +6,21 @@ import argparse
 import functools
 import os
 import sys
-from pathlib import Path
-from typing import Any, NoReturn, TypeAlias
 
-from pydantic import BaseModel
+# Not `from typing import ...`: `loopx --help` imports only argparse (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, TypeAlias
 
-from loopx.api import Root
-from loopx.errors import UsageError
-from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+    from pydantic import BaseModel
 
-# What ``add_subparsers()`` returns; argparse names the class privately.
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # noqa: SLF001
+    from loopx.api import Root
+    from loopx.root import Layout, ResolvedRoot
+
+    # What ``add_subparsers()`` returns; argparse names the class privately.
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]  # noqa: SLF001
+else:
+    Subparsers = argparse._SubParsersAction  # noqa: SLF001 - the same class, unsubscripted
 
 
 class Parser(argparse.ArgumentParser):
@@ -24,6 +28,8 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Raise the mistake as a UsageError; the CLI prints it like any other."""
+        from loopx.errors import UsageError  # noqa: PLC0415 - `loopx --help` imports only argparse
+
         raise UsageError(message, hint=f"see `{self.prog} --help`")
 
 
@@ -104,6 +110,8 @@ def check_agents(
     Raises:
         UsageError: the count is below 1 or above the bound.
     """
+    from loopx.errors import UsageError  # noqa: PLC0415 - `loopx --help` imports only argparse
+
     n = args.agents if count is None else count
     limit = args.max_agents if args.max_agents is not None else default_max_agents()
     if n < 1:
@@ -121,16 +129,24 @@ def check_agents(
 
 def resolved(args: argparse.Namespace) -> ResolvedRoot:
     """The runtime root the command line and environment select."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from loopx.root import resolve_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
     return resolve_root(flag=args.root, registry=args.registry, env=os.environ, home=Path.home())
 
 
 def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
     """The checked layout of the selected root (created with ``create``)."""
+    from loopx.root import open_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
     return open_root(resolved(args), create=create)
 
 
 def root(args: argparse.Namespace, *, create: bool = False) -> Root:
     """The API's handle on the selected root (created with ``create``)."""
+    from loopx.api import Root  # noqa: PLC0415 - `loopx --help` must not need pydantic
+
     return Root.open(args.root, create=create, registry=args.registry)
 
 

@@ -9,8 +9,8 @@ from loopx.cli._common import Subparsers, add_command, print_json, resolved
 from loopx.clock import repair_future_dated
 from loopx.doctor import Severity, diagnose
 from loopx.model import utcnow
+from loopx.registry.catalog import load_registry
 from loopx.root import Layout
-from loopx.schedule.candidates import read_registry
 
 
 def register(sub: Subparsers) -> None:
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     # Not open_root: doctor must also describe a root that open_root refuses.
     layout = Layout.of(resolved(args))
     if args.repair:
-        goals = sorted(read_registry(layout).goals)
+        goals = sorted(load_registry(layout).goals)
         for goal_id in repair_future_dated(layout, goals, now=utcnow()):
             print(f"repaired: {layout.state_file(goal_id)}: dated back to now")
     report = diagnose(layout)

@@ -1,4 +1,4 @@
-"""`loopx goal add|list|show|pause|resume|done`."""
+"""`loopx goal add|import|list|show|pause|resume|done`."""
 
 from __future__ import annotations
 
@@ -94,6 +94,16 @@ def register(sub: Subparsers) -> None:
     lister = add_command(actions, "list", help="list registered goals")
     lister.add_argument("--json", action="store_true")
     lister.set_defaults(func=run_list)
+
+    importer = add_command(
+        actions,
+        "import",
+        help="register many goals from JSON Lines (one `goal list --json` entry per line) "
+        "or a batch plan; checked whole, idempotent",
+    )
+    importer.add_argument("file", metavar="FILE", type=Path)
+    importer.add_argument("--json", action="store_true")
+    importer.set_defaults(func=run_import)
 
     show = add_command(actions, "show", help="show a goal's policy and state")
     show.add_argument("goal_id", metavar="ID")
@@ -260,6 +270,18 @@ def run_list(args: argparse.Namespace) -> int:
     for g in goals:
         print(
             f"{g.id:<{width}}  {g.status:<8}  p{g.priority:<3}  {_describe_host(g)}  {g.objective[:60]}"
+        )
+    return exitcodes.OK
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """Register the goals of an import file."""
+    report = root(args).goals.import_file(args.file)
+    if args.json:
+        print_json(report)
+    else:
+        print(
+            f"imported {report.added} new goals, {report.unchanged} unchanged, from {report.source}"
         )
     return exitcodes.OK
 

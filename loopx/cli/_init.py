@@ -1,4 +1,4 @@
-"""`loopx init`."""
+"""`loopx init [--upgrade]`."""
 
 from __future__ import annotations
 
@@ -12,18 +12,28 @@ from loopx.cli._common import Subparsers, add_command, print_json
 def register(sub: Subparsers) -> None:
     """Add `init`."""
     parser = add_command(sub, "init", help="create the runtime root and an empty registry")
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="move an old single-file registry's goals into one file per goal "
+        "(also done on the first open of such a root)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Create the root (0700) and the registry if missing; idempotent."""
-    report = Root.init(args.root, registry=args.registry)
+    report = Root.init(args.root, registry=args.registry, upgrade=args.upgrade)
     if args.json:
         print_json(report)
-    else:
-        verb = "initialised" if report.registry_created else "already initialised"
+        return exitcodes.OK
+    verb = "initialised" if report.registry_created else "already initialised"
+    print(f"{verb}: runtime root {report.root} (registry {report.registry}, {report.goals} goals)")
+    migration = report.migration
+    if migration is not None and migration.migrated:
         print(
-            f"{verb}: runtime root {report.root} (registry {report.registry}, {report.goals} goals)"
+            f"upgraded: {migration.goals} goals moved to goals/<id>/goal.json "
+            f"(old registry kept as {migration.backup})"
         )
     return exitcodes.OK

@@ -55,11 +55,11 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
                 f"chmod 700 {q(root)}",
             )
         walk_root(doctor)
-        registry = check_registry(doctor)
-        registered = set(registry.goals) if registry is not None else None
+        old_layout = check_registry(doctor)
         for goal_id in goal_names(doctor):
             try:
-                check_goal(doctor, goal_id, registered=registered is None or goal_id in registered)
+                # An old single-file registry holds the policies; its goals have no goal.json yet.
+                check_goal(doctor, goal_id, registered=old_layout)
             except (LoopxError, OSError) as e:
                 doctor.add(
                     Severity.ERROR,

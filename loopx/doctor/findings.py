@@ -53,7 +53,8 @@ class FindingCode(StrEnum):
     SUPERVISOR_RUNNING = "supervisor_running"
     CRASH_LOOP = "crash_loop"
     STALE_HEARTBEAT = "stale_heartbeat"
-    ORPHAN_GOAL = "orphan_goal"  # a goal directory the registry does not name
+    ORPHAN_GOAL = "orphan_goal"  # a goal directory without a goal file (goal.json)
+    OLD_LAYOUT = "old_layout"  # a single-file registry of LoopX 0.x, migrated on the next open
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
     LEFTOVER_PROCESS = "leftover_process"  # a live process of a turn that is finished
     FUTURE_DATED = "future_dated"  # written by a clock that ran ahead

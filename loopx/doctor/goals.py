@@ -19,12 +19,16 @@ from loopx.history.runlog import RunReport
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record
 from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.registry.model import Goal
 from loopx.state import GoalState
 from loopx.turn.journal import TurnJournal
 
 
 def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
-    """Every file of one goal directory, then the cross-check against its journals."""
+    """Every file of one goal directory, then the cross-check against its journals.
+
+    ``registered``: an old single-file registry holds the policy (no goal.json to check).
+    """
     layout = doc.layout
     goal_dir = layout.goals_dir / goal_id
     if not is_valid_goal_id(goal_id):
@@ -39,12 +43,21 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
     if goal_dir.is_symlink() or not goal_dir.is_dir():
         return  # reported by the walk (symlink) or not a goal
     doc.goals += 1
+    policy = layout.goal_file(goal_id)
     if not registered:
+        doc.model(
+            policy,
+            Goal,
+            f"restore {q(policy)} from a backup, or register the goal again with "
+            f"`loopx goal add {goal_id} --update ...`",
+            goal_id=goal_id,
+        )
+    if not registered and not policy.exists():
         doc.add(
             Severity.WARNING,
             FindingCode.ORPHAN_GOAL,
             goal_dir,
-            "a goal directory the registry does not name",
+            "a goal directory without a goal file (goal.json)",
             f"loopx archive {goal_id}  (or re-register it with `loopx goal add {goal_id} ...`)",
             goal_id,
         )

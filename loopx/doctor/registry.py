@@ -1,31 +1,46 @@
-"""The registry check: ``registry.json`` parses, and goals/ is not left without it."""
+"""The registry check: ``registry.json`` (root-wide settings) parses, or is an old layout.
+
+Each goal's policy (``goals/<id>/goal.json``) is checked with the goal
+(:mod:`loopx.doctor.goals`). The doctor is read-only: an old single-file
+registry is reported, not migrated.
+"""
 
 from __future__ import annotations
 
 import os
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
-from loopx.registry.model import Registry
+from loopx.errors import CorruptFileError, UnsafePathError
+from loopx.registry.model import RegistrySettings
+from loopx.registry.store import SETTINGS_VERSION, registry_version
 
 
-def check_registry(doc: Checker) -> Registry | None:
-    """``registry.json``, or its absence beside goal directories."""
+def check_registry(doc: Checker) -> bool:
+    """Check the root-wide settings file; True when it is an old single-file registry."""
     path = doc.layout.registry
-    found = doc.model(
-        path,
-        Registry,
+    repair = (
         f"restore {q(path)} from a backup  (or fix the named field by hand: `loopx schema "
-        "registry` prints the format; every goal's own files are intact)",
+        "registry` prints the format; every goal's own files are intact)"
     )
-    if found is None and not path.exists() and goal_names(doc):
+    try:
+        version = registry_version(path)
+    except CorruptFileError as e:
+        doc.add(Severity.ERROR, FindingCode.SCHEMA, path, e.problem, repair)
+        return False
+    except (UnsafePathError, OSError) as e:
+        doc.add(Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair)
+        return False
+    if version is not None and version < SETTINGS_VERSION:
         doc.add(
             Severity.WARNING,
-            FindingCode.MISSING_FILE,
+            FindingCode.OLD_LAYOUT,
             path,
-            "the registry is missing but goals/ has goals",
-            "restore it from a backup, or re-register each goal with `loopx goal add ID ...`",
+            "a single-file registry written by an older LoopX",
+            f"loopx init --upgrade --root {q(doc.layout.root)}  (or any command opening it)",
         )
-    return found if isinstance(found, Registry) else None
+        return True
+    doc.model(path, RegistrySettings, repair)
+    return False
 
 
 def goal_names(doc: Checker) -> list[str]:

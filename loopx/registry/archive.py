@@ -1,4 +1,4 @@
-"""Archiving a goal: move ``goals/<id>`` aside and mark it archived in the registry.
+"""Archiving a goal: move ``goals/<id>`` aside and mark it archived in its goal file.
 
 The move is one ``rename`` on the same filesystem, made while holding the
 goal's claim lock (``goals/<id>/epoch.lock``), so no agent can claim the goal
@@ -21,18 +21,12 @@ from loopx.history.line import HistoryLine
 from loopx.history.reader import history_tail
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime, iso_utc
-from loopx.registry.model import (
-    Goal,
-    GoalStatus,
-    Registry,
-    load_registry,
-    update_registry,
-    with_goal,
-)
+from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import note_goal_changed
-from loopx.storage.files import ensure_dir, fsync_dir, read_model_or_none
+from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_model_or_none
 from loopx.storage.locks import locked
 from loopx.turn.lease import Holder, Lease, holder_state
 
@@ -171,9 +165,8 @@ def archive_goal(
     validate_goal_id(goal_id)
     source = layout.goal_dir(goal_id)
     base = archive_root.expanduser().resolve() if archive_root is not None else layout.archive_dir
-    registry = load_registry(layout)
-    goal = registry.goals.get(goal_id)
-    if not source.is_dir():
+    goal = read_goal(layout, goal_id)
+    if not _has_goal_files(layout, goal_id):
         if goal is None:
             raise GoalNotFoundError(goal_id, layout.registry)
         raise GoalStateError(
@@ -197,10 +190,15 @@ def archive_goal(
             if os.stat(source).st_dev != os.stat(base).st_dev:
                 raise CrossDeviceArchiveError(source, destination)
         copied = False
+        archived: Goal | None = None
         if not dry_run:
             if goal is not None:
-                _mark_archived(layout, goal, now)
+                archived = _mark_archived(layout, goal, now)
             copied = _move(source, destination, copy=copy)
+    if archived is not None:
+        # The policy stays registered (status archived), so the id is not reused by mistake.
+        ensure_dir(source)
+        atomic_write_model(layout.goal_file(goal_id), archived)
     note_goal_changed(layout, goal_id)
     fields: dict[str, object] = {
         "goal_id": goal_id,
@@ -221,16 +219,21 @@ def archive_goal(
     )
 
 
-def _mark_archived(layout: Layout, goal: Goal, now: datetime) -> None:
-    def change(registry: Registry) -> Registry:
-        current = registry.goals.get(goal.id)
-        if current is None:
-            return registry
-        return with_goal(
-            registry, current.model_copy(update={"status": GoalStatus.ARCHIVED, "updated_at": now})
-        )
+def _has_goal_files(layout: Layout, goal_id: str) -> bool:
+    """Whether ``goals/<id>/`` holds more than the policy of an archived goal."""
+    try:
+        names = os.listdir(layout.goal_dir(goal_id))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return any(n not in ("goal.json", "goal.json.lock") for n in names)
 
-    update_registry(layout, change)
+
+def _mark_archived(layout: Layout, goal: Goal, now: datetime) -> Goal:
+    def change(current: Goal | None) -> Goal:
+        base = current or goal
+        return base.model_copy(update={"status": GoalStatus.ARCHIVED, "updated_at": now})
+
+    return update_goal(layout, goal.id, change)
 
 
 def parse_archive_root(value: str | None) -> Path | None:

@@ -18,15 +18,8 @@ from loopx.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.quota.policy import QuotaPolicy
-from loopx.registry.model import (
-    Goal,
-    GoalStatus,
-    HostSpec,
-    Registry,
-    load_registry,
-    update_registry,
-    with_goal,
-)
+from loopx.registry.model import Goal, GoalStatus, HostSpec
+from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, HostSession, update_state
 from loopx.storage.files import atomic_write_model, describe_validation_error
@@ -129,22 +122,17 @@ def add_goal(
     if changes.host is not None and changes.host.kind in DEFAULT_PROGRAMS:
         # Fail now, not at the first turn hours later (issue 8).
         require_program(changes.host)
-    result: list[Goal] = []
 
-    def change(registry: Registry) -> Registry:
-        existing = registry.goals.get(goal_id)
+    def change(existing: Goal | None) -> Goal:
         if existing is not None and not update:
             raise GoalExistsError(goal_id, layout.registry)
-        goal = build_goal(goal_id, existing, changes, default_workdir=default_workdir, now=now)
-        result.append(goal)
-        return with_goal(registry, goal)
+        return build_goal(goal_id, existing, changes, default_workdir=default_workdir, now=now)
 
-    update_registry(layout, change)
-    layout.ensure_goal_dirs(goal_id)
+    goal = update_goal(layout, goal_id, change, create=True)
     state_path = layout.state_file(goal_id)
     if not state_path.exists():
         atomic_write_model(state_path, GoalState(goal_id=goal_id, updated_at=now))
-    return result[-1]
+    return goal
 
 
 def get_goal(layout: Layout, goal_id: str) -> Goal:
@@ -154,7 +142,7 @@ def get_goal(layout: Layout, goal_id: str) -> Goal:
         GoalNotFoundError: no such goal.
     """
     validate_goal_id(goal_id)
-    goal = load_registry(layout).goals.get(goal_id)
+    goal = read_goal(layout, goal_id)
     if goal is None:
         raise GoalNotFoundError(goal_id, layout.registry)
     return goal
@@ -168,10 +156,8 @@ def set_status(layout: Layout, goal_id: str, status: GoalStatus, *, now: datetim
         GoalStateError: the goal is archived.
     """
     validate_goal_id(goal_id)
-    result: list[Goal] = []
 
-    def change(registry: Registry) -> Registry:
-        goal = registry.goals.get(goal_id)
+    def change(goal: Goal | None) -> Goal:
         if goal is None:
             raise GoalNotFoundError(goal_id, layout.registry)
         if goal.status is GoalStatus.ARCHIVED and status is not GoalStatus.ARCHIVED:
@@ -179,12 +165,9 @@ def set_status(layout: Layout, goal_id: str, status: GoalStatus, *, now: datetim
                 f"goal {goal_id!r} is archived; its files moved to {layout.archive_dir}",
                 hint="register it again under a new id with `loopx goal add`",
             )
-        new = goal.model_copy(update={"status": status, "updated_at": now})
-        result.append(new)
-        return with_goal(registry, new)
+        return goal.model_copy(update={"status": status, "updated_at": now})
 
-    update_registry(layout, change)
-    return result[-1]
+    return update_goal(layout, goal_id, change)
 
 
 def open_gate(

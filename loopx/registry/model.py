@@ -1,9 +1,7 @@
-"""The registry: every goal's policy (objective, workdir, host, quota, priority, status)."""
+"""The registry's records: each goal's policy (objective, workdir, host, quota, priority, status)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
@@ -13,9 +11,6 @@ from pydantic import Field, field_validator, model_validator
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.quota.policy import PositiveFloat, QuotaPolicy
-from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, read_model_or_none
-from loopx.storage.locks import locked
 
 
 class GoalStatus(StrEnum):
@@ -76,8 +71,9 @@ class HostSpec(Record):
 
 
 class Goal(Record):
-    """One registered goal's policy."""
+    """``goals/<id>/goal.json``: one registered goal's policy."""
 
+    schema_version: Literal[1] = 1
     id: str
     objective: Annotated[str, Field(min_length=1, max_length=20_000)]
     workdir: str
@@ -116,10 +112,20 @@ class Goal(Record):
         return value
 
 
-class Registry(Record):
-    """``registry.json``: all goals, keyed by id."""
+class RegistrySettings(Record):
+    """``registry.json``: root-wide settings only; each goal's policy is in ``goals/<id>/goal.json``.
 
-    schema_version: Literal[1] = 1
+    Version 1 of this file held every goal; :mod:`loopx.registry.migrate`
+    moves such a file's goals into their goal files.
+    """
+
+    schema_version: Literal[2] = 2
+    common_runtime_root: str | None = None
+
+
+class Registry(Record):
+    """Every goal of a root, as read from the goal files (a view; not a file of its own)."""
+
     common_runtime_root: str | None = None
     goals: dict[str, Goal] = Field(default_factory=dict)
 
@@ -131,52 +137,3 @@ class Registry(Record):
                 msg = f"goal stored under key {key!r} has id {goal.id!r}"
                 raise ValueError(msg)
         return goals
-
-
-def load_registry(layout: Layout) -> Registry:
-    """Read the registry; an absent file is an empty registry.
-
-    Raises:
-        CorruptFileError: the file is not valid JSON or not the schema.
-    """
-    return read_model_or_none(layout.registry, Registry) or Registry()
-
-
-def init_registry(layout: Layout) -> tuple[bool, Registry]:
-    """Create the registry if it is missing; idempotent.
-
-    A registry outside the root names the root (``common_runtime_root``,
-    relative to the registry file) so that ``--registry`` alone finds it.
-
-    Returns:
-        Whether this call created it, and the registry now.
-
-    Raises:
-        CorruptFileError: an existing registry is damaged.
-
-    """
-    with locked(layout.registry):
-        created = not layout.registry.exists()
-        if created:
-            common = None
-            if layout.registry.parent != layout.root:
-                common = os.path.relpath(layout.root, layout.registry.parent)
-            atomic_write_model(layout.registry, Registry(common_runtime_root=common))
-        return created, load_registry(layout)
-
-
-def update_registry(layout: Layout, change: Callable[[Registry], Registry]) -> Registry:
-    """Read-modify-write the registry under its lock; returns the new registry.
-
-    ``change`` must be pure: it may be called once per attempt. A damaged file
-    is reported, never overwritten.
-    """
-    with locked(layout.registry):
-        new = change(load_registry(layout))
-        atomic_write_model(layout.registry, new)
-    return new
-
-
-def with_goal(registry: Registry, goal: Goal) -> Registry:
-    """A copy of ``registry`` with ``goal`` added or replaced."""
-    return registry.model_copy(update={"goals": {**registry.goals, goal.id: goal}})

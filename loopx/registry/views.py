@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 from loopx.model import Record
-from loopx.registry.model import Goal, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, HostSession, load_state
 

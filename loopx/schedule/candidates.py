@@ -12,10 +12,12 @@ import structlog
 
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.model import Record
-from loopx.quota.decision import should_run
+from loopx.quota.decision import QuotaDecision, should_run
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
+from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.registry.store import ensure_current
 from loopx.root import Layout
 from loopx.schedule.select import Candidate
 from loopx.state import GoalState
@@ -71,14 +73,20 @@ def read_record_cached(path: Path, model: type[R]) -> R | None:
     return record
 
 
-def read_registry(layout: Layout) -> Registry:
-    """The registry (empty when absent), parsed again only when it changed.
+def read_goal_cached(layout: Layout, goal_id: str) -> Goal | None:
+    """The goal's policy (None when unregistered), its file parsed again only when it changed.
 
     Raises:
-        CorruptFileError: the file is not valid JSON or not the schema.
+        CorruptFileError: the goal file is damaged or names another goal.
 
     """
-    return read_record_cached(layout.registry, Registry) or Registry()
+    ensure_current(layout)
+    goal = read_record_cached(layout.goal_file(goal_id), Goal)
+    if goal is not None and goal.id != goal_id:
+        raise CorruptFileError(
+            layout.goal_file(goal_id), f"id: the file names goal {goal.id!r}, not {goal_id!r}"
+        )
+    return goal
 
 
 def _read_state(layout: Layout, goal_id: str) -> GoalState:
@@ -114,6 +122,18 @@ def candidate_of(
 ) -> Candidate:
     """Read one goal's select inputs (state, lease, quota decision).
 
+    Raises:
+        LoopxError: a file of the goal is damaged or a lock timed out.
+
+    """
+    return candidate_and_decision(layout, goal, now=now, headroom=headroom)[0]
+
+
+def candidate_and_decision(
+    layout: Layout, goal: Goal, *, now: datetime, headroom: HostHeadroom | None = None
+) -> tuple[Candidate, QuotaDecision]:
+    """:func:`candidate_of`, with the quota decision it was made from (its next eligible time).
+
     The decision is :func:`loopx.quota.decision.decide`'s, from the state read here
     (not read twice) and ``headroom`` (measured now when not given).
 
@@ -126,7 +146,7 @@ def candidate_of(
     spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
-    return Candidate(
+    candidate = Candidate(
         goal=goal,
         open_gates=len(state.open_gates),
         next_eligible_at=state.next_eligible_at,
@@ -134,6 +154,7 @@ def candidate_of(
         quota_allowed=decision.allowed,
         spent_wall_s=decision.spent_wall_s,
     )
+    return candidate, decision
 
 
 def gather_candidates(
@@ -144,7 +165,11 @@ def gather_candidates(
     Goals that are not active are left out: they can never be selected, and
     reading their files would cost time on every idle poll.
     """
-    reg = registry if registry is not None else read_registry(layout)
+    if registry is None:
+        catalog = goal_catalog(layout, persist=False)
+        catalog.refresh(now=now)
+        registry = catalog.registry()
+    reg = registry
     out: list[Candidate] = []
     headroom: HostHeadroom | None = None  # one measurement serves every goal of this step
     for goal in reg.goals.values():

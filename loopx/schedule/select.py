@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from loopx.registry.model import Goal, GoalStatus
@@ -71,6 +71,35 @@ def why_ineligible(candidate: Candidate, *, now: datetime) -> Ineligible | None:
     if candidate.next_eligible_at is not None and candidate.next_eligible_at > now:
         return Ineligible.NOT_YET_ELIGIBLE
     return None
+
+
+def wake_at(
+    candidate: Candidate,
+    *,
+    now: datetime,
+    quota_next: datetime | None,
+    host_recheck_s: float = 5.0,
+) -> datetime | None:
+    """When a candidate that may not run now could first run, if time alone can change that.
+
+    None means only a change to its files can (a gate answered, a goal resumed,
+    a compute share raised): an index waits for that goal's change hint and
+    spends nothing on it until then. ``quota_next`` is the quota decision's
+    next eligible time (the window sliding); a refusal with none (the host's
+    memory or load) is looked at again after ``host_recheck_s``.
+    """
+    why = why_ineligible(candidate, now=now)
+    if why is None:
+        return now
+    if why is Ineligible.LEASED:
+        return candidate.leased_until
+    if why is Ineligible.NOT_YET_ELIGIBLE:
+        return candidate.next_eligible_at
+    if why is Ineligible.QUOTA:
+        if candidate.goal.quota.compute <= 0:
+            return None
+        return quota_next or now + timedelta(seconds=host_recheck_s)
+    return None  # not active, or a gate waits for a human
 
 
 def fair_share(candidate: Candidate) -> float:

@@ -37,7 +37,8 @@ import structlog
 
 from loopx.errors import LoopxError, resource_fault
 from loopx.history.reader import HistoryCounts, count_history
-from loopx.registry.model import Goal, GoalStatus, Registry, load_registry
+from loopx.registry.catalog import goal_catalog
+from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
 from loopx.status.projection import assemble, project_goal
@@ -48,6 +49,7 @@ from loopx.status.refresh import (
     SharedSources,
     StatusIndex,
     StatusShard,
+    changed_in_catalog,
     changed_in_registry,
     goals_to_reread,
     next_index,
@@ -222,19 +224,7 @@ class StatusCache:
     ) -> RefreshReport:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
-        registry_changed = index is None or registry_fp != index.registry_fp
-        removed: list[str] = []
-        dirty: set[str] = set()
-        if self.registry is None or registry_changed:
-            self.registry = load_registry(layout)
-            self.active = {
-                g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
-            }
-            removed, dirty = changed_in_registry(
-                self.active, self.goals, registry_changed=registry_changed
-            )
-            for goal_id in removed:
-                self._drop(goal_id)
+        removed, dirty = self._sync_goals(now)
         goals = self.active
 
         hinted, cursor = read_hints(
@@ -292,6 +282,30 @@ class StatusCache:
             checked_at=now,
             changed=frozenset(dirty.union(removed)),
         )
+
+    def _sync_goals(self, now: datetime) -> tuple[list[str], set[str]]:
+        """Goals removed, and goals new or with a changed policy, from the goal index.
+
+        O(changed goals) after this process's first refresh, which compares
+        every goal once; a policy changed since the cache was written shows in
+        the goal's fingerprint (``goal.json`` is part of it) through its hint
+        or the full scan.
+        """
+        catalog = goal_catalog(self.layout)
+        changed_ids = catalog.refresh(now=now)
+        if self.registry is None:
+            self.registry = catalog.registry()
+            self.active = {
+                g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
+            }
+            removed, dirty = changed_in_registry(self.active, self.goals, registry_changed=False)
+        else:
+            removed, dirty = changed_in_catalog(
+                self.active, self.goals, catalog=catalog.goals, changed=changed_ids
+            )
+        for goal_id in removed:
+            self._drop(goal_id)
+        return removed, dirty
 
     def _expired(self, now: datetime) -> set[str]:
         """Goals whose cached view expires by time at ``now`` (popped from the recheck heap)."""

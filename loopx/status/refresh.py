@@ -23,7 +23,7 @@ from pydantic import Field
 
 from loopx.history.reader import HistoryCounts
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.model import Goal, GoalStatus
 from loopx.status.sources import Fingerprint, HintCursor
 from loopx.status.view import FleetView, GoalStatusView, ProbeObservation
 
@@ -140,6 +140,33 @@ def changed_in_registry(
         if goal_id not in cached
         or (registry_changed and cached[goal_id].policy != policy_digest(goal))
     }
+    return removed, dirty
+
+
+def changed_in_catalog(
+    active: dict[str, Goal],
+    cached: Mapping[str, CachedGoal],
+    *,
+    catalog: Mapping[str, Goal],
+    changed: Iterable[str],
+) -> tuple[list[str], set[str]]:
+    """Apply the goal index's changed ids to ``active`` (updated in place).
+
+    Returns:
+        The goals gone or archived that were active or cached, and the
+        active goals new or whose policy differs from the cached one.
+    """
+    removed: list[str] = []
+    check: list[str] = []
+    for goal_id in changed:
+        goal = catalog.get(goal_id)
+        if goal is None or goal.status is GoalStatus.ARCHIVED:
+            if active.pop(goal_id, None) is not None or goal_id in cached:
+                removed.append(goal_id)
+        else:
+            active[goal_id] = goal
+            check.append(goal_id)
+    dirty = {g for g in check if g not in cached or cached[g].policy != policy_digest(active[g])}
     return removed, dirty
 
 

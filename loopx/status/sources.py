@@ -42,6 +42,7 @@ from loopx.turn.lease import Lease
 # Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
 # turns/ directory's mtime moves whenever a journal is created or rewritten.
 FINGERPRINT_NAMES: Final = (
+    "goal.json",
     "state.json",
     "lease.json",
     "history.jsonl",

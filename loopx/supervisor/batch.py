@@ -34,8 +34,8 @@ from loopx.batch.report import (
 from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
+from loopx.registry.catalog import load_registry
 from loopx.registry.goals import add_goal, build_goal
-from loopx.registry.model import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 

@@ -38,7 +38,7 @@ from loopx.fleet import (
     FleetState,
 )
 from loopx.model import utcnow
-from loopx.registry.model import load_registry
+from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay

@@ -9,7 +9,8 @@ import structlog
 from loopx.errors import LoopxError
 from loopx.history.reader import last_history_line
 from loopx.quota.decision import decide
-from loopx.registry.model import GoalStatus, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.schedule.candidates import lease_expiry
 from loopx.state import load_state

@@ -35,7 +35,8 @@ import structlog
 from loopx import environ, process
 from loopx.errors import LoopxError, UsageError
 from loopx.fleet import AgentConfig, AgentLoopFactory, Backend, ExitKind, ExitStatus
-from loopx.registry.model import GoalStatus, Registry, load_registry
+from loopx.registry.catalog import load_registry
+from loopx.registry.model import GoalStatus, Registry
 from loopx.root import Layout
 from loopx.supervisor.process import fleet_processes
 from loopx.supervisor.runner import AgentSpec

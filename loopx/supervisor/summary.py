@@ -7,7 +7,7 @@ from datetime import datetime
 
 from loopx.batch.report import Outcome, RunSummary, goal_outcome
 from loopx.history.reader import read_history
-from loopx.registry.model import load_registry
+from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.supervisor.lock import read_record

@@ -15,7 +15,8 @@ from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
 from loopx.quota.policy import QuotaPolicy
 from loopx.quota.usage import Usage
-from loopx.registry.model import Goal, Registry, update_registry, with_goal
+from loopx.registry.model import Goal
+from loopx.registry.store import write_goals
 from loopx.root import Layout
 from loopx.state import Gate, GoalState
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, exclusive_create
@@ -38,17 +39,8 @@ def make_goal(goal_id: str, *, now: datetime, workdir: Path, **fields: object) -
 
 
 def register_goals(layout: Layout, goals: Iterable[Goal]) -> None:
-    """Add or replace goals in the registry (one locked write)."""
-    batch = list(goals)
-
-    def change(registry: Registry) -> Registry:
-        for goal in batch:
-            registry = with_goal(registry, goal)
-        return registry
-
-    update_registry(layout, change)
-    for goal in batch:
-        layout.ensure_goal_dirs(goal.id)
+    """Add or replace goals (their goal files, synced once)."""
+    write_goals(layout, goals)
 
 
 def write_state(layout: Layout, state: GoalState) -> None:

@@ -1,0 +1,256 @@
+"""Scale: what a turn, an idle poll and a goal change cost at 10, 1,000, 10,000 (100,000) goals.
+
+For each size, in one run, on a fresh root:
+
+* ``goal import``: registering every goal from one JSON Lines file (the real CLI);
+* fleet turns/s with 2 and 4 agents, every goal active with a one-line ``sh``
+  host that writes a ``progress`` result (after the fleet's first turn);
+* idle fleet CPU (supervisor + 2 agents, % of one core) with every goal waiting
+  a day (``next_eligible_at`` tomorrow);
+* ``loopx goal add`` latency (median of 3);
+* ``loopx status --json --clear-cache`` (cold) and ``loopx status --json`` (warm);
+* ``loopx quota should-run ID``;
+
+CLI figures are CPU seconds (user + system) of the command unless ``--wall``;
+and once: ``python3 -c pass``, ``loopx --help`` and ``loopx --version`` (best of 5
+each). Every figure is printed with its ratio to the 10-goal figure.
+
+Usage: python benchmarks/scale.py [--sizes 10,1000,10000] [--large] [--seconds 10]
+       [--idle-seconds 20] [--wall]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import psutil
+
+from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.state import GoalState
+from loopx.storage.files import atomic_write_model
+
+WALL = "--wall" in sys.argv
+SH_SCRIPT = 'echo "{\\"schema_version\\":1,\\"kind\\":\\"progress\\"}" > "$LOOPX_RESULT_FILE"'
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+
+
+def child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list[str], *, check: bool = True) -> float:
+    """Run ``argv`` once; returns its CPU seconds (user + system), or wall seconds with --wall.
+
+    CPU time, not wall time, by default: on a shared machine whose load average is
+    many times its core count, a process's wall time is mostly waiting for a core.
+    """
+    started, cpu = time.perf_counter(), child_cpu()
+    subprocess.run(argv, check=check, capture_output=True, env=ENV)
+    return (time.perf_counter() - started) if WALL else (child_cpu() - cpu)
+
+
+def loopx(root: Path, *args: str, check: bool = True) -> float:
+    """Run the real CLI once; returns its CPU (or wall) seconds."""
+    return timed([sys.executable, "-m", "loopx", "--root", str(root), *args], check=check)
+
+
+def best_of(argv: list[str], runs: int = 5) -> float:
+    return min(timed(argv) for _ in range(runs))
+
+
+def import_goals(base: Path, root: Path, n: int) -> float:
+    work = base / "work"
+    work.mkdir(exist_ok=True)
+    source = base / "goals.jsonl"
+    with source.open("w") as f:
+        for i in range(n):
+            entry = {
+                "id": f"g{i:06d}",
+                "objective": "bench",
+                "workdir": str(work),
+                "host": {"kind": "command", "argv": ["/bin/sh", "-c", SH_SCRIPT]},
+            }
+            f.write(json.dumps(entry) + "\n")
+    loopx(root, "init")
+    return loopx(root, "goal", "import", str(source))
+
+
+def turns(root: Path) -> int:
+    total = 0
+    with os.scandir(root / "goals") as goals:
+        for goal in goals:
+            try:
+                total += len(os.listdir(os.path.join(goal.path, "turns")))
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def start(root: Path, agents: int) -> tuple[subprocess.Popen[bytes], psutil.Process]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loopx",
+            "--root",
+            str(root),
+            "supervisor",
+            "run",
+            "--agents",
+            str(agents),
+        ],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return proc, psutil.Process(proc.pid)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def tree_cpu(sup: psutil.Process) -> float:
+    total = 0.0
+    for p in [sup, *sup.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def throughput(root: Path, agents: int, seconds: float) -> float:
+    proc, _ = start(root, agents)
+    try:
+        first = turns(root)
+        deadline = time.monotonic() + 600
+        while turns(root) <= first + agents and time.monotonic() < deadline:
+            time.sleep(0.5)  # every agent built its index and ran a turn
+        n0, t0 = turns(root), time.monotonic()
+        time.sleep(seconds)
+        n1, t1 = turns(root), time.monotonic()
+    finally:
+        stop(proc)
+    return (n1 - n0) / (t1 - t0)
+
+
+def make_all_wait(root: Path) -> None:
+    """Every goal's next turn tomorrow: an idle fleet has nothing to do for a day."""
+    layout = Layout.at(root)
+    now = utcnow()
+    tomorrow = now + timedelta(days=1)
+    for name in os.listdir(layout.goals_dir):
+        state = GoalState(goal_id=name, next_eligible_at=tomorrow, updated_at=now)
+        atomic_write_model(layout.state_file(name), state, durable=False)
+    os.sync()
+
+
+def idle_cpu(root: Path, seconds: float) -> float:
+    for old in (root / "agents").glob("*.json"):
+        old.unlink()  # heartbeats of the earlier fleets
+    proc, sup = start(root, 2)
+    try:
+        deadline = time.monotonic() + 600
+        # Settled: both agents built their index (heartbeats say idle).
+        while time.monotonic() < deadline:
+            beats = [root / "agents" / f"agent-{i}.json" for i in (1, 2)]
+            if all(b.exists() and '"idle"' in b.read_text() for b in beats):
+                break
+            time.sleep(0.5)
+        time.sleep(2)
+        before = tree_cpu(sup)
+        time.sleep(seconds)
+        after = tree_cpu(sup)
+    finally:
+        stop(proc)
+    return (after - before) / seconds * 100
+
+
+class Figures(dict[str, float]):
+    """Figures of one size, each printed as soon as it is measured."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def __setitem__(self, key: str, value: float) -> None:
+        super().__setitem__(key, value)
+        print(f"  {self.n} goals: {key} = {value:.3f}", flush=True)
+
+
+def measure(n: int, args: argparse.Namespace) -> dict[str, float]:
+    out = Figures(n)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        root = base / "root"
+        out["goal import (s)"] = import_goals(base, root, n)
+        for agents in (2, 4):
+            out[f"turns/s, {agents} agents"] = throughput(root, agents, args.seconds)
+        out["goal add (s)"] = statistics.median(
+            loopx(root, "goal", "add", f"new{i}", "--objective", "x") for i in range(3)
+        )
+        out["quota should-run (s)"] = loopx(root, "quota", "should-run", "g000000", check=False)
+        out["status cold (s)"] = loopx(root, "status", "--json", "--clear-cache")
+        out["status warm (s)"] = loopx(root, "status", "--json")
+        make_all_wait(root)
+        out["idle fleet CPU (% core)"] = idle_cpu(root, args.idle_seconds)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10,1000,10000")
+    parser.add_argument("--large", action="store_true", help="also 100,000 goals")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--wall", action="store_true", help="time CLI figures by wall clock")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] + ([100_000] if args.large else [])
+
+    bare = best_of([sys.executable, "-c", "pass"])
+    cli = [sys.executable, "-m", "loopx"]
+    print(f"python3 -c pass      {bare * 1000:7.1f} ms")
+    for what in ("--help", "--version"):
+        took = best_of([*cli, what])
+        print(f"loopx {what:<14} {took * 1000:7.1f} ms  ({took / bare:.2f}x bare python)")
+    print()
+
+    results: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        results[n] = measure(n, args)
+        print(f"{n} goals: " + ", ".join(f"{k} {v:.3f}" for k, v in results[n].items()), flush=True)
+    print()
+    first = results[sizes[0]]
+    header = f"{'figure':<26}" + "".join(f"{n:>18,}" for n in sizes)
+    print(header)
+    for key in first:
+        row = f"{key:<26}"
+        for n in sizes:
+            value = results[n][key]
+            ratio = value / first[key] if first[key] else float("nan")
+            row += f"{value:>10.3f} ({ratio:4.2f}x)"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Bulk registration: `loopx goal import FILE`, from JSON Lines or a batch plan.
+
+A JSON Lines file holds one goal per line in the shape of an entry of
+``loopx goal list --json``'s ``goals`` array; only ``id`` and ``objective``
+are required, so ``loopx goal list --json | jq -c '.goals[]'`` is an import
+file. A ``.toml`` file, or a JSON document with a ``goals`` array, is a batch
+plan (:mod:`loopx.batch.plan`).
+
+The whole file is checked before anything is written (every line valid, no
+id twice, no registered goal with a different policy). Writing is
+idempotent: a goal registered with the same policy is skipped; a new goal's
+file is created exclusively (a hard link of a finished temp file), so a
+concurrent `goal add` of the same id either wins or loses, never mixes. One
+``os.sync()`` at the end makes every new file durable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import ValidationError
+
+from loopx.errors import UsageError
+from loopx.model import Record
+from loopx.registry.model import Goal
+from loopx.registry.store import ensure_current, read_goal
+from loopx.root import Layout
+from loopx.status.changes import note_goal_changed
+from loopx.storage.files import FILE_MODE, describe_validation_error, read_bytes
+
+_TIMESTAMPS: Final = ("created_at", "updated_at")
+_PLAN_SUFFIXES: Final = (".toml",)
+
+
+class GoalImportError(UsageError):
+    """An import file is malformed or conflicts with the registry; nothing was registered."""
+
+    def __init__(self, path: Path, line: int | None, problem: str) -> None:
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(
+            f"import {where}: {problem}",
+            hint="fix the file and run again; nothing was registered",
+        )
+        self.path, self.line, self.problem = path, line, problem
+
+
+class ImportReport(Record):
+    """``loopx goal import --json``."""
+
+    schema_version: Literal[1] = 1
+    source: str
+    total: int  # goals in the file
+    added: int  # newly registered
+    unchanged: int  # already registered with the same policy
+
+
+def _same_policy(a: Goal, b: Goal) -> bool:
+    return a.model_dump(exclude=set(_TIMESTAMPS)) == b.model_dump(exclude=set(_TIMESTAMPS))
+
+
+def _jsonl_entries(path: Path, data: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError as e:
+            raise GoalImportError(path, number, f"not valid JSON: {e}") from e
+        if not isinstance(entry, dict):
+            raise GoalImportError(path, number, "expected a JSON object (one goal per line)")
+        yield number, entry
+
+
+def _goal_of(
+    path: Path, number: int, entry: dict[str, Any], *, default_workdir: Path, now: datetime
+) -> Goal:
+    if "objective" not in entry:
+        raise GoalImportError(path, number, "objective: a goal needs an objective")
+    workdir = Path(str(entry.get("workdir") or default_workdir)).expanduser()
+    if not workdir.is_absolute():
+        workdir = path.parent / workdir  # relative to the import file, like a batch plan
+    data = {
+        "created_at": now,
+        "updated_at": now,
+        **entry,
+        "workdir": str(workdir.resolve()),
+    }
+    try:
+        return Goal.model_validate(data)
+    except ValidationError as e:
+        raise GoalImportError(path, number, describe_validation_error(e)) from e
+
+
+def _plan_goals(path: Path, *, now: datetime) -> list[tuple[int | None, Goal]]:
+    from loopx.batch.plan import load_plan  # noqa: PLC0415 - only plans need it
+    from loopx.registry.goals import build_goal  # noqa: PLC0415 - cycle: goals imports store
+
+    plan = load_plan(path)
+    return [
+        (
+            None,
+            build_goal(g.id, None, g.changes(path.parent), default_workdir=path.parent, now=now),
+        )
+        for g in plan.goals
+    ]
+
+
+def _is_plan(path: Path, data: bytes) -> bool:
+    if path.suffix in _PLAN_SUFFIXES:
+        return True
+    with contextlib.suppress(ValueError):
+        doc = json.loads(data)
+        return isinstance(doc, dict) and isinstance(doc.get("goals"), list)
+    return False
+
+
+def read_import(
+    path: Path, *, default_workdir: Path, now: datetime
+) -> list[tuple[int | None, Goal]]:
+    """Every goal of an import file with its line number, checked whole. Pure but for the read.
+
+    Raises:
+        GoalImportError: unreadable, a line at fault, or an id given twice.
+        PlanError: a batch plan at fault.
+    """
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError as e:
+        raise GoalImportError(path, None, "the file does not exist") from e
+    if _is_plan(path, data):
+        return _plan_goals(path, now=now)
+    goals: list[tuple[int | None, Goal]] = []
+    seen: dict[str, int] = {}
+    for number, entry in _jsonl_entries(path, data):
+        goal = _goal_of(path, number, entry, default_workdir=default_workdir, now=now)
+        if goal.id in seen:
+            raise GoalImportError(
+                path, number, f"goal {goal.id!r} is given twice (first on line {seen[goal.id]})"
+            )
+        seen[goal.id] = number
+        goals.append((number, goal))
+    if not goals:
+        raise GoalImportError(path, None, "no goals in the file")
+    return goals
+
+
+def _create_exclusive(path: Path, data: bytes) -> bool:
+    """Publish ``data`` at ``path`` only if nothing is there: whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
+
+
+def _make_goal_dirs(layout: Layout, goal_id: str) -> Path:
+    goal_dir = layout.goal_dir(goal_id)
+    for directory in (goal_dir, layout.runs_dir(goal_id), layout.turns_dir(goal_id)):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+    if goal_dir.is_symlink():  # never write through a planted link
+        from loopx.errors import UnsafePathError  # noqa: PLC0415 - rare path
+
+        raise UnsafePathError(goal_dir, "it is a symlink")
+    return goal_dir
+
+
+def import_goals(
+    layout: Layout, source: Path, goals: list[tuple[int | None, Goal]]
+) -> ImportReport:
+    """Register ``goals`` (from :func:`read_import`): new ones added, identical ones skipped.
+
+    Raises:
+        GoalImportError: a goal is registered with a different policy (checked
+            for every goal before any is written).
+    """
+    ensure_current(layout)
+    new: list[Goal] = []
+    for number, goal in goals:
+        existing = read_goal(layout, goal.id)
+        if existing is None:
+            new.append(goal)
+        elif not _same_policy(existing, goal):
+            raise GoalImportError(
+                source,
+                number,
+                f"goal {goal.id!r} is registered with a different policy; "
+                f"change it with `loopx goal add {goal.id} --update ...` or drop the line",
+            )
+    os.makedirs(layout.goals_dir, mode=0o700, exist_ok=True)
+    added = 0
+    for goal in new:
+        _make_goal_dirs(layout, goal.id)
+        data = goal.model_dump_json(indent=2).encode() + b"\n"
+        if _create_exclusive(layout.goal_file(goal.id), data):
+            added += 1
+            note_goal_changed(layout, goal.id)
+        else:
+            raced = read_goal(layout, goal.id)
+            if raced is None or not _same_policy(raced, goal):
+                raise GoalImportError(
+                    source, None, f"goal {goal.id!r} was registered differently meanwhile"
+                )
+    os.sync()  # one flush makes every new goal file durable
+    return ImportReport(
+        source=str(source), total=len(goals), added=added, unchanged=len(goals) - len(new)
+    )

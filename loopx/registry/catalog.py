@@ -1,0 +1,286 @@
+"""The goal index: every goal's policy in one derived file, kept current incrementally.
+
+``projections/goals.json`` (:class:`GoalIndex`) holds each goal's policy and
+the ``(inode, mtime_ns, size)`` of the goal file it was read from, plus where
+in the change-hint log it was last brought up to date. It is a cache: the
+goal files are the truth, and the index is rebuilt from them when it is
+missing, damaged or stale.
+
+A refresh costs O(changed goals), found by, in order: the change hints
+written since the index's cursor (every goal write leaves one), the
+``goals/`` directory's own fingerprint (a new or removed goal directory),
+and, every ``verify_after_s`` seconds or when hints were lost, a stat of
+every goal file. Only goal files whose fingerprint differs are read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Final, Literal
+
+import structlog
+from pydantic import Field, ValidationError
+
+from loopx.errors import LoopxError
+from loopx.ids import is_valid_goal_id
+from loopx.model import Record, UtcDatetime, utcnow
+from loopx.registry.model import Goal, Registry
+from loopx.registry.store import create_settings, read_settings
+from loopx.root import Layout
+from loopx.status.sources import HintCursor, read_hints
+from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
+
+DEFAULT_VERIFY_S: Final = 60.0
+GOAL_FILE: Final = "goal.json"
+
+log = structlog.get_logger(__name__)
+
+Fingerprint = tuple[int, int, int]  # (inode, mtime_ns, size) of a goal file
+_ABSENT: Final[Fingerprint] = (0, 0, -1)
+
+
+class IndexedGoal(Record):
+    """One goal in the index: its policy and the fingerprint of the file it came from."""
+
+    fp: tuple[int, int, int]
+    goal: Goal
+
+
+class GoalIndex(Record):
+    """``projections/goals.json``: the derived index of every goal's policy."""
+
+    schema_version: Literal[1] = 1
+    hint_inode: int = 0
+    hint_offset: int = 0
+    goals_dir_fp: tuple[int, int, int] = _ABSENT  # (inode, mtime_ns, size) of goals/
+    verified_at: UtcDatetime  # when every goal file was last checked
+    goals: dict[str, IndexedGoal] = Field(default_factory=dict)
+
+
+def _stat_fp(path: str) -> Fingerprint:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return _ABSENT
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@dataclass(slots=True)
+class GoalCatalog:
+    """A process's copy of the goal index of one root, refreshed incrementally.
+
+    Attributes:
+        layout: the root.
+        goals: every registered goal (archived ones included), by id.
+        persist: write the index file when it changed (CLI, status); agents
+            keep theirs in memory only.
+    """
+
+    layout: Layout
+    persist: bool = True
+    goals: dict[str, Goal] = field(default_factory=dict)
+    _fps: dict[str, Fingerprint] = field(default_factory=dict)
+    _cursor: HintCursor = field(default_factory=HintCursor)
+    _dir_fp: Fingerprint = _ABSENT
+    _verified_at: datetime | None = None
+    _loaded: bool = False
+    _view: Registry | None = None
+    hints_lost: bool = (
+        False  # the last refresh found the hint log replaced: anything may have changed
+    )
+
+    # --- loading -------------------------------------------------------------------------------
+
+    def _load(self) -> bool:
+        """Adopt the index file; False when it is missing or damaged (then a full scan follows)."""
+        self._loaded = True
+        path = self.layout.goal_index_file
+        try:
+            index = parse_model(path, GoalIndex, read_bytes(path))
+        except FileNotFoundError:
+            return False
+        except (LoopxError, OSError) as e:
+            log.warning("goal_index_unreadable", path=str(path), error=str(e))
+            return False
+        self.goals = {g: e.goal for g, e in index.goals.items()}
+        self._fps = {g: e.fp for g, e in index.goals.items()}
+        self._cursor = HintCursor(index.hint_inode, index.hint_offset)
+        self._dir_fp = index.goals_dir_fp
+        self._verified_at = index.verified_at
+        return True
+
+    # --- refreshing ----------------------------------------------------------------------------
+
+    def refresh(
+        self, *, now: datetime | None = None, verify_after_s: float = DEFAULT_VERIFY_S
+    ) -> set[str]:
+        """Bring the catalog up to date with the goal files.
+
+        Returns:
+            The ids of goals added, removed, or whose goal file changed, plus
+            every goal hinted as changed (any of its files) since the last
+            refresh: what a scheduling index must look at again.
+
+        Raises:
+            NewerRootError: a newer LoopX wrote the registry.
+            CorruptFileError: the registry settings are damaged.
+        """
+        now = now or utcnow()
+        read_settings(self.layout)  # migrates an old registry first; refuses a newer root
+        if not self._loaded:
+            self._load()
+        hinted, cursor = read_hints(self.layout, self._cursor)
+        self.hints_lost = hinted is None
+        goals_dir = str(self.layout.goals_dir)
+        dir_fp = _stat_fp(goals_dir)
+        full = (
+            hinted is None
+            or self._verified_at is None
+            or (now - self._verified_at).total_seconds() >= verify_after_s
+        )
+        changed: set[str] = set()
+        if full or dir_fp != self._dir_fp:
+            names = self._list(goals_dir)
+            for goal_id in [g for g in self.goals if g not in names]:
+                self._forget(goal_id)
+                changed.add(goal_id)
+            check = names if full else (names - self.goals.keys()) | (hinted or set())
+        else:
+            check = hinted or set()
+        for goal_id in check:
+            if is_valid_goal_id(goal_id) and self._reread(goal_id):
+                changed.add(goal_id)
+        # A verification that found nothing is not saved: rewriting the whole index to
+        # record it would cost more than the next process's own stat scan.
+        touched = bool(changed) or dir_fp != self._dir_fp
+        self._cursor, self._dir_fp = cursor, dir_fp
+        if full:
+            self._verified_at = now
+        if changed:
+            self._view = None
+        if touched and self.persist:
+            self._save()
+        return changed | {g for g in (hinted or ()) if is_valid_goal_id(g)}
+
+    def _list(self, goals_dir: str) -> set[str]:
+        try:
+            with os.scandir(goals_dir) as entries:
+                return {
+                    e.name
+                    for e in entries
+                    if is_valid_goal_id(e.name) and e.is_dir(follow_symlinks=False)
+                }
+        except FileNotFoundError:
+            return set()
+
+    def _reread(self, goal_id: str) -> bool:
+        """Read one goal file again if its fingerprint moved; True when the catalog changed."""
+        path = os.path.join(self.layout.goals_dir, goal_id, GOAL_FILE)
+        fp = _stat_fp(path)
+        if fp == self._fps.get(goal_id, _ABSENT):
+            return False
+        if fp == _ABSENT:
+            self._forget(goal_id)
+            return True
+        try:
+            goal = parse_model(Path(path), Goal, read_bytes(Path(path)))
+        except FileNotFoundError:
+            self._forget(goal_id)
+            return True
+        except (LoopxError, OSError, ValidationError) as e:
+            # A damaged goal file is reported (doctor, `goal show`); the rest still run.
+            log.warning("goal_file_unreadable", goal_id=goal_id, error=str(e))
+            self._forget(goal_id)
+            return True
+        if goal.id != goal_id:
+            log.warning("goal_file_misnamed", goal_id=goal_id, names=goal.id)
+            self._forget(goal_id)
+            return True
+        self.goals[goal_id] = goal
+        self._fps[goal_id] = fp
+        return True
+
+    def _forget(self, goal_id: str) -> None:
+        self.goals.pop(goal_id, None)
+        self._fps.pop(goal_id, None)
+
+    def _save(self) -> None:
+        index = GoalIndex(
+            hint_inode=self._cursor.inode,
+            hint_offset=self._cursor.offset,
+            goals_dir_fp=self._dir_fp,
+            verified_at=self._verified_at or utcnow(),
+            goals={
+                g: IndexedGoal.model_construct(fp=self._fps[g], goal=goal)
+                for g, goal in self.goals.items()
+            },
+        )
+        try:
+            ensure_dir(self.layout.projections_dir)
+            # A cache: not fsynced; a lost or torn one is rebuilt from the goal files.
+            atomic_write_model(self.layout.goal_index_file, index, durable=False, indent=None)
+        except (LoopxError, OSError) as e:
+            log.warning("goal_index_unwritable", error=str(e))
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def registry(self) -> Registry:
+        """Every goal as a :class:`Registry` view, sorted by id."""
+        if self._view is None:
+            settings = read_settings(self.layout)
+            self._view = Registry.model_construct(
+                common_runtime_root=settings.common_runtime_root,
+                goals={g: self.goals[g] for g in sorted(self.goals)},
+            )
+        return self._view
+
+
+# One catalog per root per process: a long-lived process keeps its memory.
+_CATALOGS: dict[tuple[Path, Path], GoalCatalog] = {}
+
+
+def goal_catalog(layout: Layout, *, persist: bool = True) -> GoalCatalog:
+    """The catalog of ``layout``'s root, one per process."""
+    key = (layout.root, layout.registry)
+    catalog = _CATALOGS.get(key)
+    if catalog is None:
+        catalog = _CATALOGS[key] = GoalCatalog(layout, persist=persist)
+    return catalog
+
+
+def load_registry(layout: Layout, *, now: datetime | None = None) -> Registry:
+    """Every registered goal (archived ones included), from the goal index kept current.
+
+    Raises:
+        NewerRootError: a newer LoopX wrote the registry.
+        CorruptFileError: the registry settings are damaged.
+    """
+    catalog = goal_catalog(layout)
+    catalog.refresh(now=now)
+    return catalog.registry()
+
+
+def init_registry(layout: Layout) -> tuple[bool, Registry]:
+    """Create the registry's settings file if it is missing; idempotent.
+
+    Returns:
+        Whether this call created it, and the registry now.
+
+    Raises:
+        CorruptFileError: an existing registry is damaged.
+        NewerRootError: a newer LoopX wrote it.
+
+    """
+    created = create_settings(layout)
+    return created, load_registry(layout)
+
+
+def drop_goal_index(layout: Layout) -> None:
+    """Delete the index file and this process's copy; the next read rebuilds it."""
+    with contextlib.suppress(FileNotFoundError):
+        layout.goal_index_file.unlink()
+    _CATALOGS.pop((layout.root, layout.registry), None)

@@ -1,0 +1,186 @@
+"""Goal files: read and write one goal's policy (``goals/<id>/goal.json``) and the root's settings.
+
+A change to one goal reads and writes that goal's file only, under that
+file's lock, so writers of different goals never wait for each other and a
+change costs the same at ten goals and at a hundred thousand. Every write
+leaves a change hint (:func:`loopx.status.changes.note_goal_changed`) that
+the goal index, the status cache and the agents' scheduling index follow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Final
+
+from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
+from loopx.registry.model import Goal, RegistrySettings
+from loopx.root import Layout
+from loopx.status.changes import note_goal_changed
+from loopx.storage.files import atomic_write_model, fsync_dir, parse_model, read_bytes
+from loopx.storage.locks import locked
+
+SETTINGS_VERSION: Final = 2  # RegistrySettings.schema_version; 1 held every goal
+
+# Registry files found current (not an old single-file registry) by this process.
+_CURRENT: set[Path] = set()
+
+
+def registry_version(path: Path) -> int | None:
+    """The ``schema_version`` of a registry file, or None when it does not exist.
+
+    Raises:
+        CorruptFileError: not JSON, or no integer ``schema_version``.
+    """
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        return None
+    try:
+        document = json.loads(data)
+    except ValueError as e:
+        raise CorruptFileError(path, f"not valid JSON: {e}") from e
+    if not isinstance(document, dict):
+        raise CorruptFileError(path, "not a JSON object")
+    version = document.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorruptFileError(path, f"schema_version: expected an integer, got {version!r}")
+    return version
+
+
+def ensure_current(layout: Layout) -> None:
+    """Migrate an old single-file registry on first open; refuse a root newer than this program.
+
+    Checked once per process and registry file; cheap afterwards.
+
+    Raises:
+        NewerRootError: a newer LoopX wrote the registry.
+        CorruptFileError: the registry is damaged.
+    """
+    if layout.registry in _CURRENT:
+        return
+    version = registry_version(layout.registry)
+    if version is None:
+        return  # nothing to migrate yet; look again next time
+    if version > SETTINGS_VERSION:
+        raise NewerRootError(layout.registry, version, SETTINGS_VERSION)
+    if version < SETTINGS_VERSION:
+        from loopx.registry.migrate import migrate_registry  # noqa: PLC0415 - once per old root
+
+        migrate_registry(layout)
+    _CURRENT.add(layout.registry)
+
+
+def create_settings(layout: Layout) -> bool:
+    """Write an empty settings file (``registry.json``) if there is none; True when written.
+
+    A registry outside the root names the root (``common_runtime_root``,
+    relative to the registry file) so that ``--registry`` alone finds it. An
+    existing file, even an old single-file registry, is left as it is. The
+    file is written aside and hard-linked into place, so it appears whole or
+    not at all, and without the registry's lock: no goal write ever takes it.
+    """
+    if layout.registry.exists():
+        return False
+    common = None
+    if layout.registry.parent != layout.root:
+        common = os.path.relpath(layout.root, layout.registry.parent)
+    settings = RegistrySettings(common_runtime_root=common)
+    tmp = layout.registry.with_name(f".{layout.registry.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    atomic_write_model(tmp, settings)
+    try:
+        os.link(tmp, layout.registry)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+    fsync_dir(layout.registry.parent)
+    return True
+
+
+def read_settings(layout: Layout) -> RegistrySettings:
+    """The root-wide settings (defaults when ``registry.json`` is absent).
+
+    Raises:
+        NewerRootError: a newer LoopX wrote the registry.
+        CorruptFileError: the file is damaged.
+    """
+    ensure_current(layout)
+    try:
+        return parse_model(layout.registry, RegistrySettings, read_bytes(layout.registry))
+    except FileNotFoundError:
+        return RegistrySettings()
+
+
+def read_goal(layout: Layout, goal_id: str) -> Goal | None:
+    """The goal's policy from its goal file, or None when it is not registered.
+
+    Raises:
+        InvalidGoalIdError: the id is not a safe path segment.
+        CorruptFileError: the goal file is damaged.
+    """
+    ensure_current(layout)
+    path = layout.goal_file(goal_id)
+    try:
+        goal = parse_model(path, Goal, read_bytes(path))
+    except FileNotFoundError:
+        return None
+    if goal.id != goal_id:
+        raise CorruptFileError(path, f"id: the file names goal {goal.id!r}, not {goal_id!r}")
+    return goal
+
+
+def update_goal(
+    layout: Layout,
+    goal_id: str,
+    change: Callable[[Goal | None], Goal],
+    *,
+    create: bool = False,
+) -> Goal:
+    """Read-modify-write one goal's file under its lock; returns the new goal.
+
+    ``change`` receives the current goal (None when unregistered) and returns
+    the new one, or raises to change nothing. Without ``create`` a goal whose
+    directory does not exist is not registered, and nothing is created.
+
+    Raises:
+        GoalNotFoundError: no such goal and ``change`` accepted None anyway.
+        LoopxError: whatever ``change`` raises.
+    """
+    ensure_current(layout)
+    path = layout.goal_file(goal_id)
+    if create:
+        layout.ensure_goal_dirs(goal_id)
+    elif not path.parent.is_dir():
+        change(None)
+        raise GoalNotFoundError(goal_id, layout.registry)
+    with locked(path):
+        new = change(read_goal(layout, goal_id))
+        if new.id != goal_id:
+            msg = f"a change of goal {goal_id!r} returned goal {new.id!r}"
+            raise ValueError(msg)
+        atomic_write_model(path, new)
+    note_goal_changed(layout, goal_id)
+    return new
+
+
+def write_goals(layout: Layout, goals: Iterable[Goal]) -> int:
+    """Write many goal files at once (bulk import, fixtures); returns how many.
+
+    Each file is written atomically under its lock but not fsynced one by
+    one: one ``os.sync()`` at the end makes them all durable before this
+    returns, which costs one flush instead of one per goal.
+    """
+    ensure_current(layout)
+    count = 0
+    for goal in goals:
+        layout.ensure_goal_dirs(goal.id)
+        path = layout.goal_file(goal.id)
+        with locked(path):
+            atomic_write_model(path, goal, durable=False, sync_dir=False)
+        note_goal_changed(layout, goal.id)
+        count += 1
+    os.sync()
+    return count

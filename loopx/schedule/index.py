@@ -1,0 +1,216 @@
+"""The scheduling index: an agent's in-memory view of which goals may run, kept current cheaply.
+
+Built once (every registered goal's select inputs), then each step looks
+again only at goals that may have changed:
+
+* goals hinted as changed since the last step (every write to a goal's
+  files leaves a hint, :mod:`loopx.status.changes`), and new or removed goals
+  (the goal index, :mod:`loopx.registry.catalog`);
+* goals whose wake time passed: a future ``next_eligible_at``, a lease
+  another agent holds, a quota window that frees up
+  (:func:`loopx.schedule.select.wake_at`);
+* goals this agent just tried, and goals leased at the last look;
+* a bounded slice of every goal, round robin: the safety net for a lost hint.
+
+A goal waiting on a human (a gate, paused, compute 0) costs nothing until its
+files change. So a step costs O(changed goals + slice + log N), not O(N), and
+an idle agent can sleep until :meth:`ScheduleIndex.next_wake` or a hint.
+
+The index only advises: a claim re-checks state, lease and quota under the
+goal's lock, so a stale entry costs a lost race, never a wrong turn. Ranking
+is :func:`loopx.schedule.select.rank_key`, the same as :func:`select`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+import structlog
+
+from loopx.errors import LoopxError
+from loopx.quota.headroom import HostHeadroom, measure_headroom
+from loopx.registry.catalog import GoalCatalog
+from loopx.registry.model import Goal, GoalStatus
+from loopx.root import Layout
+from loopx.schedule.candidates import candidate_and_decision
+from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
+from loopx.status.changes import changes_file
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_SLICE: Final = 32  # goals re-read per step as a safety net
+DEFAULT_RANKED: Final = 8  # goals offered per step (tried in order until a claim wins)
+UNREADABLE_RETRY_S: Final = 30.0  # a goal whose files cannot be read is tried again after this
+
+RankKey = tuple[int, float, str]
+
+
+def _accept_all(_goal: Goal) -> bool:
+    return True
+
+
+class ScheduleIndex:
+    """Which goals may run now, best first, and when the next waiting one may.
+
+    Args:
+        layout: the root.
+        accept: which goals this agent may run (a Ray agent's resources).
+        slice_size: goals re-read per step whatever the hints say.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        accept: Callable[[Goal], bool] = _accept_all,
+        slice_size: int = DEFAULT_SLICE,
+    ) -> None:
+        self.layout = layout
+        self._accept = accept
+        self._slice = slice_size
+        self._catalog = GoalCatalog(layout, persist=False)
+        self._built = False
+        self.candidates: dict[str, Candidate] = {}
+        self._gen: dict[str, int] = {}  # bumped on every update; older heap entries are stale
+        self._ready: list[tuple[RankKey, int, str]] = []
+        self._timers: list[tuple[float, int, str]] = []
+        self._leased: set[str] = set()
+        self._touched: set[str] = set()
+        self._order: list[str] = []  # round-robin order of the safety-net slice
+        self._pos = 0
+        self._hint_stat: tuple[int, int] = (0, -1)
+
+    # --- keeping current -----------------------------------------------------------------------
+
+    def touch(self, goal_id: str) -> None:
+        """Look at ``goal_id`` again at the next refresh (this agent just tried or ran it)."""
+        self._touched.add(goal_id)
+
+    def refresh(self, *, now: datetime) -> int:
+        """Bring the index up to date; returns how many goals were read again.
+
+        Raises:
+            NewerRootError: a newer LoopX wrote the registry.
+            CorruptFileError: the registry settings are damaged.
+        """
+        changed = self._catalog.refresh(now=now)
+        if not self._built or self._catalog.hints_lost:
+            # First build, or the hint log was replaced (hints may be lost): look at all.
+            self._built = True
+            recheck = set(self._catalog.goals)
+        else:
+            recheck = changed | self._touched | self._leased | self._due(now) | self._next_slice()
+        self._touched = set()
+        if changed or len(self._order) != len(self._catalog.goals):
+            self._order = sorted(self._catalog.goals)
+        headroom: HostHeadroom | None = None
+        for goal_id in recheck:
+            goal = self._catalog.goals.get(goal_id)
+            if goal is None or goal.status is not GoalStatus.ACTIVE or not self._accept(goal):
+                self._drop(goal_id)
+                continue
+            headroom = headroom or measure_headroom(now=now)
+            self._update(goal, now=now, headroom=headroom)
+        self._hint_stat = self._stat_hints()
+        return len(recheck)
+
+    def _due(self, now: datetime) -> set[str]:
+        due: set[str] = set()
+        ts = now.timestamp()
+        while self._timers and self._timers[0][0] <= ts:
+            _, gen, goal_id = heapq.heappop(self._timers)
+            if self._gen.get(goal_id) == gen:
+                due.add(goal_id)
+        return due
+
+    def _next_slice(self) -> set[str]:
+        if not self._order or self._slice <= 0:
+            return set()
+        if self._pos >= len(self._order):
+            self._pos = 0
+        picked = self._order[self._pos : self._pos + self._slice]
+        self._pos += self._slice
+        return set(picked)
+
+    def _update(self, goal: Goal, *, now: datetime, headroom: HostHeadroom) -> None:
+        goal_id = goal.id
+        gen = self._gen.get(goal_id, 0) + 1
+        self._gen[goal_id] = gen
+        try:
+            candidate, decision = candidate_and_decision(
+                self.layout, goal, now=now, headroom=headroom
+            )
+        except LoopxError as e:
+            log.warning("candidate_unreadable", goal_id=goal_id, error=e.message)
+            self.candidates.pop(goal_id, None)
+            self._leased.discard(goal_id)
+            retry = now.timestamp() + UNREADABLE_RETRY_S
+            heapq.heappush(self._timers, (retry, gen, goal_id))
+            return
+        self.candidates[goal_id] = candidate
+        if candidate.leased_until is not None and candidate.leased_until > now:
+            self._leased.add(goal_id)
+        else:
+            self._leased.discard(goal_id)
+        wake = wake_at(candidate, now=now, quota_next=decision.next_eligible_at)
+        if wake is None:
+            return  # waits for a change to its files (a hint)
+        if wake <= now:
+            heapq.heappush(self._ready, (rank_key(candidate), gen, goal_id))
+        else:
+            heapq.heappush(self._timers, (wake.timestamp(), gen, goal_id))
+
+    def _drop(self, goal_id: str) -> None:
+        if goal_id in self._gen:
+            self._gen[goal_id] += 1
+        self.candidates.pop(goal_id, None)
+        self._leased.discard(goal_id)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def ranked(self, *, now: datetime, limit: int = DEFAULT_RANKED) -> list[Candidate]:
+        """Up to ``limit`` goals that may run now, best first (O(limit log N))."""
+        out: list[Candidate] = []
+        keep: list[tuple[RankKey, int, str]] = []
+        while self._ready and len(out) < limit:
+            entry = heapq.heappop(self._ready)
+            _, gen, goal_id = entry
+            if self._gen.get(goal_id) != gen:
+                continue  # stale: the goal was looked at again since
+            candidate = self.candidates[goal_id]
+            if why_ineligible(candidate, now=now) is None:
+                out.append(candidate)
+            keep.append(entry)
+        for entry in keep:
+            heapq.heappush(self._ready, entry)
+        return out
+
+    def next_wake(self) -> datetime | None:
+        """The earliest time a waiting goal may become eligible, or None when none waits on time."""
+        while self._timers and self._gen.get(self._timers[0][2]) != self._timers[0][1]:
+            heapq.heappop(self._timers)
+        if not self._timers:
+            return None
+        return datetime.fromtimestamp(self._timers[0][0], tz=UTC)
+
+    def hinted_since_refresh(self) -> bool:
+        """Whether a writer left a change hint since the last refresh (one ``stat``)."""
+        return self._stat_hints() != self._hint_stat
+
+    def _stat_hints(self) -> tuple[int, int]:
+        try:
+            st = os.stat(changes_file(self.layout))
+        except FileNotFoundError:
+            return (0, -1)
+        return st.st_ino, st.st_size
+
+    def idle_sleep(self, *, now: datetime, longest: float) -> float:
+        """How long an idle agent may sleep: until the next wake time, at most ``longest``."""
+        wake = self.next_wake()
+        if wake is None:
+            return longest
+        return max(0.0, min(longest, (wake - now).total_seconds()))

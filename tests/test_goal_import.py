@@ -1,0 +1,77 @@
+"""`loopx goal import FILE`: many goals at once, checked whole, idempotent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import Cli
+
+
+def write_lines(path: Path, entries: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def test_import_registers_every_line_and_is_idempotent(cli: Cli, tmp_path: Path) -> None:
+    """Every line becomes a goal; importing the same file again adds nothing."""
+    entries = [{"id": f"g{i}", "objective": f"o{i}", "priority": i} for i in range(5)]
+    source = write_lines(tmp_path / "goals.jsonl", entries)
+    first = cli.json("goal", "import", str(source))
+    assert (first["total"], first["added"], first["unchanged"]) == (5, 5, 0)
+    again = cli.json("goal", "import", str(source))
+    assert (again["added"], again["unchanged"]) == (0, 5)
+    listed = {g["id"]: g["priority"] for g in cli.json("goal", "list")["goals"]}
+    assert listed == {f"g{i}": i for i in range(5)}
+
+
+def test_goal_list_output_round_trips(cli: Cli, tmp_path: Path) -> None:
+    """`goal list --json` entries, one per line, import into another root as the same goals."""
+    cli.run("goal", "add", "a", "--objective", "x", "--priority", "3", check=True)
+    cli.run("goal", "add", "b", "--objective", "y", "--quota-compute", "0.5", check=True)
+    listed = cli.json("goal", "list")["goals"]
+    source = write_lines(tmp_path / "export.jsonl", listed)
+    other = Cli(tmp_path / "other", cli.cwd)
+    other.run("init", check=True)
+    assert other.json("goal", "import", str(source))["added"] == 2
+    assert other.json("goal", "list")["goals"] == listed
+
+
+def test_a_bad_line_is_named_and_nothing_is_written(cli: Cli, tmp_path: Path) -> None:
+    """One invalid line fails the whole import with its line number; no goal is registered."""
+    source = tmp_path / "goals.jsonl"
+    source.write_text(
+        '{"id": "ok", "objective": "x"}\n{"id": "bad", "objective": "y", "priority": "high"}\n'
+    )
+    proc = cli.run("goal", "import", str(source))
+    assert proc.returncode != 0
+    assert f"{source}:2" in proc.stderr and "priority" in proc.stderr
+    assert cli.json("goal", "list")["goals"] == []
+
+
+def test_duplicates_and_conflicts_are_errors(cli: Cli, tmp_path: Path) -> None:
+    """An id twice in the file, or a registered goal with another policy, names its line."""
+    twice = write_lines(
+        tmp_path / "twice.jsonl", [{"id": "a", "objective": "x"}, {"id": "a", "objective": "x"}]
+    )
+    proc = cli.run("goal", "import", str(twice))
+    assert proc.returncode != 0 and "given twice (first on line 1)" in proc.stderr
+    cli.run("goal", "add", "a", "--objective", "x", check=True)
+    clash = write_lines(
+        tmp_path / "clash.jsonl", [{"id": "new", "objective": "n"}, {"id": "a", "objective": "z"}]
+    )
+    proc = cli.run("goal", "import", str(clash))
+    assert (
+        proc.returncode != 0 and f"{clash}:2" in proc.stderr and "different policy" in proc.stderr
+    )
+    assert [g["id"] for g in cli.json("goal", "list")["goals"]] == ["a"]
+
+
+def test_a_batch_plan_imports_too(cli: Cli, tmp_path: Path) -> None:
+    """A TOML batch plan registers its goals, workdirs relative to the plan."""
+    plan = tmp_path / "plan.toml"
+    (tmp_path / "w1").mkdir()
+    plan.write_text('[[goals]]\nid = "p1"\nobjective = "one"\nworkdir = "w1"\nhost_kind = "demo"\n')
+    assert cli.json("goal", "import", str(plan))["added"] == 1
+    (goal,) = cli.json("goal", "list")["goals"]
+    assert (goal["id"], goal["workdir"]) == ("p1", str((tmp_path / "w1").resolve()))
