@@ -148,6 +148,19 @@ def refuse_symlinked_parents(path: Path) -> None:
 # --- whole files -------------------------------------------------------------------------------
 
 
+def _fill(fd: int, data: bytes, path: Path, *, durable: bool, remove: Path) -> None:
+    """Write ``data`` through ``fd`` (fsync'd when durable) and close it; on failure remove ``remove``."""
+    try:
+        _write_all(fd, data, path)
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        remove.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+
+
 def _write_all(fd: int, data: bytes, path: Path) -> None:
     """Write every byte of ``data`` to ``path``'s ``fd`` (``os.write`` may write fewer)."""
     io_fault_point(path)
@@ -171,15 +184,7 @@ def atomic_write_bytes(
     refuse_symlink(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        _write_all(fd, data, path)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
+    _fill(fd, data, path, durable=durable, remove=tmp)
     os.replace(tmp, path)
     if durable and sync_dir:
         fsync_dir(path.parent)
@@ -216,18 +221,9 @@ def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     except FileExistsError:
         return False
-    try:
-        _write_all(fd, data, path)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        # A failed write (ENOSPC, EIO) must not leave a partial file that every
-        # later creator would take for a winner's (an empty lease blocked its
-        # goal for ever: issue 18).
-        os.close(fd)
-        path.unlink(missing_ok=True)
-        raise
-    os.close(fd)
+    # A failed write (ENOSPC, EIO) must not leave a partial file that every later
+    # creator would take for a winner's (an empty lease blocked its goal for ever: issue 18).
+    _fill(fd, data, path, durable=durable, remove=path)
     if durable:
         fsync_dir(path.parent)
     return True
