@@ -34,6 +34,7 @@ from loopx.supervisor.process import fleet_processes, spawn
 from loopx.supervisor.tmux import TmuxSession
 
 # Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
+_DEAD_PANE_WAIT_S: Final = 2.0  # how long tmux may take to report a gone agent's status
 PRIVATE_ENV: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
 
@@ -99,6 +100,7 @@ class LocalAgent:
     proc: subprocess.Popen[bytes] | None
     _ref: process.ProcessIdentity | None
     tmux: TmuxSession | None = None  # the agent runs in this session's window
+    _gone_at: float | None = None  # when its process was first seen gone (tmux pane not dead yet)
 
     @property
     def ref(self) -> process.ProcessIdentity | None:
@@ -113,6 +115,11 @@ class LocalAgent:
         if self._ref is None or not self._ref.alive():
             # Not our child: tmux reaped it and keeps its status in the dead pane.
             rc = self.tmux.dead_status(self.agent_id) if self.tmux is not None else None
+            if rc is None and self.tmux is not None:
+                # tmux marks the pane dead a moment after the process is gone: wait for it.
+                gone_at = self._gone_at = self._gone_at or time.monotonic()
+                if time.monotonic() - gone_at < _DEAD_PANE_WAIT_S:
+                    return None
             return ExitStatus.of_returncode(rc)
         return None
 
