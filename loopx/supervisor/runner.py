@@ -34,7 +34,8 @@ from loopx.supervisor.process import fleet_processes, spawn
 from loopx.supervisor.tmux import TmuxSession
 
 # Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
-_DEAD_PANE_WAIT_S: Final = 2.0  # how long tmux may take to report a gone agent's status
+_DEAD_PANE_WAIT_S: Final = 10.0  # how long tmux may take to report a gone agent's status
+_NUDGE_EVERY_S: Final = 0.5  # then ask tmux again to collect it (it can miss a SIGCHLD)
 PRIVATE_ENV: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
 
@@ -101,6 +102,7 @@ class LocalAgent:
     _ref: process.ProcessIdentity | None
     tmux: TmuxSession | None = None  # the agent runs in this session's window
     _gone_at: float | None = None  # when its process was first seen gone (tmux pane not dead yet)
+    _nudged_at: float | None = None  # when tmux was last asked to collect exit statuses
 
     @property
     def ref(self) -> process.ProcessIdentity | None:
@@ -116,9 +118,14 @@ class LocalAgent:
             # Not our child: tmux reaped it and keeps its status in the dead pane.
             rc = self.tmux.dead_status(self.agent_id) if self.tmux is not None else None
             if rc is None and self.tmux is not None:
-                # tmux marks the pane dead a moment after the process is gone: wait for it.
-                gone_at = self._gone_at = self._gone_at or time.monotonic()
-                if time.monotonic() - gone_at < _DEAD_PANE_WAIT_S:
+                # tmux records the status a moment after the process is gone: wait for it,
+                # and wake tmux up in case it missed the SIGCHLD.
+                now = time.monotonic()
+                gone_at = self._gone_at = self._gone_at or now
+                if now - gone_at < _DEAD_PANE_WAIT_S:
+                    if now - (self._nudged_at or gone_at) >= _NUDGE_EVERY_S:
+                        self._nudged_at = now
+                        self.tmux.collect_exits()
                     return None
             return ExitStatus.of_returncode(rc)
         return None

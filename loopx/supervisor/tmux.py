@@ -7,10 +7,12 @@ tmux sessions; ``loopx supervisor attach`` attaches to it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -166,6 +168,20 @@ class TmuxSession:
         if signum.strip():
             return -int(signum)
         return int(status) if status.strip() else None
+
+    def collect_exits(self) -> None:
+        """Make the tmux server collect its exited panes' statuses now.
+
+        tmux 3.3 can miss the SIGCHLD of a pane whose terminal closed first: the
+        pane shows dead, its process stays a zombie and no status ever appears.
+        A SIGCHLD we send makes the server run its ``waitpid`` loop again.
+        """
+        try:
+            pid = int(self._run("display-message", "-p", "#{pid}", what="find the server"))
+        except (TmuxError, ValueError):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCHLD)
 
     def kill_window(self, agent_id: str) -> None:
         """Close an agent's window if it exists."""
