@@ -29,6 +29,7 @@ class HostKind(StrEnum):
     DEMO = "demo"  # the built-in demo host, `python -m loopx.agents.demo`
     CODEX = "codex"  # OpenAI Codex CLI (`codex exec --json`)
     CLAUDE = "claude"  # Claude Code (`claude -p --output-format json`)
+    GEMINI = "gemini"  # Gemini CLI (`gemini --output-format json --prompt ""`)
 
 
 # A host kind's name: a built-in HostKind or a plug-in's entry-point name (docs/hosts.md).
