@@ -19,8 +19,7 @@ from tests.realhosts.mockmodel import MockServer
 
 CAPTURES = Path(__file__).parent / "captures"
 CODEX_MODES = ["ok", "usage_limit", "429", "500", "unreachable", "lost_session", "resume_cd"]
-# claude 500 is left out: Claude Code retries it for minutes whatever CLAUDE_CODE_MAX_RETRIES says.
-CLAUDE_MODES = ["ok", "usage_limit", "weekly_limit", "429", "unreachable", "lost_session"]
+CLAUDE_MODES = ["ok", "usage_limit", "weekly_limit", "429", "500", "unreachable", "lost_session"]
 GEMINI_MODES = ["ok", "usage_limit", "429", "401", "500", "unreachable", "lost_session"]
 
 
