@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose
-from loopx.agents.hosts.resettime import retry_after_s
 from loopx.agents.hosts.gemini import find_json_report
+from loopx.agents.hosts.resettime import retry_after_s
 from loopx.testing import fake_claude, fake_codex, fake_gemini
 
 CAPTURES = Path(__file__).parent / "realhosts" / "captures"

@@ -197,9 +197,12 @@ def test_retry_loop_is_stopped_by_the_stall_watch_and_read_as_unreachable(tmp_pa
     watcher = StallWatcher(inv.stall, clock=lambda: next(clock))
     assert not watcher(Kept(b""), Kept(lines.encode()))
     assert watcher(Kept(b""), Kept((lines * 2).encode()))
-    out = HOST.interpret(envelope, HostOutput(exit_code=None, signal=15, stderr=lines * 3))
-    assert out.result is not None
-    assert out.result.evidence == [FailureReason.HOST_UNREACHABLE.value]
+    # Stopped, 0.61 handles SIGTERM and exits 0 without a report; killed, it has no exit code.
+    for code, signal in ((0, None), (None, 9)):
+        output = HostOutput(exit_code=code, signal=signal, stderr=lines * 3)
+        out = HOST.interpret(envelope, output)
+        assert out.result is not None
+        assert out.result.evidence == [FailureReason.HOST_UNREACHABLE.value]
 
 
 # --- pure parsing -------------------------------------------------------------------------------

@@ -148,7 +148,9 @@ def _stats(model: str) -> dict[str, Any]:
               "thoughts": 50, "tool": 0}  # fmt: skip
     api = {"totalRequests": 1, "totalErrors": 0, "totalLatencyMs": 900, "errorsByType": {}}
     return {
-        "models": {model: {"api": api, "tokens": tokens, "roles": {"main": {**api, "tokens": tokens}}}},
+        "models": {
+            model: {"api": api, "tokens": tokens, "roles": {"main": {**api, "tokens": tokens}}}
+        },
         "tools": {"totalCalls": 0, "totalSuccess": 0, "totalFail": 0, "byName": {}},
         "files": {"totalLinesAdded": 0, "totalLinesRemoved": 0},
     }
@@ -156,7 +158,7 @@ def _stats(model: str) -> dict[str, Any]:
 
 def _error_report(session: str, message: str, code: int) -> int:
     sys.stderr.write(f"Error when talking to Gemini API Full report available at: "
-                     f"/tmp/gemini-client-error-Turn.run-sendMessageStream.json "
+                     f"{tempfile.gettempdir()}/gemini-client-error-Turn.run-sendMessageStream.json "
                      f"_ApiError: {message}\n{STACK}\n{{\n  status: {code}\n}}\n")  # fmt: skip
     report = {"session_id": session, "error": {"type": "Error", "message": message, "code": code}}
     sys.stderr.write(json.dumps(report, indent=2) + "\n")
@@ -191,7 +193,7 @@ def _run(session: str, mode: str, model: str, fmt: str) -> int:
     return 0
 
 
-def main() -> int:
+def main() -> int:  # noqa: PLR0911 - one exit per way the real CLI ends early
     """Run the fake; returns the exit code."""
     try:
         flags = parse(sys.argv[1:])

@@ -222,13 +222,17 @@ def _outcome(envelope: Envelope, payload: dict[str, Any]) -> HostResult | TurnFa
 
 
 def _without_report(envelope: Envelope, output: HostOutput) -> HostResult | TurnFailure:
-    """No JSON report: judge by exit status and stderr (e.g. stopped while retrying)."""
+    """No JSON report: judge by stderr and exit status.
+
+    Stopped by the stall watch while retrying, Gemini CLI 0.61 handles SIGTERM and
+    exits 0 without a report; its retry lines still say why.
+    """
     stderr = output.stderr.strip()
     lines = [line for line in stderr.splitlines() if not line.strip().startswith("at ")]
     tail = "\n".join(lines)[-STDERR_TAIL:]
+    if tail and diagnose(tail) is not Diagnosis.OTHER:
+        return _from_error(tail, None, envelope)
     if output.exit_code != 0 or output.signal is not None:
-        if tail and diagnose(tail) is not Diagnosis.OTHER:
-            return _from_error(tail, None, envelope)
         how = f"signal {output.signal}" if output.signal is not None else f"code {output.exit_code}"
         return TurnFailure.of(
             FailureReason.HOST_EXIT, f"gemini exited with {how}: {tail or '(no output)'}"
