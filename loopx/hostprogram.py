@@ -1,6 +1,6 @@
 """Which program a goal's host runs, and whether it is installed.
 
-The kernel needs this at `goal add` (a missing ``codex``/``claude`` is a clear
+The kernel needs this at `goal add` (a missing ``codex``/``claude``/``gemini`` is a clear
 error then, not a failed turn hours later) and the host adapters need it at
 run time; both ask here so they can never disagree.
 """
