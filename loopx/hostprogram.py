@@ -1,6 +1,6 @@
 """Which program a goal's host runs, and whether it is installed.
 
-The kernel needs this at `goal add` (a missing ``codex``/``claude`` is a clear
+The kernel needs this at `goal add` (a missing ``codex``/``claude``/``gemini`` is a clear
 error then, not a failed turn hours later) and the host adapters need it at
 run time; both ask here so they can never disagree.
 """
@@ -18,13 +18,14 @@ from loopx.registry.model import HostKind, HostSpec
 DEFAULT_PROGRAMS: dict[str, str] = {
     HostKind.CODEX: "codex",
     HostKind.CLAUDE: "claude",
+    HostKind.GEMINI: "gemini",
 }
 
 
 def split_program(spec: HostSpec) -> tuple[str, list[str]]:
     """The program a host spec runs and the arguments after it.
 
-    For ``codex``/``claude`` the argv is extra CLI flags; it names the program
+    For ``codex``/``claude``/``gemini`` the argv is extra CLI flags; it names the program
     only when its first word is not a flag (``["/opt/codex", "--model", "o3"]``).
     A ``command`` host's argv is the whole command; the demo host is Python.
     """

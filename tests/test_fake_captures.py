@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose
+from loopx.agents.hosts.gemini import find_json_report
 from loopx.agents.hosts.resettime import retry_after_s
-from loopx.testing import fake_claude, fake_codex
+from loopx.testing import fake_claude, fake_codex, fake_gemini
 
 CAPTURES = Path(__file__).parent / "realhosts" / "captures"
 
@@ -43,7 +44,7 @@ def test_captures_name_their_versions():
         (c["cli"], c["version"])
         for c in map(json.loads, map(Path.read_text, CAPTURES.glob("*.json")))
     }
-    assert versions == {("codex", "0.171.0"), ("claude", "2.1.197")}
+    assert versions == {("codex", "0.171.0"), ("claude", "2.1.197"), ("gemini", "0.61.0")}
 
 
 def test_codex_messages_match():
@@ -84,3 +85,59 @@ def test_claude_messages_match():
     assert capture("claude-lost_session")["stderr"].startswith(
         "No conversation found with session ID: "
     )
+
+
+def test_claude_server_error_matches():
+    """`API Error: 500 <the server's message>. This is a server-side issue, ...`: a server error."""
+    text = claude_result("claude-500")
+    assert json.loads(capture("claude-500")["stdout"])["api_error_status"] == 500
+    assert text.startswith("API Error: 500 ")
+    tail = "This is a server-side issue, usually temporary \u2014 try again in a moment."
+    assert tail in text
+    assert tail in fake_claude.SERVER_ERROR
+    assert diagnose(text) is Diagnosis.SERVER_ERROR
+
+
+def gemini_report(name: str) -> dict[str, Any]:
+    """The JSON report of a gemini capture: on stdout on success, after the trace on stderr."""
+    record = capture(name)
+    report = find_json_report(record["stdout"]) or find_json_report(record["stderr"])
+    assert report is not None, record
+    return report
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "exit_code"),
+    [("gemini-401", 401, 145), ("gemini-429", 429, 173), ("gemini-usage_limit", 429, 173),
+     ("gemini-500", 500, 244), ("gemini-unreachable", 1, 1)],
+)  # fmt: skip
+def test_gemini_error_reports_match(name: str, code: int, exit_code: int):
+    """Gemini CLI 0.61 prints its error report on stderr, exit code = HTTP status mod 256."""
+    report = gemini_report(name)
+    assert report["error"]["code"] == code
+    assert capture(name)["exit_code"] == exit_code
+    assert capture(name)["stdout"] == ""
+
+
+def test_gemini_messages_match():
+    """The fake's texts are Gemini CLI 0.61's (the mock's model name and server message aside)."""
+    assert gemini_report("gemini-usage_limit")["error"]["message"] == fake_gemini.DAILY_QUOTA
+    assert gemini_report("gemini-unreachable")["error"]["message"] == fake_gemini.UNREACHABLE
+    limit = gemini_report("gemini-429")["error"]["message"]
+    assert limit == fake_gemini.RATE_LIMIT.format(model="gemini-mock", seconds=120)
+    auth = json.loads(gemini_report("gemini-401")["error"]["message"])
+    assert auth == json.loads(fake_gemini.AUTH)
+    server = json.loads(gemini_report("gemini-500")["error"]["message"])["error"]
+    assert (server["code"], server["status"]) == (500, "INTERNAL")
+    assert capture("gemini-lost_session")["stderr"] == fake_gemini.NO_SESSIONS + "\n"
+    assert capture("gemini-lost_session")["exit_code"] == 42
+
+
+def test_gemini_success_report_shape():
+    """`session_id`, `response` and per-model `stats.models.<m>.tokens`, as the fake prints."""
+    report = gemini_report("gemini-ok")
+    assert set(report) == {"session_id", "response", "stats"}
+    tokens = report["stats"]["models"]["gemini-mock"]["tokens"]
+    assert (tokens["prompt"], tokens["candidates"]) == (1200, 80)
+    fake_tokens = fake_gemini._stats("m")["models"]["m"]["tokens"]
+    assert set(fake_tokens) == set(tokens)

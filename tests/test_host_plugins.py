@@ -34,14 +34,14 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_builtin_kinds_are_entry_points():
-    """command, demo, codex and claude are declared in the loopx.hosts group like any plug-in."""
-    assert {"command", "demo", "codex", "claude"} <= set(installed())
+    """command, demo, codex, claude and gemini are declared in the loopx.hosts group like any plug-in."""
+    assert {"command", "demo", "codex", "claude", "gemini"} <= set(installed())
     assert host_for("codex").kind == "codex"
 
 
 def test_unknown_kind_is_a_clear_error():
     """A kind no package provides names the installed ones."""
-    with pytest.raises(HostUnsupportedError, match=r"'nope'.*claude, codex, command, demo"):
+    with pytest.raises(HostUnsupportedError, match=r"'nope'.*claude, codex, command, demo, gemini"):
         host_for("nope")
     assert "nope" not in kind_names()
 

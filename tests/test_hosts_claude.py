@@ -253,3 +253,12 @@ def test_fake_rejects_unknown_options(tmp_path, fake):
     )  # fmt: skip
     assert proc.returncode == 1
     assert b"error: unknown option '--no-such-flag'" in proc.stderr
+
+
+def test_server_error_is_a_server_error_wait(tmp_path, monkeypatch, fake):
+    """`API Error: 500 ...` (api_error_status 500) commits a bounded host_server_error wait."""
+    _, out = turn(tmp_path, monkeypatch, "server_error")
+    assert out.result is not None
+    assert out.result.kind is ResultKind.WAIT
+    assert out.result.evidence == [FailureReason.HOST_SERVER_ERROR.value]
+    assert out.result.wait_seconds == 300

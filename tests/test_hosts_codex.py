@@ -354,3 +354,11 @@ def test_goal_add_sets_session_max_turns(cli, fake):
         "goal", "add", "g1", "--objective", "x", "--host-kind", "codex", "--session-max-turns", "5"
     )
     assert out["goal"]["host"]["session_max_turns"] == 5
+
+
+def test_server_error_is_a_server_error_wait(tmp_path, monkeypatch, fake):
+    """Codex's 5xx wording ("experiencing high demand") commits a host_server_error wait."""
+    _, out = turn(tmp_path, monkeypatch, "server_error")
+    assert out.result is not None
+    assert out.result.kind is ResultKind.WAIT
+    assert out.result.evidence == [FailureReason.HOST_SERVER_ERROR.value]

@@ -1,4 +1,4 @@
-"""Goals driven by the fake codex and claude CLIs through the real turn engine (`turn run-once`)."""
+"""Goals driven by the fake codex, claude and gemini CLIs through the real turn engine (`turn run-once`)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from tests.hostkit import log_lines
 
 @pytest.fixture
 def fakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Both fakes first on PATH, with private homes; returns the work directory."""
+    """The fakes first on PATH, with private homes; returns the work directory."""
     bin_dir = tmp_path / "bin"
     install_fake_host(bin_dir, "codex")
     install_fake_host(bin_dir, "claude")
+    install_fake_host(bin_dir, "gemini")
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    for name in ("CODEX", "CLAUDE"):
+    for name in ("CODEX", "CLAUDE", "GEMINI"):
         monkeypatch.setenv(f"FAKE_{name}_HOME", str(tmp_path / name.lower()))
         monkeypatch.setenv(f"FAKE_{name}_LOG", str(tmp_path / f"{name.lower()}.log"))
     work = tmp_path / "work"
@@ -93,6 +94,7 @@ def test_reset_session_makes_the_next_turn_fresh(cli, fakes, tmp_path):
         ("codex", "auth", "host_auth"),
         ("codex", "exit", "host_exit"),
         ("claude", "max_turns", "host_max_turns"),
+        ("gemini", "auth", "host_auth"),
     ],
 )
 def test_failures_fail_the_turn_with_their_reason(cli, fakes, kind, mode, reason):
@@ -103,7 +105,7 @@ def test_failures_fail_the_turn_with_their_reason(cli, fakes, kind, mode, reason
     assert report["failure"]["reason"] == reason
 
 
-@pytest.mark.parametrize("kind", ["codex", "claude"])
+@pytest.mark.parametrize("kind", ["codex", "claude", "gemini"])
 def test_rate_limit_commits_a_wait(cli, fakes, kind):
     """A rate limit is a committed `wait`: the goal is next eligible after the reset."""
     add(cli, "g1", kind, fakes)
@@ -141,3 +143,31 @@ def test_codex_stuck_reconnecting_commits_a_wait_not_a_timeout(cli, fakes):
     assert (report["status"], report["kind"]) == ("committed", "wait"), report
     assert report["usage"]["wall_s"] < 60
     assert "could not reach its model server" in report["summary"]
+
+
+def test_gemini_goal_resumes_its_session_and_records_tokens(cli, fakes, tmp_path):
+    """Two gemini turns: the second resumes the first's session; each records its own tokens."""
+    add(cli, "m1", "gemini", fakes, "--host=--approval-mode yolo")
+    first = run_once(cli, "m1")
+    session = state(cli, "m1")["host_session"]["session_id"]
+    second = run_once(cli, "m1")
+    assert (first["status"], first["kind"], second["status"]) == (
+        "committed",
+        "progress",
+        "committed",
+    )
+    argv = log_lines(tmp_path / "gemini.log")[1]["argv"]
+    assert argv[argv.index("--resume") + 1] == session
+    assert argv[-2:] == ["--prompt", ""]
+    assert (second["usage"]["input_tokens"], second["usage"]["output_tokens"]) == (1500, 200)
+    assert state(cli, "m1")["host_session"]["turns"] == 2
+
+
+@pytest.mark.parametrize("kind", ["codex", "claude", "gemini"])
+def test_server_error_commits_a_wait_not_a_failure(cli, fakes, kind):
+    """A 5xx the CLI gave up on is a committed host_server_error wait: no failure streak."""
+    add(cli, "g1", kind, fakes)
+    report = run_once(cli, "g1", **{f"FAKE_{kind.upper()}_MODE": "server_error"})
+    assert (report["status"], report["kind"]) == ("committed", "wait"), report
+    assert "model server failed" in report["summary"]
+    assert state(cli, "g1")["consecutive_failures"] == 0

@@ -9,6 +9,7 @@ prefix=.realhosts
 pins=(
     "@openai/codex@0.171.0"
     "@anthropic-ai/claude-code@2.1.197"
+    "@google/gemini-cli@0.61.0"
 )
 if ! command -v npm >/dev/null; then
     echo "realhosts: npm not found; install node >= 20 to run tests/realhosts" >&2

@@ -56,7 +56,7 @@ class PlanGoal(Record):
         # a false green. The demo host must be asked for by name.
         if not self.host and self.host_kind is None:
             msg = (
-                'no host: add "host": "CMD ARGS" (or "host_kind": "codex", "claude", '
+                'no host: add "host": "CMD ARGS" (or "host_kind": "codex", "claude", "gemini", '
                 'or "demo" for the built-in demo host)'
             )
             raise ValueError(msg)

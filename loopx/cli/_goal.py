@@ -48,20 +48,20 @@ def register(sub: Subparsers) -> None:
     add.add_argument(
         "--host-kind",
         metavar="KIND",
-        help="how the host is run: command, demo, codex, claude or a plug-in's kind "
+        help="how the host is run: command, demo, codex, claude, gemini or a plug-in's kind "
         "(default: command with --host, else demo)",
     )
     add.add_argument(
         "--session-max-turns",
         type=int,
         metavar="N",
-        help="codex/claude: start a fresh CLI session after N turns of one (with --host-kind)",
+        help="codex/claude/gemini: start a fresh CLI session after N turns of one (with --host-kind)",
     )
     add.add_argument(
         "--unreachable-after",
         type=float,
         metavar="S",
-        help="codex: stop a host stuck reconnecting to its model server after S seconds "
+        help="codex, gemini: stop a host stuck retrying an unreachable model server after S seconds "
         "(default 120); the turn waits and retries (with --host-kind)",
     )
     add.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
@@ -125,7 +125,9 @@ def register(sub: Subparsers) -> None:
 def register_reset_session(actions: Subparsers) -> None:
     """Add `goal reset-session`."""
     reset = add_command(
-        actions, "reset-session", help="start a fresh host CLI session (codex/claude) next turn"
+        actions,
+        "reset-session",
+        help="start a fresh host CLI session (codex/claude/gemini) next turn",
     )
     reset.add_argument("goal_id", metavar="ID")
     reset.add_argument("--json", action="store_true")

@@ -18,7 +18,7 @@ class Usage(Record):
     ``cpu_s`` is user + system time of every process of the tree (sampled
     descendants plus the direct child's exit rusage), ``wall_s`` the host's
     run time and ``peak_rss_mb`` the largest summed RSS of the tree seen.
-    Tokens and cost come from the host's own report (codex, claude); 0 when
+    Tokens and cost come from the host's own report (codex, claude, gemini); 0 when
     the host reports none.
     """
 

@@ -116,7 +116,7 @@ def add_goal(
     Raises:
         GoalExistsError: the id is registered and ``update`` is False.
         InvalidPolicyError: a field is invalid.
-        HostMissingError: the changes name a codex/claude host whose program is not on PATH.
+        HostMissingError: the changes name a codex/claude/gemini host whose program is not on PATH.
     """
     validate_goal_id(goal_id)
     if changes.host is not None and changes.host.kind in DEFAULT_PROGRAMS:

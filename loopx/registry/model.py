@@ -29,6 +29,7 @@ class HostKind(StrEnum):
     DEMO = "demo"  # the built-in demo host, `python -m loopx.agents.demo`
     CODEX = "codex"  # OpenAI Codex CLI (`codex exec --json`)
     CLAUDE = "claude"  # Claude Code (`claude -p --output-format json`)
+    GEMINI = "gemini"  # Gemini CLI (`gemini --output-format json --prompt ""`)
 
 
 # A host kind's name: a built-in HostKind or a plug-in's entry-point name (docs/hosts.md).
@@ -42,13 +43,13 @@ class HostSpec(Record):
     """The program a goal's turns run.
 
     ``argv`` is the command for ``command`` hosts, extra arguments for the demo
-    host, and extra CLI flags for ``codex``/``claude``. It is never given to a
+    host, and extra CLI flags for ``codex``/``claude``/``gemini``. It is never given to a
     shell; write ``["sh", "-c", "..."]`` to ask for one.
     """
 
     kind: HostKindName = HostKind.DEMO
     argv: list[str] = Field(default_factory=list)
-    # Start a fresh CLI session after this many turns of one session (codex/claude).
+    # Start a fresh CLI session after this many turns of one session (codex/claude/gemini).
     session_max_turns: Annotated[int, Field(ge=1)] | None = None
     # codex: stop a host that only reports it cannot reach its model server after this many
     # seconds (None: 120); the turn commits a wait (host_unreachable), see docs/hosts.md.

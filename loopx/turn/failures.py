@@ -24,6 +24,9 @@ class FailureReason(StrEnum):
     HOST_AUTH = "host_auth"  # the host CLI is not logged in / the key is rejected
     HOST_RATE_LIMITED = "host_rate_limited"  # the provider asked us to retry later
     HOST_UNREACHABLE = "host_unreachable"  # the host could not reach its model server
+    HOST_SERVER_ERROR = (
+        "host_server_error"  # the model server answered 5xx (after the CLI's retries)
+    )
     HOST_MAX_TURNS = "host_max_turns"  # the CLI hit its own turn limit (claude error_max_turns)
     HOST_EXECUTION_ERROR = "host_execution_error"  # the CLI reported an error mid-run
     MALFORMED_OUTPUT = "malformed_output"  # the CLI's own output format could not be parsed

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tests.realhosts.conftest import BIN, PINNED
+from tests.realhosts.conftest import BIN, PINNED, REPO, gemini_home
 from tests.realhosts.mockmodel import MockServer
 
 CAPTURES = Path(__file__).parent / "captures"
 CODEX_MODES = ["ok", "usage_limit", "429", "500", "unreachable", "lost_session", "resume_cd"]
-# claude 500 is left out: Claude Code retries it for minutes whatever CLAUDE_CODE_MAX_RETRIES says.
-CLAUDE_MODES = ["ok", "usage_limit", "weekly_limit", "429", "unreachable", "lost_session"]
+CLAUDE_MODES = ["ok", "usage_limit", "weekly_limit", "429", "500", "unreachable", "lost_session"]
+GEMINI_MODES = ["ok", "usage_limit", "429", "401", "500", "unreachable", "lost_session"]
 
 
 def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -66,6 +67,12 @@ def capture(cli: str, mode: str) -> dict[str, object]:
         if mode == "resume_cd":
             argv += ["resume", bogus, "--cd", str(work)]
         argv.append("-")
+    elif cli == "gemini":
+        env = _env(tmp, gemini_home(tmp, server.url))
+        argv = [str(BIN / "gemini"), "--output-format", "json", "--approval-mode", "yolo"]
+        if mode == "lost_session":
+            argv += ["--resume", "4f0a5c8e-0000-4000-8000-000000000000"]
+        argv += ["--prompt", ""]
     else:
         env = _env(
             tmp,
@@ -82,13 +89,17 @@ def capture(cli: str, mode: str) -> dict[str, object]:
     if mode != "unreachable":
         server.close()
     text = json.dumps(out).replace(str(tmp), "$TMP").replace(str(server.port), "$PORT")
+    text = text.replace(str(REPO), "$REPO")
     return {"cli": cli, "version": PINNED[cli], "mode": mode, **json.loads(text)}
 
 
 def main() -> None:
-    """Capture every mode of both CLIs."""
+    """Capture every mode of every CLI (or of those named on the command line)."""
     CAPTURES.mkdir(exist_ok=True)
-    for cli, modes in (("codex", CODEX_MODES), ("claude", CLAUDE_MODES)):
+    only = set(sys.argv[1:])  # e.g. `python -m tests.realhosts.capture gemini`
+    for cli, modes in (("codex", CODEX_MODES), ("claude", CLAUDE_MODES), ("gemini", GEMINI_MODES)):
+        if only and cli not in only:
+            continue
         for mode in modes:
             record = capture(cli, mode)
             path = CAPTURES / f"{cli}-{mode}.json"

@@ -15,7 +15,7 @@ from tests.realhosts.mockmodel import MockServer
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".realhosts" / "node_modules" / ".bin"
 SETUP = ".ci/setup.d/realhosts.sh"
-PINNED = {"codex": "0.171.0", "claude": "2.1.197"}
+PINNED = {"codex": "0.171.0", "claude": "2.1.197", "gemini": "0.61.0"}
 
 
 def require_cli(name: str) -> Path:
@@ -84,6 +84,41 @@ def claude_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
         "DISABLE_AUTOUPDATER": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
+
+
+def gemini_home(tmp_path: Path, url: str) -> dict[str, str]:
+    """Gemini CLI's environment: API-key auth against ``url``, its home under ``tmp_path``.
+
+    ``security.auth.selectedType`` is set because with ``GOOGLE_GEMINI_BASE_URL``
+    alone the pinned CLI picks its ``gateway`` auth, which its own non-interactive
+    check rejects ("Invalid auth method selected."). A named model (not ``auto``)
+    skips the CLI's model router and its fallback chain, whose own attempt counts
+    (3 and 10) override ``general.maxAttempts``; one attempt per request keeps the
+    failure tests from sitting through the CLI's retries (docs/hosts.md).
+    """
+    home = tmp_path / "gemini-home"
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"maxAttempts": 1, "disableAutoUpdate": True, "disableUpdateNag": True},
+        "telemetry": {"enabled": False},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    return {
+        "GEMINI_CLI_HOME": str(home),
+        "GOOGLE_GEMINI_BASE_URL": url,
+        "GEMINI_API_KEY": "mock-gemini-key",
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_MODEL": "gemini-mock",
+    }
+
+
+@pytest.fixture
+def gemini_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """Gemini CLI pointed at the mock with GOOGLE_GEMINI_BASE_URL and an API key."""
+    require_cli("gemini")
+    return {**base_env(tmp_path), **gemini_home(tmp_path, mock.url)}
 
 
 def add_goal(

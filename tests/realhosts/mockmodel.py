@@ -1,14 +1,17 @@
 """A loopback mock of the two model APIs the real CLIs call, switchable per test.
 
 It serves the OpenAI Responses API (``POST /v1/responses``, SSE, what Codex
-speaks) and the Anthropic Messages API (``POST /v1/messages``, SSE or JSON,
-what Claude Code speaks) on 127.0.0.1 only, logs every request it receives,
-and answers according to :attr:`MockModel.mode`:
+speaks), the Anthropic Messages API (``POST /v1/messages``, SSE or JSON,
+what Claude Code speaks) and the Gemini API (``POST /v1beta/models/<model>:
+streamGenerateContent?alt=sse``, ``:generateContent`` and ``:countTokens``,
+what Gemini CLI speaks; see :mod:`.mockgemini`) on 127.0.0.1 only, logs every
+request it receives, and answers according to :attr:`MockModel.mode`:
 
 ``ok``           the model's final message is :attr:`MockModel.answer`
 ``tool``         first a tool call (a shell ``ls``), then ``ok`` once the tool result comes back
 ``429``          HTTP 429 rate limit with ``retry-after``
 ``usage_limit``  the subscription's usage limit, reset at :attr:`MockModel.reset_at`
+``401``          HTTP 401: the key is rejected
 ``500``          HTTP 500
 ``hang``         accept the request and never answer
 ``unreachable``  the server is closed: connections are refused
@@ -23,6 +26,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.realhosts.mockgemini import (
+    gemini_answer,
+    gemini_failure,
+    gemini_sse,
+    gemini_utility_answer,
+)
 
 DEFAULT_ANSWER = {"kind": "progress", "summary": "mock model turn", "next_action": "continue"}
 USAGE_IN, USAGE_OUT = 1200, 80
@@ -255,7 +265,9 @@ class _Handler(BaseHTTPRequestHandler):
         model.log(Request("POST", self.path, dict(self.headers), body))
         path = self.path.split("?")[0]
         n = len(model.requests)
-        if path.endswith("/responses"):
+        if path.startswith("/v1beta/models/"):
+            self._gemini(model, body or {}, path, n)
+        elif path.endswith("/responses"):
             self._openai(model, body or {}, n)
         elif path.endswith("/messages/count_tokens"):
             self._json(200, {"input_tokens": 100})
@@ -267,6 +279,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _common_failure(self, model: MockModel, anthropic: bool) -> bool:
         if model.mode == "hang":
             model._release.wait()
+            return True
+        if model.mode == "401":
+            kind = "authentication_error" if anthropic else "invalid_api_key"
+            error = {"type": kind, "message": "mock: invalid x-api-key"}
+            self._json(401, {"type": "error", "error": error} if anthropic else {"error": error})
             return True
         if model.mode == "500":
             kind = "api_error" if anthropic else "server_error"
@@ -296,6 +313,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(429, {"error": error})
             return
         self._stream(_sse(openai_events(model, body, n)))
+
+    def _gemini(self, model: MockModel, body: dict[str, Any], path: str, n: int) -> None:
+        if model.mode == "hang":
+            model._release.wait()
+            return
+        if path.endswith(":countTokens"):
+            self._json(200, {"totalTokens": 100})
+            return
+        failure = gemini_failure(model)
+        if failure is not None:
+            self._json(*failure)
+        elif path.endswith(":streamGenerateContent"):
+            self._stream(gemini_sse(gemini_answer(model, body, n)))
+        elif path.endswith(":generateContent"):
+            self._json(200, gemini_utility_answer(body))
+        else:
+            self._json(404, {"error": {"code": 404, "message": f"mock: no {self.path}"}})
 
     def _anthropic(self, model: MockModel, body: dict[str, Any], n: int) -> None:
         if self._common_failure(model, anthropic=True):

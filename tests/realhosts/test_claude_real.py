@@ -78,13 +78,14 @@ def test_rate_limit_429_is_a_wait(cli, claude_env, mock, tmp_path):
     assert (report["kind"], report["result"]["evidence"]) == ("wait", ["host_rate_limited"])
 
 
-def test_server_error_is_a_typed_failure(cli, claude_env, mock, tmp_path):
-    """HTTP 500 ends the turn failed with host_execution_error."""
+def test_server_error_is_a_bounded_wait(cli, claude_env, mock, tmp_path):
+    """HTTP 500 (api_error_status 500) commits a host_server_error wait of 5 minutes."""
     mock.model.mode = "500"
     add_goal(cli, claude_env, "k1", "claude", tmp_path / "work")
     report = run_once(cli, "k1", claude_env)
-    assert (report["status"], report["failure"]["reason"]) == ("failed", "host_execution_error")
-    assert "API Error: 500" in report["failure"]["message"]
+    assert (report["status"], report["kind"]) == ("committed", "wait"), report
+    assert report["result"]["evidence"] == ["host_server_error"]
+    assert "API Error: 500" in report["result"]["summary"]
 
 
 def test_unreachable_server_is_a_wait(cli, claude_env, mock, tmp_path):

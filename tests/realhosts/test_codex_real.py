@@ -77,12 +77,14 @@ def test_rate_limit_429_is_a_wait(cli, codex_env, mock, tmp_path):
     assert (report["kind"], report["result"]["evidence"]) == ("wait", ["host_rate_limited"])
 
 
-def test_server_error_is_a_typed_failure(cli, codex_env, mock, tmp_path):
-    """HTTP 500 ends the turn failed with host_execution_error and codex's message."""
+def test_server_error_is_a_bounded_wait(cli, codex_env, mock, tmp_path):
+    """HTTP 500 ("experiencing high demand") commits a host_server_error wait of 5 minutes."""
     mock.model.mode = "500"
     add_goal(cli, codex_env, "c1", "codex", tmp_path / "work")
     report = run_once(cli, "c1", codex_env)
-    assert (report["status"], report["failure"]["reason"]) == ("failed", "host_execution_error")
+    assert (report["status"], report["kind"]) == ("committed", "wait"), report
+    assert report["result"]["evidence"] == ["host_server_error"]
+    assert report["result"]["wait_seconds"] == 300
 
 
 def test_unreachable_server_is_a_wait_within_the_bound(cli, codex_env, mock, tmp_path):

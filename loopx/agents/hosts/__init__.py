@@ -13,6 +13,7 @@ from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.command import CommandHost
 from loopx.agents.hosts.demo import DemoHost
+from loopx.agents.hosts.gemini import GeminiHost
 from loopx.agents.hosts.plugins import ENTRY_POINT_GROUP, installed, kind_names, load
 from loopx.errors import HostUnsupportedError
 from loopx.registry.model import HostKind
@@ -26,6 +27,7 @@ _BUILTIN: dict[str, type[Host]] = {
     HostKind.DEMO: DemoHost,
     HostKind.CODEX: CodexHost,
     HostKind.CLAUDE: ClaudeHost,
+    HostKind.GEMINI: GeminiHost,
 }
 
 
@@ -62,6 +64,7 @@ __all__ = [
     "CodexHost",
     "CommandHost",
     "DemoHost",
+    "GeminiHost",
     "Host",
     "HostInvocation",
     "HostOutput",

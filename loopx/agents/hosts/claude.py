@@ -24,6 +24,7 @@ from loopx.agents.hosts.diagnosis import (
     diagnose,
     failure_for,
     rate_limited,
+    server_error,
     unreachable,
 )
 from loopx.agents.hosts.extract import parse_result
@@ -41,6 +42,8 @@ STDERR_TAIL: Final = 400
 HTTP_UNAUTHORIZED: Final = 401
 HTTP_FORBIDDEN: Final = 403
 HTTP_TOO_MANY_REQUESTS: Final = 429
+HTTP_SERVER_ERROR: Final = 500
+HTTP_MAX: Final = 600
 
 
 def find_result_object(stdout: str) -> dict[str, Any] | None:
@@ -176,6 +179,10 @@ def _from_error(
         return rate_limited("claude", message, envelope, host_zone())
     if status is None and diagnose(message) is Diagnosis.UNREACHABLE:
         return unreachable("claude", message, envelope)
+    if (isinstance(status, int) and HTTP_SERVER_ERROR <= status < HTTP_MAX) or (
+        status is None and diagnose(message) is Diagnosis.SERVER_ERROR
+    ):
+        return server_error("claude", message, envelope)
     if status in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}:
         message = f"{message} (HTTP {status}, authentication_error)"
     return failure_for("claude", message, default=FailureReason.HOST_EXECUTION_ERROR)

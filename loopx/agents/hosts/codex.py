@@ -24,6 +24,7 @@ from loopx.agents.hosts.diagnosis import (
     diagnose,
     failure_for,
     rate_limited,
+    server_error,
     unreachable,
 )
 from loopx.agents.hosts.extract import parse_result
@@ -233,6 +234,8 @@ def _from_error(message: str, envelope: Envelope) -> HostResult | TurnFailure:
         return rate_limited("codex", message, envelope, host_zone())
     if diagnosis is Diagnosis.UNREACHABLE:
         return unreachable("codex", message, envelope)
+    if diagnosis is Diagnosis.SERVER_ERROR:
+        return server_error("codex", message, envelope)
     return failure_for("codex", message, default=FailureReason.HOST_EXECUTION_ERROR)
 
 

@@ -25,9 +25,12 @@ MIN_RATE_LIMIT_WAIT_S: Final = 60.0
 MAX_RATE_LIMIT_WAIT_S: Final = 8 * 24 * 3600.0
 # The model server could not be reached: look again after this (docs/hosts.md).
 UNREACHABLE_WAIT_S: Final = 300.0
+# The model server answered 5xx even after the CLI's own retries: look again after this.
+SERVER_ERROR_WAIT_S: Final = 300.0
 LOGIN_HINTS: Final = {
     "codex": "run `codex login` (or set OPENAI_API_KEY)",
     "claude": "run `claude` and `/login` once (or set ANTHROPIC_API_KEY)",
+    "gemini": "set GEMINI_API_KEY (or run `gemini` once and log in with Google)",
 }
 
 
@@ -38,23 +41,26 @@ class Diagnosis(StrEnum):
     RATE_LIMIT = "rate_limit"
     SESSION_MISSING = "session_missing"
     UNREACHABLE = "unreachable"
+    SERVER_ERROR = "server_error"
     OTHER = "other"
 
 
 _AUTH = re.compile(
     r"\b401\b|unauthori[sz]ed|invalid (?:x-)?api[ -]key|(?:missing|no) api[ -]key|not logged in"
     r"|not signed in|please run /login|codex login|authentication[_ ](?:error|failed)"
-    r"|oauth token (?:has )?expired|token has been (?:invalidated|revoked)",
+    r"|oauth token (?:has )?expired|token has been (?:invalidated|revoked)|api key not valid"
+    r"|UNAUTHENTICATED",
     re.IGNORECASE,
 )
 _RATE_LIMIT = re.compile(
     r"rate[ _-]?limit|usage limit|hit your (?:[\w' ]{1,30} )?limit|limit reached|too many requests"
-    r"|\b429\b",
+    r"|\b429\b|exceeded your current quota|exhausted your (?:daily )?quota|RESOURCE_EXHAUSTED",
     re.IGNORECASE,
 )
 _SESSION_MISSING = re.compile(
     r"no (?:saved )?(?:session|conversation|rollout|thread)s? found"
-    r"|(?:session|conversation|thread|rollout)\b[^.\n]{0,80}\bnot found",
+    r"|(?:session|conversation|thread|rollout)\b[^.\n]{0,80}\bnot found"
+    r"|no previous sessions found|invalid session identifier",
     re.IGNORECASE,
 )
 # Codex 0.171 loops on "Reconnecting... waiting for network (Connection failed: error
@@ -63,7 +69,15 @@ _SESSION_MISSING = re.compile(
 _UNREACHABLE = re.compile(
     r"waiting for network|unable to connect to (?:the )?api|connection failed|connection refused"
     r"|ConnectionRefused|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|network is unreachable"
-    r"|could not resolve host|error sending request",
+    r"|could not resolve host|error sending request|fetch failed",
+    re.IGNORECASE,
+)
+# A 5xx from the model server as each CLI words it: Claude Code 2.1.197 "API Error: 500 Internal
+# server error", Codex 0.171 "We're currently experiencing high demand", Gemini CLI 0.61 the
+# API's JSON with "code": 500 (its adapter reads the code).
+_SERVER_ERROR = re.compile(
+    r"API Error: 5\d\d\b|internal server error|experiencing high demand|\bHTTP 5\d\d\b"
+    r"|service unavailable|bad gateway|overloaded",
     re.IGNORECASE,
 )
 
@@ -78,6 +92,8 @@ def diagnose(message: str) -> Diagnosis:
         return Diagnosis.SESSION_MISSING
     if _UNREACHABLE.search(message):
         return Diagnosis.UNREACHABLE
+    if _SERVER_ERROR.search(message):
+        return Diagnosis.SERVER_ERROR
     return Diagnosis.OTHER
 
 
@@ -125,6 +141,26 @@ def unreachable(host: str, message: str, envelope: Envelope) -> HostResult:
         f"{retry_at:%Y-%m-%d %H:%M} UTC: {message.strip()[:300]}",
         wait_seconds=UNREACHABLE_WAIT_S,
         evidence=[FailureReason.HOST_UNREACHABLE.value],
+        turn_key=envelope.turn_key,
+        goal_id=envelope.goal_id,
+    )
+
+
+def server_error(host: str, message: str, envelope: Envelope) -> HostResult:
+    """The ``wait`` result of a turn whose model server kept answering 5xx.
+
+    The CLIs retry a server error themselves first; when they give up, the
+    provider is having trouble, not the goal: a ``wait`` (evidence
+    ``host_server_error``) that does not count toward the failure streak,
+    looked at again after SERVER_ERROR_WAIT_S.
+    """
+    retry_at = turn_started_at(envelope) + timedelta(seconds=SERVER_ERROR_WAIT_S)
+    return HostResult(
+        kind=ResultKind.WAIT,
+        summary=f"{host}'s model server failed; retrying after "
+        f"{retry_at:%Y-%m-%d %H:%M} UTC: {message.strip()[:300]}",
+        wait_seconds=SERVER_ERROR_WAIT_S,
+        evidence=[FailureReason.HOST_SERVER_ERROR.value],
         turn_key=envelope.turn_key,
         goal_id=envelope.goal_id,
     )

@@ -1,4 +1,4 @@
-"""The prompt a coding-agent CLI (codex, claude) gets for one turn, and its result schema.
+"""The prompt a coding-agent CLI (codex, claude, gemini) gets for one turn, and its result schema.
 
 The prompt is a pure function of the envelope, so a turn's prompt can be
 rebuilt from its journal. It carries what the goal state knows (objective,
