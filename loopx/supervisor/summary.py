@@ -1,4 +1,7 @@
-"""What `loopx supervisor run` says when it ends: goals done, waiting and failed, turns, time."""
+"""What `loopx supervisor run` says when it ends: goals done, waiting and failed, turns, time.
+
+The CLI renders it for a terminal (``loopx.cli._supervisor.render_summary``).
+"""
 
 from __future__ import annotations
 
@@ -34,24 +37,3 @@ def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: date
         goals={o: outcomes.get(o, 0) for o in Outcome},
         supervisor=read_record(layout),
     )
-
-
-def render_summary(summary: RunSummary) -> str:
-    """The plain summary a person reads at the end of a run in a terminal. Pure."""
-    g = summary.goals
-    waiting = g[Outcome.NEEDS_HUMAN] + g[Outcome.UNFINISHED] + g[Outcome.PAUSED]
-    minutes, seconds = divmod(round(summary.wall_s), 60)
-    lines = [
-        (
-            f"loopx: supervisor stopped (exit {summary.exit_code}) after "
-            f"{minutes}m{seconds:02d}s; {summary.turns} turns ran ({summary.failed_turns} failed)"
-        ),
-        (
-            f"  goals: {g[Outcome.COMPLETED]} done, {waiting} waiting "
-            f"({g[Outcome.NEEDS_HUMAN]} for a human, {g[Outcome.UNFINISHED]} unfinished, "
-            f"{g[Outcome.PAUSED]} paused), {g[Outcome.FAILED]} failed"
-        ),
-    ]
-    if g[Outcome.NEEDS_HUMAN]:
-        lines.append(f"  next: `loopx status --root {summary.root} --actor human`")
-    return "\n".join(lines)
