@@ -20,7 +20,7 @@ def blocks() -> list[str]:
 
 
 def test_the_page_has_an_example_for_every_group() -> None:
-    """Goals, gates, status, quota, turns, a host adapter, the fleet, and embedding."""
+    """Goals, gates, status, quota, turns, a host adapter, the fleet, serve, demo, schemas."""
     text = "\n".join(blocks())
     for call in (
         "root.goals.",
@@ -30,7 +30,14 @@ def test_the_page_has_an_example_for_every_group() -> None:
         "root.turns.",
         "host=CountingHost()",
         "root.fleet.start",
+        "root.fleet.run(",
+        "child=True",
+        "root.fleet.run_agent(",
+        "root.fleet.attach_command(",
         "root.fleet.run_until_idle",
+        "root.serve(",
+        "Root.demo(",
+        "Root.schema(",
     ):
         assert call in text
 

@@ -246,7 +246,6 @@ def test_cli_modules_import_only_the_api_errors_exit_codes_and_output_models(pat
         offenders += [
             f"{path.name}:{node.lineno} imports {module} {names}"
             for module, names in found
-            if module.split(".")[0] == "loopx"
-            and not _cli_import_allowed(module, names, models)
+            if module.split(".")[0] == "loopx" and not _cli_import_allowed(module, names, models)
         ]
     assert offenders == []
