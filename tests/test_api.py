@@ -223,7 +223,7 @@ def test_agent_run_takes_the_options_of_the_agent_process() -> None:
     import argparse
 
     from loopx.agents.__main__ import add_agent_options as process_options
-    from loopx.cli._agent import add_agent_options as cli_options
+    from loopx.cli._agent import add_agent_run_options as cli_options
 
     def options(add: Callable[[argparse.ArgumentParser], None]) -> set[tuple[str, ...]]:
         parser = argparse.ArgumentParser()

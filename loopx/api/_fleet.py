@@ -141,6 +141,15 @@ class Fleet:
             return Path(report_dir)
         return default_report_dir(self.layout, report.generated_at)
 
+    @staticmethod
+    def check_options(**options: Unpack[FleetOptions]) -> None:
+        """Refuse run options as `supervisor run|start` does, before a root is even opened.
+
+        Raises:
+            UsageError: an option is out of range or does not fit the back-end.
+        """
+        fleet_config(options)
+
     def start(self, **options: Unpack[FleetOptions]) -> SupervisorStarted:
         """`loopx supervisor start`: run the supervisor in the background (logs/supervisor.log).
 

@@ -12,11 +12,11 @@ def register(sub: Subparsers) -> None:
     agent = add_command(sub, "agent", help="run an agent worker (the supervisor starts these)")
     actions = agent.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = add_command(actions, "run", help="heartbeat, select, turn, repeat until stopped")
-    add_agent_options(run)
+    add_agent_run_options(run)
     run.set_defaults(func=run_agent_command)
 
 
-def add_agent_options(parser: argparse.ArgumentParser) -> None:
+def add_agent_run_options(parser: argparse.ArgumentParser) -> None:
     """The options of `python -m loopx.agents run` (tests/test_cli_start.py keeps them equal)."""
     parser.add_argument("--agent-id", required=True, metavar="ID", help="this agent's id")
     parser.add_argument("--max-turns", type=int, metavar="N", help="exit after N turns")

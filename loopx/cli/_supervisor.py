@@ -160,9 +160,11 @@ def register(sub: Subparsers) -> None:
 
 
 def _options(args: argparse.Namespace) -> FleetOptions:
-    """The run options on the command line, checked; the API refuses the rest as the CLI would."""
+    """The run options on the command line, checked before the root is opened."""
+    from loopx.api import Fleet  # noqa: PLC0415 - not needed by `--help`
+
     check_agents(args)
-    return {
+    options: FleetOptions = {
         "agents": args.agents,
         "visible": args.visible,
         "until_idle": args.until_idle,
@@ -182,6 +184,8 @@ def _options(args: argparse.Namespace) -> FleetOptions:
         "agent_memory_mb": args.agent_memory_mb,
         "log_level": args.log_level or "info",
     }
+    Fleet.check_options(**options)
+    return options
 
 
 def run_run(args: argparse.Namespace) -> int:
