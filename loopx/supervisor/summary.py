@@ -9,6 +9,7 @@ from collections import Counter
 from datetime import datetime
 
 from loopx.batch.report import Outcome, RunSummary, goal_outcome
+from loopx.errors import LoopxError
 from loopx.history.reader import read_history
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
@@ -17,12 +18,20 @@ from loopx.supervisor.lock import read_record
 
 
 def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: datetime) -> RunSummary:
-    """Read the registry, states and histories once, after the fleet stopped."""
+    """Read the registry, states and histories once, after the fleet stopped.
+
+    A goal whose files cannot be read counts as failed: the summary of a run
+    never hides the run's exit code behind a damaged file (doctor reports it).
+    """
     outcomes: Counter[Outcome] = Counter()
     turns = failed = 0
     for goal in load_registry(layout).goals.values():
-        history = read_history(layout, goal.id)
-        outcomes[goal_outcome(goal, load_state(layout, goal.id), history)] += 1
+        try:
+            history = read_history(layout, goal.id)
+            outcomes[goal_outcome(goal, load_state(layout, goal.id), history)] += 1
+        except LoopxError:
+            outcomes[Outcome.FAILED] += 1
+            continue
         mine = [h for h in history if h.ended_at >= started_at]
         turns += len(mine)
         failed += sum(1 for h in mine if h.status == "failed")
