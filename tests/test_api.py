@@ -135,7 +135,8 @@ def test_a_fleet_run_stops_when_asked_from_another_thread(tmp_path: Path) -> Non
 
 def test_schema_is_what_loopx_schema_prints(cli: Cli) -> None:
     """``Root.schema(name)`` is the document `loopx schema NAME` prints; an unknown name is refused."""
-    assert cli.json("schema", "goal-view") == loopx.Root.schema("goal-view")
+    printed = json.loads(cli.run("schema", "goal-view", check=True).stdout)
+    assert printed == loopx.Root.schema("goal-view")
     with pytest.raises(loopx.UsageError, match="unknown schema 'nope'") as unknown:
         loopx.Root.schema("nope")
     assert unknown.value.message in cli.run("schema", "nope", check=False).stderr

@@ -6,11 +6,14 @@ import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from loopx import environ
 from loopx.root import Layout
-from loopx.status import server as http
+from loopx.status import serving
+
+if TYPE_CHECKING:
+    from loopx.status import server as http
 
 
 class StatusServer:
@@ -20,10 +23,10 @@ class StatusServer:
     on leaving the block.
     """
 
-    DEFAULT_HOST: ClassVar[str] = http.DEFAULT_HOST  # `loopx serve --host` default
-    DEFAULT_PORT: ClassVar[int] = http.DEFAULT_PORT  # `--port` default (0 picks a free port)
-    REFRESH_S: ClassVar[float] = http.SERVE_REFRESH_S  # `--refresh-interval-seconds` default
-    TTL_S: ClassVar[float] = http.SERVE_TTL_S  # `--status-projection-cache-ttl-seconds` default
+    DEFAULT_HOST: ClassVar[str] = serving.DEFAULT_HOST  # `loopx serve --host` default
+    DEFAULT_PORT: ClassVar[int] = serving.DEFAULT_PORT  # `--port` default (0 picks a free port)
+    REFRESH_S: ClassVar[float] = serving.SERVE_REFRESH_S  # `--refresh-interval-seconds` default
+    TTL_S: ClassVar[float] = serving.SERVE_TTL_S  # `--status-projection-cache-ttl-seconds` default
     TOKEN_ENV: ClassVar[str] = environ.SERVE_TOKEN  # the variable `--token` defaults to
 
     def __init__(
@@ -37,7 +40,9 @@ class StatusServer:
         refresh_interval_s: float,
         ttl_s: float,
     ) -> None:
-        self._server = http.make_server(
+        from loopx.status import server as http  # noqa: PLC0415 - the HTTP stack, only to serve
+
+        self._server: http.StatusServer = http.make_server(
             layout,
             host=host,
             port=port,
@@ -64,7 +69,9 @@ class StatusServer:
             InsecureBindError: ``host`` is not loopback and there is no token.
             ActionsNeedTokenError: ``actions`` without a token.
         """
-        http.check_bind(host, token, actions=actions)
+        from loopx.status.server import check_bind  # noqa: PLC0415 - the HTTP stack
+
+        check_bind(host, token, actions=actions)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -81,8 +88,10 @@ class StatusServer:
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`stop` (from another thread) or Ctrl-C; then close."""
         self._serving.set()
+        from loopx.status.server import serve  # noqa: PLC0415 - imported by __init__ already
+
         try:
-            http.serve(self._server)
+            serve(self._server)
         finally:
             self._stopped.set()
 
