@@ -17,8 +17,23 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from loopx.api import Fleet, Gates, Goals, Quota, Root, Status, Turns
-    from loopx.batch.report import BatchReport
+    from loopx.api import (
+        Demo,
+        DemoResult,
+        Fleet,
+        FleetOptions,
+        Gates,
+        Goals,
+        Progress,
+        Quota,
+        Root,
+        Status,
+        StatusServer,
+        SupervisorRunError,
+        Turns,
+    )
+    from loopx.batch.plan import BatchPlan
+    from loopx.batch.report import BatchReport, RunSummary
     from loopx.doctor import DoctorReport
     from loopx.errors import (
         CorruptFileError,
@@ -38,6 +53,7 @@ if TYPE_CHECKING:
     from loopx.quota.decision import QuotaDecision, QuotaReport
     from loopx.quota.policy import QuotaPolicy
     from loopx.registry.archive import ArchiveResult
+    from loopx.registry.bulk import ImportReport
     from loopx.registry.initialise import InitReport
     from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, Registry
     from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
@@ -79,14 +95,33 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
     **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),
     # the Python API and the documents it returns (the `--json` outputs)
-    **dict.fromkeys(("Fleet", "Gates", "Goals", "Quota", "Root", "Status", "Turns"), "loopx.api"),
-    "BatchReport": "loopx.batch.report",
+    **dict.fromkeys(
+        (
+            "Demo",
+            "DemoResult",
+            "Fleet",
+            "FleetOptions",
+            "Gates",
+            "Goals",
+            "Progress",
+            "Quota",
+            "Root",
+            "Status",
+            "StatusServer",
+            "SupervisorRunError",
+            "Turns",
+        ),
+        "loopx.api",
+    ),
+    "BatchPlan": "loopx.batch.plan",
+    **dict.fromkeys(("BatchReport", "RunSummary"), "loopx.batch.report"),
     **dict.fromkeys(
         ("ScaleResult", "SupervisorStarted", "SupervisorStatus", "SupervisorStopped"),
         "loopx.fleet",
     ),
     **dict.fromkeys(("QuotaDecision", "QuotaReport"), "loopx.quota.decision"),
     "ArchiveResult": "loopx.registry.archive",
+    "ImportReport": "loopx.registry.bulk",
     "DoctorReport": "loopx.doctor",
     "InitReport": "loopx.registry.initialise",
     **dict.fromkeys(
@@ -130,10 +165,14 @@ def __dir__() -> list[str]:
 __all__ = [
     "Actor",
     "ArchiveResult",
+    "BatchPlan",
     "BatchReport",
     "CorruptFileError",
+    "Demo",
+    "DemoResult",
     "DoctorReport",
     "Fleet",
+    "FleetOptions",
     "Gate",
     "GateDocument",
     "Gates",
@@ -149,6 +188,7 @@ __all__ = [
     "Goals",
     "HostKind",
     "HostSpec",
+    "ImportReport",
     "InitReport",
     "InvalidGoalIdError",
     "InvalidPolicyError",
@@ -158,6 +198,7 @@ __all__ = [
     "LockTimeoutError",
     "LoopxError",
     "ProbeObservation",
+    "Progress",
     "Quota",
     "QuotaDecision",
     "QuotaPolicy",
@@ -169,10 +210,13 @@ __all__ = [
     "ResolvedRoot",
     "Root",
     "RootError",
+    "RunSummary",
     "ScaleResult",
     "SessionReset",
     "Status",
     "StatusProjection",
+    "StatusServer",
+    "SupervisorRunError",
     "SupervisorStarted",
     "SupervisorStatus",
     "SupervisorStopped",

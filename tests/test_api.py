@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
+import sys
 import threading
+import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -125,3 +131,104 @@ def test_a_fleet_run_stops_when_asked_from_another_thread(tmp_path: Path) -> Non
     assert seen
     assert [g.goal_id for g in report.goals] == ["slow"]
     assert report.goals[0].outcome != "completed"
+
+
+def test_schema_is_what_loopx_schema_prints(cli: Cli) -> None:
+    """``Root.schema(name)`` is the document `loopx schema NAME` prints; an unknown name is refused."""
+    printed = json.loads(cli.run("schema", "goal-view", check=True).stdout)
+    assert printed == loopx.Root.schema("goal-view")
+    with pytest.raises(loopx.UsageError, match="unknown schema 'nope'") as unknown:
+        loopx.Root.schema("nope")
+    assert unknown.value.message in cli.run("schema", "nope", check=False).stderr
+
+
+def test_a_served_root_answers_until_stopped(tmp_path: Path) -> None:
+    """``root.serve(port=0)`` binds a free port, answers /healthz while started, closes on stop."""
+    root = loopx.Root.open(tmp_path / "r", create=True)
+    root.goals.add("g", objective="o", workdir=tmp_path)
+    server = root.serve(port=0).start()
+    try:
+        host, port = server.address
+        assert host == "127.0.0.1" and port > 0
+        with urllib.request.urlopen(f"{server.url}healthz", timeout=30) as reply:
+            assert json.load(reply)["goals"] == 1
+    finally:
+        server.stop()
+    assert server.wait(0)
+    with pytest.raises(OSError), socket.create_connection((host, port), timeout=5):
+        pass
+
+
+def test_an_open_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    """The API refuses what `loopx serve` refuses, before binding."""
+    root = loopx.Root.open(tmp_path / "r", create=True)
+    with pytest.raises(loopx.UsageError, match=r"0\.0\.0\.0"):
+        root.serve(host="0.0.0.0", port=0, env={})
+
+
+def test_a_foreground_run_in_a_child_returns_the_run_summary(tmp_path: Path) -> None:
+    """``fleet.run(child=True, until_idle=True)`` runs the goal to done and returns its summary."""
+    root = loopx.Root.open(tmp_path / "r", create=True)
+    root.goals.add("g", objective="o", workdir=tmp_path, host_kind="demo", host=["--steps", "2"])
+    summary = root.fleet.run(agents=1, until_idle=True, child=True)
+    assert (summary.exit_code, summary.turns, summary.goals["completed"]) == (0, 2, 1)
+    assert summary.root == str(root.path)
+
+
+def test_run_options_are_refused_as_the_cli_refuses_them(tmp_path: Path) -> None:
+    """A Ray-only option on local agents is the CLI's UsageError, raised before anything runs."""
+    root = loopx.Root.open(tmp_path / "r", create=True)
+    with pytest.raises(loopx.UsageError, match="Ray back-end only"):
+        root.fleet.run(ray_address="auto", child=True)
+    with pytest.raises(loopx.UsageError, match="--visible must be one of none, tmux"):
+        root.fleet.start(visible="window")
+    assert root.fleet.status().supervisor is None
+
+
+def test_attach_without_a_supervisor_is_refused(tmp_path: Path) -> None:
+    """``attach_command()`` raises the error `supervisor attach` prints."""
+    root = loopx.Root.open(tmp_path / "r", create=True)
+    with pytest.raises(loopx.LoopxError, match="no supervisor is running") as refused:
+        root.fleet.attach_command()
+    done = subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root.path), "supervisor", "attach"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert refused.value.message in done.stderr
+
+
+def test_an_agent_loop_runs_once_from_python(tmp_path: Path) -> None:
+    """``fleet.run_agent(once=True)`` takes one turn and returns exit code 0 (in its own process)."""
+    root = loopx.Root.open(tmp_path / "r", create=True)
+    root.goals.add("g", objective="o", workdir=tmp_path, host_kind="demo", host=["--steps", "3"])
+    code = (
+        "import sys, loopx; root = loopx.Root.open(sys.argv[1]); "
+        "sys.exit(root.fleet.run_agent(agent_id='py', once=True))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(root.path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert root.goals.show("g").state.turn_seq == 1
+
+
+def test_agent_run_takes_the_options_of_the_agent_process() -> None:
+    """`loopx agent run` and `python -m loopx.agents run` accept the same agent options."""
+    import argparse
+
+    from loopx.agents.__main__ import add_agent_options as process_options
+    from loopx.cli._agent import add_agent_run_options as cli_options
+
+    def options(add: Callable[[argparse.ArgumentParser], None]) -> set[tuple[str, ...]]:
+        parser = argparse.ArgumentParser()
+        add(parser)
+        return {(*a.option_strings, str(a.default)) for a in parser._actions}
+
+    assert options(cli_options) == options(process_options)

@@ -20,7 +20,7 @@ def blocks() -> list[str]:
 
 
 def test_the_page_has_an_example_for_every_group() -> None:
-    """Goals, gates, status, quota, turns, a host adapter, the fleet, and embedding."""
+    """Goals, gates, status, quota, turns, a host adapter, the fleet, serve, demo, schemas."""
     text = "\n".join(blocks())
     for call in (
         "root.goals.",
@@ -30,18 +30,26 @@ def test_the_page_has_an_example_for_every_group() -> None:
         "root.turns.",
         "host=CountingHost()",
         "root.fleet.start",
+        "root.fleet.run(",
+        "child=True",
+        "root.fleet.run_agent(",
+        "root.fleet.attach_command(",
         "root.fleet.run_until_idle",
+        "root.serve(",
+        "Root.demo(",
+        "Root.schema(",
     ):
         assert call in text
 
 
 @pytest.mark.timeout(600)
 def test_every_python_block_runs(tmp_path: Path) -> None:
-    """Each block in a fresh interpreter; LOOPX_ROOT and the cwd point into tmp_path."""
+    """Each block in a fresh interpreter; LOOPX_ROOT, TMPDIR and the cwd point into tmp_path."""
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env["LOOPX_ROOT"] = str(tmp_path / "root")
+    env["TMPDIR"] = str(tmp_path)  # the demo's fresh directory lands here, not in /tmp
     for number, code in enumerate(blocks(), start=1):
         done = subprocess.run(
             [sys.executable, "-c", code],

@@ -109,8 +109,8 @@ def test_markdown_lists_every_goal_and_failure() -> None:
 
 def test_run_summary_reads_as_a_sentence() -> None:
     """The end-of-run summary names done, waiting and failed goals, turns and time."""
-    from loopx.batch.report import Outcome
-    from loopx.supervisor.summary import RunSummary, render_summary
+    from loopx.batch.report import Outcome, RunSummary
+    from loopx.cli._supervisor import render_summary
 
     summary = RunSummary(
         root="/r",

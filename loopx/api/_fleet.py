@@ -1,4 +1,4 @@
-"""``root.fleet``: `loopx supervisor start|stop|status|scale`, and a fleet run until idle."""
+"""``root.fleet``: `loopx supervisor run|start|stop|status|scale|attach`, `agent run`, `batch run`."""
 
 from __future__ import annotations
 
@@ -7,15 +7,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn, Unpack
 
-from loopx.batch.plan import load_plan
-from loopx.batch.report import BatchReport
+from loopx.api._fleetrun import FleetOptions, fleet_config, run_argv, run_child
+from loopx.batch.plan import BatchPlan, load_plan
+from loopx.batch.report import BatchReport, RunSummary
 from loopx.errors import UsageError
-from loopx.fleet import ScaleResult, SupervisorStarted, SupervisorStatus, SupervisorStopped
+from loopx.fleet import (
+    AgentConfig,
+    ScaleResult,
+    SupervisorStarted,
+    SupervisorStatus,
+    SupervisorStopped,
+)
+from loopx.ids import validate_goal_id
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
-from loopx.registry.model import GoalStatus
+from loopx.registry.checks import check_program
+from loopx.registry.model import GoalStatus, HostKind
 from loopx.root import Layout
 
 if TYPE_CHECKING:
@@ -66,6 +75,24 @@ class Fleet:
         config = BatchConfig(agents=agents, max_wall_s=max_wall_s, idle_horizon_s=idle_horizon_s)
         return BatchRun(self.layout, list(goal_ids), config, progress, stop).run()
 
+    @staticmethod
+    def check_plan(plan: str | os.PathLike[str]) -> BatchPlan:
+        """Read and check a batch plan as `loopx batch run` does first; registers nothing.
+
+        Every goal must be valid and every command host's program found.
+
+        Raises:
+            PlanError: the plan is malformed.
+            GoalSetupError: a command host's program is not found or not executable.
+        """
+        plan_path = Path(plan).resolve()
+        loaded = load_plan(plan_path)
+        for entry in loaded.goals:
+            host = entry.host_spec()
+            if host.kind == HostKind.COMMAND:
+                check_program(host.argv[0], entry.workdir_path(plan_path.parent))
+        return loaded
+
     def run_plan(
         self,
         plan: str | os.PathLike[str],
@@ -91,7 +118,7 @@ class Fleet:
         if agents < 1:
             raise UsageError(f"--agents must be at least 1, got {agents}", hint="pass --agents N")
         plan_path = Path(plan).resolve()
-        loaded = load_plan(plan_path)
+        loaded = self.check_plan(plan_path)
         goal_ids = register_plan(self.layout, loaded, plan_path.parent, now=now or utcnow())
         report = self.run_until_idle(
             goal_ids,
@@ -114,32 +141,62 @@ class Fleet:
             return Path(report_dir)
         return default_report_dir(self.layout, report.generated_at)
 
-    def start(
-        self,
-        *,
-        agents: int = 1,
-        until_idle: bool = False,
-        stop_grace_s: float = 30.0,
-        idle_horizon_s: float = 60.0,
-        agent_max_turns: int | None = None,
-        args: Sequence[str] = (),
-    ) -> SupervisorStarted:
-        """`loopx supervisor start`: run the supervisor in the background (logs/supervisor.log).
-
-        ``args`` are further `loopx supervisor run` options, as on the command line.
+    @staticmethod
+    def check_options(**options: Unpack[FleetOptions]) -> None:
+        """Refuse run options as `supervisor run|start` does, before a root is even opened.
 
         Raises:
+            UsageError: an option is out of range or does not fit the back-end.
+        """
+        fleet_config(options)
+
+    def start(self, **options: Unpack[FleetOptions]) -> SupervisorStarted:
+        """`loopx supervisor start`: run the supervisor in the background (logs/supervisor.log).
+
+        ``options`` are those of :meth:`run` (:class:`loopx.api.FleetOptions`),
+        checked here, before anything starts.
+
+        Raises:
+            UsageError: an option is out of range.
+            SupervisorRunningError: one is already running on this root.
             SupervisorStartError: it did not come up (its log's tail is in the message).
         """
         from loopx.supervisor.control import start_detached  # noqa: PLC0415 - heavy
 
-        argv = ["--agents", str(agents), "--stop-grace-seconds", str(stop_grace_s)]
-        argv += ["--idle-horizon-seconds", str(idle_horizon_s)]
-        if until_idle:
-            argv.append("--until-idle")
-        if agent_max_turns is not None:
-            argv += ["--agent-max-turns", str(agent_max_turns)]
-        return start_detached(self.layout, [*argv, *args])
+        return start_detached(self.layout, run_argv(fleet_config(options)))
+
+    def run(
+        self,
+        *,
+        child: bool = False,
+        stop: threading.Event | None = None,
+        **options: Unpack[FleetOptions],
+    ) -> RunSummary:
+        """`loopx supervisor run`: run the supervisor in the foreground until stopped (or idle).
+
+        In this process (the default) the supervisor owns SIGTERM, SIGINT and
+        SIGHUP, so call it from the main thread; with ``child=True`` it runs as
+        a child process (log in logs/supervisor.log) from any thread, stopped
+        when ``stop`` is set or this call is interrupted. Either way the
+        result is the summary `supervisor run --json` prints; its
+        ``exit_code`` is the command's.
+
+        Raises:
+            UsageError: an option is out of range.
+            SupervisorRunningError: another supervisor holds the root (in this process).
+            SupervisorRunError: the child ended without a summary (``child=True``).
+        """
+        from loopx.supervisor.summary import summarise  # noqa: PLC0415 - heavy
+
+        config = fleet_config(options)
+        if child:
+            return run_child(self.layout, config, stop)
+        from loopx.agents.loop import Agent  # noqa: PLC0415 - heavy
+        from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
+
+        started = utcnow()
+        code = Supervisor(self.layout, config, make_agent=Agent).run()
+        return summarise(self.layout, exit_code=code, started_at=started, now=utcnow())
 
     def stop(self, *, timeout_s: float | None = None, force: bool = False) -> SupervisorStopped:
         """`loopx supervisor stop`: stop the running supervisor and its whole fleet."""
@@ -160,3 +217,59 @@ class Fleet:
         if agents < 0:
             raise UsageError(f"agent count must be 0 or more, got {agents}", hint="pass N >= 0")
         return scale(self.layout, agents)
+
+    def attach_command(self) -> list[str]:
+        """The argv that attaches a terminal to the visible (tmux) fleet.
+
+        Raises:
+            SupervisorNotRunningError: no supervisor runs.
+            HeadlessFleetError: the fleet runs without tmux windows.
+            TmuxError: the fleet's tmux session is gone.
+        """
+        from loopx.supervisor.control import attach_argv  # noqa: PLC0415 - heavy
+
+        return attach_argv(self.layout)
+
+    def attach(self) -> NoReturn:
+        """`loopx supervisor attach`: replace this process with tmux attached to the fleet.
+
+        Raises:
+            The errors of :meth:`attach_command`.
+        """
+        argv = self.attach_command()
+        os.execv(argv[0], argv)  # noqa: S606 - attach replaces this process with tmux, by design
+
+    def run_agent(
+        self,
+        *,
+        agent_id: str,
+        max_turns: int | None = None,
+        once: bool = False,
+        heartbeat_s: float = 2.0,
+        idle_max_s: float = 2.0,
+        parent_pid: int | None = None,
+        parent_started_at: float | None = None,
+    ) -> int:
+        """`loopx agent run`: one agent loop in this process, until stopped, ``max_turns`` or ``once``.
+
+        The agent owns SIGTERM and SIGINT (call it from the main thread): the
+        first stops at a safe point, the second at once.
+
+        Returns:
+            The exit code the agent process would end with (0: stopped cleanly).
+
+        Raises:
+            InvalidGoalIdError: ``agent_id`` is not a single safe path segment.
+        """
+        from loopx.agents.loop import run_agent  # noqa: PLC0415 - heavy
+
+        config = AgentConfig(
+            agent_id=validate_goal_id(agent_id),
+            max_turns=max_turns,
+            once=once,
+            heartbeat_s=heartbeat_s,
+            idle_max_s=idle_max_s,
+            parent_pid=parent_pid,
+            parent_started_at=parent_started_at,
+        )
+        return run_agent(self.layout, config)

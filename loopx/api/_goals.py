@@ -10,7 +10,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from loopx.agents.hosts.plugins import require_kind
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.archive import ArchiveResult, archive_goal, parse_archive_root
@@ -62,6 +61,8 @@ def host_spec(
             ) from e
     else:
         argv = list(host or [])
+    from loopx.agents.hosts.plugins import require_kind  # noqa: PLC0415 - the adapters are heavy
+
     kind = require_kind(str(host_kind)) if host_kind else HostKind.COMMAND
     if kind == HostKind.COMMAND and not argv:
         raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")

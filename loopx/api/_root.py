@@ -7,14 +7,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+from loopx.api._demo import Demo
 from loopx.api._fleet import Fleet
 from loopx.api._gates import Gates
 from loopx.api._goals import Goals
 from loopx.api._quota import Quota
+from loopx.api._serve import StatusServer
 from loopx.api._status import Status
 from loopx.api._turns import Turns
 from loopx.doctor import DoctorReport, diagnose
+from loopx.model import utcnow
 from loopx.registry.initialise import InitReport, initialise
 from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
 
@@ -92,6 +96,59 @@ class Root:
         """`loopx doctor`: check the whole root, read-only (also one ``open`` refuses)."""
         return diagnose(Layout.of(_resolve(path, registry, env, home)), now=now)
 
+    @staticmethod
+    def repair_clock(
+        path: str | os.PathLike[str] | None = None,
+        *,
+        registry: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        home: Path | None = None,
+        now: datetime | None = None,
+    ) -> list[Path]:
+        """`loopx doctor --repair`: date future-dated goal states (a clock ran ahead) back to ``now``.
+
+        Each goal keeps the wait it asked for; runs under each goal's lock.
+
+        Returns:
+            The state files rewritten.
+
+        Raises:
+            CorruptFileError: the registry cannot be read.
+        """
+        from loopx.clock import repair_future_dated  # noqa: PLC0415 - only for --repair
+        from loopx.registry.catalog import load_registry  # noqa: PLC0415
+
+        layout = Layout.of(_resolve(path, registry, env, home))
+        goals = sorted(load_registry(layout).goals)
+        repaired = repair_future_dated(layout, goals, now=now or utcnow())
+        return [layout.state_file(goal_id) for goal_id in repaired]
+
+    @staticmethod
+    def demo(path: str | os.PathLike[str] | None = None) -> Demo:
+        """`loopx demo`: a fresh demo directory and root (``path``, else inside it), ready to run.
+
+        ``Root.demo().run()`` runs it; see :class:`loopx.api.Demo`.
+        """
+        return Demo.create(path)
+
+    @staticmethod
+    def schema_names() -> list[str]:
+        """Every name `loopx schema NAME` knows: file kinds and ``--json`` outputs, sorted."""
+        from loopx.schemas import SCHEMAS  # noqa: PLC0415 - imports every model
+
+        return sorted(SCHEMAS)
+
+    @staticmethod
+    def schema(name: str) -> dict[str, Any]:
+        """`loopx schema NAME`: the JSON Schema of a file kind or a ``--json`` output.
+
+        Raises:
+            UsageError: unknown name (the hint lists the known ones).
+        """
+        from loopx.schemas import schema_model  # noqa: PLC0415 - imports every model
+
+        return schema_model(name).model_json_schema()
+
     @property
     def path(self) -> Path:
         """The runtime root directory."""
@@ -122,7 +179,40 @@ class Root:
         """Run, inspect, recover and replay turns (`loopx turn|journal|recover|replay`)."""
         return Turns(self.layout)
 
+    def serve(
+        self,
+        *,
+        host: str = StatusServer.DEFAULT_HOST,
+        port: int = StatusServer.DEFAULT_PORT,
+        token: str | None = None,
+        actions: bool = False,
+        refresh_interval_s: float = StatusServer.REFRESH_S,
+        ttl_s: float = StatusServer.TTL_S,
+        env: Mapping[str, str] | None = None,
+    ) -> StatusServer:
+        """`loopx serve`: bind the dashboard and HTTP status API of this root (not serving yet).
+
+        ``token`` defaults to ``$LOOPX_SERVE_TOKEN`` (read from ``env``); ``port``
+        0 picks a free port (see ``.address``). Serve with ``.start()`` (a
+        background thread) or ``.serve_forever()``; ``.stop()`` ends it, and
+        ``with root.serve(...) as server:`` does both.
+
+        Raises:
+            InsecureBindError: ``host`` is not loopback and there is no token.
+            ActionsNeedTokenError: ``actions`` without a token.
+            UsageError: the address cannot be bound.
+        """
+        return StatusServer(
+            self.layout,
+            host=host,
+            port=port,
+            token=token or StatusServer.env_token(env),
+            actions=actions,
+            refresh_interval_s=refresh_interval_s,
+            ttl_s=ttl_s,
+        )
+
     @property
     def fleet(self) -> Fleet:
-        """The agent fleet (`loopx supervisor ...`, `loopx batch run`)."""
+        """The agent fleet (`loopx supervisor ...`, `loopx agent run`, `loopx batch run`)."""
         return Fleet(self.layout)

@@ -39,17 +39,23 @@ class Status:
         actor: Actor | str | None = None,
         limit: int | None = None,
         clear_cache: bool = False,
+        force: bool = False,
         now: datetime | None = None,
     ) -> StatusProjection:
         """`loopx status`: who must act next on each goal, and why.
 
         The cached projection is used when younger than ``ttl_s``; ``actor``
-        and ``limit`` filter the goals as ``--actor`` and ``--limit`` do.
+        and ``limit`` filter the goals as ``--actor`` and ``--limit`` do;
+        ``force`` re-reads every goal whatever the cache holds.
         """
         if clear_cache:
             clear_status_cache(self.layout)
         projection = load_status(
-            self.layout, now=now or utcnow(), ttl_s=ttl_s, full_scan_after_s=full_scan_after_s
+            self.layout,
+            now=now or utcnow(),
+            ttl_s=ttl_s,
+            full_scan_after_s=full_scan_after_s,
+            force=force,
         )
         return _filtered(projection, actor, limit)
 

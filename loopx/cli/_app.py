@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(args_in)
         args = parser.parse_args(args_in)
-        from loopx.log import configure_logging  # noqa: PLC0415 - structlog only once a command runs
+        from loopx.api import configure_logging  # noqa: PLC0415 - structlog only once a command runs
 
         configure_logging(level=args.log_level or "warning")
         code: int = args.func(args)

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import argparse
 import signal
+import threading
 from pathlib import Path
 
-from loopx.batch.plan import load_plan
 from loopx.cli._common import (
     Subparsers,
     add_agent_options,
     add_command,
     check_agents,
-    layout,
     print_json,
+    root,
 )
-from loopx.model import utcnow
-from loopx.registry.checks import check_program
-from loopx.registry.model import HostKind
 
 
 def register(sub: Subparsers) -> None:
@@ -53,37 +50,25 @@ def run_batch(args: argparse.Namespace) -> int:
 
     Exit 0 when every goal completed, 4 (``NEEDS_HUMAN``) when some need a human, 1 otherwise.
     """
-    from loopx.supervisor.batch import (  # noqa: PLC0415 - the kernel CLI loads the fleet lazily
-        BatchConfig,
-        BatchRun,
-        default_report_dir,
-        register_plan,
-        write_report,
-    )
-    from loopx.supervisor.display import display_for  # noqa: PLC0415
+    from loopx.api import Fleet  # noqa: PLC0415 - not needed by `batch run --help`
+    from loopx.cli._display import display_for  # noqa: PLC0415 - rich, only to run
 
     check_agents(args)
-    plan_path = args.plan.resolve()
-    plan = load_plan(plan_path)  # a malformed plan is rejected before anything is registered
-    for entry in plan.goals:
-        host = entry.host_spec()
-        if host.kind == HostKind.COMMAND:
-            check_program(host.argv[0], entry.workdir_path(plan_path.parent))
-    where = layout(args, create=True)
-    goal_ids = register_plan(where, plan, plan_path.parent, now=utcnow())
-    config = BatchConfig(
-        agents=args.agents,
-        report_dir=args.report,
-        max_wall_s=args.max_wall,
-        idle_horizon_s=args.idle_horizon,
-    )
+    Fleet.check_plan(args.plan)  # a malformed plan is rejected before the root is created
+    fleet = root(args, create=True).fleet
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     with display_for() as show:
-        batch = BatchRun(where, goal_ids, config, show)
-        signal.signal(signal.SIGTERM, batch.request_stop)
-        signal.signal(signal.SIGINT, batch.request_stop)
-        report = batch.run()
-    report_dir = args.report or default_report_dir(where, report.generated_at)
-    json_path, md_path = write_report(report, report_dir)
+        report = fleet.run_plan(
+            args.plan,
+            agents=args.agents,
+            report_dir=args.report,
+            max_wall_s=args.max_wall,
+            idle_horizon_s=args.idle_horizon,
+            progress=show,
+            stop=stop,
+        )
     if args.json:
         print_json(report)
     else:
@@ -91,5 +76,5 @@ def run_batch(args: argparse.Namespace) -> int:
             print(
                 f"{g.goal_id:<24} {g.outcome:<12} {g.turns:>4} turns  {g.cpu_s:8.2f} CPU s  {g.wall_s:8.2f} wall s"
             )
-        print(f"report: {md_path} (and {json_path.name})")
+        print(f"report: {fleet.report_dir(report, args.report) / 'report.md'} (and report.json)")
     return report.exit_code

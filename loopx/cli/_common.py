@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from loopx.api import Root
-    from loopx.root import Layout, ResolvedRoot
 
     # What ``add_subparsers()`` returns; argparse names the class privately.
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]  # noqa: SLF001
@@ -125,22 +124,6 @@ def check_agents(
             hint=f"pass --max-agents {n} as well if you really mean {n} agent processes",
         )
     return n
-
-
-def resolved(args: argparse.Namespace) -> ResolvedRoot:
-    """The runtime root the command line and environment select."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from loopx.root import resolve_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
-
-    return resolve_root(flag=args.root, registry=args.registry, env=os.environ, home=Path.home())
-
-
-def layout(args: argparse.Namespace, *, create: bool = False) -> Layout:
-    """The checked layout of the selected root (created with ``create``)."""
-    from loopx.root import open_root  # noqa: PLC0415 - `loopx --help` must not need pydantic
-
-    return open_root(resolved(args), create=create)
 
 
 def root(args: argparse.Namespace, *, create: bool = False) -> Root:

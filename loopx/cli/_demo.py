@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-
-from rich.console import Console
+from typing import TYPE_CHECKING
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_agent_options, add_command, check_agents, print_json
-from loopx.cli._status import render_plain, render_table
-from loopx.model import utcnow
-from loopx.root import Layout, ResolvedRoot, RootSource, open_root
-from loopx.status.cache import load_status
+
+if TYPE_CHECKING:
+    from loopx.status.view import StatusProjection
 
 
 def register(sub: Subparsers) -> None:
@@ -30,27 +27,26 @@ def register(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when every demo goal ended as designed."""
-    from loopx.supervisor.demo import demo_home, next_steps, run_demo  # noqa: PLC0415
-    from loopx.supervisor.display import display_for  # noqa: PLC0415
+    from loopx.api import Root  # noqa: PLC0415 - not needed by `demo --help`
+    from loopx.cli._display import display_for  # noqa: PLC0415 - rich, only to run
 
     check_agents(args)
-    home, root = demo_home(Path(args.root).resolve() if args.root else None)
-    layout = open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
+    demo = Root.demo(args.root)
     if not args.json:
         print(
-            f"loopx demo: runtime root {root}, {args.agents} agents, 4 demo goals; "
-            f"plan, work directories and report in {home}"
+            f"loopx demo: runtime root {demo.root}, {args.agents} agents, 4 demo goals; "
+            f"plan, work directories and report in {demo.home}"
         )
     with display_for() as show:
-        result = run_demo(layout, home, agents=args.agents, show=show)
+        result = demo.run(agents=args.agents, progress=show)
     if args.json:
         print_json(result.report)
         return exitcodes.OK if result.as_designed else exitcodes.FAILURE
     print()
-    _print_status(layout)
+    _print_status(demo.status.project(ttl_s=0.0, force=True))
     print(f"\nreport: {result.report_dir / 'report.md'}")
     print("\nnext, try:")
-    for line in next_steps(result, root):
+    for line in demo.next_steps(result):
         print(f"  {line}")
     if not result.as_designed:
         print("\nloopx demo: some goals did not end as the demo intends; see the report above")
@@ -58,11 +54,13 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def _print_status(where: Layout) -> None:
+def _print_status(projection: StatusProjection) -> None:
     """The same attention queue `loopx status` prints."""
-    now = utcnow()
-    projection = load_status(where, now=now, ttl_s=0.0, force=True)
+    from rich.console import Console  # noqa: PLC0415 - only on a terminal
+
+    from loopx.cli._status import render_plain, render_table, utcnow  # noqa: PLC0415
+
     if sys.stdout.isatty():
-        Console().print(render_table(projection, now))
+        Console().print(render_table(projection, utcnow()))
     else:
-        print(render_plain(projection, now))
+        print(render_plain(projection, utcnow()))

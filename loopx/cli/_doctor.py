@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 
 from loopx import exitcodes
-from loopx.cli._common import Subparsers, add_command, print_json, resolved
-from loopx.clock import repair_future_dated
-from loopx.doctor import Severity, diagnose
-from loopx.model import utcnow
-from loopx.registry.catalog import load_registry
-from loopx.root import Layout
+from loopx.api import Root
+from loopx.cli._common import Subparsers, add_command, print_json
+from loopx.doctor.findings import Severity
 
 
 def register(sub: Subparsers) -> None:
@@ -29,13 +26,11 @@ def register(sub: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diagnose the root (read-only); exit 0 when healthy, 1 otherwise."""
-    # Not open_root: doctor must also describe a root that open_root refuses.
-    layout = Layout.of(resolved(args))
+    # Not Root.open: doctor must also describe a root that open refuses.
     if args.repair:
-        goals = sorted(load_registry(layout).goals)
-        for goal_id in repair_future_dated(layout, goals, now=utcnow()):
-            print(f"repaired: {layout.state_file(goal_id)}: dated back to now")
-    report = diagnose(layout)
+        for path in Root.repair_clock(args.root, registry=args.registry):
+            print(f"repaired: {path}: dated back to now")
+    report = Root.diagnose(args.root, registry=args.registry)
     if args.json:
         print_json(report)
     else:

@@ -7,14 +7,9 @@ import shlex
 from pathlib import Path
 
 from loopx import exitcodes
-from loopx.agents.hosts.plugins import require_kind
-from loopx.cli._common import Subparsers, add_command, layout, print_json, root
-from loopx.errors import InvalidPolicyError, UsageError
-from loopx.model import utcnow
-from loopx.registry.checks import check_program, check_workdir
-from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec
-from loopx.registry.views import GoalDocument
+from loopx.cli._common import Subparsers, add_command, print_json, root
+from loopx.errors import InvalidPolicyError
+from loopx.registry.model import Goal, GoalStatus, HostKind
 from loopx.state import TodoStatus
 
 # CLI flag -> QuotaPolicy field.
@@ -150,40 +145,6 @@ def run_reset_session(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def _host_spec(args: argparse.Namespace) -> HostSpec | None:
-    if args.host is None and args.host_kind is None:
-        if args.session_max_turns is not None or args.unreachable_after is not None:
-            raise UsageError(
-                "--session-max-turns and --unreachable-after are part of the host: "
-                "pass --host-kind with them",
-                hint="e.g. --host-kind codex --session-max-turns 20",
-            )
-        return None
-    try:
-        argv = shlex.split(args.host) if args.host is not None else []
-    except ValueError as e:
-        raise UsageError(
-            f"--host {args.host!r} cannot be split: {e}", hint="check its quotes"
-        ) from e
-    kind = require_kind(args.host_kind) if args.host_kind else HostKind.COMMAND
-    if kind == HostKind.COMMAND and not argv:
-        raise UsageError("--host-kind command needs --host 'CMD ARGS'", hint="name the program")
-    if args.session_max_turns is not None and args.session_max_turns < 1:
-        raise InvalidPolicyError(
-            "--session-max-turns", f"must be at least 1, got {args.session_max_turns}"
-        )
-    if args.unreachable_after is not None and not args.unreachable_after > 0:
-        raise InvalidPolicyError(
-            "--unreachable-after", f"must be more than 0 seconds, got {args.unreachable_after}"
-        )
-    return HostSpec(
-        kind=kind,
-        argv=argv,
-        session_max_turns=args.session_max_turns,
-        unreachable_after_s=args.unreachable_after,
-    )
-
-
 def _resources(given: list[str] | None) -> dict[str, float] | None:
     """``--resource NAME=AMOUNT`` flags as a dict (None when none was given)."""
     if not given:
@@ -203,41 +164,24 @@ def _resources(given: list[str] | None) -> dict[str, float] | None:
     return out
 
 
-def _check_setup(args: argparse.Namespace, host: HostSpec | None) -> Path | None:
-    """Check the workdir and a command host now; return the workdir to store."""
-    workdir = Path(args.workdir).expanduser().resolve() if args.workdir is not None else None
-    if args.no_check:
-        return workdir
-    if workdir is not None:
-        check_workdir(workdir)
-    if host is not None and host.kind == HostKind.COMMAND and host.argv:
-        check_program(host.argv[0], workdir or (None if args.update else Path.cwd()))
-    return workdir
-
-
 def run_add(args: argparse.Namespace) -> int:
     """Register or update a goal."""
-    quota = {field: getattr(args, flag) for flag, field in QUOTA_FLAGS.items()}
-    host = _host_spec(args)
-    workdir = _check_setup(args, host)
-    changes = GoalChanges(
-        objective=args.objective,
-        workdir=str(workdir) if workdir is not None else None,
-        host=host,
-        priority=args.priority,
-        next_probe=args.next_probe,
-        max_host_attempts=args.max_host_attempts,
-        resources=_resources(args.resource),
-        quota={k: v for k, v in quota.items() if v is not None},
-    )
     try:
-        goal = add_goal(
-            layout(args),
+        document = root(args).goals.add(
             args.goal_id,
-            changes,
+            objective=args.objective,
+            workdir=args.workdir,
+            host=args.host,
+            host_kind=args.host_kind,
+            session_max_turns=args.session_max_turns,
+            unreachable_after_s=args.unreachable_after,
+            priority=args.priority,
+            quota={field: getattr(args, flag) for flag, field in QUOTA_FLAGS.items()},
+            next_probe=args.next_probe,
+            max_host_attempts=args.max_host_attempts,
+            resources=_resources(args.resource),
             update=args.update,
-            default_workdir=Path.cwd(),
-            now=utcnow(),
+            check=not args.no_check,
         )
     except InvalidPolicyError as e:
         # Name the flag the user typed, not the policy field behind it.
@@ -245,8 +189,9 @@ def run_add(args: argparse.Namespace) -> int:
         if flag is None:
             raise
         raise InvalidPolicyError(flag, e.problem) from e
+    goal = document.goal
     if args.json:
-        print_json(GoalDocument(goal=goal))
+        print_json(document)
     else:
         print(f"{'updated' if args.update else 'added'} goal {goal.id} ({goal.status})")
     return exitcodes.OK

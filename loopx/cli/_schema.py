@@ -7,8 +7,8 @@ import json
 import sys
 
 from loopx import exitcodes
+from loopx.api import Root
 from loopx.cli._common import Subparsers, add_command
-from loopx.schemas import SCHEMAS, schema_model
 
 
 def register(sub: Subparsers) -> None:
@@ -16,11 +16,11 @@ def register(sub: Subparsers) -> None:
     parser = add_command(
         sub, "schema", help="print the JSON Schema of a file kind or a --json output"
     )
-    parser.add_argument("name", metavar="NAME", help=f"one of: {', '.join(sorted(SCHEMAS))}")
+    parser.add_argument("name", metavar="NAME", help=f"one of: {', '.join(Root.schema_names())}")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the JSON Schema of the named model."""
-    sys.stdout.write(json.dumps(schema_model(args.name).model_json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(Root.schema(args.name), indent=2) + "\n")
     return exitcodes.OK

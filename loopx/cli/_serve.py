@@ -5,17 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-from loopx import environ, exitcodes
-from loopx.cli._common import Subparsers, add_command, layout
-from loopx.status.server import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    SERVE_REFRESH_S,
-    SERVE_TTL_S,
-    check_bind,
-    make_server,
-    serve,
-)
+from loopx import exitcodes
+from loopx.api import StatusServer
+from loopx.cli._common import Subparsers, add_command, root
+
+DEFAULT_HOST, DEFAULT_PORT = StatusServer.DEFAULT_HOST, StatusServer.DEFAULT_PORT
+SERVE_REFRESH_S, SERVE_TTL_S = StatusServer.REFRESH_S, StatusServer.TTL_S
 
 
 def register(sub: Subparsers) -> None:
@@ -33,7 +28,7 @@ def register(sub: Subparsers) -> None:
         "--token",
         metavar="T",
         help=(
-            f"require `Authorization: Bearer T` (default: ${environ.SERVE_TOKEN}); "
+            f"require `Authorization: Bearer T` (default: ${StatusServer.TOKEN_ENV}); "
             "needed off loopback"
         ),
     )
@@ -61,21 +56,18 @@ def register(sub: Subparsers) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Bind, print the address, serve until interrupted."""
-    token = args.token or environ.text(environ.SERVE_TOKEN)
-    check_bind(args.host, token, actions=args.actions)  # refuse an open bind before the root
-    server = make_server(
-        layout(args),
+    # Refuse an open bind before the root is opened.
+    StatusServer.check_bind(args.host, args.token or StatusServer.env_token(), actions=args.actions)
+    server = root(args).serve(
         host=args.host,
         port=args.port,
-        token=token,
+        token=args.token,
         ttl_s=args.status_projection_cache_ttl_seconds,
         refresh_interval_s=args.refresh_interval_seconds,
         actions=args.actions,
     )
-    host, port = str(server.server_address[0]), server.server_address[1]
-    shown = f"[{host}]" if ":" in host else host
     mode = "actions enabled" if args.actions else "read-only"
-    print(f"loopx serve: dashboard on http://{shown}:{port}/ ({mode}; JSON at /status)", flush=True)
+    print(f"loopx serve: dashboard on {server.url} ({mode}; JSON at /status)", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        serve(server)
+        server.serve_forever()
     return exitcodes.OK

@@ -7,23 +7,19 @@ import sys
 from typing import TYPE_CHECKING
 
 from loopx import exitcodes
+from loopx.batch.report import Outcome
 from loopx.cli._common import (
     Subparsers,
     add_agent_options,
     add_command,
     check_agents,
-    layout,
     print_json,
     root,
 )
-from loopx.errors import UsageError
-from loopx.fleet import (
-    Backend,
-    Visibility,
-)
 
 if TYPE_CHECKING:
-    from loopx.supervisor.config import SupervisorConfig
+    from loopx.api import FleetOptions
+    from loopx.batch.report import RunSummary
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -163,114 +159,82 @@ def register(sub: Subparsers) -> None:
         scale.set_defaults(func=run_scale)
 
 
-def _config(args: argparse.Namespace) -> SupervisorConfig:
-    from loopx.supervisor.backoff import RestartPolicy  # noqa: PLC0415 - keep `loopx --help` light
-    from loopx.supervisor.config import SupervisorConfig  # noqa: PLC0415
+def _options(args: argparse.Namespace) -> FleetOptions:
+    """The run options on the command line, checked before the root is opened."""
+    from loopx.api import Fleet  # noqa: PLC0415 - not needed by `--help`
 
     check_agents(args)
-    if args.stop_grace_seconds < 0:
-        raise UsageError("--stop-grace-seconds must be 0 or more", hint="pass a number of seconds")
-    if args.backend != "ray" and (args.ray_address or args.agent_memory_mb is not None):
-        raise UsageError(
-            "--ray-address and --agent-memory-mb apply to the Ray back-end only",
-            hint="add --backend ray",
-        )
-    if args.backend == "ray" and args.visible != "none":
-        raise UsageError(
-            "--visible tmux needs local agents", hint="drop --visible or --backend ray"
-        )
-    if args.agent_cpus < 0 or (args.agent_memory_mb is not None and args.agent_memory_mb <= 0):
-        raise UsageError(
-            "--agent-cpus must be 0 or more and --agent-memory-mb more than 0",
-            hint="pass e.g. --agent-cpus 0.5 --agent-memory-mb 512",
-        )
-    return SupervisorConfig(
-        agents=args.agents,
-        visible=Visibility(args.visible),
-        until_idle=args.until_idle,
-        stop_grace_s=args.stop_grace_seconds,
-        refresh_interval_s=args.refresh_interval_seconds,
-        status_cache_ttl_s=args.status_projection_cache_ttl_seconds,
-        heartbeat_s=args.heartbeat_seconds,
-        stall_s=args.stall_seconds,
-        idle_horizon_s=args.idle_horizon_seconds,
-        agent_max_turns=args.agent_max_turns,
-        restart=RestartPolicy(
-            max_s=args.restart_max_seconds,
-            window_s=args.crash_loop_window_seconds,
-            crash_loop_restarts=args.crash_loop_restarts,
-        ),
-        log_level=args.log_level or "info",
-        backend=Backend(args.backend),
-        ray_address=args.ray_address,
-        agent_cpus=args.agent_cpus,
-        agent_memory_mb=args.agent_memory_mb,
-    )
+    options: FleetOptions = {
+        "agents": args.agents,
+        "visible": args.visible,
+        "until_idle": args.until_idle,
+        "stop_grace_s": args.stop_grace_seconds,
+        "refresh_interval_s": args.refresh_interval_seconds,
+        "status_cache_ttl_s": args.status_projection_cache_ttl_seconds,
+        "heartbeat_s": args.heartbeat_seconds,
+        "stall_s": args.stall_seconds,
+        "idle_horizon_s": args.idle_horizon_seconds,
+        "agent_max_turns": args.agent_max_turns,
+        "crash_loop_restarts": args.crash_loop_restarts,
+        "crash_loop_window_s": args.crash_loop_window_seconds,
+        "restart_max_s": args.restart_max_seconds,
+        "backend": args.backend,
+        "ray_address": args.ray_address,
+        "agent_cpus": args.agent_cpus,
+        "agent_memory_mb": args.agent_memory_mb,
+        "log_level": args.log_level or "info",
+    }
+    Fleet.check_options(**options)
+    return options
 
 
 def run_run(args: argparse.Namespace) -> int:
     """Run the supervisor in the foreground until stopped (or idle)."""
-    from loopx.agents.loop import Agent  # noqa: PLC0415
-    from loopx.log import configure_logging  # noqa: PLC0415
-    from loopx.model import utcnow  # noqa: PLC0415
-    from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
-    from loopx.supervisor.summary import render_summary, summarise  # noqa: PLC0415
+    from loopx.api import configure_logging  # noqa: PLC0415
 
-    config = _config(args)
-    where = layout(args)
+    options = _options(args)
+    fleet = root(args).fleet
     # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
-    configure_logging(level=config.log_level, force=True)
-    started = utcnow()
-    code: int = Supervisor(where, config, make_agent=Agent).run()
-    if args.json or sys.stdout.isatty():
-        summary = summarise(where, exit_code=code, started_at=started, now=utcnow())
-        if args.json:
-            print_json(summary)
-        else:
-            print(render_summary(summary))
-    return code
+    configure_logging(level=options["log_level"], force=True)
+    summary = fleet.run(**options)
+    if args.json:
+        print_json(summary)
+    elif sys.stdout.isatty():
+        print(render_summary(summary))
+    return summary.exit_code
 
 
-def _run_args(args: argparse.Namespace) -> list[str]:
-    out = [
-        "--agents",
-        str(args.agents),
-        "--max-agents",
-        str(max(args.agents, 1)),
-        "--visible",
-        args.visible,
-        "--backend",
-        args.backend,
+def render_summary(summary: RunSummary) -> str:
+    """The plain summary a person reads at the end of a run in a terminal. Pure."""
+    g = summary.goals
+    waiting = g[Outcome.NEEDS_HUMAN] + g[Outcome.UNFINISHED] + g[Outcome.PAUSED]
+    minutes, seconds = divmod(round(summary.wall_s), 60)
+    lines = [
+        (
+            f"loopx: supervisor stopped (exit {summary.exit_code}) after "
+            f"{minutes}m{seconds:02d}s; {summary.turns} turns ran ({summary.failed_turns} failed)"
+        ),
+        (
+            f"  goals: {g[Outcome.COMPLETED]} done, {waiting} waiting "
+            f"({g[Outcome.NEEDS_HUMAN]} for a human, {g[Outcome.UNFINISHED]} unfinished, "
+            f"{g[Outcome.PAUSED]} paused), {g[Outcome.FAILED]} failed"
+        ),
     ]
-    if args.until_idle:
-        out.append("--until-idle")
-    if args.log_level is not None:
-        out += ["--log-level", args.log_level]
-    for flag in (
-        "stop_grace_seconds", "refresh_interval_seconds", "status_projection_cache_ttl_seconds",
-        "heartbeat_seconds", "stall_seconds", "idle_horizon_seconds", "crash_loop_restarts",
-        "crash_loop_window_seconds", "restart_max_seconds", "agent_max_turns",
-        "ray_address", "agent_cpus", "agent_memory_mb",
-    ):  # fmt: skip
-        value = getattr(args, flag)
-        if value is not None:
-            out += ["--" + flag.replace("_", "-"), str(value)]
-    return out
+    if g[Outcome.NEEDS_HUMAN]:
+        lines.append(f"  next: `loopx status --root {summary.root} --actor human`")
+    return "\n".join(lines)
 
 
 def run_start(args: argparse.Namespace) -> int:
-    """Start the supervisor detached."""
-    from loopx.supervisor.control import start_detached  # noqa: PLC0415
-
-    _config(args)  # refuse bad options here, not in a detached child's log
-    where = layout(args)
-    started = start_detached(where, _run_args(args))
+    """Start the supervisor detached (bad options are refused here, not in its log)."""
+    fleet = root(args).fleet
+    started = fleet.start(**_options(args))
     record = started.supervisor
     if args.json:
         print_json(started)
     else:
         print(
-            f"supervisor started: pid {record.pid}, {record.agents_wanted} agents; log {where.logs_dir / 'supervisor.log'}"
+            f"supervisor started: pid {record.pid}, {record.agents_wanted} agents; log {fleet.layout.logs_dir / 'supervisor.log'}"
         )
     return exitcodes.OK
 
@@ -322,19 +286,14 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_attach(args: argparse.Namespace) -> int:
     """Attach to the tmux session (replaces this process)."""
-    from loopx.supervisor.control import attach  # noqa: PLC0415
-
-    attach(layout(args))
-    return exitcodes.OK  # pragma: no cover - attach execs tmux
+    root(args).fleet.attach()
 
 
 def run_scale(args: argparse.Namespace) -> int:
     """Ask the running supervisor for N agents."""
-    from loopx.supervisor.control import scale  # noqa: PLC0415
-
     if args.agents != 0:  # 0 is allowed here: it parks the fleet until the next scale
         check_agents(args, flag="agent count")
-    result = scale(layout(args), args.agents)
+    result = root(args).fleet.scale(args.agents)
     if args.json:
         print_json(result)
     elif not result.signalled:

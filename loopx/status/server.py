@@ -56,20 +56,15 @@ from loopx.status.documents import (
 )
 from loopx.status.events import ChangeFeed, change_event
 from loopx.status.metrics import render_metrics
+from loopx.status.serving import DEFAULT_HOST, DEFAULT_PORT, SERVE_REFRESH_S, SERVE_TTL_S
 from loopx.status.sources import read_fleet
 from loopx.status.view import Actor, StatusProjection
 
-DEFAULT_HOST: Final = "127.0.0.1"
-DEFAULT_PORT: Final = 8765
 MAX_REQUEST_LINE: Final = 4096
 MAX_HEADERS: Final = 32
 MAX_HEADER_BYTES: Final = 8192
 SOCKET_TIMEOUT_S: Final = 10.0
 REQUEST_TIMEOUT_S: Final = 10.0  # the whole request (line, headers, body), however it trickles
-# The dashboard promises a committed turn on screen within 2 s, so serve re-checks every second
-# (a refresh reads the change hints, not every goal).
-SERVE_TTL_S: Final = 1.0
-SERVE_REFRESH_S: Final = 1.0
 DEFAULT_PAGE: Final = 100
 MAX_PAGE: Final = 10_000
 TURNS_PAGE: Final = 50

@@ -29,7 +29,7 @@ from loopx.storage.files import read_model_or_none
 from loopx.supervisor.lock import read_record
 from loopx.supervisor.process import spawn
 from loopx.supervisor.scale import write_scale
-from loopx.supervisor.tmux import TmuxSession
+from loopx.supervisor.tmux import TmuxError, TmuxSession
 
 START_TIMEOUT_S: Final = 60.0
 
@@ -195,12 +195,13 @@ def _tail(path: os.PathLike[str], limit: int = 400, *, since: int = 0) -> str:
         return "(no log)"
 
 
-def attach(layout: Layout) -> None:
-    """Replace this process with tmux attached to the fleet's session.
+def attach_argv(layout: Layout) -> list[str]:
+    """The command that attaches a terminal to the fleet's tmux session.
 
     Raises:
         SupervisorNotRunningError: no supervisor runs.
-        TmuxError: the fleet is not visible (headless) or tmux failed.
+        HeadlessFleetError: the fleet runs without tmux windows.
+        TmuxError: the session is gone.
 
     """
     record, ref = running_ref(layout)
@@ -208,7 +209,12 @@ def attach(layout: Layout) -> None:
         raise SupervisorNotRunningError(str(layout.root), "attach")
     if record is not None and record.visible != "tmux":
         raise HeadlessFleetError(layout, record.pid)
-    TmuxSession(layout.root).attach()
+    session = TmuxSession(layout.root)
+    if not session.exists():
+        raise TmuxError(
+            "attach", f"no session {session.name} on {session.socket}; is the fleet visible?"
+        )
+    return session.attach_argv()
 
 
 class HeadlessFleetError(LoopxError):

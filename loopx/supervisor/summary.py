@@ -1,4 +1,7 @@
-"""What `loopx supervisor run` says when it ends: goals done, waiting and failed, turns, time."""
+"""What `loopx supervisor run` says when it ends: goals done, waiting and failed, turns, time.
+
+The CLI renders it for a terminal (``loopx.cli._supervisor.render_summary``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections import Counter
 from datetime import datetime
 
 from loopx.batch.report import Outcome, RunSummary, goal_outcome
+from loopx.errors import LoopxError
 from loopx.history.reader import read_history
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
@@ -14,12 +18,20 @@ from loopx.supervisor.lock import read_record
 
 
 def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: datetime) -> RunSummary:
-    """Read the registry, states and histories once, after the fleet stopped."""
+    """Read the registry, states and histories once, after the fleet stopped.
+
+    A goal whose files cannot be read counts as failed: the summary of a run
+    never hides the run's exit code behind a damaged file (doctor reports it).
+    """
     outcomes: Counter[Outcome] = Counter()
     turns = failed = 0
     for goal in load_registry(layout).goals.values():
-        history = read_history(layout, goal.id)
-        outcomes[goal_outcome(goal, load_state(layout, goal.id), history)] += 1
+        try:
+            history = read_history(layout, goal.id)
+            outcomes[goal_outcome(goal, load_state(layout, goal.id), history)] += 1
+        except LoopxError:
+            outcomes[Outcome.FAILED] += 1
+            continue
         mine = [h for h in history if h.ended_at >= started_at]
         turns += len(mine)
         failed += sum(1 for h in mine if h.status == "failed")
@@ -34,24 +46,3 @@ def summarise(layout: Layout, *, exit_code: int, started_at: datetime, now: date
         goals={o: outcomes.get(o, 0) for o in Outcome},
         supervisor=read_record(layout),
     )
-
-
-def render_summary(summary: RunSummary) -> str:
-    """The plain summary a person reads at the end of a run in a terminal. Pure."""
-    g = summary.goals
-    waiting = g[Outcome.NEEDS_HUMAN] + g[Outcome.UNFINISHED] + g[Outcome.PAUSED]
-    minutes, seconds = divmod(round(summary.wall_s), 60)
-    lines = [
-        (
-            f"loopx: supervisor stopped (exit {summary.exit_code}) after "
-            f"{minutes}m{seconds:02d}s; {summary.turns} turns ran ({summary.failed_turns} failed)"
-        ),
-        (
-            f"  goals: {g[Outcome.COMPLETED]} done, {waiting} waiting "
-            f"({g[Outcome.NEEDS_HUMAN]} for a human, {g[Outcome.UNFINISHED]} unfinished, "
-            f"{g[Outcome.PAUSED]} paused), {g[Outcome.FAILED]} failed"
-        ),
-    ]
-    if g[Outcome.NEEDS_HUMAN]:
-        lines.append(f"  next: `loopx status --root {summary.root} --actor human`")
-    return "\n".join(lines)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 import time
 from types import TracebackType
-from typing import Self, TextIO
+from typing import TYPE_CHECKING, Self, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from loopx.supervisor.batch import Progress as BatchProgress
+if TYPE_CHECKING:
+    from loopx.api import Progress as BatchProgress
 
 
 class PlainDisplay:
