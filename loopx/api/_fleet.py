@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import threading
 
     from loopx.supervisor.batch import Progress
+    from loopx.supervisor.config import SupervisorConfig
 
 
 def _ignore(_progress: Progress) -> None:
@@ -191,12 +192,27 @@ class Fleet:
         config = fleet_config(options)
         if child:
             return run_child(self.layout, config, stop)
+        started = utcnow()
+        code = self._run_here(config)
+        return summarise(self.layout, exit_code=code, started_at=started, now=utcnow())
+
+    def run_service(self, **options: Unpack[FleetOptions]) -> int:
+        """Like :meth:`run` in this process, but return only the exit code.
+
+        A service manager's stop does not wait for a summary, which reads every
+        goal's files (long at 100,000 goals). Main thread only.
+
+        Raises:
+            UsageError: an option is out of range.
+            SupervisorRunningError: another supervisor holds the root.
+        """
+        return self._run_here(fleet_config(options))
+
+    def _run_here(self, config: SupervisorConfig) -> int:
         from loopx.agents.loop import Agent  # noqa: PLC0415 - heavy
         from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
 
-        started = utcnow()
-        code = Supervisor(self.layout, config, make_agent=Agent).run()
-        return summarise(self.layout, exit_code=code, started_at=started, now=utcnow())
+        return Supervisor(self.layout, config, make_agent=Agent).run()
 
     def stop(self, *, timeout_s: float | None = None, force: bool = False) -> SupervisorStopped:
         """`loopx supervisor stop`: stop the running supervisor and its whole fleet."""

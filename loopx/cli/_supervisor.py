@@ -196,10 +196,12 @@ def run_run(args: argparse.Namespace) -> int:
     fleet = root(args).fleet
     # The supervisor's log is its product (journald, logs/supervisor.log): info by default.
     configure_logging(level=options["log_level"], force=True)
+    if not (args.json or sys.stdout.isatty()):
+        return fleet.run_service(**options)  # under a service manager: no summary to wait for
     summary = fleet.run(**options)
     if args.json:
         print_json(summary)
-    elif sys.stdout.isatty():
+    else:
         print(render_summary(summary))
     return summary.exit_code
 

@@ -207,12 +207,3 @@ class TmuxSession:
     def attach_argv(self) -> list[str]:
         """The command a person runs to watch the fleet."""
         return [self.program, "-S", str(self.socket), "attach-session", "-t", self.name]
-
-    def attach(self) -> None:
-        """Replace this process with ``tmux attach`` (returns only on failure)."""
-        if not self.exists():
-            raise TmuxError(
-                "attach", f"no session {self.name} on {self.socket}; is the fleet visible?"
-            )
-        argv = self.attach_argv()
-        os.execv(argv[0], argv)  # noqa: S606 - attach replaces this process with tmux, by design
