@@ -173,18 +173,21 @@ def test_metric_values_keep_full_precision(value, text):
     assert family.samples[0].value == value
 
 
-def test_hundred_concurrent_clients(server):
+def test_hundred_concurrent_clients(layout):
     """100 clients at once all get a complete, identical /status."""
+    seed(layout)
+    # No background refresh during the burst: every reply comes from one cache generation.
+    for srv in running(make_server(layout, host="127.0.0.1", port=0, refresh_interval_s=3600)):
 
-    def fetch(_: int) -> tuple[int, bytes]:
-        status, _, body = request(server, "GET", "/status")
-        return status, body
+        def fetch(_: int, srv: StatusServer = srv) -> tuple[int, bytes]:
+            status, _, body = request(srv, "GET", "/status")
+            return status, body
 
-    with ThreadPoolExecutor(max_workers=100) as pool:
-        results = list(pool.map(fetch, range(100)))
-    assert {s for s, _ in results} == {200}
-    assert len({b for _, b in results}) == 1
-    assert json.loads(results[0][1])["counts"]["total"] == 3
+        with ThreadPoolExecutor(max_workers=100) as pool:
+            results = list(pool.map(fetch, range(100)))
+        assert {s for s, _ in results} == {200}
+        assert len({b for _, b in results}) == 1
+        assert json.loads(results[0][1])["counts"]["total"] == 3
 
 
 def test_post_is_405(server):
