@@ -1,18 +1,18 @@
 """Two Ray nodes on this machine: goals pinned to each, the second node's raylet SIGKILLed mid-turn.
 
 A head (``nodeA``) and a second node joined with ``ray start --address``
-(``nodeB``), each its own raylet and temp dir, both on loopback. The
-supervisor joins with ``--backend ray --ray-address``; one goal asks for
-``nodeA=1``, the other for ``nodeB=1``, so each agent's actor lands on its
-node. While the nodeB goal's host runs, that agent is frozen (SIGSTOP: a
-worker that has not learnt yet that its node is gone) and nodeB's raylet is
-SIGKILLed; a new nodeB node joins, the restarted actor takes the goal over
-with a higher epoch, and the frozen agent, thawed, has its late write
-refused. Ray's own check that a worker's raylet still runs is lengthened on
-the first nodeB, so that the thawed worker lives long enough to try.
+(``nodeB``), each its own raylet and temp dir. The supervisor joins with
+``--backend ray --ray-address``; one goal asks for ``nodeA=1``, the other for
+``nodeB=1``, so each agent's actor lands on its node. While the nodeB goal's
+host runs, nodeB's raylet is SIGKILLed and that agent frozen (SIGSTOP: a
+worker that has not learnt yet that its node is gone); a new nodeB node
+joins, the restarted actor takes the goal over with a higher epoch, and the
+frozen agent, thawed, has its late write refused. Ray's own check that a
+worker's raylet still runs is lengthened on the first nodeB, so that the
+thawed worker lives long enough to try.
 
-Two raylets on one machine share its hostname, pids and disk; the test is
-honest about that in ``docs/scaling.md``.
+Two raylets on one machine share its hostname, pids and disk; docs/scaling.md
+says what that leaves untested.
 """
 
 from __future__ import annotations
