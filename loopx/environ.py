@@ -19,6 +19,9 @@ ROOT: Final = "LOOPX_ROOT"  # the runtime root (also the root resolution's secon
 AGENT_ID: Final = "LOOPX_AGENT_ID"  # set for every agent the supervisor starts
 GOAL_ID: Final = "LOOPX_GOAL_ID"  # set for every host (and probe)
 TURN_KEY: Final = "LOOPX_TURN_KEY"  # set for every host
+# Set for every host: this one run of it. A retry of the turn (another agent's, after a
+# takeover) has the same turn key, and the run it replaced must not kill it by that key.
+HOST_RUN: Final = "LOOPX_HOST_RUN"
 
 # What a host (or probe) is told.
 WORKDIR: Final = "LOOPX_WORKDIR"

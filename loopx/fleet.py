@@ -131,13 +131,23 @@ class ExitStatus(Record):
         return f"{self.kind}: {self.detail}" if self.detail else str(self.kind)
 
 
+class RayPlacement(Record):
+    """Where Ray placed an agent's actor: its node and actor ids (``--backend ray`` only)."""
+
+    node_id: str
+    node_ip: str
+    hostname: str  # the node's hostname, as the actor's worker saw it
+    actor_id: str
+
+
 class AgentSlot(Record):
     """The supervisor's view of one agent slot."""
 
     index: int
     agent_id: str
-    pid: int | None = None
+    pid: int | None = None  # on the agent's node (a Ray actor's node may be another machine)
     pid_started_at: float | None = None
+    ray: RayPlacement | None = None  # the live actor's node, for a Ray fleet
     restarts: int = 0
     recent_restarts: int = 0  # restarts inside the crash-loop window
     crash_loop: bool = False
@@ -231,11 +241,20 @@ class ScaleRequest(Record):
     requested_at: UtcDatetime
 
 
+class LivenessCheck(StrEnum):
+    """How ``supervisor status`` and ``status`` decided whether an agent is alive."""
+
+    PROCESS = "process"  # its pid and start time, looked up on this machine
+    RAY = "ray"  # the running Ray supervisor holds its actor (on whichever node)
+
+
 class AgentView(AgentHeartbeat):
-    """An agent's heartbeat, with whether its process runs and how old the beat is."""
+    """An agent's heartbeat, with whether it is alive (and how that was decided) and the beat's age."""
 
     alive: bool
     beat_age_s: float
+    checked_by: LivenessCheck = LivenessCheck.PROCESS
+    ray: RayPlacement | None = None  # the actor's node, when a Ray supervisor holds it
 
 
 class SupervisorStatus(Record):
@@ -280,6 +299,37 @@ ACTIVE_STATES = frozenset({FleetState.STARTING, FleetState.RUNNING, FleetState.S
 def process_runs(pid: int, started_at: float) -> bool:
     """Whether ``pid`` still runs the process started at ``started_at`` (a zombie does not)."""
     return ProcessIdentity(pid, started_at).alive()
+
+
+def ray_fleet(record: FleetRecord | None, *, supervisor_running: bool) -> FleetRecord | None:
+    """The record, if it is a running Ray supervisor's: the one that can vouch for its agents. Pure."""
+    if (
+        record is None
+        or not supervisor_running
+        or record.backend is not Backend.RAY
+        or record.state not in ACTIVE_STATES
+    ):
+        return None
+    return record
+
+
+def ray_slot_of(fleet: FleetRecord, beat: AgentHeartbeat) -> AgentSlot | None:
+    """The slot whose live actor wrote ``beat`` (same agent, pid and start time), if any. Pure.
+
+    A Ray agent may run on another machine, where its pid means nothing here;
+    the supervisor knows its actors through Ray (a dead node's actors fail
+    their calls, and the slot is emptied), so a slot that still names the
+    beat's process is what makes that agent alive.
+    """
+    for slot in fleet.slots:
+        if (
+            slot.ray is not None
+            and slot.agent_id == beat.agent_id
+            and slot.pid == beat.pid
+            and slot.pid_started_at == beat.pid_started_at
+        ):
+            return slot
+    return None
 
 
 def died(record: FleetRecord, *, hostname: str) -> bool:

@@ -157,6 +157,29 @@ def test_failed_renewal_kills_the_host_and_propagates(tmp_path):
     assert find_by_env(str(tmp_path), {environ.TURN_KEY: KEY}) == []
 
 
+def test_lost_lease_spares_the_new_holders_retry_of_the_same_turn(tmp_path):
+    """A host killed for a lost lease takes only its own run: another run of its turn key lives."""
+    # Given: the new holder's retry of the turn (same root and turn key, its own run id).
+    retry = psutil.Popen(
+        _py("import time;time.sleep(60)"), env=_env(tmp_path) | {environ.HOST_RUN: "retry"}
+    )
+    try:
+
+        def tick() -> None:
+            raise LeaseLostError("g", 1, 2)
+
+        # When: the old holder's renewal fails and it kills its host tree.
+        with pytest.raises(LeaseLostError):
+            _run(tmp_path, _py("import time;time.sleep(60)"), tick=tick, tick_every_s=0.05)
+        # Then: the retry still runs; nothing else of the turn is left.
+        assert retry.is_running()
+        assert retry.status() != psutil.STATUS_ZOMBIE
+        assert [p.pid for p in find_by_env(str(tmp_path), {environ.TURN_KEY: KEY})] == [retry.pid]
+    finally:
+        retry.kill()
+        retry.wait()
+
+
 def test_missing_program_is_a_spawn_error(tmp_path):
     """A program that does not exist gives spawn_error, not an exception."""
     run = _run(tmp_path, [str(tmp_path / "nope")])

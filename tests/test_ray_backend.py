@@ -1,15 +1,32 @@
-"""The Ray back-end's parts that need no cluster: the missing-ray error, resource profiles, goal resources."""
+"""The Ray back-end's parts that need no cluster: the missing-ray error, resource profiles, goal resources, liveness."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from loopx.agents.loop import fits
+from loopx.fleet import (
+    AgentHeartbeat,
+    AgentPhase,
+    AgentSlot,
+    Backend,
+    FleetRecord,
+    FleetState,
+    LivenessCheck,
+    RayPlacement,
+)
+from loopx.model import utcnow
+from loopx.process import ProcessIdentity
 from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.root import Layout
+from loopx.status.sources import fleet_liveness, read_fleet
+from loopx.storage.files import atomic_write_model
+from loopx.supervisor.control import status_document
 from loopx.supervisor.ray_backend import profile_for, resource_profiles
 from tests.fleet_helpers import clean_env
 
@@ -110,3 +127,59 @@ def test_goal_add_resource_flag(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert "--resource" in bad.stderr
+
+
+def publish_ray_fleet(layout: Layout, *, state: FleetState = FleetState.RUNNING) -> None:
+    """This process poses as a Ray supervisor whose agent-1 runs on another node (pid 4242 there)."""
+    me = ProcessIdentity.current()
+    placement = RayPlacement(
+        node_id="b" * 56, node_ip="10.0.0.2", hostname="node-b", actor_id="a" * 32
+    )
+    record = FleetRecord(
+        pid=me.pid,
+        pid_started_at=me.started_at,
+        hostname=socket.gethostname(),
+        agents_wanted=2,
+        backend=Backend.RAY,
+        state=state,
+        started_at=NOW,
+        updated_at=NOW,
+        slots=[
+            AgentSlot(index=1, agent_id="agent-1", pid=4242, pid_started_at=7.0, ray=placement),
+            AgentSlot(index=2, agent_id="agent-2"),  # its actor died; the slot waits for a node
+        ],
+    )
+    atomic_write_model(layout.supervisor_file, record)
+    for agent_id in ("agent-1", "agent-2"):
+        beat = AgentHeartbeat(
+            agent_id=agent_id,
+            pid=4242,
+            pid_started_at=7.0,  # no process here started then: a local lookup says dead
+            hostname="node-b",
+            phase=AgentPhase.RUNNING,
+            started_at=utcnow(),
+            beat_at=utcnow(),
+        )
+        atomic_write_model(layout.agent_file(agent_id), beat)
+
+
+def test_ray_agent_on_another_node_is_alive_while_the_supervisor_holds_its_actor(
+    layout: Layout,
+) -> None:
+    """A Ray agent whose pid means nothing here: alive by the running supervisor's slot, with its node."""
+    publish_ray_fleet(layout)
+    doc = status_document(layout)
+    views = {a.agent_id: a for a in doc.agents}
+    assert (views["agent-1"].alive, views["agent-1"].checked_by) == (True, LivenessCheck.RAY)
+    assert views["agent-1"].ray is not None
+    assert views["agent-1"].ray.node_ip == "10.0.0.2"
+    assert (views["agent-2"].alive, views["agent-2"].ray) == (False, None)
+    fleet, beats = read_fleet(layout)
+    assert fleet_liveness(layout, fleet, beats).live_agents == frozenset({"agent-1"})
+
+
+def test_a_stopped_ray_supervisor_vouches_for_no_agent(layout: Layout) -> None:
+    """Once the Ray supervisor stopped, its record proves nothing: agents are looked up locally (dead)."""
+    publish_ray_fleet(layout, state=FleetState.STOPPED)
+    doc = status_document(layout)
+    assert [(a.alive, a.checked_by) for a in doc.agents] == [(False, LivenessCheck.PROCESS)] * 2

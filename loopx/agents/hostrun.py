@@ -14,7 +14,7 @@ Nothing outlives its turn: while the host runs this process is a child
 subreaper (:mod:`loopx.agents.hosttree`), so whatever the host leaves behind,
 however fast it detaches, is reparented to us and swept when the host exits.
 At enforcement the tree is also found through every process carrying this
-turn's ``LOOPX_TURN_KEY``.
+turn's ``LOOPX_TURN_KEY`` and this run's ``LOOPX_HOST_RUN``.
 
 Usage: CPU is the direct child's ``wait4`` rusage (which includes every
 descendant it waited for) plus the last sample of descendants that were
@@ -28,6 +28,7 @@ import contextlib
 import functools
 import os
 import resource
+import secrets
 import select
 import signal
 import subprocess
@@ -41,6 +42,7 @@ from typing import IO, Final
 
 import structlog
 
+from loopx import environ
 from loopx.agents.hosttree import Tree, leftovers, own_children, subreaper, sweep
 from loopx.model import utcnow
 from loopx.process import child_running, kill_tree, running
@@ -300,6 +302,7 @@ def run_host(
 
     """
     started = utcnow()
+    run_id = secrets.token_hex(8)
     with subreaper() as reaping:
         before = own_children() if reaping else None
         try:
@@ -309,13 +312,13 @@ def run_host(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
-                env=dict(env),
+                env={**env, environ.HOST_RUN: run_id},
                 start_new_session=True,
                 close_fds=True,
             )
         except OSError as e:
             return _not_started(argv, cwd, e, started)
-        tree = Tree(proc.pid, turn_key, loopx_root)
+        tree = Tree(proc.pid, turn_key, loopx_root, run_id)
         run = _Running(proc, stdin, tree, limits, before, tee=tee, echo=echo)
         try:
             killed = run.watch(stop, tick, tick_every_s, stuck=watch)

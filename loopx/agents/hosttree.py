@@ -42,10 +42,13 @@ class _Seen:
 class Tree:
     """psutil bookkeeping of one host tree."""
 
-    def __init__(self, root_pid: int, turn_key: str, loopx_root: str) -> None:
+    def __init__(
+        self, root_pid: int, turn_key: str, loopx_root: str, run_id: str | None = None
+    ) -> None:
         self.root_pid = root_pid
         self.turn_key = turn_key
         self.loopx_root = loopx_root
+        self.run_id = run_id
         self.seen: dict[tuple[int, float], _Seen] = {}
         self.peak_rss = 0
         self.forked = False
@@ -75,8 +78,15 @@ class Tree:
             return []
 
     def marked(self) -> list[psutil.Process]:
-        """Processes carrying this turn's LOOPX_TURN_KEY (found even after setsid)."""
-        return find_by_env(self.loopx_root, {environ.TURN_KEY: self.turn_key})
+        """Processes of this host run: its LOOPX_TURN_KEY and LOOPX_HOST_RUN (even after setsid).
+
+        Not every process with the turn key: after a takeover, the new holder's
+        retry of the same turn runs under that key too.
+        """
+        marks = {environ.TURN_KEY: self.turn_key}
+        if self.run_id is not None:
+            marks[environ.HOST_RUN] = self.run_id
+        return find_by_env(self.loopx_root, marks)
 
     def sample(self, *, scan_marked: bool = False, extra: Iterable[psutil.Process] = ()) -> int:
         """Record CPU and RSS of the tree (and ``extra``) now; return the summed RSS in bytes."""

@@ -279,9 +279,10 @@ def run_status(args: argparse.Namespace) -> int:
         goal = (beat.goal_id if beat is not None else None) or ""
         flag = "  CRASH LOOP" if slot.crash_loop else ""
         ended = slot.last_exit.describe() if slot.last_exit else ""
+        node = f"node {slot.ray.node_ip} {slot.ray.node_id[:8]}  " if slot.ray else ""
         print(
             f"  {slot.agent_id:<10} pid {slot.pid or '-':<8} {phase:<9} {goal:<20} "
-            f"restarts {slot.restarts}{flag}  {ended}".rstrip()
+            f"{node}restarts {slot.restarts}{flag}  {ended}".rstrip()
         )
     return exitcodes.OK
 

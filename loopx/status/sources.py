@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from loopx.errors import LoopxError
-from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs
+from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
 from loopx.history.line import HistoryLine
 from loopx.history.reader import history_tail
 from loopx.quota.ledger import window_spend
@@ -305,14 +305,22 @@ def read_fleet(layout: Layout) -> tuple[FleetRecord | None, list[AgentHeartbeat]
 def fleet_liveness(
     layout: Layout, fleet: FleetRecord | None, beats: list[AgentHeartbeat]
 ) -> FleetLiveness:
-    """Which of the recorded processes run now (this host only), and the root's write health."""
+    """Which of the recorded agents run now, and the root's write health.
+
+    Processes are looked up on this host; a running Ray supervisor's record
+    says which of its agents live, on any node.
+    """
     host = socket.gethostname()
     supervisor_alive = None
     if fleet is not None and fleet.hostname == host:
         supervisor_alive = process_runs(fleet.pid, fleet.pid_started_at)
-    live = frozenset(
-        b.agent_id for b in beats if b.hostname != host or process_runs(b.pid, b.pid_started_at)
-    )
+    vouching = ray_fleet(fleet, supervisor_running=bool(supervisor_alive))
+    if vouching is not None:
+        live = frozenset(b.agent_id for b in beats if ray_slot_of(vouching, b) is not None)
+    else:
+        live = frozenset(
+            b.agent_id for b in beats if b.hostname != host or process_runs(b.pid, b.pid_started_at)
+        )
     return FleetLiveness(
         supervisor_alive=supervisor_alive, live_agents=live, degraded=root_health(layout.root)
     )

@@ -17,11 +17,14 @@ from loopx.fleet import (
     ExitStatus,
     FleetRecord,
     FleetState,
+    LivenessCheck,
     ScaleRequest,
     ScaleResult,
     SupervisorStarted,
     SupervisorStatus,
     SupervisorStopped,
+    ray_fleet,
+    ray_slot_of,
 )
 from loopx.model import utcnow
 from loopx.root import Layout
@@ -60,8 +63,13 @@ def running_ref(layout: Layout) -> tuple[FleetRecord | None, process.ProcessIden
 
 
 def status_document(layout: Layout) -> SupervisorStatus:
-    """The supervisor's record and every agent's heartbeat, with liveness (`supervisor status`)."""
+    """The supervisor's record and every agent's heartbeat, with liveness (`supervisor status`).
+
+    A local agent is alive when its pid runs here; a Ray agent (on any node)
+    when the running supervisor still holds its actor (:func:`ray_slot_of`).
+    """
     record, ref = running_ref(layout)
+    vouching = ray_fleet(record, supervisor_running=ref is not None)
     agents = []
     if layout.agents_dir.is_dir():
         for path in sorted(layout.agents_dir.glob("*.json")):
@@ -71,10 +79,21 @@ def status_document(layout: Layout) -> SupervisorStatus:
                 continue
             if beat is None:
                 continue
-            alive = process.ProcessIdentity(beat.pid, beat.pid_started_at).alive()
             age = (utcnow() - beat.beat_at).total_seconds()
             fields = {name: getattr(beat, name) for name in AgentHeartbeat.model_fields}
-            agents.append(AgentView(**fields, alive=alive, beat_age_s=round(age, 3)))
+            if vouching is not None:
+                slot = ray_slot_of(vouching, beat)
+                view = AgentView(
+                    **fields,
+                    alive=slot is not None,
+                    beat_age_s=round(age, 3),
+                    checked_by=LivenessCheck.RAY,
+                    ray=slot.ray if slot is not None else None,
+                )
+            else:
+                alive = process.ProcessIdentity(beat.pid, beat.pid_started_at).alive()
+                view = AgentView(**fields, alive=alive, beat_age_s=round(age, 3))
+            agents.append(view)
     return SupervisorStatus(
         root=str(layout.root),
         running=ref is not None,

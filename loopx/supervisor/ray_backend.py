@@ -34,7 +34,14 @@ import structlog
 
 from loopx import environ, process
 from loopx.errors import LoopxError, UsageError
-from loopx.fleet import AgentConfig, AgentLoopFactory, Backend, ExitKind, ExitStatus
+from loopx.fleet import (
+    AgentConfig,
+    AgentLoopFactory,
+    Backend,
+    ExitKind,
+    ExitStatus,
+    RayPlacement,
+)
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import GoalStatus, Registry
 from loopx.root import Layout
@@ -143,10 +150,19 @@ class AgentActor:
             ),
         )
 
-    def info(self) -> tuple[int, float, str]:
-        """The worker process's pid, its psutil create_time, and the node's hostname."""
+    def info(self) -> tuple[int, float, RayPlacement]:
+        """The worker process's pid, its psutil create_time, and where Ray placed the actor."""
+        import ray  # noqa: PLC0415 - optional extra; this runs in a Ray worker
+
         me = process.ProcessIdentity.current()
-        return me.pid, me.started_at, socket.gethostname()
+        context = ray.get_runtime_context()
+        placement = RayPlacement(
+            node_id=context.get_node_id(),
+            node_ip=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            hostname=socket.gethostname(),
+            actor_id=context.get_actor_id() or "",
+        )
+        return me.pid, me.started_at, placement
 
     def run(self) -> int:
         """The agent loop until stopped; its exit code (0)."""
@@ -183,21 +199,31 @@ class RayAgent:
     root: Path
     me_pid: int
     _ref: process.ProcessIdentity | None = None
-    hostname: str | None = None
+    _placement: RayPlacement | None = None
     _ended: ExitStatus | None = None
 
     @property
     def ref(self) -> process.ProcessIdentity | None:
-        """The actor's worker process, once the actor runs."""
+        """The actor's worker process (on its node), once the actor runs."""
         if self._ref is None:
-            import ray  # noqa: PLC0415
-
-            ready, _ = ray.wait([self.info_ref], timeout=0)
-            if ready:
-                with contextlib.suppress(Exception):
-                    pid, started, self.hostname = ray.get(self.info_ref)
-                    self._ref = process.ProcessIdentity(int(pid), float(started))
+            self._learn_placement()
         return self._ref
+
+    @property
+    def placement(self) -> RayPlacement | None:
+        """The actor's node and id, once the actor runs."""
+        if self._placement is None:
+            self._learn_placement()
+        return self._placement
+
+    def _learn_placement(self) -> None:
+        import ray  # noqa: PLC0415
+
+        ready, _ = ray.wait([self.info_ref], timeout=0)
+        if ready:
+            with contextlib.suppress(Exception):
+                pid, started, self._placement = ray.get(self.info_ref)
+                self._ref = process.ProcessIdentity(int(pid), float(started))
 
     def exit_status(self) -> ExitStatus | None:
         """How the actor's loop ended, or None while it runs (or waits for a node)."""
@@ -212,7 +238,7 @@ class RayAgent:
             code = ray.get(self.run_ref)
             self._ended = ExitStatus(kind=ExitKind.EXITED, code=int(code))
         except ray.exceptions.RayActorError as e:
-            self._ended = _describe_actor_death(e, self._ref)
+            self._ended = _describe_actor_death(e, self._ref, self._placement)
         except ray.exceptions.RayError as e:
             self._ended = ExitStatus(kind=ExitKind.FAILED, detail=str(e).splitlines()[0][:200])
         return self._ended
@@ -236,17 +262,23 @@ class RayAgent:
             ray.kill(self.actor, no_restart=True)
         # Same machine (a local cluster, or the head node): what the actor could not reach.
         procs = fleet_processes(self.root, agent_id=self.agent_id)
-        ref = self._ref
-        if ref is not None and (found := ref.find()) is not None:
+        ref, placement = self._ref, self._placement
+        # A pid from another machine would name some unrelated process here.
+        here = placement is None or placement.hostname == socket.gethostname()
+        if ref is not None and here and (found := ref.find()) is not None:
             procs.append(found)
         process.kill_tree([p for p in procs if p.pid != self.me_pid], grace_s=0)
         if self._ended is None:
             self._ended = ExitStatus(kind=ExitKind.KILLED, detail="ray.kill")
 
 
-def _describe_actor_death(error: Exception, ref: process.ProcessIdentity | None) -> ExitStatus:
-    """A dead actor's end, with its worker pid."""
+def _describe_actor_death(
+    error: Exception, ref: process.ProcessIdentity | None, placement: RayPlacement | None
+) -> ExitStatus:
+    """A dead actor's end, with its worker pid and node."""
     pid = f"worker pid {ref.pid}" if ref is not None else "worker pid unknown"
+    if placement is not None:
+        pid += f" on node {placement.node_ip} {placement.node_id[:12]}"
     if "ray.kill" in str(error):
         return ExitStatus(kind=ExitKind.KILLED, detail=f"actor killed ({pid})")
     died = "worker process exited unexpectedly (killed, OOM, or node lost)"

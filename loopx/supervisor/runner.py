@@ -28,7 +28,7 @@ from typing import Final, Protocol
 import psutil
 
 from loopx import environ, process
-from loopx.fleet import Backend, ExitStatus, Visibility
+from loopx.fleet import Backend, ExitStatus, RayPlacement, Visibility
 from loopx.root import Layout
 from loopx.supervisor.process import fleet_processes, spawn
 from loopx.supervisor.tmux import TmuxSession
@@ -58,6 +58,10 @@ class AgentHandle(Protocol):
     @property
     def ref(self) -> process.ProcessIdentity | None:
         """The agent's process (pid and start time) once known; None before."""
+
+    @property
+    def placement(self) -> RayPlacement | None:
+        """The Ray node and actor it runs as, once known; None for a local agent."""
 
     def exit_status(self) -> ExitStatus | None:
         """How the agent ended, or None while it runs."""
@@ -108,6 +112,11 @@ class LocalAgent:
     def ref(self) -> process.ProcessIdentity | None:
         """The agent's process."""
         return self._ref
+
+    @property
+    def placement(self) -> RayPlacement | None:
+        """None: a local agent is a process on this machine, not a Ray actor."""
+        return None
 
     def exit_status(self) -> ExitStatus | None:
         """How the process ended, or None while it runs."""

@@ -41,6 +41,7 @@ class Slot:
             agent_id=self.agent_id,
             pid=ref.pid if ref else None,
             pid_started_at=ref.started_at if ref else None,
+            ray=self.agent.placement if self.agent is not None and ref else None,
             restarts=self.restarts,
             recent_restarts=self.recent_restarts,
             crash_loop=self.crash_loop,
