@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from loopx.api._serve import StatusServer
     from loopx.api._status import Status
     from loopx.api._turns import Turns
+    from loopx.api._snapshot import print_status_snapshot
     from loopx.log import configure_logging
     from loopx.supervisor.batch import Progress
     from loopx.supervisor.demo import DemoResult
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "SupervisorRunError": "loopx.api._fleetrun",
     "Turns": "loopx.api._turns",
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
+    "print_status_snapshot": "loopx.api._snapshot",  # a warm `status --json`, stdlib only
 }
 
 
@@ -87,4 +89,5 @@ __all__ = [
     "SupervisorRunError",
     "Turns",
     "configure_logging",
+    "print_status_snapshot",
 ]
