@@ -52,6 +52,7 @@ FINGERPRINT_NAMES: Final = (
     "turns",
 )
 PROBES_DIR: Final = "probes"
+_READ_NAMES: Final = frozenset({"state.json", "lease.json", "history.jsonl", "quota.jsonl"})
 _ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
 
 Fingerprint = tuple[int, ...]
@@ -162,6 +163,8 @@ def gather_goal(  # noqa: PLR0913 - the inputs of one goal's view
     lease: Lease | None = None
     history: list[HistoryLine] = []
     spend = SpendColumns()
+    if _READ_NAMES <= absent:  # a goal that never ran: nothing to open
+        return GoalInputs(goal=goal, spend=spend, quarantined=quarantined, probe=probe)
     goal_dir = layout.goal_dir(goal.id)
     if "state.json" not in absent:
         try:
