@@ -96,11 +96,25 @@ class FleetKey:
             return False
         if fleet_files(layout) != self.files or root_health(layout.root) != self.degraded:
             return False
-        if not self.processes:
-            return True
-        from loopx.process import process_runs  # noqa: PLC0415 - psutil only when a process is named
+        return all(_runs(pid, started) == alive for pid, started, alive in self.processes)
 
-        return all(process_runs(pid, started) == alive for pid, started, alive in self.processes)
+
+def _runs(pid: int, started_at: float) -> bool:
+    """Whether ``pid`` still runs the process started at ``started_at``.
+
+    A pid nobody holds is answered without psutil (its import costs more than the
+    rest of a warm ``loopx status``); otherwise the test of ``loopx.fleet.process_runs``.
+    """
+    if pid > 0:  # 0 and negative pids name process groups to kill(); leave them to psutil
+        try:
+            os.kill(pid, 0)  # signal 0: only asks whether the pid exists
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process holds the pid: psutil tells whether it is ours
+    from loopx.process import ProcessIdentity  # noqa: PLC0415 - see above
+
+    return ProcessIdentity(pid, started_at).alive()
 
 
 def _key_from_json(data: dict[str, object]) -> FleetKey:
