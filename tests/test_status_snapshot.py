@@ -96,4 +96,4 @@ def test_a_damaged_snapshot_is_ignored_and_replaced(layout, cli):
 def test_the_cli_constants_match_the_kernel():
     """The CLI names the TTL and actors without importing the kernel; they must agree."""
     assert _status.DEFAULT_TTL_S == DEFAULT_TTL_S
-    assert _status.ACTORS == tuple(a.value for a in Actor)
+    assert tuple(a.value for a in Actor) == _status.ACTORS

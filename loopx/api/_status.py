@@ -66,7 +66,11 @@ class Status:
         return _filtered(projection, actor, limit)
 
     def document(
-        self, *, ttl_s: float = DEFAULT_TTL_S, full_scan_after_s: float = 0.0, now: datetime | None = None
+        self,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        full_scan_after_s: float = 0.0,
+        now: datetime | None = None,
     ) -> bytes:
         """`loopx status --json`'s bytes (every goal), kept for the next warm CLI to print as is.
 

@@ -62,9 +62,7 @@ def register(sub: Subparsers) -> None:
         help="when refreshing, check every goal's files if the last full check is older "
         "(default 0: always)",
     )
-    status.add_argument(
-        "--actor", choices=ACTORS, help="show only goals this actor must act on"
-    )
+    status.add_argument("--actor", choices=ACTORS, help="show only goals this actor must act on")
     status.add_argument("--limit", type=int, metavar="N", help="show at most N goals")
     status.set_defaults(func=run_status, configures_logging=True)
 

@@ -56,6 +56,7 @@ from loopx.status.refresh import (
     plan_scan,
     policy_digest,
 )
+from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.sources import (
     Fingerprint,
     HintCursor,
@@ -71,7 +72,6 @@ from loopx.status.sources import (
     read_probes,
     reset_hints,
 )
-from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.view import StatusProjection
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 from loopx.storage.locks import locked

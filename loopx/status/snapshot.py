@@ -225,9 +225,7 @@ def _copy(fd: int, offset: int, out: int | BinaryIO) -> None:
             offset += len(chunk)
 
 
-def print_snapshot(
-    layout: Layout, *, now: datetime, ttl_s: float, out: int | BinaryIO
-) -> bool:
+def print_snapshot(layout: Layout, *, now: datetime, ttl_s: float, out: int | BinaryIO) -> bool:
     """Write the stored document to ``out`` (a file descriptor or a binary stream) if it holds.
 
     Returns:

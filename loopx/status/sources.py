@@ -143,7 +143,7 @@ def absent_files(fp: Fingerprint) -> frozenset[str]:
     )
 
 
-def gather_goal(  # noqa: PLR0913 - the inputs of one goal's view
+def gather_goal(
     layout: Layout,
     goal: Goal,
     *,
@@ -163,7 +163,7 @@ def gather_goal(  # noqa: PLR0913 - the inputs of one goal's view
     lease: Lease | None = None
     history: list[HistoryLine] = []
     spend = SpendColumns()
-    if _READ_NAMES <= absent:  # a goal that never ran: nothing to open
+    if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
         return GoalInputs(goal=goal, spend=spend, quarantined=quarantined, probe=probe)
     goal_dir = layout.goal_dir(goal.id)
     if "state.json" not in absent:
