@@ -47,6 +47,7 @@ from loopx.storage.files import atomic_write_model
 
 WALL = "--wall" in sys.argv
 SH_SCRIPT = 'echo "{\\"schema_version\\":1,\\"kind\\":\\"progress\\"}" > "$LOOPX_RESULT_FILE"'
+PYDANTIC_FLOOR = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int"
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
 
 
@@ -253,6 +254,10 @@ def main() -> None:
     for what in ("--help", "--version"):
         took = best_of([*cli, what])
         print(f"loopx {what:<14} {took * 1000:7.1f} ms  ({took / bare:.2f}x bare python)")
+    # The floor of a command that reads one LoopX file through its model (should-run does):
+    # importing pydantic and building one model class, nothing of LoopX.
+    floor = best_of([sys.executable, "-c", PYDANTIC_FLOOR])
+    print(f"pydantic + 1 model   {floor * 1000:7.1f} ms  ({floor / bare:.2f}x bare python)")
     print()
 
     results: dict[int, dict[str, float]] = {}
