@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from loopx.api._quota import Quota
     from loopx.api._root import Root
     from loopx.api._serve import StatusServer
+    from loopx.api._snapshot import print_status_snapshot
     from loopx.api._status import Status
     from loopx.api._turns import Turns
-    from loopx.api._snapshot import print_status_snapshot
     from loopx.log import configure_logging
     from loopx.supervisor.batch import Progress
     from loopx.supervisor.demo import DemoResult

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-def print_status_snapshot(  # noqa: PLR0913 - Root.open's options, and what to print where
+def print_status_snapshot(
     path: str | os.PathLike[str] | None = None,
     *,
     ttl_s: float,
