@@ -21,6 +21,10 @@ def validate_goal_id(goal_id: str) -> str:
     """
     if not isinstance(goal_id, str):
         raise InvalidGoalIdError(repr(goal_id), "not a string")
+    # The rule alone admits only safe ids (it starts alphanumeric, so never '.' or '..'):
+    # one match on the common path, which runs for every goal path built (issue 14).
+    if _GOAL_ID.fullmatch(goal_id) is not None:
+        return goal_id
     if goal_id == "":
         problem = "empty"
     elif goal_id in {".", ".."}:
@@ -31,10 +35,8 @@ def validate_goal_id(goal_id: str) -> str:
         problem = "contains a path separator"
     elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in goal_id):  # noqa: PLR2004 - ASCII control range
         problem = "contains a control character"
-    elif _GOAL_ID.fullmatch(goal_id) is None:
-        problem = "contains a character outside [A-Za-z0-9._-] or does not start alphanumeric"
     else:
-        return goal_id
+        problem = "contains a character outside [A-Za-z0-9._-] or does not start alphanumeric"
     raise InvalidGoalIdError(goal_id, problem)
 
 

@@ -9,6 +9,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
 def _aware(value: datetime) -> datetime:
+    if value.tzinfo is UTC:  # already normalised: most values are, and this runs per field
+        return value
     if value.tzinfo is None:
         msg = "timestamp must carry a timezone (UTC)"
         raise ValueError(msg)

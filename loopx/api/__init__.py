@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from loopx.api._quota import Quota
     from loopx.api._root import Root
     from loopx.api._serve import StatusServer
+    from loopx.api._snapshot import print_status_snapshot
     from loopx.api._status import Status
     from loopx.api._turns import Turns
     from loopx.log import configure_logging
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "SupervisorRunError": "loopx.api._fleetrun",
     "Turns": "loopx.api._turns",
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
+    "print_status_snapshot": "loopx.api._snapshot",  # a warm `status --json`, stdlib only
 }
 
 
@@ -87,4 +89,5 @@ __all__ = [
     "SupervisorRunError",
     "Turns",
     "configure_logging",
+    "print_status_snapshot",
 ]

@@ -8,7 +8,13 @@ from typing import ClassVar
 
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.status.cache import DEFAULT_TTL_S, clear_status_cache, load_status, refresh_status
+from loopx.status.cache import (
+    DEFAULT_TTL_S,
+    clear_status_cache,
+    load_status,
+    refresh_status,
+    status_document,
+)
 from loopx.status.refresh import RefreshReport
 from loopx.status.view import Actor, StatusProjection
 
@@ -58,6 +64,21 @@ class Status:
             force=force,
         )
         return _filtered(projection, actor, limit)
+
+    def document(
+        self,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        full_scan_after_s: float = 0.0,
+        now: datetime | None = None,
+    ) -> bytes:
+        """`loopx status --json`'s bytes (every goal), kept for the next warm CLI to print as is.
+
+        The same document as ``project()`` serialised with an indent of 2.
+        """
+        return status_document(
+            self.layout, now=now or utcnow(), ttl_s=ttl_s, full_scan_after_s=full_scan_after_s
+        )
 
     def clear_cache(self) -> None:
         """`loopx status --clear-cache`: the next projection is rebuilt from scratch."""

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from loopx.cli._common import Parser, common_options
+from loopx.cli._common import Parser, common_options, configure_logging
 
 # Not `typing`/`collections.abc`: `loopx --help` imports only argparse (issue 14).
 TYPE_CHECKING = False
@@ -126,9 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(args_in)
         args = parser.parse_args(args_in)
-        from loopx.api import configure_logging  # noqa: PLC0415 - structlog only once a command runs
-
-        configure_logging(level=args.log_level or "warning")
+        if not getattr(args, "configures_logging", False):
+            configure_logging(args)
         code: int = args.func(args)
     except KeyboardInterrupt:
         from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version

@@ -133,6 +133,18 @@ def root(args: argparse.Namespace, *, create: bool = False) -> Root:
     return Root.open(args.root, create=create, registry=args.registry)
 
 
+def configure_logging(args: argparse.Namespace) -> None:
+    """Configure structlog for a command (``--log-level``, default warning).
+
+    The CLI does it before running a command, except for commands registered with
+    ``configures_logging=True``, which call this only on the path that logs: a
+    warm `loopx status --json` prints a stored document without importing structlog.
+    """
+    from loopx.api import configure_logging as configure  # noqa: PLC0415 - structlog is heavy
+
+    configure(level=getattr(args, "log_level", None) or "warning")
+
+
 def print_json(document: BaseModel) -> None:
     """Print one JSON document: the stable `--json` output (its model is in `loopx schema`)."""
     sys.stdout.write(document.model_dump_json(indent=2) + "\n")

@@ -7,20 +7,21 @@ import contextlib
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
-
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from loopx import exitcodes
-from loopx.api import Status
-from loopx.cli._common import Subparsers, add_command, print_json, root
-from loopx.model import iso_utc
-from loopx.status.view import Actor, GoalStatusView, StatusProjection
+from loopx.cli._common import Subparsers, add_command, configure_logging, root
 
-DEFAULT_TTL_S = Status.DEFAULT_TTL_S
+# `loopx status --json` on a warm cache prints a stored document with the standard
+# library only (issue 14: within 3x of a bare Python start); the rest is imported
+# when a command needs it.
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from loopx.status.view import GoalStatusView, StatusProjection
+
+DEFAULT_TTL_S = 5.0  # loopx.status.cache.DEFAULT_TTL_S (a test checks they agree)
+ACTORS = ("agent", "human", "none")  # loopx.status.view.Actor (a test checks they agree)
 _SECONDS_UNTIL_S = 120  # "in 90s" below this, minutes above
 _MINUTES_UNTIL_S = 7200  # minutes below this, hours above
 
@@ -30,7 +31,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-_ACTOR_STYLE = {Actor.HUMAN: "bold red", Actor.AGENT: "green", Actor.NONE: "dim"}
+_ACTOR_STYLE = {"human": "bold red", "agent": "green", "none": "dim"}
 
 
 def register(sub: Subparsers) -> None:
@@ -61,16 +62,14 @@ def register(sub: Subparsers) -> None:
         help="when refreshing, check every goal's files if the last full check is older "
         "(default 0: always)",
     )
-    status.add_argument(
-        "--actor", choices=[a.value for a in Actor], help="show only goals this actor must act on"
-    )
+    status.add_argument("--actor", choices=ACTORS, help="show only goals this actor must act on")
     status.add_argument("--limit", type=int, metavar="N", help="show at most N goals")
-    status.set_defaults(func=run_status)
+    status.set_defaults(func=run_status, configures_logging=True)
 
     refresh = add_command(sub, "refresh", help="refresh the cached status projection now")
     refresh.add_argument("--full", action="store_true", help="check every goal's files")
     refresh.add_argument("--json", action="store_true")
-    refresh.set_defaults(func=run_refresh)
+    refresh.set_defaults(func=run_refresh, configures_logging=True)
 
 
 def _when(value: datetime | None, now: datetime) -> str:
@@ -102,6 +101,8 @@ def _quota(view: GoalStatusView) -> str:
 
 
 def _header(p: StatusProjection) -> str:
+    from loopx.model import iso_utc  # noqa: PLC0415 - see the imports above
+
     c = p.counts.by_actor
     fleet = p.fleet
     sup = f"supervisor {fleet.state}" if fleet.state else "no supervisor"
@@ -116,6 +117,10 @@ def _header(p: StatusProjection) -> str:
 
 def render_table(p: StatusProjection, now: datetime) -> Group:
     """The TTY rendering: a header line, the queue as a table, then warnings."""
+    from rich.console import Group  # noqa: PLC0415 - see the imports above
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
     table = Table(show_edge=False, pad_edge=False, expand=False)
     for name in ("actor", "goal", "reason", "eligible", "lease", "last turn", "quota", "why"):
         table.add_column(name, overflow="fold", no_wrap=name in {"actor", "reason"})
@@ -123,7 +128,7 @@ def render_table(p: StatusProjection, now: datetime) -> Group:
     for v in p.goals:
         lease = f"{v.lease.agent_id} e{v.lease.epoch}" if v.lease else "-"
         table.add_row(
-            Text(v.actor.value, style=_ACTOR_STYLE[v.actor]),
+            Text(v.actor.value, style=_ACTOR_STYLE[v.actor.value]),
             v.goal_id + (" !" if v.warnings else ""),
             v.reason.value,
             _when(v.next_eligible_at, now),
@@ -166,15 +171,42 @@ def _load(args: argparse.Namespace) -> StatusProjection:
     )
 
 
+def _print_document(args: argparse.Namespace) -> None:
+    """Every goal's status as JSON: the stored snapshot while it holds, else from the cache."""
+    if not args.clear_cache:
+        from loopx.api import print_status_snapshot  # noqa: PLC0415 - standard library only
+
+        sys.stdout.flush()
+        try:
+            out: int | BinaryIO = sys.stdout.fileno()
+        except (OSError, ValueError):  # not a file (a test's capture): write through Python
+            out = sys.stdout.buffer
+        if print_status_snapshot(args.root, registry=args.registry, ttl_s=args.ttl, out=out):
+            return
+    configure_logging(args)
+    status = root(args).status
+    if args.clear_cache:
+        status.clear_cache()
+    document = status.document(ttl_s=args.ttl, full_scan_after_s=args.full_scan_after)
+    sys.stdout.flush()
+    sys.stdout.buffer.write(document)
+
+
 def run_status(args: argparse.Namespace) -> int:
     """Print (or keep redrawing) the attention queue."""
+    if args.json and args.watch is None and args.actor is None and args.limit is None:
+        _print_document(args)
+        return exitcodes.OK
+    configure_logging(args)
     if args.clear_cache:
         root(args).status.clear_cache()
     if args.watch is None:
         projection = _load(args)
         if args.json:
-            print_json(projection)
+            sys.stdout.write(projection.model_dump_json(indent=2) + "\n")
         elif sys.stdout.isatty():
+            from rich.console import Console  # noqa: PLC0415 - see the imports above
+
             Console().print(render_table(projection, utcnow()))
         else:
             print(render_plain(projection, utcnow()))
@@ -204,6 +236,9 @@ def _watch_live(args: argparse.Namespace, interval: float) -> int:
 
     (Stopping a non-transient Live mid-redraw left a second header behind.)
     """
+    from rich.console import Console  # noqa: PLC0415 - see the imports above
+    from rich.live import Live  # noqa: PLC0415
+
     shown = render_table(_load(args), utcnow())
     with (
         contextlib.suppress(KeyboardInterrupt),
@@ -219,9 +254,10 @@ def _watch_live(args: argparse.Namespace, interval: float) -> int:
 
 def run_refresh(args: argparse.Namespace) -> int:
     """Refresh the cache now, re-reading only changed goals (all with --full)."""
+    configure_logging(args)
     report = root(args).status.refresh(full=args.full)
     if args.json:
-        print_json(report)
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
         kind = "full" if report.full_scan else "incremental"
         print(f"refreshed ({kind}): {report.goals} goals, {report.reread} re-read")

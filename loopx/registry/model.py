@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -107,7 +107,7 @@ class Goal(Record):
     @field_validator("workdir")
     @classmethod
     def _absolute_workdir(cls, value: str) -> str:
-        if not Path(value).is_absolute():
+        if not os.path.isabs(value):  # not Path(): runs for every goal an index loads
             msg = f"workdir must be an absolute path, got {value!r}"
             raise ValueError(msg)
         return value

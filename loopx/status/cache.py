@@ -56,10 +56,13 @@ from loopx.status.refresh import (
     plan_scan,
     policy_digest,
 )
+from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.sources import (
     Fingerprint,
     HintCursor,
+    absent_files,
     current_fleet,
+    current_fleet_keyed,
     gather_goal,
     goal_fingerprint,
     probes_dir,
@@ -68,7 +71,6 @@ from loopx.status.sources import (
     read_hints,
     read_probes,
     reset_hints,
-    stat_pair,
 )
 from loopx.status.view import StatusProjection
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
@@ -362,11 +364,21 @@ class StatusCache:
             probe = sources.probes.get(goal_id)
         else:
             probe = previous.view.probe if previous else None
+        absent = absent_files(fp)
         inputs = gather_goal(
-            layout, goal, now=now, quarantined=sources.quarantine.get(goal_id, ()), probe=probe
+            layout,
+            goal,
+            now=now,
+            quarantined=sources.quarantine.get(goal_id, ()),
+            probe=probe,
+            absent=absent,
         )
-        counts = count_history(
-            layout.history_file(goal_id), previous.history if previous else HistoryCounts()
+        counts = (
+            HistoryCounts()
+            if "history.jsonl" in absent
+            else count_history(
+                layout.history_file(goal_id), previous.history if previous else HistoryCounts()
+            )
         )
         view = project_goal(inputs, now=now)
         self._store(
@@ -487,20 +499,52 @@ def load_status(
     force: bool = False,
 ) -> StatusProjection:
     """The attention queue, refreshed first when the cache is older than ``ttl_s``."""
+    return _load_keyed(
+        layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force
+    )[0]
+
+
+def _load_keyed(
+    layout: Layout, *, now: datetime, ttl_s: float, full_scan_after_s: float, force: bool
+) -> tuple[StatusProjection, FleetKey, StatusIndex]:
     cache = status_cache(layout)
     cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force)
-    projection = cache.projection()
-    if projection is None:  # pragma: no cover - refresh always leaves an index
+    projection, index = cache.projection(), cache.index
+    if projection is None or index is None:  # pragma: no cover - refresh always leaves an index
         msg = "status cache has no index after a refresh"
         raise LoopxError(msg)
     # The cache may be a few seconds old, written by a supervisor that has
     # stopped since: liveness is always read now (issue 16: no stale "running").
-    return projection.model_copy(update={"fleet": current_fleet(layout, now=now)})
+    fleet, key = current_fleet_keyed(layout, now=now)
+    return projection.model_copy(update={"fleet": fleet}), key, index
+
+
+def status_document(
+    layout: Layout,
+    *,
+    now: datetime,
+    ttl_s: float = DEFAULT_TTL_S,
+    full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
+) -> bytes:
+    """``loopx status --json``'s bytes, assembled from the cache and kept as its snapshot.
+
+    The snapshot (:mod:`loopx.status.snapshot`) lets the next warm CLI print
+    the same bytes without loading the cache while nothing it shows changed.
+    """
+    projection, key, index = _load_keyed(
+        layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
+    )
+    document = (projection.model_dump_json(indent=2) + "\n").encode()
+    write_snapshot(
+        layout, generation=index.generation, writer=index.writer, fleet=key, document=document
+    )
+    return document
 
 
 def clear_status_cache(layout: Layout) -> None:
     """Delete the cached projection (index, shards, hints); the next refresh rebuilds it."""
     with locked(layout.status_file, timeout=_LOCK_TIMEOUT_S):
+        remove_snapshot(layout)
         for path in (layout.status_file, changes_file(layout)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

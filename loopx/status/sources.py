@@ -27,7 +27,8 @@ from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import FleetLiveness, GoalInputs, fleet_view
+from loopx.status.projection import HEARTBEAT_STALE_S, FleetLiveness, GoalInputs, fleet_view
+from loopx.status.snapshot import FleetKey, ProcessCheck, fleet_files, stat_pair
 from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,
@@ -51,6 +52,8 @@ FINGERPRINT_NAMES: Final = (
     "turns",
 )
 PROBES_DIR: Final = "probes"
+_READ_NAMES: Final = frozenset({"state.json", "lease.json", "history.jsonl", "quota.jsonl"})
+_ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
 
 Fingerprint = tuple[int, ...]
 
@@ -102,15 +105,6 @@ def reset_hints(layout: Layout) -> HintCursor:
 # --- fingerprints ------------------------------------------------------------------------------
 
 
-def stat_pair(path: str) -> tuple[int, int]:
-    """``(mtime_ns, size)`` of a path, ``(0, -1)`` when absent."""
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return 0, -1
-    return st.st_mtime_ns, st.st_size
-
-
 def goal_fingerprint(goal_dir: str) -> Fingerprint:
     """``(inode, mtime_ns, size)`` of each of the goal's status files, by one directory scan.
 
@@ -140,6 +134,15 @@ def _damage(path: Path, error: LoopxError | OSError) -> str:
     return error.message if isinstance(error, LoopxError) else f"{path}: {error}"
 
 
+def absent_files(fp: Fingerprint) -> frozenset[str]:
+    """The status files a goal fingerprint records as missing (size -1)."""
+    if not fp:
+        return frozenset()
+    return frozenset(
+        name for i, name in enumerate(FINGERPRINT_NAMES) if fp[3 * i + 2] == _ABSENT_SIZE
+    )
+
+
 def gather_goal(
     layout: Layout,
     goal: Goal,
@@ -147,29 +150,43 @@ def gather_goal(
     now: datetime,
     quarantined: tuple[str, ...] = (),
     probe: ProbeObservation | None = None,
+    absent: frozenset[str] = frozenset(),
 ) -> GoalInputs:
-    """Read one goal's status inputs; a damaged file becomes a ``damage`` line, not an error."""
+    """Read one goal's status inputs; a damaged file becomes a ``damage`` line, not an error.
+
+    ``absent`` names files the goal's fingerprint, taken just before, found
+    missing: they are not opened (a goal that never ran has none of them). A
+    file created since is seen by the next refresh, whose fingerprint differs.
+    """
     damage: list[str] = []
     state: GoalState | None = None
     lease: Lease | None = None
     history: list[HistoryLine] = []
     spend = SpendColumns()
-    try:
-        state = read_model_or_none(layout.state_file(goal.id), GoalState)
-    except (LoopxError, OSError) as e:
-        damage.append(_damage(layout.state_file(goal.id), e))
-    try:
-        lease = read_model_or_none(layout.lease_file(goal.id), Lease)
-    except (LoopxError, OSError) as e:
-        damage.append(_damage(layout.lease_file(goal.id), e))
-    try:
-        history = history_tail(layout.history_file(goal.id))
-    except (LoopxError, OSError) as e:
-        damage.append(_damage(layout.history_file(goal.id), e))
-    try:
-        spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now)).buckets
-    except (LoopxError, OSError) as e:
-        damage.append(_damage(layout.quota_file(goal.id), e))
+    if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
+        return GoalInputs(goal=goal, spend=spend, quarantined=quarantined, probe=probe)
+    goal_dir = layout.goal_dir(goal.id)
+    if "state.json" not in absent:
+        try:
+            state = read_model_or_none(goal_dir / "state.json", GoalState)
+        except (LoopxError, OSError) as e:
+            damage.append(_damage(goal_dir / "state.json", e))
+    if "lease.json" not in absent:
+        try:
+            lease = read_model_or_none(goal_dir / "lease.json", Lease)
+        except (LoopxError, OSError) as e:
+            damage.append(_damage(goal_dir / "lease.json", e))
+    if "history.jsonl" not in absent:
+        try:
+            history = history_tail(goal_dir / "history.jsonl")
+        except (LoopxError, OSError) as e:
+            damage.append(_damage(goal_dir / "history.jsonl", e))
+    if "quota.jsonl" not in absent:
+        try:
+            window_start = goal.quota.window_start(now)
+            spend = window_spend(layout, goal.id, window_start=window_start).buckets
+        except (LoopxError, OSError) as e:
+            damage.append(_damage(goal_dir / "quota.jsonl", e))
     return GoalInputs(
         goal=goal,
         state=state,
@@ -328,5 +345,28 @@ def fleet_liveness(
 
 def current_fleet(layout: Layout, *, now: datetime) -> FleetView:
     """The fleet as it is now: records, heartbeats and process identities read afresh."""
+    return current_fleet_keyed(layout, now=now)[0]
+
+
+def current_fleet_keyed(layout: Layout, *, now: datetime) -> tuple[FleetView, FleetKey]:
+    """:func:`current_fleet`, and what it was computed from (to tell later whether it holds)."""
+    files = fleet_files(layout)  # before reading: a change in between shows as a new key
     fleet, beats = read_fleet(layout)
-    return fleet_view(fleet, beats, now=now, live=fleet_liveness(layout, fleet, beats))
+    live = fleet_liveness(layout, fleet, beats)
+    host = socket.gethostname()
+    checked: list[ProcessCheck] = []
+    if fleet is not None and live.supervisor_alive is not None:
+        checked.append((fleet.pid, fleet.pid_started_at, live.supervisor_alive))
+    checked.extend(
+        (b.pid, b.pid_started_at, live.live_agents is not None and b.agent_id in live.live_agents)
+        for b in beats
+        if b.hostname == host
+    )
+    stale_at = [b.beat_at.timestamp() + HEARTBEAT_STALE_S for b in beats]
+    key = FleetKey(
+        files=files,
+        processes=checked,
+        degraded=live.degraded,
+        valid_until=min((t for t in stale_at if t > now.timestamp()), default=None),
+    )
+    return fleet_view(fleet, beats, now=now, live=live), key

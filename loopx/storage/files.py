@@ -16,13 +16,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, TypeVar
-
-from pydantic import BaseModel, ValidationError
 
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.faults import io_fault_point
@@ -30,7 +27,13 @@ from loopx.faults import io_fault_point
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 
-M = TypeVar("M", bound=BaseModel)
+# pydantic only for the type checker: `loopx status --json` on a warm cache resolves the
+# root with this module and prints a stored document without importing pydantic (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound="BaseModel")
 
 
 # --- directories -------------------------------------------------------------------------------
@@ -182,7 +185,7 @@ def atomic_write_bytes(
     files (a turn's terminal journal: recovery finishes the turn again).
     """
     refuse_symlink(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     _fill(fd, data, path, durable=durable, remove=tmp)
     os.replace(tmp, path)
@@ -253,6 +256,8 @@ def parse_model(path: Path, model: type[M], data: bytes) -> M:
     Raises:
         CorruptFileError: not JSON, or not the model's schema.
     """
+    from pydantic import ValidationError  # noqa: PLC0415 - see TYPE_CHECKING above
+
     try:
         return model.model_validate_json(data)
     except ValidationError as e:

@@ -1,0 +1,53 @@
+"""``print_status_snapshot``: a warm `loopx status --json` without loading the kernel.
+
+Standard library only (with ``loopx.root`` and ``loopx.status.snapshot``), so the
+CLI can try it before it imports pydantic or structlog (issue 14: within 3x of a
+bare Python start). When it returns False, ``Root.open(...).status.document()``
+assembles the document from the cache and stores the next snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from loopx.root import open_root, resolve_root
+from loopx.status.snapshot import print_snapshot
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def print_status_snapshot(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    ttl_s: float,
+    out: int | BinaryIO,
+    registry: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    home: Path | None = None,
+) -> bool:
+    """Write the stored `loopx status --json` document to ``out`` if it still holds.
+
+    The root is chosen and checked as ``Root.open`` does. The document holds while
+    the status cache is the generation it was assembled from, younger than
+    ``ttl_s``, and the fleet's files and processes are as they were
+    (:mod:`loopx.status.snapshot`). The clock is read directly: a fresh process
+    has no measured clock offset (``loopx.model.utcnow`` would add zero).
+
+    Returns:
+        False, having written nothing, when there is no such document.
+
+    Raises:
+        RootError: the root is missing, uninitialised, shared or not ours.
+    """
+    resolved = resolve_root(
+        flag=path,
+        registry=registry,
+        env=os.environ if env is None else env,
+        home=Path.home() if home is None else home,
+    )
+    layout = open_root(resolved, create=False)
+    return print_snapshot(layout, now=datetime.now(UTC), ttl_s=ttl_s, out=out)
