@@ -1,18 +1,49 @@
-"""structlog, configured once: JSON lines on stderr, console rendering on a TTY."""
+"""structlog, configured once: JSON lines on stderr, console rendering on a TTY.
+
+structlog is imported on the first event, not at start: importing it costs
+more than the rest of a quick command such as ``loopx quota should-run``.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import logging
+import functools
 import os
 import sys
-from typing import TextIO
-
-import structlog
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from loopx.secrets import RedactSecrets, secret_values
 
+if TYPE_CHECKING:
+    import structlog
+    from structlog.typing import FilteringBoundLogger
+
 _configured = False
+_pending: Callable[[], None] | None = None  # a configuration not applied yet (no event so far)
+
+
+class _DeferredLogger:
+    """Stands for ``structlog.get_logger(name)`` until its first use."""
+
+    __slots__ = ("_logger", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, method: str) -> Any:  # noqa: ANN401 - whatever structlog's logger has
+        if self._logger is None:
+            import structlog  # noqa: PLC0415 - deferred on purpose (see the module docstring)
+
+            _apply_pending()
+            self._logger = structlog.get_logger(self._name)
+        return getattr(self._logger, method)
+
+
+def get_logger(name: str) -> FilteringBoundLogger:
+    """The module logger ``name``; structlog is imported when it first logs."""
+    return cast("FilteringBoundLogger", _DeferredLogger(name))
 
 
 class _Tolerant:
@@ -39,6 +70,8 @@ class _Tolerant:
 def _stderr_logger(*_args: object) -> structlog.PrintLogger:
     # Resolve sys.stderr per logger, not once: a test runner or a daemonising
     # parent may replace (and close) the stream after configuration.
+    import structlog  # noqa: PLC0415 - deferred (see the module docstring)
+
     return structlog.PrintLogger(_Tolerant(sys.stderr))  # type: ignore[arg-type]
 
 
@@ -47,13 +80,34 @@ def configure_logging(
 ) -> None:
     """Configure structlog for this process (idempotent unless ``force``).
 
+    Takes effect at the first event (or now, if structlog is already in use);
+    the stream, level and secret values are the ones of this call.
     Context bound with ``structlog.contextvars.bind_contextvars`` (goal_id,
     agent_id, turn_key, epoch) is merged into every event.
     """
-    global _configured  # noqa: PLW0603 - configured once per process by design
+    global _configured, _pending  # noqa: PLW0603 - configured once per process by design
     if _configured and not force:
         return
+    _configured = True
     out = stream if stream is not None else sys.stderr
+    secrets = secret_values(os.environ)
+    _pending = functools.partial(_apply, stream=stream, out=out, level=level, secrets=secrets)
+    if "structlog" in sys.modules:
+        _apply_pending()
+
+
+def _apply_pending() -> None:
+    global _pending
+    if _pending is not None:
+        apply, _pending = _pending, None
+        apply()
+
+
+def _apply(*, stream: TextIO | None, out: TextIO, level: str, secrets: list[str]) -> None:
+    import logging  # noqa: PLC0415 - deferred with structlog
+
+    import structlog  # noqa: PLC0415 - deferred (see the module docstring)
+
     renderer: structlog.typing.Processor
     if out.isatty():
         renderer = structlog.dev.ConsoleRenderer(colors=True)
@@ -65,7 +119,7 @@ def configure_logging(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            RedactSecrets(secret_values(os.environ)),
+            RedactSecrets(secrets),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
@@ -76,4 +130,3 @@ def configure_logging(
         else _stderr_logger,
         cache_logger_on_first_use=False,
     )
-    _configured = True

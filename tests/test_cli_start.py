@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,31 @@ def test_a_full_parser_still_parses_every_command() -> None:
     parser = build_parser()
     args = parser.parse_args(["goal", "import", "f.jsonl"])
     assert args.func.__name__ == "run_import"
+
+
+def test_quick_commands_import_only_the_layers_they_use(tmp_path: Path) -> None:
+    """`quota should-run` and `goal list` load no logging, HTTP, turn or fleet code.
+
+    structlog (and the rich console it pulls in) is imported at a process's
+    first log event, and each API group on first use.
+    """
+    root = tmp_path / "root"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    for argv in (["init"], ["goal", "add", "g", "--objective", "x", "--host-kind", "demo"]):
+        subprocess.run(
+            [sys.executable, "-m", "loopx", "--root", str(root), *argv], check=True, env=env
+        )
+    heavy = ("structlog", "rich", "http.server", "loopx.turn.recovery", "loopx.supervisor")
+    for argv in (["quota", "should-run", "g"], ["goal", "list", "--json"]):
+        code = (
+            "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('loopx', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})), file=sys.stderr)"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "--root", str(root), *argv],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == "[]", (argv, proc.stderr)

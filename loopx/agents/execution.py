@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-import structlog
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from loopx import environ
@@ -28,6 +27,7 @@ from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
 from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError, resource_fault
 from loopx.faults import fault_point
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
@@ -48,7 +48,7 @@ from loopx.turn.phases import finish_held, settle
 from loopx.turn.protocol import Envelope
 from loopx.turn.tamper import GoalFingerprint
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RESULT_READ_LIMIT: Final = 1024 * 1024 + 1
 # A finished host's outcome waits this long at most for a refused write once a

@@ -40,17 +40,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Final
 
-import structlog
-
 from loopx import environ
 from loopx.agents.hosttree import Tree, leftovers, own_children, subreaper, sweep
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import child_running, kill_tree, running
 from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import OUTPUT_LIMIT_BYTES
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_KILL_GRACE_S: Final = 3.0
 _READ_CHUNK: Final = 64 * 1024

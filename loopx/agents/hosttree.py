@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Final
 
 import psutil
-import structlog
 
 from loopx import environ
+from loopx.log import get_logger
 from loopx.process import find_by_env, kill_tree, running
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _PR_GET_CHILD_SUBREAPER: Final = 37

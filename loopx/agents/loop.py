@@ -30,6 +30,7 @@ from loopx.agents.console import AgentConsole
 from loopx.errors import LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import (
     ProcessIdentity,
@@ -47,7 +48,7 @@ from loopx.turn.failures import FailureReason
 if TYPE_CHECKING:
     from loopx.turn.attempt import TurnReport
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FORCED_EXIT_CODE: Final = exitcodes.INTERRUPTED  # a second signal: leave now, recovery finishes
 PARENT_GONE_CHECK_S: Final = 1.0

@@ -41,6 +41,7 @@ from loopx.errors import (
     resource_fault,
 )
 from loopx.ids import validate_goal_id
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import find_by_env, kill_tree
 from loopx.quota.decision import QuotaDecision, decide
@@ -80,7 +81,7 @@ from loopx.turn.lease import (
 from loopx.turn.protocol import Envelope
 from loopx.turn.recovery import RecoveryAction, recover_goal
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,20 +7,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loopx.api._demo import Demo
-from loopx.api._fleet import Fleet
-from loopx.api._gates import Gates
-from loopx.api._goals import Goals
-from loopx.api._quota import Quota
 from loopx.api._serve import StatusServer
-from loopx.api._status import Status
-from loopx.api._turns import Turns
-from loopx.doctor import DoctorReport, diagnose
-from loopx.model import utcnow
-from loopx.registry.initialise import InitReport, initialise
 from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+
+# Each group is imported when first used: a command pays only for the layers it touches.
+if TYPE_CHECKING:
+    from loopx.api._demo import Demo
+    from loopx.api._fleet import Fleet
+    from loopx.api._gates import Gates
+    from loopx.api._goals import Goals
+    from loopx.api._quota import Quota
+    from loopx.api._status import Status
+    from loopx.api._turns import Turns
+    from loopx.doctor import DoctorReport
+    from loopx.registry.initialise import InitReport
 
 
 def _resolve(
@@ -82,6 +84,8 @@ class Root:
         ``upgrade`` (`init --upgrade`) first moves an old single-file
         registry's goals into one goal file each.
         """
+        from loopx.registry.initialise import initialise  # noqa: PLC0415 - lazy group
+
         return initialise(_resolve(path, registry, env, home), upgrade=upgrade)
 
     @staticmethod
@@ -94,6 +98,8 @@ class Root:
         now: datetime | None = None,
     ) -> DoctorReport:
         """`loopx doctor`: check the whole root, read-only (also one ``open`` refuses)."""
+        from loopx.doctor import diagnose  # noqa: PLC0415 - lazy group
+
         return diagnose(Layout.of(_resolve(path, registry, env, home)), now=now)
 
     @staticmethod
@@ -116,6 +122,7 @@ class Root:
             CorruptFileError: the registry cannot be read.
         """
         from loopx.clock import repair_future_dated  # noqa: PLC0415 - only for --repair
+        from loopx.model import utcnow  # noqa: PLC0415
         from loopx.registry.catalog import load_registry  # noqa: PLC0415
 
         layout = Layout.of(_resolve(path, registry, env, home))
@@ -129,6 +136,8 @@ class Root:
 
         ``Root.demo().run()`` runs it; see :class:`loopx.api.Demo`.
         """
+        from loopx.api._demo import Demo  # noqa: PLC0415 - lazy group
+
         return Demo.create(path)
 
     @staticmethod
@@ -157,26 +166,36 @@ class Root:
     @property
     def goals(self) -> Goals:
         """Register and manage goals (`loopx goal ...`, `loopx archive`)."""
+        from loopx.api._goals import Goals  # noqa: PLC0415 - lazy group
+
         return Goals(self.layout)
 
     @property
     def gates(self) -> Gates:
         """Open and resolve human gates (`loopx gate ...`)."""
+        from loopx.api._gates import Gates  # noqa: PLC0415 - lazy group
+
         return Gates(self.layout)
 
     @property
     def status(self) -> Status:
         """The attention queue (`loopx status`, `loopx refresh`)."""
+        from loopx.api._status import Status  # noqa: PLC0415 - lazy group
+
         return Status(self.layout)
 
     @property
     def quota(self) -> Quota:
         """Quota reports and decisions (`loopx quota ...`)."""
+        from loopx.api._quota import Quota  # noqa: PLC0415 - lazy group
+
         return Quota(self.layout)
 
     @property
     def turns(self) -> Turns:
         """Run, inspect, recover and replay turns (`loopx turn|journal|recover|replay`)."""
+        from loopx.api._turns import Turns  # noqa: PLC0415 - lazy group
+
         return Turns(self.layout)
 
     def serve(
@@ -215,4 +234,6 @@ class Root:
     @property
     def fleet(self) -> Fleet:
         """The agent fleet (`loopx supervisor ...`, `loopx agent run`, `loopx batch run`)."""
+        from loopx.api._fleet import Fleet  # noqa: PLC0415 - lazy group
+
         return Fleet(self.layout)

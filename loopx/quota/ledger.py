@@ -30,11 +30,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
-import structlog
 from pydantic import Field, ValidationError
 
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
 from loopx.faults import fault_point
+from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.quota.window import (
@@ -56,7 +56,7 @@ from loopx.storage.files import (
 )
 from loopx.storage.jsonl import append_record, read_records
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Buckets are kept this long before the oldest window asked for, so a caller
 # whose clock reads slightly earlier than the last one is still served from

@@ -22,11 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final, Literal
 
-import structlog
 from pydantic import Field, ValidationError
 
 from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
+from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.registry.model import Goal, Registry
 from loopx.registry.store import create_settings, read_settings
@@ -37,7 +37,7 @@ from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, rea
 DEFAULT_VERIFY_S: Final = 60.0
 GOAL_FILE: Final = "goal.json"
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Fingerprint = tuple[int, int, int]  # (inode, mtime_ns, size) of a goal file
 _ABSENT: Final[Fingerprint] = (0, 0, -1)

@@ -8,9 +8,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
-import structlog
-
 from loopx.errors import CorruptFileError, LoopxError
+from loopx.log import get_logger
 from loopx.model import Record
 from loopx.quota.decision import QuotaDecision, should_run
 from loopx.quota.headroom import HostHeadroom, measure_headroom
@@ -31,7 +30,7 @@ from loopx.turn.lease import (
     takeover_allowed,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 R = TypeVar("R", bound=Record)
 

@@ -29,9 +29,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-import structlog
-
 from loopx.errors import LoopxError
+from loopx.log import get_logger
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.registry.catalog import GoalCatalog
 from loopx.registry.model import Goal, GoalStatus
@@ -40,7 +39,7 @@ from loopx.schedule.candidates import candidate_and_decision
 from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
 from loopx.status.changes import changes_file
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_SLICE: Final = 32  # goals re-read per step as a safety net
 DEFAULT_RANKED: Final = 8  # goals offered per step (tried in order until a claim wins)

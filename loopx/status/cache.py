@@ -33,10 +33,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-import structlog
-
 from loopx.errors import LoopxError, resource_fault
 from loopx.history.reader import HistoryCounts, count_history
+from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
@@ -82,7 +81,7 @@ DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 _LOCK_TIMEOUT_S: Final = 60.0
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def shard_of(goal_id: str) -> int:

@@ -35,11 +35,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import structlog
 from pydantic import BaseModel
 
 from loopx.errors import LoopxError, UsageError
 from loopx.ids import is_valid_goal_id
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.model import Goal
 from loopx.root import Layout
@@ -69,7 +69,7 @@ DEFAULT_PAGE: Final = 100
 MAX_PAGE: Final = 10_000
 TURNS_PAGE: Final = 50
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ActionsNeedTokenError(UsageError):

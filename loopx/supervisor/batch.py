@@ -20,8 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
-import structlog
-
 from loopx import exitcodes
 from loopx.batch.plan import BatchPlan
 from loopx.batch.report import (
@@ -32,6 +30,7 @@ from loopx.batch.report import (
     render_markdown,
 )
 from loopx.errors import LoopxError
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
 from loopx.registry.catalog import load_registry
@@ -39,7 +38,7 @@ from loopx.registry.goals import add_goal, build_goal
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STOP_GRACE_S = 20.0
 

@@ -25,7 +25,6 @@ from types import FrameType
 from typing import Final
 
 import psutil
-import structlog
 
 from loopx import exitcodes, process
 from loopx.errors import CorruptFileError, resource_fault
@@ -37,6 +36,7 @@ from loopx.fleet import (
     FleetRecord,
     FleetState,
 )
+from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
@@ -55,7 +55,7 @@ from loopx.supervisor.slot import Slot
 from loopx.supervisor.tmux import TmuxSession
 from loopx.turn.recovery import recover
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REAP_GRACE_S: Final = 5.0  # a previous fleet's leftovers get this long after SIGTERM
 STALL_KILL_GRACE_S: Final = 2.0

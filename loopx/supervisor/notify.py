@@ -14,9 +14,9 @@ import socket
 from collections.abc import Mapping
 from typing import Final
 
-import structlog
+from loopx.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NOTIFY_SOCKET_ENV: Final = "NOTIFY_SOCKET"
 WATCHDOG_USEC_ENV: Final = "WATCHDOG_USEC"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import structlog
-
 from loopx.errors import LoopxError
 from loopx.history.reader import last_history_line
+from loopx.log import get_logger
 from loopx.quota.decision import decide
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import GoalStatus
@@ -17,7 +16,7 @@ from loopx.state import load_state
 from loopx.supervisor.idle import GoalProgress
 from loopx.turn.protocol import ResultKind
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:

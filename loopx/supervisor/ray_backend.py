@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import structlog
-
 from loopx import environ, process
 from loopx.errors import LoopxError, UsageError
 from loopx.fleet import (
@@ -42,6 +40,7 @@ from loopx.fleet import (
     ExitStatus,
     RayPlacement,
 )
+from loopx.log import get_logger
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import GoalStatus, Registry
 from loopx.root import Layout
@@ -51,7 +50,7 @@ from loopx.supervisor.runner import AgentSpec
 if TYPE_CHECKING:
     from loopx.supervisor.config import SupervisorConfig
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STOP_CALL_TIMEOUT_S: Final = 2.0  # a frozen actor must not hold the supervisor's tick
 # Keep a private cluster private: nothing but loopback, no usage report.

@@ -21,10 +21,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final, Literal
 
-import structlog
-
 from loopx import environ
 from loopx.errors import CorruptFileError, LeaseLostError
+from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
 from loopx.root import Layout
@@ -37,7 +36,7 @@ from loopx.storage.files import (
 )
 from loopx.storage.locks import locked
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_TTL_S: Final = 30.0
 # How long past expiry a lease whose holder we cannot see (another hostname,

@@ -24,11 +24,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-import structlog
-
 from loopx.errors import CorruptFileError, LeaseLostError, LoopxError
 from loopx.fleet import FleetRecord, FleetState, died
 from loopx.ids import is_valid_goal_id
+from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
 from loopx.storage.files import (
@@ -50,7 +49,7 @@ from loopx.turn.journal import Phase, TurnJournal, TurnStatus, journal_files
 from loopx.turn.lease import Fence, claim, clear_dead_lease, fence_of, release
 from loopx.turn.phases import finish
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RECOVERY_AGENT_ID = "recovery"
 

@@ -29,11 +29,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import structlog
 from pydantic import Field, JsonValue
 
 from loopx.errors import GoalStateError, UnsafePathError
 from loopx.ids import validate_goal_id
+from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.state import GoalState, load_state
@@ -57,7 +57,7 @@ from loopx.turn.lease import claim, fence_of, release
 from loopx.turn.phases import quota_spend, scheduler_apply
 from loopx.turn.writeback import durable_writeback
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REPLAY_AGENT_ID: Final = "replay"
 # Fields of the goal state a human changes through the CLI, never a turn alone.
