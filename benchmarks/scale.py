@@ -133,15 +133,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def tree_cpu(sup: psutil.Process) -> float:
-    total = 0.0
+def tree_cpu(sup: psutil.Process) -> dict[int, float]:
+    """CPU seconds (user + system) of the supervisor and each of its descendants, by pid."""
+    out: dict[int, float] = {}
     for p in [sup, *sup.children(recursive=True)]:
         try:
             t = p.cpu_times()
         except psutil.Error:
             continue
-        total += t.user + t.system
-    return total
+        out[p.pid] = t.user + t.system
+    return out
 
 
 def throughput(root: Path, agents: int, seconds: float) -> float:
@@ -190,12 +191,73 @@ def idle_cpu(root: Path, seconds: float) -> float:
                 break
             time.sleep(0.5)
         time.sleep(2)
-        before = tree_cpu(sup)
+        before, t0 = tree_cpu(sup), time.monotonic()
         time.sleep(seconds)
-        after = tree_cpu(sup)
+        after, t1 = tree_cpu(sup), time.monotonic()
     finally:
         stop(proc)
-    return (after - before) / seconds * 100
+    spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+    shares = ", ".join(
+        f"{'supervisor' if pid == sup.pid else pid} {cpu / (t1 - t0) * 100:.2f}%"
+        for pid, cpu in spent.items()
+    )
+    print(f"    idle CPU by process (% of a core): {shares}", flush=True)
+    return sum(spent.values()) / (t1 - t0) * 100
+
+
+def interrupted_journals(base: Path, root: Path, n: int) -> None:
+    """``n`` goals, each with one turn journal interrupted after ``durable_writeback``.
+
+    The first goal's turn is killed at the real fault point; the others get a copy
+    of its files with the goal id replaced (same length), as if each had crashed
+    the same way: recovery sees ``n`` journals in the same mid phase.
+    """
+    import_goals(base, root, n)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root), "turn", "run-once", "g000000"],
+        env={**ENV, "LOOPX_FAULT": "after:durable_writeback"},
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 137, proc.stderr
+    source = root / "goals" / "g000000"
+    files = {
+        path.relative_to(source): path.read_bytes()
+        for path in source.rglob("*")
+        if path.is_file() and path.name != "goal.json" and not path.name.endswith(".lock")
+    }
+    for i in range(1, n):
+        goal_id = f"g{i:06d}".encode()
+        target = root / "goals" / goal_id.decode()
+        for rel, data in files.items():
+            path = target / str(rel).replace("g000000", goal_id.decode())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data.replace(b"g000000", goal_id))
+
+
+def recovery(journals: list[int]) -> None:
+    """CPU seconds of ``loopx recover`` over 10 and 1,000 interrupted journals (and per journal)."""
+    results: dict[int, float] = {}
+    for n in journals:
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Path(tmp)
+            root = base / "root"
+            interrupted_journals(base, root, n)
+            results[n] = loopx(root, "recover")
+            left = sum(
+                1
+                for path in (root / "goals").glob("*/turns/*.json")
+                if "in_progress" in path.read_text()
+            )
+            assert left == 0, f"{left} journals still in progress after recover"
+        ratio = results[n] / results[journals[0]]
+        per = results[n] / n * 1000
+        unit = "wall" if WALL else "CPU"
+        print(
+            f"recover {n:>6,} interrupted journals: {results[n]:8.3f} s {unit} "
+            f"({per:.1f} ms each; {ratio:.2f}x the {journals[0]:,}-journal figure)",
+            flush=True,
+        )
 
 
 class Figures(dict[str, float]):
@@ -212,6 +274,7 @@ class Figures(dict[str, float]):
 
 def measure(n: int, args: argparse.Namespace) -> dict[str, float]:
     out = Figures(n)
+    parts = args.only
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         root = base / "root"
@@ -243,10 +306,17 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="also 100,000 goals")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--journals", default="10,1000", help="interrupted journals to recover")
+    parser.add_argument(
+        "--only", default=",".join(PARTS), help="parts to measure: " + ",".join(PARTS)
+    )
     parser.add_argument("--wall", action="store_true", help="time CLI figures by wall clock")
     parser.add_argument("--requests", type=int, default=200, help="GET /status requests per size")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] + ([100_000] if args.large else [])
+    args.only = set(args.only.split(","))
+    if unknown := args.only - set(PARTS):
+        parser.error(f"--only: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
 
     bare = best_of([sys.executable, "-c", "pass"])
     cli = [sys.executable, "-m", "loopx"]
@@ -261,11 +331,11 @@ def main() -> None:
     print()
 
     results: dict[int, dict[str, float]] = {}
-    for n in sizes:
+    for n in sizes if args.only - {"cli", "recovery"} else ():
         results[n] = measure(n, args)
         print(f"{n} goals: " + ", ".join(f"{k} {v:.3f}" for k, v in results[n].items()), flush=True)
     print()
-    first = results[sizes[0]]
+    first = results[sizes[0]] if results else {}
     header = f"{'figure':<26}" + "".join(f"{n:>18,}" for n in sizes)
     print(header)
     for key in first:
