@@ -14,7 +14,7 @@ again only at goals that may have changed:
   round-robin slice of goals each step, and of every goal every ``sweep_s``
   (60 s); a goal is read again only when its directory changed (every LoopX
   write of a goal's state, lease, policy or journal replaces, creates or
-  removes a file there). An append or in-place edit that changes no directory
+  removes a file there; :func:`loopx.status.watch.dir_stat`). An append or in-place edit that changes no directory
   is caught by the deep sweep, every ``deep_sweep_s`` (10 min), which compares
   each goal's file fingerprints (:func:`loopx.status.sources.goal_fingerprint`).
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import os
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
@@ -49,18 +48,17 @@ from loopx.schedule.candidates import candidate_and_decision
 from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
 from loopx.status.changes import changes_file
 from loopx.status.sources import Fingerprint, goal_fingerprint
+from loopx.status.watch import DirStat, dir_stat
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_SLICE: Final = 32  # goal directories stat-checked per step as a safety net
 DEFAULT_SWEEP_S: Final = 60.0  # every goal directory stat-checked this often
 DEFAULT_DEEP_SWEEP_S: Final = 600.0  # every goal's file fingerprints compared this often
-RACY_NS: Final = 2_000_000_000  # a directory changed this recently may change again unseen
 DEFAULT_RANKED: Final = 8  # goals offered per step (tried in order until a claim wins)
 UNREADABLE_RETRY_S: Final = 30.0  # a goal whose files cannot be read is tried again after this
 
 RankKey = tuple[int, float, str]
-DirStat = tuple[int, int]  # (inode, mtime_ns) of a goal directory
 
 
 def _accept_all(_goal: Goal) -> bool:
@@ -168,18 +166,7 @@ class ScheduleIndex:
         return moved | self._catalog.reread(moved)
 
     def _stat_dir(self, goal_id: str) -> DirStat | None:
-        """The goal directory's (inode, mtime_ns); None when absent or changed within RACY_NS.
-
-        A directory whose mtime is that recent may change again within the same
-        clock tick, leaving the same mtime: it is not trusted until it settles.
-        """
-        try:
-            st = os.stat(os.path.join(self._goals_dir, goal_id))
-        except OSError:
-            return None
-        if time.time_ns() - st.st_mtime_ns < RACY_NS:
-            return None
-        return st.st_ino, st.st_mtime_ns
+        return dir_stat(os.path.join(self._goals_dir, goal_id))
 
     def _note_dir(self, goal_id: str) -> None:
         """Remember how the goal's directory looks before its files are read."""
