@@ -334,8 +334,18 @@ def main() -> None:
     for n in sizes if args.only - {"cli", "recovery"} else ():
         results[n] = measure(n, args)
         print(f"{n} goals: " + ", ".join(f"{k} {v:.3f}" for k, v in results[n].items()), flush=True)
-    print()
     first = results[sizes[0]] if results else {}
+    if first:
+        print()
+        print_table(sizes, results)
+    if "recovery" in args.only:
+        print()
+        recovery([int(j) for j in args.journals.split(",")])
+
+
+def print_table(sizes: list[int], results: dict[int, dict[str, float]]) -> None:
+    """Every figure by size, with its ratio to the first size's."""
+    first = results[sizes[0]]
     header = f"{'figure':<26}" + "".join(f"{n:>18,}" for n in sizes)
     print(header)
     for key in first:
