@@ -43,6 +43,7 @@ from loopx.log import configure_logging
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.state import GoalState
+from loopx.status.changes import note_goal_changed
 from loopx.storage.files import atomic_write_model
 
 WALL = "--wall" in sys.argv
@@ -168,13 +169,18 @@ def http_p50(root: Path, requests: int) -> float:
 
 
 def make_all_wait(root: Path) -> None:
-    """Every goal's next turn tomorrow: an idle fleet has nothing to do for a day."""
+    """Every goal's next turn tomorrow: an idle fleet has nothing to do for a day.
+
+    Each write leaves its change hint, as LoopX's own writers do; without them the
+    fleet's safety nets would find the 10,000 changes inside the measured window.
+    """
     layout = Layout.at(root)
     now = utcnow()
     tomorrow = now + timedelta(days=1)
     for name in os.listdir(layout.goals_dir):
         state = GoalState(goal_id=name, next_eligible_at=tomorrow, updated_at=now)
         atomic_write_model(layout.state_file(name), state, durable=False)
+        note_goal_changed(layout, name)
     os.sync()
 
 
