@@ -14,9 +14,10 @@ again only at goals that may have changed:
   round-robin slice of goals each step, and of every goal every ``sweep_s``
   (60 s); a goal is read again only when its directory changed (every LoopX
   write of a goal's state, lease, policy or journal replaces, creates or
-  removes a file there; :func:`loopx.status.watch.dir_stat`). An append or in-place edit that changes no directory
-  is caught by the deep sweep, every ``deep_sweep_s`` (10 min), which compares
-  each goal's file fingerprints (:func:`loopx.status.sources.goal_fingerprint`).
+  removes a file there; :func:`loopx.status.watch.dir_stat`). An append or
+  in-place edit that changes no directory is caught by the deep sweep, every
+  ``deep_sweep_s`` (10 min), which compares each goal's file fingerprints
+  (:func:`loopx.status.sources.goal_fingerprint`).
 
 A goal waiting on a human (a gate, paused, compute 0) costs nothing until its
 files change. So a step costs O(changed goals + slice + log N), not O(N), and
