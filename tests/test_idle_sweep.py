@@ -19,6 +19,7 @@ from loopx.testing.status_fixtures import (
     history_line,
     make_goal,
     register_goals,
+    write_lease,
     write_state,
 )
 
@@ -135,3 +136,15 @@ def test_a_refresh_with_the_memo_still_sees_a_hinted_append(layout: Layout) -> N
     assert report.full_scan
     assert report.changed == frozenset({"g2"})
     assert cache.goals["g2"].history.lines == 1
+
+
+def test_a_goal_leased_by_another_agent_keeps_the_idle_sleep_short(layout: Layout) -> None:
+    """A lease holder may die at any time: an idle agent looks again within its backoff."""
+    now = utcnow()
+    waiting_root(layout, 3, now=now)
+    write_state(layout, GoalState(goal_id="g1", updated_at=now))  # eligible but for the lease
+    write_lease(layout, "g1", now=now)
+    index = ScheduleIndex(layout, slice_size=0)
+    index.refresh(now=now)
+    assert ready(index, now=now) == []
+    assert index.idle_sleep(now=now, longest=2.0) <= 2.0

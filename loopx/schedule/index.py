@@ -286,15 +286,16 @@ class ScheduleIndex:
     def idle_sleep(self, *, now: datetime, longest: float) -> float:
         """How long an idle agent may sleep.
 
-        With a goal eligible now (its claim lost a race), at most ``longest``;
-        otherwise until the next wake time or the next sweep, whichever comes
-        first (a hint ends the sleep sooner).
+        With a goal eligible now (its claim lost a race) or leased by another
+        agent (whose death frees it before the lease expires), at most
+        ``longest``; otherwise until the next wake time or the next sweep,
+        whichever comes first (a hint ends the sleep sooner).
         """
         due = self.next_sweep()
         wake = self.next_wake()
         if wake is not None:
             due = min(due, wake)
         until = (due - now).total_seconds()
-        if self.has_ready(now=now):
+        if self._leased or self.has_ready(now=now):
             until = min(until, longest)
         return max(0.0, until)
