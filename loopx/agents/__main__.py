@@ -31,7 +31,7 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=2.0,
         metavar="S",
-        help="longest idle sleep while a goal is eligible but its claims were lost",
+        help="longest idle sleep while a goal is eligible but lost, or another agent holds a lease",
     )
     parser.add_argument("--parent-pid", type=int, metavar="PID", help="stop when PID is gone")
     parser.add_argument(
