@@ -12,13 +12,21 @@ For each size, in one run, on a fresh root:
   within the cache's TTL, passed as ``--ttl 300``; best of 5);
 * ``GET /status`` (first page of 100) on a real status server: median of ``--requests``;
 * ``loopx quota should-run ID`` (best of 5);
+* recovery of interrupted journals (``--journals 10,1000``): a root with one goal per
+  journal, each goal's turn interrupted after ``durable_writeback`` (the first by the real
+  fault point, ``LOOPX_FAULT``, the others copies of it renamed to their goal), then
+  ``loopx recover``; printed with the ratio to the first count.
+
+``--only idle,recovery`` measures only the named parts (``cli``, ``import``, ``turns``,
+``add``, ``quota``, ``status``, ``idle``, ``recovery``; ``status`` includes ``GET /status``);
+the idle part also prints each process's share.
 
 CLI figures are CPU seconds (user + system) of the command unless ``--wall``;
 and once: ``python3 -c pass``, ``loopx --help`` and ``loopx --version`` (best of 5
 each). Every figure is printed with its ratio to the 10-goal figure.
 
 Usage: python benchmarks/scale.py [--sizes 10,1000,10000] [--large] [--seconds 10]
-       [--idle-seconds 20] [--requests 200] [--wall]
+       [--idle-seconds 20] [--requests 200] [--journals 10,1000] [--only PART,...] [--wall]
 """
 
 from __future__ import annotations
@@ -43,10 +51,12 @@ from loopx.log import configure_logging
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.state import GoalState
+from loopx.status.changes import note_goal_changed
 from loopx.storage.files import atomic_write_model
 
 WALL = "--wall" in sys.argv
 SH_SCRIPT = 'echo "{\\"schema_version\\":1,\\"kind\\":\\"progress\\"}" > "$LOOPX_RESULT_FILE"'
+PARTS = ("cli", "import", "turns", "add", "quota", "status", "idle", "recovery")
 PYDANTIC_FLOOR = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int"
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
 
@@ -133,15 +143,16 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def tree_cpu(sup: psutil.Process) -> float:
-    total = 0.0
+def tree_cpu(sup: psutil.Process) -> dict[int, float]:
+    """CPU seconds (user + system) of the supervisor and each of its descendants, by pid."""
+    out: dict[int, float] = {}
     for p in [sup, *sup.children(recursive=True)]:
         try:
             t = p.cpu_times()
         except psutil.Error:
             continue
-        total += t.user + t.system
-    return total
+        out[p.pid] = t.user + t.system
+    return out
 
 
 def throughput(root: Path, agents: int, seconds: float) -> float:
@@ -167,13 +178,18 @@ def http_p50(root: Path, requests: int) -> float:
 
 
 def make_all_wait(root: Path) -> None:
-    """Every goal's next turn tomorrow: an idle fleet has nothing to do for a day."""
+    """Every goal's next turn tomorrow: an idle fleet has nothing to do for a day.
+
+    Each write leaves its change hint, as LoopX's own writers do; without them the
+    fleet's safety nets would find the 10,000 changes inside the measured window.
+    """
     layout = Layout.at(root)
     now = utcnow()
     tomorrow = now + timedelta(days=1)
     for name in os.listdir(layout.goals_dir):
         state = GoalState(goal_id=name, next_eligible_at=tomorrow, updated_at=now)
         atomic_write_model(layout.state_file(name), state, durable=False)
+        note_goal_changed(layout, name)
     os.sync()
 
 
@@ -190,12 +206,73 @@ def idle_cpu(root: Path, seconds: float) -> float:
                 break
             time.sleep(0.5)
         time.sleep(2)
-        before = tree_cpu(sup)
+        before, t0 = tree_cpu(sup), time.monotonic()
         time.sleep(seconds)
-        after = tree_cpu(sup)
+        after, t1 = tree_cpu(sup), time.monotonic()
     finally:
         stop(proc)
-    return (after - before) / seconds * 100
+    spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
+    shares = ", ".join(
+        f"{'supervisor' if pid == sup.pid else pid} {cpu / (t1 - t0) * 100:.2f}%"
+        for pid, cpu in spent.items()
+    )
+    print(f"    idle CPU by process (% of a core): {shares}", flush=True)
+    return sum(spent.values()) / (t1 - t0) * 100
+
+
+def interrupted_journals(base: Path, root: Path, n: int) -> None:
+    """``n`` goals, each with one turn journal interrupted after ``durable_writeback``.
+
+    The first goal's turn is killed at the real fault point; the others get a copy
+    of its files with the goal id replaced (same length), as if each had crashed
+    the same way: recovery sees ``n`` journals in the same mid phase.
+    """
+    import_goals(base, root, n)
+    proc = subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(root), "turn", "run-once", "g000000"],
+        env={**ENV, "LOOPX_FAULT": "after:durable_writeback"},
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 137, proc.stderr
+    source = root / "goals" / "g000000"
+    files = {
+        path.relative_to(source): path.read_bytes()
+        for path in source.rglob("*")
+        if path.is_file() and path.name != "goal.json" and not path.name.endswith(".lock")
+    }
+    for i in range(1, n):
+        goal_id = f"g{i:06d}".encode()
+        target = root / "goals" / goal_id.decode()
+        for rel, data in files.items():
+            path = target / str(rel).replace("g000000", goal_id.decode())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data.replace(b"g000000", goal_id))
+
+
+def recovery(journals: list[int]) -> None:
+    """CPU seconds of ``loopx recover`` over 10 and 1,000 interrupted journals (and per journal)."""
+    results: dict[int, float] = {}
+    for n in journals:
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Path(tmp)
+            root = base / "root"
+            interrupted_journals(base, root, n)
+            results[n] = loopx(root, "recover")
+            left = sum(
+                1
+                for path in (root / "goals").glob("*/turns/*.json")
+                if "in_progress" in path.read_text()
+            )
+            assert left == 0, f"{left} journals still in progress after recover"
+        ratio = results[n] / results[journals[0]]
+        per = results[n] / n * 1000
+        unit = "wall" if WALL else "CPU"
+        print(
+            f"recover {n:>6,} interrupted journals: {results[n]:8.3f} s {unit} "
+            f"({per:.1f} ms each; {ratio:.2f}x the {journals[0]:,}-journal figure)",
+            flush=True,
+        )
 
 
 class Figures(dict[str, float]):
@@ -212,28 +289,36 @@ class Figures(dict[str, float]):
 
 def measure(n: int, args: argparse.Namespace) -> dict[str, float]:
     out = Figures(n)
+    parts = args.only
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         root = base / "root"
-        out["goal import (s)"] = import_goals(base, root, n)
-        for agents in (2, 4):
-            out[f"turns/s, {agents} agents"] = throughput(root, agents, args.seconds)
-        out["goal add (s)"] = statistics.median(
-            loopx(root, "goal", "add", f"new{i}", "--objective", "x") for i in range(3)
-        )
-        # Start-up figures: best of 5, like bare python's, which they are compared with.
-        out["quota should-run (s)"] = min(
-            loopx(root, "quota", "should-run", "g000000", check=False) for _ in range(5)
-        )
-        out["status cold (s)"] = loopx(root, "status", "--json", "--clear-cache")
-        # Warm: within the TTL of the cache the cold run left. The default TTL (5 s) can
-        # expire while a loaded machine runs the cold command, so give it 5 minutes.
-        out["status warm (s)"] = min(
-            loopx(root, "status", "--json", "--ttl", "300") for _ in range(5)
-        )
-        out["HTTP /status p50 (ms)"] = http_p50(root, args.requests)
-        make_all_wait(root)
-        out["idle fleet CPU (% core)"] = idle_cpu(root, args.idle_seconds)
+        took = import_goals(base, root, n)
+        if "import" in parts:
+            out["goal import (s)"] = took
+        if "turns" in parts:
+            for agents in (2, 4):
+                out[f"turns/s, {agents} agents"] = throughput(root, agents, args.seconds)
+        if "add" in parts:
+            out["goal add (s)"] = statistics.median(
+                loopx(root, "goal", "add", f"new{i}", "--objective", "x") for i in range(3)
+            )
+        if "quota" in parts:
+            # Start-up figures: best of 5, like bare python's, which they are compared with.
+            out["quota should-run (s)"] = min(
+                loopx(root, "quota", "should-run", "g000000", check=False) for _ in range(5)
+            )
+        if "status" in parts:
+            out["status cold (s)"] = loopx(root, "status", "--json", "--clear-cache")
+            # Warm: within the TTL of the cache the cold run left. The default TTL (5 s) can
+            # expire while a loaded machine runs the cold command, so give it 5 minutes.
+            out["status warm (s)"] = min(
+                loopx(root, "status", "--json", "--ttl", "300") for _ in range(5)
+            )
+            out["HTTP /status p50 (ms)"] = http_p50(root, args.requests)
+        if "idle" in parts:
+            make_all_wait(root)
+            out["idle fleet CPU (% core)"] = idle_cpu(root, args.idle_seconds)
     return out
 
 
@@ -243,28 +328,46 @@ def main() -> None:
     parser.add_argument("--large", action="store_true", help="also 100,000 goals")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--journals", default="10,1000", help="interrupted journals to recover")
+    parser.add_argument(
+        "--only", default=",".join(PARTS), help="parts to measure: " + ",".join(PARTS)
+    )
     parser.add_argument("--wall", action="store_true", help="time CLI figures by wall clock")
     parser.add_argument("--requests", type=int, default=200, help="GET /status requests per size")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] + ([100_000] if args.large else [])
+    args.only = set(args.only.split(","))
+    if unknown := args.only - set(PARTS):
+        parser.error(f"--only: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
 
     bare = best_of([sys.executable, "-c", "pass"])
-    cli = [sys.executable, "-m", "loopx"]
-    print(f"python3 -c pass      {bare * 1000:7.1f} ms")
-    for what in ("--help", "--version"):
-        took = best_of([*cli, what])
-        print(f"loopx {what:<14} {took * 1000:7.1f} ms  ({took / bare:.2f}x bare python)")
-    # The floor of a command that reads one LoopX file through its model (should-run does):
-    # importing pydantic and building one model class, nothing of LoopX.
-    floor = best_of([sys.executable, "-c", PYDANTIC_FLOOR])
-    print(f"pydantic + 1 model   {floor * 1000:7.1f} ms  ({floor / bare:.2f}x bare python)")
-    print()
+    if "cli" in args.only:
+        cli = [sys.executable, "-m", "loopx"]
+        print(f"python3 -c pass      {bare * 1000:7.1f} ms")
+        for what in ("--help", "--version"):
+            took = best_of([*cli, what])
+            print(f"loopx {what:<14} {took * 1000:7.1f} ms  ({took / bare:.2f}x bare python)")
+        # The floor of a command that reads one LoopX file through its model (should-run
+        # does): importing pydantic and building one model class, nothing of LoopX.
+        floor = best_of([sys.executable, "-c", PYDANTIC_FLOOR])
+        print(f"pydantic + 1 model   {floor * 1000:7.1f} ms  ({floor / bare:.2f}x bare python)")
+        print()
 
     results: dict[int, dict[str, float]] = {}
-    for n in sizes:
+    for n in sizes if args.only - {"cli", "recovery"} else ():
         results[n] = measure(n, args)
         print(f"{n} goals: " + ", ".join(f"{k} {v:.3f}" for k, v in results[n].items()), flush=True)
-    print()
+    first = results[sizes[0]] if results else {}
+    if first:
+        print()
+        print_table(sizes, results, bare=bare)
+    if "recovery" in args.only:
+        print()
+        recovery([int(j) for j in args.journals.split(",")])
+
+
+def print_table(sizes: list[int], results: dict[int, dict[str, float]], *, bare: float) -> None:
+    """Every figure by size, with its ratio to the first size's."""
     first = results[sizes[0]]
     header = f"{'figure':<26}" + "".join(f"{n:>18,}" for n in sizes)
     print(header)
@@ -275,9 +378,12 @@ def main() -> None:
             ratio = value / first[key] if first[key] else float("nan")
             row += f"{value:>10.3f} ({ratio:4.2f}x)"
         print(row)
+    keys = [k for k in ("quota should-run (s)", "status warm (s)") if k in first]
+    if not keys:
+        return
     print()
     print("against bare python (issue 14: should-run within 2x, warm status within 3x):")
-    for key in ("quota should-run (s)", "status warm (s)"):
+    for key in keys:
         ratios = ", ".join(f"{n:,}: {results[n][key] / bare:.2f}x" for n in sizes)
         print(f"  {key:<26} {ratios}")
 

@@ -75,3 +75,28 @@ def test_a_batch_plan_imports_too(cli: Cli, tmp_path: Path) -> None:
     assert cli.json("goal", "import", str(plan))["added"] == 1
     (goal,) = cli.json("goal", "list")["goals"]
     assert (goal["id"], goal["workdir"]) == ("p1", str((tmp_path / "w1").resolve()))
+
+
+def test_a_missing_workdir_or_program_names_its_line(cli: Cli, tmp_path: Path) -> None:
+    """`goal add`'s checks run for every line; the first at fault is named, nothing is written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "host.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    good = {"id": "ok", "objective": "x", "workdir": str(work)}
+    rel = {**good, "id": "rel", "host": {"kind": "command", "argv": ["./host.sh"]}}
+    gone = {"id": "gone", "objective": "y", "workdir": str(tmp_path / "nowhere")}
+    source = write_lines(tmp_path / "goals.jsonl", [good, rel, gone])
+    proc = cli.run("goal", "import", str(source))
+    assert proc.returncode != 0
+    assert f"{source}:3" in proc.stderr and "does not exist" in proc.stderr
+    assert "mkdir -p" in proc.stderr  # the check's own hint
+    nohost = {**good, "id": "nohost", "host": {"kind": "command", "argv": ["no-such-prog-x"]}}
+    source = write_lines(tmp_path / "goals.jsonl", [good, rel, nohost])
+    proc = cli.run("goal", "import", str(source))
+    assert proc.returncode != 0
+    assert f"{source}:3" in proc.stderr and "not found on PATH" in proc.stderr
+    assert cli.json("goal", "list")["goals"] == []
+    # --no-check registers them as they are, like `goal add --no-check`.
+    assert cli.json("goal", "import", "--no-check", str(source))["added"] == 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopx.errors import InvalidGoalIdError
-from loopx.ids import GOAL_ID_RULE, validate_goal_id
+from loopx.ids import GOAL_ID_RULE, is_valid_goal_id, validate_goal_id
 from loopx.root import Layout
 
 
@@ -32,12 +32,14 @@ def test_bad_ids_are_rejected_with_the_rule(bad: str) -> None:
     with pytest.raises(InvalidGoalIdError) as info:
         validate_goal_id(bad)
     assert GOAL_ID_RULE in (info.value.hint or "")
+    assert not is_valid_goal_id(bad)  # the scans' fast check agrees
 
 
 @pytest.mark.parametrize("good", ["a", "A1", "goal-1", "x.y_z", "9" * 64])
 def test_good_ids_pass(good: str) -> None:
     """Ids within the rule are returned unchanged."""
     assert validate_goal_id(good) == good
+    assert is_valid_goal_id(good)
 
 
 def test_paths_validate_before_building(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -27,7 +27,11 @@ def add_agent_options(parser: argparse.ArgumentParser) -> None:
         "--heartbeat-seconds", type=float, default=2.0, metavar="S", help="heartbeat period"
     )
     parser.add_argument(
-        "--idle-max-seconds", type=float, default=2.0, metavar="S", help="longest idle sleep"
+        "--idle-max-seconds",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="longest idle sleep while a goal is eligible but lost, or another agent holds a lease",
     )
     parser.add_argument("--parent-pid", type=int, metavar="PID", help="stop when PID is gone")
     parser.add_argument(

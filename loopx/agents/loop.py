@@ -319,11 +319,12 @@ class Agent:
         return float(base * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not cryptography
 
     def _idle_wait(self) -> None:
-        """Sleep until a waiting goal's time comes or a writer leaves a change hint.
+        """Sleep until a waiting goal's time comes, the index's next sweep, or a change hint.
 
-        At most the idle backoff; the hint log is checked with one ``stat``
-        every ``HINT_CHECK_S``, so a new or changed goal is picked up at once
-        while an idle fleet costs next to nothing, however many goals wait.
+        At most the idle backoff while some goal is eligible now (its claim lost
+        a race); the hint log is checked with one ``stat`` every
+        ``HINT_CHECK_S``, so a new or changed goal is picked up at once while an
+        idle fleet costs next to nothing, however many goals wait.
         """
         deadline = self.index.idle_sleep(now=utcnow(), longest=self.idle_delay())
         waited = 0.0

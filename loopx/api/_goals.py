@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.archive import ArchiveResult, archive_goal, parse_archive_root
-from loopx.registry.bulk import ImportReport, import_goals, read_import
+from loopx.registry.bulk import ImportReport, check_import, import_goals, read_import
 from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
@@ -158,20 +158,29 @@ class Goals:
         return goal_list(self.layout)
 
     def import_file(
-        self, path: str | os.PathLike[str], *, default_workdir: str | os.PathLike[str] | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        default_workdir: str | os.PathLike[str] | None = None,
+        check: bool = True,
     ) -> ImportReport:
         """`loopx goal import`: register every goal of a JSON Lines file or batch plan.
 
         The whole file is checked before anything is written; goals already
-        registered with the same policy are skipped.
+        registered with the same policy are skipped. With ``check``
+        (``--no-check`` off) every workdir must exist and every command host's
+        program be found, as `goal add` checks.
 
         Raises:
-            GoalImportError: a bad line, an id twice, or a registered goal with
-                another policy; nothing was registered.
+            GoalImportError: a bad line, an id twice, a missing workdir or
+                program, or a registered goal with another policy; nothing was
+                registered.
         """
         source = Path(path).expanduser().resolve()
         workdir = Path(default_workdir) if default_workdir is not None else Path.cwd()
         goals = read_import(source, default_workdir=workdir, now=utcnow())
+        if check:
+            check_import(source, goals)
         return import_goals(self.layout, source, goals)
 
     def show(self, goal_id: str) -> GoalView:

@@ -97,6 +97,11 @@ def register(sub: Subparsers) -> None:
         "or a batch plan; checked whole, idempotent",
     )
     importer.add_argument("file", metavar="FILE", type=Path)
+    importer.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip checking that each workdir exists and each command host's program is found",
+    )
     importer.add_argument("--json", action="store_true")
     importer.set_defaults(func=run_import)
 
@@ -223,7 +228,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     """Register the goals of an import file."""
-    report = root(args).goals.import_file(args.file)
+    report = root(args).goals.import_file(args.file, check=not args.no_check)
     if args.json:
         print_json(report)
     else:

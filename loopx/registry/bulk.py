@@ -7,7 +7,8 @@ file. A ``.toml`` file, or a JSON document with a ``goals`` array, is a batch
 plan (:mod:`loopx.batch.plan`).
 
 The whole file is checked before anything is written (every line valid, no
-id twice, no registered goal with a different policy). Writing is
+id twice, no registered goal with a different policy, and `goal add`'s checks
+of each workdir and command host unless ``--no-check``). Writing is
 idempotent: a goal registered with the same policy is skipped; a new goal's
 file is created exclusively (a hard link of a finished temp file), so a
 concurrent `goal add` of the same id either wins or loses, never mixes. One
@@ -20,7 +21,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -29,7 +30,8 @@ from pydantic import ValidationError
 
 from loopx.errors import UsageError
 from loopx.model import Record
-from loopx.registry.model import Goal
+from loopx.registry.checks import GoalSetupError, check_program, check_workdir
+from loopx.registry.model import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
 from loopx.root import Layout
 from loopx.status.changes import note_goal_changed
@@ -42,11 +44,12 @@ _PLAN_SUFFIXES: Final = (".toml",)
 class GoalImportError(UsageError):
     """An import file is malformed or conflicts with the registry; nothing was registered."""
 
-    def __init__(self, path: Path, line: int | None, problem: str) -> None:
+    def __init__(self, path: Path, line: int | None, problem: str, hint: str | None = None) -> None:
         where = f"{path}:{line}" if line is not None else str(path)
+        fix = f"{hint}; " if hint else ""
         super().__init__(
             f"import {where}: {problem}",
-            hint="fix the file and run again; nothing was registered",
+            hint=f"{fix}fix the file and run again; nothing was registered",
         )
         self.path, self.line, self.problem = path, line, problem
 
@@ -149,6 +152,42 @@ def read_import(
     if not goals:
         raise GoalImportError(path, None, "no goals in the file")
     return goals
+
+
+def _setup_checks(goal: Goal) -> Iterator[tuple[tuple[str, ...], Callable[[], None]]]:
+    """`goal add`'s checks of one goal, each with a key naming what it looks at."""
+    workdir = Path(goal.workdir)
+    yield ("workdir", goal.workdir), lambda: check_workdir(workdir)
+    if goal.host.kind == HostKind.COMMAND and goal.host.argv:
+        program = goal.host.argv[0]
+        # A relative path is looked up in the workdir; a bare name on PATH.
+        relative = "/" in program and not program.startswith("/")
+        key = ("program", program, goal.workdir if relative else "")
+        yield key, lambda: check_program(program, workdir)
+
+
+def check_import(source: Path, goals: list[tuple[int | None, Goal]]) -> None:
+    """`goal add`'s checks for every goal of an import (:mod:`loopx.registry.checks`).
+
+    Its workdir exists and a command host's program can be started. Each distinct workdir and program is checked once, so a file of 100,000
+    goals sharing a few workdirs costs a few ``stat`` calls.
+
+    Raises:
+        GoalImportError: the first line whose workdir or program is at fault, with
+            the check's hint.
+    """
+    verdicts: dict[tuple[str, ...], GoalSetupError | None] = {}
+    for number, goal in goals:
+        for key, check in _setup_checks(goal):
+            if key not in verdicts:
+                try:
+                    check()
+                    verdicts[key] = None
+                except GoalSetupError as e:
+                    verdicts[key] = e
+            error = verdicts[key]
+            if error is not None:
+                raise GoalImportError(source, number, error.message, hint=error.hint)
 
 
 def _create_exclusive(path: Path, data: bytes) -> bool:

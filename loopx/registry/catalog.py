@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -151,9 +152,7 @@ class GoalCatalog:
             check = names if full else (names - self.goals.keys()) | (hinted or set())
         else:
             check = hinted or set()
-        for goal_id in check:
-            if is_valid_goal_id(goal_id) and self._reread(goal_id):
-                changed.add(goal_id)
+        changed |= self.reread(check)
         # A verification that found nothing is not saved: rewriting the whole index to
         # record it would cost more than the next process's own stat scan.
         touched = bool(changed) or dir_fp != self._dir_fp
@@ -166,6 +165,21 @@ class GoalCatalog:
             self._save()
         return changed | {g for g in (hinted or ()) if is_valid_goal_id(g)}
 
+    def reread(self, goal_ids: Iterable[str]) -> set[str]:
+        """Read the goal files of ``goal_ids`` again where their fingerprint moved.
+
+        For a caller that saw these goals' directories change (a scheduling
+        index's sweep): O(len(goal_ids)) stats, no hint or listing.
+
+        Returns:
+            The ids whose entry changed (new, updated or forgotten).
+        """
+        goals_dir = str(self.layout.goals_dir)
+        changed = {g for g in goal_ids if is_valid_goal_id(g) and self._reread(goals_dir, g)}
+        if changed:
+            self._view = None
+        return changed
+
     def _list(self, goals_dir: str) -> set[str]:
         try:
             with os.scandir(goals_dir) as entries:
@@ -177,9 +191,9 @@ class GoalCatalog:
         except FileNotFoundError:
             return set()
 
-    def _reread(self, goal_id: str) -> bool:
+    def _reread(self, goals_dir: str, goal_id: str) -> bool:
         """Read one goal file again if its fingerprint moved; True when the catalog changed."""
-        path = os.path.join(self.layout.goals_dir, goal_id, GOAL_FILE)
+        path = os.path.join(goals_dir, goal_id, GOAL_FILE)
         fp = _stat_fp(path)
         if fp == self._fps.get(goal_id, _ABSENT):
             return False

@@ -10,11 +10,20 @@ again only at goals that may have changed:
   another agent holds, a quota window that frees up
   (:func:`loopx.schedule.select.wake_at`);
 * goals this agent just tried, and goals leased at the last look;
-* a bounded slice of every goal, round robin: the safety net for a lost hint.
+* the safety net for a lost hint, by ``stat`` only: the goal directories of a
+  round-robin slice of goals each step, and of every goal every ``sweep_s``
+  (60 s); a goal is read again only when its directory changed (every LoopX
+  write of a goal's state, lease, policy or journal replaces, creates or
+  removes a file there; :func:`loopx.status.watch.dir_stat`). An append or
+  in-place edit that changes no directory is caught by the deep sweep, every
+  ``deep_sweep_s`` (10 min), which compares each goal's file fingerprints
+  (:func:`loopx.status.sources.goal_fingerprint`).
 
 A goal waiting on a human (a gate, paused, compute 0) costs nothing until its
 files change. So a step costs O(changed goals + slice + log N), not O(N), and
-an idle agent can sleep until :meth:`ScheduleIndex.next_wake` or a hint.
+an idle agent sleeps until :meth:`ScheduleIndex.next_wake`, the next sweep or
+a hint: with every goal waiting, an idle agent's work is a ``stat`` per goal
+per minute.
 
 The index only advises: a claim re-checks state, lease and quota under the
 goal's lock, so a stale entry costs a lost race, never a wrong turn. Ranking
@@ -38,10 +47,14 @@ from loopx.root import Layout
 from loopx.schedule.candidates import candidate_and_decision
 from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
 from loopx.status.changes import changes_file
+from loopx.status.sources import Fingerprint, goal_fingerprint
+from loopx.status.watch import DirStat, dir_stat
 
 log = get_logger(__name__)
 
-DEFAULT_SLICE: Final = 32  # goals re-read per step as a safety net
+DEFAULT_SLICE: Final = 32  # goal directories stat-checked per step as a safety net
+DEFAULT_SWEEP_S: Final = 60.0  # every goal directory stat-checked this often
+DEFAULT_DEEP_SWEEP_S: Final = 600.0  # every goal's file fingerprints compared this often
 DEFAULT_RANKED: Final = 8  # goals offered per step (tried in order until a claim wins)
 UNREADABLE_RETRY_S: Final = 30.0  # a goal whose files cannot be read is tried again after this
 
@@ -58,7 +71,9 @@ class ScheduleIndex:
     Args:
         layout: the root.
         accept: which goals this agent may run (a Ray agent's resources).
-        slice_size: goals re-read per step whatever the hints say.
+        slice_size: goal directories stat-checked per step whatever the hints say.
+        sweep_s: every goal directory is stat-checked at least this often.
+        deep_sweep_s: every goal's file fingerprints are compared this often.
     """
 
     def __init__(
@@ -67,6 +82,8 @@ class ScheduleIndex:
         *,
         accept: Callable[[Goal], bool] = _accept_all,
         slice_size: int = DEFAULT_SLICE,
+        sweep_s: float = DEFAULT_SWEEP_S,
+        deep_sweep_s: float = DEFAULT_DEEP_SWEEP_S,
     ) -> None:
         self.layout = layout
         self._accept = accept
@@ -82,6 +99,16 @@ class ScheduleIndex:
         self._order: list[str] = []  # round-robin order of the safety-net slice
         self._pos = 0
         self._hint_stat: tuple[int, int] = (0, -1)
+        self._sweep_s = sweep_s
+        self._deep_sweep_s = deep_sweep_s
+        self._swept_at = 0.0  # POSIX seconds of the last full sweep
+        self._deep_swept_at = 0.0
+        self._goals_dir = str(layout.goals_dir)
+        self._hints_file = str(changes_file(layout))  # stat 4 times a second when idle
+        # Per goal, as last seen: its directory's stat (None: changed too recently to
+        # trust) and, for a goal whose inputs were read, its files' fingerprints.
+        self._dirs: dict[str, DirStat | None] = {}
+        self._prints: dict[str, Fingerprint] = {}
 
     # --- keeping current -----------------------------------------------------------------------
 
@@ -96,19 +123,25 @@ class ScheduleIndex:
             NewerRootError: a newer LoopX wrote the registry.
             CorruptFileError: the registry settings are damaged.
         """
-        changed = self._catalog.refresh(now=now)
+        ts = now.timestamp()
+        # The catalog's own stat of every goal file is left to the deep sweep: the
+        # directory sweep below sees a replaced goal file sooner and cheaper.
+        changed = self._catalog.refresh(now=now, verify_after_s=self._deep_sweep_s)
         if not self._built or self._catalog.hints_lost:
             # First build, or the hint log was replaced (hints may be lost): look at all.
             self._built = True
             recheck = set(self._catalog.goals)
+            self._swept_at = self._deep_swept_at = ts
         else:
-            recheck = changed | self._touched | self._leased | self._due(now) | self._next_slice()
+            recheck = changed | self._touched | self._leased | self._due(now)
+            recheck |= self._safety_net(ts)
         self._touched = set()
         if changed or len(self._order) != len(self._catalog.goals):
             self._order = sorted(self._catalog.goals)
         headroom: HostHeadroom | None = None
         for goal_id in recheck:
             goal = self._catalog.goals.get(goal_id)
+            self._note_dir(goal_id)
             if goal is None or goal.status is not GoalStatus.ACTIVE or not self._accept(goal):
                 self._drop(goal_id)
                 continue
@@ -116,6 +149,40 @@ class ScheduleIndex:
             self._update(goal, now=now, headroom=headroom)
         self._hint_stat = self._stat_hints()
         return len(recheck)
+
+    # --- the safety net for lost hints ---------------------------------------------------------
+
+    def _safety_net(self, ts: float) -> set[str]:
+        """Goals whose files changed without a hint: by directory ``stat``, or by fingerprint."""
+        if ts - self._deep_swept_at >= self._deep_sweep_s:
+            self._deep_swept_at = self._swept_at = ts
+            moved = {g for g in self._order if self._dir_moved(g) or self._print_moved(g)}
+        elif ts - self._swept_at >= self._sweep_s:
+            self._swept_at = ts
+            moved = {g for g in self._order if self._dir_moved(g)}
+        else:
+            moved = {g for g in self._next_slice() if self._dir_moved(g)}
+        # A goal file replaced without a hint: the catalog reads it again.
+        return moved | self._catalog.reread(moved)
+
+    def _stat_dir(self, goal_id: str) -> DirStat | None:
+        return dir_stat(os.path.join(self._goals_dir, goal_id))
+
+    def _note_dir(self, goal_id: str) -> None:
+        """Remember how the goal's directory looks before its files are read."""
+        self._dirs[goal_id] = self._stat_dir(goal_id)
+
+    def _dir_moved(self, goal_id: str) -> bool:
+        seen = self._dirs.get(goal_id)
+        return seen is None or self._stat_dir(goal_id) != seen
+
+    def _print_moved(self, goal_id: str) -> bool:
+        seen = self._prints.get(goal_id)
+        return seen is not None and goal_fingerprint(os.path.join(self._goals_dir, goal_id)) != seen
+
+    def next_sweep(self) -> datetime:
+        """When the next full directory sweep is due (an idle agent wakes for it)."""
+        return datetime.fromtimestamp(self._swept_at + self._sweep_s, tz=UTC)
 
     def _due(self, now: datetime) -> set[str]:
         due: set[str] = set()
@@ -139,6 +206,7 @@ class ScheduleIndex:
         goal_id = goal.id
         gen = self._gen.get(goal_id, 0) + 1
         self._gen[goal_id] = gen
+        self._prints[goal_id] = goal_fingerprint(os.path.join(self._goals_dir, goal_id))
         try:
             candidate, decision = candidate_and_decision(
                 self.layout, goal, now=now, headroom=headroom
@@ -168,6 +236,9 @@ class ScheduleIndex:
             self._gen[goal_id] += 1
         self.candidates.pop(goal_id, None)
         self._leased.discard(goal_id)
+        self._prints.pop(goal_id, None)
+        if goal_id not in self._catalog.goals:
+            self._dirs.pop(goal_id, None)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -202,14 +273,28 @@ class ScheduleIndex:
 
     def _stat_hints(self) -> tuple[int, int]:
         try:
-            st = os.stat(changes_file(self.layout))
+            st = os.stat(self._hints_file)
         except FileNotFoundError:
             return (0, -1)
         return st.st_ino, st.st_size
 
+    def has_ready(self, *, now: datetime) -> bool:
+        """Whether some goal may run now (an idle step then lost its races or hit errors)."""
+        return bool(self.ranked(now=now, limit=1))
+
     def idle_sleep(self, *, now: datetime, longest: float) -> float:
-        """How long an idle agent may sleep: until the next wake time, at most ``longest``."""
+        """How long an idle agent may sleep.
+
+        With a goal eligible now (its claim lost a race) or leased by another
+        agent (whose death frees it before the lease expires), at most
+        ``longest``; otherwise until the next wake time or the next sweep,
+        whichever comes first (a hint ends the sleep sooner).
+        """
+        due = self.next_sweep()
         wake = self.next_wake()
-        if wake is None:
-            return longest
-        return max(0.0, min(longest, (wake - now).total_seconds()))
+        if wake is not None:
+            due = min(due, wake)
+        until = (due - now).total_seconds()
+        if self._leased or self.has_ready(now=now):
+            until = min(until, longest)
+        return max(0.0, until)

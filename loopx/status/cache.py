@@ -72,6 +72,7 @@ from loopx.status.sources import (
     reset_hints,
 )
 from loopx.status.view import StatusProjection
+from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 from loopx.storage.locks import locked
 
@@ -121,6 +122,8 @@ class StatusCache:
     _rechecks: list[tuple[float, str]] = field(default_factory=list)  # heap of (recheck_ts, goal)
     _members: dict[int, set[str]] = field(default_factory=dict)  # shard -> goal ids
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
+    # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
+    memo: FingerprintMemo | None = None
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -241,7 +244,11 @@ class StatusCache:
             force=force,
         )
         goals_dir = str(layout.goals_dir)
-        fingerprints = {g: goal_fingerprint(os.path.join(goals_dir, g)) for g in candidates}
+        # Hinted and leased goals are fingerprinted afresh; a full scan's others may be remembered.
+        exact = candidates if not full or hinted is None else {*hinted, *self._leased}
+        fingerprints = {
+            g: self._fingerprint(os.path.join(goals_dir, g), exact=g in exact) for g in candidates
+        }
         if full and cursor.offset > HINT_LOG_MAX:
             cursor = reset_hints(layout)
         quarantine_before = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
@@ -283,6 +290,11 @@ class StatusCache:
             checked_at=now,
             changed=frozenset(dirty.union(removed)),
         )
+
+    def _fingerprint(self, goal_dir: str, *, exact: bool) -> Fingerprint:
+        if self.memo is None:
+            return goal_fingerprint(goal_dir)
+        return self.memo.fingerprint(goal_dir, exact=exact)
 
     def _sync_goals(self, now: datetime) -> tuple[list[str], set[str]]:
         """Goals removed, and goals new or with a changed policy, from the goal index.
@@ -357,7 +369,7 @@ class StatusCache:
         """Read one goal's files again and cache its new view."""
         layout, goal = self.layout, self.active[goal_id]
         if fp is None:
-            fp = goal_fingerprint(os.path.join(str(layout.goals_dir), goal_id))
+            fp = self._fingerprint(os.path.join(str(layout.goals_dir), goal_id), exact=True)
         previous = self.goals.get(goal_id)
         if sources.probes is not None:
             probe = sources.probes.get(goal_id)

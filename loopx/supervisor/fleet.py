@@ -213,9 +213,14 @@ class Supervisor:
 
     def _refresh_status(self) -> None:
         """Refresh the status projection (every ``--refresh-interval-seconds``, TTL from the config)."""
-        from loopx.status.cache import refresh_status  # noqa: PLC0415 - heavy; supervisor only
+        from loopx.status.cache import refresh_status, status_cache  # noqa: PLC0415 - heavy
+        from loopx.status.watch import FingerprintMemo  # noqa: PLC0415 - with the cache
 
         try:
+            cache = status_cache(self.layout)
+            if cache.memo is None:
+                # The once-a-minute full scan costs a stat per unchanged goal (issue 14).
+                cache.memo = FingerprintMemo()
             report = refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
             self._goals = report.goals
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet

@@ -1,0 +1,76 @@
+"""Goal fingerprints by one ``stat`` of the goal directory, for long-lived refreshers.
+
+Every LoopX write of a goal's state, lease, policy or journal replaces,
+creates or removes a file in the goal's directory (atomic rename, exclusive
+create, unlink), which moves the directory's mtime; a turn's appends to
+``history.jsonl`` and ``quota.jsonl`` happen under a lease whose creation and
+removal move it too. So while a goal directory's ``(inode, mtime_ns)`` stays
+the same, its fingerprint (:func:`loopx.status.sources.goal_fingerprint`, a
+scan of the directory and a ``stat`` per file, about six times dearer) does too.
+
+Two limits keep that honest:
+
+* a directory whose mtime is within ``RACY_NS`` of now is not trusted: a second
+  change in the same clock tick would leave the same mtime;
+* an append or in-place edit that moves no directory (a person editing a file
+  by hand, without a hint) is caught when the remembered fingerprint expires,
+  after ``deep_after_s`` (10 min by default, spread over the second half of
+  that so the deep scans do not come all at once).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Final
+
+from loopx.status.sources import Fingerprint, goal_fingerprint
+
+RACY_NS: Final = 2_000_000_000  # a directory changed this recently may change again unseen
+DEFAULT_DEEP_S: Final = 600.0
+
+DirStat = tuple[int, int]  # (inode, mtime_ns) of a directory
+
+
+def dir_stat(path: str) -> DirStat | None:
+    """``(inode, mtime_ns)`` of a directory; None when absent or changed within ``RACY_NS``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if time.time_ns() - st.st_mtime_ns < RACY_NS:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+class FingerprintMemo:
+    """:func:`goal_fingerprint`, remembered while the goal's directory does not move.
+
+    For a process that fingerprints the same goals again and again (the
+    supervisor's status refresh): one ``stat`` per unchanged goal.
+    """
+
+    def __init__(self, *, deep_after_s: float = DEFAULT_DEEP_S) -> None:
+        self._deep_ns = int(deep_after_s * 1e9)
+        self._seen: dict[str, tuple[DirStat, Fingerprint, int]] = {}  # dir -> (stat, fp, until)
+
+    def fingerprint(self, goal_dir: str, *, exact: bool = False) -> Fingerprint:
+        """The goal's fingerprint: a remembered one while its directory has not moved.
+
+        ``exact`` reads it afresh whatever the directory says (a hinted or
+        leased goal, whose appends during a turn move no directory) and
+        remembers the answer.
+        """
+        stat = dir_stat(goal_dir)
+        seen = self._seen.get(goal_dir)
+        now_ns = time.time_ns()
+        if not exact and seen is not None and stat == seen[0] and now_ns < seen[2]:
+            return seen[1]
+        fp = goal_fingerprint(goal_dir)
+        if stat is None:
+            self._seen.pop(goal_dir, None)
+        else:
+            until = now_ns + int(self._deep_ns * random.uniform(0.5, 1.0))  # noqa: S311 - spread
+            self._seen[goal_dir] = (stat, fp, until)
+        return fp
