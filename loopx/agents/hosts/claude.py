@@ -20,10 +20,14 @@ from pydantic import ValidationError
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
+    AUTH_STATUSES,
+    HTTP_TOO_MANY_REQUESTS,
     Diagnosis,
     diagnose,
     failure_for,
+    is_server_status,
     rate_limited,
+    reported_count,
     server_error,
     unreachable,
 )
@@ -39,11 +43,6 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 
 STDERR_TAIL: Final = 400
-HTTP_UNAUTHORIZED: Final = 401
-HTTP_FORBIDDEN: Final = 403
-HTTP_TOO_MANY_REQUESTS: Final = 429
-HTTP_SERVER_ERROR: Final = 500
-HTTP_MAX: Final = 600
 
 
 def find_result_object(stdout: str) -> dict[str, Any] | None:
@@ -66,10 +65,6 @@ def find_result_object(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
 def reported_usage(payload: dict[str, Any]) -> tuple[int, int, float]:
     """(input tokens, output tokens, cost in USD) of one run. Pure.
 
@@ -79,12 +74,12 @@ def reported_usage(payload: dict[str, Any]) -> tuple[int, int, float]:
     usage = payload.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     tokens_in = sum(
-        _int(usage.get(key))
+        reported_count(usage.get(key))
         for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
     cost = payload.get("total_cost_usd", payload.get("cost_usd"))
     cost_usd = float(cost) if isinstance(cost, int | float) and cost >= 0 else 0.0
-    return tokens_in, _int(usage.get("output_tokens")), cost_usd
+    return tokens_in, reported_count(usage.get("output_tokens")), cost_usd
 
 
 def _error_text(payload: dict[str, Any]) -> str:
@@ -173,17 +168,14 @@ def _from_error(
     message: str, envelope: Envelope, *, status: object = None
 ) -> HostResult | TurnFailure:
     if status == HTTP_TOO_MANY_REQUESTS or (
-        status not in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}
-        and diagnose(message) is Diagnosis.RATE_LIMIT
+        status not in AUTH_STATUSES and diagnose(message) is Diagnosis.RATE_LIMIT
     ):
         return rate_limited("claude", message, envelope, host_zone())
     if status is None and diagnose(message) is Diagnosis.UNREACHABLE:
         return unreachable("claude", message, envelope)
-    if (isinstance(status, int) and HTTP_SERVER_ERROR <= status < HTTP_MAX) or (
-        status is None and diagnose(message) is Diagnosis.SERVER_ERROR
-    ):
+    if is_server_status(status) or (status is None and diagnose(message) is Diagnosis.SERVER_ERROR):
         return server_error("claude", message, envelope)
-    if status in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}:
+    if status in AUTH_STATUSES:
         message = f"{message} (HTTP {status}, authentication_error)"
     return failure_for("claude", message, default=FailureReason.HOST_EXECUTION_ERROR)
 

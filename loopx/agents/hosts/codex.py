@@ -24,6 +24,7 @@ from loopx.agents.hosts.diagnosis import (
     diagnose,
     failure_for,
     rate_limited,
+    reported_count,
     server_error,
     unreachable,
 )
@@ -67,10 +68,6 @@ class CodexEvents:
     junk_lines: int = 0
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
 def _on_event(parsed: CodexEvents, event: dict[str, Any]) -> None:
     kind = event["type"]
     if kind == "thread.started" and isinstance(event.get("thread_id"), str):
@@ -79,8 +76,8 @@ def _on_event(parsed: CodexEvents, event: dict[str, Any]) -> None:
         parsed.terminal, parsed.failure_message = kind, None
         usage = event.get("usage")
         if isinstance(usage, dict):
-            parsed.input_tokens = _int(usage.get("input_tokens"))
-            parsed.output_tokens = _int(usage.get("output_tokens"))
+            parsed.input_tokens = reported_count(usage.get("input_tokens"))
+            parsed.output_tokens = reported_count(usage.get("output_tokens"))
     elif kind == "turn.failed":
         error = event.get("error")
         message = error.get("message") if isinstance(error, dict) else None

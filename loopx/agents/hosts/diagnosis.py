@@ -27,6 +27,10 @@ MAX_RATE_LIMIT_WAIT_S: Final = 8 * 24 * 3600.0
 UNREACHABLE_WAIT_S: Final = 300.0
 # The model server answered 5xx even after the CLI's own retries: look again after this.
 SERVER_ERROR_WAIT_S: Final = 300.0
+HTTP_TOO_MANY_REQUESTS: Final = 429
+AUTH_STATUSES: Final = frozenset({401, 403})  # unauthorized, forbidden
+HTTP_SERVER_ERROR: Final = 500
+HTTP_MAX: Final = 600
 LOGIN_HINTS: Final = {
     "codex": "run `codex login` (or set OPENAI_API_KEY)",
     "claude": "run `claude` and `/login` once (or set ANTHROPIC_API_KEY)",
@@ -134,15 +138,9 @@ def unreachable(host: str, message: str, envelope: Envelope) -> HostResult:
     a ``wait`` (evidence ``host_unreachable``) that does not count toward the
     failure streak, and the goal is looked at again after UNREACHABLE_WAIT_S.
     """
-    retry_at = turn_started_at(envelope) + timedelta(seconds=UNREACHABLE_WAIT_S)
-    return HostResult(
-        kind=ResultKind.WAIT,
-        summary=f"{host} could not reach its model server; retrying after "
-        f"{retry_at:%Y-%m-%d %H:%M} UTC: {message.strip()[:300]}",
-        wait_seconds=UNREACHABLE_WAIT_S,
-        evidence=[FailureReason.HOST_UNREACHABLE.value],
-        turn_key=envelope.turn_key,
-        goal_id=envelope.goal_id,
+    what = f"{host} could not reach its model server"
+    return _provider_wait(
+        what, message, envelope, FailureReason.HOST_UNREACHABLE, UNREACHABLE_WAIT_S
     )
 
 
@@ -154,16 +152,34 @@ def server_error(host: str, message: str, envelope: Envelope) -> HostResult:
     ``host_server_error``) that does not count toward the failure streak,
     looked at again after SERVER_ERROR_WAIT_S.
     """
-    retry_at = turn_started_at(envelope) + timedelta(seconds=SERVER_ERROR_WAIT_S)
+    what = f"{host}'s model server failed"
+    return _provider_wait(
+        what, message, envelope, FailureReason.HOST_SERVER_ERROR, SERVER_ERROR_WAIT_S
+    )
+
+
+def _provider_wait(
+    what: str, message: str, envelope: Envelope, reason: FailureReason, wait_s: float
+) -> HostResult:
+    retry_at = turn_started_at(envelope) + timedelta(seconds=wait_s)
     return HostResult(
         kind=ResultKind.WAIT,
-        summary=f"{host}'s model server failed; retrying after "
-        f"{retry_at:%Y-%m-%d %H:%M} UTC: {message.strip()[:300]}",
-        wait_seconds=SERVER_ERROR_WAIT_S,
-        evidence=[FailureReason.HOST_SERVER_ERROR.value],
+        summary=f"{what}; retrying after {retry_at:%Y-%m-%d %H:%M} UTC: {message.strip()[:300]}",
+        wait_seconds=wait_s,
+        evidence=[reason.value],
         turn_key=envelope.turn_key,
         goal_id=envelope.goal_id,
     )
+
+
+def is_server_status(status: object) -> bool:
+    """Whether an HTTP status a CLI reported is a server error (5xx)."""
+    return isinstance(status, int) and HTTP_SERVER_ERROR <= status < HTTP_MAX
+
+
+def reported_count(value: object) -> int:
+    """A token count from a CLI's JSON: a non-negative int, else 0."""
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 def failure_for(host: str, message: str, *, default: FailureReason) -> TurnFailure:

@@ -21,10 +21,14 @@ from zoneinfo import ZoneInfo
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
+    AUTH_STATUSES,
+    HTTP_TOO_MANY_REQUESTS,
     Diagnosis,
     diagnose,
     failure_for,
+    is_server_status,
     rate_limited,
+    reported_count,
     server_error,
     turn_started_at,
     unreachable,
@@ -40,11 +44,6 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 
 STDERR_TAIL: Final = 400
-HTTP_UNAUTHORIZED: Final = 401
-HTTP_FORBIDDEN: Final = 403
-HTTP_TOO_MANY_REQUESTS: Final = 429
-HTTP_SERVER_ERROR: Final = 500
-HTTP_MAX: Final = 600
 # What Gemini CLI 0.61 prints, and its stack trace, while it retries a server it cannot reach
 # (10 attempts, 5-30 s apart, unless settings.json's general.maxAttempts says fewer).
 RETRY_LINES: Final = (
@@ -74,10 +73,6 @@ def find_json_report(text: str) -> dict[str, Any] | None:
     return None
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
 def reported_tokens(payload: dict[str, Any]) -> tuple[int, int]:
     """(input, output) tokens of one run, summed over every model it called. Pure.
 
@@ -90,8 +85,10 @@ def reported_tokens(payload: dict[str, Any]) -> tuple[int, int]:
     for model in (models or {}).values() if isinstance(models, dict) else []:
         tokens = model.get("tokens") if isinstance(model, dict) else None
         if isinstance(tokens, dict):
-            tokens_in += _int(tokens.get("prompt", tokens.get("input")))
-            tokens_out += _int(tokens.get("candidates")) + _int(tokens.get("thoughts"))
+            tokens_in += reported_count(tokens.get("prompt", tokens.get("input")))
+            tokens_out += reported_count(tokens.get("candidates")) + reported_count(
+                tokens.get("thoughts")
+            )
     return tokens_in, tokens_out
 
 
@@ -128,10 +125,10 @@ def _from_error(message: str, code: object, envelope: Envelope) -> HostResult | 
         if DAILY_QUOTA.search(message):
             return daily_quota(message, envelope)
         return rate_limited("gemini", message, envelope)
-    if code in {HTTP_UNAUTHORIZED, HTTP_FORBIDDEN}:
+    if code in AUTH_STATUSES:
         text = f"{message} (HTTP {code}, unauthenticated)"
         return failure_for("gemini", text, default=FailureReason.HOST_AUTH)
-    if isinstance(code, int) and HTTP_SERVER_ERROR <= code < HTTP_MAX:
+    if is_server_status(code):
         return server_error("gemini", f"HTTP {code}: {message}", envelope)
     if diagnosis is Diagnosis.UNREACHABLE:
         return unreachable("gemini", message, envelope)
