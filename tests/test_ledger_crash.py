@@ -93,7 +93,13 @@ def assert_consistent(layout: Layout) -> None:
         assert math.isclose(w.wall_s, math.fsum(r.usage.wall_s for r in inside))
         assert w.lifetime.turns == len(records)
     agg = SpendAggregate.model_validate_json(layout.quota_aggregate_file(GOAL).read_bytes())
-    assert agg.ledger_offset == layout.quota_file(GOAL).stat().st_size
+    # A SIGKILL can tear the last line (the kernel stops a write at a page
+    # boundary for a fatal signal); the cache covers every complete line, never
+    # the torn tail, which the next append cuts off.
+    ledger = layout.quota_file(GOAL).read_bytes()
+    complete = ledger.rfind(b"\n") + 1
+    assert agg.ledger_offset == complete
+    assert b"\n" not in ledger[complete:]
 
 
 def test_death_between_ledger_append_and_cache_update_leaves_a_stale_cache(tmp_path):
@@ -147,3 +153,6 @@ def test_sigkill_at_random_moments_never_corrupts_the_window(tmp_path):
     finally:
         reap(finisher)
     assert_consistent(layout)
+    # A writer that finished cleanly leaves no torn tail: the cache covers the file.
+    agg = SpendAggregate.model_validate_json(layout.quota_aggregate_file(GOAL).read_bytes())
+    assert agg.ledger_offset == ledger.stat().st_size
