@@ -1,4 +1,4 @@
-"""Slot bookkeeping: resizing the fleet, settling an agent's exit, and its last words."""
+"""Slot bookkeeping: resizing the fleet, settling an agent's exit, its last words, a child's error."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 from loopx.fleet import ExitKind, ExitStatus
 from loopx.supervisor.backoff import RestartPolicy
+from loopx.supervisor.child import last_error, log_end
 from loopx.supervisor.exits import last_lines, settle_exit
 from loopx.supervisor.slot import Slot, resize
 
@@ -56,3 +57,16 @@ def test_last_lines_are_the_non_blank_tail_of_the_log(tmp_path: Path) -> None:
     log.write_text("".join(f"line {i}\n\n" for i in range(40)))
     assert last_lines(log, 3) == ["line 37", "line 38", "line 39"]
     assert last_lines(tmp_path / "missing.log") == []
+
+
+def test_a_child_s_last_error_is_its_own_last_error_line(tmp_path: Path) -> None:
+    """Only what follows ``since`` counts; the CLI's prefix is dropped; else the last line."""
+    log = tmp_path / "supervisor.log"
+    log.write_text("loopx: error: an earlier run's\n")
+    since = log_end(log)
+    with log.open("a") as f:
+        f.write("starting\nloopx: error: registry damaged\nhint: run loopx doctor\n")
+    assert last_error(log, since) == "registry damaged"
+    assert last_error(log, log_end(log)) == "(nothing logged)"
+    assert last_error(tmp_path / "missing.log") == "(no log)"
+    assert log_end(tmp_path / "missing.log") == 0
