@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,11 +35,21 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
+from _fleet import (  # benchmarks/_fleet.py, next to this script
+    DEMO_HOST,
+    DEMO_STEPS,
+    ENV,
+    SH_SCRIPT,
+    agents_of,
+    cpu_seconds,
+    init_root,
+    start_fleet,
+    stop_fleet,
+    turns,
+    wait_for_agents,
+)
 
 GOALS = 8
-STEPS = "100000000"  # the demo goals never complete during a run
-SH_SCRIPT = 'echo "{\\"schema_version\\":1,\\"kind\\":\\"progress\\"}" > "$LOOPX_RESULT_FILE"'
 
 
 def demo_path() -> str:
@@ -52,123 +61,41 @@ def demo_path() -> str:
 def host_argv(host: str) -> list[str]:
     """The argv each turn of a ``host`` goal spawns (what the ceiling spawns too)."""
     if host == "demo":
-        return [sys.executable, "-m", "loopx.agents.demo", "--steps", STEPS]
+        return [sys.executable, "-m", "loopx.agents.demo", "--steps", DEMO_STEPS]
     if host == "demo-isolated":
-        return [sys.executable, "-I", "-S", demo_path(), "--steps", STEPS]
+        return [sys.executable, "-I", "-S", demo_path(), "--steps", DEMO_STEPS]
     return ["/bin/sh", "-c", SH_SCRIPT]
 
 
 def host_options(host: str) -> list[str]:
     """`loopx goal add` options registering a ``host`` goal."""
     if host == "demo":
-        return ["--host-kind", "demo", f"--host=--steps {STEPS}"]
+        return DEMO_HOST
     return ["--host", shlex.join(host_argv(host))]
-
-
-def loopx(root: Path, *args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True
-    )
 
 
 def make_root(base: Path, goals: int, host: str) -> Path:
     root = base / "root"
-    loopx(root, "init")
-    for i in range(goals):
-        work = base / f"w{i}"
-        work.mkdir()
-        loopx(
-            root,
-            "goal",
-            "add",
-            f"g{i}",
-            "--objective",
-            "bench",
-            "--workdir",
-            str(work),
-            *host_options(host),
-        )
+    init_root(root, base, goals, host_options(host))
     return root
-
-
-def turns(root: Path) -> int:
-    return sum(
-        len(os.listdir(d / "turns")) for d in (root / "goals").iterdir() if (d / "turns").is_dir()
-    )
-
-
-def start(root: Path, agents: int) -> tuple[subprocess.Popen[bytes], psutil.Process]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loopx",
-            "--root",
-            str(root),
-            "supervisor",
-            "run",
-            "--agents",
-            str(agents),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    sup = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        kids = agents_of(sup)
-        if len(kids) == agents and all(
-            (root / "agents" / f"agent-{i}.json").exists() for i in range(1, agents + 1)
-        ):
-            return proc, sup
-        time.sleep(0.1)
-    raise SystemExit("fleet did not start")
-
-
-def agents_of(sup: psutil.Process) -> list[psutil.Process]:
-    out = []
-    for kid in sup.children():
-        try:
-            if "loopx.agents" in " ".join(kid.cmdline()):
-                out.append(kid)
-        except psutil.Error:
-            continue
-    return out
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
-
-
-def cpu_of(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            times = p.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def throughput(host: str, agents: int, seconds: float) -> tuple[float, float, float, float]:
     """turns/s, supervisor RSS MB, largest agent RSS MB, control-plane CPU ms per turn."""
     with tempfile.TemporaryDirectory() as tmp:
         root = make_root(Path(tmp), GOALS, host)
-        proc, sup = start(root, agents)
+        proc, sup = start_fleet(root, agents)
         try:
+            wait_for_agents(root, sup, agents)
             time.sleep(2)  # warm up: first turns, caches
             plane = [sup, *agents_of(sup)]
-            n0, t0, c0 = turns(root), time.monotonic(), cpu_of(plane)
+            n0, t0, c0 = turns(root), time.monotonic(), sum(cpu_seconds(plane).values())
             time.sleep(seconds)
-            n1, t1, c1 = turns(root), time.monotonic(), cpu_of(plane)
+            n1, t1, c1 = turns(root), time.monotonic(), sum(cpu_seconds(plane).values())
             sup_rss = sup.memory_info().rss / 2**20
             agent_rss = max(a.memory_info().rss for a in agents_of(sup)) / 2**20
         finally:
-            stop(proc)
+            stop_fleet(proc)
     done = max(n1 - n0, 1)
     return done / (t1 - t0), sup_rss, agent_rss, (c1 - c0) / done * 1000
 
@@ -183,7 +110,6 @@ def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -
     from loopx.storage.files import atomic_write_bytes
 
     argv = host_argv(host)
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     done = [0] * workers
     end = time.monotonic() + seconds + 1.0  # the first second is a warm-up, not counted
     count_from = time.monotonic() + 1.0
@@ -194,7 +120,7 @@ def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -
             n += 1
             key = f"c{i}-t{n:06d}-e1"
             env = {
-                **base_env,
+                **ENV,
                 "LOOPX_TURN_KEY": key,
                 "LOOPX_GOAL_ID": f"c{i}",
                 "LOOPX_WORKDIR": str(wd),
@@ -236,15 +162,16 @@ def ceiling(host: str, workers: int, seconds: float, *, durable: bool = False) -
 def idle_cpu(agents: int, seconds: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         root = make_root(Path(tmp), 0, "sh")
-        proc, sup = start(root, agents)
+        proc, sup = start_fleet(root, agents)
         try:
+            wait_for_agents(root, sup, agents)
             time.sleep(3)  # let start-up settle
             procs = [sup, *agents_of(sup)]
-            before = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+            before = sum(cpu_seconds(procs).values())
             time.sleep(seconds)
-            after = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+            after = sum(cpu_seconds(procs).values())
         finally:
-            stop(proc)
+            stop_fleet(proc)
     return (after - before) / seconds * 100
 
 

@@ -22,19 +22,18 @@ import argparse
 import json
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _fleet import (  # benchmarks/_fleet.py, next to this script
+    DEMO_HOST,
+    ENV,
+    init_root,
+    start_fleet,
+)
+
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-
-
-def loopx(root: Path, *args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "loopx", "--root", str(root), *args], check=True, capture_output=True
-    )
 
 
 def history_lines(root: Path) -> int:
@@ -64,35 +63,14 @@ def run_backend(
     backend: str, agents: int, goals: int, seconds: float, base: Path
 ) -> dict[str, float]:
     root = base / backend / "root"
-    for i in range(goals):
-        work = base / backend / f"w{i}"
-        work.mkdir(parents=True)
-        loopx(
-            root,
-            "goal",
-            "add",
-            f"g{i}",
-            "--objective",
-            "bench",
-            "--workdir",
-            str(work),
-            "--host-kind",
-            "demo",
-            "--host=--steps 100000000",
-        )
-    args = ["--agents", str(agents), "--backend", backend]
+    init_root(root, base / backend, goals, DEMO_HOST)
+    options = ["--backend", backend]
     if backend == "ray":
-        args += ["--agent-cpus", str(min(1.0, (os.cpu_count() or 2) / agents))]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")} | RAY_ENV
+        options += ["--agent-cpus", str(min(1.0, (os.cpu_count() or 2) / agents))]
     log = open(base / f"{backend}-supervisor.log", "wb")  # noqa: SIM115 - closed below
     wall0 = time.time()
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loopx", "--root", str(root), "supervisor", "run", *args],
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
+    proc, _ = start_fleet(root, agents, *options, env=ENV | RAY_ENV, output=log)
     try:
         wait(
             "agents to beat",

@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import psutil
+from _fleet import ENV, SH_SCRIPT, cpu_seconds, start_fleet, stop_fleet, turns
 from status_scale import http_latency  # benchmarks/status_scale.py, next to this script
 
 from loopx.log import configure_logging
@@ -55,10 +55,8 @@ from loopx.status.changes import note_goal_changed
 from loopx.storage.files import atomic_write_model
 
 WALL = "--wall" in sys.argv
-SH_SCRIPT = 'echo "{\\"schema_version\\":1,\\"kind\\":\\"progress\\"}" > "$LOOPX_RESULT_FILE"'
 PARTS = ("cli", "import", "turns", "add", "quota", "status", "idle", "recovery")
 PYDANTIC_FLOOR = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int"
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
 
 
 def child_cpu() -> float:
@@ -103,60 +101,13 @@ def import_goals(base: Path, root: Path, n: int) -> float:
     return loopx(root, "goal", "import", str(source))
 
 
-def turns(root: Path) -> int:
-    total = 0
-    with os.scandir(root / "goals") as goals:
-        for goal in goals:
-            try:
-                total += len(os.listdir(os.path.join(goal.path, "turns")))
-            except FileNotFoundError:
-                continue
-    return total
-
-
-def start(root: Path, agents: int) -> tuple[subprocess.Popen[bytes], psutil.Process]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loopx",
-            "--root",
-            str(root),
-            "supervisor",
-            "run",
-            "--agents",
-            str(agents),
-        ],
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return proc, psutil.Process(proc.pid)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def tree_cpu(sup: psutil.Process) -> dict[int, float]:
     """CPU seconds (user + system) of the supervisor and each of its descendants, by pid."""
-    out: dict[int, float] = {}
-    for p in [sup, *sup.children(recursive=True)]:
-        try:
-            t = p.cpu_times()
-        except psutil.Error:
-            continue
-        out[p.pid] = t.user + t.system
-    return out
+    return cpu_seconds([sup, *sup.children(recursive=True)])
 
 
 def throughput(root: Path, agents: int, seconds: float) -> float:
-    proc, _ = start(root, agents)
+    proc, _ = start_fleet(root, agents)
     try:
         first = turns(root)
         deadline = time.monotonic() + 600
@@ -166,7 +117,7 @@ def throughput(root: Path, agents: int, seconds: float) -> float:
         time.sleep(seconds)
         n1, t1 = turns(root), time.monotonic()
     finally:
-        stop(proc)
+        stop_fleet(proc)
     return (n1 - n0) / (t1 - t0)
 
 
@@ -196,7 +147,7 @@ def make_all_wait(root: Path) -> None:
 def idle_cpu(root: Path, seconds: float) -> float:
     for old in (root / "agents").glob("*.json"):
         old.unlink()  # heartbeats of the earlier fleets
-    proc, sup = start(root, 2)
+    proc, sup = start_fleet(root, 2)
     try:
         deadline = time.monotonic() + 600
         # Settled: both agents built their index (heartbeats say idle).
@@ -210,7 +161,7 @@ def idle_cpu(root: Path, seconds: float) -> float:
         time.sleep(seconds)
         after, t1 = tree_cpu(sup), time.monotonic()
     finally:
-        stop(proc)
+        stop_fleet(proc)
     spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
     shares = ", ".join(
         f"{'supervisor' if pid == sup.pid else pid} {cpu / (t1 - t0) * 100:.2f}%"

@@ -10,6 +10,9 @@ the standard library) does not pay for pydantic and the kernel at start-up.
 ``from loopx import Goal`` works as before.
 """
 
+# `__all__` names the API's classes, which only `from loopx.api import *` defines for a checker:
+# ruff: noqa: F405
+
 from __future__ import annotations
 
 # Not `from typing import TYPE_CHECKING`: importing typing alone costs milliseconds.
@@ -17,21 +20,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from loopx.api import (
-        Demo,
-        DemoResult,
-        Fleet,
-        FleetOptions,
-        Gates,
-        Goals,
-        Progress,
-        Quota,
-        Root,
-        Status,
-        StatusServer,
-        SupervisorRunError,
-        Turns,
-    )
+    # The Python API: the names of ``__all__`` below that ``loopx.api`` defines.
+    from loopx.api import *  # noqa: F403
     from loopx.batch.plan import BatchPlan
     from loopx.batch.report import BatchReport, RunSummary
     from loopx.doctor import DoctorReport
@@ -68,7 +58,8 @@ if TYPE_CHECKING:
 
     __version__: str
 
-# Public name -> the module that defines it.
+# Public name -> the module that defines it; the rest of ``__all__`` is ``loopx.api``'s
+# (one list of the API's names: its own ``__all__``; tests/test_architecture.py checks).
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(
         (
@@ -94,25 +85,7 @@ _EXPORTS: dict[str, str] = {
     "QuotaPolicy": "loopx.quota.policy",
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
     **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),
-    # the Python API and the documents it returns (the `--json` outputs)
-    **dict.fromkeys(
-        (
-            "Demo",
-            "DemoResult",
-            "Fleet",
-            "FleetOptions",
-            "Gates",
-            "Goals",
-            "Progress",
-            "Quota",
-            "Root",
-            "Status",
-            "StatusServer",
-            "SupervisorRunError",
-            "Turns",
-        ),
-        "loopx.api",
-    ),
+    # the documents the Python API returns (the `--json` outputs)
     "BatchPlan": "loopx.batch.plan",
     **dict.fromkeys(("BatchReport", "RunSummary"), "loopx.batch.report"),
     **dict.fromkeys(
@@ -147,10 +120,10 @@ def __getattr__(name: str) -> Any:  # noqa: ANN401 - PEP 562 hook: any exported 
     """Import a public name on first access and cache it in the module."""
     if name == "__version__":
         value: Any = _read_version()
-    elif name in _EXPORTS:
+    elif name in _EXPORTS or name in __all__:
         import importlib  # noqa: PLC0415 - lazy, see above
 
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS.get(name, "loopx.api")), name)
     else:
         msg = f"module 'loopx' has no attribute {name!r}"
         raise AttributeError(msg)

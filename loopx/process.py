@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
+import functools
 import os
 import signal
 import sys
@@ -45,6 +45,7 @@ _POLL_S: Final = 0.01
 # Linux prctl options (include/uapi/linux/prctl.h).
 PR_SET_PDEATHSIG: Final = 1
 PR_SET_CHILD_SUBREAPER: Final = 36
+PR_GET_CHILD_SUBREAPER: Final = 37
 HANDLED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -216,10 +217,12 @@ def kill_tree(
 # --- process-wide switches ----------------------------------------------------------------------
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library, as dlopen(NULL): no ``ldconfig`` run (it is called after a fork)."""
     if not sys.platform.startswith("linux"):
         return None
-    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -246,6 +249,32 @@ def become_subreaper() -> bool:
     nothing escapes to init while this process lives.
     """
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def is_subreaper() -> bool | None:
+    """Whether this process is a child subreaper now; None where that cannot be asked."""
+    libc = _libc()
+    value = ctypes.c_int(0)
+    if libc is None or libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
+        return None
+    return value.value != 0
+
+
+@contextlib.contextmanager
+def subreaper() -> Iterator[bool]:
+    """Be a child subreaper inside the block (restored after); yields whether it took effect.
+
+    For a bounded time only (an agent while its host runs): outside it, unrelated
+    daemons whose parent dies (a test process starting detached supervisors) must
+    keep going to init, or they would linger as our unreaped zombies.
+    """
+    before = is_subreaper()
+    enabled = before is not None and (before or become_subreaper())
+    try:
+        yield enabled
+    finally:
+        if enabled and before is False:
+            _prctl(PR_SET_CHILD_SUBREAPER, 0)
 
 
 @contextlib.contextmanager

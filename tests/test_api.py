@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import loopx
 from loopx.agents.hosts import DemoHost
 from loopx.agents.hosts.base import HostInvocation
 from loopx.registry.model import Goal
+from loopx.root import Layout
 from loopx.turn.protocol import Envelope
 from tests.conftest import Cli
 
@@ -219,16 +220,27 @@ def test_an_agent_loop_runs_once_from_python(tmp_path: Path) -> None:
     assert root.goals.show("g").state.turn_seq == 1
 
 
-def test_agent_run_takes_the_options_of_the_agent_process() -> None:
-    """`loopx agent run` and `python -m loopx.agents run` accept the same agent options."""
-    import argparse
+def test_the_agent_process_and_agent_run_accept_what_the_supervisor_passes(
+    layout: Layout,
+) -> None:
+    """The supervisor's agent command line parses, to the same values, in both agent entries."""
+    from loopx.agents.__main__ import build_parser as agent_parser
+    from loopx.agents.__main__ import config_of
+    from loopx.cli._app import build_parser as cli_parser
+    from loopx.supervisor.runner import AgentSpec, LocalRunner
 
-    from loopx.agents.__main__ import add_agent_options as process_options
-    from loopx.cli._agent import add_agent_run_options as cli_options
-
-    def options(add: Callable[[argparse.ArgumentParser], None]) -> set[tuple[str, ...]]:
-        parser = argparse.ArgumentParser()
-        add(parser)
-        return {(*a.option_strings, str(a.default)) for a in parser._actions}
-
-    assert options(cli_options) == options(process_options)
+    spec = AgentSpec(heartbeat_s=0.5, idle_max_s=1.5, max_turns=3, log_level="debug")
+    argv = LocalRunner(layout, spec, env={}).argv("a1")
+    assert argv[2:5] == ["-m", "loopx.agents", "run"]
+    process = agent_parser().parse_args(argv[4:])
+    config = config_of(process)
+    assert (config.agent_id, config.heartbeat_s, config.idle_max_s, config.max_turns) == (
+        "a1",
+        0.5,
+        1.5,
+        3,
+    )
+    assert config.parent_pid == os.getpid()
+    in_cli = cli_parser(["agent", "run"]).parse_args(["agent", "run", *argv[5:]])
+    shared = vars(process).keys() - {"command"}
+    assert {k: vars(in_cli)[k] for k in shared} == {k: vars(process)[k] for k in shared}

@@ -9,34 +9,12 @@ from pathlib import Path
 
 from loopx import exitcodes
 from loopx.agents.loop import run_agent
+from loopx.agents.options import add_agent_run_options
 from loopx.errors import LoopxError, resource_fault
 from loopx.fleet import AgentConfig
 from loopx.ids import validate_goal_id
 from loopx.log import configure_logging
 from loopx.root import ResolvedRoot, RootSource, open_root
-
-
-def add_agent_options(parser: argparse.ArgumentParser) -> None:
-    """The options of `agent run` (shared with `loopx agent run`)."""
-    parser.add_argument("--agent-id", required=True, metavar="ID", help="this agent's id")
-    parser.add_argument("--max-turns", type=int, metavar="N", help="exit after N turns")
-    parser.add_argument(
-        "--once", action="store_true", help="one step (at most one turn), then exit"
-    )
-    parser.add_argument(
-        "--heartbeat-seconds", type=float, default=2.0, metavar="S", help="heartbeat period"
-    )
-    parser.add_argument(
-        "--idle-max-seconds",
-        type=float,
-        default=2.0,
-        metavar="S",
-        help="longest idle sleep while a goal is eligible but lost, or another agent holds a lease",
-    )
-    parser.add_argument("--parent-pid", type=int, metavar="PID", help="stop when PID is gone")
-    parser.add_argument(
-        "--parent-started-at", type=float, metavar="T", help="psutil create_time of --parent-pid"
-    )
 
 
 def config_of(args: argparse.Namespace) -> AgentConfig:
@@ -52,16 +30,21 @@ def config_of(args: argparse.Namespace) -> AgentConfig:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse and run one agent."""
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m loopx.agents run``."""
     parser = argparse.ArgumentParser(prog="python -m loopx.agents")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the agent loop")
     run.add_argument("--root", required=True, metavar="DIR", help="runtime root")
     run.add_argument("--registry", metavar="FILE", help="registry (default: <root>/registry.json)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    add_agent_options(run)
-    args = parser.parse_args(argv)
+    add_agent_run_options(run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one agent."""
+    args = build_parser().parse_args(argv)
     configure_logging(level=args.log_level)
     try:
         root = Path(args.root).resolve()

@@ -11,8 +11,9 @@ kill the running host is one pure decision (:func:`kill_reason`) over what
 each sample saw; :func:`run_host` is the shell around it.
 
 Nothing outlives its turn: while the host runs this process is a child
-subreaper (:mod:`loopx.agents.hosttree`), so whatever the host leaves behind,
-however fast it detaches, is reparented to us and swept when the host exits.
+subreaper (:func:`loopx.process.subreaper`; the tree: :mod:`loopx.agents.hosttree`), so
+whatever the host leaves behind, however fast it detaches, is reparented to us
+and swept when the host exits.
 At enforcement the tree is also found through every process carrying this
 turn's ``LOOPX_TURN_KEY`` and this run's ``LOOPX_HOST_RUN``.
 
@@ -41,10 +42,10 @@ from pathlib import Path
 from typing import IO, Final
 
 from loopx import environ
-from loopx.agents.hosttree import Tree, leftovers, own_children, subreaper, sweep
+from loopx.agents.hosttree import Tree, leftovers, own_children, sweep
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.process import child_running, kill_tree, running
+from loopx.process import child_running, kill_tree, running, subreaper
 from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import OUTPUT_LIMIT_BYTES

@@ -12,10 +12,9 @@ every process is needed to find a daemon that detached within microseconds
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,8 +26,6 @@ from loopx.process import find_by_env, kill_tree, running
 
 log = get_logger(__name__)
 
-_PR_SET_CHILD_SUBREAPER: Final = 36
-_PR_GET_CHILD_SUBREAPER: Final = 37
 # How long a sweep of leftovers may take in all (each round SIGKILLs what it finds).
 _SWEEP_S: Final = 10.0
 
@@ -125,37 +122,7 @@ class Tree:
         return sum(s.cpu_s for s in self.seen.values() if s.orphan)
 
 
-# --- the subreaper: orphans come back to us ------------------------------------------------
-
-
-def _prctl(option: int, arg: int) -> int | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if option == _PR_GET_CHILD_SUBREAPER:
-            value = ctypes.c_int(0)
-            if libc.prctl(option, ctypes.byref(value), 0, 0, 0) != 0:
-                return None
-            return value.value
-        return None if libc.prctl(option, arg, 0, 0, 0) != 0 else 0
-    except (OSError, AttributeError):  # not Linux
-        return None
-
-
-@contextlib.contextmanager
-def subreaper() -> Iterator[bool]:
-    """Be a child subreaper inside the block (restored after); yields whether it took effect.
-
-    Only while a host runs: outside a turn, unrelated daemons whose parent
-    dies (a test process starting detached supervisors) must keep going to
-    init, or they would linger as our unreaped zombies.
-    """
-    before = _prctl(_PR_GET_CHILD_SUBREAPER, 0)
-    enabled = before is not None and (before == 1 or _prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0)
-    try:
-        yield enabled
-    finally:
-        if enabled and before == 0:
-            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+# --- orphans come back to us (the agent is a subreaper: loopx.process.subreaper) ----------
 
 
 def own_children() -> set[int]:
@@ -233,6 +200,5 @@ __all__ = [
     "leftovers",
     "own_children",
     "reap_children",
-    "subreaper",
     "sweep",
 ]

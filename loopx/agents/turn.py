@@ -371,7 +371,7 @@ def _kill_goal_processes(layout: Layout, goal_id: str, grace_s: float) -> None:
 
 
 def _report(journal: TurnJournal, recovered: list[RecoveryAction]) -> TurnReport:
-    ok = journal.failure is None and journal.result is not None
+    good = journal.good_result
     return TurnReport(
         goal_id=journal.goal_id,
         agent_id=journal.agent_id,
@@ -380,7 +380,7 @@ def _report(journal: TurnJournal, recovered: list[RecoveryAction]) -> TurnReport
         epoch=journal.epoch,
         attempt=journal.attempt,
         status=journal.status,
-        kind=journal.result.kind if ok and journal.result else None,
+        kind=good.kind if good else None,
         failure=journal.failure,
         summary=journal.result.summary if journal.result else "",
         usage=journal.usage,

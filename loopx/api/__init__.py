@@ -12,8 +12,8 @@ and the output models. See docs/api.md.
 Like the CLI this is a composition root: it may import the agents and the
 supervisor (lazily, so ``import loopx.api`` stays cheap); the kernel never
 imports it. The names below are imported on first use (PEP 562), as in
-``loopx/__init__.py``: the CLI takes ``configure_logging`` from here without
-paying for the groups.
+``loopx/__init__.py``: the CLI takes ``configure_logging`` and the agent's
+options (``add_agent_run_options``) from here without paying for the groups.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from loopx.agents.options import add_agent_run_options
     from loopx.api._demo import Demo
     from loopx.api._fleet import Fleet
     from loopx.api._fleetrun import FleetOptions, SupervisorRunError
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "StatusServer": "loopx.api._serve",
     "SupervisorRunError": "loopx.api._fleetrun",
     "Turns": "loopx.api._turns",
+    "add_agent_run_options": "loopx.agents.options",  # `loopx agent run` = the agent process
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
     "print_status_snapshot": "loopx.api._snapshot",  # a warm `status --json`, stdlib only
 }
@@ -88,6 +90,7 @@ __all__ = [
     "StatusServer",
     "SupervisorRunError",
     "Turns",
+    "add_agent_run_options",
     "configure_logging",
     "print_status_snapshot",
 ]

@@ -12,9 +12,7 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypedDict
 
 from pydantic import ValidationError
@@ -25,6 +23,8 @@ from loopx.fleet import Backend, Visibility
 from loopx.process import set_parent_death_signal
 from loopx.root import Layout
 from loopx.storage.files import ensure_dir
+from loopx.supervisor.child import last_error, log_end, open_log, supervisor_argv
+from loopx.supervisor.notify import child_env
 
 if TYPE_CHECKING:
     from loopx.supervisor.config import SupervisorConfig
@@ -177,20 +177,15 @@ def run_child(layout: Layout, config: SupervisorConfig, stop: threading.Event | 
         SupervisorRunError: the child ended without a summary (its error is in the message).
     """
     log_path = ensure_dir(layout.logs_dir) / "supervisor.log"
-    argv = [
-        sys.executable, "-P", "-m", "loopx", "--root", str(layout.root),
-        "--registry", str(layout.registry), "supervisor", "run", *run_argv(config), "--json",
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    since = log_path.stat().st_size if log_path.exists() else 0  # the log is shared
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    since = log_end(log_path)
+    fd = open_log(log_path)
     try:
         child = subprocess.Popen(
-            argv,
+            supervisor_argv(layout, [*run_argv(config), "--json"]),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,  # the summary: one small JSON document at the end
             stderr=fd,
-            env=env,
+            env=child_env(os.environ),
             preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - one prctl, no lock taken
         )
     finally:
@@ -214,16 +209,6 @@ def run_child(layout: Layout, config: SupervisorConfig, stop: threading.Event | 
     except ValidationError:
         raise SupervisorRunError(
             f"the supervisor child exited with code {child.returncode} and no summary: "
-            f"{_last_error(log_path, since)}",
+            f"{last_error(log_path, since)}",
             hint=f"see {log_path}",
         ) from None
-
-
-def _last_error(log_path: Path, since: int) -> str:
-    """The last `loopx: error:` line this run's child wrote to the shared log."""
-    with log_path.open("rb") as f:
-        f.seek(since)
-        lines = f.read().decode(errors="replace").splitlines()
-    errors = [line for line in lines if line.startswith("loopx: error:")]
-    last = errors[-1] if errors else (lines[-1] if lines else "(nothing logged)")
-    return last.removeprefix("loopx: error: ")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from loopx.api import add_agent_run_options
 from loopx.cli._common import Subparsers, add_command, root
 
 
@@ -14,25 +15,6 @@ def register(sub: Subparsers) -> None:
     run = add_command(actions, "run", help="heartbeat, select, turn, repeat until stopped")
     add_agent_run_options(run)
     run.set_defaults(func=run_agent_command)
-
-
-def add_agent_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options of `python -m loopx.agents run` (tests/test_cli_start.py keeps them equal)."""
-    parser.add_argument("--agent-id", required=True, metavar="ID", help="this agent's id")
-    parser.add_argument("--max-turns", type=int, metavar="N", help="exit after N turns")
-    parser.add_argument(
-        "--once", action="store_true", help="one step (at most one turn), then exit"
-    )
-    parser.add_argument(
-        "--heartbeat-seconds", type=float, default=2.0, metavar="S", help="heartbeat period"
-    )
-    parser.add_argument(
-        "--idle-max-seconds", type=float, default=2.0, metavar="S", help="longest idle sleep"
-    )
-    parser.add_argument("--parent-pid", type=int, metavar="PID", help="stop when PID is gone")
-    parser.add_argument(
-        "--parent-started-at", type=float, metavar="T", help="psutil create_time of --parent-pid"
-    )
 
 
 def run_agent_command(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ FAILURE_MESSAGE_CHARS = 300  # a history line stays compact; runs/<seq>.md keeps
 
 def history_line(journal: TurnJournal) -> HistoryLine:
     """The compact history line of a settled journal. Pure."""
-    ok = journal.failure is None and journal.result is not None
+    good = journal.good_result
     return HistoryLine(
         turn_key=journal.turn_key,
         goal_id=journal.goal_id,
@@ -52,11 +52,11 @@ def history_line(journal: TurnJournal) -> HistoryLine:
         epoch=journal.epoch,
         agent_id=journal.agent_id,
         status=final_status(journal),
-        kind=journal.result.kind if ok and journal.result else None,
+        kind=good.kind if good else None,
         failure=journal.failure.reason if journal.failure else None,
         failure_message=journal.failure.message[:FAILURE_MESSAGE_CHARS] if journal.failure else "",
-        summary=journal.result.summary if ok and journal.result else "",
-        next_action=journal.result.next_action if ok and journal.result else None,
+        summary=good.summary if good else "",
+        next_action=good.next_action if good else None,
         usage=journal.usage,
         started_at=journal.created_at,
         ended_at=journal.turn_end,

@@ -48,7 +48,7 @@ def run_report(journal: TurnJournal) -> RunReport:
         agent_id=journal.agent_id,
         attempt=journal.attempt,
         status=final_status(journal),
-        kind=journal.result.kind if journal.result and journal.failure is None else None,
+        kind=journal.good_result.kind if journal.good_result else None,
         failure=journal.failure,
         result=journal.result,
         usage=journal.usage,

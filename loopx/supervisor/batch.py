@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +36,8 @@ from loopx.registry.catalog import load_registry
 from loopx.registry.goals import add_goal, build_goal
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
+from loopx.supervisor.child import last_error, log_end, open_log, supervisor_argv
+from loopx.supervisor.notify import child_env
 
 log = get_logger(__name__)
 
@@ -128,31 +129,19 @@ class BatchRun:
         self.stop_requested = True
 
     def _spawn_fleet(self, log_path: Path) -> subprocess.Popen[bytes]:
-        argv = [
-            sys.executable,
-            "-m",
-            "loopx",
-            "--root",
-            str(self.layout.root),
-            "--registry",
-            str(self.layout.registry),
-            "supervisor",
-            "run",
-            "--agents",
-            str(self.config.agents),
-            "--until-idle",
-            "--stop-grace-seconds",
-            str(STOP_GRACE_S / 2),
-            "--idle-horizon-seconds",
-            str(self.config.idle_horizon_s),
-        ]
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        options = [
+            "--agents", str(self.config.agents), "--until-idle",
+            "--stop-grace-seconds", str(STOP_GRACE_S / 2),
+            "--idle-horizon-seconds", str(self.config.idle_horizon_s),
+        ]  # fmt: skip
+        fd = open_log(log_path)
         try:
             return subprocess.Popen(
-                argv,
+                supervisor_argv(self.layout, options),
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
+                env=child_env(os.environ),
                 preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - one prctl, no lock taken
             )
         finally:
@@ -162,6 +151,7 @@ class BatchRun:
         """Run the fleet until idle (or stopped), then write and return the report."""
         started = time.monotonic()
         log_path = ensure_dir(self.layout.logs_dir) / "batch-supervisor.log"
+        since = log_end(log_path)  # earlier batches' lines come before
         fleet = self._spawn_fleet(log_path)
         terminated_at: float | None = None
         try:
@@ -194,22 +184,11 @@ class BatchRun:
         failed = fleet.returncode == exitcodes.FAILURE
         if failed and not any(r.failures for r in reports) and terminated_at is None:
             raise BatchError(
-                f"the fleet's supervisor failed: {_last_error(log_path)}",
+                f"the fleet's supervisor failed: {last_error(log_path, since)}",
                 hint=f"see {log_path}; run the same batch again once fixed: it resumes",
             )
         report = build_report(str(self.layout.root), reports, now=utcnow())
         return report.model_copy(update={"max_wall_reached": self.max_wall_reached})
-
-
-def _last_error(log_path: Path) -> str:
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    errors = [line for line in lines if line.startswith("loopx: error:")]
-    return (errors[-1] if errors else (lines[-1] if lines else "(empty log)")).removeprefix(
-        "loopx: error: "
-    )
 
 
 def write_report(report: BatchReport, directory: Path) -> tuple[Path, Path]:

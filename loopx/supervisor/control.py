@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from typing import Final
@@ -29,7 +28,9 @@ from loopx.fleet import (
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.storage.files import read_model_or_none
+from loopx.supervisor.child import last_error, log_end, supervisor_argv
 from loopx.supervisor.lock import read_record
+from loopx.supervisor.notify import child_env
 from loopx.supervisor.process import spawn
 from loopx.supervisor.scale import write_scale
 from loopx.supervisor.tmux import TmuxError, TmuxSession
@@ -169,16 +170,8 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
     if ref is not None and record is not None:
         raise SupervisorRunningError(str(layout.root), record.pid)
     log_path = layout.logs_dir / "supervisor.log"
-    argv = [
-        sys.executable, "-P", "-m", "loopx", "--root", str(layout.root), "--registry", str(layout.registry),
-        "supervisor", "run", *run_args,
-    ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-    try:
-        since = log_path.stat().st_size  # the log is shared: only what follows is this start's
-    except OSError:
-        since = 0
-    child = spawn(argv, env=env, log_path=log_path)
+    since = log_end(log_path)
+    child = spawn(supervisor_argv(layout, run_args), env=child_env(os.environ), log_path=log_path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -189,7 +182,7 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
             raise SupervisorStartError(
                 f"the background supervisor exited with "
                 f"{ExitStatus.of_returncode(child.returncode).describe()}: "
-                f"{_tail(log_path, since=since)}",
+                f"{last_error(log_path, since)}",
                 hint=f"see {log_path}",
             )
         record = read_record(layout)
@@ -201,17 +194,6 @@ def start_detached(layout: Layout, run_args: Sequence[str]) -> SupervisorStarted
         f"{START_TIMEOUT_S:.0f}s",
         hint=f"see {log_path}",
     )
-
-
-def _tail(path: os.PathLike[str], limit: int = 400, *, since: int = 0) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(since, size - limit))
-            return f.read().decode(errors="replace").strip().replace("\n", " | ")
-    except OSError:
-        return "(no log)"
 
 
 def attach_argv(layout: Layout) -> list[str]:

@@ -20,11 +20,8 @@ import signal
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from pathlib import Path
 from types import FrameType
 from typing import Final
-
-import psutil
 
 from loopx import exitcodes, process
 from loopx.errors import CorruptFileError, resource_fault
@@ -42,22 +39,21 @@ from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
-from loopx.supervisor.backoff import decide_restart
 from loopx.supervisor.config import SupervisorConfig, make_runner
+from loopx.supervisor.exits import log_exit, settle_exit
 from loopx.supervisor.idle import idle_verdict
+from loopx.supervisor.leftovers import kill_leftovers, reap_previous
 from loopx.supervisor.lock import acquire, read_record
 from loopx.supervisor.notify import Notifier
-from loopx.supervisor.process import fleet_processes, reap_orphans
+from loopx.supervisor.process import reap_orphans
 from loopx.supervisor.progress import goal_progress
 from loopx.supervisor.runner import AgentRunner
 from loopx.supervisor.scale import read_scale, scale_file
-from loopx.supervisor.slot import Slot
-from loopx.supervisor.tmux import TmuxSession
+from loopx.supervisor.slot import Slot, resize
 from loopx.turn.recovery import recover
 
 log = get_logger(__name__)
 
-REAP_GRACE_S: Final = 5.0  # a previous fleet's leftovers get this long after SIGTERM
 STALL_KILL_GRACE_S: Final = 2.0
 
 
@@ -153,7 +149,7 @@ class Supervisor:
         # --agents of this start is the truth; a scale file left by an earlier run is stale.
         scale_file(self.layout).unlink(missing_ok=True)
         process.become_subreaper()
-        self._reap_previous(previous)
+        reap_previous(self.layout, previous, self.me.pid, self.config.stop_grace_s)
         self._recover()
         self._refresh_status()
         self.runner.open()
@@ -167,30 +163,6 @@ class Supervisor:
         log.info(
             "supervisor_ready", agents=len(self.slots), pid=self.me.pid, backend=self.runner.name
         )
-
-    def _reap_previous(self, previous: FleetRecord | None) -> None:
-        """Kill every process a previous supervisor's fleet left running: zero survivors."""
-        procs: dict[int, psutil.Process] = {}
-        if previous is not None and previous.pid != self.me.pid:
-            for slot in previous.slots:
-                if slot.pid is None or slot.pid_started_at is None:
-                    continue
-                found = process.ProcessIdentity(slot.pid, slot.pid_started_at).find()
-                if found is not None:
-                    procs.update({p.pid: p for p in process.tree(found)})
-        procs.update({p.pid: p for p in fleet_processes(self.layout.root)})
-        procs.pop(self.me.pid, None)
-        if procs:
-            log.warning("reaping_previous_fleet", pids=sorted(procs))
-            survivors = process.kill_tree(
-                list(procs.values()), grace_s=min(REAP_GRACE_S, self.config.stop_grace_s)
-            )
-            if survivors:
-                log.error("previous_fleet_survivors", pids=[p.pid for p in survivors])
-        if previous is not None and previous.tmux_session is not None:
-            with contextlib.suppress(Exception):
-                TmuxSession(self.layout.root).kill_server()
-        reap_orphans()
 
     def _recover(self) -> None:
         try:
@@ -248,40 +220,9 @@ class Supervisor:
         return min(since_spawn, (utcnow() - beat.beat_at).total_seconds())
 
     def _ended(self, slot: Slot, how: ExitStatus, now: float) -> None:
-        ref = slot.ref
-        pid = ref.pid if ref else None
-        if how.clean:
-            log.info("agent_exited", agent_id=slot.agent_id, pid=pid, how=how.describe())
-        else:
-            # rq's monitor_work_horse: say precisely how it died, and what it said last.
-            log_path = self.layout.logs_dir / f"agent-{slot.index}.log"
-            log.warning(
-                "agent_exited",
-                agent_id=slot.agent_id,
-                pid=pid,
-                how=how.describe(),
-                log=str(log_path),
-                last_output=last_lines(log_path),
-            )
-        slot.agent, slot.last_exit = None, how
-        if self.state is not FleetState.RUNNING or slot.retiring:
-            slot.next_start = None
-            return
-        clean = how.clean
-        decision = decide_restart(self.config.restart, [] if clean else slot.restart_times, now=now)
-        if not clean:
-            slot.restart_times = [
-                t for t in slot.restart_times if now - t < self.config.restart.window_s
-            ]
-            slot.restart_times.append(now)
-            slot.recent_restarts = decision.recent_restarts
-            if decision.crash_loop and not slot.crash_loop:
-                log.error(
-                    "agent_crash_loop", agent_id=slot.agent_id, restarts=decision.recent_restarts
-                )
-            slot.crash_loop = decision.crash_loop
-        slot.restarts += 1
-        slot.next_start = now + decision.delay_s
+        log_exit(slot, how, self.layout.logs_dir / f"agent-{slot.index}.log")
+        restart = self.state is FleetState.RUNNING and not slot.retiring
+        settle_exit(slot, how, self.config.restart, now=now, restart=restart)
 
     def _check_slots(self, now: float) -> bool:
         """Reap, restart, kill stalled agents; returns whether anything changed."""
@@ -330,20 +271,9 @@ class Supervisor:
         wanted = read_scale(self.layout)
         if wanted is not None:
             self.wanted = wanted
-        active = [s for s in self.slots if not s.retiring]
-        for slot in active[self.wanted :]:
-            slot.retiring = True
-            slot.next_start = None
+        for slot in resize(self.slots, self.wanted, now=now):
             if slot.agent is not None:
                 slot.agent.request_stop()
-        used = {s.index for s in self.slots}
-        index = 1
-        while len([s for s in self.slots if not s.retiring]) < self.wanted:
-            while index in used:
-                index += 1
-            used.add(index)
-            self.slots.append(Slot(index, f"agent-{index}", next_start=now))
-        self.slots.sort(key=lambda s: s.index)
         log.info("supervisor_reloaded", agents_wanted=self.wanted, goals=goals)
         self.notifier.send("READY=1", f"STATUS={self._status_line()}")
 
@@ -369,20 +299,10 @@ class Supervisor:
             if slot.agent is not None:
                 slot.agent.kill(grace_s=0)
         self.runner.close(grace_s=0)
-        leftovers: dict[int, psutil.Process] = {}
-        leftovers.update({p.pid: p for p in fleet_processes(self.layout.root)})
-        with contextlib.suppress(psutil.NoSuchProcess):
-            leftovers.update({p.pid: p for p in psutil.Process().children(recursive=True)})
-        leftovers.pop(self.me.pid, None)
-        if leftovers:
-            # After agents that all stopped cleanly, what is left is the tmux server and
-            # its status window: expected, so not a warning.
-            clean = all(s.last_exit is None or s.last_exit.clean for s in self.slots)
-            (log.info if clean else log.warning)("killing_leftovers", pids=sorted(leftovers))
-            process.kill_tree(list(leftovers.values()), grace_s=0)
+        clean = all(s.last_exit is None or s.last_exit.clean for s in self.slots)
+        kill_leftovers(self.layout, self.me.pid, expected=clean)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
-        reap_orphans()
         self.state = FleetState.STOPPED
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK
@@ -551,18 +471,3 @@ class Supervisor:
             self.notifier.close()
             if self._lock is not None:
                 self._lock.release()  # type: ignore[attr-defined]
-
-
-LAST_LINES = 12
-LAST_BYTES = 8192
-
-
-def last_lines(path: Path, count: int = LAST_LINES) -> list[str]:
-    """The last lines of an agent's log (its last words), or [] when there is none."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LAST_BYTES))
-            tail = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    return [line for line in tail.splitlines() if line.strip()][-count:]

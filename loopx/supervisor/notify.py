@@ -21,6 +21,19 @@ log = get_logger(__name__)
 NOTIFY_SOCKET_ENV: Final = "NOTIFY_SOCKET"
 WATCHDOG_USEC_ENV: Final = "WATCHDOG_USEC"
 WATCHDOG_PID_ENV: Final = "WATCHDOG_PID"
+# What systemd hands the unit's main process only: a child that kept it would notify for it.
+MAIN_PROCESS_ONLY: Final = (
+    NOTIFY_SOCKET_ENV,
+    WATCHDOG_USEC_ENV,
+    WATCHDOG_PID_ENV,
+    "LISTEN_FDS",
+    "LISTEN_PID",
+)
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a child process: without what systemd meant for this process only."""
+    return {k: v for k, v in env.items() if k not in MAIN_PROCESS_ONLY}
 
 
 def socket_address(value: str) -> str | bytes:

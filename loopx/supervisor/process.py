@@ -16,6 +16,7 @@ import psutil
 
 from loopx import environ
 from loopx.process import find_by_env, signals_blocked
+from loopx.supervisor.child import open_log
 
 
 def spawn(
@@ -32,8 +33,7 @@ def spawn(
     """
     out: IO[bytes] | int = subprocess.DEVNULL
     if log_path is not None:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        out = os.fdopen(fd, "ab", buffering=0)
+        out = os.fdopen(open_log(log_path), "ab", buffering=0)
     try:
         with signals_blocked():
             return subprocess.Popen(

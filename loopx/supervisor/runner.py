@@ -30,13 +30,12 @@ import psutil
 from loopx import environ, process
 from loopx.fleet import Backend, ExitStatus, RayPlacement, Visibility
 from loopx.root import Layout
+from loopx.supervisor.notify import child_env
 from loopx.supervisor.process import fleet_processes, spawn
 from loopx.supervisor.tmux import TmuxSession
 
-# Drop from the child environment: systemd speaks to the supervisor only (NotifyAccess=main).
 _DEAD_PANE_WAIT_S: Final = 10.0  # how long tmux may take to report a gone agent's status
 _NUDGE_EVERY_S: Final = 0.5  # then ask tmux again to collect it (it can miss a SIGCHLD)
-PRIVATE_ENV: Final = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +217,7 @@ class LocalRunner:
             started = process.started_at(pid)
             ref = process.ProcessIdentity(pid, started) if started is not None else None
         else:
-            env = {k: v for k, v in self.env.items() if k not in PRIVATE_ENV} | extra
+            env = child_env(self.env) | extra
             proc = spawn(argv, env=env, log_path=log_path)
             started = process.started_at(proc.pid)
             ref = process.ProcessIdentity(proc.pid, started or time.time())

@@ -50,3 +50,25 @@ class Slot:
             if self.next_start is None or self.agent is not None
             else utcnow() + timedelta(seconds=max(0.0, self.next_start - time.monotonic())),
         )
+
+
+def resize(slots: list[Slot], wanted: int, *, now: float) -> list[Slot]:
+    """Make ``wanted`` slots not retiring: retire the highest, or add at the lowest free index.
+
+    Changes ``slots`` in place (kept sorted by index); a new slot starts at
+    ``now``. Returns the slots it retired, whose agents are to be asked to stop.
+    """
+    active = [s for s in slots if not s.retiring]
+    retired = active[wanted:]
+    for slot in retired:
+        slot.retiring = True
+        slot.next_start = None
+    used = {s.index for s in slots}
+    index = 1
+    for _ in range(wanted - len(active)):
+        while index in used:
+            index += 1
+        used.add(index)
+        slots.append(Slot(index, f"agent-{index}", next_start=now))
+    slots.sort(key=lambda s: s.index)
+    return retired

@@ -27,13 +27,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
+
+from loopx.testing.fakecli import log_invocation, session_home
 
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake claude turn", "next_action": "continue"}
 VALUE_FLAGS = {
@@ -68,13 +68,6 @@ def reset_words(reset: datetime, now: datetime, zone: str) -> str:
         year = f", {reset.year}" if reset.year != now.year else ""
         clock = f"{reset:%b} {reset.day}{year}, {clock}"
     return f"{clock} ({zone})"
-
-
-def _home() -> Path:
-    default = Path(tempfile.gettempdir()) / f"fake-claude-{os.getuid()}"
-    home = Path(os.environ.get("FAKE_CLAUDE_HOME") or default) / "sessions"
-    home.mkdir(parents=True, exist_ok=True)
-    return home
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], str | None]:
@@ -168,9 +161,7 @@ def main() -> int:
         sys.stderr.write("fake claude: only print mode (-p) is implemented\n")
         return 2
     stdin = sys.stdin.read() if prompt is None else ""
-    if log := os.environ.get("FAKE_CLAUDE_LOG"):
-        with Path(log).open("a") as f:
-            f.write(json.dumps({"argv": sys.argv, "stdin": stdin, "cwd": str(Path.cwd())}) + "\n")
+    log_invocation("claude", stdin)
     mode = os.environ.get("FAKE_CLAUDE_MODE", "success")
     if mode == "exit":
         sys.stderr.write("Error: fake claude crashed\n")
@@ -178,7 +169,7 @@ def main() -> int:
     if mode == "malformed":
         sys.stdout.write("Welcome to Claude Code! (this is not JSON)\n")
         return 0
-    home = _home()
+    home = session_home("claude", "sessions")
     resume = flags.get("--resume") or flags.get("-r")
     if resume is not None and not (home / resume).exists():
         sys.stderr.write(f"No conversation found with session ID: {resume}\n")

@@ -30,12 +30,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from loopx.testing.fakecli import log_invocation, session_home
 
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake codex turn", "next_action": "continue"}
 # `codex exec --help` / `codex exec resume --help` of codex-cli 0.171.0.
@@ -72,13 +73,6 @@ class Rejected(Exception):  # noqa: N818 - mirrors clap's error, not a LoopX err
 def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
-
-
-def _home() -> Path:
-    default = Path(tempfile.gettempdir()) / f"fake-codex-{os.getuid()}"
-    home = Path(os.environ.get("FAKE_CODEX_HOME") or default) / "threads"
-    home.mkdir(parents=True, exist_ok=True)
-    return home
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], str | None, str | None]:
@@ -149,7 +143,7 @@ def _message(mode: str, result: str) -> str:
     return result
 
 
-def main() -> int:  # noqa: C901, PLR0911, PLR0912, PLR0915 - a branch per documented mode
+def main() -> int:  # noqa: C901, PLR0911, PLR0912 - a branch per documented mode
     """Run the fake; returns the exit code."""
     args = sys.argv[1:]
     if args[:1] != ["exec"] or "--json" not in args:
@@ -160,9 +154,7 @@ def main() -> int:  # noqa: C901, PLR0911, PLR0912, PLR0915 - a branch per docum
     except Rejected as e:
         return _rejected(str(e))
     stdin = sys.stdin.read() if prompt in (None, "-") else ""
-    if log := os.environ.get("FAKE_CODEX_LOG"):
-        with Path(log).open("a") as f:
-            f.write(json.dumps({"argv": sys.argv, "stdin": stdin, "cwd": str(Path.cwd())}) + "\n")
+    log_invocation("codex", stdin)
     if schema := flags.get("--output-schema"):
         json.loads(Path(schema).read_text())  # a bad schema file crashes, as codex refuses it
     mode = os.environ.get("FAKE_CODEX_MODE", "success")
@@ -172,7 +164,7 @@ def main() -> int:  # noqa: C901, PLR0911, PLR0912, PLR0915 - a branch per docum
     if mode == "malformed":
         sys.stdout.write("Reading prompt from stdin...\nthis is not an event stream\n")
         return 0
-    home = _home()
+    home = session_home("codex", "threads")
     sys.stderr.write(PATH_WARNING)
     if resume is not None and not (home / resume).exists():
         sys.stderr.write(

@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
+
+from loopx.testing.fakecli import log_invocation, session_home
 
 VERSION = "0.61.0"
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake gemini turn", "next_action": "continue"}
@@ -136,13 +137,6 @@ def parse(argv: list[str]) -> dict[str, str | bool]:
     return flags
 
 
-def _home() -> Path:
-    default = Path(tempfile.gettempdir()) / f"fake-gemini-{os.getuid()}"
-    home = Path(os.environ.get("FAKE_GEMINI_HOME") or default) / "sessions"
-    home.mkdir(parents=True, exist_ok=True)
-    return home
-
-
 def _stats(model: str) -> dict[str, Any]:
     tokens = {"input": 1000, "prompt": 1500, "candidates": 150, "total": 1700, "cached": 500,
               "thoughts": 50, "tool": 0}  # fmt: skip
@@ -207,14 +201,12 @@ def main() -> int:  # noqa: PLR0911 - one exit per way the real CLI ends early
         sys.stderr.write("fake gemini: only headless mode (-p/--prompt) is implemented\n")
         return 2
     stdin = sys.stdin.read()
-    if log := os.environ.get("FAKE_GEMINI_LOG"):
-        with Path(log).open("a") as f:
-            f.write(json.dumps({"argv": sys.argv, "stdin": stdin, "cwd": str(Path.cwd())}) + "\n")
+    log_invocation("gemini", stdin)
     mode = os.environ.get("FAKE_GEMINI_MODE", "success")
     if mode == "exit":
         sys.stderr.write("Fatal error: fake gemini crashed\n")
         return 1
-    home = _home()
+    home = session_home("gemini", "sessions")
     resume = flags.get("resume")
     if isinstance(resume, str):
         if not any(home.iterdir()):

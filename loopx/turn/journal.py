@@ -162,6 +162,11 @@ class TurnJournal(Record):
         """
         return self.outcome.ended_at if self.outcome is not None else self.created_at
 
+    @property
+    def good_result(self) -> HostResult | None:
+        """The host's result of a turn that did not fail; None for a failed (or unfinished) one."""
+        return self.result if self.failure is None else None
+
 
 # --- files -------------------------------------------------------------------------------------
 

@@ -62,6 +62,27 @@ class Interpretation(Record):
     cost_usd: float = 0.0
     session: HostSession | None = None
 
+    @classmethod
+    def of(
+        cls,
+        outcome: HostResult | TurnFailure,
+        *,
+        session: HostSession | None = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd: float = 0.0,
+    ) -> Interpretation:
+        """The interpretation whose result or failure (whichever ``outcome`` is) is ``outcome``."""
+        failed = isinstance(outcome, TurnFailure)
+        return cls(
+            result=None if failed else outcome,
+            failure=outcome if failed else None,
+            session=session,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost_usd,
+        )
+
 
 class Host(Protocol):
     """One host kind's adapter: what a plug-in implements (docs/hosts.md).

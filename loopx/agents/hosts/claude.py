@@ -125,7 +125,7 @@ class ClaudeHost:
         if payload is None:
             failure = _without_payload(envelope, output)
             lost = diagnose(output.stderr) is Diagnosis.SESSION_MISSING
-            return _interpretation(failure, session=no_session(self.kind) if lost else previous)
+            return Interpretation.of(failure, session=no_session(self.kind) if lost else previous)
         tokens_in, tokens_out, cost = reported_usage(payload)
         session_id = payload.get("session_id")
         session: HostSession | None = previous
@@ -137,31 +137,13 @@ class ClaudeHost:
             and diagnose(_error_text(payload)) is Diagnosis.SESSION_MISSING
         ):
             session = no_session(self.kind)
-        return _interpretation(
+        return Interpretation.of(
             outcome,
             session=session,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             cost_usd=cost,
         )
-
-
-def _interpretation(
-    outcome: HostResult | TurnFailure,
-    *,
-    session: HostSession | None,
-    input_tokens: int = 0,
-    output_tokens: int = 0,
-    cost_usd: float = 0.0,
-) -> Interpretation:
-    return Interpretation(
-        result=None if isinstance(outcome, TurnFailure) else outcome,
-        failure=outcome if isinstance(outcome, TurnFailure) else None,
-        session=session,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cost_usd=cost_usd,
-    )
 
 
 def _from_error(

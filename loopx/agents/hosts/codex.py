@@ -198,12 +198,8 @@ class CodexHost:
         outcome = self._outcome(envelope, output, parsed)
         if isinstance(outcome, TurnFailure) and _lost_session(outcome, output, parsed):
             session = no_session(self.kind)
-        return Interpretation(
-            result=None if isinstance(outcome, TurnFailure) else outcome,
-            failure=outcome if isinstance(outcome, TurnFailure) else None,
-            input_tokens=tokens[0],
-            output_tokens=tokens[1],
-            session=session,
+        return Interpretation.of(
+            outcome, session=session, input_tokens=tokens[0], output_tokens=tokens[1]
         )
 
     def _outcome(

@@ -177,35 +177,19 @@ class GeminiHost:
                 failure = failure_for(
                     "gemini", lost.group(0), default=FailureReason.HOST_EXECUTION_ERROR
                 )
-                return _interpretation(failure, session=no_session(self.kind))
-            return _interpretation(_without_report(envelope, output), session=previous)
+                return Interpretation.of(failure, session=no_session(self.kind))
+            return Interpretation.of(_without_report(envelope, output), session=previous)
         tokens_in, tokens_out = reported_tokens(payload)
         session_id = payload.get("session_id")
         session: HostSession | None = previous
         if isinstance(session_id, str) and session_id:
             session = session_after_turn(self.kind, previous, session_id)
-        return _interpretation(
+        return Interpretation.of(
             _outcome(envelope, payload),
             session=session,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
         )
-
-
-def _interpretation(
-    outcome: HostResult | TurnFailure,
-    *,
-    session: HostSession | None,
-    input_tokens: int = 0,
-    output_tokens: int = 0,
-) -> Interpretation:
-    return Interpretation(
-        result=None if isinstance(outcome, TurnFailure) else outcome,
-        failure=outcome if isinstance(outcome, TurnFailure) else None,
-        session=session,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-    )
 
 
 def _outcome(envelope: Envelope, payload: dict[str, Any]) -> HostResult | TurnFailure:
