@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Final
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from typing import Final
 
 from loopx.errors import InvalidGoalIdError
 

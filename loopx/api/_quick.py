@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
 
 from loopx.quota.quick import print_snapshot
 from loopx.root import open_root, resolve_root
 
+TYPE_CHECKING = False  # not `typing`: this path must start within 2x of bare Python
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import BinaryIO
 
 
 def print_quota_snapshot(

@@ -13,18 +13,26 @@ answers None and the caller asks psutil.
 from __future__ import annotations
 
 import os
-from typing import Final, NamedTuple
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it
+if TYPE_CHECKING:
+    from typing import Final
 
 _MEMINFO: Final = "/proc/meminfo"
 _MB: Final = 1024 * 1024
 
 
-class HostNumbers(NamedTuple):
+class HostNumbers:
     """What the host has for one more turn, now."""
 
-    available_memory_mb: float
-    load_1m: float
-    cpu_count: int
+    __slots__ = ("available_memory_mb", "cpu_count", "load_1m")
+
+    def __init__(self, available_memory_mb: float, load_1m: float, cpu_count: int) -> None:
+        self.available_memory_mb, self.load_1m, self.cpu_count = (
+            available_memory_mb,
+            load_1m,
+            cpu_count,
+        )
 
 
 def _available_bytes() -> int | None:

@@ -35,7 +35,6 @@ import json
 import math
 import os
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from loopx import exitcodes
 from loopx._version import VERSION
@@ -44,8 +43,10 @@ from loopx.ids import validate_goal_id
 from loopx.quota.host import HostNumbers, host_numbers
 from loopx.quota.phrases import in_phrase, should_run_line
 
+TYPE_CHECKING = False  # not `typing`: this path must start within 2x of bare Python
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any, BinaryIO, Final
 
     from loopx.root import Layout
 
