@@ -8,6 +8,7 @@ only the standard library) can use it too.
 from __future__ import annotations
 
 import os
+
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -9,6 +9,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
 if TYPE_CHECKING:
     from typing import Final
+del TYPE_CHECKING  # every upper-case name here is an exit code
 
 OK: Final = 0  # the command did what was asked; for a batch run: every goal completed
 FAILURE: Final = 1  # an operation failed (bad file, lock timeout, a goal failed)

@@ -31,19 +31,27 @@ class RootSource(StrEnum):
 
 
 class _Value:
-    """Immutable, compared and hashed by its slots (a dataclass costs a warm CLI 10 ms)."""
+    """Immutable, compared and hashed by its fields (a dataclass costs a warm CLI 10 ms)."""
 
     __slots__ = ()
+    _fields: tuple[str, ...] = ()  # in constructor order
+
+    def __init__(self, *values: object) -> None:
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
 
     def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self.__slots__)
+        return tuple(getattr(self, name) for name in self._fields)
 
     def __setattr__(self, name: str, value: object) -> None:
         msg = f"cannot assign to field {name!r}"
         raise AttributeError(msg)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+        return isinstance(other, _Value) and (type(other), other._values()) == (
+            type(self),
+            self._values(),
+        )
 
     def __hash__(self) -> int:
         return hash(self._values())
@@ -52,21 +60,21 @@ class _Value:
         return type(self), self._values()  # pickled (to Ray workers) and copied by its fields
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{n}={v!r}" for n, v in zip(self.__slots__, self._values(), strict=True))
-        return f"{type(self).__name__}({fields})"
+        pairs = zip(self._fields, self._values(), strict=True)
+        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in pairs)})"
 
 
 class ResolvedRoot(_Value):
     """Where the runtime root is, which registry file it uses, and why."""
 
-    __slots__ = ("root", "registry", "source")
+    __slots__ = ("registry", "root", "source")
+    _fields = ("root", "registry", "source")
     root: Path
     registry: Path
     source: RootSource
 
     def __init__(self, root: Path, registry: Path, source: RootSource) -> None:
-        for name, value in (("root", root), ("registry", registry), ("source", source)):
-            object.__setattr__(self, name, value)
+        super().__init__(root, registry, source)
 
 
 def _registry_common_root(registry: Path) -> Path | None:
@@ -134,13 +142,13 @@ def resolve_root(
 class Layout(_Value):
     """Every path under a runtime root. Goal paths validate the id first."""
 
-    __slots__ = ("root", "registry")
+    __slots__ = ("registry", "root")
+    _fields = ("root", "registry")
     root: Path
     registry: Path
 
     def __init__(self, root: Path, registry: Path) -> None:
-        object.__setattr__(self, "root", root)
-        object.__setattr__(self, "registry", registry)
+        super().__init__(root, registry)
 
     @classmethod
     def of(cls, resolved: ResolvedRoot) -> Layout:

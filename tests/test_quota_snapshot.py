@@ -156,7 +156,9 @@ def test_time_passing_valid_until_decides_again(tmp_path: Path) -> None:
     assert should_run(layout.root, at=T1).returncode == 3
     stored = snapshot_file(layout, GOAL)
     until = json.loads(stored.read_bytes())["valid_until"]
-    assert until == pytest.approx((T1 - timedelta(minutes=10) + timedelta(days=1)).timestamp(), abs=0.01)
+    assert until == pytest.approx(
+        (T1 - timedelta(minutes=10) + timedelta(days=1)).timestamp(), abs=0.01
+    )
     before = inode(stored)
     still = should_run(layout.root, at=datetime.fromtimestamp(until - 1, UTC))
     assert (still.returncode, inode(stored)) == (3, before)
@@ -209,7 +211,10 @@ def test_each_input_file_change_invalidates_the_snapshot(tmp_path: Path, change:
 @pytest.mark.parametrize(
     ("set_up", "key"),
     [
-        (lambda layout: claim(layout, GOAL, agent_id="a", now=datetime.now(UTC), ttl_s=600), "lease"),
+        (
+            lambda layout: claim(layout, GOAL, agent_id="a", now=datetime.now(UTC), ttl_s=600),
+            "lease",
+        ),
         (
             lambda layout: update_state(
                 layout,

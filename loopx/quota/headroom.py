@@ -55,4 +55,6 @@ def _psutil_numbers() -> HostNumbers:
     # cpu_count() is None when the platform cannot tell; one CPU is the safe
     # assumption for a load guard (it makes the host look busier, not idler).
     cpus = psutil.cpu_count(logical=True) or os.cpu_count() or 1
-    return HostNumbers(psutil.virtual_memory().available / (1024 * 1024), psutil.getloadavg()[0], cpus)
+    return HostNumbers(
+        psutil.virtual_memory().available / (1024 * 1024), psutil.getloadavg()[0], cpus
+    )

@@ -59,7 +59,12 @@ def _message_head(decision: QuotaDecision) -> str | None:
 
 
 def build_snapshot(
-    layout: Layout, goal: Goal, decision: QuotaDecision, *, files: list[Fingerprint], until: float | None
+    layout: Layout,
+    goal: Goal,
+    decision: QuotaDecision,
+    *,
+    files: list[Fingerprint],
+    until: float | None,
 ) -> QuotaSnapshot | None:
     """The snapshot of ``decision``, or None when rendering it again would not match."""
     room = decision.headroom
@@ -79,11 +84,11 @@ def build_snapshot(
     stored = json.loads(snapshot.model_dump_json())
     host = HostNumbers(room.available_memory_mb, room.load_1m, room.cpu_count)
     at = decision.decided_at
-    if render(stored, now=at, host=host, as_json=True) != (
-        decision.model_dump_json(indent=2) + "\n"
-    ).encode() or render(stored, now=at, host=None, as_json=False) != (
-        decision.line() + "\n"
-    ).encode():
+    if (
+        render(stored, now=at, host=host, as_json=True)
+        != (decision.model_dump_json(indent=2) + "\n").encode()
+        or render(stored, now=at, host=None, as_json=False) != (decision.line() + "\n").encode()
+    ):
         return None
     return snapshot
 
