@@ -20,7 +20,6 @@ import stat
 from pathlib import Path
 
 from loopx.errors import CorruptFileError, UnsafePathError
-from loopx.faults import io_fault_point
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
@@ -168,6 +167,9 @@ def _fill(fd: int, data: bytes, path: Path, *, durable: bool, remove: Path) -> N
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
     """Write every byte of ``data`` to ``path``'s ``fd`` (``os.write`` may write fewer)."""
+    # Imported here, not above: opening a root (a warm `quota should-run`) writes nothing.
+    from loopx.faults import io_fault_point  # noqa: PLC0415
+
     io_fault_point(path)
     view = memoryview(data)
     while view:
