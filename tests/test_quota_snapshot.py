@@ -89,7 +89,12 @@ def inode(path: Path) -> int:
 CASES: dict[str, tuple[tuple[str, ...], Callable[[Layout], None], int, str]] = {
     "allowed": ((), lambda layout: spend(layout, 30.0, T1 - timedelta(hours=2)), 0, "ok"),
     "paused": ((), lambda layout: set_status(layout, GOAL, GoalStatus.PAUSED, now=T1), 3, "paused"),
-    "gate": ((), lambda layout: open_gate(layout, GOAL, "which API?", now=T1), 3, "gate_pending"),
+    "gate": (
+        (),
+        lambda layout: open_gate(layout, GOAL, "which API — v2 or v3?", now=T1),
+        3,
+        "gate_pending",
+    ),
     "leased": (
         (),
         lambda layout: claim(layout, GOAL, agent_id="other", now=T1, ttl_s=3600),

@@ -55,8 +55,8 @@ def parse_should_run(argv: Sequence[str]) -> tuple[str, bool, dict[str, str]] | 
 def warm_should_run(argv: Sequence[str]) -> int | None:
     """Print the stored answer of a plain `quota should-run` and return its exit code, or None."""
     parsed = parse_should_run(argv)
-    if parsed is None:
-        return None
+    if parsed is None or (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
+        return None  # the stored bytes are UTF-8, as print() writes them on a UTF-8 stdout
     goal_id, as_json, options = parsed
     try:
         from loopx.api import print_quota_snapshot  # noqa: PLC0415 - standard library only

@@ -86,16 +86,17 @@ def run_should_run(args: argparse.Namespace) -> int:
     """
     from loopx.api import print_quota_snapshot  # noqa: PLC0415 - standard library only
 
-    sys.stdout.flush()
-    try:
-        out: int | BinaryIO = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a file (a test's capture): write through Python
-        out = sys.stdout.buffer
-    code = print_quota_snapshot(
-        args.goal_id, args.root, registry=args.registry, as_json=args.json, out=out
-    )
-    if code is not None:
-        return code
+    if (sys.stdout.encoding or "").lower().replace("-", "") == "utf8":  # the stored bytes' own
+        sys.stdout.flush()
+        try:
+            out: int | BinaryIO = sys.stdout.fileno()
+        except (OSError, ValueError):  # not a file (a test's capture): write through Python
+            out = sys.stdout.buffer
+        code = print_quota_snapshot(
+            args.goal_id, args.root, registry=args.registry, as_json=args.json, out=out
+        )
+        if code is not None:
+            return code
     configure_logging(args)
     decision = root(args).quota.should_run(args.goal_id)
     if args.json:
