@@ -9,7 +9,6 @@ within 2x of a bare Python start). When it returns None,
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 
 from loopx.quota.quick import print_snapshot
@@ -52,4 +51,4 @@ def print_quota_snapshot(
         home=Path.home() if home is None else home,
     )
     layout = open_root(resolved, create=False)
-    return print_snapshot(layout, goal_id, as_json=as_json, now=datetime.now(UTC), out=out)
+    return print_snapshot(layout, goal_id, as_json=as_json, out=out)

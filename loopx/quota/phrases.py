@@ -8,7 +8,9 @@ word a decision differently.
 
 from __future__ import annotations
 
-from datetime import datetime
+TYPE_CHECKING = False  # not `typing`, nor datetime: a warm `quota should-run` may need neither
+if TYPE_CHECKING:
+    from datetime import datetime
 
 _WHOLE_SECONDS_FROM = 10  # "12 s" from here, "9.5 s" below
 

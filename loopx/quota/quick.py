@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime, timedelta
+import time
 
 from loopx import exitcodes
 from loopx._version import VERSION
@@ -45,6 +45,7 @@ from loopx.quota.phrases import in_phrase, should_run_line
 
 TYPE_CHECKING = False  # not `typing`: this path must start within 2x of bare Python
 if TYPE_CHECKING:
+    from datetime import datetime
     from pathlib import Path
     from typing import Any, BinaryIO, Final
 
@@ -113,6 +114,8 @@ def render(
     decision: dict[str, Any] = dict(snapshot["decision"])
     head = snapshot["message_head"]
     if head is not None:
+        from datetime import datetime  # noqa: PLC0415 - an allowed answer's line needs none
+
         at = datetime.fromisoformat(decision["next_eligible_at"])
         decision["message"] = head + in_phrase(at, now)
     if not as_json:
@@ -125,6 +128,8 @@ def render(
         return None
     if not (_plain(host.available_memory_mb) and _plain(host.load_1m)):
         return None
+    from datetime import timedelta  # noqa: PLC0415 - see above
+
     decision["window_start"] = iso_z(now - timedelta(hours=decision["window_hours"]))
     decision["decided_at"] = iso_z(now)
     decision["headroom"] = room | {
@@ -134,6 +139,24 @@ def render(
         "measured_at": iso_z(now),
     }
     return (json.dumps(decision, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _render_at(
+    snapshot: dict[str, Any], *, at: float, now: datetime | None, as_json: bool
+) -> bytes | None:
+    """:func:`render` at epoch ``at``; a fixed line (the usual "yes (ok)") needs no datetime."""
+    if not as_json and snapshot["message_head"] is None:
+        now = None  # render never reads it then
+    elif now is None:
+        from datetime import UTC, datetime  # noqa: PLC0415 - see above
+
+        now = datetime.fromtimestamp(at, UTC)
+    return render(
+        snapshot,
+        now=now,  # type: ignore[arg-type]  # None only where render does not read it
+        host=host_numbers() if as_json else None,
+        as_json=as_json,
+    )
 
 
 def _read(path: Path) -> bytes:
@@ -166,9 +189,16 @@ def _write(out: int | BinaryIO, data: bytes) -> None:
 
 
 def print_snapshot(
-    layout: Layout, goal_id: str, *, as_json: bool, now: datetime, out: int | BinaryIO
+    layout: Layout,
+    goal_id: str,
+    *,
+    as_json: bool,
+    out: int | BinaryIO,
+    now: datetime | None = None,
 ) -> int | None:
     """Print the stored decision of ``goal_id`` to ``out`` if it still holds; its exit code.
+
+    ``now`` is read from the clock unless given.
 
     Returns:
         None, having written nothing, when there is no snapshot or it no longer
@@ -176,11 +206,10 @@ def print_snapshot(
     """
     try:
         snapshot = json.loads(_read(snapshot_file(layout, goal_id)))
-        if not isinstance(snapshot, dict) or not _holds(
-            layout, goal_id, snapshot, now=now.timestamp()
-        ):
+        at = time.time() if now is None else now.timestamp()
+        if not isinstance(snapshot, dict) or not _holds(layout, goal_id, snapshot, now=at):
             return None
-        data = render(snapshot, now=now, host=host_numbers() if as_json else None, as_json=as_json)
+        data = _render_at(snapshot, at=at, now=now, as_json=as_json)
         code = snapshot["exit_code"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError, LoopxError):
         return None
