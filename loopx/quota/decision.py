@@ -139,9 +139,6 @@ class QuotaReport(Record):
 # --- the pure decision -------------------------------------------------------------------------
 
 
-_seconds = seconds_phrase
-
-
 def _hours(value: float) -> str:
     return f"{value:g} h"
 
@@ -154,8 +151,8 @@ def _exhausted_sentence(budget: Budget, policy: QuotaPolicy, view: QuotaView) ->
     span = f"{_hours(policy.window_hours)} window"
     if budget is Budget.WALL:
         return (
-            f"spent {_seconds(view.spent_wall_s)} of turn wall time, its allowance is "
-            f"{_seconds(view.allowance_wall_s)} (compute {policy.compute:g} x {span})"
+            f"spent {seconds_phrase(view.spent_wall_s)} of turn wall time, its allowance is "
+            f"{seconds_phrase(view.allowance_wall_s)} (compute {policy.compute:g} x {span})"
         )
     if budget is Budget.CPU:
         return (
@@ -281,8 +278,8 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
         {
             "allowed": True,
             "reason": QuotaReason.OK,
-            "message": f"{who} may run: {_seconds(left.wall_s)} of its "
-            f"{_seconds(view.allowance_wall_s)} wall-time allowance{extra} left in the "
+            "message": f"{who} may run: {seconds_phrase(left.wall_s)} of its "
+            f"{seconds_phrase(view.allowance_wall_s)} wall-time allowance{extra} left in the "
             f"{_hours(policy.window_hours)} window",
         }
         | numbers
