@@ -334,3 +334,13 @@ def test_only_a_plain_should_run_is_answered_before_argparse(
     argv: list[str], parsed: tuple[str, bool, dict[str, str]] | None
 ) -> None:
     assert parse_should_run(argv) == parsed
+
+
+def test_a_snapshot_behind_a_symlinked_directory_is_not_read(tmp_path: Path) -> None:
+    layout = add_goal(tmp_path / "root")
+    _store(layout)
+    stored = snapshot_file(layout, GOAL).parent
+    elsewhere = tmp_path / "elsewhere"
+    stored.rename(elsewhere)
+    stored.symlink_to(elsewhere)
+    assert _warm(layout) is None

@@ -205,7 +205,10 @@ def print_snapshot(
         holds; a missing, damaged or foreign file is never an error: it is a cache.
     """
     try:
-        snapshot = json.loads(_read(snapshot_file(layout, goal_id)))
+        path = snapshot_file(layout, goal_id)
+        if os.path.islink(path.parent):  # O_NOFOLLOW guards only the file itself
+            return None
+        snapshot = json.loads(_read(path))
         at = time.time() if now is None else now.timestamp()
         if not isinstance(snapshot, dict) or not _holds(layout, goal_id, snapshot, now=at):
             return None
