@@ -8,8 +8,11 @@ only the standard library) can use it too.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Final
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
 
 PREFIX: Final = "LOOPX_"  # LoopX's own variables: never secrets, forwarded to Ray actors
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
-from typing import Any, Final
 
 from loopx import exitcodes
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 
 def _rebuild(cls: type[LoopxError], message: str, attrs: dict[str, Any]) -> LoopxError:

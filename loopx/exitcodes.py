@@ -4,7 +4,12 @@ Within one command no two outcomes share a code, so a CI script can branch on
 it: a usage error (2) is never mistaken for "a human is needed" (4).
 """
 
-from typing import Final
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from typing import Final
+del TYPE_CHECKING  # every upper-case name here is an exit code
 
 OK: Final = 0  # the command did what was asked; for a batch run: every goal completed
 FAILURE: Final = 1  # an operation failed (bad file, lock timeout, a goal failed)

@@ -22,12 +22,14 @@ import errno
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Final
 
 from loopx import environ, exitcodes
 from loopx.errors import UsageError
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Final
 
 FAULT_EXIT_CODE: Final = exitcodes.FAULT
 FAULT_ENV: Final = environ.FAULT
@@ -46,14 +48,29 @@ def fault_point(name: str) -> None:
         os._exit(FAULT_EXIT_CODE)
 
 
-@dataclass(frozen=True, slots=True)
 class IoFault:
-    """Writes ``first``..``last`` (None: no end) to paths containing ``path_part`` fail."""
+    """Writes ``first``..``last`` (None: no end) to paths containing ``path_part`` fail.
 
-    code: int
-    first: int
-    last: int | None = None
-    path_part: str = ""
+    A plain class, not a dataclass: every file write imports this module, and
+    ``dataclasses`` costs a warm CLI 10 ms (issue 14).
+    """
+
+    __slots__ = ("code", "first", "last", "path_part")
+
+    def __init__(self, code: int, first: int, last: int | None = None, path_part: str = "") -> None:
+        self.code, self.first, self.last, self.path_part = code, first, last, path_part
+
+    def _key(self) -> tuple[int, int, int | None, str]:
+        return self.code, self.first, self.last, self.path_part
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IoFault) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return "IoFault(code={}, first={}, last={}, path_part={!r})".format(*self._key())
 
     def hits(self, n: int) -> bool:
         """Whether the ``n``-th matching write fails. Pure."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Final
 
 from loopx.errors import InvalidGoalIdError
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from typing import Final
 
 GOAL_ID_RULE: Final = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 _GOAL_ID: Final = re.compile(GOAL_ID_RULE)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Final
 
 from loopx import environ
 from loopx.errors import RootError, UnsafePathError
 from loopx.ids import validate_goal_id
 from loopx.storage.files import ensure_dir, read_bytes
+
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Final
 
 REGISTRY_NAME: Final = "registry.json"
 
@@ -28,13 +30,51 @@ class RootSource(StrEnum):
     DEFAULT = "default"  # $XDG_STATE_HOME/loopx or ~/.local/state/loopx
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedRoot:
+class _Value:
+    """Immutable, compared and hashed by its fields (a dataclass costs a warm CLI 10 ms)."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()  # in constructor order
+
+    def __init__(self, *values: object) -> None:
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        msg = f"cannot assign to field {name!r}"
+        raise AttributeError(msg)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Value) and (type(other), other._values()) == (
+            type(self),
+            self._values(),
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __reduce__(self) -> tuple[type[_Value], tuple[object, ...]]:
+        return type(self), self._values()  # pickled (to Ray workers) and copied by its fields
+
+    def __repr__(self) -> str:
+        pairs = zip(self._fields, self._values(), strict=True)
+        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in pairs)})"
+
+
+class ResolvedRoot(_Value):
     """Where the runtime root is, which registry file it uses, and why."""
 
+    __slots__ = ("registry", "root", "source")
+    _fields = ("root", "registry", "source")
     root: Path
     registry: Path
     source: RootSource
+
+    def __init__(self, root: Path, registry: Path, source: RootSource) -> None:
+        super().__init__(root, registry, source)
 
 
 def _registry_common_root(registry: Path) -> Path | None:
@@ -99,12 +139,16 @@ def resolve_root(
     return ResolvedRoot(root, registry_path or root / REGISTRY_NAME, source)
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(_Value):
     """Every path under a runtime root. Goal paths validate the id first."""
 
+    __slots__ = ("registry", "root")
+    _fields = ("root", "registry")
     root: Path
     registry: Path
+
+    def __init__(self, root: Path, registry: Path) -> None:
+        super().__init__(root, registry)
 
     @classmethod
     def of(cls, resolved: ResolvedRoot) -> Layout:

@@ -28,6 +28,7 @@ from loopx.history.runlog import RunReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.quota.snapshot import QuotaSnapshot
 from loopx.registry.archive import ArchiveResult
 from loopx.registry.bulk import ImportReport
 from loopx.registry.catalog import GoalIndex
@@ -65,6 +66,7 @@ FILES: dict[str, type[BaseModel]] = {
     "host-headroom": HostHeadroom,
     "quota-aggregate": SpendAggregate,
     "quota-decision": QuotaDecision,
+    "quota-snapshot": QuotaSnapshot,  # projections/quota.d/<id>.snapshot
     "spend-record": SpendRecord,
     "envelope": Envelope,
     "result": HostResult,

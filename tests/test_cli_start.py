@@ -101,3 +101,26 @@ def test_quick_commands_import_only_the_layers_they_use(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == "[]", (argv, proc.stderr)
+
+
+def test_a_warm_should_run_imports_no_pydantic_psutil_or_structlog(tmp_path: Path) -> None:
+    """The second `quota should-run` prints the stored decision with the standard library only."""
+    root = tmp_path / "root"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    base = [sys.executable, "-m", "loopx", "--root", str(root)]
+    for argv in (["init"], ["goal", "add", "g", "--objective", "x"], ["quota", "should-run", "g"]):
+        subprocess.run([*base, *argv], check=True, env=env, capture_output=True)
+    heavy = ("pydantic", "psutil", "structlog", "argparse")
+    for flags in ([], ["--json"]):
+        code = (
+            "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('loopx', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            f"print(code, sorted(m for m in sys.modules if m.startswith({heavy!r})), file=sys.stderr)"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "--root", str(root), "quota", "should-run", "g", *flags],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        assert proc.stderr.strip().splitlines()[-1] == "0 []", (flags, proc.stderr)
+        assert proc.stdout.startswith("{" if flags else "yes (ok): ")

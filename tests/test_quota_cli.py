@@ -266,7 +266,15 @@ def test_quota_show_text_exits_0_even_when_not_allowed(root, capsys):
 
 
 @pytest.mark.parametrize(
-    "name", ["quota-decision", "quota-report", "quota-aggregate", "spend-record", "host-headroom"]
+    "name",
+    [
+        "quota-decision",
+        "quota-report",
+        "quota-aggregate",
+        "quota-snapshot",
+        "spend-record",
+        "host-headroom",
+    ],
 )
 def test_quota_schemas_are_printable(root, capsys, name):
     """`loopx schema NAME` prints each quota file kind's JSON Schema."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from loopx.api._fleetrun import FleetOptions, SupervisorRunError
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
+    from loopx.api._quick import print_quota_snapshot
     from loopx.api._quota import Quota
     from loopx.api._root import Root
     from loopx.api._serve import StatusServer
@@ -56,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "Turns": "loopx.api._turns",
     "add_agent_run_options": "loopx.agents.options",  # `loopx agent run` = the agent process
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
+    "print_quota_snapshot": "loopx.api._quick",  # a warm `quota should-run`, stdlib only
     "print_status_snapshot": "loopx.api._snapshot",  # a warm `status --json`, stdlib only
 }
 
@@ -92,5 +94,6 @@ __all__ = [
     "Turns",
     "add_agent_run_options",
     "configure_logging",
+    "print_quota_snapshot",
     "print_status_snapshot",
 ]

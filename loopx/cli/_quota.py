@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING, BinaryIO
 
 from loopx import exitcodes
-from loopx.cli._common import Subparsers, add_command, print_json, root
-from loopx.model import iso_utc
-from loopx.quota.decision import QuotaReport
+from loopx.cli._common import Subparsers, add_command, configure_logging, print_json, root
+
+# A warm `loopx quota should-run` prints a stored decision with the standard library
+# only (issue 14: within 2x of a bare Python start); the rest is imported when needed.
+if TYPE_CHECKING:
+    from loopx.quota.decision import QuotaReport
 
 
 def register(sub: Subparsers) -> None:
@@ -29,10 +34,12 @@ def register(sub: Subparsers) -> None:
     )
     should.add_argument("goal_id", metavar="ID")
     should.add_argument("--json", action="store_true", help="print the decision as JSON")
-    should.set_defaults(func=run_should_run)
+    should.set_defaults(func=run_should_run, configures_logging=True)
 
 
 def _print_report(report: QuotaReport) -> None:
+    from loopx.model import iso_utc  # noqa: PLC0415 - see the imports above
+
     policy, spend, left, d = report.policy, report.spend, report.remaining, report.decision
     print(f"goal {report.goal_id}: {'ALLOWED' if d.allowed else 'NOT ALLOWED'} ({d.reason})")
     print(f"  {d.message}")
@@ -73,10 +80,27 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_should_run(args: argparse.Namespace) -> int:
-    """Decide now; exit 0 when the goal may run, NOT_ALLOWED when not."""
+    """Decide now; exit 0 when the goal may run, NOT_ALLOWED when not.
+
+    The decision stored by the last one is printed while it still holds.
+    """
+    from loopx.api import print_quota_snapshot  # noqa: PLC0415 - standard library only
+
+    if (sys.stdout.encoding or "").lower().replace("-", "") == "utf8":  # the stored bytes' own
+        sys.stdout.flush()
+        try:
+            out: int | BinaryIO = sys.stdout.fileno()
+        except (OSError, ValueError):  # not a file (a test's capture): write through Python
+            out = sys.stdout.buffer
+        code = print_quota_snapshot(
+            args.goal_id, args.root, registry=args.registry, as_json=args.json, out=out
+        )
+        if code is not None:
+            return code
+    configure_logging(args)
     decision = root(args).quota.should_run(args.goal_id)
     if args.json:
         print_json(decision)
     else:
-        print(f"{'yes' if decision.allowed else 'no'} ({decision.reason}): {decision.message}")
+        print(decision.line())
     return exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED

@@ -39,19 +39,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from loopx.model import Record, UtcDatetime, iso_utc
 from loopx.quota.budget import Budget, QuotaRemaining, QuotaView, quota_view, remaining_of
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
+from loopx.quota.phrases import in_phrase, seconds_phrase, should_run_line
 from loopx.quota.policy import QuotaPolicy
-from loopx.quota.window import SpendTotals, WindowSpend
+from loopx.quota.window import SpendTotals, WindowSpend, leaves_at
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
 
 __all__ = [
+    "DecisionInputs",
     "HostHeadroom",
     "QuotaDecision",
     "QuotaReason",
@@ -59,6 +61,8 @@ __all__ = [
     "QuotaReport",
     "WindowSpend",
     "decide",
+    "gather_inputs",
+    "holds_until",
     "quota_report",
     "should_run",
 ]
@@ -105,6 +109,10 @@ class QuotaDecision(Record):
     cost_allowance_usd: float | None = None
     headroom: HostHeadroom | None = None
 
+    def line(self) -> str:
+        """The line `loopx quota should-run` prints without --json: ``yes (ok): ...``."""
+        return should_run_line(allowed=self.allowed, reason=self.reason, message=self.message)
+
 
 _REFUSAL: Final = {
     Budget.WALL: QuotaReason.WINDOW_EXHAUSTED,
@@ -131,24 +139,20 @@ class QuotaReport(Record):
 # --- the pure decision -------------------------------------------------------------------------
 
 
-def _seconds(value: float) -> str:
-    return f"{value:,.0f} s" if value >= 10 else f"{value:,.1f} s"  # noqa: PLR2004 - readability
-
-
 def _hours(value: float) -> str:
     return f"{value:g} h"
 
 
 def _when(at: datetime, now: datetime) -> str:
-    return f"{iso_utc(at, 'seconds')} (in {_seconds((at - now).total_seconds())})"
+    return f"{iso_utc(at, 'seconds')} {in_phrase(at, now)}"
 
 
 def _exhausted_sentence(budget: Budget, policy: QuotaPolicy, view: QuotaView) -> str:
     span = f"{_hours(policy.window_hours)} window"
     if budget is Budget.WALL:
         return (
-            f"spent {_seconds(view.spent_wall_s)} of turn wall time, its allowance is "
-            f"{_seconds(view.allowance_wall_s)} (compute {policy.compute:g} x {span})"
+            f"spent {seconds_phrase(view.spent_wall_s)} of turn wall time, its allowance is "
+            f"{seconds_phrase(view.allowance_wall_s)} (compute {policy.compute:g} x {span})"
         )
     if budget is Budget.CPU:
         return (
@@ -274,8 +278,8 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
         {
             "allowed": True,
             "reason": QuotaReason.OK,
-            "message": f"{who} may run: {_seconds(left.wall_s)} of its "
-            f"{_seconds(view.allowance_wall_s)} wall-time allowance{extra} left in the "
+            "message": f"{who} may run: {seconds_phrase(left.wall_s)} of its "
+            f"{seconds_phrase(view.allowance_wall_s)} wall-time allowance{extra} left in the "
             f"{_hours(policy.window_hours)} window",
         }
         | numbers
@@ -285,12 +289,44 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
 # --- the I/O shell -----------------------------------------------------------------------------
 
 
-def _gather(
-    layout: Layout, goal: Goal, now: datetime, headroom: HostHeadroom | None
-) -> tuple[GoalState, WindowSpend, HostHeadroom]:
+class DecisionInputs(NamedTuple):
+    """What a decision reads besides the goal: its state, its window's spend, the host."""
+
+    state: GoalState
+    spend: WindowSpend
+    headroom: HostHeadroom
+
+
+def gather_inputs(
+    layout: Layout, goal: Goal, *, now: datetime, headroom: HostHeadroom | None = None
+) -> DecisionInputs:
+    """Load the goal's state and window spend and measure the host (unless ``headroom`` is given).
+
+    Raises:
+        CorruptFileError: the goal's state or a ledger line is damaged.
+    """
     state = load_state(layout, goal.id)
     spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
-    return state, spend, headroom if headroom is not None else measure_headroom(now=now)
+    return DecisionInputs(
+        state, spend, headroom if headroom is not None else measure_headroom(now=now)
+    )
+
+
+def holds_until(
+    goal: Goal, inputs: DecisionInputs, *, lease_expires_at: datetime | None, now: datetime
+) -> datetime | None:
+    """The earliest instant after ``now`` at which the same files may decide otherwise. Pure.
+
+    Whatever :func:`should_run` reads that moves with the clock alone: the lease
+    running out, the state's ``next_eligible_at`` passing, and the oldest
+    bucket of the window leaving it (which changes the window's spend, so the
+    numbers and the "left" of the message, and is never later than any
+    budget's refill). None when nothing would change but the files (or the host).
+    """
+    times = [t for t in (lease_expires_at, inputs.state.next_eligible_at) if t and t > now]
+    if inputs.spend.buckets.last_end:
+        times.append(leaves_at(inputs.spend.buckets.last_end[0], goal.quota.window))
+    return min(times, default=None)
 
 
 def decide(
@@ -316,7 +352,7 @@ def decide(
     Raises:
         CorruptFileError: the goal's state or a ledger line is damaged.
     """
-    state, spend, room = _gather(layout, goal, now, headroom)
+    state, spend, room = gather_inputs(layout, goal, now=now, headroom=headroom)
     return should_run(goal, state, spend, room, leased=leased, now=now)
 
 
@@ -333,7 +369,7 @@ def quota_report(
     Raises:
         CorruptFileError: the goal's state or a ledger line is damaged.
     """
-    state, spend, room = _gather(layout, goal, now, headroom)
+    state, spend, room = gather_inputs(layout, goal, now=now, headroom=headroom)
     decision = should_run(goal, state, spend, room, leased=leased, now=now)
     return QuotaReport(
         goal_id=goal.id,

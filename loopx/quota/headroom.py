@@ -1,4 +1,9 @@
-"""The host's live headroom: free memory and load, measured with psutil before a turn."""
+"""The host's live headroom: free memory and load, measured before a turn.
+
+The numbers come from :func:`loopx.quota.host.host_numbers` (the standard
+library, the same measurement a warm ``loopx quota should-run`` takes); psutil
+only where ``/proc`` cannot tell.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,16 @@ import os
 from datetime import datetime
 from typing import Annotated, Literal
 
-import psutil
 from pydantic import Field
 
 from loopx.model import Record, UtcDatetime
+from loopx.quota.host import HostNumbers, host_numbers
 
 
 class HostHeadroom(Record):
     """A snapshot of how much room the host has for one more turn.
 
-    ``available_memory_mb`` is ``psutil.virtual_memory().available`` (what can
+    ``available_memory_mb`` is what psutil calls ``virtual_memory().available`` (what can
     be given to a new process without swapping), ``load_1m`` the 1-minute load
     average and ``cpu_count`` the logical CPUs it is divided by.
     """
@@ -33,15 +38,23 @@ class HostHeadroom(Record):
 
 
 def measure_headroom(*, now: datetime) -> HostHeadroom:
-    """Measure the host's available memory and load now (about 50 µs on Linux)."""
-    memory = psutil.virtual_memory()
-    load_1m = psutil.getloadavg()[0]
+    """Measure the host's available memory and load now (tens of µs on Linux)."""
+    numbers = host_numbers() or _psutil_numbers()
+    return HostHeadroom(
+        available_memory_mb=numbers.available_memory_mb,
+        load_1m=numbers.load_1m,
+        cpu_count=numbers.cpu_count,
+        measured_at=now,
+    )
+
+
+def _psutil_numbers() -> HostNumbers:
+    """The same numbers from psutil, where ``/proc/meminfo`` is absent or too old."""
+    import psutil  # noqa: PLC0415 - only where /proc cannot tell
+
     # cpu_count() is None when the platform cannot tell; one CPU is the safe
     # assumption for a load guard (it makes the host look busier, not idler).
     cpus = psutil.cpu_count(logical=True) or os.cpu_count() or 1
-    return HostHeadroom(
-        available_memory_mb=memory.available / (1024 * 1024),
-        load_1m=load_1m,
-        cpu_count=cpus,
-        measured_at=now,
+    return HostNumbers(
+        psutil.virtual_memory().available / (1024 * 1024), psutil.getloadavg()[0], cpus
     )

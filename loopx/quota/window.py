@@ -235,6 +235,11 @@ def window_of(
     )
 
 
+def leaves_at(last_end: float, window: timedelta) -> datetime:
+    """The instant a bucket whose last turn ended at ``last_end`` (epoch s) leaves the window."""
+    return datetime.fromtimestamp(last_end, UTC) + window
+
+
 def frees_at(
     last_end: Sequence[float], amounts: Sequence[float], cap: float, window: timedelta
 ) -> datetime | None:
@@ -260,4 +265,4 @@ def frees_at(
             hi = mid
         else:
             lo = mid + 1
-    return datetime.fromtimestamp(last_end[lo], UTC) + window
+    return leaves_at(last_end[lo], window)

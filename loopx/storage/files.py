@@ -17,23 +17,24 @@ import contextlib
 import contextvars
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Final, TypeVar
 
 from loopx.errors import CorruptFileError, UnsafePathError
-from loopx.faults import io_fault_point
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 
 # pydantic only for the type checker: `loopx status --json` on a warm cache resolves the
 # root with this module and prints a stored document without importing pydantic (issue 14).
+# Nor `typing` (a warm `quota should-run` opens the root with this module, issue 14).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Final, TypeVar
+
     from pydantic import BaseModel, ValidationError
 
-M = TypeVar("M", bound="BaseModel")
+    M = TypeVar("M", bound="BaseModel")
 
 
 # --- directories -------------------------------------------------------------------------------
@@ -166,6 +167,9 @@ def _fill(fd: int, data: bytes, path: Path, *, durable: bool, remove: Path) -> N
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
     """Write every byte of ``data`` to ``path``'s ``fd`` (``os.write`` may write fewer)."""
+    # Imported here, not above: opening a root (a warm `quota should-run`) writes nothing.
+    from loopx.faults import io_fault_point  # noqa: PLC0415
+
     io_fault_point(path)
     view = memoryview(data)
     while view:
