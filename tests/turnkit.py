@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,38 @@ def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env.update(extra)
     return env
+
+
+def loopx_here(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `loopx` CLI's ``main`` called in this process, its output captured.
+
+    For tests of what a command prints or decides; a test whose point is a
+    process (a crash, a signal, a lock, a start-up) runs the real CLI with
+    :func:`loopx`. No LOOPX_* variable is seen, and the logging set-up the
+    command makes is undone afterwards, as if it had run in a child.
+    """
+    import loopx.log
+    from loopx.cli import main
+
+    argv = ["--root", str(root), *args]
+    out, err = io.StringIO(), io.StringIO()
+    saved_env = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("LOOPX_")}
+    saved_log = (loopx.log._configured, loopx.log._pending)
+    structlog = sys.modules.get("structlog")
+    saved_structlog = structlog.get_config() if structlog else None
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.environ.update(saved_env)
+        loopx.log._configured, loopx.log._pending = saved_log
+        if saved_structlog is not None:
+            sys.modules["structlog"].configure(**saved_structlog)
+        elif "structlog" in sys.modules:
+            sys.modules["structlog"].reset_defaults()
+    return subprocess.CompletedProcess(
+        ["loopx", *argv], code, stdout=out.getvalue(), stderr=err.getvalue()
+    )
 
 
 def loopx(
