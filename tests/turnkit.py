@@ -59,7 +59,8 @@ def loopx_here(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     from loopx.cli import main
 
     argv = ["--root", str(root), *args]
-    out, err = io.StringIO(), io.StringIO()
+    # Text streams over bytes: some commands write bytes to sys.stdout.buffer.
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
     saved_env = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("LOOPX_")}
     saved_log = (loopx.log._configured, loopx.log._pending)
     structlog = sys.modules.get("structlog")
@@ -74,9 +75,11 @@ def loopx_here(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
             sys.modules["structlog"].configure(**saved_structlog)
         elif "structlog" in sys.modules:
             sys.modules["structlog"].reset_defaults()
-    return subprocess.CompletedProcess(
-        ["loopx", *argv], code, stdout=out.getvalue(), stderr=err.getvalue()
-    )
+    texts = []
+    for stream in (out, err):
+        stream.flush()
+        texts.append(stream.buffer.getvalue().decode())  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess(["loopx", *argv], code, stdout=texts[0], stderr=texts[1])
 
 
 def loopx(
