@@ -7,12 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Cli
+
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
 
 
 def test_init_creates_a_private_root_and_registry(tmp_path: Path) -> None:
     """`loopx init` makes the root and an empty registry; running it again changes nothing."""
-    cli = Cli(tmp_path / "fresh", tmp_path)
+    cli = Cli(tmp_path / "fresh", tmp_path, here=True)
     first = cli.json("init")
     assert first["registry_created"] is True
     assert cli.json("init")["registry_created"] is False
@@ -142,6 +150,7 @@ def test_user_errors_are_one_line_with_a_hint_and_no_traceback(cli: Cli) -> None
 
 def test_a_damaged_registry_is_reported_and_never_overwritten(cli: Cli) -> None:
     """A registry that is not JSON, or not the schema, is named and left byte for byte."""
+    cli = Cli(cli.root, cli.cwd)  # fresh processes: one checks registry.json once
     cli.run("init", check=True)
     registry = cli.root / "registry.json"
     for damage in (

@@ -47,7 +47,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def loopx_here(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def loopx_here(root: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The `loopx` CLI's ``main`` called in this process, its output captured.
 
     For tests of what a command prints or decides; a test whose point is a
@@ -65,10 +65,14 @@ def loopx_here(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     saved_log = (loopx.log._configured, loopx.log._pending)
     structlog = sys.modules.get("structlog")
     saved_structlog = structlog.get_config() if structlog else None
+    saved_cwd = os.getcwd()
     try:
+        if cwd is not None:
+            os.chdir(cwd)
         with redirect_stdout(out), redirect_stderr(err):
             code = main(argv)
     finally:
+        os.chdir(saved_cwd)
         os.environ.update(saved_env)
         loopx.log._configured, loopx.log._pending = saved_log
         if saved_structlog is not None:
