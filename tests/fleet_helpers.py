@@ -89,8 +89,27 @@ def start_supervisor(
         out.close()
 
 
+def _alive(proc: psutil.Process) -> bool:
+    # A process found a moment ago may have exited and been reaped since: not a leftover.
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def leftovers(root: Path) -> list[psutil.Process]:
-    return [p for p in fleet_processes(root) if p.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in fleet_processes(root) if _alive(p)]
+
+
+def running_program(root: Path, needle: str) -> bool:
+    """Whether a live process of this root's fleet has ``needle`` in its command line."""
+    for proc in leftovers(root):
+        try:
+            if needle in " ".join(proc.cmdline()):
+                return True
+        except psutil.NoSuchProcess:  # exited since the scan
+            continue
+    return False
 
 
 def kill_everything(root: Path, *procs: subprocess.Popen[bytes]) -> None:
@@ -208,4 +227,4 @@ def host_running(root: Path, goal_id: str) -> bool:
     """Whether a turn of ``goal_id`` is in progress with its demo host alive."""
     return any(
         j["status"] == "in_progress" and j["attempt"] >= 1 for j in journals(root, goal_id)
-    ) and any("loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root))
+    ) and running_program(root, "loopx.agents.demo")
