@@ -45,7 +45,7 @@ def leftovers(root: Path) -> list[psutil.Process]:
     return out
 
 
-def wait_no_leftovers(root: Path, timeout: float = 10.0) -> None:
+def wait_no_leftovers(root: Path, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while (left := leftovers(root)) and time.monotonic() < deadline:
         time.sleep(0.05)
