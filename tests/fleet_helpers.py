@@ -89,16 +89,21 @@ def start_supervisor(
         out.close()
 
 
-def _alive(proc: psutil.Process) -> bool:
-    # A process found a moment ago may have exited and been reaped since: not a leftover.
+def alive(proc: psutil.Process | int) -> bool:
+    """Whether a process (or pid) runs and is not a zombie.
+
+    False once it is gone, also when it exits between two psutil calls (a
+    process found a moment ago may have exited and been reaped since).
+    """
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        p = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
 
 def leftovers(root: Path) -> list[psutil.Process]:
-    return [p for p in fleet_processes(root) if _alive(p)]
+    return [p for p in fleet_processes(root) if alive(p)]
 
 
 def running_program(root: Path, needle: str) -> bool:

@@ -16,6 +16,7 @@ from loopx.agents.hostrun import Limits, run_host
 from loopx.errors import LeaseLostError
 from loopx.process import find_by_env
 from loopx.turn.failures import FailureReason
+from tests.fleet_helpers import alive
 
 KEY = "g-t000001-e1"
 
@@ -127,7 +128,7 @@ def test_timeout_kills_a_setsid_grandchild_that_ignores_sigterm(tmp_path):
     assert time.monotonic() - started < 60  # the host's --hang: it was killed, not waited for
     pid = int((tmp_path / ".loopx-demo" / "grandchild.pid").read_text())
     deadline = time.monotonic() + 30
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+    while alive(pid):
         assert time.monotonic() < deadline, "grandchild survived"
         time.sleep(0.02)
     assert find_by_env(str(tmp_path), {environ.TURN_KEY: KEY}) == []
@@ -199,6 +200,6 @@ def test_descendants_left_after_exit_are_killed(tmp_path):
     assert run.exit_code == 0
     pid = int((tmp_path / "child.pid").read_text())
     deadline = time.monotonic() + 30
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+    while alive(pid):
         assert time.monotonic() < deadline, "child survived its host"
         time.sleep(0.02)
