@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import psutil
 
 from loopx.supervisor.process import fleet_processes
+from tests.turnkit import loopx_here
 
 T = TypeVar("T")
 
@@ -76,7 +77,7 @@ def start_supervisor(
     root: Path, *args: str, log: Path | None = None, **env: str
 ) -> subprocess.Popen[bytes]:
     if not (root / "registry.json").exists():  # as the unit's ExecStartPre does
-        assert cli(root, "init").returncode == 0
+        assert loopx_here(root, "init").returncode == 0
     out = open(log or root.parent / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
@@ -154,8 +155,9 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
     """Register a goal served by the demo host with ``demo_args``."""
     import shlex
 
+    # Set-up, not what is tested: the CLI runs in this process.
     if not (root / "registry.json").exists():
-        assert cli(root, "init").returncode == 0
+        assert loopx_here(root, "init").returncode == 0
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         "goal",
@@ -172,7 +174,7 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
         args += ["--host=" + shlex.join(demo_args)]
     for flag, value in quota.items():
         args += ["--" + flag.replace("_", "-"), value]
-    done = cli(root, *args)
+    done = loopx_here(root, *args)
     assert done.returncode == 0, done.stderr
 
 
