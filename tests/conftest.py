@@ -28,11 +28,20 @@ def layout(root: Path) -> Layout:
 
 
 class Cli:
-    """Runs `python -m loopx` as a real subprocess against one root."""
+    """Runs `python -m loopx` as a real subprocess against one root.
 
-    def __init__(self, root: Path, cwd: Path) -> None:
+    ``in_process()`` gives one that calls the CLI's ``main`` in this process
+    instead (for modules whose tests are about what commands print and
+    decide); a call with LOOPX_* variables still starts a real process.
+    """
+
+    def __init__(self, root: Path, cwd: Path, *, here: bool = False) -> None:
         self.root = root
         self.cwd = cwd
+        self.here = here
+
+    def in_process(self) -> Cli:
+        return Cli(self.root, self.cwd, here=True)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
@@ -42,7 +51,19 @@ class Cli:
     def run(
         self, *args: str, check: bool = False, timeout: float = 60, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
+        if self.here and not env:
+            from tests.turnkit import loopx_here
+
+            proc = loopx_here(self.root, *args, cwd=self.cwd)
+        else:
+            proc = self._spawn(*args, timeout=timeout, **env)
+        if check and proc.returncode != 0:
+            msg = f"loopx {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
+            raise AssertionError(msg)
+        return proc
+
+    def _spawn(self, *args: str, timeout: float, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, "-m", "loopx", "--root", str(self.root), *args],
             capture_output=True,
             text=True,
@@ -51,10 +72,6 @@ class Cli:
             timeout=timeout,
             check=False,
         )
-        if check and proc.returncode != 0:
-            msg = f"loopx {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
-            raise AssertionError(msg)
-        return proc
 
     def json(self, *args: str, **env: str) -> Any:
         return json.loads(self.run(*args, "--json", check=True, **env).stdout)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import psutil
 
 from loopx.supervisor.process import fleet_processes
+from tests.turnkit import loopx_here
 
 T = TypeVar("T")
 
@@ -76,7 +77,7 @@ def start_supervisor(
     root: Path, *args: str, log: Path | None = None, **env: str
 ) -> subprocess.Popen[bytes]:
     if not (root / "registry.json").exists():  # as the unit's ExecStartPre does
-        assert cli(root, "init").returncode == 0
+        assert loopx_here(root, "init").returncode == 0
     out = open(log or root.parent / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         return subprocess.Popen(
@@ -89,8 +90,32 @@ def start_supervisor(
         out.close()
 
 
+def alive(proc: psutil.Process | int) -> bool:
+    """Whether a process (or pid) runs and is not a zombie.
+
+    False once it is gone, also when it exits between two psutil calls (a
+    process found a moment ago may have exited and been reaped since).
+    """
+    try:
+        p = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def leftovers(root: Path) -> list[psutil.Process]:
-    return [p for p in fleet_processes(root) if p.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in fleet_processes(root) if alive(p)]
+
+
+def running_program(root: Path, needle: str) -> bool:
+    """Whether a live process of this root's fleet has ``needle`` in its command line."""
+    for proc in leftovers(root):
+        try:
+            if needle in " ".join(proc.cmdline()):
+                return True
+        except psutil.NoSuchProcess:  # exited since the scan
+            continue
+    return False
 
 
 def kill_everything(root: Path, *procs: subprocess.Popen[bytes]) -> None:
@@ -130,8 +155,9 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
     """Register a goal served by the demo host with ``demo_args``."""
     import shlex
 
+    # Set-up, not what is tested: the CLI runs in this process.
     if not (root / "registry.json").exists():
-        assert cli(root, "init").returncode == 0
+        assert loopx_here(root, "init").returncode == 0
     workdir.mkdir(parents=True, exist_ok=True)
     args = [
         "goal",
@@ -148,7 +174,7 @@ def add_demo_goal(root: Path, goal_id: str, workdir: Path, *demo_args: str, **qu
         args += ["--host=" + shlex.join(demo_args)]
     for flag, value in quota.items():
         args += ["--" + flag.replace("_", "-"), value]
-    done = cli(root, *args)
+    done = loopx_here(root, *args)
     assert done.returncode == 0, done.stderr
 
 
@@ -208,4 +234,4 @@ def host_running(root: Path, goal_id: str) -> bool:
     """Whether a turn of ``goal_id`` is in progress with its demo host alive."""
     return any(
         j["status"] == "in_progress" and j["attempt"] >= 1 for j in journals(root, goal_id)
-    ) and any("loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root))
+    ) and running_program(root, "loopx.agents.demo")

@@ -11,7 +11,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.fleet_helpers import add_demo_goal, clean_env, cli, journals, leftovers, wait_for
+from tests.fleet_helpers import (
+    add_demo_goal,
+    clean_env,
+    cli,
+    journals,
+    leftovers,
+    running_program,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,7 +94,7 @@ def test_sigterm_mid_turn_stops_the_host_and_exits_0(root: Path, tmp_path: Path)
     try:
         wait_for(
             "the host",
-            lambda: any("loopx.agents.demo" in " ".join(p.cmdline()) for p in leftovers(root)),
+            lambda: running_program(root, "loopx.agents.demo"),
         )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -22,6 +22,13 @@ from loopx.root import Layout
 from loopx.turn.protocol import Envelope
 from tests.conftest import Cli
 
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
+
+
 SURFACE = Path(__file__).resolve().parent / "api_surface.txt"
 
 

@@ -14,6 +14,13 @@ from loopx.registry.catalog import load_registry
 from loopx.registry.goals import set_status
 from loopx.registry.model import GoalStatus
 from loopx.testing.status_fixtures import register_goals, seed_goal, write_lease
+from tests.conftest import Cli
+
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
 
 
 def only_policy_left(layout, goal_id: str) -> bool:

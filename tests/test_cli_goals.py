@@ -7,12 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Cli
+
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
 
 
 def test_init_creates_a_private_root_and_registry(tmp_path: Path) -> None:
     """`loopx init` makes the root and an empty registry; running it again changes nothing."""
-    cli = Cli(tmp_path / "fresh", tmp_path)
+    cli = Cli(tmp_path / "fresh", tmp_path, here=True)
     first = cli.json("init")
     assert first["registry_created"] is True
     assert cli.json("init")["registry_created"] is False
@@ -142,6 +150,7 @@ def test_user_errors_are_one_line_with_a_hint_and_no_traceback(cli: Cli) -> None
 
 def test_a_damaged_registry_is_reported_and_never_overwritten(cli: Cli) -> None:
     """A registry that is not JSON, or not the schema, is named and left byte for byte."""
+    cli = Cli(cli.root, cli.cwd)  # fresh processes: one checks registry.json once
     cli.run("init", check=True)
     registry = cli.root / "registry.json"
     for damage in (
@@ -176,8 +185,10 @@ def test_schemas_print(cli: Cli) -> None:
         assert "schema_version" in schema["properties"]
 
 
-def test_twenty_concurrent_goal_adds_lose_nothing(cli: Cli) -> None:
-    """Twenty processes adding goals at once on one root: all twenty are registered."""
+def test_concurrent_goal_adds_lose_nothing(cli: Cli) -> None:
+    """Ten processes adding goals at once on one root: all ten are registered."""
+    # On 2 cores the imports serialise the processes: ten arrive at the registry lock as
+    # densely as twenty did, in half the time.
     cli.run("init", check=True)
     procs = [
         subprocess.Popen(
@@ -198,13 +209,13 @@ def test_twenty_concurrent_goal_adds_lose_nothing(cli: Cli) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        for i in range(20)
+        for i in range(10)
     ]
     outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0] * 20, [err for _, err in outs]
+    assert [p.returncode for p in procs] == [0] * 10, [err for _, err in outs]
     goals = cli.json("goal", "list")["goals"]
-    assert sorted(g["id"] for g in goals) == sorted(f"g{i}" for i in range(20))
-    for i in range(20):
+    assert sorted(g["id"] for g in goals) == sorted(f"g{i}" for i in range(10))
+    for i in range(10):
         assert (cli.root / "goals" / f"g{i}" / "state.json").exists()
 
 

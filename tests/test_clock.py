@@ -19,7 +19,7 @@ import pytest
 
 from loopx.clock import MAX_SKEW_S, skew
 from loopx.model import utcnow
-from tests.turnkit import cli_env, demo_goal, loopx, make_root
+from tests.turnkit import cli_env, demo_goal, loopx_here, make_root
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -56,7 +56,7 @@ def test_a_turn_a_day_ahead_waits_what_its_result_asked(tmp_path: Path) -> None:
     state = json.loads((layout.goal_dir("g") / "state.json").read_text())
     eligible = datetime.fromisoformat(state["next_eligible_at"])
     assert before + timedelta(seconds=55) <= eligible <= utcnow() + timedelta(seconds=60 + 10)
-    decision = json.loads(loopx(layout.root, "quota", "should-run", "g", "--json").stdout)
+    decision = json.loads(loopx_here(layout.root, "quota", "should-run", "g", "--json").stdout)
     assert decision["reason"] != "window_exhausted", decision
     assert os.environ.get("FAKETIME") is None  # this process was never offset
 
@@ -72,12 +72,12 @@ def test_doctor_flags_a_future_dated_state_and_repair_clamps_it(tmp_path: Path) 
         "next_eligible_at": (ahead + timedelta(seconds=60)).isoformat(),
     }
     (layout.goal_dir("g") / "state.json").write_text(json.dumps(state))
-    report = json.loads(loopx(layout.root, "doctor", "--json").stdout)
+    report = json.loads(loopx_here(layout.root, "doctor", "--json").stdout)
     assert "future_dated" in {f["code"] for f in report["findings"]}
-    repaired = loopx(layout.root, "doctor", "--repair")
+    repaired = loopx_here(layout.root, "doctor", "--repair")
     assert "repaired:" in repaired.stdout, repaired.stderr
     after = json.loads((layout.goal_dir("g") / "state.json").read_text())
     eligible = datetime.fromisoformat(after["next_eligible_at"])
     assert eligible <= utcnow() + timedelta(seconds=61)
-    report = json.loads(loopx(layout.root, "doctor", "--json").stdout)
+    report = json.loads(loopx_here(layout.root, "doctor", "--json").stdout)
     assert "future_dated" not in {f["code"] for f in report["findings"]}

@@ -72,9 +72,11 @@ def _assert_gone(pid_file: Path) -> None:
     if not pid_file.exists():
         return  # killed before it got as far as writing its pid
     pid = int(pid_file.read_text() or 0)
-    if pid and psutil.pid_exists(pid):
-        proc = psutil.Process(pid)
-        assert proc.cmdline() != ["sleep", "61.5"], f"daemon {pid} outlived its turn"
+    try:
+        cmdline = psutil.Process(pid).cmdline() if pid else []
+    except psutil.NoSuchProcess:  # gone, or dead and not reaped yet (a zombie has no cmdline)
+        return
+    assert cmdline != ["sleep", "61.5"], f"daemon {pid} outlived its turn"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the subreaper is Linux's")
@@ -95,7 +97,7 @@ def test_a_python_daemon_with_a_scrubbed_environment_is_killed(tmp_path: Path) -
     for _ in range(5):
         _run(tmp_path, [sys.executable, "-c", PY_DAEMON])
         _assert_gone(tmp_path / "daemon.py.pid")
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a loaded machine may take a while to schedule the kills
     while _sleepers():
         assert time.monotonic() < deadline, "a daemon survived"
         time.sleep(0.02)

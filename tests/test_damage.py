@@ -22,7 +22,7 @@ import pytest
 from loopx.agents.turn import run_one_turn
 from loopx.root import Layout
 from loopx.turn.journal import journal_files
-from tests.turnkit import demo_goal, loopx, make_root
+from tests.turnkit import demo_goal, loopx, loopx_here, make_root
 
 TARGETS = ("state", "journal", "history", "quota", "registry")
 MODES = ("truncate", "zero")
@@ -68,7 +68,7 @@ def durable_hashes(layout: Layout, *, skip: Path | None = None) -> dict[str, str
 
 
 def doctor(root: Path) -> tuple[int, dict[str, Any]]:
-    done = loopx(root, "doctor", "--json")
+    done = loopx_here(root, "doctor", "--json")
     assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -83,7 +83,7 @@ def follow_repairs(root: Path, report: dict[str, Any], registry_backup: bytes) -
             continue
         words = shlex.split(finding["repair"].split("  (")[0])
         if words[:1] == ["loopx"]:
-            done = loopx(root, *words[1:])
+            done = loopx_here(root, *words[1:])
             assert "Traceback" not in done.stderr, done.stderr
         elif words[:1] == ["rm"]:
             for name in words[1:]:
@@ -119,13 +119,14 @@ def test_damage_is_reported_contained_and_repairable(
     named = [f for f in report["findings"] if f["path"] == str(path) and f["severity"] == "error"]
     assert named, report["findings"]
     assert all(f["repair"] for f in named)
-    verify = loopx(layout.root, "replay", "g", "--verify", "--json")
+    verify = loopx_here(layout.root, "replay", "g", "--verify", "--json")
     assert "Traceback" not in verify.stderr, verify.stderr
     if target != "registry":
         assert verify.returncode == 1
     assert durable_hashes(layout, skip=path) == before
 
-    # A turn on the damaged goal: a clear error or a quarantine, and the other goal untouched.
+    # A turn on the damaged goal (a real process): a clear error or a quarantine, and the other
+    # goal untouched. doctor, replay and the repairs run in this process: their output is the point.
     bystander = {k: v for k, v in before.items() if k.startswith("goals/h/")}
     turn = loopx(layout.root, "turn", "run-once", "g", "--json")
     assert "Traceback" not in turn.stderr, turn.stderr
@@ -142,7 +143,7 @@ def test_damage_is_reported_contained_and_repairable(
             break
         follow_repairs(layout.root, report, registry_backup)
     assert code == 0, report["findings"]
-    assert loopx(layout.root, "replay", "h", "--verify").returncode == 0
+    assert loopx_here(layout.root, "replay", "h", "--verify").returncode == 0
 
 
 def test_damaged_journal_is_quarantined_by_recover(tmp_path: Path) -> None:

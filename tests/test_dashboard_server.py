@@ -296,7 +296,9 @@ def test_trickling_headers_are_cut_at_the_request_deadline(server):
     finally:
         sock.close()
     assert closed_at is not None, "the server kept a trickling client past 18 s"
-    assert closed_at - started < 6.0
+    # Cut near the 2 s deadline (slack for a loaded machine), long before the 18 s a
+    # per-read timeout would have allowed.
+    assert closed_at - started < 12.0
 
 
 def test_slow_body_is_cut_at_the_request_deadline(server, layout):
@@ -314,7 +316,7 @@ def test_slow_body_is_cut_at_the_request_deadline(server, layout):
         assert sock.recv(1024) == b""  # closed without a reply once the deadline passed
     finally:
         sock.close()
-    assert time.monotonic() - started < 6.0
+    assert time.monotonic() - started < 9.0  # the 2 s deadline, with slack for a loaded machine
     assert load_state(layout, "goal-00000").gates[0].answer is None
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from loopx.turn.journal import PHASES
-from tests.turnkit import demo_goal, demo_runs, durable_snapshot, loopx, make_root
+from tests.turnkit import demo_goal, demo_runs, durable_snapshot, loopx, loopx_here, make_root
 
 POINTS = [f"{edge}:{phase}" for phase in PHASES for edge in ("before", "after")]
 POINTS[2 * 3 + 1 : 2 * 3 + 1] = ["writeback:run_json", "writeback:run_md", "writeback:history"]
@@ -23,6 +23,8 @@ def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     return durable_snapshot(layout, "g", base / "wd")
 
 
+# The crashes are real processes (os._exit at the fault point); `loopx recover` without a
+# fault runs in this process, its report being the point.
 def _crash_and_recover(tmp_path: Path, point: str) -> tuple[Path, Path]:
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "wd")
@@ -36,7 +38,7 @@ def _crash_and_recover(tmp_path: Path, point: str) -> tuple[Path, Path]:
 def test_recovery_after_crash_matches_undisturbed_run(tmp_path, point, undisturbed):
     """A turn killed at `point`, then `loopx recover`, gives the undisturbed files."""
     root, wd = _crash_and_recover(tmp_path, point)
-    recovered = loopx(root, "recover", "--json")
+    recovered = loopx_here(root, "recover", "--json")
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     if point not in HOST_DONE:
         # The host never finished: recovery leaves the retry to the next claim.
@@ -62,8 +64,8 @@ def test_crash_during_recovery_then_recover_again(tmp_path, first, second, undis
     root, wd = _crash_and_recover(tmp_path, first)
     again = loopx(root, "recover", LOOPX_FAULT=second)
     assert again.returncode == 137, again.stderr
-    assert loopx(root, "recover").returncode == 0
-    assert loopx(root, "recover").returncode == 0  # idempotent: nothing more to do
+    assert loopx_here(root, "recover").returncode == 0
+    assert loopx_here(root, "recover").returncode == 0  # idempotent: nothing more to do
     assert durable_snapshot(make_root(root), "g", wd) == undisturbed
     assert len(demo_runs(wd)) == 1
 
@@ -71,9 +73,9 @@ def test_crash_during_recovery_then_recover_again(tmp_path, first, second, undis
 def test_host_interrupted_twice_ends_failed(tmp_path):
     """A host killed on both attempts ends the turn failed with host_interrupted."""
     root, wd = _crash_and_recover(tmp_path, "before:host_execute")
-    assert loopx(root, "recover").returncode == 0
+    assert loopx_here(root, "recover").returncode == 0
     assert loopx(root, "turn", "run-once", "g", LOOPX_FAULT="before:host_execute").returncode == 137
-    report = loopx(root, "recover", "--json")
+    report = loopx_here(root, "recover", "--json")
     assert '"decision": "fail"' in report.stdout
     history = (root / "goals" / "g" / "history.jsonl").read_text()
     assert '"failure":"host_interrupted"' in history

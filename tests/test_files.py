@@ -17,7 +17,7 @@ import pytest
 from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
 from loopx.model import Record
 from loopx.storage.files import atomic_write_bytes, exclusive_create, read_bytes
-from loopx.storage.jsonl import append_record, iter_jsonl, read_records
+from loopx.storage.jsonl import DEDUP_SCAN_RECORDS, append_record, iter_jsonl, read_records
 from loopx.storage.locks import locked
 
 
@@ -85,39 +85,60 @@ class Rec(Record):
     writer: int
     n: int
     pad: str = ""
-path, writer, start = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-for n in range(start, start + 400):
+path, writer, start, stop = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+for n in range(start, stop):
     append_record(path, Rec(turn_key=f"w{writer}-{n}", writer=writer, n=n, pad="x" * (n % 97) * 50))
 """
+STEADY_RECORDS = 80  # per steady writer
+VICTIM_RECORDS = 300
+
+
+def _written(ledger: Path, writer: int) -> list[int]:
+    return [r.n for r in read_records(ledger, Rec) if r.writer == writer]
 
 
 def test_concurrent_appends_never_interleave_and_replays_are_skipped(tmp_path: Path) -> None:
-    """Four appenders, one SIGKILLed and restarted, give whole unique lines in each writer's order."""
+    """Four appenders, one SIGKILLed mid-append and restarted, give whole unique lines in order.
+
+    A restarted writer replays the record it may have been appending (as a turn
+    does); the dedup scan looks back DEDUP_SCAN_RECORDS lines, which the steady
+    writers' records alone can never push a replayed record past, whatever the
+    scheduling.
+    """
+    assert 3 * STEADY_RECORDS < DEDUP_SCAN_RECORDS
     ledger = tmp_path / "ledger.jsonl"
-    steady = [_spawn(APPENDER, str(ledger), str(w), "0") for w in range(3)]
+    rng = random.Random(11)
+    steady = [_spawn(APPENDER, str(ledger), str(w), "0", str(STEADY_RECORDS)) for w in range(3)]
+    victim = None
     try:
-        victim_start = 0
-        for _ in range(5):
-            victim = _spawn(APPENDER, str(ledger), "9", str(victim_start))
-            time.sleep(random.uniform(0.02, 0.15))
+        start = 0
+        for _ in range(3):
+            victim = _spawn(APPENDER, str(ledger), "9", str(start), str(VICTIM_RECORDS))
+            # Kill it mid-run: after it appended a few more records (not before it started).
+            goal = min(start + rng.randint(2, 30), VICTIM_RECORDS - 1)
+            _wait_for(lambda goal=goal: len(_written(ledger, 9)) >= goal, timeout=60)
             victim.send_signal(signal.SIGKILL)
             victim.wait()
-        # The restarted writer replays from 0: every record already written is skipped.
-        final = _spawn(APPENDER, str(ledger), "9", "0")
-        assert final.wait(timeout=120) == 0
+            start = max(_written(ledger, 9))  # replay the newest record, and go on
+        victim = _spawn(APPENDER, str(ledger), "9", str(start), str(VICTIM_RECORDS))
+        assert victim.wait(timeout=120) == 0
         for p in steady:
             assert p.wait(timeout=120) == 0
     finally:
-        for p in [*steady]:
+        for p in [*steady, *([victim] if victim else [])]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     records = read_records(ledger, Rec)
     keys = [r.turn_key for r in records]
     assert len(keys) == len(set(keys)), "a replayed append was written twice"
-    for writer in (0, 1, 2, 9):
-        ns = [r.n for r in records if r.writer == writer]
-        assert sorted(ns) == list(range(400)), f"writer {writer} lost or reordered records"
+    for writer, count in ((0, STEADY_RECORDS), (1, STEADY_RECORDS), (2, STEADY_RECORDS)):
+        assert [r.n for r in records if r.writer == writer] == list(range(count)), (
+            f"writer {writer} lost or reordered records"
+        )
+    assert [r.n for r in records if r.writer == 9] == list(range(VICTIM_RECORDS)), (
+        "the killed writer lost or reordered records"
+    )
 
 
 def test_a_torn_last_line_is_ignored_by_readers_and_cut_by_the_next_append(tmp_path: Path) -> None:
@@ -152,7 +173,7 @@ print("won" if exclusive_create(path, me.encode()) else "lost")
 
 def test_exactly_one_exclusive_creator_wins(tmp_path: Path) -> None:
     """Ten processes racing to create one file: one winner, whose bytes are the file."""
-    for round_ in range(5):
+    for round_ in range(3):
         target = tmp_path / f"lease-{round_}.json"
         go = time.time() + 0.5
         procs = [

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Cli
+
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
 
 
 def write_lines(path: Path, entries: list[dict[str, object]]) -> Path:
@@ -31,7 +39,7 @@ def test_goal_list_output_round_trips(cli: Cli, tmp_path: Path) -> None:
     cli.run("goal", "add", "b", "--objective", "y", "--quota-compute", "0.5", check=True)
     listed = cli.json("goal", "list")["goals"]
     source = write_lines(tmp_path / "export.jsonl", listed)
-    other = Cli(tmp_path / "other", cli.cwd)
+    other = Cli(tmp_path / "other", cli.cwd, here=True)
     other.run("init", check=True)
     assert other.json("goal", "import", str(source))["added"] == 2
     assert other.json("goal", "list")["goals"] == listed

@@ -16,6 +16,7 @@ from loopx.agents.hostrun import Limits, run_host
 from loopx.errors import LeaseLostError
 from loopx.process import find_by_env
 from loopx.turn.failures import FailureReason
+from tests.fleet_helpers import alive
 
 KEY = "g-t000001-e1"
 
@@ -124,10 +125,10 @@ def test_timeout_kills_a_setsid_grandchild_that_ignores_sigterm(tmp_path):
     started = time.monotonic()
     run = _run(tmp_path, argv, limits=Limits(timeout_s=1.0, kill_grace_s=0.3))
     assert run.killed is FailureReason.TURN_TIMEOUT
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # the host's --hang: it was killed, not waited for
     pid = int((tmp_path / ".loopx-demo" / "grandchild.pid").read_text())
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+    deadline = time.monotonic() + 30
+    while alive(pid):
         assert time.monotonic() < deadline, "grandchild survived"
         time.sleep(0.02)
     assert find_by_env(str(tmp_path), {environ.TURN_KEY: KEY}) == []
@@ -198,7 +199,7 @@ def test_descendants_left_after_exit_are_killed(tmp_path):
     run = _run(tmp_path, _py(code))
     assert run.exit_code == 0
     pid = int((tmp_path / "child.pid").read_text())
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+    deadline = time.monotonic() + 30
+    while alive(pid):
         assert time.monotonic() < deadline, "child survived its host"
         time.sleep(0.02)

@@ -92,7 +92,7 @@ def test_stale_fence_refuses_and_renew_fails(tmp_path):
 
 
 _RACER = """
-import os, sys
+import os, sys, time
 from pathlib import Path
 from loopx.turn.lease import claim, fence_of, release
 from loopx.model import utcnow
@@ -101,9 +101,11 @@ layout = Layout.at(Path(sys.argv[1])); me = sys.argv[2]; go = Path(sys.argv[3])
 while not go.exists():
     pass
 marker = layout.root / "running"
-claims = clashes = attempts = 0
-while claims < 250 and attempts < 100_000:  # bounded: a livelock fails the test, never hangs
-    attempts += 1
+claims = clashes = 0
+# Bounded by time, not by attempts: how many attempts fail while the other holds the
+# lease depends on scheduling. A livelock fails the test (claims < 250), never hangs it.
+deadline = time.monotonic() + 90
+while claims < 250 and time.monotonic() < deadline:
     lease = claim(layout, "g", agent_id=me, now=utcnow()).lease
     if lease is None:
         continue
@@ -156,6 +158,31 @@ def _wait(predicate, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def _holds_a_lock(pid: int) -> bool:
+    """Whether ``pid`` holds a file lock right now (per /proc/locks)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.replace("->", "").split()
+        if len(fields) > 4 and fields[4] == str(pid):
+            return True
+    return False
+
+
+def _freeze_outside_locks(pid: int) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no file lock.
+
+    Frozen inside a lease renewal (a few ms under the goal's lock, every
+    ttl/3), it would block the taker on that lock instead of losing the lease,
+    which is not the case under test.
+    """
+    for _ in range(200):
+        os.kill(pid, signal.SIGSTOP)
+        if not _holds_a_lock(pid):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    pytest.fail(f"process {pid} always held a lock")
+
+
 def _files(goal_dir: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(goal_dir)): p.read_bytes()
@@ -180,7 +207,7 @@ def test_frozen_holder_taken_over_writes_nothing_after_sigcont(tmp_path):
     )
     try:
         _wait(lambda: len(demo_runs(wd)) == 1, 30, "the first host to start")
-        os.kill(holder.pid, signal.SIGSTOP)
+        _freeze_outside_locks(holder.pid)
         lease = read_lease(layout, "g")
         assert lease is not None and lease.agent_id == "frozen"
         free_at = lease.expires_at + timedelta(seconds=0.4)

@@ -50,7 +50,10 @@ HOST = (
     "import os, sys, time\n"
     "print('compiling step 1', flush=True)\n"
     "print('using key', os.environ['MY_API_TOKEN'], flush=True)\n"
-    "time.sleep(4)\n"
+    # Runs until the test has seen its output (a fixed sleep could end first on a loaded machine).
+    "deadline = time.monotonic() + 120\n"
+    "while not os.path.exists(os.environ['LIVETAIL_GO']) and time.monotonic() < deadline:\n"
+    "    time.sleep(0.02)\n"
     "os.execv(sys.executable, [sys.executable, '-m', 'loopx.agents.demo'])\n"
 )
 
@@ -59,10 +62,11 @@ def test_running_host_output_is_served_live(layout, tmp_path):
     """While a real turn runs, /api/goals/<id>/live shows its output, redacted; then it is gone."""
     demo_goal(layout, "g", tmp_path / "work", sys.executable, "-c", HOST, kind=HostKind.COMMAND)
     server = make_server(layout, port=0)
+    go = tmp_path / "seen"
     for srv in running(server):
         proc = subprocess.Popen(
             [sys.executable, "-m", "loopx", "--root", str(layout.root), "turn", "run-once", "g"],
-            env=cli_env(MY_API_TOKEN=SECRET),
+            env=cli_env(MY_API_TOKEN=SECRET, LIVETAIL_GO=str(go)),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -78,6 +82,7 @@ def test_running_host_output_is_served_live(layout, tmp_path):
             assert "compiling step 1" in doc["text"]
             assert SECRET not in doc["text"]
             assert "[REDACTED]" in doc["text"]
+            go.touch()
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
         finally:

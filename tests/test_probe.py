@@ -9,6 +9,13 @@ from loopx.model import utcnow
 from loopx.status.cache import StatusCache
 from loopx.status.probe import run_probe
 from loopx.testing.status_fixtures import make_goal, register_goals
+from tests.conftest import Cli
+
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
 
 
 def probe_goal(layout, tmp_path, command: str | None):

@@ -15,6 +15,13 @@ from loopx.root import Layout
 from loopx.testing.status_fixtures import make_goal, register_goals
 from tests.conftest import Cli
 
+
+@pytest.fixture
+def cli(cli: Cli) -> Cli:
+    """What commands print and decide is the point here: the CLI runs in this process."""
+    return cli.in_process()
+
+
 MIGRATION_FAULTS = (
     "migrate:start",
     "migrate:backup_written",
@@ -48,6 +55,7 @@ def test_goal_add_writes_only_that_goals_file(cli: Cli) -> None:
 
 def test_goal_index_is_rebuilt_when_missing_or_damaged(cli: Cli) -> None:
     """`goal list` answers from the goal files when projections/goals.json is gone or garbage."""
+    cli = Cli(cli.root, cli.cwd)  # fresh processes: one process keeps its catalog in memory
     for g in ("a", "b", "c"):
         cli.run("goal", "add", g, "--objective", g, check=True)
     index = cli.root / "projections" / "goals.json"

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tests.fleet_helpers import (
+    alive,
     clean_env,
     cli,
     kill_everything,
@@ -44,7 +45,7 @@ def test_sigterm_stops_the_fleet_leaving_nothing(root: Path) -> None:
         started = time.monotonic()
         assert sigterm_and_wait(proc) == 0
         assert time.monotonic() - started < 15
-        assert not [a for a in agents if a.is_running() and a.status() != psutil.STATUS_ZOMBIE]
+        assert not [a for a in agents if alive(a)]
         assert leftovers(root) == []
         final = record(root)
         assert final is not None
@@ -125,7 +126,7 @@ def test_new_supervisor_reaps_a_sigkilled_supervisors_fleet(root: Path) -> None:
         second = start_supervisor(root, "--agents", "1")
         wait_for("the second fleet", lambda: running_record(root, second.pid, 1))
         stray.wait(timeout=10)  # reaped: SIGKILL after the grace
-        assert not [a for a in old_agents if a.is_running() and a.status() != psutil.STATUS_ZOMBIE]
+        assert not [a for a in old_agents if alive(a)]
         assert sigterm_and_wait(second) == 0
         assert leftovers(root) == []
     finally:
@@ -145,7 +146,7 @@ def test_sighup_scales_up_and_down(root: Path) -> None:
         wait_for("1 agent", lambda: running_record(root, proc.pid, 1))
         wait_for(
             "retired agents to exit",
-            lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in removed),
+            lambda: not any(alive(p) for p in removed),
         )
 
 
@@ -163,7 +164,7 @@ def test_stalled_heartbeat_is_killed_and_restarted(root: Path) -> None:
         slot = wait_for("the stalled agent replaced", replaced)
         assert slot["last_exit"]["kind"] == "stalled"
         assert slot["last_exit"]["detail"].startswith("heartbeat silent for")
-        assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+        assert not alive(old)
 
 
 def test_until_idle_with_nothing_to_do_exits_0(root: Path) -> None:
@@ -189,7 +190,7 @@ def test_start_status_stop_detached(root: Path) -> None:
         stopped = cli(root, "daemon", "stop", "--json")
         assert stopped.returncode == 0, stopped.stderr
         assert json.loads(stopped.stdout)["supervisor"]["state"] == "stopped"
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert not alive(pid)
         assert leftovers(root) == []
     finally:
         rec = record(root)

@@ -27,7 +27,7 @@ from tests.fleet_helpers import (
     start_supervisor,
     wait_for,
 )
-from tests.turnkit import demo_runs
+from tests.turnkit import demo_runs, loopx_here
 
 GOALS = ("a", "b")
 
@@ -98,7 +98,9 @@ def run_through_a_full_disk(tmp_path: Path, *, full_s: float, steps: int) -> Non
                 doc = wait_for(
                     "status to say degraded",
                     lambda: (
-                        (d := json.loads(cli(root, "status", "--json").stdout))["fleet"]["degraded"]
+                        (d := json.loads(loopx_here(root, "status", "--json").stdout))["fleet"][
+                            "degraded"
+                        ]
                         and d
                     ),
                 )
@@ -128,9 +130,9 @@ def run_through_a_full_disk(tmp_path: Path, *, full_s: float, steps: int) -> Non
             ledger = (root / "goals" / goal / "quota.jsonl").read_text().splitlines()
             charged = [json.loads(x)["turn_key"] for x in ledger]
             assert sorted(charged) == sorted(keys), f"{goal}: charged {charged}, ran {keys}"
-            state = json.loads(cli(root, "goal", "show", goal, "--json").stdout)
+            state = json.loads(loopx_here(root, "goal", "show", goal, "--json").stdout)
             assert state["goal"]["status"] == "done", state["goal"]
-        assert json.loads(cli(root, "status", "--json").stdout)["fleet"]["degraded"] is None
+        assert json.loads(loopx_here(root, "status", "--json").stdout)["fleet"]["degraded"] is None
 
 
 def test_a_fleet_weathers_a_disk_that_fills_and_frees(tmp_path: Path) -> None:

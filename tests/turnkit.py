@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,45 @@ def cli_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     env.update(extra)
     return env
+
+
+def loopx_here(root: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The `loopx` CLI's ``main`` called in this process, its output captured.
+
+    For tests of what a command prints or decides; a test whose point is a
+    process (a crash, a signal, a lock, a start-up) runs the real CLI with
+    :func:`loopx`. No LOOPX_* variable is seen, and the logging set-up the
+    command makes is undone afterwards, as if it had run in a child.
+    """
+    import loopx.log
+    from loopx.cli import main
+
+    argv = ["--root", str(root), *args]
+    # Text streams over bytes: some commands write bytes to sys.stdout.buffer.
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
+    saved_env = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("LOOPX_")}
+    saved_log = (loopx.log._configured, loopx.log._pending)
+    structlog = sys.modules.get("structlog")
+    saved_structlog = structlog.get_config() if structlog else None
+    saved_cwd = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.update(saved_env)
+        loopx.log._configured, loopx.log._pending = saved_log
+        if saved_structlog is not None:
+            sys.modules["structlog"].configure(**saved_structlog)
+        elif "structlog" in sys.modules:
+            sys.modules["structlog"].reset_defaults()
+    texts = []
+    for stream in (out, err):
+        stream.flush()
+        texts.append(stream.buffer.getvalue().decode())  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess(["loopx", *argv], code, stdout=texts[0], stderr=texts[1])
 
 
 def loopx(
