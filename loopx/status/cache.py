@@ -22,6 +22,7 @@ re-read, and then only the tail of their history.
 from __future__ import annotations
 
 import contextlib
+import gc
 import heapq
 import os
 import secrets
@@ -53,7 +54,6 @@ from loopx.status.refresh import (
     goals_to_reread,
     next_index,
     plan_scan,
-    policy_digest,
 )
 from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.sources import (
@@ -81,6 +81,7 @@ SHARD_DIR: Final = "status.d"
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 _LOCK_TIMEOUT_S: Final = 60.0
+_NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 
 log = get_logger(__name__)
 
@@ -197,7 +198,7 @@ class StatusCache:
         every goal's fingerprint on every refresh.
         """
         ensure_dir(self.layout.projections_dir)
-        with locked(self.layout.status_file, timeout=_LOCK_TIMEOUT_S):
+        with locked(self.layout.status_file, timeout=_LOCK_TIMEOUT_S), _collector_paused():
             reloaded = self.index is not None and not self._in_sync_with_disk()
             if self.index is None or reloaded:
                 self.load()
@@ -311,7 +312,7 @@ class StatusCache:
             self.active = {
                 g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
             }
-            removed, dirty = changed_in_registry(self.active, self.goals, registry_changed=False)
+            removed, dirty = changed_in_registry(self.active, self.goals)
         else:
             removed, dirty = changed_in_catalog(
                 self.active, self.goals, catalog=catalog.goals, changed=changed_ids
@@ -385,7 +386,7 @@ class StatusCache:
             absent=absent,
         )
         counts = (
-            HistoryCounts()
+            _NO_HISTORY
             if "history.jsonl" in absent
             else count_history(
                 layout.history_file(goal_id), previous.history if previous else HistoryCounts()
@@ -396,7 +397,6 @@ class StatusCache:
             goal_id,
             CachedGoal(
                 fingerprint=list(fp),
-                policy=policy_digest(goal),
                 view=view,
                 history=counts,
                 epoch=max(
@@ -473,6 +473,24 @@ def _cache_write() -> Iterator[None]:
         log.warning("status_cache_not_written", reason=reason)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector during a refresh.
+
+    A cold refresh allocates a few dozen objects per goal and frees almost
+    none until it ends, so the collector would rescan the growing heap again
+    and again: about a fifth of a cold refresh at 10,000 goals.
+    """
+    if not gc.isenabled():  # another thread's refresh paused it, or the embedding program
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def status_cache(layout: Layout) -> StatusCache:
     """The cache this process keeps for ``layout``'s root."""
     cache = _CACHES.get(layout.root)
@@ -542,10 +560,11 @@ def status_document(
     The snapshot (:mod:`loopx.status.snapshot`) lets the next warm CLI print
     the same bytes without loading the cache while nothing it shows changed.
     """
-    projection, key, index = _load_keyed(
-        layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
-    )
-    document = (projection.model_dump_json(indent=2) + "\n").encode()
+    with _collector_paused():
+        projection, key, index = _load_keyed(
+            layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
+        )
+        document = (projection.model_dump_json(indent=2) + "\n").encode()
     write_snapshot(
         layout, generation=index.generation, writer=index.writer, fleet=key, document=document
     )

@@ -60,6 +60,7 @@ FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must l
 HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive
 _OBJECTIVE_CHARS: Final = 200
 _SUMMARY_CHARS: Final = 500
+NO_SPEND: Final = SpendColumns()  # a goal that never ran has no bucket (frozen, so shared)
 
 
 _ACTOR_RANK: Final = {Actor.HUMAN: 0, Actor.AGENT: 1, Actor.NONE: 2}
@@ -96,7 +97,7 @@ class GoalInputs:
     state: GoalState | None = None
     lease: Lease | None = None
     history: Sequence[HistoryLine] = ()
-    spend: SpendColumns = field(default_factory=SpendColumns)
+    spend: SpendColumns = NO_SPEND
     quarantined: Sequence[str] = ()
     damage: Sequence[str] = ()
     probe: ProbeObservation | None = None

@@ -27,7 +27,13 @@ from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import HEARTBEAT_STALE_S, FleetLiveness, GoalInputs, fleet_view
+from loopx.status.projection import (
+    HEARTBEAT_STALE_S,
+    NO_SPEND,
+    FleetLiveness,
+    GoalInputs,
+    fleet_view,
+)
 from loopx.status.snapshot import FleetKey, ProcessCheck, fleet_files, stat_pair
 from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
@@ -162,7 +168,7 @@ def gather_goal(
     state: GoalState | None = None
     lease: Lease | None = None
     history: list[HistoryLine] = []
-    spend = SpendColumns()
+    spend: SpendColumns = NO_SPEND
     if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
         return GoalInputs(goal=goal, spend=spend, quarantined=quarantined, probe=probe)
     goal_dir = layout.goal_dir(goal.id)
