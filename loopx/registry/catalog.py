@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -117,9 +117,17 @@ class GoalCatalog:
     # --- refreshing ----------------------------------------------------------------------------
 
     def refresh(
-        self, *, now: datetime | None = None, verify_after_s: float = DEFAULT_VERIFY_S
+        self,
+        *,
+        now: datetime | None = None,
+        verify_after_s: float = DEFAULT_VERIFY_S,
+        verify: bool = True,
     ) -> set[str]:
         """Bring the catalog up to date with the goal files.
+
+        ``verify=False`` skips the check of every goal file (due every
+        ``verify_after_s``, or when hints were lost): for a caller that stats
+        every goal file itself next and hands what moved to :meth:`reread`.
 
         Returns:
             The ids of goals added, removed, or whose goal file changed, plus
@@ -138,7 +146,7 @@ class GoalCatalog:
         self.hints_lost = hinted is None
         goals_dir = str(self.layout.goals_dir)
         dir_fp = _stat_fp(goals_dir)
-        full = (
+        full = verify and (
             hinted is None
             or self._verified_at is None
             or (now - self._verified_at).total_seconds() >= verify_after_s
@@ -179,6 +187,16 @@ class GoalCatalog:
         if changed:
             self._view = None
         return changed
+
+    def moved(self, observed: Mapping[str, tuple[int, ...]]) -> list[str]:
+        """The goals whose goal file's ``(inode, mtime_ns, size)``, as a caller just saw it, differs.
+
+        A caller that stats every goal's directory anyway (the status cache's
+        full scan) hands these to :meth:`reread` instead of paying for a
+        verification of its own.
+        """
+        fps = self._fps
+        return [g for g, fp in observed.items() if fps.get(g, _ABSENT) != fp]
 
     def _list(self, goals_dir: str) -> set[str]:
         try:

@@ -229,7 +229,13 @@ class StatusCache:
     ) -> RefreshReport:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
-        removed, dirty = self._sync_goals(now)
+        # A full scan below stats every active goal's goal.json: the goal index need not too.
+        scan_all = (
+            force
+            or index is None
+            or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
+        )
+        removed, dirty = self._sync_goals(now, verify=not scan_all)
         goals = self.active
 
         hinted, cursor = read_hints(
@@ -250,6 +256,12 @@ class StatusCache:
         fingerprints = {
             g: self._fingerprint(os.path.join(goals_dir, g), exact=g in exact) for g in candidates
         }
+        if full and scan_all:
+            gone, moved = self._confirm_goal_files(fingerprints)
+            removed.extend(gone)
+            dirty = (dirty | moved).difference(gone)
+            for goal_id in gone:
+                fingerprints.pop(goal_id, None)
         if full and cursor.offset > HINT_LOG_MAX:
             cursor = reset_hints(layout)
         quarantine_before = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
@@ -297,16 +309,17 @@ class StatusCache:
             return goal_fingerprint(goal_dir)
         return self.memo.fingerprint(goal_dir, exact=exact)
 
-    def _sync_goals(self, now: datetime) -> tuple[list[str], set[str]]:
+    def _sync_goals(self, now: datetime, *, verify: bool) -> tuple[list[str], set[str]]:
         """Goals removed, and goals new or with a changed policy, from the goal index.
 
         O(changed goals) after this process's first refresh, which compares
         every goal once; a policy changed since the cache was written shows in
         the goal's fingerprint (``goal.json`` is part of it) through its hint
-        or the full scan.
+        or the full scan. Without ``verify`` the index is not checked against
+        every goal file (the caller's full scan does it: :meth:`_confirm_goal_files`).
         """
         catalog = goal_catalog(self.layout)
-        changed_ids = catalog.refresh(now=now)
+        changed_ids = catalog.refresh(now=now, verify=verify)
         if self.registry is None:
             self.registry = catalog.registry()
             self.active = {
@@ -317,6 +330,27 @@ class StatusCache:
             removed, dirty = changed_in_catalog(
                 self.active, self.goals, catalog=catalog.goals, changed=changed_ids
             )
+        for goal_id in removed:
+            self._drop(goal_id)
+        return removed, dirty
+
+    def _confirm_goal_files(
+        self, fingerprints: Mapping[str, Fingerprint]
+    ) -> tuple[list[str], set[str]]:
+        """Re-read the goal files whose fingerprint (its first three numbers) the goal index lacks.
+
+        Returns:
+            The goals gone or archived since, and those whose policy is new.
+        """
+        catalog = goal_catalog(self.layout)
+        # A goal whose directory is gone has the empty fingerprint: its goal file is missing too.
+        observed = {g: fp[:3] or (0, 0, -1) for g, fp in fingerprints.items()}
+        changed = catalog.reread(catalog.moved(observed))
+        if not changed:
+            return [], set()
+        removed, dirty = changed_in_catalog(
+            self.active, self.goals, catalog=catalog.goals, changed=changed
+        )
         for goal_id in removed:
             self._drop(goal_id)
         return removed, dirty
