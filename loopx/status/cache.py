@@ -51,6 +51,7 @@ from loopx.status.refresh import (
     StatusShard,
     changed_in_catalog,
     changed_in_registry,
+    full_scan_due,
     goals_to_reread,
     next_index,
     plan_scan,
@@ -230,11 +231,7 @@ class StatusCache:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
         # A full scan below stats every active goal's goal.json: the goal index need not too.
-        scan_all = (
-            force
-            or index is None
-            or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
-        )
+        scan_all = full_scan_due(index, now=now, full_scan_after_s=full_scan_after_s, force=force)
         removed, dirty = self._sync_goals(now, verify=not scan_all)
         goals = self.active
 

@@ -95,6 +95,13 @@ class SharedSources:
     hints: HintCursor
 
 
+def full_scan_due(
+    index: StatusIndex | None, *, now: datetime, full_scan_after_s: float, force: bool
+) -> bool:
+    """Whether this refresh scans every goal's fingerprint whatever the hints say."""
+    return force or index is None or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
+
+
 def plan_scan(
     index: StatusIndex | None,
     *,
@@ -111,11 +118,8 @@ def plan_scan(
     Without a full scan, the hinted goals and those that held a lease last
     time are read: every turn writes under a lease, and its release is a change.
     """
-    full = (
-        force
-        or index is None
-        or hinted is None
-        or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
+    full = hinted is None or full_scan_due(
+        index, now=now, full_scan_after_s=full_scan_after_s, force=force
     )
     if full:
         return True, set(goals)
