@@ -62,6 +62,11 @@ class GoalIndex(Record):
     goals: dict[str, IndexedGoal] = Field(default_factory=dict)
 
 
+def goal_file_fingerprint(layout: Layout, goal_id: str) -> Fingerprint:
+    """``(inode, mtime_ns, size)`` of a goal's file, as the index records it."""
+    return _stat_fp(os.path.join(str(layout.goals_dir), goal_id, GOAL_FILE))
+
+
 def _stat_fp(path: str) -> Fingerprint:
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -187,6 +192,21 @@ class GoalCatalog:
         if changed:
             self._view = None
         return changed
+
+    def adopt(self, written: Mapping[str, tuple[Goal, Fingerprint]]) -> None:
+        """Take goals this process just wrote, with their files' fingerprints, without reading them.
+
+        For a bulk writer (``goal import``): the refresh that follows finds
+        their hints and fingerprints it already has, instead of parsing every
+        file it wrote, and saves the index for the next command.
+        """
+        if not self._loaded:
+            self._load()
+        for goal_id, (goal, fp) in written.items():
+            self.goals[goal_id] = goal
+            self._fps[goal_id] = fp
+        if written:
+            self._view = None
 
     def moved(self, observed: Mapping[str, tuple[int, ...]]) -> list[str]:
         """The goals whose goal file's ``(inode, mtime_ns, size)``, as a caller just saw it, differs.
