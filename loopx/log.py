@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 
 _configured = False
 _pending: Callable[[], None] | None = None  # a configuration not applied yet (no event so far)
+_pending_level = 0  # that configuration's level: events below it need no structlog at all
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40}
+_LEVELS |= {"critical": 50, "fatal": 50}
+
+
+def _dropped(*_args: object, **_kw: object) -> None:
+    return None
 
 
 class _DeferredLogger:
@@ -34,6 +41,10 @@ class _DeferredLogger:
 
     def __getattr__(self, method: str) -> Any:  # noqa: ANN401 - whatever structlog's logger has
         if self._logger is None:
+            # A debug event under a warning-level configuration is filtered anyway; skipping
+            # it here keeps structlog (and rich) out of a command that never logs for real.
+            if _pending is not None and _LEVELS.get(method, 100) < _pending_level:
+                return _dropped
             import structlog  # noqa: PLC0415 - deferred on purpose (see the module docstring)
 
             _apply_pending()
@@ -85,10 +96,11 @@ def configure_logging(
     Context bound with ``structlog.contextvars.bind_contextvars`` (goal_id,
     agent_id, turn_key, epoch) is merged into every event.
     """
-    global _configured, _pending  # noqa: PLW0603 - configured once per process by design
+    global _configured, _pending, _pending_level  # noqa: PLW0603 - once per process by design
     if _configured and not force:
         return
     _configured = True
+    _pending_level = _LEVELS.get(level.lower(), 0)
     out = stream if stream is not None else sys.stderr
     secrets = secret_values(os.environ)
     _pending = functools.partial(_apply, stream=stream, out=out, level=level, secrets=secrets)

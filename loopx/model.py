@@ -27,7 +27,7 @@ class Record(BaseModel):
     Every file kind subclasses this and adds ``schema_version: Literal[N] = N``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
 
 # How far this process's clock runs ahead of the filesystem's, once measured

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,27 @@ def test_a_warm_should_run_imports_no_pydantic_psutil_or_structlog(tmp_path: Pat
         )  # fmt: skip
         assert proc.stderr.strip().splitlines()[-1] == "0 []", (flags, proc.stderr)
         assert proc.stdout.startswith("{" if flags else "yes (ok): ")
+
+
+def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: Path) -> None:
+    """A cold `status --json` logs only a debug event, filtered below warning without structlog."""
+    root = tmp_path / "root"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    for argv in (["init"], ["goal", "add", "g", "--objective", "x", "--host-kind", "demo"]):
+        subprocess.run(
+            [sys.executable, "-m", "loopx", "--root", str(root), *argv], check=True, env=env
+        )
+    heavy = ("structlog", "rich", "http.server", "loopx.supervisor")
+    code = (
+        "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('loopx', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({heavy!r})), file=sys.stderr)"
+    )
+    argv = ["--root", str(root), "status", "--json", "--clear-cache"]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["counts"]["total"] == 1
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,20 @@ def test_a_missing_workdir_or_program_names_its_line(cli: Cli, tmp_path: Path) -
     assert cli.json("goal", "list")["goals"] == []
     # --no-check registers them as they are, like `goal add --no-check`.
     assert cli.json("goal", "import", "--no-check", str(source))["added"] == 3
+
+
+def test_import_leaves_the_goal_index_current(cli: Cli, tmp_path: Path) -> None:
+    """The goal index holds every imported goal with its file's fingerprint when import ends.
+
+    So the next command loads the index instead of parsing every new goal file.
+    """
+    source = write_lines(
+        tmp_path / "goals.jsonl", [{"id": f"g{i}", "objective": "o"} for i in range(3)]
+    )
+    assert cli.json("goal", "import", str(source))["added"] == 3
+    index = json.loads((cli.root / "projections" / "goals.json").read_text())
+    assert sorted(index["goals"]) == ["g0", "g1", "g2"]
+    for goal_id, entry in index["goals"].items():
+        st = os.stat(cli.root / "goals" / goal_id / "goal.json")
+        assert entry["fp"] == [st.st_ino, st.st_mtime_ns, st.st_size]
+        assert entry["goal"]["objective"] == "o"

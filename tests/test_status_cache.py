@@ -16,6 +16,7 @@ from loopx.history.reader import (
     newest_lines,
 )
 from loopx.model import utcnow
+from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.status.cache import StatusCache, clear_status_cache, load_status, shard_dir
@@ -130,6 +131,29 @@ def test_new_and_removed_goals(layout):
     set_status(layout, "g0", GoalStatus.ARCHIVED, now=now)
     cache.refresh(now=utcnow(), ttl_s=0)
     assert sorted(cache.goals) == ["g1", "late"]
+
+
+def test_goal_file_changed_behind_the_index_shows_in_a_cold_status(layout):
+    """A goal file rewritten without a hint shows at once in a full scan.
+
+    The full scan stats every goal file anyway, so the goal index does not
+    check them itself then; the scan must re-read what moved.
+    """
+    seeded(layout, n=3)
+    assert load_registry(layout).goals["g1"].status is GoalStatus.ACTIVE  # index fresh
+    path = layout.goal_dir("g1") / "goal.json"
+    goal = json.loads(path.read_text())
+    goal["status"] = "paused"
+    tmp = path.with_name("goal.json.tmp")
+    tmp.write_text(json.dumps(goal))
+    os.replace(tmp, path)  # as a crash between the write and its hint would leave it
+    cache = StatusCache(layout)
+    cache.refresh(now=utcnow(), ttl_s=0, force=True)
+    assert (by_id(cache, "g1").reason, by_id(cache, "g0").reason) == (
+        StatusReason.PAUSED,
+        StatusReason.READY,
+    )
+    assert load_registry(layout).goals["g1"].status is GoalStatus.PAUSED
 
 
 def test_time_alone_rechecks_a_waiting_goal(layout):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import sys
 import time
 from datetime import UTC, datetime
@@ -183,6 +184,9 @@ def _print_document(args: argparse.Namespace) -> None:
             out = sys.stdout.buffer
         if print_status_snapshot(args.root, registry=args.registry, ttl_s=args.ttl, out=out):
             return
+    # One pass over every goal whose objects all live until the process exits: the
+    # cyclic collector would only rescan them, at exit too (a fifth of a cold run).
+    gc.disable()
     configure_logging(args)
     status = root(args).status
     if args.clear_cache:
@@ -190,6 +194,7 @@ def _print_document(args: argparse.Namespace) -> None:
     document = status.document(ttl_s=args.ttl, full_scan_after_s=args.full_scan_after)
     sys.stdout.flush()
     sys.stdout.buffer.write(document)
+    gc.freeze()
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from loopx.errors import UsageError
 from loopx.model import Record
+from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
 from loopx.registry.checks import GoalSetupError, check_program, check_workdir
 from loopx.registry.model import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
@@ -242,12 +243,12 @@ def import_goals(
                 f"change it with `loopx goal add {goal.id} --update ...` or drop the line",
             )
     os.makedirs(layout.goals_dir, mode=0o700, exist_ok=True)
-    added = 0
+    written: dict[str, tuple[Goal, tuple[int, int, int]]] = {}
     for goal in new:
         _make_goal_dirs(layout, goal.id)
         data = goal.model_dump_json(indent=2).encode() + b"\n"
         if _create_exclusive(layout.goal_file(goal.id), data):
-            added += 1
+            written[goal.id] = (goal, goal_file_fingerprint(layout, goal.id))
             note_goal_changed(layout, goal.id)
         else:
             raced = read_goal(layout, goal.id)
@@ -256,6 +257,10 @@ def import_goals(
                     source, None, f"goal {goal.id!r} was registered differently meanwhile"
                 )
     os.sync()  # one flush makes every new goal file durable
+    # Leave the goal index current: the next command loads it instead of parsing every new file.
+    catalog = goal_catalog(layout)
+    catalog.adopt(written)
+    catalog.refresh()
     return ImportReport(
-        source=str(source), total=len(goals), added=added, unchanged=len(goals) - len(new)
+        source=str(source), total=len(goals), added=len(written), unchanged=len(goals) - len(new)
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +60,11 @@ class GoalIndex(Record):
     goals_dir_fp: tuple[int, int, int] = _ABSENT  # (inode, mtime_ns, size) of goals/
     verified_at: UtcDatetime  # when every goal file was last checked
     goals: dict[str, IndexedGoal] = Field(default_factory=dict)
+
+
+def goal_file_fingerprint(layout: Layout, goal_id: str) -> Fingerprint:
+    """``(inode, mtime_ns, size)`` of a goal's file, as the index records it."""
+    return _stat_fp(os.path.join(str(layout.goals_dir), goal_id, GOAL_FILE))
 
 
 def _stat_fp(path: str) -> Fingerprint:
@@ -117,9 +122,17 @@ class GoalCatalog:
     # --- refreshing ----------------------------------------------------------------------------
 
     def refresh(
-        self, *, now: datetime | None = None, verify_after_s: float = DEFAULT_VERIFY_S
+        self,
+        *,
+        now: datetime | None = None,
+        verify_after_s: float = DEFAULT_VERIFY_S,
+        verify: bool = True,
     ) -> set[str]:
         """Bring the catalog up to date with the goal files.
+
+        ``verify=False`` skips the check of every goal file (due every
+        ``verify_after_s``, or when hints were lost): for a caller that stats
+        every goal file itself next and hands what moved to :meth:`reread`.
 
         Returns:
             The ids of goals added, removed, or whose goal file changed, plus
@@ -138,7 +151,7 @@ class GoalCatalog:
         self.hints_lost = hinted is None
         goals_dir = str(self.layout.goals_dir)
         dir_fp = _stat_fp(goals_dir)
-        full = (
+        full = verify and (
             hinted is None
             or self._verified_at is None
             or (now - self._verified_at).total_seconds() >= verify_after_s
@@ -179,6 +192,31 @@ class GoalCatalog:
         if changed:
             self._view = None
         return changed
+
+    def adopt(self, written: Mapping[str, tuple[Goal, Fingerprint]]) -> None:
+        """Take goals this process just wrote, with their files' fingerprints, without reading them.
+
+        For a bulk writer (``goal import``): the refresh that follows finds
+        their hints and fingerprints it already has, instead of parsing every
+        file it wrote, and saves the index for the next command.
+        """
+        if not self._loaded:
+            self._load()
+        for goal_id, (goal, fp) in written.items():
+            self.goals[goal_id] = goal
+            self._fps[goal_id] = fp
+        if written:
+            self._view = None
+
+    def moved(self, observed: Mapping[str, tuple[int, ...]]) -> list[str]:
+        """The goals whose goal file's ``(inode, mtime_ns, size)``, as a caller just saw it, differs.
+
+        A caller that stats every goal's directory anyway (the status cache's
+        full scan) hands these to :meth:`reread` instead of paying for a
+        verification of its own.
+        """
+        fps = self._fps
+        return [g for g, fp in observed.items() if fps.get(g, _ABSENT) != fp]
 
     def _list(self, goals_dir: str) -> set[str]:
         try:

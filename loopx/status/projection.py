@@ -29,6 +29,7 @@ progress there until a human looks at the logs.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from loopx.fleet import ACTIVE_STATES, AgentHeartbeat, FleetRecord, FleetState
 from loopx.history.line import HistoryLine
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
+from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
 from loopx.state import GoalState
@@ -60,6 +62,7 @@ FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must l
 HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive
 _OBJECTIVE_CHARS: Final = 200
 _SUMMARY_CHARS: Final = 500
+NO_SPEND: Final = SpendColumns()  # a goal that never ran has no bucket (frozen, so shared)
 
 
 _ACTOR_RANK: Final = {Actor.HUMAN: 0, Actor.AGENT: 1, Actor.NONE: 2}
@@ -96,7 +99,7 @@ class GoalInputs:
     state: GoalState | None = None
     lease: Lease | None = None
     history: Sequence[HistoryLine] = ()
-    spend: SpendColumns = field(default_factory=SpendColumns)
+    spend: SpendColumns = NO_SPEND
     quarantined: Sequence[str] = ()
     damage: Sequence[str] = ()
     probe: ProbeObservation | None = None
@@ -281,12 +284,26 @@ def _recheck_at(
     return min(future) if future else None
 
 
+@functools.lru_cache(maxsize=64)
+def _unspent(policy: QuotaPolicy, now: datetime) -> tuple[WindowSpend, QuotaView]:
+    """The window of a goal that spent nothing in it, and its account; pure, so shared.
+
+    Most goals of a large root have no spend in their window (they never ran or
+    ran long ago) and the same policy: one account serves them all at ``now``.
+    """
+    spend = spend_at(policy, NO_SPEND, now=now)
+    return spend, quota_view(policy, spend, now=now)
+
+
 def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
     """One goal's view: actor, reason, explanation and the facts behind them. Pure."""
     goal = inputs.goal
     state = inputs.state or GoalState(goal_id=goal.id)
-    spend = spend_at(goal.quota, inputs.spend, now=now)
-    quota = quota_view(goal.quota, spend, now=now)
+    if len(inputs.spend) == 0:
+        spend, quota = _unspent(goal.quota, now)
+    else:
+        spend = spend_at(goal.quota, inputs.spend, now=now)
+        quota = quota_view(goal.quota, spend, now=now)
     actor, reason, explanation, eligible = _decide(inputs, state, quota, now)
     gates = state.open_gates
     return GoalStatusView(

@@ -13,7 +13,6 @@ decisions :class:`loopx.status.cache.StatusCache` runs between its reads:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,8 +32,7 @@ HINT_LOG_MAX: Final = 1 << 20  # truncate the change log after a full scan past 
 class CachedGoal(Record):
     """One goal's cached view and what it was computed from."""
 
-    fingerprint: list[int]
-    policy: str  # digest of the goal's registry entry
+    fingerprint: list[int]  # goal.json's (inode, mtime_ns, size) first: a new policy moves it
     view: GoalStatusView
     history: HistoryCounts = Field(default_factory=HistoryCounts)
     epoch: int = 0  # the highest epoch seen (lease or history): claims so far
@@ -44,7 +42,7 @@ class CachedGoal(Record):
 class StatusShard(Record):
     """``projections/status.d/NN.json``: the cached goals whose id hashes to NN."""
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2  # 2: no policy digest (a changed goal file is re-projected)
     goals: dict[str, CachedGoal] = Field(default_factory=dict)
 
 
@@ -97,9 +95,11 @@ class SharedSources:
     hints: HintCursor
 
 
-def policy_digest(goal: Goal) -> str:
-    """A digest of a goal's registry entry: a changed one means a re-projection."""
-    return hashlib.blake2b(goal.model_dump_json().encode(), digest_size=12).hexdigest()
+def full_scan_due(
+    index: StatusIndex | None, *, now: datetime, full_scan_after_s: float, force: bool
+) -> bool:
+    """Whether this refresh scans every goal's fingerprint whatever the hints say."""
+    return force or index is None or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
 
 
 def plan_scan(
@@ -118,11 +118,8 @@ def plan_scan(
     Without a full scan, the hinted goals and those that held a lease last
     time are read: every turn writes under a lease, and its release is a change.
     """
-    full = (
-        force
-        or index is None
-        or hinted is None
-        or (now - index.full_scan_at).total_seconds() >= full_scan_after_s
+    full = hinted is None or full_scan_due(
+        index, now=now, full_scan_after_s=full_scan_after_s, force=force
     )
     if full:
         return True, set(goals)
@@ -130,16 +127,15 @@ def plan_scan(
 
 
 def changed_in_registry(
-    active: Mapping[str, Goal], cached: Mapping[str, CachedGoal], *, registry_changed: bool
+    active: Mapping[str, Goal], cached: Mapping[str, CachedGoal]
 ) -> tuple[list[str], set[str]]:
-    """Cached goals gone from the registry, and active goals new or with a changed entry."""
+    """Cached goals gone from the registry, and active goals not cached.
+
+    A cached goal whose policy changed since shows it in its fingerprint
+    (``goal.json`` is part of it), found by its hint or the full scan.
+    """
     removed = [g for g in cached if g not in active]
-    dirty = {
-        goal_id
-        for goal_id, goal in active.items()
-        if goal_id not in cached
-        or (registry_changed and cached[goal_id].policy != policy_digest(goal))
-    }
+    dirty = {goal_id for goal_id in active if goal_id not in cached}
     return removed, dirty
 
 
@@ -154,10 +150,11 @@ def changed_in_catalog(
 
     Returns:
         The goals gone or archived that were active or cached, and the
-        active goals new or whose policy differs from the cached one.
+        other changed goals: all re-projected, since the index names a goal
+        only when one of its files was written.
     """
     removed: list[str] = []
-    check: list[str] = []
+    dirty: set[str] = set()
     for goal_id in changed:
         goal = catalog.get(goal_id)
         if goal is None or goal.status is GoalStatus.ARCHIVED:
@@ -165,8 +162,7 @@ def changed_in_catalog(
                 removed.append(goal_id)
         else:
             active[goal_id] = goal
-            check.append(goal_id)
-    dirty = {g for g in check if g not in cached or cached[g].policy != policy_digest(active[g])}
+            dirty.add(goal_id)
     return removed, dirty
 
 

@@ -10,6 +10,7 @@ that lets a refresh skip the scan of unchanged goals.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 from dataclasses import dataclass
@@ -27,7 +28,13 @@ from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import HEARTBEAT_STALE_S, FleetLiveness, GoalInputs, fleet_view
+from loopx.status.projection import (
+    HEARTBEAT_STALE_S,
+    NO_SPEND,
+    FleetLiveness,
+    GoalInputs,
+    fleet_view,
+)
 from loopx.status.snapshot import FleetKey, ProcessCheck, fleet_files, stat_pair
 from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
@@ -54,6 +61,7 @@ FINGERPRINT_NAMES: Final = (
 PROBES_DIR: Final = "probes"
 _READ_NAMES: Final = frozenset({"state.json", "lease.json", "history.jsonl", "quota.jsonl"})
 _ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
+_SLOT: Final = {name: 3 * i for i, name in enumerate(FINGERPRINT_NAMES)}  # offset in a fingerprint
 
 Fingerprint = tuple[int, ...]
 
@@ -112,18 +120,16 @@ def goal_fingerprint(goal_dir: str) -> Fingerprint:
     (every atomic write renames a new inode into place). Missing files count
     as ``(0, 0, -1)``; a missing goal directory gives ``()``.
     """
-    found: dict[str, tuple[int, int, int]] = {}
+    out = [0, 0, _ABSENT_SIZE] * len(FINGERPRINT_NAMES)
     try:
         with os.scandir(goal_dir) as entries:
             for entry in entries:
-                if entry.name in FINGERPRINT_NAMES:
+                at = _SLOT.get(entry.name)
+                if at is not None:
                     st = entry.stat(follow_symlinks=False)
-                    found[entry.name] = (entry.inode(), st.st_mtime_ns, st.st_size)
+                    out[at : at + 3] = entry.inode(), st.st_mtime_ns, st.st_size
     except FileNotFoundError:
         return ()
-    out: list[int] = []
-    for name in FINGERPRINT_NAMES:
-        out.extend(found.get(name, (0, 0, -1)))
     return tuple(out)
 
 
@@ -138,9 +144,13 @@ def absent_files(fp: Fingerprint) -> frozenset[str]:
     """The status files a goal fingerprint records as missing (size -1)."""
     if not fp:
         return frozenset()
-    return frozenset(
-        name for i, name in enumerate(FINGERPRINT_NAMES) if fp[3 * i + 2] == _ABSENT_SIZE
-    )
+    return _absent_of(tuple(map(_ABSENT_SIZE.__eq__, fp[2::3])))
+
+
+@functools.lru_cache(maxsize=128)
+def _absent_of(missing: tuple[bool, ...]) -> frozenset[str]:
+    # Few goals differ in which files they have: one set per pattern.
+    return frozenset(name for name, gone in zip(FINGERPRINT_NAMES, missing, strict=True) if gone)
 
 
 def gather_goal(
@@ -162,7 +172,7 @@ def gather_goal(
     state: GoalState | None = None
     lease: Lease | None = None
     history: list[HistoryLine] = []
-    spend = SpendColumns()
+    spend: SpendColumns = NO_SPEND
     if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
         return GoalInputs(goal=goal, spend=spend, quarantined=quarantined, probe=probe)
     goal_dir = layout.goal_dir(goal.id)

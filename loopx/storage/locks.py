@@ -17,12 +17,6 @@ from pathlib import Path
 from typing import Final
 
 import filelock
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_after_delay,
-    wait_random_exponential,
-)
 
 from loopx.errors import LockTimeoutError
 from loopx.storage.files import FILE_MODE, refuse_symlink
@@ -141,6 +135,14 @@ def _acquire_with_retries(
     lock: filelock.FileLock | SoftLock | _Flock, lock_file: Path, timeout: float
 ) -> None:
     """Retry a busy lock with jittered backoff until ``timeout``."""
+    # Imported here: most locks are free at the first try, and a command should not pay for it.
+    from tenacity import (  # noqa: PLC0415
+        Retrying,
+        retry_if_exception_type,
+        stop_after_delay,
+        wait_random_exponential,
+    )
+
     try:
         for attempt in Retrying(
             stop=stop_after_delay(timeout),
