@@ -595,8 +595,7 @@ def status_document(
         projection, key, index = _load_keyed(
             layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
         )
-        # model_dump_json's bytes, without its decode (and our encode) of a 10 MB document
-        document = projection.__pydantic_serializer__.to_json(projection, indent=2) + b"\n"
+        document = (projection.model_dump_json(indent=2) + "\n").encode()
     write_snapshot(
         layout, generation=index.generation, writer=index.writer, fleet=key, document=document
     )

@@ -206,9 +206,12 @@ def atomic_write_model(
     sync_dir: bool = True,
 ) -> None:
     """Atomically write a model as JSON (indented unless ``indent`` is None)."""
-    # model_dump_json's bytes, before it decodes them to a str we would encode again
-    data = model.__pydantic_serializer__.to_json(model, indent=indent) + b"\n"
-    atomic_write_bytes(path, data, durable=durable, sync_dir=sync_dir)
+    atomic_write_bytes(
+        path,
+        model.model_dump_json(indent=indent).encode() + b"\n",
+        durable=durable,
+        sync_dir=sync_dir,
+    )
 
 
 def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
