@@ -128,14 +128,25 @@ def test_a_warm_should_run_imports_no_pydantic_psutil_or_structlog(tmp_path: Pat
 
 
 def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: Path) -> None:
-    """A cold `status --json` logs only a debug event, filtered below warning without structlog."""
+    """A cold `status --json` logs only a debug event, filtered below warning without structlog.
+
+    Nor does it import the turn journal or the quota decision: status reads
+    history lines and spend, and those modules cost milliseconds to import.
+    """
     root = tmp_path / "root"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
     for argv in (["init"], ["goal", "add", "g", "--objective", "x", "--host-kind", "demo"]):
         subprocess.run(
             [sys.executable, "-m", "loopx", "--root", str(root), *argv], check=True, env=env
         )
-    heavy = ("structlog", "rich", "http.server", "loopx.supervisor")
+    heavy = (
+        "structlog",
+        "rich",
+        "http.server",
+        "loopx.supervisor",
+        "loopx.turn.journal",
+        "loopx.quota.decision",
+    )
     code = (
         "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
         "try:\n    runpy.run_module('loopx', run_name='__main__')\n"

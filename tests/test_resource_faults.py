@@ -18,7 +18,7 @@ from loopx.errors import UsageError, resource_fault
 from loopx.faults import IoFault, inject_io_errors, parse_io_fault
 from loopx.storage.files import atomic_write_bytes, exclusive_create
 from loopx.storage.resources import retry_delay
-from loopx.turn.journal import TurnStatus
+from loopx.turn.outcome import TurnStatus
 from tests.turnkit import demo_goal, demo_runs, loopx, make_root
 
 

@@ -8,7 +8,7 @@ import threading
 from loopx.agents.turn import TurnConfig, attempt_turn, run_one_turn
 from loopx.registry.model import HostKind
 from loopx.state import load_state
-from loopx.turn.journal import TurnStatus
+from loopx.turn.outcome import TurnStatus
 from tests.turnkit import demo_goal, demo_runs, loopx, make_root
 
 FAST = TurnConfig(lease_ttl_s=5, lease_grace_s=1, kill_grace_s=0.3)

@@ -56,7 +56,6 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
     TurnJournal,
     TurnPlan,
-    TurnStatus,
     create_journal,
     last_seq,
     make_turn_key,
@@ -78,6 +77,7 @@ from loopx.turn.lease import (
     renew,
     takeover_allowed,
 )
+from loopx.turn.outcome import TurnStatus
 from loopx.turn.protocol import Envelope
 from loopx.turn.recovery import RecoveryAction, recover_goal
 

@@ -6,7 +6,7 @@ import argparse
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
-from loopx.turn.journal import TurnStatus
+from loopx.turn.outcome import TurnStatus
 
 
 def register(sub: Subparsers) -> None:

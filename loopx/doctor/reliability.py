@@ -15,7 +15,8 @@ from loopx.quota.ledger import SpendRecord
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.storage.files import read_model
-from loopx.turn.journal import TurnJournal, TurnStatus, journal_path
+from loopx.turn.journal import TurnJournal, journal_path
+from loopx.turn.outcome import TurnStatus
 
 
 def leftover_processes(layout: Layout) -> list[tuple[psutil.Process, str, str]]:

@@ -6,13 +6,16 @@ reads the file, :mod:`loopx.turn.writeback` appends to it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
-from loopx.turn.journal import TurnJournal, TurnStatus, final_status
+from loopx.turn.outcome import TurnStatus
 from loopx.turn.protocol import ResultKind
+
+if TYPE_CHECKING:  # readers of history (status) need not import the journal and its layers
+    from loopx.turn.journal import TurnJournal
 
 
 class HistoryLine(Record):
@@ -44,6 +47,8 @@ FAILURE_MESSAGE_CHARS = 300  # a history line stays compact; runs/<seq>.md keeps
 
 def history_line(journal: TurnJournal) -> HistoryLine:
     """The compact history line of a settled journal. Pure."""
+    from loopx.turn.journal import final_status  # noqa: PLC0415 - see the imports above
+
     good = journal.good_result
     return HistoryLine(
         turn_key=journal.turn_key,

@@ -11,7 +11,8 @@ from typing import Literal
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.turn.failures import TurnFailure
-from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, TurnStatus, final_status
+from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, final_status
+from loopx.turn.outcome import TurnStatus
 from loopx.turn.protocol import Envelope, HostResult, ResultKind
 
 

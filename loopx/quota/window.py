@@ -214,14 +214,19 @@ def window_of(
     """Sum the buckets inside ``(window_start, ...]`` into a :class:`WindowSpend`."""
     # Buckets are ordered by last_end, so the window is a suffix of them.
     i = bisect_right(buckets.last_end, window_start.timestamp())
-    inside = SpendColumns.model_construct(
-        minute=buckets.minute[i:],
-        last_end=buckets.last_end[i:],
-        wall_s=buckets.wall_s[i:],
-        cpu_s=buckets.cpu_s[i:],
-        tokens=buckets.tokens[i:],
-        cost_usd=buckets.cost_usd[i:],
-        turns=buckets.turns[i:],
+    # Nothing cut off (the usual case): the frozen buckets serve as they are.
+    inside = (
+        buckets
+        if i == 0
+        else SpendColumns.model_construct(
+            minute=buckets.minute[i:],
+            last_end=buckets.last_end[i:],
+            wall_s=buckets.wall_s[i:],
+            cpu_s=buckets.cpu_s[i:],
+            tokens=buckets.tokens[i:],
+            cost_usd=buckets.cost_usd[i:],
+            turns=buckets.turns[i:],
+        )
     )
     return WindowSpend.model_construct(
         window_start=window_start,

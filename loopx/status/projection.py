@@ -29,7 +29,6 @@ progress there until a human looks at the logs.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -284,21 +283,37 @@ def _recheck_at(
     return min(future) if future else None
 
 
-@functools.lru_cache(maxsize=64)
+# The state of a goal without a state.json. The projection never reads a
+# state's goal_id, so one frozen instance serves every such goal (validating
+# one per goal was a tenth of a cold refresh's projection).
+_FRESH_STATE: Final = GoalState(goal_id="-")
+
+# Accounts of unspent windows by (now, the policy's field values): hashing and
+# comparing the policy models themselves cost as much as the rest of an account.
+_UNSPENT: dict[tuple[object, ...], tuple[WindowSpend, QuotaView]] = {}
+_UNSPENT_MAX: Final = 64
+
+
 def _unspent(policy: QuotaPolicy, now: datetime) -> tuple[WindowSpend, QuotaView]:
     """The window of a goal that spent nothing in it, and its account; pure, so shared.
 
     Most goals of a large root have no spend in their window (they never ran or
     ran long ago) and the same policy: one account serves them all at ``now``.
     """
-    spend = spend_at(policy, NO_SPEND, now=now)
-    return spend, quota_view(policy, spend, now=now)
+    key = (now, *policy.__dict__.values())
+    account = _UNSPENT.get(key)
+    if account is None:
+        if len(_UNSPENT) >= _UNSPENT_MAX:
+            _UNSPENT.clear()
+        spend = spend_at(policy, NO_SPEND, now=now)
+        account = _UNSPENT[key] = (spend, quota_view(policy, spend, now=now))
+    return account
 
 
 def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
     """One goal's view: actor, reason, explanation and the facts behind them. Pure."""
     goal = inputs.goal
-    state = inputs.state or GoalState(goal_id=goal.id)
+    state = inputs.state or _FRESH_STATE
     if len(inputs.spend) == 0:
         spend, quota = _unspent(goal.quota, now)
     else:

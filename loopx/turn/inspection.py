@@ -21,9 +21,9 @@ from loopx.turn.journal import (
     PHASES,
     Phase,
     TurnJournal,
-    TurnStatus,
     make_turn_key,
 )
+from loopx.turn.outcome import TurnStatus
 
 KNOWN_SCHEMA_VERSIONS: Final = frozenset({JOURNAL_SCHEMA_VERSION})
 

@@ -29,6 +29,7 @@ from loopx.state import HostSession
 from loopx.storage.files import atomic_write_model, exclusive_create, read_model
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.lease import Fence
+from loopx.turn.outcome import TurnStatus
 from loopx.turn.protocol import Envelope, HostResult
 
 JOURNAL_SCHEMA_VERSION: Final = 1
@@ -48,20 +49,6 @@ class Phase(StrEnum):
 
 
 PHASES: Final = tuple(Phase)
-
-
-class TurnStatus(StrEnum):
-    """A journal's status; everything but ``in_progress`` is terminal."""
-
-    IN_PROGRESS = "in_progress"
-    COMMITTED = "committed"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the turn is over (the journal is a tombstone)."""
-        return self is not TurnStatus.IN_PROGRESS
 
 
 _TURN_KEY = re.compile(r"^(?P<goal>.+)-t(?P<seq>\d{6,})-e(?P<epoch>\d+)$")

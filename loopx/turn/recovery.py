@@ -45,8 +45,9 @@ from loopx.turn.inspection import (
     Violation,
     inspect,
 )
-from loopx.turn.journal import Phase, TurnJournal, TurnStatus, journal_files
+from loopx.turn.journal import Phase, TurnJournal, journal_files
 from loopx.turn.lease import Fence, claim, clear_dead_lease, fence_of, release
+from loopx.turn.outcome import TurnStatus
 from loopx.turn.phases import finish
 
 log = get_logger(__name__)
