@@ -203,9 +203,29 @@ CLI_MAY_IMPORT: Final = frozenset({"loopx", "loopx.api", "loopx.errors", "loopx.
 
 def output_model_modules() -> set[str]:
     """The modules that define the documents `loopx schema` names (files and `--json` outputs)."""
+    import enum
+    import typing
+
+    from pydantic import BaseModel
+
     from loopx.schemas import SCHEMAS
 
-    return {model.__module__ for model in SCHEMAS.values()} | {"loopx.model"}
+    # A document's enum fields are part of it, wherever the enum is defined
+    # (TurnStatus lives in loopx.turn.outcome so readers need not import the journal).
+    modules = {"loopx.model"}
+    seen: set[type] = set()
+    todo: list[object] = list(SCHEMAS.values())
+    while todo:
+        tp = todo.pop()
+        if isinstance(tp, type) and tp not in seen:
+            seen.add(tp)
+            if issubclass(tp, enum.Enum):
+                modules.add(tp.__module__)
+            elif issubclass(tp, BaseModel):
+                modules.add(tp.__module__)
+                todo.extend(f.annotation for f in tp.model_fields.values())
+        todo.extend(typing.get_args(tp))
+    return modules
 
 
 def _cli_import_allowed(module: str, names: list[str], models: set[str]) -> bool:
