@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Final
 
 REGISTRY_NAME: Final = "registry.json"
+GOALS_NAME: Final = "goals"
 
 
 class RootSource(StrEnum):
@@ -165,7 +166,7 @@ class Layout(_Value):
     @property
     def goals_dir(self) -> Path:
         """``goals/``."""
-        return self.root / "goals"
+        return self.root / GOALS_NAME
 
     @property
     def agents_dir(self) -> Path:
@@ -219,43 +220,47 @@ class Layout(_Value):
     # per goal
     def goal_dir(self, goal_id: str) -> Path:
         """``goals/<id>/``."""
-        return self.goals_dir / validate_goal_id(goal_id)
+        return self._in_goal(goal_id)
+
+    def _in_goal(self, goal_id: str, *names: str) -> Path:
+        # One join, not one per segment: a status refresh builds these for every goal that ran.
+        return self.root.joinpath(GOALS_NAME, validate_goal_id(goal_id), *names)
 
     def goal_file(self, goal_id: str) -> Path:
         """``goals/<id>/goal.json``: the goal's policy."""
-        return self.goal_dir(goal_id) / "goal.json"
+        return self._in_goal(goal_id, "goal.json")
 
     def state_file(self, goal_id: str) -> Path:
         """``goals/<id>/state.json``."""
-        return self.goal_dir(goal_id) / "state.json"
+        return self._in_goal(goal_id, "state.json")
 
     def runs_dir(self, goal_id: str) -> Path:
         """``goals/<id>/runs/``: one report per turn."""
-        return self.goal_dir(goal_id) / "runs"
+        return self._in_goal(goal_id, "runs")
 
     def history_file(self, goal_id: str) -> Path:
         """``goals/<id>/history.jsonl``."""
-        return self.goal_dir(goal_id) / "history.jsonl"
+        return self._in_goal(goal_id, "history.jsonl")
 
     def quota_file(self, goal_id: str) -> Path:
         """``goals/<id>/quota.jsonl``: the spend ledger."""
-        return self.goal_dir(goal_id) / "quota.jsonl"
+        return self._in_goal(goal_id, "quota.jsonl")
 
     def quota_aggregate_file(self, goal_id: str) -> Path:
         """``goals/<id>/quota.agg.json``: a rebuildable cache of the ledger's recent spend."""
-        return self.goal_dir(goal_id) / "quota.agg.json"
+        return self._in_goal(goal_id, "quota.agg.json")
 
     def turns_dir(self, goal_id: str) -> Path:
         """``goals/<id>/turns/``: the turn journals."""
-        return self.goal_dir(goal_id) / "turns"
+        return self._in_goal(goal_id, "turns")
 
     def lease_file(self, goal_id: str) -> Path:
         """``goals/<id>/lease.json``."""
-        return self.goal_dir(goal_id) / "lease.json"
+        return self._in_goal(goal_id, "lease.json")
 
     def epoch_file(self, goal_id: str) -> Path:
         """``goals/<id>/epoch``: the monotonic fencing counter."""
-        return self.goal_dir(goal_id) / "epoch"
+        return self._in_goal(goal_id, "epoch")
 
     def ensure_goal_dirs(self, goal_id: str) -> Path:
         """Create a goal's directory tree (0700) and return the goal directory."""

@@ -245,9 +245,9 @@ def _catch_up(layout: Layout, goal_id: str) -> None:
         _write_aggregate(agg_path, dirty)
 
 
-def _covers_prefix(fd: int, agg: SpendAggregate) -> bool:
-    """Whether ``agg`` still describes a prefix of the open ledger."""
-    st = os.fstat(fd)
+def _covers_prefix(fd: int, agg: SpendAggregate, st: os.stat_result | None = None) -> bool:
+    """Whether ``agg`` still describes a prefix of the open ledger (``st``: its fstat, if taken)."""
+    st = st if st is not None else os.fstat(fd)
     if st.st_ino != agg.ledger_inode or st.st_size < agg.ledger_offset:
         return False
     if agg.ledger_offset == 0:
@@ -257,12 +257,13 @@ def _covers_prefix(fd: int, agg: SpendAggregate) -> bool:
 
 def _key_of_line_ending_at(fd: int, offset: int) -> str | None:
     """The turn_key of the line whose newline is the byte before ``offset``; None if none."""
-    if os.pread(fd, 1, offset - 1) != b"\n":
-        return None
-    want = 512
+    want = 512  # one pread reads the newline and, usually, the whole line before it
     while True:
         start = max(0, offset - 1 - want)
-        chunk = os.pread(fd, offset - 1 - start, start)
+        chunk = os.pread(fd, offset - start, start)
+        if not chunk.endswith(b"\n"):
+            return None
+        chunk = chunk[:-1]
         newline = chunk.rfind(b"\n")
         if newline >= 0 or start == 0:
             line = chunk[newline + 1 :]
@@ -284,7 +285,7 @@ def _fold_ledger(
         The fold, and the aggregate to write back (None when nothing changed).
     """
     st = os.fstat(fd)
-    if cached is not None and not _covers_prefix(fd, cached):
+    if cached is not None and not _covers_prefix(fd, cached, st):
         log.info("quota_aggregate_rebuild", goal_id=goal_id, why="cache is not a ledger prefix")
         cached = None
     if cached is None:

@@ -23,6 +23,7 @@ from loopx.errors import CorruptFileError, UnsafePathError
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
+_READ_CHUNK: Final = 1024 * 1024  # what read_bytes reads at a time past the size it saw
 
 # pydantic only for the type checker: `loopx status --json` on a warm cache resolves the
 # root with this module and prints a stored document without importing pydantic (issue 14).
@@ -250,8 +251,19 @@ def read_bytes(path: Path) -> bytes:
         if e.errno == 40:  # noqa: PLR2004 - ELOOP: O_NOFOLLOW met a symlink
             raise UnsafePathError(path, "it is a symlink") from e
         raise
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
+    # os.read, not a file object: building a buffered reader costs more than
+    # reading a small file, and this runs for every file a status refresh reads.
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size + 1)
+        if len(data) <= size:  # a short read of a regular file is its end
+            return data
+        chunks = [data]  # the file grew since fstat
+        while chunk := os.read(fd, _READ_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def parse_model(path: Path, model: type[M], data: bytes) -> M:
