@@ -103,10 +103,10 @@ def resolve_root(
     *,
     flag: str | os.PathLike[str] | None,
     registry: str | os.PathLike[str] | None,
-    env: Mapping[str, str],
-    home: Path,
+    env: Mapping[str, str] | None = None,
+    home: Path | None = None,
 ) -> ResolvedRoot:
-    """Resolve the runtime root by DESIGN.md's rule.
+    """Resolve the runtime root by DESIGN.md's rule (``env``: os.environ, ``home``: ~ by default).
 
     ``--root``, else ``LOOPX_ROOT``, else the ``common_runtime_root`` of the
     ``--registry`` file (relative to that file), else ``$XDG_STATE_HOME/loopx``
@@ -118,6 +118,8 @@ def resolve_root(
         RootError: ``LOOPX_ROOT`` is relative, or ``--registry`` names no usable
             root and nothing else does.
     """
+    env = os.environ if env is None else env
+    home = Path.home() if home is None else home
     registry_path = Path(registry).expanduser().resolve() if registry is not None else None
     if flag is not None and str(flag) != "":
         root, source = Path(flag).expanduser(), RootSource.FLAG

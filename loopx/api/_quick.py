@@ -44,11 +44,6 @@ def print_quota_snapshot(
     Raises:
         RootError: the root is missing, uninitialised, shared or not ours.
     """
-    resolved = resolve_root(
-        flag=path,
-        registry=registry,
-        env=os.environ if env is None else env,
-        home=Path.home() if home is None else home,
-    )
+    resolved = resolve_root(flag=path, registry=registry, env=env, home=home)
     layout = open_root(resolved, create=False)
     return print_snapshot(layout, goal_id, as_json=as_json, out=out)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loopx.api._serve import StatusServer
-from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
+from loopx.root import Layout, open_root, resolve_root
 
 # Each group is imported when first used: a command pays only for the layers it touches.
 if TYPE_CHECKING:
@@ -23,20 +23,6 @@ if TYPE_CHECKING:
     from loopx.api._turns import Turns
     from loopx.doctor import DoctorReport
     from loopx.registry.initialise import InitReport
-
-
-def _resolve(
-    path: str | os.PathLike[str] | None,
-    registry: str | os.PathLike[str] | None,
-    env: Mapping[str, str] | None,
-    home: Path | None,
-) -> ResolvedRoot:
-    return resolve_root(
-        flag=path,
-        registry=registry,
-        env=os.environ if env is None else env,
-        home=Path.home() if home is None else home,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +54,9 @@ class Root:
         Raises:
             RootError: the root is missing (without ``create``), shared or not ours.
         """
-        return cls(open_root(_resolve(path, registry, env, home), create=create))
+        return cls(
+            open_root(resolve_root(flag=path, registry=registry, env=env, home=home), create=create)
+        )
 
     @staticmethod
     def init(
@@ -86,7 +74,9 @@ class Root:
         """
         from loopx.registry.initialise import initialise  # noqa: PLC0415 - lazy group
 
-        return initialise(_resolve(path, registry, env, home), upgrade=upgrade)
+        return initialise(
+            resolve_root(flag=path, registry=registry, env=env, home=home), upgrade=upgrade
+        )
 
     @staticmethod
     def diagnose(
@@ -100,7 +90,9 @@ class Root:
         """`loopx doctor`: check the whole root, read-only (also one ``open`` refuses)."""
         from loopx.doctor import diagnose  # noqa: PLC0415 - lazy group
 
-        return diagnose(Layout.of(_resolve(path, registry, env, home)), now=now)
+        return diagnose(
+            Layout.of(resolve_root(flag=path, registry=registry, env=env, home=home)), now=now
+        )
 
     @staticmethod
     def repair_clock(
@@ -125,7 +117,7 @@ class Root:
         from loopx.model import utcnow  # noqa: PLC0415
         from loopx.registry.catalog import load_registry  # noqa: PLC0415
 
-        layout = Layout.of(_resolve(path, registry, env, home))
+        layout = Layout.of(resolve_root(flag=path, registry=registry, env=env, home=home))
         goals = sorted(load_registry(layout).goals)
         repaired = repair_future_dated(layout, goals, now=now or utcnow())
         return [layout.state_file(goal_id) for goal_id in repaired]
