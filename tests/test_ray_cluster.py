@@ -122,7 +122,16 @@ def assert_reported_alive_through_ray(
     root: Path, agent_pid: int, node_id: str, others: str
 ) -> None:
     """`supervisor status` says the agent is alive by Ray, on ``node_id``; `status` counts both."""
-    doc = cli_json(root, "supervisor", "status")
+
+    def vouched() -> dict[str, Any] | None:
+        # The supervisor learns an actor's pid and node from Ray asynchronously and
+        # records them at its next write, which can come after the actor's heartbeat
+        # names its pid: until then the slot vouches for no process (CI saw
+        # `ray: null` once, right after the host started).
+        doc = cli_json(root, "supervisor", "status")
+        return doc if all(a["ray"] is not None for a in doc["agents"]) else None
+
+    doc = wait_for("the supervisor to record both actors", vouched, timeout=60)
     view = next(a for a in doc["agents"] if a["pid"] == agent_pid)
     assert (view["alive"], view["checked_by"], view["ray"]["node_id"]) == (True, "ray", node_id)
     other = next(a for a in doc["agents"] if a["pid"] != agent_pid)
