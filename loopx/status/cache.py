@@ -72,7 +72,7 @@ from loopx.status.sources import (
     read_probes,
     reset_hints,
 )
-from loopx.status.view import StatusProjection
+from loopx.status.view import StatusProjection, trusted
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 from loopx.storage.locks import locked
@@ -424,20 +424,23 @@ class StatusCache:
             )
         )
         view = project_goal(inputs, now=now)
-        self._store(
-            goal_id,
-            CachedGoal(
-                fingerprint=list(fp),
-                view=view,
-                history=counts,
-                epoch=max(
-                    counts.max_epoch,
-                    inputs.lease.epoch if inputs.lease else 0,
-                    previous.epoch if previous else 0,
-                ),
-                recheck_ts=_ts(view.recheck_at),
-            ),
+        epoch = max(
+            counts.max_epoch,
+            inputs.lease.epoch if inputs.lease else 0,
+            previous.epoch if previous else 0,
         )
+        # Every value is validated already (the view, the counts): built as they are.
+        cached = trusted(
+            CachedGoal,
+            {
+                "fingerprint": list(fp),
+                "view": view,
+                "history": counts,
+                "epoch": epoch,
+                "recheck_ts": _ts(view.recheck_at),
+            },
+        )
+        self._store(goal_id, cached)
 
     def _store(self, goal_id: str, cached: CachedGoal) -> None:
         self.goals[goal_id] = cached
