@@ -22,6 +22,7 @@ re-read, and then only the tail of their history.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import heapq
 import os
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Final
+
+from pydantic import BaseModel, TypeAdapter
 
 from loopx.errors import LoopxError, resource_fault
 from loopx.history.reader import HistoryCounts, count_history
@@ -74,7 +77,13 @@ from loopx.status.sources import (
 )
 from loopx.status.view import StatusProjection, trusted
 from loopx.status.watch import FingerprintMemo
-from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
+from loopx.storage.files import (
+    atomic_write_bytes,
+    atomic_write_model,
+    ensure_dir,
+    parse_model,
+    read_bytes,
+)
 from loopx.storage.locks import locked
 
 SHARDS: Final = 256
@@ -478,10 +487,25 @@ class StatusCache:
             }
             path = shard_file(self.layout, s)
             if members:
-                atomic_write_model(path, StatusShard(goals=members), durable=False, indent=None)
+                data = _json_bytes(StatusShard(goals=members), indent=None)
+                atomic_write_bytes(path, data, durable=False)
             else:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+
+
+def _json_bytes(record: BaseModel, *, indent: int | None) -> bytes:
+    """``record`` as JSON bytes, as the serializer makes them.
+
+    ``model_dump_json`` decodes them to a str that a writer encodes again: 20 MB
+    of copies for the 10 MB document of 10,000 goals.
+    """
+    return _adapter(type(record)).dump_json(record, indent=indent)
+
+
+@functools.cache
+def _adapter(kind: type[BaseModel]) -> TypeAdapter[BaseModel]:
+    return TypeAdapter(kind)
 
 
 # --- module-level API --------------------------------------------------------------------------
@@ -598,7 +622,7 @@ def status_document(
         projection, key, index = _load_keyed(
             layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
         )
-        document = (projection.model_dump_json(indent=2) + "\n").encode()
+        document = _json_bytes(projection, indent=2) + b"\n"
     write_snapshot(
         layout, generation=index.generation, writer=index.writer, fleet=key, document=document
     )

@@ -289,6 +289,7 @@ def _recheck_at(
 # one per goal was a tenth of a cold refresh's projection).
 _FRESH_STATE: Final = GoalState(goal_id="-")
 
+
 @dataclass(frozen=True, slots=True)
 class _Unspent:
     """The account of a window nothing was spent in, and when it changes by time alone."""
