@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -485,12 +485,6 @@ def order_key(view: GoalStatusView) -> tuple[int, int, int, str]:
     return (_ACTOR_RANK[view.actor], _REASON_RANK[view.reason], -view.priority, view.goal_id)
 
 
-@dataclass(slots=True)
-class _Tally:
-    actors: Counter[str] = field(default_factory=Counter)
-    reasons: Counter[str] = field(default_factory=Counter)
-
-
 def assemble(
     views: Iterable[GoalStatusView],
     *,
@@ -501,14 +495,17 @@ def assemble(
 ) -> StatusProjection:
     """The ordered attention queue with counts, the crash-loop overlay applied. Pure."""
     ordered = sorted((overlay_crash_loop(v, fleet) for v in views), key=order_key)
-    tally = _Tally()
-    for v in ordered:
-        tally.actors[v.actor.value] += 1
-        tally.reasons[v.reason.value] += 1
+    # One count per (actor, reason) pair: a few dozen keys to sum, not two per goal.
+    pairs = Counter([(v.actor, v.reason) for v in ordered])
+    actors: Counter[Actor] = Counter()
+    reasons: Counter[StatusReason] = Counter()
+    for (actor, reason), n in pairs.items():
+        actors[actor] += n
+        reasons[reason] += n
     counts = StatusCounts(
         total=len(ordered),
-        by_actor={a.value: tally.actors[a.value] for a in Actor},
-        by_reason={r.value: tally.reasons[r.value] for r in StatusReason},
+        by_actor={a.value: actors[a] for a in Actor},
+        by_reason={r.value: reasons[r] for r in StatusReason},
     )
     return StatusProjection(
         generated_at=generated_at,
