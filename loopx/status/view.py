@@ -6,10 +6,11 @@ only says what they hold.
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime
@@ -30,6 +31,7 @@ __all__ = [
     "StatusCounts",
     "StatusProjection",
     "StatusReason",
+    "json_bytes",
     "trusted",
 ]
 
@@ -52,6 +54,20 @@ def trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
     _set(record, "__pydantic_extra__", None)
     _set(record, "__pydantic_private__", None)
     return record
+
+
+def json_bytes(record: BaseModel, *, indent: int | None) -> bytes:
+    """``record`` as JSON bytes, as the serializer makes them.
+
+    ``model_dump_json`` decodes them to a str that a writer encodes again: 20 MB
+    of copies for the 10 MB status document of 10,000 goals.
+    """
+    return _adapter(type(record)).dump_json(record, indent=indent)
+
+
+@functools.cache
+def _adapter(kind: type[BaseModel]) -> TypeAdapter[BaseModel]:
+    return TypeAdapter(kind)
 
 
 class Actor(StrEnum):
