@@ -296,7 +296,8 @@ class _Unspent:
 
     spend: WindowSpend
     quota: QuotaView
-    recheck_at: datetime | None  # the refill of a budget whose allowance is nothing
+    # What _recheck_at gives a goal without state, lease or buckets: the refill, if one is due.
+    recheck_at: datetime | None
 
 
 # Accounts of unspent windows by (now, the policy's field values): hashing and
