@@ -19,8 +19,9 @@ from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
-from loopx.status.cache import StatusCache, clear_status_cache, load_status, shard_dir
+from loopx.status.cache import StatusCache, clear_status_cache, load_status
 from loopx.status.changes import note_goal_changed
+from loopx.status.shards import shard_dir
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import (
     append_history,
@@ -200,6 +201,21 @@ def test_another_process_reads_the_cache_without_rereading(layout):
     other = StatusCache(layout)
     report = other.refresh(now=utcnow(), ttl_s=60)
     assert (report.refreshed, len(other.goals)) == (False, 5)
+
+
+def test_entries_read_back_equal_the_ones_built(layout):
+    """Another process loads from the shards the same entries the refresh built in memory."""
+    # Given goals that ran and goals that never ran (whose entries are built unvalidated)
+    now = seeded(layout, n=3)
+    never = [make_goal(f"n{i}", now=now, workdir=layout.root) for i in range(3)]
+    register_goals(layout, never)
+    built = fresh_cache(layout).goals
+    # When another process loads the cache
+    other = StatusCache(layout)
+    assert other.load()
+    # Then it holds equal entries, and the never-ran goals were among them
+    assert other.goals == built
+    assert {g for g, c in built.items() if c.view.turns_applied == 0} >= {"n0", "n1", "n2"}
 
 
 def test_clear_cache_rebuilds(layout):

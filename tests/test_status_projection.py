@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -125,6 +126,32 @@ def test_damaged_file_needs_a_human():
     v = view(GoalInputs(goal=goal(), damage=("state.json is damaged: not JSON",)))
     assert (v.actor, v.reason) == (Actor.HUMAN, StatusReason.QUARANTINED)
     assert "state.json is damaged: not JSON" in v.warnings
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        GoalInputs(goal=goal()),
+        GoalInputs(goal=goal(status=GoalStatus.PAUSED, priority=7)),
+        GoalInputs(goal=goal(status=GoalStatus.DONE)),
+        GoalInputs(goal=goal(quota=QuotaPolicy(compute=0.0))),
+        GoalInputs(goal=goal(quota=QuotaPolicy(compute=0.5, window_hours=2, cpu_seconds=9))),
+        GoalInputs(goal=goal(objective="x" * 300)),
+        GoalInputs(goal=goal(), quarantined=("g1__t1.json",)),
+        GoalInputs(goal=goal(), damage=("lease.json is damaged: not JSON",)),
+    ],
+    ids=["ready", "paused", "done", "compute0", "policy", "long", "quarantined", "damaged"],
+)
+def test_never_ran_view_equals_a_validated_one(inputs: GoalInputs):
+    """A goal that never ran (assembled without validation) gets the validated view it would."""
+    # Given a goal without state, lease, history or spend (the unvalidated path),
+    # and the same goal with an empty state (the validated path's every rule)
+    quick = view(inputs)
+    checked = view(dataclasses.replace(inputs, state=GoalState(goal_id="g1")))
+    # Then both agree, field by field and byte by byte, with a validated copy
+    assert quick == checked == type(quick).model_validate(quick.model_dump())
+    assert quick.model_dump_json(indent=2) == checked.model_dump_json(indent=2)
+    assert quick.model_fields_set == checked.model_fields_set
 
 
 def test_repeated_failures_need_a_human():

@@ -4,7 +4,7 @@ Layout under ``projections/``:
 
 * ``status.json``: the index (:class:`StatusIndex`): when the sources were
   last checked, fingerprints of the shared sources, the fleet summary.
-* ``status.d/NN.json``: 256 shards (:class:`StatusShard`) holding each goal's
+* ``status.d/NN.json``: 256 shards (:mod:`loopx.status.shards`) holding each goal's
   cached view and the fingerprint of the files it was read from. A refresh
   rewrites only the shards of goals that changed, so its cost follows the
   number of changed goals, not the number of goals.
@@ -26,8 +26,6 @@ import gc
 import heapq
 import os
 import secrets
-import shutil
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,13 +46,19 @@ from loopx.status.refresh import (
     RefreshReport,
     SharedSources,
     StatusIndex,
-    StatusShard,
     changed_in_catalog,
     changed_in_registry,
     full_scan_due,
     goals_to_reread,
     next_index,
     plan_scan,
+)
+from loopx.status.shards import (
+    ensure_shard_dir,
+    read_shards,
+    remove_shards,
+    shard_of,
+    write_shard,
 )
 from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.sources import (
@@ -72,34 +76,22 @@ from loopx.status.sources import (
     read_probes,
     reset_hints,
 )
-from loopx.status.view import StatusProjection
+from loopx.status.view import StatusProjection, json_bytes, trusted
 from loopx.status.watch import FingerprintMemo
-from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
+from loopx.storage.files import (
+    atomic_write_model,
+    ensure_dir,
+    parse_model,
+    read_bytes,
+)
 from loopx.storage.locks import locked
 
-SHARDS: Final = 256
-SHARD_DIR: Final = "status.d"
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 _LOCK_TIMEOUT_S: Final = 60.0
 _NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 
 log = get_logger(__name__)
-
-
-def shard_of(goal_id: str) -> int:
-    """The shard a goal's cached view lives in."""
-    return zlib.crc32(goal_id.encode()) % SHARDS
-
-
-def shard_dir(layout: Layout) -> Path:
-    """``projections/status.d/``."""
-    return layout.projections_dir / SHARD_DIR
-
-
-def shard_file(layout: Layout, shard: int) -> Path:
-    """``projections/status.d/NN.json``."""
-    return shard_dir(layout) / f"{shard:02x}.json"
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -142,19 +134,8 @@ class StatusCache:
     def load(self) -> bool:
         """Load the index and every shard from disk; False when there is no usable cache."""
         index = self._disk_index()
-        goals: dict[str, CachedGoal] = {}
-        if index is not None:
-            for shard in range(SHARDS):
-                path = shard_file(self.layout, shard)
-                try:
-                    goals.update(parse_model(path, StatusShard, read_bytes(path)).goals)
-                except FileNotFoundError:
-                    continue
-                except (LoopxError, OSError) as e:
-                    log.warning("status_shard_unreadable", path=str(path), error=str(e))
-                    index = None  # a lost shard means lost goals: rebuild
-                    break
-        self.index, self.goals = index, (goals if index is not None else {})
+        goals = read_shards(self.layout) if index is not None else None
+        self.index, self.goals = (index, goals) if goals is not None else (None, {})
         self.registry = None
         self._index_memory()
         return index is not None
@@ -424,20 +405,23 @@ class StatusCache:
             )
         )
         view = project_goal(inputs, now=now)
-        self._store(
-            goal_id,
-            CachedGoal(
-                fingerprint=list(fp),
-                view=view,
-                history=counts,
-                epoch=max(
-                    counts.max_epoch,
-                    inputs.lease.epoch if inputs.lease else 0,
-                    previous.epoch if previous else 0,
-                ),
-                recheck_ts=_ts(view.recheck_at),
-            ),
+        epoch = max(
+            counts.max_epoch,
+            inputs.lease.epoch if inputs.lease else 0,
+            previous.epoch if previous else 0,
         )
+        # Every value is validated already (the view, the counts): built as they are.
+        cached = trusted(
+            CachedGoal,
+            {
+                "fingerprint": list(fp),
+                "view": view,
+                "history": counts,
+                "epoch": epoch,
+                "recheck_ts": _ts(view.recheck_at),
+            },
+        )
+        self._store(goal_id, cached)
 
     def _store(self, goal_id: str, cached: CachedGoal) -> None:
         self.goals[goal_id] = cached
@@ -468,17 +452,12 @@ class StatusCache:
     def _write(self, shards: set[int]) -> None:
         if not shards:
             return
-        ensure_dir(shard_dir(self.layout))
+        ensure_shard_dir(self.layout)
         for s in shards:
             members = {
                 g: self.goals[g] for g in sorted(self._members.get(s, ())) if g in self.goals
             }
-            path = shard_file(self.layout, s)
-            if members:
-                atomic_write_model(path, StatusShard(goals=members), durable=False, indent=None)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+            write_shard(self.layout, s, members)
 
 
 # --- module-level API --------------------------------------------------------------------------
@@ -595,7 +574,7 @@ def status_document(
         projection, key, index = _load_keyed(
             layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
         )
-        document = (projection.model_dump_json(indent=2) + "\n").encode()
+        document = json_bytes(projection, indent=2) + b"\n"
     write_snapshot(
         layout, generation=index.generation, writer=index.writer, fleet=key, document=document
     )
@@ -609,6 +588,5 @@ def clear_status_cache(layout: Layout) -> None:
         for path in (layout.status_file, changes_file(layout)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(shard_dir(layout))
+        remove_shards(layout)
     _CACHES.pop(layout.root, None)

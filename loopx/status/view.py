@@ -6,10 +6,11 @@ only says what they hold.
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime
@@ -30,7 +31,43 @@ __all__ = [
     "StatusCounts",
     "StatusProjection",
     "StatusReason",
+    "json_bytes",
+    "trusted",
 ]
+
+_M = TypeVar("_M", bound=BaseModel)
+_new = object.__new__
+_set = object.__setattr__
+
+
+def trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
+    """An instance of ``cls`` holding ``fields`` as given, without validating them again.
+
+    For records assembled in bulk from values that are validated already (a
+    cold status builds one view and one cache entry per goal, and validation
+    was most of their cost). ``fields`` names every field of ``cls`` once, each
+    with a value of its type; tests compare such records with validated twins.
+    """
+    record = _new(cls)
+    _set(record, "__dict__", fields)
+    _set(record, "__pydantic_fields_set__", set(fields))
+    _set(record, "__pydantic_extra__", None)
+    _set(record, "__pydantic_private__", None)
+    return record
+
+
+def json_bytes(record: BaseModel, *, indent: int | None) -> bytes:
+    """``record`` as JSON bytes, as the serializer makes them.
+
+    ``model_dump_json`` decodes them to a str that a writer encodes again: 20 MB
+    of copies for the 10 MB status document of 10,000 goals.
+    """
+    return _adapter(type(record)).dump_json(record, indent=indent)
+
+
+@functools.cache
+def _adapter(kind: type[BaseModel]) -> TypeAdapter[BaseModel]:
+    return TypeAdapter(kind)
 
 
 class Actor(StrEnum):
