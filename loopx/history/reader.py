@@ -145,7 +145,7 @@ def _extended(base: HistoryCounts, data: bytes, *, newest: HistoryLine | None) -
     for status, pattern in STATUS_PATTERNS.items():
         statuses[status] = statuses.get(status, 0) + data.count(pattern)
     max_epoch = base.max_epoch
-    if newest is not None and data.strip():  # data's last line is the file's last line
+    if newest is not None and data and not data.isspace():  # data's last line is the file's
         max_epoch = max(max_epoch, newest.epoch)
     elif data:
         for line in reversed(data.split(b"\n")):
@@ -176,7 +176,12 @@ class TailAndCounts:
 
 
 def tail_and_counts(
-    dir_fd: int, goal_dir: str, previous: HistoryCounts, want: int = HISTORY_TAIL
+    dir_fd: int,
+    goal_dir: str,
+    previous: HistoryCounts,
+    want: int = HISTORY_TAIL,
+    *,
+    block: int = _BLOCK,
 ) -> TailAndCounts:
     """:func:`history_tail` and :func:`count_history` by one read, in an open goal directory.
 
@@ -188,37 +193,42 @@ def tail_and_counts(
     Raises:
         UnsafePathError: the history file is a symlink.
     """
-    path = os.path.join(goal_dir, HISTORY_NAME)
+    path = f"{goal_dir}/{HISTORY_NAME}"
     try:
         fd = open_at(dir_fd, HISTORY_NAME, path)
     except FileNotFoundError:
         return TailAndCounts([], HistoryCounts())
     try:
-        return _tail_and_counts(fd, path, previous, want)
+        return _tail_and_counts(fd, path, previous, want, block)
     finally:
         os.close(fd)
 
 
-def _tail_and_counts(fd: int, path: str, previous: HistoryCounts, want: int) -> TailAndCounts:
+def _tail_and_counts(
+    fd: int, path: str, previous: HistoryCounts, want: int, block: int
+) -> TailAndCounts:
     size = os.fstat(fd).st_size
     base = previous if size >= previous.offset else HistoryCounts()
-    start = min(base.offset, max(0, size - _BLOCK))
+    start = min(base.offset, max(0, size - block))
     data = os.pread(fd, size - start, start) if size > start else b""
     complete = data[: data.rfind(b"\n") + 1]
-    lines = complete.split(b"\n")[:-1]
-    # A line cut by the block's start is not a line; a counted offset is just after a newline.
-    whole = start in (0, base.offset)
-    newest_first = [line for line in reversed(lines if whole else lines[1:]) if line.strip()]
+    counted = complete[base.offset - start :]
+    # The last `want` lines, and before them the rest (when there is more).
+    parts = complete[:-1].rsplit(b"\n", want) if complete else []
+    # What precedes is not a line: several lines, or one cut by the block's start (a counted
+    # offset is just after a newline, so a read from there starts with a whole line).
+    cut_before = len(parts) > want or start not in (0, base.offset)
+    newest_first = [line for line in reversed(parts[1:] if cut_before else parts) if line.strip()]
     newest: HistoryLine | None = None
     try:
-        if len(newest_first) < want and start > 0:  # too few lines read: read on backwards
-            tail = _parsed_tail(_lines_backwards(fd), path, want)
+        if len(newest_first) < want and (cut_before or start > 0):  # blank lines, or a long tail
+            tail = _parsed_tail(_lines_backwards(fd, block), path, want)
         else:
             tail = _parsed_tail(newest_first, path, want)
             newest = tail[-1] if tail else None
     except CorruptFileError as e:
-        return TailAndCounts([], _extended(base, complete[base.offset - start :], newest=None), e)
-    return TailAndCounts(tail, _extended(base, complete[base.offset - start :], newest=newest))
+        return TailAndCounts([], _extended(base, counted, newest=None), e)
+    return TailAndCounts(tail, _extended(base, counted, newest=newest))
 
 
 def newest_lines(path: Path, limit: int) -> Iterator[HistoryLine | bytes]:

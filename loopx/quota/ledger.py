@@ -43,6 +43,7 @@ from loopx.quota.window import (
     SpendColumns,
     SpendTotals,
     WindowSpend,
+    in_window,
     minute_of,
     window_of,
 )
@@ -68,6 +69,8 @@ PRUNE_SLACK: Final = timedelta(hours=1)
 LEDGER_NAME: Final = "quota.jsonl"  # in the goal's directory (Layout.quota_file)
 AGGREGATE_NAME: Final = "quota.agg.json"  # Layout.quota_aggregate_file
 _CHUNK: Final = 1024 * 1024
+_NO_BUCKETS: Final = SpendColumns()  # frozen, so shared
+_NO_TOTALS: Final = SpendTotals()
 
 
 class SpendRecord(Record):
@@ -160,11 +163,27 @@ def window_spend_at(
     dir_fd: int, goal_dir: str, goal_id: str, *, window_start: datetime
 ) -> WindowSpend:
     """:func:`window_spend` of a goal whose directory ``goal_dir`` is open (:func:`open_dir`)."""
-    ledger = os.path.join(goal_dir, LEDGER_NAME)
+    buckets, lifetime = _spend_at(dir_fd, goal_dir, goal_id, window_start=window_start)
+    return window_of(buckets, window_start=window_start, lifetime=lifetime)
+
+
+def window_buckets_at(
+    dir_fd: int, goal_dir: str, goal_id: str, *, window_start: datetime
+) -> SpendColumns:
+    """``window_spend_at(...).buckets``, without the sums (the status projection sums them itself)."""
+    buckets, _ = _spend_at(dir_fd, goal_dir, goal_id, window_start=window_start)
+    return in_window(buckets, window_start=window_start)
+
+
+def _spend_at(
+    dir_fd: int, goal_dir: str, goal_id: str, *, window_start: datetime
+) -> tuple[SpendColumns, SpendTotals]:
+    """The buckets reaching back at least to ``window_start``, and the lifetime totals."""
+    ledger = f"{goal_dir}/{LEDGER_NAME}"
     try:
         fd = open_at(dir_fd, LEDGER_NAME, ledger)
     except FileNotFoundError:
-        return WindowSpend(window_start=window_start)
+        return _NO_BUCKETS, _NO_TOTALS
     wanted = minute_of(window_start - PRUNE_SLACK)
     try:
         cached = _load_aggregate(dir_fd, goal_dir, goal_id)
@@ -178,9 +197,9 @@ def window_spend_at(
             and cached.ledger_offset == st.st_size
             and _covers_prefix(fd, cached, st)
         ):
-            # The usual case, nothing appended since: the buckets serve as they are. The
-            # buckets a prune would drop end before the window, so window_of skips them too.
-            return window_of(cached.buckets, window_start=window_start, lifetime=cached.lifetime)
+            # The usual case, nothing appended since: the buckets serve as they are. Those
+            # a prune would drop ended before the window: summing a window skips them too.
+            return cached.buckets, cached.lifetime
         fold, dirty = _fold_ledger(fd, ledger, goal_id, cached, kept_minute=wanted, st=st)
     finally:
         os.close(fd)
@@ -191,7 +210,7 @@ def window_spend_at(
             # Only a cache: the sum is right without it, and the next read retries.
             log.warning("quota_aggregate_not_written", goal_id=goal_id, error=str(e))
     fold.prune(wanted)
-    return window_of(fold.columns(), window_start=window_start, lifetime=fold.lifetime)
+    return fold.columns(), fold.lifetime
 
 
 def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -> SpendAggregate:
@@ -236,7 +255,7 @@ def _write_aggregate(path: Path, agg: SpendAggregate) -> None:
 
 def _load_aggregate(dir_fd: int, goal_dir: str, goal_id: str) -> SpendAggregate | None:
     """The aggregate in an open goal directory, or None when missing or damaged (only a cache)."""
-    path = os.path.join(goal_dir, AGGREGATE_NAME)
+    path = f"{goal_dir}/{AGGREGATE_NAME}"
     try:
         agg = parse_model(path, SpendAggregate, read_bytes_at(dir_fd, AGGREGATE_NAME, path))
     except FileNotFoundError:

@@ -22,7 +22,7 @@ from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
 from loopx.history.line import HistoryLine
 from loopx.history.reader import HistoryCounts, tail_and_counts
-from loopx.quota.ledger import window_spend_at
+from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal
 from loopx.root import GOALS_NAME, Layout
@@ -244,9 +244,7 @@ def _read_goal_files(
     if "quota.jsonl" not in absent:
         try:
             window_start = goal.quota.window_start(now)
-            out.spend = window_spend_at(
-                dir_fd, goal_dir, goal.id, window_start=window_start
-            ).buckets
+            out.spend = window_buckets_at(dir_fd, goal_dir, goal.id, window_start=window_start)
         except (LoopxError, OSError) as e:
             out.damage.append(_damage(os.path.join(goal_dir, "quota.jsonl"), e))
     return out
@@ -254,7 +252,7 @@ def _read_goal_files(
 
 def _model_at(dir_fd: int, goal_dir: str, name: str, model: type[M], damage: list[str]) -> M | None:
     """A goal file read as ``model``; None when missing, or damaged (then a line in ``damage``)."""
-    path = os.path.join(goal_dir, name)
+    path = f"{goal_dir}/{name}"
     try:
         return parse_model(path, model, read_bytes_at(dir_fd, name, path))
     except FileNotFoundError:
