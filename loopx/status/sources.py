@@ -66,6 +66,8 @@ _READ_NAMES: Final = frozenset(_READ_ORDER)
 NO_COUNTS: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 _ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
 _SLOT: Final = {name: 3 * i for i, name in enumerate(FINGERPRINT_NAMES)}  # offset in a fingerprint
+_FINGERPRINTED: Final = frozenset(FINGERPRINT_NAMES)
+_NO_FILES: Final = (0, 0, _ABSENT_SIZE) * len(FINGERPRINT_NAMES)
 
 Fingerprint = tuple[int, ...]
 M = TypeVar("M", GoalState, Lease)
@@ -119,22 +121,26 @@ def reset_hints(layout: Layout) -> HintCursor:
 
 
 def goal_fingerprint(goal_dir: str) -> Fingerprint:
-    """``(inode, mtime_ns, size)`` of each of the goal's status files, by one directory scan.
+    """``(inode, mtime_ns, size)`` of each of the goal's status files: one listing, one ``lstat`` each.
 
     The inode catches an atomic rewrite of the same size within one mtime tick
     (every atomic write renames a new inode into place). Missing files count
     as ``(0, 0, -1)``; a missing goal directory gives ``()``.
     """
-    out = [0, 0, _ABSENT_SIZE] * len(FINGERPRINT_NAMES)
+    # A listing and an lstat of the names present, not os.scandir: its DirEntry
+    # objects cost more than they save here, where most entries are not ours.
     try:
-        with os.scandir(goal_dir) as entries:
-            for entry in entries:
-                at = _SLOT.get(entry.name)
-                if at is not None:
-                    st = entry.stat(follow_symlinks=False)
-                    out[at : at + 3] = entry.inode(), st.st_mtime_ns, st.st_size
+        present = _FINGERPRINTED.intersection(os.listdir(goal_dir))
     except FileNotFoundError:
         return ()
+    out = list(_NO_FILES)
+    for name in present:
+        try:
+            st = os.stat(f"{goal_dir}/{name}", follow_symlinks=False)
+        except FileNotFoundError:  # removed since the listing
+            continue
+        at = _SLOT[name]
+        out[at : at + 3] = st.st_ino, st.st_mtime_ns, st.st_size
     return tuple(out)
 
 
