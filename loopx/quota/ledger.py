@@ -324,7 +324,7 @@ def _line_ending_at_has_key(fd: int, offset: int, key: str) -> bool:
         want *= 4
     # Ledger lines are compact JSON, where a quote inside a string is escaped:
     # the key's member, found as written, is the line's own (parsing costs more).
-    if b'"turn_key":' + json.dumps(key, ensure_ascii=False).encode() in line:
+    if b'"turn_key":' + json.dumps(key).encode() in line:
         return True
     try:
         found = json.loads(line).get("turn_key")
