@@ -211,17 +211,21 @@ def _tail_and_counts(
     base = previous if size >= previous.offset else HistoryCounts()
     start = min(base.offset, max(0, size - block))
     data = os.pread(fd, size - start, start) if size > start else b""
+    # Neither slice copies in the usual case: a file ends with a newline, a cold read starts at 0.
     complete = data[: data.rfind(b"\n") + 1]
     counted = complete[base.offset - start :]
-    # The last `want` lines, and before them the rest (when there is more).
-    parts = complete[:-1].rsplit(b"\n", want) if complete else []
-    # What precedes is not a line: several lines, or one cut by the block's start (a counted
-    # offset is just after a newline, so a read from there starts with a whole line).
-    cut_before = len(parts) > want or start not in (0, base.offset)
+    # The tail is looked for in the last block only (a cold read may hold the whole file): its
+    # last `want` lines, and before them the rest, when there is more.
+    tail_from = max(0, len(complete) - block)
+    parts = complete[tail_from:-1].rsplit(b"\n", want) if complete else []
+    more_before = len(parts) > want or start + tail_from > 0
+    # What precedes the last `want` lines is not a line: several lines, or one cut by the
+    # block's start (a counted offset is just after a newline: a line starts there).
+    cut_before = len(parts) > want or start + tail_from not in (0, base.offset)
     newest_first = [line for line in reversed(parts[1:] if cut_before else parts) if line.strip()]
     newest: HistoryLine | None = None
     try:
-        if len(newest_first) < want and (cut_before or start > 0):  # blank lines, or a long tail
+        if len(newest_first) < want and more_before:  # blank lines, or a long tail
             tail = _parsed_tail(_lines_backwards(fd, block), path, want)
         else:
             tail = _parsed_tail(newest_first, path, want)
