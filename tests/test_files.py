@@ -16,7 +16,13 @@ import pytest
 
 from loopx.errors import CorruptFileError, LockTimeoutError, UnsafePathError
 from loopx.model import Record
-from loopx.storage.files import atomic_write_bytes, exclusive_create, read_bytes
+from loopx.storage.files import (
+    atomic_write_bytes,
+    exclusive_create,
+    open_dir,
+    read_bytes,
+    read_bytes_at,
+)
 from loopx.storage.jsonl import DEDUP_SCAN_RECORDS, append_record, iter_jsonl, read_records
 from loopx.storage.locks import locked
 
@@ -233,3 +239,52 @@ def test_files_are_private_and_symlinks_are_refused(tmp_path: Path) -> None:
     assert not exclusive_create(link, b"evil")
     assert elsewhere.read_text() == "keep"
     os.unlink(link)
+
+
+def _read_in_dir(directory: Path, name: str) -> bytes:
+    fd = open_dir(str(directory))
+    try:
+        return read_bytes_at(fd, name, str(directory / name))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("planted", ["dir", "parent", "file"])
+def test_reads_relative_to_an_open_directory_follow_no_symlink(
+    tmp_path: Path, planted: str
+) -> None:
+    """open_dir refuses a symlinked directory or parent; read_bytes_at a symlinked file."""
+    decoy = tmp_path / "decoy"
+    (decoy / "g").mkdir(parents=True)
+    (decoy / "g" / "state.json").write_text("secret")
+    (decoy / "state.json").write_text("secret")
+    goals = tmp_path / "root" / "goals"
+    goal_dir = goals / "g"
+    if planted == "parent":
+        goals.parent.mkdir()
+        goals.symlink_to(decoy)
+    else:
+        goals.mkdir(parents=True)
+        if planted == "dir":
+            goal_dir.symlink_to(decoy)
+        else:
+            goal_dir.mkdir()
+            (goal_dir / "state.json").symlink_to(decoy / "state.json")
+    with pytest.raises(UnsafePathError, match="symlink") as info:
+        _read_in_dir(goal_dir, "state.json")
+    where = {"dir": goal_dir, "parent": goals, "file": goal_dir / "state.json"}[planted]
+    assert info.value.path == where
+
+
+def test_a_file_read_relative_to_its_directory_is_read_whole(tmp_path: Path) -> None:
+    """read_bytes_at reads every byte; a missing file is FileNotFoundError naming the path."""
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "f").write_bytes(b"x" * 100_000)
+    fd = open_dir(str(tmp_path / "g"))
+    try:
+        assert read_bytes_at(fd, "f", "unused") == b"x" * 100_000
+        with pytest.raises(FileNotFoundError) as info:
+            read_bytes_at(fd, "missing", str(tmp_path / "g" / "missing"))
+    finally:
+        os.close(fd)
+    assert info.value.filename == str(tmp_path / "g" / "missing")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,11 +20,12 @@ from loopx.quota.ledger import (
     append_spend,
     read_spend,
     rebuild_aggregate,
+    window_buckets_at,
     window_spend,
 )
 from loopx.quota.usage import Usage
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_bytes
+from loopx.storage.files import atomic_write_bytes, open_dir
 
 T0 = datetime(2025, 5, 1, tzinfo=UTC)
 GOAL = "g1"
@@ -311,3 +313,21 @@ def test_incremental_aggregate_equals_a_full_re_read(offsets, walls, steps, wind
             agg_path(layout).unlink()
             fresh = window_spend(layout, GOAL, window_start=start)
             assert cached == fresh
+
+
+@pytest.mark.parametrize("late_minutes", [0, 30, 90, 60 * 30])
+def test_window_buckets_are_the_window_spends_buckets(layout, late_minutes):
+    """What the status projection reads is window_spend's buckets, from a current cache or not."""
+    for i in range(6):
+        append_spend(layout, record(i, T0 + timedelta(minutes=20 * i)))
+    start = T0 + timedelta(minutes=late_minutes)
+    goal_dir = str(layout.goal_dir(GOAL))
+    fd = open_dir(goal_dir)
+    try:
+        buckets = window_buckets_at(fd, goal_dir, GOAL, window_start=start)
+    finally:
+        os.close(fd)
+    assert buckets == window_spend(layout, GOAL, window_start=start).buckets
+    assert buckets.last_end == [
+        r.ended_at.timestamp() for r in read_spend(layout, GOAL) if r.ended_at > start
+    ]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -21,9 +22,11 @@ from loopx.errors import CorruptFileError
 from loopx.history.line import HistoryLine
 from loopx.model import Record
 from loopx.root import Layout
+from loopx.storage.files import open_at
 from loopx.storage.jsonl import read_records
 
 HISTORY_TAIL: Final = 8  # lines of history the status projection looks at (newest last)
+HISTORY_NAME: Final = "history.jsonl"  # in the goal's directory (Layout.history_file)
 _BLOCK: Final = 16 * 1024
 
 
@@ -37,28 +40,33 @@ def iter_lines_backwards(path: Path, *, block: int = _BLOCK) -> Iterator[bytes]:
     except FileNotFoundError:
         return
     try:
-        pos = os.fstat(fd).st_size
-        carry = b""
-        seen_newline = False
-        while pos > 0:
-            step = min(block, pos)
-            pos -= step
-            buf = os.pread(fd, step, pos) + carry
-            if not seen_newline:
-                nl = buf.rfind(b"\n")
-                if nl < 0:
-                    carry = b""  # still inside the torn tail
-                    continue
-                buf, seen_newline = buf[:nl], True
-            lines = buf.split(b"\n")
-            carry = lines[0]
-            for line in reversed(lines[1:]):
-                if line.strip():
-                    yield line
-        if seen_newline and carry.strip():
-            yield carry
+        yield from _lines_backwards(fd, block)
     finally:
         os.close(fd)
+
+
+def _lines_backwards(fd: int, block: int = _BLOCK) -> Iterator[bytes]:
+    """:func:`iter_lines_backwards` of an open file."""
+    pos = os.fstat(fd).st_size
+    carry = b""
+    seen_newline = False
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        buf = os.pread(fd, step, pos) + carry
+        if not seen_newline:
+            nl = buf.rfind(b"\n")
+            if nl < 0:
+                carry = b""  # still inside the torn tail
+                continue
+            buf, seen_newline = buf[:nl], True
+        lines = buf.split(b"\n")
+        carry = lines[0]
+        for line in reversed(lines[1:]):
+            if line.strip():
+                yield line
+    if seen_newline and carry.strip():
+        yield carry
 
 
 def history_tail(path: Path, want: int = HISTORY_TAIL) -> list[HistoryLine]:
@@ -68,13 +76,18 @@ def history_tail(path: Path, want: int = HISTORY_TAIL) -> list[HistoryLine]:
         CorruptFileError: one of those lines is not a history record.
 
     """
+    return _parsed_tail(iter_lines_backwards(path), path, want)
+
+
+def _parsed_tail(newest_first: Iterable[bytes], path: Path | str, want: int) -> list[HistoryLine]:
+    """The first ``want`` of ``newest_first`` parsed, oldest first."""
     out: list[HistoryLine] = []
-    for line in iter_lines_backwards(path):
+    for line in newest_first:
         try:
             out.append(HistoryLine.model_validate_json(line))
         except ValidationError as e:
             raise CorruptFileError(
-                path, f"a line near the end is not a history record: {e.errors()[0]['msg']}"
+                Path(path), f"a line near the end is not a history record: {e.errors()[0]['msg']}"
             ) from e
         if len(out) >= want:
             break
@@ -117,8 +130,14 @@ def count_history(path: Path, previous: HistoryCounts) -> HistoryCounts:
         data = os.pread(fd, size - base.offset, base.offset) if size > base.offset else b""
     finally:
         os.close(fd)
-    cut = data.rfind(b"\n") + 1
-    data = data[:cut]
+    return _extended(base, data[: data.rfind(b"\n") + 1], newest=None)
+
+
+def _extended(base: HistoryCounts, data: bytes, *, newest: HistoryLine | None) -> HistoryCounts:
+    """``base`` plus the complete lines ``data`` (the file's bytes from ``base.offset`` on).
+
+    ``newest``: the file's last line, parsed already (else its epoch is read here).
+    """
     kinds = dict(base.kinds)
     for kind, pattern in KIND_PATTERNS.items():
         kinds[kind] = kinds.get(kind, 0) + data.count(pattern)
@@ -126,20 +145,94 @@ def count_history(path: Path, previous: HistoryCounts) -> HistoryCounts:
     for status, pattern in STATUS_PATTERNS.items():
         statuses[status] = statuses.get(status, 0) + data.count(pattern)
     max_epoch = base.max_epoch
-    if data:
+    if newest is not None and data and not data.isspace():  # data's last line is the file's
+        max_epoch = max(max_epoch, newest.epoch)
+    elif data:
         for line in reversed(data.split(b"\n")):
             if line.strip():
                 with contextlib.suppress(ValueError, AttributeError, TypeError):
                     max_epoch = max(max_epoch, int(json.loads(line).get("epoch", 0)))
                 break
     return HistoryCounts(
-        offset=base.offset + cut,
+        offset=base.offset + len(data),
         lines=base.lines + data.count(b"\n"),
         kinds=kinds,
         statuses=statuses,
         interrupted=base.interrupted + data.count(INTERRUPTED_PATTERN),
         max_epoch=max_epoch,
     )
+
+
+# --- both, by one read -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TailAndCounts:
+    """What the status cache reads of a history file: the tail, the counts, and any damage."""
+
+    tail: list[HistoryLine]  # oldest first; empty when damaged
+    counts: HistoryCounts
+    damage: CorruptFileError | None = None  # a line of the tail is not a history record
+
+
+def tail_and_counts(
+    dir_fd: int,
+    goal_dir: str,
+    previous: HistoryCounts,
+    want: int = HISTORY_TAIL,
+    *,
+    block: int = _BLOCK,
+) -> TailAndCounts:
+    """:func:`history_tail` and :func:`count_history` by one read, in an open goal directory.
+
+    ``dir_fd`` is ``goal_dir`` opened by :func:`~loopx.storage.files.open_dir`.
+    One ``pread`` covers both the bytes appended since ``previous`` and the
+    last block (on a cold cache: the whole file, read once instead of twice).
+    The counts are kept when the tail is damaged: they need no parse.
+
+    Raises:
+        UnsafePathError: the history file is a symlink.
+    """
+    path = f"{goal_dir}/{HISTORY_NAME}"
+    try:
+        fd = open_at(dir_fd, HISTORY_NAME, path)
+    except FileNotFoundError:
+        return TailAndCounts([], HistoryCounts())
+    try:
+        return _tail_and_counts(fd, path, previous, want, block)
+    finally:
+        os.close(fd)
+
+
+def _tail_and_counts(
+    fd: int, path: str, previous: HistoryCounts, want: int, block: int
+) -> TailAndCounts:
+    size = os.fstat(fd).st_size
+    base = previous if size >= previous.offset else HistoryCounts()
+    start = min(base.offset, max(0, size - block))
+    data = os.pread(fd, size - start, start) if size > start else b""
+    # Neither slice copies in the usual case: a file ends with a newline, a cold read starts at 0.
+    complete = data[: data.rfind(b"\n") + 1]
+    counted = complete[base.offset - start :]
+    # The tail is looked for in the last block only (a cold read may hold the whole file): its
+    # last `want` lines, and before them the rest, when there is more.
+    tail_from = max(0, len(complete) - block)
+    parts = complete[tail_from:-1].rsplit(b"\n", want) if complete else []
+    more_before = len(parts) > want or start + tail_from > 0
+    # What precedes the last `want` lines is not a line: several lines, or one cut by the
+    # block's start (a counted offset is just after a newline: a line starts there).
+    cut_before = len(parts) > want or start + tail_from not in (0, base.offset)
+    newest_first = [line for line in reversed(parts[1:] if cut_before else parts) if line.strip()]
+    newest: HistoryLine | None = None
+    try:
+        if len(newest_first) < want and more_before:  # blank lines, or a long tail
+            tail = _parsed_tail(_lines_backwards(fd, block), path, want)
+        else:
+            tail = _parsed_tail(newest_first, path, want)
+            newest = tail[-1] if tail else None
+    except CorruptFileError as e:
+        return TailAndCounts([], _extended(base, counted, newest=None), e)
+    return TailAndCounts(tail, _extended(base, counted, newest=newest))
 
 
 def newest_lines(path: Path, limit: int) -> Iterator[HistoryLine | bytes]:

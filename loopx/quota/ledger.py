@@ -22,6 +22,7 @@ newline are), so it cannot be counted before it is complete.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from loopx.quota.window import (
     SpendColumns,
     SpendTotals,
     WindowSpend,
+    in_window,
     minute_of,
     window_of,
 )
@@ -50,8 +52,10 @@ from loopx.storage.files import (
     atomic_write_bytes,
     describe_validation_error,
     ensure_dir,
+    open_at,
+    open_dir,
     parse_model,
-    read_bytes,
+    read_bytes_at,
     refuse_symlinked_parents,
 )
 from loopx.storage.jsonl import append_record, read_records
@@ -62,7 +66,11 @@ log = get_logger(__name__)
 # whose clock reads slightly earlier than the last one is still served from
 # the cache instead of forcing a rebuild.
 PRUNE_SLACK: Final = timedelta(hours=1)
+LEDGER_NAME: Final = "quota.jsonl"  # in the goal's directory (Layout.quota_file)
+AGGREGATE_NAME: Final = "quota.agg.json"  # Layout.quota_aggregate_file
 _CHUNK: Final = 1024 * 1024
+_NO_BUCKETS: Final = SpendColumns()  # frozen, so shared
+_NO_TOTALS: Final = SpendTotals()
 
 
 class SpendRecord(Record):
@@ -138,32 +146,71 @@ def window_spend(layout: Layout, goal_id: str, *, window_start: datetime) -> Win
 
     Raises:
         CorruptFileError: a ledger line is not a spend record of this goal.
+        UnsafePathError: the goal's directory, ``goals/`` or the ledger is a symlink.
     """
-    wanted = minute_of(window_start - PRUNE_SLACK)
-    ledger = layout.quota_file(goal_id)
+    goal_dir = str(layout.goal_dir(goal_id))
     try:
-        fd = _open_ledger(ledger)
+        dir_fd = open_dir(goal_dir)
     except FileNotFoundError:
         return WindowSpend(window_start=window_start)
     try:
-        agg_path = layout.quota_aggregate_file(goal_id)
-        cached = _load_aggregate(agg_path, goal_id)
-        serve_from = minute_of(window_start)
+        return window_spend_at(dir_fd, goal_dir, goal_id, window_start=window_start)
+    finally:
+        os.close(dir_fd)
+
+
+def window_spend_at(
+    dir_fd: int, goal_dir: str, goal_id: str, *, window_start: datetime
+) -> WindowSpend:
+    """:func:`window_spend` of a goal whose directory ``goal_dir`` is open (:func:`open_dir`)."""
+    buckets, lifetime = _spend_at(dir_fd, goal_dir, goal_id, window_start=window_start)
+    return window_of(buckets, window_start=window_start, lifetime=lifetime)
+
+
+def window_buckets_at(
+    dir_fd: int, goal_dir: str, goal_id: str, *, window_start: datetime
+) -> SpendColumns:
+    """``window_spend_at(...).buckets``, without the sums (the status projection sums them itself)."""
+    buckets, _ = _spend_at(dir_fd, goal_dir, goal_id, window_start=window_start)
+    return in_window(buckets, window_start=window_start)
+
+
+def _spend_at(
+    dir_fd: int, goal_dir: str, goal_id: str, *, window_start: datetime
+) -> tuple[SpendColumns, SpendTotals]:
+    """The buckets reaching back at least to ``window_start``, and the lifetime totals."""
+    ledger = f"{goal_dir}/{LEDGER_NAME}"
+    try:
+        fd = open_at(dir_fd, LEDGER_NAME, ledger)
+    except FileNotFoundError:
+        return _NO_BUCKETS, _NO_TOTALS
+    wanted = minute_of(window_start - PRUNE_SLACK)
+    try:
+        cached = _load_aggregate(dir_fd, goal_dir, goal_id)
         kept = cached.kept_minute if cached is not None else None
-        if kept is not None and serve_from < kept:
+        if kept is not None and minute_of(window_start) < kept:
             log.info("quota_aggregate_rebuild", goal_id=goal_id, why="window reaches before cache")
             cached = None
-        fold, dirty = _fold_ledger(fd, ledger, goal_id, cached, kept_minute=wanted)
+        st = os.fstat(fd)
+        if (
+            cached is not None
+            and cached.ledger_offset == st.st_size
+            and _covers_prefix(fd, cached, st)
+        ):
+            # The usual case, nothing appended since: the buckets serve as they are. Those
+            # a prune would drop ended before the window: summing a window skips them too.
+            return cached.buckets, cached.lifetime
+        fold, dirty = _fold_ledger(fd, ledger, goal_id, cached, kept_minute=wanted, st=st)
     finally:
         os.close(fd)
     if dirty is not None:
         try:
-            _write_aggregate(agg_path, dirty)
+            _write_aggregate(Path(goal_dir, AGGREGATE_NAME), dirty)
         except (LoopxError, OSError) as e:
             # Only a cache: the sum is right without it, and the next read retries.
             log.warning("quota_aggregate_not_written", goal_id=goal_id, error=str(e))
     fold.prune(wanted)
-    return window_of(fold.columns(), window_start=window_start, lifetime=fold.lifetime)
+    return fold.columns(), fold.lifetime
 
 
 def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -> SpendAggregate:
@@ -193,7 +240,7 @@ def _open_ledger(path: Path) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
-        if e.errno == 40:  # noqa: PLR2004 - ELOOP: O_NOFOLLOW met a symlink
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
             raise UnsafePathError(path, "it is a symlink") from e
         raise
 
@@ -206,10 +253,11 @@ def _write_aggregate(path: Path, agg: SpendAggregate) -> None:
     atomic_write_bytes(path, agg.model_dump_json().encode() + b"\n", durable=False)
 
 
-def _load_aggregate(path: Path, goal_id: str) -> SpendAggregate | None:
-    """The aggregate, or None when it is missing or damaged (it is only a cache)."""
+def _load_aggregate(dir_fd: int, goal_dir: str, goal_id: str) -> SpendAggregate | None:
+    """The aggregate in an open goal directory, or None when missing or damaged (only a cache)."""
+    path = f"{goal_dir}/{AGGREGATE_NAME}"
     try:
-        agg = parse_model(path, SpendAggregate, read_bytes(path))
+        agg = parse_model(path, SpendAggregate, read_bytes_at(dir_fd, AGGREGATE_NAME, path))
     except FileNotFoundError:
         return None
     except CorruptFileError as e:
@@ -229,12 +277,16 @@ class _Line:
 
 def _catch_up(layout: Layout, goal_id: str) -> None:
     """Fold new ledger lines into an existing, consistent aggregate; else leave it for a read."""
-    agg_path = layout.quota_aggregate_file(goal_id)
-    cached = _load_aggregate(agg_path, goal_id)
-    if cached is None:
-        return
-    ledger = layout.quota_file(goal_id)
-    fd = _open_ledger(ledger)
+    goal_dir = str(layout.goal_dir(goal_id))
+    dir_fd = open_dir(goal_dir)
+    try:
+        cached = _load_aggregate(dir_fd, goal_dir, goal_id)
+        if cached is None:
+            return
+        ledger = os.path.join(goal_dir, LEDGER_NAME)
+        fd = open_at(dir_fd, LEDGER_NAME, ledger)
+    finally:
+        os.close(dir_fd)
     try:
         if not _covers_prefix(fd, cached):
             return
@@ -242,7 +294,7 @@ def _catch_up(layout: Layout, goal_id: str) -> None:
     finally:
         os.close(fd)
     if dirty is not None:
-        _write_aggregate(agg_path, dirty)
+        _write_aggregate(Path(goal_dir, AGGREGATE_NAME), dirty)
 
 
 def _covers_prefix(fd: int, agg: SpendAggregate, st: os.stat_result | None = None) -> bool:
@@ -252,39 +304,52 @@ def _covers_prefix(fd: int, agg: SpendAggregate, st: os.stat_result | None = Non
         return False
     if agg.ledger_offset == 0:
         return agg.last_turn_key is None
-    return _key_of_line_ending_at(fd, agg.ledger_offset) == agg.last_turn_key
+    key = agg.last_turn_key
+    return key is not None and _line_ending_at_has_key(fd, agg.ledger_offset, key)
 
 
-def _key_of_line_ending_at(fd: int, offset: int) -> str | None:
-    """The turn_key of the line whose newline is the byte before ``offset``; None if none."""
+def _line_ending_at_has_key(fd: int, offset: int, key: str) -> bool:
+    """Whether the line whose newline is the byte before ``offset`` carries turn_key ``key``."""
     want = 512  # one pread reads the newline and, usually, the whole line before it
     while True:
         start = max(0, offset - 1 - want)
         chunk = os.pread(fd, offset - start, start)
         if not chunk.endswith(b"\n"):
-            return None
+            return False
         chunk = chunk[:-1]
         newline = chunk.rfind(b"\n")
         if newline >= 0 or start == 0:
             line = chunk[newline + 1 :]
             break
         want *= 4
+    # Ledger lines are compact JSON, where a quote inside a string is escaped:
+    # the key's member, found as written, is the line's own (parsing costs more).
+    if b'"turn_key":' + json.dumps(key).encode() in line:
+        return True
     try:
-        key = json.loads(line).get("turn_key")
+        found = json.loads(line).get("turn_key")
     except (ValueError, AttributeError):
-        return None
-    return key if isinstance(key, str) else None
+        return False
+    return bool(found == key)
 
 
 def _fold_ledger(
-    fd: int, path: Path, goal_id: str, cached: SpendAggregate | None, *, kept_minute: int | None
+    fd: int,
+    path: Path | str,
+    goal_id: str,
+    cached: SpendAggregate | None,
+    *,
+    kept_minute: int | None,
+    st: os.stat_result | None = None,
 ) -> tuple[BucketFold, SpendAggregate | None]:
     """Fold the ledger bytes ``cached`` does not cover (all of them without a usable cache).
+
+    ``st`` is the ledger's fstat, if taken.
 
     Returns:
         The fold, and the aggregate to write back (None when nothing changed).
     """
-    st = os.fstat(fd)
+    st = st if st is not None else os.fstat(fd)
     if cached is not None and not _covers_prefix(fd, cached, st):
         log.info("quota_aggregate_rebuild", goal_id=goal_id, why="cache is not a ledger prefix")
         cached = None
@@ -299,7 +364,7 @@ def _fold_ledger(
         record = line.record
         if record.goal_id != goal_id:
             raise CorruptFileError(
-                path, f"the line ending at byte {line.end} belongs to goal {record.goal_id!r}"
+                Path(path), f"the line ending at byte {line.end} belongs to goal {record.goal_id!r}"
             )
         usage = record.usage
         fold.add(
@@ -326,7 +391,7 @@ def _fold_ledger(
     return fold, agg
 
 
-def _lines_after(fd: int, path: Path, offset: int, size: int) -> Iterator[_Line]:
+def _lines_after(fd: int, path: Path | str, offset: int, size: int) -> Iterator[_Line]:
     """The complete lines of ``[offset, size)``, parsed; a torn last line is left out."""
     pending = b""
     pos = offset
@@ -347,10 +412,10 @@ def _lines_after(fd: int, path: Path, offset: int, size: int) -> Iterator[_Line]
             line_start = line_end
 
 
-def _parse_line(path: Path, raw: bytes, end: int) -> SpendRecord:
+def _parse_line(path: Path | str, raw: bytes, end: int) -> SpendRecord:
     try:
         return SpendRecord.model_validate_json(raw)
     except ValidationError as e:
         raise CorruptFileError(
-            path, f"the line ending at byte {end}: {describe_validation_error(e)}"
+            Path(path), f"the line ending at byte {end}: {describe_validation_error(e)}"
         ) from e

@@ -208,26 +208,28 @@ class BucketFold:
         )
 
 
+def in_window(buckets: SpendColumns, *, window_start: datetime) -> SpendColumns:
+    """The buckets inside ``(window_start, ...]``: :func:`window_of`'s, without the sums."""
+    # Buckets are ordered by last_end, so the window is a suffix of them.
+    i = bisect_right(buckets.last_end, window_start.timestamp())
+    if i == 0:  # nothing cut off (the usual case): the frozen buckets serve as they are
+        return buckets
+    return SpendColumns.model_construct(
+        minute=buckets.minute[i:],
+        last_end=buckets.last_end[i:],
+        wall_s=buckets.wall_s[i:],
+        cpu_s=buckets.cpu_s[i:],
+        tokens=buckets.tokens[i:],
+        cost_usd=buckets.cost_usd[i:],
+        turns=buckets.turns[i:],
+    )
+
+
 def window_of(
     buckets: SpendColumns, *, window_start: datetime, lifetime: SpendTotals
 ) -> WindowSpend:
     """Sum the buckets inside ``(window_start, ...]`` into a :class:`WindowSpend`."""
-    # Buckets are ordered by last_end, so the window is a suffix of them.
-    i = bisect_right(buckets.last_end, window_start.timestamp())
-    # Nothing cut off (the usual case): the frozen buckets serve as they are.
-    inside = (
-        buckets
-        if i == 0
-        else SpendColumns.model_construct(
-            minute=buckets.minute[i:],
-            last_end=buckets.last_end[i:],
-            wall_s=buckets.wall_s[i:],
-            cpu_s=buckets.cpu_s[i:],
-            tokens=buckets.tokens[i:],
-            cost_usd=buckets.cost_usd[i:],
-            turns=buckets.turns[i:],
-        )
-    )
+    inside = in_window(buckets, window_start=window_start)
     return WindowSpend.model_construct(
         window_start=window_start,
         wall_s=math.fsum(inside.wall_s),

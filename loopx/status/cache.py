@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from loopx.errors import LoopxError, resource_fault
-from loopx.history.reader import HistoryCounts, count_history
+from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
@@ -388,21 +388,14 @@ class StatusCache:
             probe = sources.probes.get(goal_id)
         else:
             probe = previous.view.probe if previous else None
-        absent = absent_files(fp)
-        inputs = gather_goal(
+        inputs, counts = gather_goal(
             layout,
             goal,
             now=now,
             quarantined=sources.quarantine.get(goal_id, ()),
             probe=probe,
-            absent=absent,
-        )
-        counts = (
-            _NO_HISTORY
-            if "history.jsonl" in absent
-            else count_history(
-                layout.history_file(goal_id), previous.history if previous else HistoryCounts()
-            )
+            absent=absent_files(fp),
+            counted=previous.history if previous else _NO_HISTORY,
         )
         view = project_goal(inputs, now=now)
         epoch = max(

@@ -13,19 +13,19 @@ import contextlib
 import functools
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
 from loopx.history.line import HistoryLine
-from loopx.history.reader import history_tail
-from loopx.quota.ledger import window_spend
+from loopx.history.reader import HistoryCounts, tail_and_counts
+from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal
-from loopx.root import Layout
+from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
 from loopx.status.projection import (
@@ -40,8 +40,10 @@ from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,
     ensure_dir,
+    open_dir,
     parse_model,
     read_bytes,
+    read_bytes_at,
     read_model_or_none,
 )
 from loopx.storage.resources import root_health
@@ -59,11 +61,16 @@ FINGERPRINT_NAMES: Final = (
     "turns",
 )
 PROBES_DIR: Final = "probes"
-_READ_NAMES: Final = frozenset({"state.json", "lease.json", "history.jsonl", "quota.jsonl"})
+_READ_ORDER: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl")
+_READ_NAMES: Final = frozenset(_READ_ORDER)
+NO_COUNTS: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 _ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
 _SLOT: Final = {name: 3 * i for i, name in enumerate(FINGERPRINT_NAMES)}  # offset in a fingerprint
+_FINGERPRINTED: Final = frozenset(FINGERPRINT_NAMES)
+_NO_FILES: Final = (0, 0, _ABSENT_SIZE) * len(FINGERPRINT_NAMES)
 
 Fingerprint = tuple[int, ...]
+M = TypeVar("M", GoalState, Lease)
 
 
 # --- change hints (written by loopx.status.changes) -----------------------------------------------
@@ -114,29 +121,33 @@ def reset_hints(layout: Layout) -> HintCursor:
 
 
 def goal_fingerprint(goal_dir: str) -> Fingerprint:
-    """``(inode, mtime_ns, size)`` of each of the goal's status files, by one directory scan.
+    """``(inode, mtime_ns, size)`` of each of the goal's status files: one listing, one ``lstat`` each.
 
     The inode catches an atomic rewrite of the same size within one mtime tick
     (every atomic write renames a new inode into place). Missing files count
     as ``(0, 0, -1)``; a missing goal directory gives ``()``.
     """
-    out = [0, 0, _ABSENT_SIZE] * len(FINGERPRINT_NAMES)
+    # A listing and an lstat of the names present, not os.scandir: its DirEntry
+    # objects cost more than they save here, where most entries are not ours.
     try:
-        with os.scandir(goal_dir) as entries:
-            for entry in entries:
-                at = _SLOT.get(entry.name)
-                if at is not None:
-                    st = entry.stat(follow_symlinks=False)
-                    out[at : at + 3] = entry.inode(), st.st_mtime_ns, st.st_size
+        present = _FINGERPRINTED.intersection(os.listdir(goal_dir))
     except FileNotFoundError:
         return ()
+    out = list(_NO_FILES)
+    for name in present:
+        try:
+            st = os.stat(f"{goal_dir}/{name}", follow_symlinks=False)
+        except FileNotFoundError:  # removed since the listing
+            continue
+        at = _SLOT[name]
+        out[at : at + 3] = st.st_ino, st.st_mtime_ns, st.st_size
     return tuple(out)
 
 
 # --- goals -------------------------------------------------------------------------------------
 
 
-def _damage(path: Path, error: LoopxError | OSError) -> str:
+def _damage(path: str, error: LoopxError | OSError) -> str:
     return error.message if isinstance(error, LoopxError) else f"{path}: {error}"
 
 
@@ -161,52 +172,100 @@ def gather_goal(
     quarantined: tuple[str, ...] = (),
     probe: ProbeObservation | None = None,
     absent: frozenset[str] = frozenset(),
-) -> GoalInputs:
-    """Read one goal's status inputs; a damaged file becomes a ``damage`` line, not an error.
+    counted: HistoryCounts = NO_COUNTS,
+) -> tuple[GoalInputs, HistoryCounts]:
+    """Read one goal's status inputs, and its history counts extended from ``counted``.
 
-    ``absent`` names files the goal's fingerprint, taken just before, found
-    missing: they are not opened (a goal that never ran has none of them). A
-    file created since is seen by the next refresh, whose fingerprint differs.
+    A damaged file becomes a ``damage`` line, not an error. ``absent`` names
+    files the goal's fingerprint, taken just before, found missing: they are
+    not opened (a goal that never ran has none of them). A file created since
+    is seen by the next refresh, whose fingerprint differs. The goal's
+    directory is opened once and its files are read relative to it
+    (:func:`~loopx.storage.files.open_dir`), none through a symlink.
     """
-    damage: list[str] = []
+    if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
+        return GoalInputs(goal=goal, quarantined=quarantined, probe=probe), NO_COUNTS
+    goal_dir = os.path.join(layout.root, GOALS_NAME, goal.id)
+    try:
+        dir_fd = open_dir(goal_dir)
+    except FileNotFoundError:
+        return GoalInputs(goal=goal, quarantined=quarantined, probe=probe), NO_COUNTS
+    except (LoopxError, OSError) as e:
+        # Every file of the goal is out of reach, for the one reason.
+        damage = tuple(
+            _damage(os.path.join(goal_dir, name), e) for name in _READ_ORDER if name not in absent
+        )
+        inputs = GoalInputs(goal=goal, quarantined=quarantined, damage=damage, probe=probe)
+        return inputs, NO_COUNTS
+    try:
+        files = _read_goal_files(dir_fd, goal_dir, goal, now=now, absent=absent, counted=counted)
+    finally:
+        os.close(dir_fd)
+    inputs = GoalInputs(
+        goal=goal,
+        state=files.state,
+        lease=files.lease,
+        history=tuple(files.history),
+        spend=files.spend,
+        quarantined=quarantined,
+        damage=tuple(files.damage),
+        probe=probe,
+    )
+    return inputs, files.counts
+
+
+@dataclass(slots=True)
+class _GoalFiles:
     state: GoalState | None = None
     lease: Lease | None = None
-    history: list[HistoryLine] = []
+    history: list[HistoryLine] = field(default_factory=list)
+    counts: HistoryCounts = NO_COUNTS
     spend: SpendColumns = NO_SPEND
-    if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
-        return GoalInputs(goal=goal, spend=spend, quarantined=quarantined, probe=probe)
-    goal_dir = layout.goal_dir(goal.id)
+    damage: list[str] = field(default_factory=list)
+
+
+def _read_goal_files(
+    dir_fd: int,
+    goal_dir: str,
+    goal: Goal,
+    *,
+    now: datetime,
+    absent: frozenset[str],
+    counted: HistoryCounts,
+) -> _GoalFiles:
+    out = _GoalFiles()
     if "state.json" not in absent:
-        try:
-            state = read_model_or_none(goal_dir / "state.json", GoalState)
-        except (LoopxError, OSError) as e:
-            damage.append(_damage(goal_dir / "state.json", e))
+        out.state = _model_at(dir_fd, goal_dir, "state.json", GoalState, out.damage)
     if "lease.json" not in absent:
-        try:
-            lease = read_model_or_none(goal_dir / "lease.json", Lease)
-        except (LoopxError, OSError) as e:
-            damage.append(_damage(goal_dir / "lease.json", e))
+        out.lease = _model_at(dir_fd, goal_dir, "lease.json", Lease, out.damage)
     if "history.jsonl" not in absent:
         try:
-            history = history_tail(goal_dir / "history.jsonl")
+            read = tail_and_counts(dir_fd, goal_dir, counted)
         except (LoopxError, OSError) as e:
-            damage.append(_damage(goal_dir / "history.jsonl", e))
+            out.damage.append(_damage(os.path.join(goal_dir, "history.jsonl"), e))
+        else:
+            out.history, out.counts = read.tail, read.counts
+            if read.damage is not None:
+                out.damage.append(read.damage.message)
     if "quota.jsonl" not in absent:
         try:
             window_start = goal.quota.window_start(now)
-            spend = window_spend(layout, goal.id, window_start=window_start).buckets
+            out.spend = window_buckets_at(dir_fd, goal_dir, goal.id, window_start=window_start)
         except (LoopxError, OSError) as e:
-            damage.append(_damage(goal_dir / "quota.jsonl", e))
-    return GoalInputs(
-        goal=goal,
-        state=state,
-        lease=lease,
-        history=tuple(history),
-        spend=spend,
-        quarantined=quarantined,
-        damage=tuple(damage),
-        probe=probe,
-    )
+            out.damage.append(_damage(os.path.join(goal_dir, "quota.jsonl"), e))
+    return out
+
+
+def _model_at(dir_fd: int, goal_dir: str, name: str, model: type[M], damage: list[str]) -> M | None:
+    """A goal file read as ``model``; None when missing, or damaged (then a line in ``damage``)."""
+    path = f"{goal_dir}/{name}"
+    try:
+        return parse_model(path, model, read_bytes_at(dir_fd, name, path))
+    except FileNotFoundError:
+        return None
+    except (LoopxError, OSError) as e:
+        damage.append(_damage(path, e))
+        return None
 
 
 # --- quarantine, probes, fleet -----------------------------------------------------------------

@@ -8,13 +8,15 @@ guarantees are argued once:
   the directory. A reader sees the old or the new file, never a mix.
 * exclusive create: ``O_CREAT|O_EXCL|O_NOFOLLOW``; exactly one creator wins.
 * no symlink is followed: the file itself (``O_NOFOLLOW``) and the two
-  directories above it are checked (:func:`refuse_symlink`).
+  directories above it are checked (:func:`refuse_symlink`), or the file is
+  opened relative to a directory opened by :func:`open_dir`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import stat
 from pathlib import Path
@@ -248,9 +250,68 @@ def read_bytes(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
-        if e.errno == 40:  # noqa: PLR2004 - ELOOP: O_NOFOLLOW met a symlink
+        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
             raise UnsafePathError(path, "it is a symlink") from e
         raise
+    return _read_all(fd)
+
+
+def open_dir(path: str) -> int:
+    """Open a directory to read the files in it (:func:`read_bytes_at`), following no symlink.
+
+    The directory is opened with ``O_NOFOLLOW`` and the one above it is
+    checked, so a file read relative to the descriptor has the guard of
+    :func:`read_bytes` (its two directories) for one ``open`` and one
+    ``lstat``, whatever the number of files read. The caller closes it.
+
+    Raises:
+        FileNotFoundError: the directory does not exist.
+        UnsafePathError: the directory or the one above it is a symlink.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        # With O_DIRECTORY, Linux says ENOTDIR (not ELOOP) for a symlink.
+        if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
+            raise UnsafePathError(Path(path), "it is a symlink") from e
+        raise
+    parent = os.path.dirname(path)
+    if os.path.islink(parent):
+        os.close(fd)
+        raise UnsafePathError(Path(parent), "it is a symlink")
+    return fd
+
+
+def open_at(dir_fd: int, name: str, path: str) -> int:
+    """Open ``name`` in a directory from :func:`open_dir` for reading, following no symlink.
+
+    ``path`` is the file's whole path, for errors.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        UnsafePathError: it is a symlink.
+    """
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePathError(Path(path), "it is a symlink") from e
+        e.filename = path  # name the file, not its name inside the directory
+        raise
+
+
+def read_bytes_at(dir_fd: int, name: str, path: str) -> bytes:
+    """:func:`read_bytes` of ``name`` in a directory from :func:`open_dir` (``path``: for errors).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        UnsafePathError: it is a symlink.
+    """
+    return _read_all(open_at(dir_fd, name, path))
+
+
+def _read_all(fd: int) -> bytes:
+    """Every byte of an open file; closes it."""
     # os.read, not a file object: building a buffered reader costs more than
     # reading a small file, and this runs for every file a status refresh reads.
     try:
@@ -266,8 +327,8 @@ def read_bytes(path: Path) -> bytes:
         os.close(fd)
 
 
-def parse_model(path: Path, model: type[M], data: bytes) -> M:
-    """Validate ``data`` (JSON) as ``model``; a failure names the file and the first problem.
+def parse_model(path: Path | str, model: type[M], data: bytes) -> M:
+    """Validate ``data`` (JSON) as ``model``; a failure names the file (``path``) and the first problem.
 
     Raises:
         CorruptFileError: not JSON, or not the model's schema.
@@ -277,7 +338,7 @@ def parse_model(path: Path, model: type[M], data: bytes) -> M:
     try:
         return model.model_validate_json(data)
     except ValidationError as e:
-        raise CorruptFileError(path, describe_validation_error(e)) from e
+        raise CorruptFileError(Path(path), describe_validation_error(e)) from e
 
 
 def read_model(path: Path, model: type[M]) -> M:
