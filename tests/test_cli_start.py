@@ -130,8 +130,10 @@ def test_a_warm_should_run_imports_no_pydantic_psutil_or_structlog(tmp_path: Pat
 def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: Path) -> None:
     """A cold `status --json` logs only a debug event, filtered below warning without structlog.
 
-    Nor does it import the turn journal or the quota decision: status reads
-    history lines and spend, and those modules cost milliseconds to import.
+    Nor does it import the turn journal, the host protocol or the quota decision:
+    status reads history lines and spend, and those modules cost milliseconds to
+    import. Nor filelock (its locks are free) or psutil (no fleet ever ran here):
+    both are imported only when a lock is busy or a recorded pid still exists.
     """
     root = tmp_path / "root"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
@@ -145,7 +147,11 @@ def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: 
         "http.server",
         "loopx.supervisor",
         "loopx.turn.journal",
+        "loopx.turn.protocol",
         "loopx.quota.decision",
+        "filelock",
+        "psutil",
+        "ctypes",
     )
     code = (
         "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
