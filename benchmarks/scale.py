@@ -45,7 +45,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import psutil
-from _fleet import ENV, SH_SCRIPT, cpu_seconds, start_fleet, stop_fleet, turns
+from _fleet import ENV, SH_SCRIPT, compile_package, cpu_seconds, start_fleet, stop_fleet, turns
 from status_scale import http_latency  # benchmarks/status_scale.py, next to this script
 
 from loopx.log import configure_logging
@@ -296,6 +296,7 @@ def main() -> None:
     if unknown := args.only - set(PARTS):
         parser.error(f"--only: unknown parts {sorted(unknown)}; choose from {','.join(PARTS)}")
 
+    compile_package()
     bare = best_of([sys.executable, "-c", "pass"])
     if "cli" in args.only:
         cli = [sys.executable, "-m", "loopx"]

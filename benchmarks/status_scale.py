@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from _fleet import compile_package
+
 from loopx.log import configure_logging
 from loopx.model import utcnow
 from loopx.status.cache import StatusCache, clear_status_cache
@@ -190,4 +192,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    compile_package()  # the CLI runs start from bytecode, as an installed loopx does
     main()

@@ -19,7 +19,6 @@ grace) belongs to the caller.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import signal
@@ -27,11 +26,17 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
-
-import psutil
+from typing import TYPE_CHECKING, Final
 
 from loopx import environ
+
+# psutil and ctypes are imported where they are used: a cold `loopx status` asks only
+# whether a few recorded pids still run, which a dead pid answers without psutil
+# (whose import costs more than the rest of that question; issue 14).
+if TYPE_CHECKING:
+    import ctypes
+
+    import psutil
 
 # Two reads of one process's create_time() can differ: psutil adds the boot
 # time (/proc/stat btime, whole seconds, moved by clock adjustments) to the
@@ -59,6 +64,8 @@ class ProcessIdentity:
     @classmethod
     def current(cls) -> ProcessIdentity:
         """The calling process."""
+        import psutil  # noqa: PLC0415 - see the imports above
+
         return cls(os.getpid(), psutil.Process().create_time())
 
     @classmethod
@@ -69,6 +76,10 @@ class ProcessIdentity:
 
     def find(self) -> psutil.Process | None:
         """The live process this names, or None (gone, zombie, or pid reused)."""
+        if not _pid_exists(self.pid):
+            return None
+        import psutil  # noqa: PLC0415 - see the imports above
+
         try:
             proc = psutil.Process(self.pid)
             if abs(proc.create_time() - self.started_at) > START_TOLERANCE_S:
@@ -84,8 +95,23 @@ class ProcessIdentity:
         return self.find() is not None
 
 
+def _pid_exists(pid: int) -> bool:
+    """False when no process holds ``pid`` (then psutil would say so too); True otherwise."""
+    if pid <= 0:  # 0 and negative pids name process groups to kill(): let psutil answer
+        return True
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the pid exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process holds the pid
+    return True
+
+
 def started_at(pid: int) -> float | None:
     """The psutil ``create_time()`` of ``pid``, or None when it is gone."""
+    import psutil  # noqa: PLC0415 - see the imports above
+
     try:
         return float(psutil.Process(pid).create_time())
     except psutil.Error:
@@ -94,6 +120,8 @@ def started_at(pid: int) -> float | None:
 
 def running(proc: psutil.Process) -> bool:
     """Whether ``proc`` (already identified) still runs: neither gone nor a zombie."""
+    import psutil  # noqa: PLC0415 - see the imports above
+
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -110,6 +138,8 @@ def child_running(pid: int) -> bool:
 
 def tree(proc: psutil.Process) -> list[psutil.Process]:
     """``proc`` and all its live descendants, parents first."""
+    import psutil  # noqa: PLC0415 - see the imports above
+
     try:
         return [proc, *proc.children(recursive=True)]
     except psutil.Error:
@@ -127,6 +157,8 @@ def find_by_env(loopx_root: str, marks: Mapping[str, str | None]) -> list[psutil
     Reading every process's environment is slow (milliseconds), so callers
     scan only when they must find escaped descendants.
     """
+    import psutil  # noqa: PLC0415 - see the imports above
+
     me = os.getpid()
     found = []
     for proc in psutil.process_iter():
@@ -148,6 +180,8 @@ def find_by_env(loopx_root: str, marks: Mapping[str, str | None]) -> list[psutil
 
 def signal_all(procs: Iterable[psutil.Process], signum: int) -> None:
     """Send ``signum`` to each process, ignoring those already gone."""
+    import psutil  # noqa: PLC0415 - see the imports above
+
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signum)
@@ -222,6 +256,8 @@ def _libc() -> ctypes.CDLL | None:
     """The C library, as dlopen(NULL): no ``ldconfig`` run (it is called after a fork)."""
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes  # noqa: PLC0415 - see the imports above
+
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -253,6 +289,8 @@ def become_subreaper() -> bool:
 
 def is_subreaper() -> bool | None:
     """Whether this process is a child subreaper now; None where that cannot be asked."""
+    import ctypes  # noqa: PLC0415 - see the imports above
+
     libc = _libc()
     value = ctypes.c_int(0)
     if libc is None or libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:

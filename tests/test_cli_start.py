@@ -130,8 +130,10 @@ def test_a_warm_should_run_imports_no_pydantic_psutil_or_structlog(tmp_path: Pat
 def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: Path) -> None:
     """A cold `status --json` logs only a debug event, filtered below warning without structlog.
 
-    Nor does it import the turn journal or the quota decision: status reads
-    history lines and spend, and those modules cost milliseconds to import.
+    Nor does it import the turn journal, the host protocol or the quota decision:
+    status reads history lines and spend, and those modules cost milliseconds to
+    import. Nor filelock (its locks are free) or psutil (no fleet ever ran here):
+    both are imported only when a lock is busy or a recorded pid still exists.
     """
     root = tmp_path / "root"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
@@ -145,7 +147,11 @@ def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: 
         "http.server",
         "loopx.supervisor",
         "loopx.turn.journal",
+        "loopx.turn.protocol",
         "loopx.quota.decision",
+        "filelock",
+        "psutil",
+        "ctypes",
     )
     code = (
         "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
@@ -160,3 +166,29 @@ def test_cold_status_imports_no_logging_when_nothing_is_worth_logging(tmp_path: 
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["counts"]["total"] == 1
     assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+
+
+def test_a_warm_status_json_imports_no_pydantic_psutil_structlog_or_typing(tmp_path: Path) -> None:
+    """A `status --json` after a cold one prints the stored document with the standard library only.
+
+    Not even `typing`: a warm status must stay within 3x of a bare Python start (issue 14).
+    """
+    root = tmp_path / "root"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}
+    base = [sys.executable, "-m", "loopx", "--root", str(root)]
+    for argv in (["init"], ["goal", "add", "g", "--objective", "x"], ["status", "--json"]):
+        subprocess.run([*base, *argv], check=True, env=env, capture_output=True)
+    heavy = ("pydantic", "psutil", "structlog", "filelock", "loopx.model")
+    code = (
+        "import sys, runpy; sys.argv = ['loopx', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('loopx', run_name='__main__')\n"
+        "except SystemExit as e:\n    code = e.code\n"
+        "print(code, sorted(m for m in sys.modules\n"
+        f"    if m.startswith({heavy!r}) or m == 'typing'), file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--root", str(root), "status", "--json", "--ttl", "300"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.stderr.strip().splitlines()[-1] == "0 []", proc.stderr
+    assert json.loads(proc.stdout)["counts"]["total"] == 1

@@ -15,7 +15,7 @@ from loopx.errors import HostMissingError
 from loopx.registry.model import HostKind
 from loopx.state import HostSession, update_state
 from loopx.turn.failures import FailureReason
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
 HOST = CodexHost()

@@ -18,7 +18,7 @@ from loopx.model import utcnow
 from loopx.registry.model import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
 HOST = GeminiHost()

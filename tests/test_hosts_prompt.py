@@ -22,7 +22,8 @@ from loopx.agents.hosts.session import session_after_turn, session_to_resume, tu
 from loopx.registry.model import HostKind
 from loopx.state import Gate, HostSession, Todo, TodoStatus
 from loopx.turn.failures import FailureReason, TurnFailure
-from loopx.turn.protocol import HostResult, ResultKind
+from loopx.turn.outcome import ResultKind
+from loopx.turn.protocol import HostResult
 from tests.hostkit import STARTED, make_envelope, make_goal
 
 NOW = datetime(2026, 1, 2, 3, 0, tzinfo=UTC)

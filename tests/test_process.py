@@ -102,6 +102,21 @@ def test_a_gone_pid_has_no_identity(waiting_child: subprocess.Popen[bytes]) -> N
     assert (ProcessIdentity.of(waiting_child.pid), identity.alive()) == (None, False)
 
 
+def test_a_gone_pid_is_answered_without_importing_psutil(
+    waiting_child: subprocess.Popen[bytes],
+) -> None:
+    """A reaped pid is not alive, told by kill(pid, 0) alone: a cold status need not load psutil."""
+    started = psutil.Process(waiting_child.pid).create_time()
+    waiting_child.kill()
+    waiting_child.wait()
+    code = (
+        "import sys; from loopx.process import ProcessIdentity; "
+        f"print(ProcessIdentity({waiting_child.pid}, {started!r}).alive(), 'psutil' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
 def test_kill_tree_ends_a_setsid_grandchild_found_by_its_environment(tmp_path: Path) -> None:
     """A grandchild that left the group and ignores SIGTERM is found by env and SIGKILLed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(environ.PREFIX)}

@@ -11,7 +11,7 @@ from loopx.quota.ledger import SpendRecord
 from loopx.quota.usage import Usage
 from loopx.registry.model import Goal, GoalStatus
 from loopx.state import Gate, GoalState
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

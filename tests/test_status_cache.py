@@ -31,7 +31,7 @@ from loopx.testing.status_fixtures import (
     seed_goal,
     write_lease,
 )
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 
 def seeded(layout, n: int = 5, history: int = 3):

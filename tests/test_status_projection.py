@@ -16,7 +16,7 @@ from loopx.state import GoalState
 from loopx.status.projection import GoalInputs, fleet_view, project, project_goal
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import history_line, make_goal, open_gate_state
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 WORKDIR = Path("/tmp")

@@ -9,8 +9,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loopx.api._serve import StatusServer
 from loopx.root import Layout, open_root, resolve_root
+from loopx.status import serving
 
 # Each group is imported when first used: a command pays only for the layers it touches.
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
     from loopx.api._quota import Quota
+    from loopx.api._serve import StatusServer
     from loopx.api._status import Status
     from loopx.api._turns import Turns
     from loopx.doctor import DoctorReport
@@ -193,12 +194,12 @@ class Root:
     def serve(
         self,
         *,
-        host: str = StatusServer.DEFAULT_HOST,
-        port: int = StatusServer.DEFAULT_PORT,
+        host: str = serving.DEFAULT_HOST,  # the defaults of StatusServer (imported on use)
+        port: int = serving.DEFAULT_PORT,
         token: str | None = None,
         actions: bool = False,
-        refresh_interval_s: float = StatusServer.REFRESH_S,
-        ttl_s: float = StatusServer.TTL_S,
+        refresh_interval_s: float = serving.SERVE_REFRESH_S,
+        ttl_s: float = serving.SERVE_TTL_S,
         env: Mapping[str, str] | None = None,
     ) -> StatusServer:
         """`loopx serve`: bind the dashboard and HTTP status API of this root (not serving yet).
@@ -213,6 +214,8 @@ class Root:
             ActionsNeedTokenError: ``actions`` without a token.
             UsageError: the address cannot be bound.
         """
+        from loopx.api._serve import StatusServer  # noqa: PLC0415 - lazy group
+
         return StatusServer(
             self.layout,
             host=host,

@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
 
 from loopx.root import open_root, resolve_root
 from loopx.status.snapshot import print_snapshot
 
+# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import BinaryIO
 
 
 def print_status_snapshot(

@@ -8,15 +8,17 @@ import gc
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, BinaryIO
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, configure_logging, root
 
 # `loopx status --json` on a warm cache prints a stored document with the standard
-# library only (issue 14: within 3x of a bare Python start); the rest is imported
-# when a command needs it.
+# library only (issue 14: within 3x of a bare Python start), not even `typing`; the
+# rest is imported when a command needs it.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
     from rich.console import Group
 
     from loopx.status.view import GoalStatusView, StatusProjection

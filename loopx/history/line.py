@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
-from loopx.turn.outcome import TurnStatus
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind, TurnStatus
 
 if TYPE_CHECKING:  # readers of history (status) need not import the journal and its layers
     from loopx.turn.journal import TurnJournal

@@ -12,8 +12,8 @@ from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.turn.failures import TurnFailure
 from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, final_status
-from loopx.turn.outcome import TurnStatus
-from loopx.turn.protocol import Envelope, HostResult, ResultKind
+from loopx.turn.outcome import ResultKind, TurnStatus
+from loopx.turn.protocol import Envelope, HostResult
 
 
 class RunReport(Record):

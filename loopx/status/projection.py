@@ -56,7 +56,7 @@ from loopx.status.view import (
     trusted,
 )
 from loopx.turn.lease import Lease
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must look
 HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive

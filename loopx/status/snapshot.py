@@ -29,12 +29,14 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, BinaryIO, Final
 
 from loopx.storage.resources import root_health
 
+# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import BinaryIO, Final
 
     from loopx.root import Layout
 

@@ -17,8 +17,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.quota.budget import QuotaView
 from loopx.registry.model import GoalStatus
 from loopx.turn.failures import FailureReason
-from loopx.turn.outcome import TurnStatus
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind, TurnStatus
 
 __all__ = [
     "Actor",

@@ -14,13 +14,16 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
-
-import filelock
+from typing import TYPE_CHECKING, Final
 
 from loopx.errors import LockTimeoutError
 from loopx.storage.files import FILE_MODE, refuse_symlink
 from loopx.storage.softlock import LockMode, SoftLock, lock_mode_for
+
+# filelock is imported only when a lock is busy (its ``Timeout``) or flock is missing: its
+# import costs more than a command that takes one free lock, such as a cold `loopx status`.
+if TYPE_CHECKING:
+    import filelock
 
 DEFAULT_LOCK_TIMEOUT_S: Final = 30.0
 
@@ -47,12 +50,19 @@ def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[N
     lock: filelock.FileLock | SoftLock | _Flock = SoftLock(lock_file) if soft else _Flock(lock_file)
     try:
         lock.acquire(timeout=0)  # the common case, a free lock: no retry machinery
-    except filelock.Timeout:
+    except _busy():  # evaluated only when acquire raised
         _acquire_with_retries(lock, lock_file, timeout)
     try:
         yield
     finally:
         lock.release()
+
+
+def _busy() -> type[filelock.Timeout]:
+    """``filelock.Timeout``: what a busy lock raises (imported then, see the imports above)."""
+    import filelock  # noqa: PLC0415 - see the imports above
+
+    return filelock.Timeout
 
 
 class _Flock:
@@ -82,15 +92,17 @@ class _Flock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise filelock.Timeout(str(self._path)) from None
+            raise _busy()(str(self._path)) from None
         except OSError:  # no flock here (ENOSYS, ENOLCK...): let filelock decide
             os.close(fd)
+            import filelock  # noqa: PLC0415 - see the imports above
+
             self._fallback = filelock.FileLock(str(self._path), mode=FILE_MODE, is_singleton=False)
             self._fallback.acquire(timeout=0)
             return
         if os.fstat(fd).st_nlink == 0:  # unlinked under us: a lock nobody else can see
             os.close(fd)
-            raise filelock.Timeout(str(self._path))
+            raise _busy()(str(self._path))
         self._fd = fd
 
     def release(self) -> None:
@@ -147,10 +159,10 @@ def _acquire_with_retries(
         for attempt in Retrying(
             stop=stop_after_delay(timeout),
             wait=wait_random_exponential(multiplier=0.005, max=0.25),
-            retry=retry_if_exception_type(filelock.Timeout),
+            retry=retry_if_exception_type(_busy()),
             reraise=True,
         ):
             with attempt:
                 lock.acquire(timeout=0)
-    except filelock.Timeout as e:
+    except _busy() as e:
         raise LockTimeoutError(lock_file, timeout) from e

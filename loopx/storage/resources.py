@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Final
+
+# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
 
 # Less free space than this on the root's filesystem reads as full: an atomic
 # write of a journal needs a few hundred KiB at most.

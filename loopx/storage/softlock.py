@@ -29,8 +29,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
-import filelock
-
 from loopx import environ
 from loopx.errors import UsageError
 from loopx.process import ProcessIdentity
@@ -229,6 +227,8 @@ class SoftLock:
                 return
             if not self._break_if_stale():
                 break
+        import filelock  # noqa: PLC0415 - heavy, and needed only when the lock is busy
+
         raise filelock.Timeout(str(self.path))
 
     def _create(self, data: bytes) -> bool:

@@ -14,7 +14,7 @@ from loopx.root import Layout
 from loopx.schedule.candidates import lease_expiry
 from loopx.state import load_state
 from loopx.supervisor.idle import GoalProgress
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 log = get_logger(__name__)
 

@@ -27,7 +27,7 @@ from loopx.testing.status_fixtures import (
     register_goals,
     write_lease,
 )
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 QUESTIONS = (
     "Merge the refactor into main, or keep it on the branch?",

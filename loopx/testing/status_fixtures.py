@@ -22,7 +22,7 @@ from loopx.state import Gate, GoalState
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, exclusive_create
 from loopx.storage.jsonl import append_record
 from loopx.turn.lease import Lease
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 
 
 def make_goal(goal_id: str, *, now: datetime, workdir: Path, **fields: object) -> Goal:

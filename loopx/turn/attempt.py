@@ -15,8 +15,7 @@ from loopx.quota.decision import QuotaDecision
 from loopx.quota.usage import Usage
 from loopx.turn.failures import TurnFailure
 from loopx.turn.journal import Phase
-from loopx.turn.outcome import TurnStatus
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind, TurnStatus
 from loopx.turn.recovery import RecoveryAction
 
 

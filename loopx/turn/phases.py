@@ -45,7 +45,7 @@ from loopx.storage.files import dir_sync_batch
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import Phase, TurnJournal, final_status, write_journal_unfenced
 from loopx.turn.lease import Fence
-from loopx.turn.protocol import ResultKind
+from loopx.turn.outcome import ResultKind
 from loopx.turn.writeback import durable_writeback
 
 BACKOFF_BASE_S: Final = 30.0

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from loopx.model import Record, UtcDatetime
 from loopx.state import GoalState, Todo
+from loopx.turn.outcome import ResultKind
 
 Text = Annotated[str, Field(max_length=4000)]
 ShortList = Annotated[list[Text], Field(max_length=100)]
-
-
-class ResultKind(StrEnum):
-    """What a turn achieved, as the host reports it."""
-
-    PROGRESS = "progress"  # work advanced; schedule another turn
-    COMPLETED = "completed"  # the goal is done
-    WAIT = "wait"  # nothing to do for wait_seconds
-    NEEDS_HUMAN = "needs_human"  # open a gate with `question`
-    FAILED = "failed"  # the host could not make progress
 
 
 class StatePatch(Record):

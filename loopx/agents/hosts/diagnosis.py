@@ -16,7 +16,8 @@ from typing import Final
 
 from loopx.agents.hosts.resettime import retry_after_s
 from loopx.turn.failures import FailureReason, TurnFailure
-from loopx.turn.protocol import Envelope, HostResult, ResultKind
+from loopx.turn.outcome import ResultKind
+from loopx.turn.protocol import Envelope, HostResult
 
 DEFAULT_RATE_LIMIT_WAIT_S: Final = 1800.0  # no reset time given: look again in 30 minutes
 MIN_RATE_LIMIT_WAIT_S: Final = 60.0

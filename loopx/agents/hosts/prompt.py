@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from loopx.state import TodoStatus
-from loopx.turn.protocol import Envelope, HostResult, ResultKind
+from loopx.turn.outcome import ResultKind
+from loopx.turn.protocol import Envelope, HostResult
 
 # Bounds keep a long-lived goal's prompt small; the state file holds everything.
 MAX_BELIEFS: Final = 30
