@@ -17,8 +17,9 @@ the document only while all of it still holds:
 Otherwise the caller assembles the document from the cache (and writes a new
 snapshot). This module imports only the standard library, so a warm
 ``loopx status --json`` starts without pydantic or structlog (issue 14); the
-header is therefore a dataclass read with :mod:`json`, not a pydantic model,
-and it is written by :func:`write_snapshot` from the same dataclass.
+header is therefore a plain class read with :mod:`json`, not a pydantic model
+(nor a dataclass: :mod:`dataclasses` pulls in :mod:`inspect`, a tenth of a warm
+run), and it is written by :func:`write_snapshot` from the same class.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import contextlib
 import errno
 import json
 import os
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from loopx.storage.resources import root_health
@@ -83,14 +83,37 @@ def fleet_files(layout: Layout) -> list[tuple[str, int, int, int]]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
 class FleetKey:
     """What a fleet view was computed from, to tell later whether it still holds."""
 
-    files: list[tuple[str, int, int, int]] = field(default_factory=list)
-    processes: list[ProcessCheck] = field(default_factory=list)  # this host's, as checked
-    degraded: str | None = None
-    valid_until: float | None = None  # POSIX time the first counted heartbeat goes stale
+    __slots__ = ("degraded", "files", "processes", "valid_until")
+
+    def __init__(
+        self,
+        *,
+        files: list[tuple[str, int, int, int]] | None = None,
+        processes: list[ProcessCheck] | None = None,  # this host's, as checked
+        degraded: str | None = None,
+        valid_until: float | None = None,  # POSIX time the first counted heartbeat goes stale
+    ) -> None:
+        self.files = files if files is not None else []
+        self.processes = processes if processes is not None else []
+        self.degraded = degraded
+        self.valid_until = valid_until
+
+    def as_json(self) -> dict[str, object]:
+        """The header's ``fleet`` object (what :func:`_key_from_json` reads back)."""
+        return {
+            "files": self.files,
+            "processes": self.processes,
+            "degraded": self.degraded,
+            "valid_until": self.valid_until,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FleetKey) and self.as_json() == other.as_json()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable lists inside, like the dataclass's
 
     def holds(self, layout: Layout, *, now: float) -> bool:
         """Whether the fleet's sources are as they were when the key was taken."""
@@ -145,7 +168,7 @@ def write_snapshot(
         "schema_version": SCHEMA_VERSION,
         "generation": generation,
         "writer": writer,
-        "fleet": asdict(fleet),
+        "fleet": fleet.as_json(),
     }
     path = snapshot_file(layout)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
