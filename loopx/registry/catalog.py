@@ -111,12 +111,12 @@ class GoalCatalog:
         try:
             with _collector_paused():
                 index = parse_model(path, GoalIndex, data)
-                goals = goals_of(index, path)
+                goals, fps = goals_of(index, path)
         except LoopxError as e:
             _report_unusable(path, data, e)
             return False
         self.goals = goals
-        self._fps = {g: (e[0], e[1], e[2]) for g, e in index.goals.items()}
+        self._fps = fps
         if self.persist:
             self._writer = IndexWriter.of(index, goals)
         self._cursor = HintCursor(index.hint_inode, index.hint_offset)

@@ -89,8 +89,11 @@ class GoalIndex(Record):
     goals: dict[GoalId, IndexEntry] = Field(default_factory=dict)
 
 
-def goals_of(index: GoalIndex, path: Path) -> dict[str, Goal]:
+def goals_of(index: GoalIndex, path: Path) -> tuple[dict[str, Goal], dict[str, Fingerprint]]:
     """Every goal of ``index``, each equal to what validating its goal file gives.
+
+    Returns:
+        The goals, and their goal files' fingerprints, by id.
 
     Raises:
         CorruptFileError: an entry names a shape the index lacks, or a timestamp
@@ -98,10 +101,23 @@ def goals_of(index: GoalIndex, path: Path) -> dict[str, Goal]:
     """
     shapes = [shape.__dict__ for shape in index.shapes]
     goals: dict[str, Goal] = {}
+    fps: dict[str, Fingerprint] = {}
     goal_id = ""
     try:
         for goal_id, entry in index.goals.items():
-            _, _, _, shape, objective, workdir, created, updated, priority, status, probe = entry
+            (
+                inode,
+                mtime_ns,
+                size,
+                shape,
+                objective,
+                workdir,
+                created,
+                updated,
+                priority,
+                status,
+                probe,
+            ) = entry
             values = shapes[shape].copy()  # in field order, as validation leaves them
             created_at = _utc(created)
             values["id"] = goal_id
@@ -113,9 +129,10 @@ def goals_of(index: GoalIndex, path: Path) -> dict[str, Goal]:
             values["created_at"] = created_at
             values["updated_at"] = created_at if updated is None else _utc(updated)
             goals[goal_id] = _validated_goal(values)
+            fps[goal_id] = (inode, mtime_ns, size)
     except (IndexError, ValueError) as e:
         raise CorruptFileError(path, f"goal {goal_id!r}: {e}") from e
-    return goals
+    return goals, fps
 
 
 def _utc(text: str) -> datetime:
@@ -161,7 +178,9 @@ class IndexWriter:
 
     shapes: list[Goal] = field(default_factory=list)
     _numbers: dict[str, int] = field(default_factory=dict)  # a shape's JSON -> its number
-    _known: dict[str, tuple[Goal, IndexEntry]] = field(default_factory=dict)
+    # The goals the last entries were made from (or read with), and those entries.
+    _goals: dict[str, Goal] = field(default_factory=dict)
+    _entries: dict[str, IndexEntry] = field(default_factory=dict)
 
     @classmethod
     def of(cls, index: GoalIndex, goals: Mapping[str, Goal]) -> IndexWriter:
@@ -169,20 +188,20 @@ class IndexWriter:
         writer = cls(list(index.shapes))
         for number, shape in enumerate(writer.shapes):
             writer._numbers.setdefault(_shape_key(shape), number)
-        writer._known = {g: (goals[g], entry) for g, entry in index.goals.items()}
+        writer._goals, writer._entries = dict(goals), index.goals
         return writer
 
     def entries(
         self, goals: Mapping[str, Goal], fps: Mapping[str, Fingerprint]
     ) -> dict[str, IndexEntry]:
         """The entry of every goal of ``goals`` (ids as in ``fps``), sharing :attr:`shapes`."""
-        known = self._known
+        known, known_goals = self._entries, self._goals
         out: dict[str, IndexEntry] = {}
         fresh: list[str] = []
         for goal_id, goal in goals.items():
             hit = known.get(goal_id)
-            if hit is not None and hit[0] is goal and hit[1][:3] == fps[goal_id]:
-                out[goal_id] = hit[1]
+            if hit is not None and known_goals[goal_id] is goal and hit[:3] == fps[goal_id]:
+                out[goal_id] = hit
             else:
                 fresh.append(goal_id)
         if fresh:
@@ -190,7 +209,7 @@ class IndexWriter:
             out = {g: out[g] if g in out else made[g] for g in goals}
         if len({entry[_SHAPE] for entry in out.values()}) < len(self.shapes):
             out = self._drop_unused(out)
-        self._known = {g: (goals[g], entry) for g, entry in out.items()}
+        self._goals, self._entries = dict(goals), out
         return out
 
     def _entries_of(
