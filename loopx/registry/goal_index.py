@@ -2,9 +2,9 @@
 
 Most goals share most of their policy (host, quota, resources, attempts),
 so the file stores each distinct combination of those once, as a *shape*,
-and each goal as an :class:`IndexEntry`: its goal file's fingerprint, its
+and each goal as an ``IndexEntry`` array: its goal file's fingerprint, its
 shape's number and the fields goals rarely share (objective, workdir,
-priority, status, probe, timestamps). At 10,000 goals that is ~110 bytes a
+priority, status, probe, timestamps). At 10,000 goals that is ~130 bytes a
 goal instead of ~700, and loading it validates the shapes once rather than
 every goal's host and quota (issue 14: a cold ``status`` loads this file).
 
@@ -17,6 +17,7 @@ gives.
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final, Literal
@@ -74,6 +75,7 @@ IndexEntry = tuple[
     Annotated[str | None, Field(description="next_probe")],
 ]
 _SHAPE: Final = 3  # the position of an entry's shape number
+_shape_parts: Final = operator.itemgetter(*SHAPE_FIELDS)  # a goal's __dict__ -> its shape fields
 
 
 class GoalIndex(Record):
@@ -105,19 +107,7 @@ def goals_of(index: GoalIndex, path: Path) -> tuple[dict[str, Goal], dict[str, F
     goal_id = ""
     try:
         for goal_id, entry in index.goals.items():
-            (
-                inode,
-                mtime_ns,
-                size,
-                shape,
-                objective,
-                workdir,
-                created,
-                updated,
-                priority,
-                status,
-                probe,
-            ) = entry
+            _, _, _, shape, objective, workdir, created, updated, priority, status, probe = entry
             values = shapes[shape].copy()  # in field order, as validation leaves them
             created_at = _utc(created)
             values["id"] = goal_id
@@ -129,7 +119,7 @@ def goals_of(index: GoalIndex, path: Path) -> tuple[dict[str, Goal], dict[str, F
             values["created_at"] = created_at
             values["updated_at"] = created_at if updated is None else _utc(updated)
             goals[goal_id] = _validated_goal(values)
-            fps[goal_id] = (inode, mtime_ns, size)
+            fps[goal_id] = entry[:3]
     except (IndexError, ValueError) as e:
         raise CorruptFileError(path, f"goal {goal_id!r}: {e}") from e
     return goals, fps
@@ -222,8 +212,7 @@ class IndexWriter:
         made: dict[str, IndexEntry] = {}
         for goal_id in ids:
             goal = goals[goal_id]
-            values = goal.__dict__
-            parts = tuple(id(values[name]) for name in SHAPE_FIELDS)
+            parts = tuple(map(id, _shape_parts(goal.__dict__)))
             shape = by_parts.get(parts)
             if shape is None:
                 shape = by_parts[parts] = self._shape_number(goal)
@@ -259,20 +248,7 @@ class IndexWriter:
 
 
 def _with_shape(entry: IndexEntry, shape: int) -> IndexEntry:
-    inode, mtime_ns, size, _, objective, workdir, created, updated, priority, status, probe = entry
-    return (
-        inode,
-        mtime_ns,
-        size,
-        shape,
-        objective,
-        workdir,
-        created,
-        updated,
-        priority,
-        status,
-        probe,
-    )
+    return entry[:3] + (shape,) + entry[4:]  # noqa: RUF005 - mypy types this, not a star unpacking
 
 
 def _shape_key(goal: Goal) -> str:
