@@ -53,7 +53,7 @@ log = get_logger(__name__)
 class _Versioned(BaseModel):
     """Only the ``schema_version`` of a file, whatever else it holds."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     schema_version: int
 
 
