@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Final, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field
 
 from loopx.errors import CorruptFileError
 from loopx.ids import GOAL_ID_RULE
@@ -32,6 +32,8 @@ from loopx.registry.model import Goal, GoalStatus
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
+
+    from pydantic import TypeAdapter
 
 Fingerprint = tuple[int, int, int]  # (inode, mtime_ns, size) of a goal file
 ABSENT: Final[Fingerprint] = (0, 0, -1)
@@ -258,6 +260,8 @@ def _shape_key(goal: Goal) -> str:
 
 @functools.cache
 def _timestamps() -> TypeAdapter[list[datetime]]:
+    from pydantic import TypeAdapter  # noqa: PLC0415 - 5 ms of imports, for a save of new goals only
+
     return TypeAdapter(list[datetime])
 
 
