@@ -31,7 +31,7 @@ from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.quota.snapshot import QuotaSnapshot
 from loopx.registry.archive import ArchiveResult
 from loopx.registry.bulk import ImportReport
-from loopx.registry.catalog import GoalIndex
+from loopx.registry.goal_index import GoalIndex
 from loopx.registry.initialise import InitReport
 from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal, RegistrySettings

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from loopx.registry.goal_index import GoalIndex, goals_of
 from tests.conftest import Cli
 
 
@@ -120,9 +121,10 @@ def test_import_leaves_the_goal_index_current(cli: Cli, tmp_path: Path) -> None:
         tmp_path / "goals.jsonl", [{"id": f"g{i}", "objective": "o"} for i in range(3)]
     )
     assert cli.json("goal", "import", str(source))["added"] == 3
-    index = json.loads((cli.root / "projections" / "goals.json").read_text())
-    assert sorted(index["goals"]) == ["g0", "g1", "g2"]
-    for goal_id, entry in index["goals"].items():
+    path = cli.root / "projections" / "goals.json"
+    index = GoalIndex.model_validate_json(path.read_bytes())
+    assert sorted(index.goals) == ["g0", "g1", "g2"]
+    for goal_id, entry in index.goals.items():
         st = os.stat(cli.root / "goals" / goal_id / "goal.json")
-        assert entry["fp"] == [st.st_ino, st.st_mtime_ns, st.st_size]
-        assert entry["goal"]["objective"] == "o"
+        assert entry[:3] == (st.st_ino, st.st_mtime_ns, st.st_size)
+    assert {g.objective for g in goals_of(index, path)[0].values()} == {"o"}
