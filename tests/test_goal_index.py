@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from datetime import timedelta, timezone
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -14,6 +17,7 @@ from loopx.registry.catalog import GoalCatalog
 from loopx.registry.goal_index import GoalIndex
 from loopx.registry.model import Goal
 from loopx.root import Layout
+from loopx.status.cache import status_document
 from loopx.testing.status_fixtures import make_goal, register_goals
 
 SHARED_HOST = {"kind": "command", "argv": ["sh", "-c", "echo 'hi there'"]}
@@ -192,3 +196,25 @@ def test_a_save_keeps_only_the_shapes_still_used(layout: Layout) -> None:
     assert reloaded.goals == catalog.goals
     assert reloaded.goals["c"].priority == 3
     assert reloaded.goals["c"].host == reloaded.goals["a"].host
+
+
+def test_a_copied_root_is_reindexed_once_by_a_cold_status(layout: Layout, tmp_path: Path) -> None:
+    """A copy has new inodes: the first full scan re-reads the goal files and saves what it saw.
+
+    The status cache's full scan hands the moved goals to ``reread``; before it
+    saved, every later cold status of the copy re-read every goal file again.
+    """
+    now = utcnow()
+    register_goals(layout, [make_goal(g, now=now, workdir=layout.root) for g in ("a", "b", "c")])
+    GoalCatalog(layout).refresh(now=now)
+    copy = tmp_path / "copy"
+    shutil.copytree(layout.root, copy)  # new inodes: the index's fingerprints are the original's
+    copied = Layout.at(copy)
+
+    status_document(copied, now=now, full_scan_after_s=0)
+
+    saved = json.loads(copied.goal_index_file.read_text())["goals"]
+    for goal_id in ("a", "b", "c"):
+        st = os.stat(copied.goal_file(goal_id))
+        assert saved[goal_id][:3] == [st.st_ino, st.st_mtime_ns, st.st_size]
+    assert fresh_catalog(copied).moved({g: tuple(saved[g][:3]) for g in ("a", "b", "c")}) == []

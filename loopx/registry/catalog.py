@@ -170,7 +170,7 @@ class GoalCatalog:
             check = names if full else (names - self.goals.keys()) | (hinted or set())
         else:
             check = hinted or set()
-        changed |= self.reread(check)
+        changed |= self._reread_each(check)
         # A verification that found nothing is not saved: rewriting the whole index to
         # record it would cost more than the next process's own stat scan.
         touched = bool(changed) or dir_fp != self._dir_fp
@@ -187,11 +187,20 @@ class GoalCatalog:
         """Read the goal files of ``goal_ids`` again where their fingerprint moved.
 
         For a caller that saw these goals' directories change (a scheduling
-        index's sweep): O(len(goal_ids)) stats, no hint or listing.
+        index's sweep, the status cache's full scan): O(len(goal_ids)) stats, no
+        hint or listing. A persisting catalog saves the index when an entry changed.
 
         Returns:
             The ids whose entry changed (new, updated or forgotten).
         """
+        changed = self._reread_each(goal_ids)
+        # Saved, or the next process pays the same reads: a root restored from a
+        # copy (new inodes) had every cold status re-read every goal file.
+        if changed and self.persist:
+            self._save()
+        return changed
+
+    def _reread_each(self, goal_ids: Iterable[str]) -> set[str]:
         goals_dir = str(self.layout.goals_dir)
         changed = {g for g in goal_ids if is_valid_goal_id(g) and self._reread(goals_dir, g)}
         if changed:
