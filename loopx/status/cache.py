@@ -5,9 +5,11 @@ Layout under ``projections/``:
 * ``status.json``: the index (:class:`StatusIndex`): when the sources were
   last checked, fingerprints of the shared sources, the fleet summary.
 * ``status.d/NN.json``: 256 shards (:mod:`loopx.status.shards`) holding each goal's
-  cached view and the fingerprint of the files it was read from. A refresh
-  rewrites only the shards of goals that changed, so its cost follows the
-  number of changed goals, not the number of goals.
+  cached view and the fingerprint of the files it was read from; a goal that
+  never ran only as its ``goal.json`` fingerprint and when it was projected
+  (its view is rebuilt on load). A refresh rewrites only the shards of goals
+  that changed, so its cost follows the number of changed goals, not the
+  number of goals.
 * ``changes.log``: hints appended by writers (:func:`note_goal_changed`).
 
 A refresh finds changed goals by, in order: the registry's fingerprint (a
@@ -26,7 +28,7 @@ import gc
 import heapq
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,7 +41,7 @@ from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
-from loopx.status.projection import assemble, project_goal
+from loopx.status.projection import GoalInputs, assemble, project_goal
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,
@@ -62,6 +64,7 @@ from loopx.status.shards import (
 )
 from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.sources import (
+    FINGERPRINT_NAMES,
     Fingerprint,
     HintCursor,
     absent_files,
@@ -90,12 +93,44 @@ DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 _LOCK_TIMEOUT_S: Final = 60.0
 _NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
+# A goal that never ran has its goal.json and, from `goal add`, an empty turns/: only
+# their fingerprints are stored for it, the others being those of missing files.
+_KEPT: Final = tuple(3 * FINGERPRINT_NAMES.index(n) for n in ("goal.json", "turns"))
+_RUN_FILES: Final = frozenset(FINGERPRINT_NAMES).difference({"goal.json", "turns"})
+_MISSING: Final = (0, 0, -1)
+
+
+def _kept(fp: Sequence[int]) -> list[int]:
+    """The fingerprint of a goal that never ran, as stored: goal.json's and turns/'s numbers."""
+    return [n for at in _KEPT for n in fp[at : at + 3]]
+
+
+def _unkept(kept: Sequence[int]) -> list[int]:
+    """The whole fingerprint back from :func:`_kept`'s numbers."""
+    out = list(_MISSING * len(FINGERPRINT_NAMES))
+    for i, at in enumerate(_KEPT):
+        out[at : at + 3] = kept[3 * i : 3 * i + 3]
+    return out
+
 
 log = get_logger(__name__)
 
 
 def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
+
+
+def _never_ran(fp: Fingerprint, cached: CachedGoal) -> bool:
+    """Whether ``cached`` is the view of a goal that never ran, rebuilt from its policy alone."""
+    view = cached.view
+    return (
+        absent_files(fp) >= _RUN_FILES
+        and not view.warnings
+        and not view.quarantined
+        and view.probe is None
+        and cached.epoch == 0
+        and cached.history == _NO_HISTORY
+    )
 
 
 @dataclass(slots=True)
@@ -115,6 +150,10 @@ class StatusCache:
     _leased: set[str] = field(default_factory=set)  # goals whose cached view holds a lease
     _rechecks: list[tuple[float, str]] = field(default_factory=list)  # heap of (recheck_ts, goal)
     _members: dict[int, set[str]] = field(default_factory=dict)  # shard -> goal ids
+    # Goals that never ran, by when their view was projected: written compactly.
+    _unrun: dict[str, datetime] = field(default_factory=dict)
+    # Such goals loaded from the shards, not yet rebuilt: goal.json's fingerprint, projected at.
+    _pending: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
@@ -134,11 +173,49 @@ class StatusCache:
     def load(self) -> bool:
         """Load the index and every shard from disk; False when there is no usable cache."""
         index = self._disk_index()
-        goals = read_shards(self.layout) if index is not None else None
-        self.index, self.goals = (index, goals) if goals is not None else (None, {})
+        read = read_shards(self.layout) if index is not None else None
+        self.index = index if read is not None else None
+        self.goals = read.goals if read is not None else {}
+        self._pending = read.unrun if read is not None else {}
+        self._unrun = {}
         self.registry = None
         self._index_memory()
         return index is not None
+
+    def _rebuild_unrun(self, active: Mapping[str, Goal]) -> list[str]:
+        """Rebuild the views of the loaded goals that never ran; returns those no longer active.
+
+        Each is projected from its policy at the time it was first projected, so
+        it is the view that was written. A goal whose ``goal.json`` changed since
+        is rebuilt from the newer policy meanwhile: its fingerprint differs from
+        the stored one, so the usual fingerprint check re-projects it.
+        """
+        pending, self._pending = self._pending, {}
+        gone: list[str] = []
+        for goal_id, (fp, at) in pending.items():
+            goal = active.get(goal_id)
+            if goal is None:
+                gone.append(goal_id)
+                continue
+            view = project_goal(GoalInputs(goal=goal), now=at)
+            cached = trusted(
+                CachedGoal,
+                {
+                    "fingerprint": _unkept(fp),
+                    "view": view,
+                    "history": _NO_HISTORY,
+                    "epoch": 0,
+                    "recheck_ts": _ts(view.recheck_at),
+                },
+            )
+            self._store(goal_id, cached, projected_at=at)
+        return gone
+
+    def _active_in_catalog(self, now: datetime) -> dict[str, Goal]:
+        """The goal index's active goals, for a cache served without a refresh."""
+        catalog = goal_catalog(self.layout)
+        catalog.refresh(now=now, verify=False)
+        return {g: v for g, v in catalog.goals.items() if v.status is not GoalStatus.ARCHIVED}
 
     def _in_sync_with_disk(self) -> bool:
         disk = self._disk_index()
@@ -193,6 +270,8 @@ class StatusCache:
                 and (now - index.checked_at).total_seconds() < ttl_s
                 and list(stat_pair(str(self.layout.registry))) == index.registry_fp
             ):
+                if self._pending:  # loaded just now: the next refresh syncs the goals again
+                    self._rebuild_unrun(self._active_in_catalog(now))
                 changed = None if reloaded else frozenset[str]()
                 return RefreshReport(
                     refreshed=False,
@@ -303,7 +382,9 @@ class StatusCache:
             self.active = {
                 g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
             }
+            gone = self._rebuild_unrun(self.active)
             removed, dirty = changed_in_registry(self.active, self.goals)
+            removed.extend(gone)  # their shards are rewritten without them
         else:
             removed, dirty = changed_in_catalog(
                 self.active, self.goals, catalog=catalog.goals, changed=changed_ids
@@ -414,10 +495,16 @@ class StatusCache:
                 "recheck_ts": _ts(view.recheck_at),
             },
         )
-        self._store(goal_id, cached)
+        self._store(goal_id, cached, projected_at=now if _never_ran(fp, cached) else None)
 
-    def _store(self, goal_id: str, cached: CachedGoal) -> None:
+    def _store(
+        self, goal_id: str, cached: CachedGoal, *, projected_at: datetime | None = None
+    ) -> None:
         self.goals[goal_id] = cached
+        if projected_at is not None:
+            self._unrun[goal_id] = projected_at
+        else:
+            self._unrun.pop(goal_id, None)
         self._members.setdefault(shard_of(goal_id), set()).add(goal_id)
         if cached.view.lease is not None:
             self._leased.add(goal_id)
@@ -428,6 +515,8 @@ class StatusCache:
 
     def _drop(self, goal_id: str) -> None:
         self.goals.pop(goal_id, None)
+        self._unrun.pop(goal_id, None)
+        self._pending.pop(goal_id, None)
         self._members.get(shard_of(goal_id), set()).discard(goal_id)
         self._leased.discard(goal_id)
 
@@ -446,11 +535,20 @@ class StatusCache:
         if not shards:
             return
         ensure_shard_dir(self.layout)
+        goals, unrun = self.goals, self._unrun
         for s in shards:
-            members = {
-                g: self.goals[g] for g in sorted(self._members.get(s, ())) if g in self.goals
-            }
-            write_shard(self.layout, s, members)
+            members: dict[str, CachedGoal] = {}
+            compact: dict[str, tuple[list[int], datetime]] = {}
+            for g in sorted(self._members.get(s, ())):
+                cached = goals.get(g)
+                if cached is None:
+                    continue
+                at = unrun.get(g)
+                if at is None:
+                    members[g] = cached
+                else:
+                    compact[g] = (_kept(cached.fingerprint), at)
+            write_shard(self.layout, s, members, compact)
 
 
 # --- module-level API --------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Each of the 256 shards (:class:`StatusShard`) holds the cached entries of the
 goals whose id hashes to it, so a refresh rewrites only the shards of the goals
-that changed. A shard that cannot be read (damaged, of another schema version)
-is not an error: the caller rebuilds the cache from the goals' files.
+that changed. A goal that never ran is stored as the fingerprint of its
+``goal.json`` and ``turns/`` and the time it was projected (:class:`UnrunGoals`): the cache rebuilds its view
+on load. A shard that cannot be read (damaged, of another schema version) is
+not an error: the caller rebuilds the cache from the goals' files.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import contextlib
 import shutil
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.root import Layout
-from loopx.status.refresh import CachedGoal, StatusShard
+from loopx.status.refresh import CachedGoal, StatusShard, UnrunGoals
 from loopx.status.view import json_bytes
 from loopx.storage.files import atomic_write_bytes, ensure_dir, parse_model, read_bytes
 
@@ -43,27 +47,50 @@ def shard_file(layout: Layout, shard: int) -> Path:
     return shard_dir(layout) / f"{shard:02x}.json"
 
 
-def read_shards(layout: Layout) -> dict[str, CachedGoal] | None:
+@dataclass(slots=True)
+class ShardContents:
+    """What the shards hold: full entries, and the goals that never ran (rebuilt by the cache)."""
+
+    goals: dict[str, CachedGoal] = field(default_factory=dict)
+    unrun: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)  # fp, projected at
+
+
+def read_shards(layout: Layout) -> ShardContents | None:
     """Every cached goal of every shard; None when a shard cannot be read (rebuild then)."""
-    goals: dict[str, CachedGoal] = {}
+    out = ShardContents()
     for shard in range(SHARDS):
         path = shard_file(layout, shard)
         try:
-            goals.update(parse_model(path, StatusShard, read_bytes(path)).goals)
+            read = parse_model(path, StatusShard, read_bytes(path))
         except FileNotFoundError:
             continue
         except (LoopxError, OSError) as e:
             log.warning("status_shard_unreadable", path=str(path), error=str(e))
             return None  # a lost shard means lost goals
-    return goals
+        out.goals.update(read.goals)
+        for group in read.unrun:
+            at = group.projected_at
+            out.unrun.update((g, (fp, at)) for g, fp in group.goals.items())
+    return out
 
 
-def write_shard(layout: Layout, shard: int, members: Mapping[str, CachedGoal]) -> None:
-    """Replace one shard with ``members``, or delete it when there are none."""
+def write_shard(
+    layout: Layout,
+    shard: int,
+    members: Mapping[str, CachedGoal],
+    unrun: Mapping[str, tuple[list[int], datetime]],
+) -> None:
+    """Replace one shard with ``members`` and ``unrun``, or delete it when there are none."""
     path = shard_file(layout, shard)
-    if members:
-        data = json_bytes(StatusShard(goals=dict(members)), indent=None)
-        atomic_write_bytes(path, data, durable=False)
+    if members or unrun:
+        groups: dict[datetime, dict[str, list[int]]] = {}
+        for goal_id, (fp, at) in unrun.items():
+            groups.setdefault(at, {})[goal_id] = fp
+        record = StatusShard(
+            goals=dict(members),
+            unrun=[UnrunGoals(projected_at=at, goals=g) for at, g in groups.items()],
+        )
+        atomic_write_bytes(path, json_bytes(record, indent=None), durable=False)
     else:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
