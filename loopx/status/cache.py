@@ -41,7 +41,7 @@ from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
-from loopx.status.projection import GoalInputs, assemble, project_goal
+from loopx.status.projection import assemble, project_goal, project_unrun
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,
@@ -107,10 +107,12 @@ def _kept(fp: Sequence[int]) -> list[int]:
 
 def _unkept(kept: Sequence[int]) -> list[int]:
     """The whole fingerprint back from :func:`_kept`'s numbers."""
-    out = list(_MISSING * len(FINGERPRINT_NAMES))
-    for i, at in enumerate(_KEPT):
-        out[at : at + 3] = kept[3 * i : 3 * i + 3]
-    return out
+    return [*kept[:3], *_BETWEEN, *kept[3:6]]
+
+
+# What _unkept puts between goal.json's numbers and turns/'s: the missing files'.
+_BETWEEN: Final = _MISSING * (_KEPT[1] // 3 - 1)
+assert (0, 3 * (len(FINGERPRINT_NAMES) - 1)) == _KEPT  # noqa: S101 - _unkept relies on it
 
 
 log = get_logger(__name__)
@@ -192,23 +194,28 @@ class StatusCache:
         """
         pending, self._pending = self._pending, {}
         gone: list[str] = []
+        goals, unrun, members = self.goals, self._unrun, self._members
         for goal_id, (fp, at) in pending.items():
             goal = active.get(goal_id)
             if goal is None:
                 gone.append(goal_id)
                 continue
-            view = project_goal(GoalInputs(goal=goal), now=at)
-            cached = trusted(
+            view = project_unrun(goal, now=at)
+            recheck_ts = _ts(view.recheck_at)
+            goals[goal_id] = trusted(
                 CachedGoal,
                 {
                     "fingerprint": _unkept(fp),
                     "view": view,
                     "history": _NO_HISTORY,
                     "epoch": 0,
-                    "recheck_ts": _ts(view.recheck_at),
+                    "recheck_ts": recheck_ts,
                 },
             )
-            self._store(goal_id, cached, projected_at=at)
+            unrun[goal_id] = at
+            members.setdefault(shard_of(goal_id), set()).add(goal_id)  # no lease, as _store
+            if recheck_ts is not None:
+                heapq.heappush(self._rechecks, (recheck_ts, goal_id))
         return gone
 
     def _active_in_catalog(self, now: datetime) -> dict[str, Goal]:
