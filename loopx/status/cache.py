@@ -95,24 +95,23 @@ _LOCK_TIMEOUT_S: Final = 60.0
 _NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 # A goal that never ran has its goal.json and, from `goal add`, an empty turns/: only
 # their fingerprints are stored for it, the others being those of missing files.
-_KEPT: Final = tuple(3 * FINGERPRINT_NAMES.index(n) for n in ("goal.json", "turns"))
-_RUN_FILES: Final = frozenset(FINGERPRINT_NAMES).difference({"goal.json", "turns"})
-_MISSING: Final = (0, 0, -1)
+_KEPT: Final = ("goal.json", "turns")
+_RUN_FILES: Final = frozenset(FINGERPRINT_NAMES).difference(_KEPT)
+# _kept and _unkept rely on goal.json coming first in a fingerprint and turns/ last.
+_BETWEEN: Final = (0, 0, -1) * (len(FINGERPRINT_NAMES) - 2)  # the missing files' numbers
+if (FINGERPRINT_NAMES[0], FINGERPRINT_NAMES[-1]) != _KEPT:  # pragma: no cover - a layout change
+    msg = f"status cache: fingerprint order changed ({FINGERPRINT_NAMES}); fix _kept/_unkept"
+    raise ImportError(msg)
 
 
 def _kept(fp: Sequence[int]) -> list[int]:
     """The fingerprint of a goal that never ran, as stored: goal.json's and turns/'s numbers."""
-    return [n for at in _KEPT for n in fp[at : at + 3]]
+    return [*fp[:3], *fp[-3:]]
 
 
 def _unkept(kept: Sequence[int]) -> list[int]:
     """The whole fingerprint back from :func:`_kept`'s numbers."""
     return [*kept[:3], *_BETWEEN, *kept[3:6]]
-
-
-# What _unkept puts between goal.json's numbers and turns/'s: the missing files'.
-_BETWEEN: Final = _MISSING * (_KEPT[1] // 3 - 1)
-assert (0, 3 * (len(FINGERPRINT_NAMES) - 1)) == _KEPT  # noqa: S101 - _unkept relies on it
 
 
 log = get_logger(__name__)
