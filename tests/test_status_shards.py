@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from loopx.model import utcnow
 from loopx.quota.policy import QuotaPolicy
@@ -137,3 +138,49 @@ def test_archived_compact_goal_is_dropped_from_its_shard(layout):
     other.refresh(now=utcnow(), ttl_s=0, force=True)
     assert set(other.goals) == {"b"}
     assert compact_ids(layout) == {"b"}
+
+
+def test_goals_projected_at_different_times_share_a_shard(layout):
+    """Two never-ran goals of one shard projected at different times each keep their time."""
+    # Given two goal ids that hash to the same shard, added and projected a second apart
+    first, second = _same_shard_ids()
+    now = utcnow()
+    register_goals(layout, [make_goal(first, now=now, workdir=layout.root)])
+    built = StatusCache(layout)
+    built.refresh(now=now, ttl_s=0)
+    later = now + timedelta(seconds=1)
+    register_goals(layout, [make_goal(second, now=later, workdir=layout.root)])
+    built.refresh(now=later, ttl_s=0, force=True)
+    # Then the shard holds two groups, and another process rebuilds both views as built
+    groups = shard_json(layout, first)["unrun"]
+    assert sorted(len(g["goals"]) for g in groups) == [1, 1]
+    other = StatusCache(layout)
+    other.refresh(now=later, ttl_s=60)
+    assert other.goals == built.goals
+    assert other.goals[first].view.quota.window_start != other.goals[second].view.quota.window_start
+
+
+def test_changed_policy_of_a_compact_goal_is_seen(layout):
+    """A never-ran goal whose goal file changes after the cache was written shows the new policy."""
+    now = utcnow()
+    goal = make_goal("g", now=now, workdir=layout.root)
+    register_goals(layout, [goal])
+    StatusCache(layout).refresh(now=now, ttl_s=0)
+    register_goals(layout, [goal.model_copy(update={"priority": 7})])
+    other = StatusCache(layout)
+    other.refresh(now=utcnow(), ttl_s=0)
+    assert other.goals["g"].view.priority == 7
+    assert compact_ids(layout) == {"g"}
+    third = StatusCache(layout)
+    third.refresh(now=utcnow(), ttl_s=60)
+    assert third.goals == other.goals
+
+
+def _same_shard_ids() -> tuple[str, str]:
+    seen: dict[int, str] = {}
+    for i in range(10_000):
+        goal_id = f"g{i}"
+        other = seen.setdefault(shard_of(goal_id), goal_id)
+        if other != goal_id:
+            return other, goal_id
+    raise AssertionError("no two ids share a shard")
