@@ -134,8 +134,12 @@ def test_archived_compact_goal_is_dropped_from_its_shard(layout):
     register_goals(layout, goals)
     StatusCache(layout).refresh(now=now, ttl_s=0)
     register_goals(layout, [goals[0].model_copy(update={"status": GoalStatus.ARCHIVED})])
+    # When another process serves the cache within the TTL, then refreshes it
     other = StatusCache(layout)
+    other.refresh(now=utcnow(), ttl_s=60)
+    assert set(other.goals) == {"b"}
     other.refresh(now=utcnow(), ttl_s=0, force=True)
+    # Then the archived goal is gone from memory and from its shard
     assert set(other.goals) == {"b"}
     assert compact_ids(layout) == {"b"}
 

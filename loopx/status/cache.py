@@ -28,7 +28,7 @@ import gc
 import heapq
 import os
 import secrets
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +57,7 @@ from loopx.status.refresh import (
 )
 from loopx.status.shards import (
     ensure_shard_dir,
+    never_ran,
     read_shards,
     remove_shards,
     shard_of,
@@ -64,7 +65,6 @@ from loopx.status.shards import (
 )
 from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
 from loopx.status.sources import (
-    FINGERPRINT_NAMES,
     Fingerprint,
     HintCursor,
     absent_files,
@@ -93,45 +93,12 @@ DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 _LOCK_TIMEOUT_S: Final = 60.0
 _NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
-# A goal that never ran has its goal.json and, from `goal add`, an empty turns/: only
-# their fingerprints are stored for it, the others being those of missing files.
-_KEPT: Final = ("goal.json", "turns")
-_RUN_FILES: Final = frozenset(FINGERPRINT_NAMES).difference(_KEPT)
-# _kept and _unkept rely on goal.json coming first in a fingerprint and turns/ last.
-_BETWEEN: Final = (0, 0, -1) * (len(FINGERPRINT_NAMES) - 2)  # the missing files' numbers
-if (FINGERPRINT_NAMES[0], FINGERPRINT_NAMES[-1]) != _KEPT:  # pragma: no cover - a layout change
-    msg = f"status cache: fingerprint order changed ({FINGERPRINT_NAMES}); fix _kept/_unkept"
-    raise ImportError(msg)
-
-
-def _kept(fp: Sequence[int]) -> list[int]:
-    """The fingerprint of a goal that never ran, as stored: goal.json's and turns/'s numbers."""
-    return [*fp[:3], *fp[-3:]]
-
-
-def _unkept(kept: Sequence[int]) -> list[int]:
-    """The whole fingerprint back from :func:`_kept`'s numbers."""
-    return [*kept[:3], *_BETWEEN, *kept[3:6]]
-
 
 log = get_logger(__name__)
 
 
 def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
-
-
-def _never_ran(fp: Fingerprint, cached: CachedGoal) -> bool:
-    """Whether ``cached`` is the view of a goal that never ran, rebuilt from its policy alone."""
-    view = cached.view
-    return (
-        absent_files(fp) >= _RUN_FILES
-        and not view.warnings
-        and not view.quarantined
-        and view.probe is None
-        and cached.epoch == 0
-        and cached.history == _NO_HISTORY
-    )
 
 
 @dataclass(slots=True)
@@ -153,7 +120,7 @@ class StatusCache:
     _members: dict[int, set[str]] = field(default_factory=dict)  # shard -> goal ids
     # Goals that never ran, by when their view was projected: written compactly.
     _unrun: dict[str, datetime] = field(default_factory=dict)
-    # Such goals loaded from the shards, not yet rebuilt: goal.json's fingerprint, projected at.
+    # Such goals loaded from the shards, not yet rebuilt: their fingerprint, projected at.
     _pending: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
@@ -186,7 +153,8 @@ class StatusCache:
     def _rebuild_unrun(self, active: Mapping[str, Goal]) -> list[str]:
         """Rebuild the views of the loaded goals that never ran; returns those no longer active.
 
-        Each is projected from its policy at the time it was first projected, so
+        Those stay pending until the caller drops them (and rewrites their
+        shards). Each is projected from its policy at the time it was first projected, so
         it is the view that was written. A goal whose ``goal.json`` changed since
         is rebuilt from the newer policy meanwhile: its fingerprint differs from
         the stored one, so the usual fingerprint check re-projects it.
@@ -198,13 +166,14 @@ class StatusCache:
             goal = active.get(goal_id)
             if goal is None:
                 gone.append(goal_id)
+                self._pending[goal_id] = fp, at
                 continue
             view = project_unrun(goal, now=at)
             recheck_ts = _ts(view.recheck_at)
             goals[goal_id] = trusted(
                 CachedGoal,
                 {
-                    "fingerprint": _unkept(fp),
+                    "fingerprint": fp,
                     "view": view,
                     "history": _NO_HISTORY,
                     "epoch": 0,
@@ -501,7 +470,7 @@ class StatusCache:
                 "recheck_ts": _ts(view.recheck_at),
             },
         )
-        self._store(goal_id, cached, projected_at=now if _never_ran(fp, cached) else None)
+        self._store(goal_id, cached, projected_at=now if never_ran(fp, cached) else None)
 
     def _store(
         self, goal_id: str, cached: CachedGoal, *, projected_at: datetime | None = None
@@ -553,7 +522,7 @@ class StatusCache:
                 if at is None:
                     members[g] = cached
                 else:
-                    compact[g] = (_kept(cached.fingerprint), at)
+                    compact[g] = (cached.fingerprint, at)
             write_shard(self.layout, s, members, compact)
 
 
