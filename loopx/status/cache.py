@@ -5,9 +5,11 @@ Layout under ``projections/``:
 * ``status.json``: the index (:class:`StatusIndex`): when the sources were
   last checked, fingerprints of the shared sources, the fleet summary.
 * ``status.d/NN.json``: 256 shards (:mod:`loopx.status.shards`) holding each goal's
-  cached view and the fingerprint of the files it was read from. A refresh
-  rewrites only the shards of goals that changed, so its cost follows the
-  number of changed goals, not the number of goals.
+  cached view and the fingerprint of the files it was read from; a goal that
+  never ran only as its ``goal.json`` fingerprint and when it was projected
+  (its view is rebuilt on load). A refresh rewrites only the shards of goals
+  that changed, so its cost follows the number of changed goals, not the
+  number of goals.
 * ``changes.log``: hints appended by writers (:func:`note_goal_changed`).
 
 A refresh finds changed goals by, in order: the registry's fingerprint (a
@@ -39,7 +41,7 @@ from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.changes import changes_file
-from loopx.status.projection import assemble, project_goal
+from loopx.status.projection import assemble, project_goal, project_unrun
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,
@@ -55,6 +57,7 @@ from loopx.status.refresh import (
 )
 from loopx.status.shards import (
     ensure_shard_dir,
+    never_ran,
     read_shards,
     remove_shards,
     shard_of,
@@ -115,6 +118,10 @@ class StatusCache:
     _leased: set[str] = field(default_factory=set)  # goals whose cached view holds a lease
     _rechecks: list[tuple[float, str]] = field(default_factory=list)  # heap of (recheck_ts, goal)
     _members: dict[int, set[str]] = field(default_factory=dict)  # shard -> goal ids
+    # Goals that never ran, by when their view was projected: written compactly.
+    _unrun: dict[str, datetime] = field(default_factory=dict)
+    # Such goals loaded from the shards, not yet rebuilt: their fingerprint, projected at.
+    _pending: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
@@ -134,11 +141,56 @@ class StatusCache:
     def load(self) -> bool:
         """Load the index and every shard from disk; False when there is no usable cache."""
         index = self._disk_index()
-        goals = read_shards(self.layout) if index is not None else None
-        self.index, self.goals = (index, goals) if goals is not None else (None, {})
+        read = read_shards(self.layout) if index is not None else None
+        self.index = index if read is not None else None
+        self.goals = read.goals if read is not None else {}
+        self._pending = read.unrun if read is not None else {}
+        self._unrun = {}
         self.registry = None
         self._index_memory()
         return index is not None
+
+    def _rebuild_unrun(self, active: Mapping[str, Goal]) -> list[str]:
+        """Rebuild the views of the loaded goals that never ran; returns those no longer active.
+
+        Those stay pending until the caller drops them (and rewrites their
+        shards). Each is projected from its policy at the time it was first projected, so
+        it is the view that was written. A goal whose ``goal.json`` changed since
+        is rebuilt from the newer policy meanwhile: its fingerprint differs from
+        the stored one, so the usual fingerprint check re-projects it.
+        """
+        pending, self._pending = self._pending, {}
+        gone: list[str] = []
+        goals, unrun, members = self.goals, self._unrun, self._members
+        for goal_id, (fp, at) in pending.items():
+            goal = active.get(goal_id)
+            if goal is None:
+                gone.append(goal_id)
+                self._pending[goal_id] = fp, at
+                continue
+            view = project_unrun(goal, now=at)
+            recheck_ts = _ts(view.recheck_at)
+            goals[goal_id] = trusted(
+                CachedGoal,
+                {
+                    "fingerprint": fp,
+                    "view": view,
+                    "history": _NO_HISTORY,
+                    "epoch": 0,
+                    "recheck_ts": recheck_ts,
+                },
+            )
+            unrun[goal_id] = at
+            members.setdefault(shard_of(goal_id), set()).add(goal_id)  # no lease, as _store
+            if recheck_ts is not None:
+                heapq.heappush(self._rechecks, (recheck_ts, goal_id))
+        return gone
+
+    def _active_in_catalog(self, now: datetime) -> dict[str, Goal]:
+        """The goal index's active goals, for a cache served without a refresh."""
+        catalog = goal_catalog(self.layout)
+        catalog.refresh(now=now, verify=False)
+        return {g: v for g, v in catalog.goals.items() if v.status is not GoalStatus.ARCHIVED}
 
     def _in_sync_with_disk(self) -> bool:
         disk = self._disk_index()
@@ -193,6 +245,8 @@ class StatusCache:
                 and (now - index.checked_at).total_seconds() < ttl_s
                 and list(stat_pair(str(self.layout.registry))) == index.registry_fp
             ):
+                if self._pending:  # loaded just now: the next refresh syncs the goals again
+                    self._rebuild_unrun(self._active_in_catalog(now))
                 changed = None if reloaded else frozenset[str]()
                 return RefreshReport(
                     refreshed=False,
@@ -303,7 +357,9 @@ class StatusCache:
             self.active = {
                 g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
             }
+            gone = self._rebuild_unrun(self.active)
             removed, dirty = changed_in_registry(self.active, self.goals)
+            removed.extend(gone)  # their shards are rewritten without them
         else:
             removed, dirty = changed_in_catalog(
                 self.active, self.goals, catalog=catalog.goals, changed=changed_ids
@@ -414,10 +470,16 @@ class StatusCache:
                 "recheck_ts": _ts(view.recheck_at),
             },
         )
-        self._store(goal_id, cached)
+        self._store(goal_id, cached, projected_at=now if never_ran(fp, cached) else None)
 
-    def _store(self, goal_id: str, cached: CachedGoal) -> None:
+    def _store(
+        self, goal_id: str, cached: CachedGoal, *, projected_at: datetime | None = None
+    ) -> None:
         self.goals[goal_id] = cached
+        if projected_at is not None:
+            self._unrun[goal_id] = projected_at
+        else:
+            self._unrun.pop(goal_id, None)
         self._members.setdefault(shard_of(goal_id), set()).add(goal_id)
         if cached.view.lease is not None:
             self._leased.add(goal_id)
@@ -428,6 +490,8 @@ class StatusCache:
 
     def _drop(self, goal_id: str) -> None:
         self.goals.pop(goal_id, None)
+        self._unrun.pop(goal_id, None)
+        self._pending.pop(goal_id, None)
         self._members.get(shard_of(goal_id), set()).discard(goal_id)
         self._leased.discard(goal_id)
 
@@ -446,11 +510,20 @@ class StatusCache:
         if not shards:
             return
         ensure_shard_dir(self.layout)
+        goals, unrun = self.goals, self._unrun
         for s in shards:
-            members = {
-                g: self.goals[g] for g in sorted(self._members.get(s, ())) if g in self.goals
-            }
-            write_shard(self.layout, s, members)
+            members: dict[str, CachedGoal] = {}
+            compact: dict[str, tuple[list[int], datetime]] = {}
+            for g in sorted(self._members.get(s, ())):
+                cached = goals.get(g)
+                if cached is None:
+                    continue
+                at = unrun.get(g)
+                if at is None:
+                    members[g] = cached
+                else:
+                    compact[g] = (cached.fingerprint, at)
+            write_shard(self.layout, s, members, compact)
 
 
 # --- module-level API --------------------------------------------------------------------------

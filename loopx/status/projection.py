@@ -334,42 +334,71 @@ def _never_ran(inputs: GoalInputs) -> bool:
     )
 
 
+# The fields of plain never-ran views (no damage, quarantine or probe) by (now, the goal's
+# fields but its id): goals of one policy share them but for the id, unless it is in the
+# explanation. The status cache rebuilds thousands of such views when it loads its shards.
+_PLAIN_UNRUN: dict[tuple[object, ...], dict[str, object]] = {}
+_PLAIN_UNRUN_MAX: Final = 256
+
+
 def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
     """:func:`project_goal` of a goal that never ran, from facts that are validated already.
 
     Such a view differs from its neighbours' only in the goal's own fields, so
     it is assembled as it is (:func:`trusted`) instead of validated: at 10,000
     goals, validation was most of a cold projection. The rules are the same
-    ``_decide``; the tests compare these views with validated ones.
+    ``_decide``; the tests compare these views with validated ones. Goals of
+    one policy without damage, quarantine or probe share one set of fields.
     """
     goal = inputs.goal
+    key: tuple[object, ...] | None = None
+    if not inputs.damage and not inputs.quarantined and inputs.probe is None:
+        key = (now, goal.status, goal.priority, goal.objective, *goal.quota.__dict__.values())
+        shared = _PLAIN_UNRUN.get(key)
+        if shared is not None:
+            return trusted(
+                GoalStatusView, {**shared, "goal_id": goal.id, "warnings": [], "quarantined": []}
+            )
     account = _unspent(goal.quota, now)
     actor, reason, explanation, eligible = _decide(inputs, _FRESH_STATE, account.quota, now)
-    return trusted(
-        GoalStatusView,
-        {
-            "goal_id": goal.id,
-            "objective": _clip(goal.objective, _OBJECTIVE_CHARS),
-            "goal_status": goal.status,
-            "priority": goal.priority,
-            "actor": actor,
-            "reason": reason,
-            "explanation": explanation,
-            "next_eligible_at": eligible,
-            "lease": None,
-            "last_turn": None,
-            "quota": account.quota,
-            "next_action": None,
-            "open_gates": 0,
-            "gate_question": None,
-            "consecutive_failures": 0,
-            "turns_applied": 0,
-            "warnings": list(inputs.damage),
-            "quarantined": list(inputs.quarantined),
-            "probe": inputs.probe,
-            "recheck_at": account.recheck_at,
-        },
-    )
+    fields: dict[str, object] = {
+        "goal_id": goal.id,
+        "objective": _clip(goal.objective, _OBJECTIVE_CHARS),
+        "goal_status": goal.status,
+        "priority": goal.priority,
+        "actor": actor,
+        "reason": reason,
+        "explanation": explanation,
+        "next_eligible_at": eligible,
+        "lease": None,
+        "last_turn": None,
+        "quota": account.quota,
+        "next_action": None,
+        "open_gates": 0,
+        "gate_question": None,
+        "consecutive_failures": 0,
+        "turns_applied": 0,
+        "warnings": list(inputs.damage),
+        "quarantined": list(inputs.quarantined),
+        "probe": inputs.probe,
+        "recheck_at": account.recheck_at,
+    }
+    if key is not None and goal.id not in explanation:
+        if len(_PLAIN_UNRUN) >= _PLAIN_UNRUN_MAX:
+            _PLAIN_UNRUN.clear()
+        _PLAIN_UNRUN[key] = fields
+    return trusted(GoalStatusView, fields)
+
+
+def project_unrun(goal: Goal, *, now: datetime) -> GoalStatusView:
+    """:func:`project_goal` of a goal without files but its goal file, and no quarantine or probe."""
+    key = (now, goal.status, goal.priority, goal.objective, *goal.quota.__dict__.values())
+    shared = _PLAIN_UNRUN.get(key)
+    if shared is not None:
+        return trusted(
+            GoalStatusView, {**shared, "goal_id": goal.id, "warnings": [], "quarantined": []}
+        )
+    return _project_unrun(GoalInputs(goal=goal), now)
 
 
 def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:

@@ -39,11 +39,27 @@ class CachedGoal(Record):
     recheck_ts: float | None = None  # view.recheck_at as POSIX seconds
 
 
+class UnrunGoals(Record):
+    """Goals of a shard that never ran, projected at one instant.
+
+    Such a goal's view is a pure function of its policy and ``projected_at``
+    (:func:`loopx.status.projection.project_goal` of a goal without state,
+    lease, history, ledger or epoch), so it is rebuilt when the shard is loaded
+    instead of stored.
+    """
+
+    projected_at: UtcDatetime
+    # id -> the fingerprints of goal.json and turns/ (the goal's other files are missing)
+    goals: dict[str, list[int]] = Field(default_factory=dict)
+
+
 class StatusShard(Record):
     """``projections/status.d/NN.json``: the cached goals whose id hashes to NN."""
 
-    schema_version: Literal[2] = 2  # 2: no policy digest (a changed goal file is re-projected)
+    # 2: no policy digest (a changed goal file is re-projected); 3: goals that never ran in unrun.
+    schema_version: Literal[3] = 3
     goals: dict[str, CachedGoal] = Field(default_factory=dict)
+    unrun: list[UnrunGoals] = Field(default_factory=list)
 
 
 class StatusIndex(Record):

@@ -1,0 +1,67 @@
+"""The status cache's shards on an existing root, in-process: writing them and loading them.
+
+Brings the cache up to date once, then times, ``--passes`` times each (the
+lowest wall time is printed): rewriting all 256 shards (``StatusCache._write``),
+serialising them alone (the file writes skipped), and what a fresh process
+does before it can project (load every shard, then the goal sync, which
+rebuilds the views of goals that never ran). Also prints the shards' bytes.
+Rewrites the root's shards with what they already hold.
+
+    python benchmarks/status_shards.py ROOT [--passes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import loopx.status.shards as shards_module
+from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.status.cache import StatusCache, status_cache
+from loopx.status.shards import SHARDS, shard_dir
+
+
+def lowest(passes: int, run: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(passes):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--passes", type=int, default=5)
+    args = parser.parse_args()
+    layout = Layout.at(args.root)
+    cache = status_cache(layout)
+    cache.refresh(now=utcnow(), ttl_s=0)
+    every = set(range(SHARDS))
+    write = lowest(args.passes, lambda: cache._write(every))  # noqa: SLF001 - the part timed
+    real_write = vars(shards_module)["atomic_write_bytes"]
+    vars(shards_module)["atomic_write_bytes"] = lambda *_a, **_k: None
+    try:
+        serialise = lowest(args.passes, lambda: cache._write(every))  # noqa: SLF001
+    finally:
+        vars(shards_module)["atomic_write_bytes"] = real_write
+
+    def load() -> None:
+        fresh = StatusCache(layout)
+        fresh.load()
+        fresh._sync_goals(utcnow(), verify=False)  # noqa: SLF001 - the part timed
+
+    loaded = lowest(args.passes, load)
+    size = sum(p.stat().st_size for p in shard_dir(layout).iterdir())
+    print(
+        f"goals {len(cache.goals)}  shards {size / 1e6:.1f} MB  write {write:.3f} s  "
+        f"serialise {serialise:.3f} s  load+goal sync {loaded:.3f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
