@@ -20,7 +20,8 @@ from pathlib import Path
 import loopx.status.shards as shards_module
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.status.cache import StatusCache, status_cache
+from loopx.status.cache import StatusCache
+from loopx.status.current import status_cache
 from loopx.status.shards import SHARDS, shard_dir
 
 

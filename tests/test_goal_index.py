@@ -17,7 +17,7 @@ from loopx.registry.catalog import GoalCatalog
 from loopx.registry.goal_index import GoalIndex
 from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.status.cache import status_document
+from loopx.status.current import status_document
 from loopx.testing.status_fixtures import make_goal, register_goals
 
 SHARED_HOST = {"kind": "command", "argv": ["sh", "-c", "echo 'hi there'"]}

@@ -19,8 +19,9 @@ from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
-from loopx.status.cache import StatusCache, clear_status_cache, load_status
+from loopx.status.cache import StatusCache
 from loopx.status.changes import note_goal_changed
+from loopx.status.current import clear_status_cache, load_status
 from loopx.status.shards import shard_dir
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import (

@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.status.cache import (
-    DEFAULT_TTL_S,
+from loopx.status.cache import DEFAULT_TTL_S
+from loopx.status.current import (
     clear_status_cache,
     load_status,
     refresh_status,

@@ -24,23 +24,21 @@ re-read, and then only the tail of their history.
 from __future__ import annotations
 
 import contextlib
-import gc
 import heapq
 import os
 import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Final
 
+from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
 from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
-from loopx.status.changes import changes_file
 from loopx.status.projection import assemble, project_goal, project_unrun
 from loopx.status.refresh import (
     HINT_LOG_MAX,
@@ -59,17 +57,15 @@ from loopx.status.shards import (
     ensure_shard_dir,
     never_ran,
     read_shards,
-    remove_shards,
     shard_of,
     write_shard,
 )
-from loopx.status.snapshot import FleetKey, remove_snapshot, stat_pair, write_snapshot
+from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
     Fingerprint,
     HintCursor,
     absent_files,
     current_fleet,
-    current_fleet_keyed,
     gather_goal,
     goal_fingerprint,
     probes_dir,
@@ -79,7 +75,7 @@ from loopx.status.sources import (
     read_probes,
     reset_hints,
 )
-from loopx.status.view import StatusProjection, json_bytes, trusted
+from loopx.status.view import StatusProjection, trusted
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import (
     atomic_write_model,
@@ -91,7 +87,7 @@ from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
-_LOCK_TIMEOUT_S: Final = 60.0
+LOCK_TIMEOUT_S: Final = 60.0
 _NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 
 log = get_logger(__name__)
@@ -232,7 +228,7 @@ class StatusCache:
         every goal's fingerprint on every refresh.
         """
         ensure_dir(self.layout.projections_dir)
-        with locked(self.layout.status_file, timeout=_LOCK_TIMEOUT_S), _collector_paused():
+        with locked(self.layout.status_file, timeout=LOCK_TIMEOUT_S), collector_paused():
             reloaded = self.index is not None and not self._in_sync_with_disk()
             if self.index is None or reloaded:
                 self.load()
@@ -526,13 +522,6 @@ class StatusCache:
             write_shard(self.layout, s, members, compact)
 
 
-# --- module-level API --------------------------------------------------------------------------
-
-# One cache per root per process, so repeated calls (the supervisor's loop,
-# the HTTP server) keep their memory instead of reloading every shard.
-_CACHES: dict[Path, StatusCache] = {}
-
-
 @contextlib.contextmanager
 def _cache_write() -> Iterator[None]:
     """A cache write the disk refuses (full, read-only) is skipped: status is served from memory.
@@ -547,112 +536,3 @@ def _cache_write() -> Iterator[None]:
         if reason is None:
             raise
         log.warning("status_cache_not_written", reason=reason)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector during a refresh.
-
-    A cold refresh allocates a few dozen objects per goal and frees almost
-    none until it ends, so the collector would rescan the growing heap again
-    and again: about a fifth of a cold refresh at 10,000 goals.
-    """
-    if not gc.isenabled():  # another thread's refresh paused it, or the embedding program
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def status_cache(layout: Layout) -> StatusCache:
-    """The cache this process keeps for ``layout``'s root."""
-    cache = _CACHES.get(layout.root)
-    if cache is None or cache.layout != layout:
-        cache = _CACHES[layout.root] = StatusCache(layout)
-    return cache
-
-
-def refresh_status(
-    layout: Layout,
-    *,
-    now: datetime,
-    ttl_s: float = DEFAULT_TTL_S,
-    full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
-    force: bool = False,
-) -> RefreshReport:
-    """Refresh ``projections/status.json`` incrementally; what the supervisor calls each interval.
-
-    Raises:
-        LockTimeoutError: another process held the cache lock for a minute.
-        CorruptFileError: the registry is damaged.
-
-    """
-    return status_cache(layout).refresh(
-        now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force
-    )
-
-
-def load_status(
-    layout: Layout,
-    *,
-    now: datetime,
-    ttl_s: float = DEFAULT_TTL_S,
-    full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
-    force: bool = False,
-) -> StatusProjection:
-    """The attention queue, refreshed first when the cache is older than ``ttl_s``."""
-    return _load_keyed(
-        layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force
-    )[0]
-
-
-def _load_keyed(
-    layout: Layout, *, now: datetime, ttl_s: float, full_scan_after_s: float, force: bool
-) -> tuple[StatusProjection, FleetKey, StatusIndex]:
-    cache = status_cache(layout)
-    cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force)
-    projection, index = cache.projection(), cache.index
-    if projection is None or index is None:  # pragma: no cover - refresh always leaves an index
-        msg = "status cache has no index after a refresh"
-        raise LoopxError(msg)
-    # The cache may be a few seconds old, written by a supervisor that has
-    # stopped since: liveness is always read now (issue 16: no stale "running").
-    fleet, key = current_fleet_keyed(layout, now=now)
-    return projection.model_copy(update={"fleet": fleet}), key, index
-
-
-def status_document(
-    layout: Layout,
-    *,
-    now: datetime,
-    ttl_s: float = DEFAULT_TTL_S,
-    full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
-) -> bytes:
-    """``loopx status --json``'s bytes, assembled from the cache and kept as its snapshot.
-
-    The snapshot (:mod:`loopx.status.snapshot`) lets the next warm CLI print
-    the same bytes without loading the cache while nothing it shows changed.
-    """
-    with _collector_paused():
-        projection, key, index = _load_keyed(
-            layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
-        )
-        document = json_bytes(projection, indent=2) + b"\n"
-    write_snapshot(
-        layout, generation=index.generation, writer=index.writer, fleet=key, document=document
-    )
-    return document
-
-
-def clear_status_cache(layout: Layout) -> None:
-    """Delete the cached projection (index, shards, hints); the next refresh rebuilds it."""
-    with locked(layout.status_file, timeout=_LOCK_TIMEOUT_S):
-        remove_snapshot(layout)
-        for path in (layout.status_file, changes_file(layout)):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        remove_shards(layout)
-    _CACHES.pop(layout.root, None)

@@ -185,7 +185,7 @@ class Supervisor:
 
     def _refresh_status(self) -> None:
         """Refresh the status projection (every ``--refresh-interval-seconds``, TTL from the config)."""
-        from loopx.status.cache import refresh_status, status_cache  # noqa: PLC0415 - heavy
+        from loopx.status.current import refresh_status, status_cache  # noqa: PLC0415 - heavy
         from loopx.status.watch import FingerprintMemo  # noqa: PLC0415 - with the cache
 
         try:
