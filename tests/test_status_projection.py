@@ -154,6 +154,45 @@ def test_never_ran_view_equals_a_validated_one(inputs: GoalInputs):
     assert quick.model_fields_set == checked.model_fields_set
 
 
+def _spent(seconds: float) -> SpendColumns:
+    fold = BucketFold()
+    fold.add(NOW - timedelta(minutes=5), wall_s=seconds, cpu_s=seconds / 2, tokens=10, cost_usd=0.1)
+    return fold.columns()
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        GoalInputs(
+            goal=goal(),
+            state=GoalState(goal_id="g1", turn_seq=4, next_action="write the tests"),
+            history=[
+                history_line("g1", 3, ended_at=NOW - timedelta(minutes=9)),
+                history_line("g1", 4, ended_at=NOW, next_action="ship it"),
+            ],
+            spend=_spent(60.0),
+        ),
+        GoalInputs(goal=goal(), lease=lease_for("g1", expires_in=-5.0)),
+        GoalInputs(
+            goal=goal(quota=QuotaPolicy(compute=0.01, window_hours=1)),
+            state=open_gate_state("g1", "Ship it?", now=NOW),
+            spend=_spent(3600.0),
+        ),
+    ],
+    ids=["ran", "expired-lease", "gate-and-spent"],
+)
+def test_the_view_of_a_goal_that_ran_equals_a_validated_one(inputs: GoalInputs):
+    """A goal with state, lease, history or spend: its assembled view is what validation gives."""
+    v = view(inputs)
+    again = type(v).model_validate_json(v.model_dump_json())
+    assert v == again == type(v).model_validate(v.model_dump())
+    assert v.model_dump_json(indent=2) == again.model_dump_json(indent=2)
+    assert v.model_fields_set == again.model_fields_set
+    for nested in (v.lease, v.last_turn):
+        if nested is not None:
+            assert nested == type(nested).model_validate(nested.model_dump())
+
+
 def test_repeated_failures_need_a_human():
     """Three failed turns in a row make the goal human/failing."""
     state = GoalState(goal_id="g1", consecutive_failures=3)

@@ -34,7 +34,6 @@ from typing import Final
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
-from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
@@ -62,6 +61,7 @@ from loopx.status.shards import (
 )
 from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
+    NO_COUNTS,
     Fingerprint,
     HintCursor,
     absent_files,
@@ -88,7 +88,6 @@ from loopx.storage.locks import locked
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
-_NO_HISTORY: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 
 log = get_logger(__name__)
 
@@ -171,7 +170,7 @@ class StatusCache:
                 {
                     "fingerprint": fp,
                     "view": view,
-                    "history": _NO_HISTORY,
+                    "history": NO_COUNTS,
                     "epoch": 0,
                     "recheck_ts": recheck_ts,
                 },
@@ -446,8 +445,8 @@ class StatusCache:
             now=now,
             quarantined=sources.quarantine.get(goal_id, ()),
             probe=probe,
-            absent=absent_files(fp),
-            counted=previous.history if previous else _NO_HISTORY,
+            absent=(absent := absent_files(fp)),
+            counted=previous.history if previous else NO_COUNTS,
         )
         view = project_goal(inputs, now=now)
         epoch = max(
@@ -466,7 +465,7 @@ class StatusCache:
                 "recheck_ts": _ts(view.recheck_at),
             },
         )
-        self._store(goal_id, cached, projected_at=now if never_ran(fp, cached) else None)
+        self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
 
     def _store(
         self, goal_id: str, cached: CachedGoal, *, projected_at: datetime | None = None

@@ -117,15 +117,18 @@ def _norm(text: str) -> str:
 
 
 def _lease_view(lease: Lease, now: datetime) -> LeaseView:
-    return LeaseView(
-        agent_id=lease.agent_id,
-        hostname=lease.hostname,
-        pid=lease.pid,
-        epoch=lease.epoch,
-        turn_key=lease.turn_key,
-        acquired_at=lease.acquired_at,
-        expires_at=lease.expires_at,
-        expired=lease.expires_at <= now,
+    return trusted(
+        LeaseView,
+        {
+            "agent_id": lease.agent_id,
+            "hostname": lease.hostname,
+            "pid": lease.pid,
+            "epoch": lease.epoch,
+            "turn_key": lease.turn_key,
+            "acquired_at": lease.acquired_at,
+            "expires_at": lease.expires_at,
+            "expired": lease.expires_at <= now,
+        },
     )
 
 
@@ -133,15 +136,18 @@ def _last_turn(history: Sequence[HistoryLine]) -> LastTurn | None:
     if not history:
         return None
     h = history[-1]
-    return LastTurn(
-        turn_key=h.turn_key,
-        seq=h.seq,
-        status=h.status,
-        kind=h.kind,
-        failure=h.failure,
-        summary=_clip(h.summary, _SUMMARY_CHARS),
-        next_action=h.next_action,
-        ended_at=h.ended_at,
+    return trusted(
+        LastTurn,
+        {
+            "turn_key": h.turn_key,
+            "seq": h.seq,
+            "status": h.status,
+            "kind": h.kind,
+            "failure": h.failure,
+            "summary": _clip(h.summary, _SUMMARY_CHARS),
+            "next_action": h.next_action,
+            "ended_at": h.ended_at,
+        },
     )
 
 
@@ -415,27 +421,32 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
         quota = quota_view(goal.quota, spend, now=now)
     actor, reason, explanation, eligible = _decide(inputs, state, quota, now)
     gates = state.open_gates
-    return GoalStatusView(
-        goal_id=goal.id,
-        objective=_clip(goal.objective, _OBJECTIVE_CHARS),
-        goal_status=goal.status,
-        priority=goal.priority,
-        actor=actor,
-        reason=reason,
-        explanation=explanation,
-        next_eligible_at=eligible,
-        lease=_lease_view(inputs.lease, now) if inputs.lease is not None else None,
-        last_turn=_last_turn(inputs.history),
-        quota=quota,
-        next_action=state.next_action,
-        open_gates=len(gates),
-        gate_question=gates[0].question if gates else None,
-        consecutive_failures=state.consecutive_failures,
-        turns_applied=state.turn_seq,
-        warnings=_warnings(inputs, state, now),
-        quarantined=list(inputs.quarantined),
-        probe=inputs.probe,
-        recheck_at=_recheck_at(inputs, state, spend, quota, now),
+    # Every value comes from a validated record or is computed here with its field's type:
+    # assembled as it is, like a never-ran goal's view (tests compare it with a validated twin).
+    return trusted(
+        GoalStatusView,
+        {
+            "goal_id": goal.id,
+            "objective": _clip(goal.objective, _OBJECTIVE_CHARS),
+            "goal_status": goal.status,
+            "priority": goal.priority,
+            "actor": actor,
+            "reason": reason,
+            "explanation": explanation,
+            "next_eligible_at": eligible,
+            "lease": _lease_view(inputs.lease, now) if inputs.lease is not None else None,
+            "last_turn": _last_turn(inputs.history),
+            "quota": quota,
+            "next_action": state.next_action,
+            "open_gates": len(gates),
+            "gate_question": gates[0].question if gates else None,
+            "consecutive_failures": state.consecutive_failures,
+            "turns_applied": state.turn_seq,
+            "warnings": _warnings(inputs, state, now),
+            "quarantined": list(inputs.quarantined),
+            "probe": inputs.probe,
+            "recheck_at": _recheck_at(inputs, state, spend, quota, now),
+        },
     )
 
 
