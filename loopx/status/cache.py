@@ -62,6 +62,7 @@ from loopx.status.shards import (
 from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
     NO_COUNTS,
+    READ_NAMES,
     Fingerprint,
     HintCursor,
     absent_files,
@@ -75,7 +76,7 @@ from loopx.status.sources import (
     read_probes,
     reset_hints,
 )
-from loopx.status.view import StatusProjection, trusted
+from loopx.status.view import GoalStatusView, StatusProjection, trusted
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import (
     atomic_write_model,
@@ -439,13 +440,20 @@ class StatusCache:
             probe = sources.probes.get(goal_id)
         else:
             probe = previous.view.probe if previous else None
+        quarantined = sources.quarantine.get(goal_id, ())
+        absent = absent_files(fp)
+        if absent >= READ_NAMES and not quarantined and probe is None and not previous:
+            # Most goals of a large root on a cold refresh: nothing to open, nothing to say
+            # but their policy (what gather_goal and project_goal would find, without them).
+            self._store_unrun(goal_id, fp, absent, project_unrun(goal, now=now), now=now)
+            return
         inputs, counts = gather_goal(
             layout,
             goal,
             now=now,
-            quarantined=sources.quarantine.get(goal_id, ()),
+            quarantined=quarantined,
             probe=probe,
-            absent=(absent := absent_files(fp)),
+            absent=absent,
             counted=previous.history if previous else NO_COUNTS,
         )
         view = project_goal(inputs, now=now)
@@ -462,6 +470,28 @@ class StatusCache:
                 "view": view,
                 "history": counts,
                 "epoch": epoch,
+                "recheck_ts": _ts(view.recheck_at),
+            },
+        )
+        self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
+
+    def _store_unrun(
+        self,
+        goal_id: str,
+        fp: Fingerprint,
+        absent: frozenset[str],
+        view: GoalStatusView,
+        *,
+        now: datetime,
+    ) -> None:
+        """Cache the view of a goal with none of its files but its goal file."""
+        cached = trusted(
+            CachedGoal,
+            {
+                "fingerprint": list(fp),
+                "view": view,
+                "history": NO_COUNTS,
+                "epoch": 0,
                 "recheck_ts": _ts(view.recheck_at),
             },
         )

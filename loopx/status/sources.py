@@ -62,7 +62,7 @@ FINGERPRINT_NAMES: Final = (
 )
 PROBES_DIR: Final = "probes"
 _READ_ORDER: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl")
-_READ_NAMES: Final = frozenset(_READ_ORDER)
+READ_NAMES: Final = frozenset(_READ_ORDER)
 NO_COUNTS: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 _ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
 _SLOT: Final = {name: 3 * i for i, name in enumerate(FINGERPRINT_NAMES)}  # offset in a fingerprint
@@ -183,7 +183,7 @@ def gather_goal(
     directory is opened once and its files are read relative to it
     (:func:`~loopx.storage.files.open_dir`), none through a symlink.
     """
-    if absent >= _READ_NAMES:  # a goal that never ran: nothing to open
+    if absent >= READ_NAMES:  # a goal that never ran: nothing to open
         return GoalInputs(goal=goal, quarantined=quarantined, probe=probe), NO_COUNTS
     goal_dir = os.path.join(layout.root, GOALS_NAME, goal.id)
     try:
