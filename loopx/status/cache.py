@@ -97,6 +97,20 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
+def _unrun_entry(fp: list[int], view: GoalStatusView) -> CachedGoal:
+    """The cache entry of a goal with no file but its goal file (its view validated already)."""
+    return trusted(
+        CachedGoal,
+        {
+            "fingerprint": fp,
+            "view": view,
+            "history": NO_COUNTS,
+            "epoch": 0,
+            "recheck_ts": _ts(view.recheck_at),
+        },
+    )
+
+
 @dataclass(slots=True)
 class StatusCache:
     """An in-memory copy of the cache that refreshes itself incrementally.
@@ -157,29 +171,13 @@ class StatusCache:
         """
         pending, self._pending = self._pending, {}
         gone: list[str] = []
-        goals, unrun, members = self.goals, self._unrun, self._members
         for goal_id, (fp, at) in pending.items():
             goal = active.get(goal_id)
             if goal is None:
                 gone.append(goal_id)
                 self._pending[goal_id] = fp, at
                 continue
-            view = project_unrun(goal, now=at)
-            recheck_ts = _ts(view.recheck_at)
-            goals[goal_id] = trusted(
-                CachedGoal,
-                {
-                    "fingerprint": fp,
-                    "view": view,
-                    "history": NO_COUNTS,
-                    "epoch": 0,
-                    "recheck_ts": recheck_ts,
-                },
-            )
-            unrun[goal_id] = at
-            members.setdefault(shard_of(goal_id), set()).add(goal_id)  # no lease, as _store
-            if recheck_ts is not None:
-                heapq.heappush(self._rechecks, (recheck_ts, goal_id))
+            self._store(goal_id, _unrun_entry(fp, project_unrun(goal, now=at)), projected_at=at)
         return gone
 
     def _active_in_catalog(self, now: datetime) -> dict[str, Goal]:
@@ -485,16 +483,7 @@ class StatusCache:
         now: datetime,
     ) -> None:
         """Cache the view of a goal with none of its files but its goal file."""
-        cached = trusted(
-            CachedGoal,
-            {
-                "fingerprint": list(fp),
-                "view": view,
-                "history": NO_COUNTS,
-                "epoch": 0,
-                "recheck_ts": _ts(view.recheck_at),
-            },
-        )
+        cached = _unrun_entry(list(fp), view)
         self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
 
     def _store(
