@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from loopx import environ
+from loopx.pids import pid_held
 
 # psutil and ctypes are imported where they are used: a cold `loopx status` asks only
 # whether a few recorded pids still run, which a dead pid answers without psutil
@@ -76,7 +77,7 @@ class ProcessIdentity:
 
     def find(self) -> psutil.Process | None:
         """The live process this names, or None (gone, zombie, or pid reused)."""
-        if not _pid_exists(self.pid):
+        if not pid_held(self.pid):
             return None
         import psutil  # noqa: PLC0415 - see the imports above
 
@@ -93,19 +94,6 @@ class ProcessIdentity:
     def alive(self) -> bool:
         """Whether this very process still runs (not a zombie, not a recycled pid)."""
         return self.find() is not None
-
-
-def _pid_exists(pid: int) -> bool:
-    """False when no process holds ``pid`` (then psutil would say so too); True otherwise."""
-    if pid <= 0:  # 0 and negative pids name process groups to kill(): let psutil answer
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the pid exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's process holds the pid
-    return True
 
 
 def started_at(pid: int) -> float | None:

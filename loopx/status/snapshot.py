@@ -30,6 +30,7 @@ import json
 import os
 from datetime import datetime
 
+from loopx.pids import pid_held
 from loopx.storage.resources import root_health
 
 # Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
@@ -127,16 +128,12 @@ class FleetKey:
 def _runs(pid: int, started_at: float) -> bool:
     """Whether ``pid`` still runs the process started at ``started_at``.
 
-    A pid nobody holds is answered without psutil (its import costs more than the
-    rest of a warm ``loopx status``); otherwise the test of ``loopx.fleet.process_runs``.
+    A pid nobody holds is answered without importing :mod:`loopx.process` (its
+    dataclasses, and psutil, cost more than the rest of a warm ``loopx status``);
+    otherwise the test of ``loopx.fleet.process_runs``.
     """
-    if pid > 0:  # 0 and negative pids name process groups to kill(); leave them to psutil
-        try:
-            os.kill(pid, 0)  # signal 0: only asks whether the pid exists
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # another user's process holds the pid: psutil tells whether it is ours
+    if not pid_held(pid):
+        return False
     from loopx.process import ProcessIdentity  # noqa: PLC0415 - see above
 
     return ProcessIdentity(pid, started_at).alive()
