@@ -16,6 +16,7 @@ from loopx.errors import LoopxError
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.changes import changes_file
+from loopx.status.prefetch import FingerprintPrefetch
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.shards import remove_shards
 from loopx.status.snapshot import FleetKey, remove_snapshot, write_snapshot
@@ -71,10 +72,22 @@ def load_status(
 
 
 def _load_keyed(
-    layout: Layout, *, now: datetime, ttl_s: float, full_scan_after_s: float, force: bool
+    layout: Layout,
+    *,
+    now: datetime,
+    ttl_s: float,
+    full_scan_after_s: float,
+    force: bool,
+    prefetch: FingerprintPrefetch | None = None,
 ) -> tuple[StatusProjection, FleetKey, StatusIndex]:
     cache = status_cache(layout)
-    cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force)
+    cache.refresh(
+        now=now,
+        ttl_s=ttl_s,
+        full_scan_after_s=full_scan_after_s,
+        force=force,
+        prefetch=prefetch,
+    )
     projection, index = cache.projection(), cache.index
     if projection is None or index is None:  # pragma: no cover - refresh always leaves an index
         msg = "status cache has no index after a refresh"
@@ -91,15 +104,23 @@ def status_document(
     now: datetime,
     ttl_s: float = DEFAULT_TTL_S,
     full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
+    prefetch: FingerprintPrefetch | None = None,
 ) -> bytes:
     """``loopx status --json``'s bytes, assembled from the cache and kept as its snapshot.
 
     The snapshot (:mod:`loopx.status.snapshot`) lets the next warm CLI print
     the same bytes without loading the cache while nothing it shows changed.
+    A refresh that scans every goal takes their fingerprints from ``prefetch``
+    (:mod:`loopx.status.prefetch`; the caller closes it).
     """
     with collector_paused():
         projection, key, index = _load_keyed(
-            layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
+            layout,
+            now=now,
+            ttl_s=ttl_s,
+            full_scan_after_s=full_scan_after_s,
+            force=False,
+            prefetch=prefetch,
         )
         document = json_bytes(projection, indent=2) + b"\n"
     write_snapshot(
