@@ -10,11 +10,12 @@ import psutil
 import pytest
 
 from loopx.api import Root, prefetch_status_scan
+from loopx.forked import Forked
 from loopx.model import utcnow
 from loopx.status.cache import StatusCache
 from loopx.status.changes import note_goal_changed
 from loopx.status.fingerprint import goal_fingerprint
-from loopx.status.prefetch import FingerprintPrefetch
+from loopx.status.prefetch import Fingerprints, prefetch_fingerprints
 from loopx.status.view import StatusReason
 from loopx.testing.status_fixtures import (
     make_goal,
@@ -33,7 +34,7 @@ def seeded(layout) -> None:
     register_goals(layout, [*ran, unrun])
 
 
-def wait_until_written(prefetch: FingerprintPrefetch) -> None:
+def wait_until_written(prefetch: Forked[Fingerprints]) -> None:
     """Until the child has written its answer (a small one fits the pipe) and exited, unreaped."""
     deadline = time.monotonic() + 30
     while psutil.Process(prefetch.pid).status() != psutil.STATUS_ZOMBIE:
@@ -50,42 +51,38 @@ def reaped(pid: int) -> bool:
 
 
 def test_the_child_fingerprints_every_goal_directory(layout):
-    """take() gives each goal directory's fingerprint, as goal_fingerprint reads it; a stray file is skipped."""
+    """result() gives each goal directory's fingerprint, as goal_fingerprint reads it; a stray file is skipped."""
     seeded(layout)
     (layout.goals_dir / "stray.tmp").write_text("not a goal")
-    prefetch = FingerprintPrefetch.start(str(layout.goals_dir))
-    assert prefetch is not None
-    taken = prefetch.take()
+    prefetch = prefetch_fingerprints(str(layout.goals_dir))
+    taken = prefetch.result()
     expected = {d.name: goal_fingerprint(str(d)) for d in layout.goals_dir.iterdir() if d.is_dir()}
     assert taken == expected and set(expected) == {"g0", "g1", "g2", "fresh"}
     assert reaped(prefetch.pid)
-    assert prefetch.take() is None  # taken once
+    assert prefetch.result() is None  # taken once
 
 
 def test_close_stops_a_child_nobody_asked(layout):
-    """close() without take() kills and reaps the child; a second close() does nothing."""
+    """close() without result() kills and reaps the child; a second close() does nothing."""
     seeded(layout)
-    prefetch = FingerprintPrefetch.start(str(layout.goals_dir))
-    assert prefetch is not None
+    prefetch = prefetch_fingerprints(str(layout.goals_dir))
     prefetch.close()
     assert reaped(prefetch.pid)
     prefetch.close()
-    assert prefetch.take() is None
+    assert prefetch.result() is None
 
 
 def test_a_failed_child_gives_nothing(tmp_path):
-    """A child that cannot list the goals exits non-zero: take() is None, the caller scans itself."""
-    prefetch = FingerprintPrefetch.start(str(tmp_path / "missing"))
-    assert prefetch is not None
-    assert prefetch.take() is None
+    """A child that cannot list the goals exits non-zero: result() is None, the caller scans itself."""
+    prefetch = prefetch_fingerprints(str(tmp_path / "missing"))
+    assert prefetch.result() is None
     assert reaped(prefetch.pid)
 
 
 def test_refresh_takes_early_fingerprints_and_reads_what_changed_since(layout):
     """A change after the prefetch is read now, and its goal is read again at the next scan."""
     seeded(layout)
-    prefetch = FingerprintPrefetch.start(str(layout.goals_dir))
-    assert prefetch is not None
+    prefetch = prefetch_fingerprints(str(layout.goals_dir))
     early = goal_fingerprint(str(layout.goals_dir / "g1"))
     wait_until_written(prefetch)
     write_state(layout, open_gate_state("g1", "Ship it?", now=utcnow()))
@@ -106,8 +103,7 @@ def test_a_hinted_goal_is_fingerprinted_afresh(layout):
     seeded(layout)
     cache = StatusCache(layout)
     cache.refresh(now=utcnow(), ttl_s=0)
-    prefetch = FingerprintPrefetch.start(str(layout.goals_dir))
-    assert prefetch is not None
+    prefetch = prefetch_fingerprints(str(layout.goals_dir))
     wait_until_written(prefetch)
     write_state(layout, open_gate_state("g2", "Merge?", now=utcnow()))
     note_goal_changed(layout, "g2")

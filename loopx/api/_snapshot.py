@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from loopx.root import open_root, resolve_root
-from loopx.status.prefetch import FingerprintPrefetch
 from loopx.status.snapshot import print_snapshot
 
 # Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
@@ -22,6 +21,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import BinaryIO
+
+    from loopx.forked import Forked
+    from loopx.status.prefetch import Fingerprints
 
 
 def print_status_snapshot(
@@ -61,7 +63,7 @@ def prefetch_status_scan(
     registry: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     home: Path | None = None,
-) -> FingerprintPrefetch | None:
+) -> Forked[Fingerprints] | None:
     """Start fingerprinting every goal in a child process when `status --json` will scan them all.
 
     That is with ``clear_cache``, or when every refresh scans
@@ -84,4 +86,7 @@ def prefetch_status_scan(
             age = float("inf")
         if age < ttl_s:
             return None
-    return FingerprintPrefetch.start(str(layout.goals_dir))
+    from loopx.forked import can_fork  # noqa: PLC0415 - a warm status never needs it
+    from loopx.status.prefetch import prefetch_fingerprints  # noqa: PLC0415 - nor this
+
+    return prefetch_fingerprints(str(layout.goals_dir)) if can_fork() else None

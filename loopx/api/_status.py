@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+from loopx.forked import Forked
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S
@@ -15,7 +16,7 @@ from loopx.status.current import (
     refresh_status,
     status_document,
 )
-from loopx.status.prefetch import FingerprintPrefetch
+from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport
 from loopx.status.view import Actor, StatusProjection
 
@@ -72,7 +73,7 @@ class Status:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = 0.0,
         now: datetime | None = None,
-        prefetch: FingerprintPrefetch | None = None,
+        prefetch: Forked[Fingerprints] | None = None,
     ) -> bytes:
         """`loopx status --json`'s bytes (every goal), kept for the next warm CLI to print as is.
 

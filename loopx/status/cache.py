@@ -34,12 +34,13 @@ from typing import Final
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
+from loopx.forked import Forked
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.fingerprint import Fingerprint, absent_files, goal_fingerprint
-from loopx.status.prefetch import FingerprintPrefetch
+from loopx.status.prefetch import Fingerprints
 from loopx.status.projection import assemble, project_goal, project_unrun
 from loopx.status.refresh import (
     HINT_LOG_MAX,
@@ -216,7 +217,7 @@ class StatusCache:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
         force: bool = False,
-        prefetch: FingerprintPrefetch | None = None,
+        prefetch: Forked[Fingerprints] | None = None,
     ) -> RefreshReport:
         """Bring the cache up to date with the root's files, re-reading only changed goals.
 
@@ -264,7 +265,7 @@ class StatusCache:
         now: datetime,
         full_scan_after_s: float,
         force: bool,
-        prefetch: FingerprintPrefetch | None = None,
+        prefetch: Forked[Fingerprints] | None = None,
     ) -> RefreshReport:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
@@ -290,7 +291,7 @@ class StatusCache:
         exact = candidates if not full or hinted is None else {*hinted, *self._leased}
         # Early fingerprints (loopx.status.prefetch) may be older than a hint: they only stand
         # in for a goal not cached yet (read anyway) or one not hinted or leased.
-        early = (prefetch.take() if prefetch is not None and full else None) or {}
+        early = (prefetch.result() if prefetch is not None and full else None) or {}
         fingerprints: dict[str, Fingerprint] = {}
         cached = self.goals
         for g in candidates:

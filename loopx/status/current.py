@@ -13,10 +13,11 @@ from pathlib import Path
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
+from loopx.forked import Forked
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.changes import changes_file
-from loopx.status.prefetch import FingerprintPrefetch
+from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.shards import remove_shards
 from loopx.status.snapshot import FleetKey, remove_snapshot, write_snapshot
@@ -78,7 +79,7 @@ def _load_keyed(
     ttl_s: float,
     full_scan_after_s: float,
     force: bool,
-    prefetch: FingerprintPrefetch | None = None,
+    prefetch: Forked[Fingerprints] | None = None,
 ) -> tuple[StatusProjection, FleetKey, StatusIndex]:
     cache = status_cache(layout)
     cache.refresh(
@@ -104,7 +105,7 @@ def status_document(
     now: datetime,
     ttl_s: float = DEFAULT_TTL_S,
     full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
-    prefetch: FingerprintPrefetch | None = None,
+    prefetch: Forked[Fingerprints] | None = None,
 ) -> bytes:
     """``loopx status --json``'s bytes, assembled from the cache and kept as its snapshot.
 
