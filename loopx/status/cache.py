@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import pickle
 import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,8 @@ from typing import Final
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
-from loopx.forked import Forked
+from loopx.faults import fault_point
+from loopx.forked import Forked, can_fork
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
@@ -87,6 +89,10 @@ from loopx.storage.files import (
 from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0
+# A refresh with this many goals to read splits them with a forked worker, which takes
+# this share: it also encodes what it read, and this process builds the never-ran views.
+PARALLEL_READS: Final = 256
+WORKER_SHARE: Final = 0.7
 DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
 
@@ -135,6 +141,8 @@ class StatusCache:
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
+    # From this many goals to read, a forked worker reads a share (PARALLEL_READS).
+    parallel_reads: int = PARALLEL_READS
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -320,8 +328,7 @@ class StatusCache:
             sources=sources,
         )
 
-        for goal_id in dirty:
-            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+        self._reproject_all(dirty, fingerprints, sources, now=now)
         touched = {shard_of(g) for g in (*removed, *dirty)}
         with _cache_write():
             self._write(touched)
@@ -442,6 +449,63 @@ class StatusCache:
             fleet=current_fleet(layout, now=now),
             hints=hints,
         )
+
+    def _reproject_all(
+        self,
+        dirty: set[str],
+        fingerprints: Mapping[str, Fingerprint],
+        sources: SharedSources,
+        *,
+        now: datetime,
+    ) -> None:
+        """Read the ``dirty`` goals again; with many files to read, a forked worker reads most.
+
+        Only goals with files besides ``goal.json`` cost reading, and only
+        their cache entries are worth sending back (those of goals that never
+        ran are cheaper to build than to decode); this process does the rest
+        meanwhile (:mod:`loopx.forked`).
+        """
+        reads = [
+            g
+            for g in dirty
+            if (fp := fingerprints.get(g)) is not None and not absent_files(fp) >= READ_NAMES
+        ]
+        share = sorted(reads)[: int(len(reads) * WORKER_SHARE)]
+        if len(reads) < self.parallel_reads or not can_fork():
+            share = []
+        worker = None
+        if share:
+            worker = Forked.start(
+                lambda: self._read_share(share, fingerprints, sources, now=now),
+                dumps=pickle.dumps,
+                loads=pickle.loads,
+            )
+        for goal_id in dirty.difference(share):
+            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+        if worker is None:
+            return
+        done = worker.result()
+        if done is None:
+            log.warning("status_worker_failed", goals=len(share), doing="reading them here")
+            for goal_id in share:
+                self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+            return
+        for goal_id, cached, projected_at in done:
+            self._store(goal_id, cached, projected_at=projected_at)
+
+    def _read_share(
+        self,
+        share: list[str],
+        fingerprints: Mapping[str, Fingerprint],
+        sources: SharedSources,
+        *,
+        now: datetime,
+    ) -> list[tuple[str, CachedGoal, datetime | None]]:
+        """The worker's part: each goal's new cache entry and, if it never ran, when projected."""
+        fault_point("status:worker")
+        for goal_id in share:
+            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+        return [(g, self.goals[g], self._unrun.get(g)) for g in share]
 
     def _reproject(
         self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
