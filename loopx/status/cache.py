@@ -58,6 +58,7 @@ from loopx.status.refresh import (
     plan_scan,
 )
 from loopx.status.shards import (
+    SHARDS,
     ensure_shard_dir,
     never_ran,
     read_shards,
@@ -89,14 +90,19 @@ from loopx.storage.files import (
 from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0
-# A refresh with this many goals to read splits them with a forked worker, which takes
-# this share: it also encodes what it read, and this process builds the never-ran views.
+# A refresh with this many goals to read shares the work with a forked worker, which
+# takes this share of the shards: it also encodes what it read for this process, and
+# this process builds the never-ran views of the worker's goals again.
 PARALLEL_READS: Final = 256
-WORKER_SHARE: Final = 0.7
+WORKER_SHARE: Final = 0.55
 DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
 
 log = get_logger(__name__)
+
+# A worker's answer: entries of goals that ran, (goal, fingerprint, projected at) of
+# those that never did, and the shards it wrote.
+WorkerAnswer = tuple[list[tuple[str, CachedGoal]], list[tuple[str, list[int], datetime]], set[int]]
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -328,10 +334,10 @@ class StatusCache:
             sources=sources,
         )
 
-        self._reproject_all(dirty, fingerprints, sources, now=now)
         touched = {shard_of(g) for g in (*removed, *dirty)}
+        written = self._reproject_all(dirty, touched, fingerprints, sources, now=now)
         with _cache_write():
-            self._write(touched)
+            self._write(touched.difference(written))
         self.index = next_index(
             index,
             writer=self._writer,
@@ -453,59 +459,78 @@ class StatusCache:
     def _reproject_all(
         self,
         dirty: set[str],
+        touched: set[int],
         fingerprints: Mapping[str, Fingerprint],
         sources: SharedSources,
         *,
         now: datetime,
-    ) -> None:
-        """Read the ``dirty`` goals again; with many files to read, a forked worker reads most.
+    ) -> set[int]:
+        """Read the ``dirty`` goals again; with many files to read, share the work with a worker.
 
-        Only goals with files besides ``goal.json`` cost reading, and only
-        their cache entries are worth sending back (those of goals that never
-        ran are cheaper to build than to decode); this process does the rest
-        meanwhile (:mod:`loopx.forked`).
+        The worker (:mod:`loopx.forked`) takes the goals of the first shards,
+        writes those of ``touched`` and sends back its cache entries: those of
+        goals that ran in full, those of goals that never ran as their
+        fingerprint (cheaper to build again than to decode). This process
+        reads the other shards' goals meanwhile.
+
+        Returns:
+            The shards of ``touched`` written already (by the worker).
         """
-        reads = [
-            g
+        reads = sum(
+            1
             for g in dirty
             if (fp := fingerprints.get(g)) is not None and not absent_files(fp) >= READ_NAMES
-        ]
-        share = sorted(reads)[: int(len(reads) * WORKER_SHARE)]
-        if len(reads) < self.parallel_reads or not can_fork():
-            share = []
-        worker = None
-        if share:
+        )
+        cut = int(SHARDS * WORKER_SHARE)
+        theirs = [g for g in dirty if shard_of(g) < cut] if reads >= self.parallel_reads else []
+        worker: Forked[WorkerAnswer] | None = None
+        if theirs and can_fork():
+            shards = {s for s in touched if s < cut}
             worker = Forked.start(
-                lambda: self._read_share(share, fingerprints, sources, now=now),
+                lambda: self._worker(theirs, shards, fingerprints, sources, now=now),
                 dumps=pickle.dumps,
                 loads=pickle.loads,
             )
-        for goal_id in dirty.difference(share):
+        for goal_id in dirty if worker is None else dirty.difference(theirs):
             self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
         if worker is None:
-            return
+            return set()
         done = worker.result()
         if done is None:
-            log.warning("status_worker_failed", goals=len(share), doing="reading them here")
-            for goal_id in share:
+            log.warning("status_worker_failed", goals=len(theirs), doing="reading them here")
+            for goal_id in theirs:
                 self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
-            return
-        for goal_id, cached, projected_at in done:
-            self._store(goal_id, cached, projected_at=projected_at)
+            return set()
+        entries, unrun, written = done
+        for goal_id, cached in entries:
+            self._store(goal_id, cached)
+        self._pending.update((g, (fp, at)) for g, fp, at in unrun)
+        self._rebuild_unrun(self.active)
+        return written
 
-    def _read_share(
+    def _worker(
         self,
-        share: list[str],
+        goals: list[str],
+        shards: set[int],
         fingerprints: Mapping[str, Fingerprint],
         sources: SharedSources,
         *,
         now: datetime,
-    ) -> list[tuple[str, CachedGoal, datetime | None]]:
-        """The worker's part: each goal's new cache entry and, if it never ran, when projected."""
+    ) -> WorkerAnswer:
+        """The worker's part: read ``goals``, write ``shards``; what the parent keeps in memory."""
         fault_point("status:worker")
-        for goal_id in share:
+        for goal_id in goals:
             self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
-        return [(g, self.goals[g], self._unrun.get(g)) for g in share]
+        written: set[int] = set()
+        with _cache_write():  # a full disk: this process tries again (and says so)
+            self._write(shards)
+            written = shards
+        unrun = self._unrun
+        return (
+            [(g, self.goals[g]) for g in goals if g not in unrun],
+            [(g, self.goals[g].fingerprint, unrun[g]) for g in goals if g in unrun],
+            written,
+        )
 
     def _reproject(
         self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
