@@ -90,10 +90,17 @@ class Forked(Generic[T]):
         os.waitpid(self.pid, 0)
 
 
+# Signals whose handlers (a supervisor's shutdown, its child reaper) are the parent's
+# business: the child dies of them instead.
+_DEFAULT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGCHLD", "SIGUSR1", "SIGUSR2")
+
+
 def _answer(work: Callable[[], T], dumps: Callable[[T], bytes], fd: int) -> NoReturn:
     """The child: compute, write, and exit without Python's teardown."""
     code = 1
     try:
+        for name in _DEFAULT_SIGNALS:
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
         data = memoryview(dumps(work()))
         while data:
             data = data[os.write(fd, data) :]

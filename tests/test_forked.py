@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import threading
+import time
+
+import psutil
 
 from loopx.forked import Forked, can_fork
 
@@ -80,3 +84,38 @@ def test_no_fork_while_another_thread_runs():
         stop.set()
         thread.join()
     assert can_fork()
+
+
+def test_the_child_does_not_run_the_parents_signal_handlers(tmp_path):
+    """A SIGTERM handler of the parent (a supervisor's shutdown) is not the child's: it dies of it."""
+    ran = tmp_path / "handler-ran"
+
+    def handler(signum: int, frame: object) -> None:
+        ran.write_text(str(os.getpid()))
+
+    gate_r, gate_w = os.pipe()
+
+    def wait_forever() -> int:
+        os.read(gate_r, 1)  # never written
+        return 0
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        child = Forked.start(wait_forever, dumps=pickle.dumps, loads=pickle.loads)
+        deadline = time.monotonic() + 30
+        # Until the child reached its work (its handlers reset by then): blocked in read().
+        while psutil.Process(child.pid).status() != psutil.STATUS_SLEEPING:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGTERM)
+        # Dead of it (a zombie, not reaped yet), or the handler ran and the child lives on.
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and not ran.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not ran.exists()
+        assert child.result() is None
+    finally:
+        child.close()
+        signal.signal(signal.SIGTERM, previous)
+        os.close(gate_r)
+        os.close(gate_w)

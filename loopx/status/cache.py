@@ -491,11 +491,15 @@ class StatusCache:
                 dumps=pickle.dumps,
                 loads=pickle.loads,
             )
-        for goal_id in dirty if worker is None else dirty.difference(theirs):
-            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+        try:
+            for goal_id in dirty if worker is None else dirty.difference(theirs):
+                self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+            done = worker.result() if worker is not None else None
+        finally:
+            if worker is not None:  # this process failed: no worker may outlive the refresh
+                worker.close()
         if worker is None:
             return set()
-        done = worker.result()
         if done is None:
             log.warning("status_worker_failed", goals=len(theirs), doing="reading them here")
             for goal_id in theirs:
