@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
-import pickle
 import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,8 +34,7 @@ from typing import Final
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
-from loopx.faults import fault_point
-from loopx.forked import Forked, can_fork
+from loopx.forked import Forked
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
@@ -58,7 +56,6 @@ from loopx.status.refresh import (
     plan_scan,
 )
 from loopx.status.shards import (
-    SHARDS,
     ensure_shard_dir,
     never_ran,
     read_shards,
@@ -90,19 +87,10 @@ from loopx.storage.files import (
 from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0
-# A refresh with this many goals to read shares the work with a forked worker, which
-# takes this share of the shards: it also encodes what it read for this process, and
-# this process builds the never-ran views of the worker's goals again.
-PARALLEL_READS: Final = 256
-WORKER_SHARE: Final = 0.55
 DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
 
 log = get_logger(__name__)
-
-# A worker's answer: entries of goals that ran, (goal, fingerprint, projected at) of
-# those that never did, and the shards it wrote.
-WorkerAnswer = tuple[list[tuple[str, CachedGoal]], list[tuple[str, list[int], datetime]], set[int]]
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -147,8 +135,6 @@ class StatusCache:
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
-    # From this many goals to read, a forked worker reads a share (PARALLEL_READS).
-    parallel_reads: int = PARALLEL_READS
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -334,10 +320,11 @@ class StatusCache:
             sources=sources,
         )
 
+        for goal_id in dirty:
+            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
         touched = {shard_of(g) for g in (*removed, *dirty)}
-        written = self._reproject_all(dirty, touched, fingerprints, sources, now=now)
         with _cache_write():
-            self._write(touched.difference(written))
+            self._write(touched)
         self.index = next_index(
             index,
             writer=self._writer,
@@ -454,86 +441,6 @@ class StatusCache:
             probes=probes,
             fleet=current_fleet(layout, now=now),
             hints=hints,
-        )
-
-    def _reproject_all(
-        self,
-        dirty: set[str],
-        touched: set[int],
-        fingerprints: Mapping[str, Fingerprint],
-        sources: SharedSources,
-        *,
-        now: datetime,
-    ) -> set[int]:
-        """Read the ``dirty`` goals again; with many files to read, share the work with a worker.
-
-        The worker (:mod:`loopx.forked`) takes the goals of the first shards,
-        writes those of ``touched`` and sends back its cache entries: those of
-        goals that ran in full, those of goals that never ran as their
-        fingerprint (cheaper to build again than to decode). This process
-        reads the other shards' goals meanwhile.
-
-        Returns:
-            The shards of ``touched`` written already (by the worker).
-        """
-        reads = sum(
-            1
-            for g in dirty
-            if (fp := fingerprints.get(g)) is not None and not absent_files(fp) >= READ_NAMES
-        )
-        cut = int(SHARDS * WORKER_SHARE)
-        theirs = [g for g in dirty if shard_of(g) < cut] if reads >= self.parallel_reads else []
-        worker: Forked[WorkerAnswer] | None = None
-        if theirs and can_fork():
-            shards = {s for s in touched if s < cut}
-            worker = Forked.start(
-                lambda: self._worker(theirs, shards, fingerprints, sources, now=now),
-                dumps=pickle.dumps,
-                loads=pickle.loads,
-            )
-        try:
-            for goal_id in dirty if worker is None else dirty.difference(theirs):
-                self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
-            done = worker.result() if worker is not None else None
-        finally:
-            if worker is not None:  # this process failed: no worker may outlive the refresh
-                worker.close()
-        if worker is None:
-            return set()
-        if done is None:
-            log.warning("status_worker_failed", goals=len(theirs), doing="reading them here")
-            for goal_id in theirs:
-                self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
-            return set()
-        entries, unrun, written = done
-        for goal_id, cached in entries:
-            self._store(goal_id, cached)
-        self._pending.update((g, (fp, at)) for g, fp, at in unrun)
-        self._rebuild_unrun(self.active)
-        return written
-
-    def _worker(
-        self,
-        goals: list[str],
-        shards: set[int],
-        fingerprints: Mapping[str, Fingerprint],
-        sources: SharedSources,
-        *,
-        now: datetime,
-    ) -> WorkerAnswer:
-        """The worker's part: read ``goals``, write ``shards``; what the parent keeps in memory."""
-        fault_point("status:worker")
-        for goal_id in goals:
-            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
-        written: set[int] = set()
-        with _cache_write():  # a full disk: this process tries again (and says so)
-            self._write(shards)
-            written = shards
-        unrun = self._unrun
-        return (
-            [(g, self.goals[g]) for g in goals if g not in unrun],
-            [(g, self.goals[g].fingerprint, unrun[g]) for g in goals if g in unrun],
-            written,
         )
 
     def _reproject(
