@@ -115,8 +115,8 @@ def _goal_pieces(goals: list[GoalStatusView], pieces: list[bytes | memoryview]) 
                 continue
         fragment = to_json(view, indent=2).replace(b"\n", _NEWLINE)
         extend((_INDENT, fragment, b",\n"))
-        if key is not None and _PLAIN_IDS.fullmatch(goal_id):
+        if key is not None:
             start = head + goal_id.encode()
-            if fragment.startswith(start):  # always: goal_id is the first field
+            if fragment.startswith(start):  # goal_id is the first field, printed as it is
                 shared[key] = memoryview(fragment)[len(start) :]
     return shared_ids
