@@ -100,7 +100,7 @@ def _goal_pieces(goals: list[GoalStatusView], pieces: list[bytes | memoryview]) 
         key = None
         if (
             _SHARE_FRAGMENTS
-            and d["last_turn"] is None  # a goal that ran has its own values: not worth a key
+            and d.get("last_turn") is None  # a goal that ran has its own values: not worth a key
             and list(d) == fields
             and d["warnings"] == []
             and d["quarantined"] == []
