@@ -17,12 +17,13 @@ from loopx.forked import Forked
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.changes import changes_file
+from loopx.status.document import status_bytes
 from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.shards import remove_shards
 from loopx.status.snapshot import FleetKey, remove_snapshot, write_snapshot
 from loopx.status.sources import current_fleet_keyed
-from loopx.status.view import StatusProjection, json_bytes
+from loopx.status.view import StatusProjection
 from loopx.storage.locks import locked
 
 # One cache per root per process, so repeated calls (the supervisor's loop,
@@ -123,7 +124,7 @@ def status_document(
             force=False,
             prefetch=prefetch,
         )
-        document = json_bytes(projection, indent=2) + b"\n"
+        document = status_bytes(projection)
     write_snapshot(
         layout, generation=index.generation, writer=index.writer, fleet=key, document=document
     )
