@@ -24,7 +24,8 @@ from loopx.quota.ledger import window_spend
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
-from loopx.status.sources import absent_files, gather_goal, goal_fingerprint
+from loopx.status.fingerprint import absent_files, goal_fingerprint
+from loopx.status.sources import gather_goal
 
 READ = frozenset({"state.json", "lease.json", "history.jsonl", "quota.jsonl"})
 

@@ -12,7 +12,7 @@ from loopx.schedule.index import DEFAULT_DEEP_SWEEP_S, DEFAULT_SWEEP_S, Schedule
 from loopx.state import GoalState
 from loopx.status.cache import StatusCache
 from loopx.status.changes import note_goal_changed
-from loopx.status.sources import goal_fingerprint
+from loopx.status.fingerprint import goal_fingerprint
 from loopx.status.watch import RACY_NS, FingerprintMemo
 from loopx.testing.status_fixtures import (
     append_history,

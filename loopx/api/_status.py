@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+from loopx.forked import Forked
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S
@@ -15,6 +16,7 @@ from loopx.status.current import (
     refresh_status,
     status_document,
 )
+from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport
 from loopx.status.view import Actor, StatusProjection
 
@@ -71,13 +73,20 @@ class Status:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = 0.0,
         now: datetime | None = None,
+        prefetch: Forked[Fingerprints] | None = None,
     ) -> bytes:
         """`loopx status --json`'s bytes (every goal), kept for the next warm CLI to print as is.
 
-        The same document as ``project()`` serialised with an indent of 2.
+        The same document as ``project()`` serialised with an indent of 2. A
+        refresh that scans every goal takes their fingerprints from ``prefetch``
+        (``loopx.api.prefetch_status_scan``), which the caller closes.
         """
         return status_document(
-            self.layout, now=now or utcnow(), ttl_s=ttl_s, full_scan_after_s=full_scan_after_s
+            self.layout,
+            now=now or utcnow(),
+            ttl_s=ttl_s,
+            full_scan_after_s=full_scan_after_s,
+            prefetch=prefetch,
         )
 
     def clear_cache(self) -> None:

@@ -17,7 +17,7 @@ again only at goals that may have changed:
   removes a file there; :func:`loopx.status.watch.dir_stat`). An append or
   in-place edit that changes no directory is caught by the deep sweep, every
   ``deep_sweep_s`` (10 min), which compares each goal's file fingerprints
-  (:func:`loopx.status.sources.goal_fingerprint`).
+  (:func:`loopx.status.fingerprint.goal_fingerprint`).
 
 A goal waiting on a human (a gate, paused, compute 0) costs nothing until its
 files change. So a step costs O(changed goals + slice + log N), not O(N), and
@@ -47,7 +47,7 @@ from loopx.root import Layout
 from loopx.schedule.candidates import candidate_and_decision
 from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
 from loopx.status.changes import changes_file
-from loopx.status.sources import Fingerprint, goal_fingerprint
+from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.watch import DirStat, dir_stat
 
 log = get_logger(__name__)

@@ -34,10 +34,13 @@ from typing import Final
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
+from loopx.forked import Forked
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
+from loopx.status.fingerprint import Fingerprint, absent_files, goal_fingerprint
+from loopx.status.prefetch import Fingerprints
 from loopx.status.projection import assemble, project_goal, project_unrun
 from loopx.status.refresh import (
     HINT_LOG_MAX,
@@ -63,12 +66,9 @@ from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
     NO_COUNTS,
     READ_NAMES,
-    Fingerprint,
     HintCursor,
-    absent_files,
     current_fleet,
     gather_goal,
-    goal_fingerprint,
     probes_dir,
     quarantine_fingerprint,
     quarantine_listing,
@@ -217,13 +217,16 @@ class StatusCache:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
         force: bool = False,
+        prefetch: Forked[Fingerprints] | None = None,
     ) -> RefreshReport:
         """Bring the cache up to date with the root's files, re-reading only changed goals.
 
         Nothing is read when the cache was checked less than ``ttl_s`` ago
         (unless ``force``). ``full_scan_after_s`` bounds how long a change
         made without a hint (and outside a lease) can stay unseen; 0 scans
-        every goal's fingerprint on every refresh.
+        every goal's fingerprint on every refresh. A scan of every goal
+        takes its fingerprints from ``prefetch`` where it can (the caller
+        closes it).
         """
         ensure_dir(self.layout.projections_dir)
         with locked(self.layout.status_file, timeout=LOCK_TIMEOUT_S), collector_paused():
@@ -251,11 +254,18 @@ class StatusCache:
                     checked_at=index.checked_at,
                     changed=changed,
                 )
-            report = self._refresh_locked(now=now, full_scan_after_s=full_scan_after_s, force=force)
+            report = self._refresh_locked(
+                now=now, full_scan_after_s=full_scan_after_s, force=force, prefetch=prefetch
+            )
             return report.model_copy(update={"changed": None}) if reloaded else report
 
     def _refresh_locked(
-        self, *, now: datetime, full_scan_after_s: float, force: bool
+        self,
+        *,
+        now: datetime,
+        full_scan_after_s: float,
+        force: bool,
+        prefetch: Forked[Fingerprints] | None = None,
     ) -> RefreshReport:
         layout, index = self.layout, self.index
         registry_fp = list(stat_pair(str(layout.registry)))
@@ -279,9 +289,16 @@ class StatusCache:
         goals_dir = str(layout.goals_dir)
         # Hinted and leased goals are fingerprinted afresh; a full scan's others may be remembered.
         exact = candidates if not full or hinted is None else {*hinted, *self._leased}
-        fingerprints = {
-            g: self._fingerprint(os.path.join(goals_dir, g), exact=g in exact) for g in candidates
-        }
+        # Early fingerprints (loopx.status.prefetch) may be older than a hint: they only stand
+        # in for a goal not cached yet (read anyway) or one not hinted or leased.
+        early = (prefetch.result() if prefetch is not None and full else None) or {}
+        fingerprints: dict[str, Fingerprint] = {}
+        cached = self.goals
+        for g in candidates:
+            fp = early.get(g) if g not in exact or g not in cached else None
+            if fp is None:
+                fp = self._fingerprint(os.path.join(goals_dir, g), exact=g in exact)
+            fingerprints[g] = fp
         if full and scan_all:
             gone, moved = self._confirm_goal_files(fingerprints)
             removed.extend(gone)

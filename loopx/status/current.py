@@ -13,14 +13,17 @@ from pathlib import Path
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
+from loopx.forked import Forked
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.changes import changes_file
+from loopx.status.document import status_bytes
+from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.shards import remove_shards
 from loopx.status.snapshot import FleetKey, remove_snapshot, write_snapshot
 from loopx.status.sources import current_fleet_keyed
-from loopx.status.view import StatusProjection, json_bytes
+from loopx.status.view import StatusProjection
 from loopx.storage.locks import locked
 
 # One cache per root per process, so repeated calls (the supervisor's loop,
@@ -71,10 +74,22 @@ def load_status(
 
 
 def _load_keyed(
-    layout: Layout, *, now: datetime, ttl_s: float, full_scan_after_s: float, force: bool
+    layout: Layout,
+    *,
+    now: datetime,
+    ttl_s: float,
+    full_scan_after_s: float,
+    force: bool,
+    prefetch: Forked[Fingerprints] | None = None,
 ) -> tuple[StatusProjection, FleetKey, StatusIndex]:
     cache = status_cache(layout)
-    cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force)
+    cache.refresh(
+        now=now,
+        ttl_s=ttl_s,
+        full_scan_after_s=full_scan_after_s,
+        force=force,
+        prefetch=prefetch,
+    )
     projection, index = cache.projection(), cache.index
     if projection is None or index is None:  # pragma: no cover - refresh always leaves an index
         msg = "status cache has no index after a refresh"
@@ -91,17 +106,25 @@ def status_document(
     now: datetime,
     ttl_s: float = DEFAULT_TTL_S,
     full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
+    prefetch: Forked[Fingerprints] | None = None,
 ) -> bytes:
     """``loopx status --json``'s bytes, assembled from the cache and kept as its snapshot.
 
     The snapshot (:mod:`loopx.status.snapshot`) lets the next warm CLI print
     the same bytes without loading the cache while nothing it shows changed.
+    A refresh that scans every goal takes their fingerprints from ``prefetch``
+    (:mod:`loopx.status.prefetch`; the caller closes it).
     """
     with collector_paused():
         projection, key, index = _load_keyed(
-            layout, now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=False
+            layout,
+            now=now,
+            ttl_s=ttl_s,
+            full_scan_after_s=full_scan_after_s,
+            force=False,
+            prefetch=prefetch,
         )
-        document = json_bytes(projection, indent=2) + b"\n"
+        document = status_bytes(projection)
     write_snapshot(
         layout, generation=index.generation, writer=index.writer, fleet=key, document=document
     )

@@ -22,8 +22,9 @@ from typing import Final
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.root import Layout
+from loopx.status.fingerprint import FINGERPRINT_NAMES
 from loopx.status.refresh import CachedGoal, StatusShard, UnrunGoals
-from loopx.status.sources import FINGERPRINT_NAMES, NO_COUNTS
+from loopx.status.sources import NO_COUNTS
 from loopx.status.view import json_bytes
 from loopx.storage.files import atomic_write_bytes, ensure_dir, parse_model, read_bytes
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, TypeAdapter
+from pydantic_core import SchemaSerializer
 
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime
@@ -31,6 +32,7 @@ __all__ = [
     "StatusProjection",
     "StatusReason",
     "json_bytes",
+    "serializer",
     "trusted",
 ]
 
@@ -62,6 +64,15 @@ def json_bytes(record: BaseModel, *, indent: int | None) -> bytes:
     of copies for the 10 MB status document of 10,000 goals.
     """
     return _adapter(type(record)).dump_json(record, indent=indent)
+
+
+def serializer(kind: type[BaseModel]) -> SchemaSerializer:
+    """The serializer :func:`json_bytes` uses for ``kind``, built."""
+    adapter = _adapter(kind)
+    # Built here: a deferred one builds on first use from its caller's frame, which may be
+    # the top of the stack (then it fails). The record types resolve their own names.
+    adapter.rebuild(_types_namespace={})
+    return adapter.serializer
 
 
 @functools.cache

@@ -5,7 +5,7 @@ creates or removes a file in the goal's directory (atomic rename, exclusive
 create, unlink), which moves the directory's mtime; a turn's appends to
 ``history.jsonl`` and ``quota.jsonl`` happen under a lease whose creation and
 removal move it too. So while a goal directory's ``(inode, mtime_ns)`` stays
-the same, its fingerprint (:func:`loopx.status.sources.goal_fingerprint`, a
+the same, its fingerprint (:func:`loopx.status.fingerprint.goal_fingerprint`, a
 scan of the directory and a ``stat`` per file, about six times dearer) does too.
 
 Two limits keep that honest:
@@ -25,7 +25,7 @@ import random
 import time
 from typing import Final
 
-from loopx.status.sources import Fingerprint, goal_fingerprint
+from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 
 RACY_NS: Final = 2_000_000_000  # a directory changed this recently may change again unseen
 DEFAULT_DEEP_S: Final = 600.0

@@ -1,0 +1,70 @@
+"""A goal's fingerprint: ``(inode, mtime_ns, size)`` of each file its status is read from.
+
+Standard library only: :mod:`loopx.status.prefetch` takes fingerprints in a
+child forked before the CLI imports pydantic.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Final
+
+# Files of a goal directory whose (mtime_ns, size) make its fingerprint. The
+# turns/ directory's mtime moves whenever a journal is created or rewritten.
+FINGERPRINT_NAMES: Final = (
+    "goal.json",
+    "state.json",
+    "lease.json",
+    "history.jsonl",
+    "quota.jsonl",
+    "epoch",
+    "turns",
+)
+ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
+_SLOT: Final = {name: 3 * i for i, name in enumerate(FINGERPRINT_NAMES)}  # offset in a fingerprint
+_FINGERPRINTED: Final = frozenset(FINGERPRINT_NAMES)
+_NO_FILES: Final = (0, 0, ABSENT_SIZE) * len(FINGERPRINT_NAMES)
+
+Fingerprint = tuple[int, ...]
+
+
+def goal_fingerprint(goal_dir: str) -> Fingerprint:
+    """``(inode, mtime_ns, size)`` of each of the goal's status files: one listing, one ``lstat`` each.
+
+    The inode catches an atomic rewrite of the same size within one mtime tick
+    (every atomic write renames a new inode into place). Missing files count
+    as ``(0, 0, -1)``; a missing goal directory gives ``()``.
+    """
+    # A listing and an lstat of the names present, not os.scandir: its DirEntry
+    # objects cost more than they save here, where most entries are not ours.
+    try:
+        present = _FINGERPRINTED.intersection(os.listdir(goal_dir))
+    except FileNotFoundError:
+        return ()
+    out = list(_NO_FILES)
+    for name in present:
+        try:
+            st = os.stat(f"{goal_dir}/{name}", follow_symlinks=False)
+        except FileNotFoundError:  # removed since the listing
+            continue
+        at = _SLOT[name]
+        out[at : at + 3] = st.st_ino, st.st_mtime_ns, st.st_size
+    return tuple(out)
+
+
+def absent_files(fp: Fingerprint) -> frozenset[str]:
+    """The status files a goal fingerprint records as missing (size -1)."""
+    if not fp:
+        return frozenset()
+    return _absent_of(tuple(map(ABSENT_SIZE.__eq__, fp[2::3])))
+
+
+@functools.lru_cache(maxsize=128)
+def _absent_of(missing: tuple[bool, ...]) -> frozenset[str]:
+    # Few goals differ in which files they have: one set per pattern.
+    return frozenset(name for name, gone in zip(FINGERPRINT_NAMES, missing, strict=True) if gone)
