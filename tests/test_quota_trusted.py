@@ -25,7 +25,11 @@ def buckets(*turns: tuple[float, float]) -> SpendColumns:
     fold = BucketFold()
     for minutes_ago, wall_s in turns:
         fold.add(
-            NOW - timedelta(minutes=minutes_ago), wall_s=wall_s, cpu_s=wall_s, tokens=7, cost_usd=0.5
+            NOW - timedelta(minutes=minutes_ago),
+            wall_s=wall_s,
+            cpu_s=wall_s,
+            tokens=7,
+            cost_usd=0.5,
         )
     return fold.columns()
 

@@ -77,7 +77,7 @@ from loopx.status.sources import (
     reset_hints,
 )
 from loopx.status.unrun import bulk_entry, plain_unrun, recheck_ts, unrun_entry
-from loopx.status.view import GoalStatusView, StatusProjection, trusted
+from loopx.status.view import StatusProjection, trusted
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import (
     atomic_write_model,
@@ -480,9 +480,10 @@ class StatusCache:
         quarantined = sources.quarantine.get(goal_id, ())
         absent = absent_files(fp)
         if absent >= READ_NAMES and not quarantined and probe is None and not previous:
-            # Most goals of a large root on a cold refresh: nothing to open, nothing to say
-            # but their policy (what gather_goal and project_goal would find, without them).
-            self._store_unrun(goal_id, fp, absent, project_unrun(goal, now=now), now=now)
+            # A goal that never ran: nothing to open, nothing to say but its policy (what
+            # gather_goal and project_goal would find, without its files).
+            entry, compact = bulk_entry(goal, fp, now=now)
+            self._store(goal_id, entry, projected_at=now if compact else None)
             return
         inputs, counts = gather_goal(
             layout,
@@ -510,19 +511,6 @@ class StatusCache:
                 "recheck_ts": recheck_ts(view),
             },
         )
-        self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
-
-    def _store_unrun(
-        self,
-        goal_id: str,
-        fp: Fingerprint,
-        absent: frozenset[str],
-        view: GoalStatusView,
-        *,
-        now: datetime,
-    ) -> None:
-        """Cache the view of a goal with none of its files but its goal file."""
-        cached = unrun_entry(list(fp), view)
         self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
 
     def _store(
