@@ -1,4 +1,4 @@
-"""The quota window's records built without validation equal their validated twins."""
+"""Records built without validation (quota window, history counts) equal their validated twins."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from loopx.history.reader import HistoryCounts, count_history
 from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import BucketFold, SpendColumns, SpendTotals, WindowSpend, window_of
+from loopx.testing.status_fixtures import history_line
+from loopx.turn.outcome import ResultKind
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -76,3 +79,36 @@ def test_naive_window_start_is_refused():
     )
     with pytest.raises(ValueError, match="timezone"):
         quota_view(QuotaPolicy(), spend, now=NOW)
+
+
+def test_history_counts_equal_their_validated_twin(tmp_path):
+    """Counts extended from a file's lines, cold and from an offset, equal validated ones."""
+    path = tmp_path / "history.jsonl"
+    lines = [
+        history_line("g", seq, ended_at=NOW, kind=kind, status=status)
+        for seq, (kind, status) in enumerate(
+            [
+                (ResultKind.PROGRESS, "committed"),
+                (ResultKind.COMPLETED, "committed"),
+                (None, "failed"),
+            ],
+            start=1,
+        )
+    ]
+    path.write_text("".join(line.model_dump_json() + "\n" for line in lines[:2]))
+    first = count_history(path, HistoryCounts())
+    with path.open("a") as f:
+        f.write(lines[2].model_dump_json() + "\n")
+    for counts in (first, count_history(path, first), count_history(path, HistoryCounts())):
+        twin = HistoryCounts.model_validate(counts.model_dump())
+        assert counts == twin and counts.model_fields_set == twin.model_fields_set
+        assert counts.model_dump_json() == twin.model_dump_json()
+    assert count_history(path, first).lines == 3
+
+
+def test_policy_window_is_its_hours():
+    """The shared window lengths are each policy's own."""
+    for hours in (1, 1.5, 24, 168):
+        policy = QuotaPolicy(window_hours=hours)
+        assert policy.window == timedelta(hours=hours) == policy.window
+        assert policy.window_start(NOW) == NOW - timedelta(hours=hours)
