@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError
 
 from loopx.errors import CorruptFileError
 from loopx.history.line import HistoryLine
-from loopx.model import Record
+from loopx.model import Record, trusted
 from loopx.root import Layout
 from loopx.storage.files import open_at
 from loopx.storage.jsonl import read_records
@@ -153,13 +153,17 @@ def _extended(base: HistoryCounts, data: bytes, *, newest: HistoryLine | None) -
                 with contextlib.suppress(ValueError, AttributeError, TypeError):
                     max_epoch = max(max_epoch, int(json.loads(line).get("epoch", 0)))
                 break
-    return HistoryCounts(
-        offset=base.offset + len(data),
-        lines=base.lines + data.count(b"\n"),
-        kinds=kinds,
-        statuses=statuses,
-        interrupted=base.interrupted + data.count(INTERRUPTED_PATTERN),
-        max_epoch=max_epoch,
+    # Ints and fresh dicts of ints, each of its field's type: built without validating them.
+    return trusted(
+        HistoryCounts,
+        {
+            "offset": base.offset + len(data),
+            "lines": base.lines + data.count(b"\n"),
+            "kinds": kinds,
+            "statuses": statuses,
+            "interrupted": base.interrupted + data.count(INTERRUPTED_PATTERN),
+            "max_epoch": max_epoch,
+        },
     )
 
 

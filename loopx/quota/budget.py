@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field
 
-from loopx.model import Record, UtcDatetime
+from loopx.model import Record, UtcDatetime, as_utc, trusted
 from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import SpendColumns, SpendTotals, WindowSpend, frees_at, window_of
 
@@ -50,6 +50,9 @@ class QuotaView(Record):
     refills_at: UtcDatetime | None  # when every spent budget has room again, nothing new spent
 
 
+_NO_LIFETIME: Final = SpendTotals()  # spend_at's window carries no lifetime (frozen, so shared)
+
+
 class QuotaRemaining(Record):
     """What is left of each budget in the window; None where the policy sets no cap."""
 
@@ -61,7 +64,7 @@ class QuotaRemaining(Record):
 
 def spend_at(policy: QuotaPolicy, buckets: SpendColumns, *, now: datetime) -> WindowSpend:
     """The spend of the window ending at ``now``, from buckets reaching back at least that far."""
-    return window_of(buckets, window_start=policy.window_start(now), lifetime=SpendTotals())
+    return window_of(buckets, window_start=policy.window_start(now), lifetime=_NO_LIFETIME)
 
 
 def _caps(policy: QuotaPolicy, spend: WindowSpend) -> list[tuple[Budget, Sequence[float], float]]:
@@ -94,20 +97,25 @@ def quota_view(policy: QuotaPolicy, spend: WindowSpend, *, now: datetime) -> Quo
                 at = max(at, now)
                 refills = at if refills is None else max(refills, at)
     allowance = policy.allowance_wall_s
-    return QuotaView(
-        compute=policy.compute,
-        window_hours=policy.window_hours,
-        window_start=spend.window_start,
-        allowance_wall_s=allowance,
-        spent_wall_s=spend.wall_s,
-        remaining_wall_s=max(0.0, allowance - spend.wall_s),
-        cpu_allowance_s=policy.cpu_seconds,
-        spent_cpu_s=spend.cpu_s,
-        spent_tokens=spend.tokens,
-        spent_cost_usd=spend.cost_usd,
-        turns_in_window=spend.turns,
-        exhausted=exhausted,
-        refills_at=refills,
+    # Every value is a validated record's or computed here with its field's type (the tests
+    # compare the view with a validated twin): only the timestamps get their field's check.
+    return trusted(
+        QuotaView,
+        {
+            "compute": policy.compute,
+            "window_hours": policy.window_hours,
+            "window_start": as_utc(spend.window_start),
+            "allowance_wall_s": allowance,
+            "spent_wall_s": spend.wall_s,
+            "remaining_wall_s": max(0.0, allowance - spend.wall_s),
+            "cpu_allowance_s": policy.cpu_seconds,
+            "spent_cpu_s": spend.cpu_s,
+            "spent_tokens": spend.tokens,
+            "spent_cost_usd": spend.cost_usd,
+            "turns_in_window": spend.turns,
+            "exhausted": exhausted,
+            "refills_at": as_utc(refills) if refills is not None else None,
+        },
     )
 
 

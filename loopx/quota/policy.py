@@ -8,7 +8,7 @@ The window and its allowance are defined here once: the window ending at
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field
 
@@ -18,6 +18,11 @@ from loopx.model import Record
 # registry.json unreadable after it was written.
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 PositiveInt = Annotated[int, Field(gt=0)]
+
+# Window lengths by window_hours: a status refresh asks each goal's several times, and
+# building a timedelta costs more than looking one up (they are immutable, so shared).
+_WINDOWS: dict[float, timedelta] = {}
+_WINDOWS_MAX: Final = 64
 
 
 class QuotaPolicy(Record):
@@ -65,7 +70,13 @@ class QuotaPolicy(Record):
     @property
     def window(self) -> timedelta:
         """The window's length."""
-        return timedelta(hours=self.window_hours)
+        hours = self.window_hours
+        window = _WINDOWS.get(hours)
+        if window is None:
+            if len(_WINDOWS) >= _WINDOWS_MAX:
+                _WINDOWS.clear()
+            window = _WINDOWS[hours] = timedelta(hours=hours)
+        return window
 
     @property
     def allowance_wall_s(self) -> float:

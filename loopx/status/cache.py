@@ -76,7 +76,8 @@ from loopx.status.sources import (
     read_probes,
     reset_hints,
 )
-from loopx.status.view import GoalStatusView, StatusProjection, trusted
+from loopx.status.unrun import bulk_entry, plain_unrun, recheck_ts, unrun_entry
+from loopx.status.view import StatusProjection, trusted
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import (
     atomic_write_model,
@@ -91,24 +92,6 @@ DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
 
 log = get_logger(__name__)
-
-
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None
-
-
-def _unrun_entry(fp: list[int], view: GoalStatusView) -> CachedGoal:
-    """The cache entry of a goal with no file but its goal file (its view validated already)."""
-    return trusted(
-        CachedGoal,
-        {
-            "fingerprint": fp,
-            "view": view,
-            "history": NO_COUNTS,
-            "epoch": 0,
-            "recheck_ts": _ts(view.recheck_at),
-        },
-    )
 
 
 @dataclass(slots=True)
@@ -177,7 +160,7 @@ class StatusCache:
                 gone.append(goal_id)
                 self._pending[goal_id] = fp, at
                 continue
-            self._store(goal_id, _unrun_entry(fp, project_unrun(goal, now=at)), projected_at=at)
+            self._store(goal_id, unrun_entry(fp, project_unrun(goal, now=at)), projected_at=at)
         return gone
 
     def _active_in_catalog(self, now: datetime) -> dict[str, Goal]:
@@ -320,9 +303,8 @@ class StatusCache:
             sources=sources,
         )
 
-        for goal_id in dirty:
-            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
-        touched = {shard_of(g) for g in (*removed, *dirty)}
+        touched = {shard_of(g) for g in removed}
+        touched.update(self._reproject_all(dirty, fingerprints, sources, now=now))
         with _cache_write():
             self._write(touched)
         self.index = next_index(
@@ -443,6 +425,46 @@ class StatusCache:
             hints=hints,
         )
 
+    def _reproject_all(
+        self,
+        dirty: set[str],
+        fingerprints: Mapping[str, Fingerprint],
+        sources: SharedSources,
+        *,
+        now: datetime,
+    ) -> set[int]:
+        """:meth:`_reproject` every goal of ``dirty``, in its order; returns their shards.
+
+        Goals that never ran and have nothing else to say (most of a cold refresh) are
+        stored here directly (:mod:`loopx.status.unrun`): the entries and bookkeeping
+        are :meth:`_reproject`'s, without its per-goal calls.
+        """
+        cached, active, unrun, members = self.goals, self.active, self._unrun, self._members
+        quarantine, probes = sources.quarantine, sources.probes
+        touched: set[int] = set()
+        for goal_id in dirty:
+            shard = shard_of(goal_id)
+            touched.add(shard)
+            fp = fingerprints.get(goal_id)
+            if not plain_unrun(goal_id, fp, cached=cached, quarantine=quarantine, probes=probes):
+                self._reproject(goal_id, fp, sources, now=now)
+                continue
+            assert fp is not None  # noqa: S101 - plain_unrun says so
+            entry, compact = bulk_entry(active[goal_id], fp, now=now)
+            cached[goal_id] = entry
+            if compact:
+                unrun[goal_id] = now
+            else:
+                unrun.pop(goal_id, None)
+            shard_members = members.get(shard)
+            if shard_members is None:
+                shard_members = members[shard] = set()
+            shard_members.add(goal_id)
+            self._leased.discard(goal_id)  # a goal that never ran holds no lease
+            if entry.recheck_ts is not None:
+                heapq.heappush(self._rechecks, (entry.recheck_ts, goal_id))
+        return touched
+
     def _reproject(
         self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
     ) -> None:
@@ -458,9 +480,10 @@ class StatusCache:
         quarantined = sources.quarantine.get(goal_id, ())
         absent = absent_files(fp)
         if absent >= READ_NAMES and not quarantined and probe is None and not previous:
-            # Most goals of a large root on a cold refresh: nothing to open, nothing to say
-            # but their policy (what gather_goal and project_goal would find, without them).
-            self._store_unrun(goal_id, fp, absent, project_unrun(goal, now=now), now=now)
+            # A goal that never ran: nothing to open, nothing to say but its policy (what
+            # gather_goal and project_goal would find, without its files).
+            entry, compact = bulk_entry(goal, fp, now=now)
+            self._store(goal_id, entry, projected_at=now if compact else None)
             return
         inputs, counts = gather_goal(
             layout,
@@ -485,22 +508,9 @@ class StatusCache:
                 "view": view,
                 "history": counts,
                 "epoch": epoch,
-                "recheck_ts": _ts(view.recheck_at),
+                "recheck_ts": recheck_ts(view),
             },
         )
-        self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
-
-    def _store_unrun(
-        self,
-        goal_id: str,
-        fp: Fingerprint,
-        absent: frozenset[str],
-        view: GoalStatusView,
-        *,
-        now: datetime,
-    ) -> None:
-        """Cache the view of a goal with none of its files but its goal file."""
-        cached = _unrun_entry(list(fp), view)
         self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
 
     def _store(

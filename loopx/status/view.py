@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
 from loopx.fleet import FleetState
-from loopx.model import Record, UtcDatetime
+from loopx.model import Record, UtcDatetime, trusted
 from loopx.quota.budget import QuotaView
 from loopx.registry.model import GoalStatus
 from loopx.turn.failures import FailureReason
@@ -35,26 +35,6 @@ __all__ = [
     "serializer",
     "trusted",
 ]
-
-_M = TypeVar("_M", bound=BaseModel)
-_new = object.__new__
-_set = object.__setattr__
-
-
-def trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
-    """An instance of ``cls`` holding ``fields`` as given, without validating them again.
-
-    For records assembled in bulk from values that are validated already (a
-    cold status builds one view and one cache entry per goal, and validation
-    was most of their cost). ``fields`` names every field of ``cls`` once, each
-    with a value of its type; tests compare such records with validated twins.
-    """
-    record = _new(cls)
-    _set(record, "__dict__", fields)
-    _set(record, "__pydantic_fields_set__", set(fields))
-    _set(record, "__pydantic_extra__", None)
-    _set(record, "__pydantic_private__", None)
-    return record
 
 
 def json_bytes(record: BaseModel, *, indent: int | None) -> bytes:
