@@ -12,7 +12,29 @@ from typing import Any
 
 import pytest
 
+import loopx.log
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Undo the logging set-up of a test that ran the CLI's ``main`` in this process.
+
+    A configuration left pending at warning level drops the info events a later
+    test captures (``structlog.testing.capture_logs``): whether it passed hung
+    on which tests ran before it.
+    """
+    saved = (loopx.log._configured, loopx.log._pending, loopx.log._pending_level)
+    structlog = sys.modules.get("structlog")
+    config = structlog.get_config() if structlog is not None else None
+    yield
+    loopx.log._configured, loopx.log._pending, loopx.log._pending_level = saved
+    structlog = sys.modules.get("structlog")
+    if structlog is not None:
+        if config is not None:
+            structlog.configure(**config)
+        else:
+            structlog.reset_defaults()
 
 
 @pytest.fixture
