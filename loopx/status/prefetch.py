@@ -8,9 +8,10 @@ other, so a child forked before those imports (:mod:`loopx.forked`) takes the
 fingerprints on the other core and hands them over when the refresh asks.
 
 A fingerprint taken early is like a remembered one
-(:class:`loopx.status.watch.FingerprintMemo`): the refresh takes hinted and
-leased goals' afresh, and it reads a goal's files after its fingerprint was
-taken, so a change in between shows as a changed fingerprint next time.
+(:class:`loopx.status.watch.FingerprintMemo`): the refresh takes afresh those
+of cached goals that a hint or a lease names (their change must not be
+skipped), and it reads a goal's files after its fingerprint was taken, so a
+change in between shows as a changed fingerprint next time.
 """
 
 from __future__ import annotations
