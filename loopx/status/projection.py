@@ -347,6 +347,21 @@ _PLAIN_UNRUN: dict[tuple[object, ...], dict[str, object]] = {}
 _PLAIN_UNRUN_MAX: Final = 256
 
 
+def _unrun_key(goal: Goal, now: datetime) -> tuple[object, ...]:
+    """What a never-ran goal's view depends on besides its id: its key in ``_PLAIN_UNRUN``."""
+    return (now, goal.status, goal.priority, goal.objective, *goal.quota.__dict__.values())
+
+
+def _shared_unrun(key: tuple[object, ...], goal_id: str) -> GoalStatusView | None:
+    """The view of goal ``goal_id`` from the fields shared under ``key``; None before the first."""
+    shared = _PLAIN_UNRUN.get(key)
+    if shared is None:
+        return None
+    return trusted(
+        GoalStatusView, {**shared, "goal_id": goal_id, "warnings": [], "quarantined": []}
+    )
+
+
 def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
     """:func:`project_goal` of a goal that never ran, from facts that are validated already.
 
@@ -359,12 +374,10 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
     goal = inputs.goal
     key: tuple[object, ...] | None = None
     if not inputs.damage and not inputs.quarantined and inputs.probe is None:
-        key = (now, goal.status, goal.priority, goal.objective, *goal.quota.__dict__.values())
-        shared = _PLAIN_UNRUN.get(key)
-        if shared is not None:
-            return trusted(
-                GoalStatusView, {**shared, "goal_id": goal.id, "warnings": [], "quarantined": []}
-            )
+        key = _unrun_key(goal, now)
+        view = _shared_unrun(key, goal.id)
+        if view is not None:
+            return view
     account = _unspent(goal.quota, now)
     actor, reason, explanation, eligible = _decide(inputs, _FRESH_STATE, account.quota, now)
     fields: dict[str, object] = {
@@ -398,13 +411,8 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
 
 def project_unrun(goal: Goal, *, now: datetime) -> GoalStatusView:
     """:func:`project_goal` of a goal without files but its goal file, and no quarantine or probe."""
-    key = (now, goal.status, goal.priority, goal.objective, *goal.quota.__dict__.values())
-    shared = _PLAIN_UNRUN.get(key)
-    if shared is not None:
-        return trusted(
-            GoalStatusView, {**shared, "goal_id": goal.id, "warnings": [], "quarantined": []}
-        )
-    return _project_unrun(GoalInputs(goal=goal), now)
+    view = _shared_unrun(_unrun_key(goal, now), goal.id)
+    return view if view is not None else _project_unrun(GoalInputs(goal=goal), now)
 
 
 def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
