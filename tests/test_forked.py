@@ -11,14 +11,7 @@ import time
 import psutil
 
 from loopx.forked import Forked, can_fork
-
-
-def reaped(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+from tests.childkit import exited, reaped
 
 
 def test_the_answer_comes_back_from_the_childs_memory():
@@ -109,7 +102,7 @@ def test_the_child_does_not_run_the_parents_signal_handlers(tmp_path):
             time.sleep(0.01)
         os.kill(child.pid, signal.SIGTERM)
         # Dead of it (a zombie, not reaped yet), or the handler ran and the child lives on.
-        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and not ran.exists():
+        while not exited(child.pid) and not ran.exists():
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert not ran.exists()

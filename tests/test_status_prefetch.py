@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 
-import psutil
 import pytest
 
 from loopx.api import Root, prefetch_status_scan
@@ -24,6 +22,7 @@ from loopx.testing.status_fixtures import (
     seed_goal,
     write_state,
 )
+from tests.childkit import exited, reaped
 
 
 def seeded(layout) -> None:
@@ -37,17 +36,9 @@ def seeded(layout) -> None:
 def wait_until_written(prefetch: Forked[Fingerprints]) -> None:
     """Until the child has written its answer (a small one fits the pipe) and exited, unreaped."""
     deadline = time.monotonic() + 30
-    while psutil.Process(prefetch.pid).status() != psutil.STATUS_ZOMBIE:
+    while not exited(prefetch.pid):
         assert time.monotonic() < deadline, "the prefetch child did not finish"
         time.sleep(0.01)
-
-
-def reaped(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
 
 
 def test_the_child_fingerprints_every_goal_directory(layout):
