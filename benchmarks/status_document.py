@@ -14,9 +14,9 @@ checks the two are the same bytes. Both run with the collector paused, as
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from _timing import lowest  # benchmarks/_timing.py, next to this script
 
 from loopx.collector import collector_paused
 from loopx.model import utcnow
@@ -24,15 +24,6 @@ from loopx.root import Layout
 from loopx.status.current import clear_status_cache, load_status
 from loopx.status.document import status_bytes
 from loopx.status.view import json_bytes
-
-
-def lowest(passes: int, run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ Rewrites the root's shards with what they already hold.
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from _timing import lowest  # benchmarks/_timing.py, next to this script
 
 import loopx.status.shards as shards_module
 from loopx.model import utcnow
@@ -23,15 +23,6 @@ from loopx.root import Layout
 from loopx.status.cache import StatusCache
 from loopx.status.current import status_cache
 from loopx.status.shards import SHARDS, shard_dir
-
-
-def lowest(passes: int, run: Callable[[], object]) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:
