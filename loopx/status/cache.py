@@ -435,11 +435,11 @@ class StatusCache:
     ) -> set[int]:
         """:meth:`_reproject` every goal of ``dirty``, in its order; returns their shards.
 
-        Goals that never ran and have nothing else to say (most of a cold refresh) are
-        stored here directly (:mod:`loopx.status.unrun`): the entries and bookkeeping
-        are :meth:`_reproject`'s, without its per-goal calls.
+        Goals that never ran and have nothing else to say (most of a cold refresh) get
+        their entry from :mod:`loopx.status.unrun`, the one :meth:`_reproject` would
+        make, without its reads and checks.
         """
-        cached, active, unrun, members = self.goals, self.active, self._unrun, self._members
+        cached, active = self.goals, self.active
         quarantine, probes = sources.quarantine, sources.probes
         touched: set[int] = set()
         for goal_id in dirty:
@@ -451,18 +451,7 @@ class StatusCache:
                 continue
             assert fp is not None  # noqa: S101 - plain_unrun says so
             entry, compact = bulk_entry(active[goal_id], fp, now=now)
-            cached[goal_id] = entry
-            if compact:
-                unrun[goal_id] = now
-            else:
-                unrun.pop(goal_id, None)
-            shard_members = members.get(shard)
-            if shard_members is None:
-                shard_members = members[shard] = set()
-            shard_members.add(goal_id)
-            self._leased.discard(goal_id)  # a goal that never ran holds no lease
-            if entry.recheck_ts is not None:
-                heapq.heappush(self._rechecks, (entry.recheck_ts, goal_id))
+            self._store(goal_id, entry, projected_at=now if compact else None)
         return touched
 
     def _reproject(
