@@ -13,7 +13,8 @@ from loopx.fleet import AgentHeartbeat, AgentPhase
 from loopx.model import utcnow
 from loopx.status.cache import DEFAULT_TTL_S
 from loopx.status.changes import note_goal_changed
-from loopx.status.snapshot import snapshot_file
+from loopx.status.refresh import StatusIndex
+from loopx.status.snapshot import INDEX_SCHEMA_VERSION, snapshot_file
 from loopx.status.view import Actor
 from loopx.storage.files import atomic_write_model
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
@@ -97,3 +98,8 @@ def test_the_cli_constants_match_the_kernel():
     """The CLI names the TTL and actors without importing the kernel; they must agree."""
     assert _status.DEFAULT_TTL_S == DEFAULT_TTL_S
     assert tuple(a.value for a in Actor) == _status.ACTORS
+
+
+def test_the_snapshot_knows_the_index_schema():
+    """The snapshot reads the cache index without its model; their schema versions must agree."""
+    assert StatusIndex.model_fields["schema_version"].default == INDEX_SCHEMA_VERSION

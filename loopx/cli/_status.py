@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime
 
 from loopx import exitcodes
+from loopx.cli import leave_heap_to_os
 from loopx.cli._common import Subparsers, add_command, configure_logging, root
 
 # `loopx status --json` on a warm cache prints a stored document with the standard
@@ -213,6 +214,7 @@ def _print_document(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     sys.stdout.buffer.write(document)
     gc.freeze()
+    leave_heap_to_os()
 
 
 def run_status(args: argparse.Namespace) -> int:

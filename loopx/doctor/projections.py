@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
-from loopx.errors import LoopxError
+from loopx.errors import CorruptFileError, LoopxError
 from loopx.ids import is_valid_goal_id
 from loopx.status.refresh import StatusIndex, StatusShard
+from loopx.status.shards import pack_file, read_pack
 from loopx.status.view import ProbeObservation
-from loopx.storage.files import read_bytes
+from loopx.storage.files import parse_model, read_bytes
 
 
 def check_projections(doc: Checker) -> None:
@@ -21,6 +22,15 @@ def check_projections(doc: Checker) -> None:
     for name in sorted(os.listdir(shards)) if shards.is_dir() and not shards.is_symlink() else []:
         if name.endswith(".json") and not name.startswith("."):
             doc.model(shards / name, StatusShard, clear, severity=Severity.WARNING)
+    pack = pack_file(doc.layout)
+    if pack.is_file() and not pack.is_symlink():
+        try:
+            for shard, line in read_pack(doc.layout):
+                parse_model(f"{pack} (shard {shard:02x})", StatusShard, line)
+        except CorruptFileError as e:
+            doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, e.problem, clear)
+        except (LoopxError, OSError) as e:
+            doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, f"cannot be read: {e}", clear)
     probes = doc.layout.projections_dir / "probes"
     for name in sorted(os.listdir(probes)) if probes.is_dir() and not probes.is_symlink() else []:
         if name.endswith(".json") and not name.startswith("."):

@@ -9,7 +9,9 @@ Layout under ``projections/``:
   never ran only as its ``goal.json`` fingerprint and when it was projected
   (its view is rebuilt on load). A refresh rewrites only the shards of goals
   that changed, so its cost follows the number of changed goals, not the
-  number of goals.
+  number of goals. One that rewrites most of them (a cold one) writes them
+  all to ``status.d/pack.jsonl`` instead; a shard file holds its shard over
+  the pack's line.
 * ``changes.log``: hints appended by writers (:func:`note_goal_changed`).
 
 A refresh finds changed goals by, in order: the registry's fingerprint (a
@@ -56,10 +58,13 @@ from loopx.status.refresh import (
     plan_scan,
 )
 from loopx.status.shards import (
+    SHARDS,
     ensure_shard_dir,
     never_ran,
     read_shards,
+    remove_pack,
     shard_of,
+    write_pack,
     write_shard,
 )
 from loopx.status.snapshot import stat_pair
@@ -115,6 +120,8 @@ class StatusCache:
     _unrun: dict[str, datetime] = field(default_factory=dict)
     # Such goals loaded from the shards, not yet rebuilt: their fingerprint, projected at.
     _pending: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
+    _files: set[int] = field(default_factory=set)  # shards on disk in a file of their own
+    _packed: set[int] = field(default_factory=set)  # shards with a line in the pack on disk
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
@@ -138,6 +145,8 @@ class StatusCache:
         self.index = index if read is not None else None
         self.goals = read.goals if read is not None else {}
         self._pending = read.unrun if read is not None else {}
+        self._files = read.files if read is not None else set()
+        self._packed = read.packed if read is not None else set()
         self._unrun = {}
         self.registry = None
         self._index_memory()
@@ -537,23 +546,41 @@ class StatusCache:
             self._members.setdefault(shard_of(goal_id), set()).add(goal_id)
 
     def _write(self, shards: set[int]) -> None:
+        """Write the shards of ``shards``: in one pack when they are most of them, else each."""
         if not shards:
             return
         ensure_shard_dir(self.layout)
-        goals, unrun = self.goals, self._unrun
+        layout = self.layout
+        if len(shards) > SHARDS // 2:  # a cold refresh: one file created, not 256
+            self._packed = write_pack(layout, ((s, *self._shard(s)) for s in range(SHARDS)))
+            self._files = set()
+            return
         for s in shards:
-            members: dict[str, CachedGoal] = {}
-            compact: dict[str, tuple[list[int], datetime]] = {}
-            for g in sorted(self._members.get(s, ())):
-                cached = goals.get(g)
-                if cached is None:
-                    continue
-                at = unrun.get(g)
-                if at is None:
-                    members[g] = cached
-                else:
-                    compact[g] = (cached.fingerprint, at)
-            write_shard(self.layout, s, members, compact)
+            if write_shard(layout, s, *self._shard(s), shadow=s in self._packed):
+                self._files.add(s)
+            else:
+                self._files.discard(s)
+        if self._packed and self._packed <= self._files:  # no line of the pack is read
+            remove_pack(layout)
+            self._packed = set()
+
+    def _shard(
+        self, shard: int
+    ) -> tuple[dict[str, CachedGoal], dict[str, tuple[list[int], datetime]]]:
+        """One shard's goals as stored: full entries, and goals that never ran (compact)."""
+        goals, unrun = self.goals, self._unrun
+        members: dict[str, CachedGoal] = {}
+        compact: dict[str, tuple[list[int], datetime]] = {}
+        for g in sorted(self._members.get(shard, ())):
+            cached = goals.get(g)
+            if cached is None:
+                continue
+            at = unrun.get(g)
+            if at is None:
+                members[g] = cached
+            else:
+                compact[g] = (cached.fingerprint, at)
+        return members, compact
 
 
 @contextlib.contextmanager

@@ -63,10 +63,25 @@ class StatusShard(Record):
     unrun: list[UnrunGoals] = Field(default_factory=list)
 
 
+class ShardPack(Record):
+    """The first line of ``projections/status.d/pack.jsonl``: the shard each later line holds.
+
+    A write that replaces more than half of the shards puts them all in this
+    one file, each line a :class:`StatusShard` (a cold status creates one
+    file instead of 256); a shard file ``NN.json`` beside it, written by a
+    later refresh, holds its shard instead of the pack's line.
+    """
+
+    schema_version: Literal[1] = 1
+    shards: list[int]
+
+
 class StatusIndex(Record):
     """``projections/status.json``: the cache's index."""
 
-    schema_version: Literal[1] = 1
+    # 2: the shards may be packed (ShardPack); an older LoopX, which reads only shard
+    # files, rebuilds the cache instead of missing the packed goals.
+    schema_version: Literal[2] = 2
     generation: int  # raised by every write; a reader holding another one reloads
     writer: str  # random token of the process that wrote it
     generated_at: UtcDatetime  # when a view last changed

@@ -6,30 +6,41 @@ that changed. A goal that never ran is stored as the fingerprint of its
 ``goal.json`` and ``turns/`` and the time it was projected (:class:`UnrunGoals`): the cache rebuilds its view
 on load. A shard that cannot be read (damaged, of another schema version) is
 not an error: the caller rebuilds the cache from the goals' files.
+
+A write of more than half of the shards (a cold refresh) puts them all in
+``status.d/pack.jsonl`` (:func:`write_pack`): a :class:`ShardPack` line, then
+one line per shard; creating 256 files was most of such a write. A shard file
+present beside the pack holds its shard instead of the pack's line, so later
+refreshes still rewrite one shard file each; the pack goes when every line of
+it is shadowed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
-from loopx.errors import LoopxError
+from loopx.errors import CorruptFileError, LoopxError
+from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.root import Layout
 from loopx.status.fingerprint import FINGERPRINT_NAMES
-from loopx.status.refresh import CachedGoal, StatusShard, UnrunGoals
+from loopx.status.refresh import CachedGoal, ShardPack, StatusShard, UnrunGoals
 from loopx.status.sources import NO_COUNTS
 from loopx.status.view import json_bytes
 from loopx.storage.files import atomic_write_bytes, ensure_dir, parse_model, read_bytes
 
 SHARDS: Final = 256
 SHARD_DIR: Final = "status.d"
+PACK_NAME: Final = "pack.jsonl"
+_ALL: Final = frozenset(range(SHARDS))
 # A goal that never ran has its goal.json and, from `goal add`, an empty turns/: only
 # their fingerprints are stored for it, the others being those of missing files.
 _KEPT: Final = ("goal.json", "turns")
@@ -87,6 +98,11 @@ def shard_file(layout: Layout, shard: int) -> Path:
     return shard_dir(layout) / f"{shard:02x}.json"
 
 
+def pack_file(layout: Layout) -> Path:
+    """``projections/status.d/pack.jsonl``: shards written together (:func:`write_pack`)."""
+    return shard_dir(layout) / PACK_NAME
+
+
 @dataclass(slots=True)
 class ShardContents:
     """What the shards hold: full entries, and the goals that never ran (rebuilt by the cache)."""
@@ -94,25 +110,91 @@ class ShardContents:
     goals: dict[str, CachedGoal] = field(default_factory=dict)
     # goals that never ran: their whole fingerprint and when they were projected
     unrun: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
+    files: set[int] = field(default_factory=set)  # shards in a file of their own
+    packed: set[int] = field(default_factory=set)  # shards with a line in the pack
+
+
+def shard_number(name: str) -> int | None:
+    """The shard a file of ``status.d/`` holds (``NN.json``); None for the pack or a temporary."""
+    if len(name) != len("00.json") or not name.endswith(".json"):
+        return None
+    try:
+        shard = int(name[:2], 16)
+    except ValueError:
+        return None
+    return shard if name == f"{shard:02x}.json" else None
 
 
 def read_shards(layout: Layout) -> ShardContents | None:
-    """Every cached goal of every shard; None when a shard cannot be read (rebuild then)."""
+    """Every cached goal of every shard; None when a shard cannot be read (rebuild then).
+
+    A shard file holds its shard; the pack's line for a shard without one
+    holds it otherwise (:func:`write_pack`).
+    """
     out = ShardContents()
-    for shard in range(SHARDS):
-        path = shard_file(layout, shard)
-        try:
-            read = parse_model(path, StatusShard, read_bytes(path))
-        except FileNotFoundError:
-            continue
-        except (LoopxError, OSError) as e:
-            log.warning("status_shard_unreadable", path=str(path), error=str(e))
-            return None  # a lost shard means lost goals
-        out.goals.update(read.goals)
-        for group in read.unrun:
-            at = group.projected_at
-            out.unrun.update((g, (_unkept(fp), at)) for g, fp in group.goals.items())
+    try:
+        names = os.listdir(shard_dir(layout))
+    except FileNotFoundError:
+        return out
+    out.files = {n for n in map(shard_number, names) if n is not None}
+    try:
+        lines = read_pack(layout) if PACK_NAME in names else []
+        for shard, line in lines:
+            out.packed.add(shard)
+            if shard not in out.files:
+                _add(
+                    out, parse_model(f"{pack_file(layout)} (shard {shard:02x})", StatusShard, line)
+                )
+        for shard in sorted(out.files):
+            path = shard_file(layout, shard)
+            try:
+                _add(out, parse_model(path, StatusShard, read_bytes(path)))
+            except FileNotFoundError:
+                out.files.discard(shard)
+    except FileNotFoundError:  # the pack, gone since the listing: only a writer without the lock
+        return None
+    except (LoopxError, OSError) as e:
+        log.warning("status_shard_unreadable", path=str(shard_dir(layout)), error=str(e))
+        return None  # a lost shard means lost goals
     return out
+
+
+def _add(out: ShardContents, read: StatusShard) -> None:
+    out.goals.update(read.goals)
+    for group in read.unrun:
+        at = group.projected_at
+        out.unrun.update((g, (_unkept(fp), at)) for g, fp in group.goals.items())
+
+
+def read_pack(layout: Layout) -> list[tuple[int, bytes]]:
+    """The pack's lines, each with the shard it holds (not parsed: a shadowed one is not read).
+
+    Raises:
+        FileNotFoundError: there is no pack.
+        CorruptFileError: the first line is not a :class:`ShardPack`, or does not match the lines.
+    """
+    path = pack_file(layout)
+    lines = read_bytes(path).split(b"\n")
+    head = parse_model(path, ShardPack, lines[0])
+    body = lines[1:-1] if lines[-1] == b"" else lines[1:]
+    shards = head.shards
+    if len(body) != len(shards) or len(set(shards)) != len(shards) or not set(shards) <= _ALL:
+        msg = f"{len(body)} lines for the shards {shards}"
+        raise CorruptFileError(path, msg)
+    return list(zip(shards, body, strict=True))
+
+
+def _record(
+    members: Mapping[str, CachedGoal], unrun: Mapping[str, tuple[list[int], datetime]]
+) -> bytes:
+    groups: dict[datetime, dict[str, list[int]]] = {}
+    for goal_id, (fp, at) in unrun.items():
+        groups.setdefault(at, {})[goal_id] = _kept(fp)
+    record = StatusShard(
+        goals=dict(members),
+        unrun=[UnrunGoals(projected_at=at, goals=g) for at, g in groups.items()],
+    )
+    return json_bytes(record, indent=None)
 
 
 def write_shard(
@@ -120,25 +202,58 @@ def write_shard(
     shard: int,
     members: Mapping[str, CachedGoal],
     unrun: Mapping[str, tuple[list[int], datetime]],
-) -> None:
-    """Replace one shard with ``members`` and ``unrun``, or delete it when there are none.
+    *,
+    shadow: bool = False,
+) -> bool:
+    """Replace one shard's file with ``members`` and ``unrun``, or delete it when there are none.
 
     ``unrun`` holds the goals for which :func:`never_ran` holds: their whole
-    fingerprint and when their view was projected.
+    fingerprint and when their view was projected. ``shadow``: the pack has a
+    line for this shard, so an empty shard is written, not deleted (the line
+    would hold it again). Returns whether the file exists now.
     """
     path = shard_file(layout, shard)
-    if members or unrun:
-        groups: dict[datetime, dict[str, list[int]]] = {}
-        for goal_id, (fp, at) in unrun.items():
-            groups.setdefault(at, {})[goal_id] = _kept(fp)
-        record = StatusShard(
-            goals=dict(members),
-            unrun=[UnrunGoals(projected_at=at, goals=g) for at, g in groups.items()],
-        )
-        atomic_write_bytes(path, json_bytes(record, indent=None), durable=False)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    if members or unrun or shadow:
+        atomic_write_bytes(path, _record(members, unrun), durable=False)
+        return True
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    return False
+
+
+def write_pack(
+    layout: Layout,
+    shards: Iterable[
+        tuple[int, Mapping[str, CachedGoal], Mapping[str, tuple[list[int], datetime]]]
+    ],
+) -> set[int]:
+    """Replace the pack with ``shards`` (number, members, unrun), then delete every shard file.
+
+    Returns the shards given a line (those with goals). In this order a crash
+    can leave a shard file older than the new pack, never a pack older than a
+    shard file: the older file holds what the index on disk (written last) says.
+    """
+    numbers: list[int] = []
+    lines: list[bytes] = []
+    for shard, members, unrun in shards:
+        if members or unrun:
+            numbers.append(shard)
+            lines.append(_record(members, unrun))
+    head = json_bytes(ShardPack(shards=numbers), indent=None)
+    atomic_write_bytes(pack_file(layout), b"\n".join([head, *lines, b""]), durable=False)
+    fault_point("status:pack_written")
+    directory = shard_dir(layout)
+    for name in os.listdir(directory):
+        if shard_number(name) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (directory / name).unlink()
+    return set(numbers)
+
+
+def remove_pack(layout: Layout) -> None:
+    """Delete the pack (every line of it is shadowed by a shard file)."""
+    with contextlib.suppress(FileNotFoundError):
+        pack_file(layout).unlink()
 
 
 def ensure_shard_dir(layout: Layout) -> None:

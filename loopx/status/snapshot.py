@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 SNAPSHOT_NAME: Final = "status.snapshot"
 SCHEMA_VERSION: Final = 1
+# The cache index's (StatusIndex) schema this reader knows, without importing its model.
+INDEX_SCHEMA_VERSION: Final = 2
 
 _HEADER_CHUNK: Final = 64 * 1024
 _COPY_CHUNK: Final = 1024 * 1024
@@ -211,7 +213,10 @@ def _header(fd: int) -> tuple[dict[str, object], int]:
 
 def _holds(layout: Layout, header: dict[str, object], *, now: datetime, ttl_s: float) -> bool:
     index = json.loads(_read(layout.status_file))
-    if header.get("schema_version") != SCHEMA_VERSION or index.get("schema_version") != 1:
+    if (
+        header.get("schema_version") != SCHEMA_VERSION
+        or index.get("schema_version") != INDEX_SCHEMA_VERSION
+    ):
         return False
     fleet = header["fleet"]
     if not isinstance(fleet, dict):
