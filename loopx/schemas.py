@@ -42,7 +42,7 @@ from loopx.status.actions import ActionResult, AuditRecord
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
 from loopx.status.events import ChangeEvent
 from loopx.status.livetail import LiveOutput
-from loopx.status.refresh import RefreshReport, StatusIndex, StatusShard
+from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.inspection import JournalInspection, JournalList
@@ -62,6 +62,7 @@ FILES: dict[str, type[BaseModel]] = {
     "status": StatusProjection,
     "status-index": StatusIndex,
     "status-shard": StatusShard,
+    "status-shard-pack": ShardPack,  # the first line of projections/status.d/pack.jsonl
     "probe": ProbeObservation,
     "host-headroom": HostHeadroom,
     "quota-aggregate": SpendAggregate,
