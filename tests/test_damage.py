@@ -176,6 +176,25 @@ def test_doctor_healthy_root_exits_zero(tmp_path: Path) -> None:
     )
 
 
+def test_doctor_checks_the_stored_quota_decisions(tmp_path: Path) -> None:
+    """A decision `quota should-run` stored is checked; a damaged one is a warning to delete."""
+    layout = make_root(tmp_path / "root")
+    demo_goal(layout, "g", tmp_path / "wd")
+    run_one_turn(layout, "g", agent_id="setup")
+    assert loopx_here(layout.root, "quota", "should-run", "g").returncode in (0, 1)
+    stored = layout.projections_dir / "quota.d" / "g.snapshot"
+    assert stored.is_file()
+    assert doctor(layout.root)[0] == 0
+    stored.write_bytes(stored.read_bytes()[:-10])
+    code, report = doctor(layout.root)
+    findings = [f for f in report["findings"] if f["path"] == str(stored)]
+    assert code == 1
+    assert [(f["code"], f["severity"]) for f in findings] == [("schema", "warning")]
+    follow_repairs(layout.root, report, b"")
+    assert not stored.exists()
+    assert doctor(layout.root)[0] == 0
+
+
 def test_doctor_reports_stray_temp_and_stale_lease(tmp_path: Path) -> None:
     """A dead writer's temp file and a dead holder's lease are found, with repairs."""
     layout = make_root(tmp_path / "root")

@@ -215,3 +215,26 @@ def test_an_old_index_is_rebuilt(layout):
     report = cache.refresh(now=utcnow() + timedelta(seconds=1), ttl_s=60)
     assert (report.full_scan, report.goals) == (True, N)
     assert json.loads(layout.status_file.read_bytes())["schema_version"] == 2
+
+
+def test_a_rebuilt_cache_leaves_nothing_older_beside_it(layout):
+    """A cache rebuilt from the goals' files (its index unusable) clears the pack and old files."""
+    many(layout)
+    StatusCache(layout).refresh(now=utcnow(), force=True)  # the pack
+    kept = ["g000", "g001", "g002"]
+    register_goals(
+        layout,
+        [
+            make_goal(f"g{i:03d}", now=utcnow(), workdir=layout.root, status=GoalStatus.ARCHIVED)
+            for i in range(3, N)
+        ],
+    )
+    stray = shard_file(layout, next(s for s in range(SHARDS) if s not in map(shard_of, kept)))
+    stray.write_text('{"schema_version": 3, "goals": {}, "unrun": []}')
+    index = json.loads(layout.status_file.read_bytes())
+    layout.status_file.write_text(json.dumps({**index, "schema_version": 1}))
+    cache = StatusCache(layout)
+    cache.refresh(now=utcnow(), ttl_s=60)
+    assert set(cache.goals) == set(kept)
+    assert names(layout) == {shard_file(layout, shard_of(g)).name for g in kept}
+    assert set(loaded(layout)[0]) | loaded(layout)[1] == set(kept)

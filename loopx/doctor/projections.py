@@ -8,6 +8,8 @@ from pathlib import Path
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.ids import is_valid_goal_id
+from loopx.quota.quick import SNAPSHOT_DIR
+from loopx.quota.snapshot import QuotaSnapshot
 from loopx.status.refresh import StatusIndex, StatusShard
 from loopx.status.shards import pack_file, read_pack
 from loopx.status.view import ProbeObservation
@@ -15,32 +17,45 @@ from loopx.storage.files import parse_model, read_bytes
 
 
 def check_projections(doc: Checker) -> None:
-    """The status cache's index and shards, and the stored probe observations."""
+    """The status cache's index and shards, the stored quota decisions and probe observations."""
+    layout = doc.layout
     clear = "loopx status --clear-cache  (a cache; rebuilt from the durable files)"
-    doc.model(doc.layout.status_file, StatusIndex, clear, severity=Severity.WARNING)
-    shards = doc.layout.projections_dir / "status.d"
-    for name in sorted(os.listdir(shards)) if shards.is_dir() and not shards.is_symlink() else []:
-        if name.endswith(".json") and not name.startswith("."):
-            doc.model(shards / name, StatusShard, clear, severity=Severity.WARNING)
+    doc.model(layout.status_file, StatusIndex, clear, severity=Severity.WARNING)
+    for path in _files(layout.projections_dir / "status.d", ".json"):
+        doc.model(path, StatusShard, clear, severity=Severity.WARNING)
+    _check_pack(doc, clear)
+    for path in _files(layout.projections_dir / SNAPSHOT_DIR, ".snapshot"):
+        decide = f"rm {q(path)}  (a stored decision; `loopx quota should-run` decides again)"
+        doc.model(path, QuotaSnapshot, decide, severity=Severity.WARNING)
+    for path in _files(layout.projections_dir / "probes", ".json"):
+        doc.model(
+            path,
+            ProbeObservation,
+            f"rm {q(path)}  (rerun `loopx probe`)",
+            severity=Severity.WARNING,
+        )
+
+
+def _files(directory: Path, suffix: str) -> list[Path]:
+    """The files of ``directory`` named ``*suffix`` (not dotfiles), sorted; none through a symlink."""
+    if not directory.is_dir() or directory.is_symlink():
+        return []
+    names = sorted(os.listdir(directory))
+    return [directory / n for n in names if n.endswith(suffix) and not n.startswith(".")]
+
+
+def _check_pack(doc: Checker, repair: str) -> None:
+    """Every line of the status cache's shard pack (``status.d/pack.jsonl``)."""
     pack = pack_file(doc.layout)
-    if pack.is_file() and not pack.is_symlink():
-        try:
-            for shard, line in read_pack(doc.layout):
-                parse_model(f"{pack} (shard {shard:02x})", StatusShard, line)
-        except CorruptFileError as e:
-            doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, e.problem, clear)
-        except (LoopxError, OSError) as e:
-            doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, f"cannot be read: {e}", clear)
-    probes = doc.layout.projections_dir / "probes"
-    for name in sorted(os.listdir(probes)) if probes.is_dir() and not probes.is_symlink() else []:
-        if name.endswith(".json") and not name.startswith("."):
-            path = probes / name
-            doc.model(
-                path,
-                ProbeObservation,
-                f"rm {q(path)}  (rerun `loopx probe`)",
-                severity=Severity.WARNING,
-            )
+    if not pack.is_file() or pack.is_symlink():
+        return
+    try:
+        for shard, line in read_pack(doc.layout):
+            parse_model(f"{pack} (shard {shard:02x})", StatusShard, line)
+    except CorruptFileError as e:
+        doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, e.problem, repair)
+    except (LoopxError, OSError) as e:
+        doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, f"cannot be read: {e}", repair)
 
 
 def check_quarantine(doc: Checker) -> None:

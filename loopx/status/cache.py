@@ -62,6 +62,7 @@ from loopx.status.shards import (
     ensure_shard_dir,
     never_ran,
     read_shards,
+    remove_others,
     remove_pack,
     shard_of,
     write_pack,
@@ -122,6 +123,9 @@ class StatusCache:
     _pending: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
     _files: set[int] = field(default_factory=set)  # shards on disk in a file of their own
     _packed: set[int] = field(default_factory=set)  # shards with a line in the pack on disk
+    # Rebuilt from the goals' files (no usable cache was loaded): what status.d/ holds is
+    # not known, and the first write leaves only what it writes.
+    _rebuilt: bool = False
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
@@ -147,6 +151,7 @@ class StatusCache:
         self._pending = read.unrun if read is not None else {}
         self._files = read.files if read is not None else set()
         self._packed = read.packed if read is not None else set()
+        self._rebuilt = read is None
         self._unrun = {}
         self.registry = None
         self._index_memory()
@@ -547,14 +552,17 @@ class StatusCache:
 
     def _write(self, shards: set[int]) -> None:
         """Write the shards of ``shards``: in one pack when they are most of them, else each."""
-        if not shards:
+        if not shards and not self._rebuilt:
             return
-        ensure_shard_dir(self.layout)
         layout = self.layout
+        ensure_shard_dir(layout)
         if len(shards) > SHARDS // 2:  # a cold refresh: one file created, not 256
             self._packed = write_pack(layout, ((s, *self._shard(s)) for s in range(SHARDS)))
-            self._files = set()
+            self._files, self._rebuilt = set(), False
             return
+        if self._rebuilt:  # every goal was re-projected, so `shards` names every one with goals
+            remove_others(layout, keep=shards)
+            self._files, self._packed, self._rebuilt = set(), set(), False
         for s in shards:
             if write_shard(layout, s, *self._shard(s), shadow=s in self._packed):
                 self._files.add(s)

@@ -250,6 +250,17 @@ def write_pack(
     return set(numbers)
 
 
+def remove_others(layout: Layout, *, keep: set[int]) -> None:
+    """Delete the pack and every shard file but those of ``keep`` (a cache rebuilt whole)."""
+    remove_pack(layout)
+    directory = shard_dir(layout)
+    for name in os.listdir(directory):
+        shard = shard_number(name)
+        if shard is not None and shard not in keep:
+            with contextlib.suppress(FileNotFoundError):
+                (directory / name).unlink()
+
+
 def remove_pack(layout: Layout) -> None:
     """Delete the pack (every line of it is shadowed by a shard file)."""
     with contextlib.suppress(FileNotFoundError):
