@@ -22,6 +22,7 @@ import os
 import shutil
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -242,17 +243,17 @@ def write_pack(
     head = json_bytes(ShardPack(shards=numbers), indent=None)
     atomic_write_bytes(pack_file(layout), b"\n".join([head, *lines, b""]), durable=False)
     fault_point("status:pack_written")
-    directory = shard_dir(layout)
-    for name in os.listdir(directory):
-        if shard_number(name) is not None:
-            with contextlib.suppress(FileNotFoundError):
-                (directory / name).unlink()
+    _remove_shard_files(layout, keep=frozenset())
     return set(numbers)
 
 
 def remove_others(layout: Layout, *, keep: set[int]) -> None:
     """Delete the pack and every shard file but those of ``keep`` (a cache rebuilt whole)."""
     remove_pack(layout)
+    _remove_shard_files(layout, keep=keep)
+
+
+def _remove_shard_files(layout: Layout, *, keep: AbstractSet[int]) -> None:
     directory = shard_dir(layout)
     for name in os.listdir(directory):
         shard = shard_number(name)
@@ -262,7 +263,7 @@ def remove_others(layout: Layout, *, keep: set[int]) -> None:
 
 
 def remove_pack(layout: Layout) -> None:
-    """Delete the pack (every line of it is shadowed by a shard file)."""
+    """Delete the pack (none of its lines is read any more)."""
     with contextlib.suppress(FileNotFoundError):
         pack_file(layout).unlink()
 
