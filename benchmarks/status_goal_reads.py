@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from _timing import lowest  # benchmarks/_timing.py, next to this script
 
 from loopx.model import utcnow
 from loopx.quota.ledger import window_spend
@@ -28,16 +29,6 @@ from loopx.status.fingerprint import absent_files, goal_fingerprint
 from loopx.status.sources import gather_goal
 
 READ = frozenset({"state.json", "lease.json", "history.jsonl", "quota.jsonl"})
-
-
-def lowest_cpu(passes: int, work: Callable[[], object]) -> float:
-    """The lowest process CPU seconds of ``passes`` runs of ``work``."""
-    best = float("inf")
-    for _ in range(passes):
-        start = time.process_time()
-        work()
-        best = min(best, time.process_time() - start)
-    return best
 
 
 def main() -> None:
@@ -76,7 +67,7 @@ def main() -> None:
         ("gather_goal + counts, goals that ran", gathers, len(ran)),
         ("window_spend, goals that ran", windows, len(ran)),
     ):
-        seconds = lowest_cpu(args.passes, work)
+        seconds = lowest(args.passes, work, clock=time.process_time)
         print(f"  {name:38s} {seconds:.3f} s  ({seconds / max(count, 1) * 1e6:.0f} us a goal)")
 
 
