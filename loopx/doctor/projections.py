@@ -11,9 +11,9 @@ from loopx.ids import is_valid_goal_id
 from loopx.quota.quick import SNAPSHOT_DIR
 from loopx.quota.snapshot import QuotaSnapshot
 from loopx.status.refresh import StatusIndex, StatusShard
-from loopx.status.shards import pack_file, read_pack
+from loopx.status.shards import pack_file, parse_pack_line, read_pack
 from loopx.status.view import ProbeObservation
-from loopx.storage.files import parse_model, read_bytes
+from loopx.storage.files import read_bytes
 
 
 def check_projections(doc: Checker) -> None:
@@ -51,7 +51,7 @@ def _check_pack(doc: Checker, repair: str) -> None:
         return
     try:
         for shard, line in read_pack(doc.layout):
-            parse_model(f"{pack} (shard {shard:02x})", StatusShard, line)
+            parse_pack_line(doc.layout, shard, line)
     except CorruptFileError as e:
         doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, e.problem, repair)
     except (LoopxError, OSError) as e:

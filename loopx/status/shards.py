@@ -143,9 +143,7 @@ def read_shards(layout: Layout) -> ShardContents | None:
         for shard, line in lines:
             out.packed.add(shard)
             if shard not in out.files:
-                _add(
-                    out, parse_model(f"{pack_file(layout)} (shard {shard:02x})", StatusShard, line)
-                )
+                _add(out, parse_pack_line(layout, shard, line))
         for shard in sorted(out.files):
             path = shard_file(layout, shard)
             try:
@@ -183,6 +181,15 @@ def read_pack(layout: Layout) -> list[tuple[int, bytes]]:
         msg = f"{len(body)} lines for the shards {shards}"
         raise CorruptFileError(path, msg)
     return list(zip(shards, body, strict=True))
+
+
+def parse_pack_line(layout: Layout, shard: int, line: bytes) -> StatusShard:
+    """One line of the pack (:func:`read_pack`), validated.
+
+    Raises:
+        CorruptFileError: the line is not a :class:`StatusShard`; the message names the shard.
+    """
+    return parse_model(f"{pack_file(layout)} (shard {shard:02x})", StatusShard, line)
 
 
 def _record(
