@@ -57,23 +57,26 @@ def get_logger(name: str) -> FilteringBoundLogger:
     return cast("FilteringBoundLogger", _DeferredLogger(name))
 
 
-class _Tolerant:
-    """A log stream whose writes never raise for a full or failing disk.
+class TolerantStream:
+    """A text stream whose writes never raise for a full or failing disk.
 
-    The supervisor's and agents' stderr is often a file under the root: when
-    that disk fills, a log line must be lost, not the process (issue 18).
+    The supervisor's and agents' stderr and stdout are often files under the
+    root: when that disk fills, a log or console line must be lost, not the
+    process or the turn that wrote it (issue 18).
     """
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
+        """Write ``text``; 0 when the stream refused it."""
         try:
             return self._stream.write(text)
         except OSError:
             return 0
 
     def flush(self) -> None:
+        """Flush what the stream takes; a refusal keeps the rest buffered or lost."""
         with contextlib.suppress(OSError):
             self._stream.flush()
 
@@ -83,7 +86,7 @@ def _stderr_logger(*_args: object) -> structlog.PrintLogger:
     # parent may replace (and close) the stream after configuration.
     import structlog  # noqa: PLC0415 - deferred (see the module docstring)
 
-    return structlog.PrintLogger(_Tolerant(sys.stderr))  # type: ignore[arg-type]
+    return structlog.PrintLogger(TolerantStream(sys.stderr))  # type: ignore[arg-type]
 
 
 def configure_logging(
@@ -137,7 +140,7 @@ def _apply(*, stream: TextIO | None, out: TextIO, level: str, secrets: list[str]
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=_Tolerant(out))  # type: ignore[arg-type]
+        logger_factory=structlog.PrintLoggerFactory(file=TolerantStream(out))  # type: ignore[arg-type]
         if stream is not None
         else _stderr_logger,
         cache_logger_on_first_use=False,

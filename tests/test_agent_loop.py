@@ -20,6 +20,7 @@ from tests.fleet_helpers import (
     running_program,
     wait_for,
 )
+from tests.turnkit import demo_runs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,6 +49,34 @@ def heartbeat(root: Path) -> dict | None:
         return json.loads((root / "agents" / "a1.json").read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def test_a_console_that_refuses_writes_loses_lines_not_turns(root: Path, tmp_path: Path) -> None:
+    """stdout on a full disk (/dev/full): every host runs once and every turn commits.
+
+    The console echoes the host's output from inside the host's run: a refused
+    write there killed a finished host before its outcome was recorded, and
+    recovery ran it again (the resource chaos soak caught it).
+    """
+    add_demo_goal(root, "g", tmp_path / "w", "--steps", "3", "--stdout-result")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "loopx.agents", "run", "--root", str(root)),
+                *("--agent-id", "a1", "--max-turns", "3"),
+            ],
+            env=clean_env(LOOPX_ROOT=str(root.resolve()), LOOPX_AGENT_ID="a1"),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert [j["status"] for j in journals(root, "g")] == ["committed"] * 3
+    runs = [line.split() for line in demo_runs(tmp_path / "w")]
+    assert [attempt for _, attempt, _ in runs] == ["1", "1", "1"], runs
+    assert len({key for key, _, _ in runs}) == 3, runs
 
 
 def test_once_runs_exactly_one_turn(root: Path, tmp_path: Path) -> None:

@@ -5,6 +5,11 @@ An agent's stdout is its tmux window (``--visible tmux``) or its
 while the fleet works. The host's output is shown as it arrives, bounded per
 turn and with the values of secret-named environment variables redacted; the
 whole output stays in the turn's run log (``goals/<id>/runs/<seq>.md``).
+
+The lines are a view: a write the stream refuses (the log file's disk is
+full) loses the line, never the turn. A refused write raised inside the
+host's output loop killed a finished host before its outcome was recorded,
+and recovery ran it again.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Final, TextIO
 
+from loopx.log import TolerantStream
 from loopx.model import utcnow
 from loopx.registry.model import Goal
 from loopx.secrets import redact_text
@@ -47,7 +53,7 @@ class AgentConsole:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.agent_id = agent_id
-        self.stream = stream
+        self.stream = TolerantStream(stream)
         self.secrets = list(secrets)
         self.clock = clock
         self._lock = threading.Lock()

@@ -73,7 +73,11 @@ class Limits:
 
 @dataclass(slots=True)
 class Capture:
-    """One output stream: the first ``limit`` bytes kept, the rest counted."""
+    """One output stream: the first ``limit`` bytes kept, the rest counted.
+
+    ``tee`` and ``echo`` are views and must not raise: a raise here ends the
+    host before its outcome is recorded, and recovery runs it again.
+    """
 
     limit: int = OUTPUT_LIMIT_BYTES
     kept: bytearray = field(default_factory=bytearray)
