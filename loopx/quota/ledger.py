@@ -189,7 +189,7 @@ def _spend_at(
         cached = _load_aggregate(dir_fd, goal_dir, goal_id)
         kept = cached.kept_minute if cached is not None else None
         if kept is not None and minute_of(window_start) < kept:
-            log.info("quota_aggregate_rebuild", goal_id=goal_id, why="window reaches before cache")
+            log.debug("quota_aggregate_rebuild", goal_id=goal_id, why="window reaches before cache")
             cached = None
         st = os.fstat(fd)
         if (
@@ -351,7 +351,9 @@ def _fold_ledger(
     """
     st = st if st is not None else os.fstat(fd)
     if cached is not None and not _covers_prefix(fd, cached, st):
-        log.info("quota_aggregate_rebuild", goal_id=goal_id, why="cache is not a ledger prefix")
+        # Debug, not info: a root copied with `cp -a` rebuilds every goal's once
+        # (the aggregate names its ledger by inode), a line per goal that ran.
+        log.debug("quota_aggregate_rebuild", goal_id=goal_id, why="cache is not a ledger prefix")
         cached = None
     if cached is None:
         fold = BucketFold(kept_minute=kept_minute)
