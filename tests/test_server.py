@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loopx.errors import UsageError
 from loopx.model import utcnow
+from loopx.status.bind import InsecureBindError, check_bind
 from loopx.status.metrics import _format
-from loopx.status.server import InsecureBindError, StatusServer, check_bind, make_server
+from loopx.status.server import StatusServer, make_server
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
 
 TOKEN = "s3cret-token"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from loopx.fleet import FleetRecord
-from loopx.status.projection import FleetLiveness, fleet_view
+from loopx.status.fleetview import FleetLiveness, fleet_view
 from tests.fleet_helpers import add_demo_goal, cli, kill_everything, supervisor, wait_for
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

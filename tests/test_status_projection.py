@@ -13,7 +13,8 @@ from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import BucketFold, SpendColumns
 from loopx.registry.model import GoalStatus
 from loopx.state import GoalState
-from loopx.status.projection import GoalInputs, fleet_view, project, project_goal
+from loopx.status.fleetview import fleet_view
+from loopx.status.projection import GoalInputs, project, project_goal
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import history_line, make_goal, open_gate_state
 from loopx.turn.outcome import ResultKind

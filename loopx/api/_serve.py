@@ -69,7 +69,7 @@ class StatusServer:
             InsecureBindError: ``host`` is not loopback and there is no token.
             ActionsNeedTokenError: ``actions`` without a token.
         """
-        from loopx.status.server import check_bind  # noqa: PLC0415 - the HTTP stack
+        from loopx.status.bind import check_bind  # noqa: PLC0415 - only the serving API needs it
 
         check_bind(host, token, actions=actions)
 

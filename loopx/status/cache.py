@@ -4,14 +4,10 @@ Layout under ``projections/``:
 
 * ``status.json``: the index (:class:`StatusIndex`): when the sources were
   last checked, fingerprints of the shared sources, the fleet summary.
-* ``status.d/NN.json``: 256 shards (:mod:`loopx.status.shards`) holding each goal's
-  cached view and the fingerprint of the files it was read from; a goal that
-  never ran only as its ``goal.json`` fingerprint and when it was projected
-  (its view is rebuilt on load). A refresh rewrites only the shards of goals
-  that changed, so its cost follows the number of changed goals, not the
-  number of goals. One that rewrites most of them (a cold one) writes them
-  all to ``status.d/pack.jsonl`` instead; a shard file holds its shard over
-  the pack's line.
+* ``status.d/``: each goal's cached view and the fingerprint of the files it
+  was read from, in 256 shards (:mod:`loopx.status.shards`); a refresh
+  rewrites only the shards of goals that changed, so its cost follows the
+  number of changed goals, not the number of goals.
 * ``changes.log``: hints appended by writers (:func:`note_goal_changed`).
 
 A refresh finds changed goals by, in order: the registry's fingerprint (a
@@ -41,9 +37,9 @@ from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
-from loopx.status.fingerprint import Fingerprint, absent_files, goal_fingerprint
+from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.prefetch import Fingerprints
-from loopx.status.projection import assemble, project_goal, project_unrun
+from loopx.status.projection import assemble, project_unrun
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,
@@ -57,10 +53,10 @@ from loopx.status.refresh import (
     next_index,
     plan_scan,
 )
+from loopx.status.reread import read_shared, reread_goal
 from loopx.status.shards import (
     SHARDS,
     ensure_shard_dir,
-    never_ran,
     read_shards,
     remove_others,
     remove_pack,
@@ -70,20 +66,12 @@ from loopx.status.shards import (
 )
 from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
-    NO_COUNTS,
-    READ_NAMES,
     HintCursor,
-    current_fleet,
-    gather_goal,
-    probes_dir,
-    quarantine_fingerprint,
-    quarantine_listing,
     read_hints,
-    read_probes,
     reset_hints,
 )
-from loopx.status.unrun import bulk_entry, plain_unrun, recheck_ts, unrun_entry
-from loopx.status.view import StatusProjection, trusted
+from loopx.status.unrun import bulk_entry, plain_unrun, unrun_entry
+from loopx.status.view import StatusProjection
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import (
     atomic_write_model,
@@ -305,8 +293,8 @@ class StatusCache:
         if full and cursor.offset > HINT_LOG_MAX:
             cursor = reset_hints(layout)
         quarantine_before = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
-        sources = self._read_shared(
-            index, full=full, goals=goals, now=now, registry_fp=registry_fp, hints=cursor
+        sources = read_shared(
+            layout, index, full=full, goals=goals, now=now, registry_fp=registry_fp, hints=cursor
         )
         dirty |= goals_to_reread(
             goals=goals,
@@ -407,38 +395,6 @@ class StatusCache:
                 out.add(goal_id)
         return out
 
-    def _read_shared(
-        self,
-        index: StatusIndex | None,
-        *,
-        full: bool,
-        goals: Mapping[str, Goal],
-        now: datetime,
-        registry_fp: list[int],
-        hints: HintCursor,
-    ) -> SharedSources:
-        """Quarantine and probes (re-listed when their directories changed), and the fleet."""
-        layout = self.layout
-        quarantine_fp = quarantine_fingerprint(layout)
-        quarantine = {g: tuple(v) for g, v in index.quarantine.items()} if index else {}
-        quarantined_total = index.quarantined_total if index else 0
-        if full or index is None or quarantine_fp != index.quarantine_fp:
-            quarantine, quarantined_total = quarantine_listing(layout, set(goals))
-        probes_fp = list(stat_pair(str(probes_dir(layout))))
-        probes = None
-        if full or index is None or probes_fp != index.probes_fp:
-            probes = read_probes(layout)
-        return SharedSources(
-            registry_fp=registry_fp,
-            quarantine_fp=quarantine_fp,
-            probes_fp=probes_fp,
-            quarantine=quarantine,
-            quarantined_total=quarantined_total,
-            probes=probes,
-            fleet=current_fleet(layout, now=now),
-            hints=hints,
-        )
-
     def _reproject_all(
         self,
         dirty: set[str],
@@ -472,49 +428,12 @@ class StatusCache:
         self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
     ) -> None:
         """Read one goal's files again and cache its new view."""
-        layout, goal = self.layout, self.active[goal_id]
         if fp is None:
-            fp = self._fingerprint(os.path.join(str(layout.goals_dir), goal_id), exact=True)
-        previous = self.goals.get(goal_id)
-        if sources.probes is not None:
-            probe = sources.probes.get(goal_id)
-        else:
-            probe = previous.view.probe if previous else None
-        quarantined = sources.quarantine.get(goal_id, ())
-        absent = absent_files(fp)
-        if absent >= READ_NAMES and not quarantined and probe is None and not previous:
-            # A goal that never ran: nothing to open, nothing to say but its policy (what
-            # gather_goal and project_goal would find, without its files).
-            entry, compact = bulk_entry(goal, fp, now=now)
-            self._store(goal_id, entry, projected_at=now if compact else None)
-            return
-        inputs, counts = gather_goal(
-            layout,
-            goal,
-            now=now,
-            quarantined=quarantined,
-            probe=probe,
-            absent=absent,
-            counted=previous.history if previous else NO_COUNTS,
+            fp = self._fingerprint(os.path.join(str(self.layout.goals_dir), goal_id), exact=True)
+        entry, projected_at = reread_goal(
+            self.layout, self.active[goal_id], fp, self.goals.get(goal_id), sources, now=now
         )
-        view = project_goal(inputs, now=now)
-        epoch = max(
-            counts.max_epoch,
-            inputs.lease.epoch if inputs.lease else 0,
-            previous.epoch if previous else 0,
-        )
-        # Every value is validated already (the view, the counts): built as they are.
-        cached = trusted(
-            CachedGoal,
-            {
-                "fingerprint": list(fp),
-                "view": view,
-                "history": counts,
-                "epoch": epoch,
-                "recheck_ts": recheck_ts(view),
-            },
-        )
-        self._store(goal_id, cached, projected_at=now if never_ran(absent, cached) else None)
+        self._store(goal_id, entry, projected_at=projected_at)
 
     def _store(
         self, goal_id: str, cached: CachedGoal, *, projected_at: datetime | None = None

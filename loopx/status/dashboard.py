@@ -26,7 +26,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
-from loopx.status.projection import HEARTBEAT_STALE_S
+from loopx.status.fleetview import HEARTBEAT_STALE_S
 from loopx.status.view import (
     Actor,
     FleetView,

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.status.cache import StatusCache
-from loopx.status.projection import HEARTBEAT_STALE_S
+from loopx.status.fleetview import HEARTBEAT_STALE_S
 from loopx.status.view import StatusProjection
 
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Final
 
-from loopx.fleet import ACTIVE_STATES, AgentHeartbeat, FleetRecord, FleetState
+from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.history.line import HistoryLine
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
@@ -43,6 +43,7 @@ from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
 from loopx.state import GoalState
+from loopx.status.fleetview import fleet_view, overlay_crash_loop
 from loopx.status.view import (
     Actor,
     FleetView,
@@ -59,7 +60,6 @@ from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
 
 FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must look
-HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive
 _OBJECTIVE_CHARS: Final = 200
 _SUMMARY_CHARS: Final = 500
 NO_SPEND: Final = SpendColumns()  # a goal that never ran has no bucket (frozen, so shared)
@@ -455,77 +455,6 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "probe": inputs.probe,
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
         },
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class FleetLiveness:
-    """What the processes and the filesystem say now, beside the files (gathered by the caller)."""
-
-    supervisor_alive: bool | None = None  # None: not checked
-    live_agents: frozenset[str] | None = None  # agent ids whose process runs; None: not checked
-    degraded: str | None = None
-
-
-def fleet_view(
-    fleet: FleetRecord | None,
-    heartbeats: Iterable[AgentHeartbeat],
-    *,
-    now: datetime,
-    live: FleetLiveness | None = None,
-) -> FleetView:
-    """The supervisor record and heartbeats summarised, corrected by ``live``. Pure.
-
-    A record is only what its writer last said: a supervisor SIGKILLed (or
-    one that just stopped) leaves ``running`` behind, so the state is
-    ``dead`` when its process is gone, and only agents whose process runs
-    count as alive.
-    """
-    live = live or FleetLiveness()
-    stale = now - timedelta(seconds=HEARTBEAT_STALE_S)
-    alive = sum(
-        1
-        for h in heartbeats
-        if h.beat_at >= stale
-        and h.phase != "stopping"
-        and (live.live_agents is None or h.agent_id in live.live_agents)
-    )
-    if fleet is None:
-        return FleetView(agents_alive=alive, degraded=live.degraded)
-    state = fleet.state
-    if live.supervisor_alive is False and state in ACTIVE_STATES:
-        state = FleetState.DEAD
-    return FleetView(
-        state=state,
-        pid=fleet.pid,
-        degraded=live.degraded,
-        agents_wanted=fleet.agents_wanted,
-        agents_alive=alive,
-        restarts=sum(s.restarts for s in fleet.slots),
-        crash_loop_agents=[s.agent_id for s in fleet.slots if s.crash_loop],
-        updated_at=fleet.updated_at,
-    )
-
-
-def overlay_crash_loop(view: GoalStatusView, fleet: FleetView) -> GoalStatusView:
-    """Mark a ready/running goal ``crash_loop`` when no healthy agent can work on it. Pure."""
-    if not fleet.crash_loop_agents or view.reason not in {StatusReason.READY, StatusReason.RUNNING}:
-        return view
-    looping = set(fleet.crash_loop_agents)
-    holder = view.lease.agent_id if view.lease is not None else None
-    all_looping = fleet.agents_wanted > 0 and len(looping) >= fleet.agents_wanted
-    if holder in looping:
-        why = f"agent {holder}, which holds the lease, is in a crash loop"
-    elif view.reason is StatusReason.READY and all_looping:
-        why = "every agent slot is in a crash loop, so no agent can take the goal"
-    else:
-        return view
-    return view.model_copy(
-        update={
-            "actor": Actor.HUMAN,
-            "reason": StatusReason.CRASH_LOOP,
-            "explanation": f"{why}; see `loopx supervisor status` and logs/",
-        }
     )
 
 

@@ -27,13 +27,8 @@ from loopx.registry.model import Goal
 from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
-from loopx.status.projection import (
-    HEARTBEAT_STALE_S,
-    NO_SPEND,
-    FleetLiveness,
-    GoalInputs,
-    fleet_view,
-)
+from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
+from loopx.status.projection import NO_SPEND, GoalInputs
 from loopx.status.snapshot import FleetKey, ProcessCheck, fleet_files, stat_pair
 from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (

@@ -3,9 +3,8 @@
 Such a goal has no file but its goal file (and perhaps an empty ``turns/``),
 no quarantined journal, no probe and no earlier entry: its view is its
 policy's (:func:`~loopx.status.projection.project_unrun`) and its entry is the
-one :meth:`StatusCache._reproject <loopx.status.cache.StatusCache>` would
-store, made here without the per-goal calls that dominated a cold refresh of
-10,000 goals. The tests compare these entries with the one-by-one path's.
+one :func:`~loopx.status.reread.reread_goal` would store, made here without
+the per-goal calls that dominated a cold refresh of 10,000 goals. The tests compare these entries with the one-by-one path's.
 """
 
 from __future__ import annotations
