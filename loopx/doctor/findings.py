@@ -6,6 +6,7 @@ exact command or action that repairs it.
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 from dataclasses import dataclass, field
@@ -87,6 +88,14 @@ class DoctorReport(Record):
 def q(path: Path | str) -> str:
     """A path quoted for a shell command line."""
     return shlex.quote(str(path))
+
+
+def listed_files(directory: Path, suffix: str) -> list[Path]:
+    """The files of ``directory`` named ``*suffix`` (not dotfiles), sorted; none through a symlink."""
+    if not directory.is_dir() or directory.is_symlink():
+        return []
+    names = sorted(os.listdir(directory))
+    return [directory / n for n in names if n.endswith(suffix) and not n.startswith(".")]
 
 
 @dataclass(slots=True)

@@ -5,13 +5,12 @@ And whether every finished turn reached them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from loopx.doctor.findings import Checker, FindingCode, Severity, q
+from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.reliability import check_future_dated
 from loopx.history.line import HistoryLine
@@ -73,13 +72,8 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
         severity=Severity.WARNING,
         goal_id=goal_id,
     )
-    runs = layout.runs_dir(goal_id)
-    if runs.is_dir() and not runs.is_symlink():
-        for name in sorted(os.listdir(runs)):
-            if name.endswith(".json") and not name.startswith("."):
-                doc.model(
-                    runs / name, RunReport, replay, severity=Severity.WARNING, goal_id=goal_id
-                )
+    for path in listed_files(layout.runs_dir(goal_id), ".json"):
+        doc.model(path, RunReport, replay, severity=Severity.WARNING, goal_id=goal_id)
     finished = check_lease_and_journals(doc, goal_id)
     cross_check(doc, goal_id, finished=finished, state=state, history=history, ledger=ledger)
     check_future_dated(doc, goal_id, state, ledger)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loopx.doctor.findings import Checker, FindingCode, Severity, q
+from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.ids import is_valid_goal_id
 from loopx.quota.quick import SNAPSHOT_DIR
@@ -21,27 +21,19 @@ def check_projections(doc: Checker) -> None:
     layout = doc.layout
     clear = "loopx status --clear-cache  (a cache; rebuilt from the durable files)"
     doc.model(layout.status_file, StatusIndex, clear, severity=Severity.WARNING)
-    for path in _files(layout.projections_dir / "status.d", ".json"):
+    for path in listed_files(layout.projections_dir / "status.d", ".json"):
         doc.model(path, StatusShard, clear, severity=Severity.WARNING)
     _check_pack(doc, clear)
-    for path in _files(layout.projections_dir / SNAPSHOT_DIR, ".snapshot"):
+    for path in listed_files(layout.projections_dir / SNAPSHOT_DIR, ".snapshot"):
         decide = f"rm {q(path)}  (a stored decision; `loopx quota should-run` decides again)"
         doc.model(path, QuotaSnapshot, decide, severity=Severity.WARNING)
-    for path in _files(layout.projections_dir / "probes", ".json"):
+    for path in listed_files(layout.projections_dir / "probes", ".json"):
         doc.model(
             path,
             ProbeObservation,
             f"rm {q(path)}  (rerun `loopx probe`)",
             severity=Severity.WARNING,
         )
-
-
-def _files(directory: Path, suffix: str) -> list[Path]:
-    """The files of ``directory`` named ``*suffix`` (not dotfiles), sorted; none through a symlink."""
-    if not directory.is_dir() or directory.is_symlink():
-        return []
-    names = sorted(os.listdir(directory))
-    return [directory / n for n in names if n.endswith(suffix) and not n.startswith(".")]
 
 
 def _check_pack(doc: Checker, repair: str) -> None:
