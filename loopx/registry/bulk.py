@@ -29,13 +29,13 @@ from typing import Any, Final, Literal
 from pydantic import ValidationError
 
 from loopx.errors import UsageError
+from loopx.hints import note_goal_changed
 from loopx.model import Record
 from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
 from loopx.registry.checks import GoalSetupError, check_program, check_workdir
 from loopx.registry.model import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
 from loopx.root import Layout
-from loopx.status.changes import note_goal_changed
 from loopx.storage.files import FILE_MODE, describe_validation_error, read_bytes
 
 _TIMESTAMPS: Final = ("created_at", "updated_at")

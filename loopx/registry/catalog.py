@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
+from loopx.hints import HintCursor, read_hints
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -41,7 +42,6 @@ from loopx.registry.goal_index import VERSION as INDEX_VERSION
 from loopx.registry.model import Goal, Registry
 from loopx.registry.store import create_settings, read_settings
 from loopx.root import Layout
-from loopx.status.sources import HintCursor, read_hints
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 
 DEFAULT_VERIFY_S: Final = 60.0

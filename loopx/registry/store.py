@@ -3,7 +3,7 @@
 A change to one goal reads and writes that goal's file only, under that
 file's lock, so writers of different goals never wait for each other and a
 change costs the same at ten goals and at a hundred thousand. Every write
-leaves a change hint (:func:`loopx.status.changes.note_goal_changed`) that
+leaves a change hint (:func:`loopx.hints.note_goal_changed`) that
 the goal index, the status cache and the agents' scheduling index follow.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Final
 
 from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
+from loopx.hints import note_goal_changed
 from loopx.registry.model import Goal, RegistrySettings
 from loopx.root import Layout
-from loopx.status.changes import note_goal_changed
 from loopx.storage.files import atomic_write_model, fsync_dir, parse_model, read_bytes
 from loopx.storage.locks import locked
 
