@@ -8,7 +8,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from loopx.hints import note_goal_changed
-from loopx.history.line import HistoryLine
 from loopx.history.reader import (
     HistoryCounts,
     count_history,
@@ -32,6 +31,7 @@ from loopx.testing.status_fixtures import (
     seed_goal,
     write_lease,
 )
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.outcome import ResultKind
 
 

@@ -4,7 +4,7 @@ A JSON Lines file holds one goal per line in the shape of an entry of
 ``loopx goal list --json``'s ``goals`` array; only ``id`` and ``objective``
 are required, so ``loopx goal list --json | jq -c '.goals[]'`` is an import
 file. A ``.toml`` file, or a JSON document with a ``goals`` array, is a batch
-plan (:mod:`loopx.batch.plan`).
+plan (:mod:`loopx.registry.plan`).
 
 The whole file is checked before anything is written (every line valid, no
 id twice, no registered goal with a different policy, and `goal add`'s checks
@@ -103,8 +103,8 @@ def _goal_of(
 
 
 def _plan_goals(path: Path, *, now: datetime) -> list[tuple[int | None, Goal]]:
-    from loopx.batch.plan import load_plan  # noqa: PLC0415 - only plans need it
     from loopx.registry.goals import build_goal  # noqa: PLC0415 - cycle: goals imports store
+    from loopx.registry.plan import load_plan  # noqa: PLC0415 - only plans need it
 
     plan = load_plan(path)
     return [

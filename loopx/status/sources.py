@@ -20,7 +20,6 @@ from typing import Final, TypeVar
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
 from loopx.hints import note_goal_changed
-from loopx.history.line import HistoryLine
 from loopx.history.reader import HistoryCounts, tail_and_counts
 from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
@@ -41,6 +40,7 @@ from loopx.storage.files import (
     read_model_or_none,
 )
 from loopx.storage.resources import root_health
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 
 PROBES_DIR: Final = "probes"

@@ -18,7 +18,6 @@ from typing import Final, Literal
 
 from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageError
 from loopx.hints import note_goal_changed
-from loopx.history.line import HistoryLine
 from loopx.history.reader import history_tail
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime, iso_utc
@@ -28,6 +27,7 @@ from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_model_or_none
 from loopx.storage.locks import locked
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Holder, Lease, holder_state
 
 STAMP: Final = "%Y%m%dT%H%M%SZ"
