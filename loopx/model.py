@@ -26,6 +26,21 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 """A timezone-aware timestamp, normalised to UTC."""
 
 
+# One set of field names per distinct set, shared by every record that set those fields.
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+
+
+def shared_fields_set(fields: set[str]) -> set[str]:
+    """The one set equal to ``fields`` that records share (``fields`` itself the first time).
+
+    Pydantic keeps a set of the fields given per instance; for a long-lived
+    process holding 100,000 goals' cached views that was 43% of its memory
+    (issue 25). A frozen record never adds to its own set and ``model_copy``
+    adds to a copy, so one set serves them all.
+    """
+    return _FIELDS_SETS.setdefault(frozenset(fields), fields)
+
+
 class Record(BaseModel):
     """A frozen pydantic model that rejects unknown keys.
 
@@ -33,6 +48,13 @@ class Record(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, defer_build=True)
+
+    def model_post_init(self, context: Any, /) -> None:  # noqa: ANN401 - pydantic's signature
+        """Share the set of fields given with every record that was given the same ones."""
+        del context
+        object.__setattr__(
+            self, "__pydantic_fields_set__", shared_fields_set(self.__pydantic_fields_set__)
+        )
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -50,7 +72,7 @@ def trusted(cls: type[_M], fields: dict[str, Any]) -> _M:
     """
     record = _new(cls)
     _set(record, "__dict__", fields)
-    _set(record, "__pydantic_fields_set__", set(fields))
+    _set(record, "__pydantic_fields_set__", shared_fields_set(set(fields)))
     _set(record, "__pydantic_extra__", None)
     _set(record, "__pydantic_private__", None)
     return record

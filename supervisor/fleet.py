@@ -55,6 +55,11 @@ from loopx.turn.recovery import recover
 log = get_logger(__name__)
 
 STALL_KILL_GRACE_S: Final = 2.0
+# The status refresh's scan of every goal's fingerprint (a stat per unchanged goal): every
+# minute, or one goal per 1 / STATUS_SCAN_RATE s when that is longer (500 s at 100,000 goals),
+# so an idle fleet's cost does not grow with the goals (hints make the scan a safety net).
+STATUS_FULL_SCAN_S: Final = 60.0
+STATUS_SCAN_RATE: Final = 200.0
 
 
 class Supervisor:
@@ -193,7 +198,13 @@ class Supervisor:
             if cache.memo is None:
                 # The once-a-minute full scan costs a stat per unchanged goal (issue 14).
                 cache.memo = FingerprintMemo()
-            report = refresh_status(self.layout, now=utcnow(), ttl_s=self.config.status_cache_ttl_s)
+            scan_s = max(STATUS_FULL_SCAN_S, (self._goals or 0) / STATUS_SCAN_RATE)
+            report = refresh_status(
+                self.layout,
+                now=utcnow(),
+                ttl_s=self.config.status_cache_ttl_s,
+                full_scan_after_s=scan_s,
+            )
             self._goals = report.goals
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))

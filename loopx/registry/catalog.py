@@ -9,8 +9,9 @@ from them when it is missing, damaged, stale or of another schema version.
 A refresh costs O(changed goals), found by, in order: the change hints
 written since the index's cursor (every goal write leaves one), the
 ``goals/`` directory's own fingerprint (a new or removed goal directory),
-and, every ``verify_after_s`` seconds or when hints were lost, a stat of
-every goal file. Only goal files whose fingerprint differs are read again.
+and, every ``verify_after_s`` seconds (10 min by default, the bound the design
+gives a hint-less in-place edit) or when hints were lost, a stat of every
+goal file. Only goal files whose fingerprint differs are read again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from loopx.root import Layout
 from loopx.settings import create_settings
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 
-DEFAULT_VERIFY_S: Final = 60.0
+DEFAULT_VERIFY_S: Final = 600.0  # a replaced goal file moves its directory: seen sooner
 GOAL_FILE: Final = "goal.json"
 
 log = get_logger(__name__)

@@ -11,19 +11,24 @@ again only at goals that may have changed:
   (:func:`loopx.schedule.select.wake_at`);
 * goals this agent just tried, and goals leased at the last look;
 * the safety net for a lost hint, by ``stat`` only: the goal directories of a
-  round-robin slice of goals each step, and of every goal every ``sweep_s``
-  (60 s); a goal is read again only when its directory changed (every LoopX
-  write of a goal's state, lease, policy or journal replaces, creates or
-  removes a file there; :func:`loopx.status.watch.dir_stat`). An append or
-  in-place edit that changes no directory is caught by the deep sweep, every
-  ``deep_sweep_s`` (10 min), which compares each goal's file fingerprints
+  round-robin slice of goals each step, and of every goal once per sweep
+  (``sweep_s``, 60 s, or one goal per ``1 / SWEEP_RATE`` s when that is longer:
+  500 s at 100,000 goals); a goal is read again only when its directory changed
+  (every LoopX write of a goal's state, lease, policy or journal replaces,
+  creates or removes a file there; :func:`loopx.status.watch.dir_stat`). An
+  append or in-place edit that changes no directory is caught by the deep
+  sweep (``deep_sweep_s``, 10 min, or one goal per ``1 / DEEP_SWEEP_RATE`` s),
+  which compares each goal's file fingerprints
   (:func:`loopx.status.fingerprint.goal_fingerprint`).
 
-A goal waiting on a human (a gate, paused, compute 0) costs nothing until its
-files change. So a step costs O(changed goals + slice + log N), not O(N), and
-an idle agent sleeps until :meth:`ScheduleIndex.next_wake`, the next sweep or
-a hint: with every goal waiting, an idle agent's work is a ``stat`` per goal
-per minute.
+Both sweeps are spread over time (:class:`RollingSweep`): a step takes the
+goals whose turn came since the last one, at most ``SWEEP_CHUNK`` of them, so
+no step pays for every goal. A goal waiting on a human (a gate, paused,
+compute 0) costs nothing until its files change. So a step costs O(changed
+goals + slice + chunk + log N), not O(N), and an idle agent sleeps until
+:meth:`ScheduleIndex.next_wake`, the next chunk of a sweep or a hint: with
+every goal waiting, an idle agent's work is a ``stat`` per goal per sweep,
+at most ``SWEEP_RATE`` a second however many goals there are.
 
 The index only advises: a claim re-checks state, lease and quota under the
 goal's lock, so a stale entry costs a lost race, never a wrong turn. Ranking
@@ -56,6 +61,60 @@ DEFAULT_SLICE: Final = 32  # goal directories stat-checked per step as a safety 
 DEFAULT_SWEEP_S: Final = 60.0  # every goal directory stat-checked this often
 DEFAULT_DEEP_SWEEP_S: Final = 600.0  # every goal's file fingerprints compared this often
 DEFAULT_RANKED: Final = 8  # goals offered per step (tried in order until a claim wins)
+# The sweeps' pace past 12,000 goals: at most this many goals a second (a stat; a fingerprint).
+SWEEP_RATE: Final = 200.0
+DEEP_SWEEP_RATE: Final = 20.0
+SWEEP_CHUNK: Final = (
+    1000  # goals a step takes from one sweep at most (an idle agent wakes for them)
+)
+
+
+class RollingSweep:
+    """A round-robin pass over the goals spread over time: every goal once per period.
+
+    The period is ``period_s``, or ``len(goals) / rate`` seconds when that is
+    longer, so the pass costs at most ``rate`` goals a second of time passed
+    however many goals there are. :meth:`take` returns the goals whose turn
+    came since the last call (at most ``chunk``; a step that lags catches up
+    in the next ones); :meth:`next_at` says when the next chunk is due.
+    """
+
+    def __init__(self, period_s: float, rate: float, *, chunk: int = SWEEP_CHUNK) -> None:
+        self.period_s, self.rate, self.chunk = period_s, rate, chunk
+        self.at = 0.0  # POSIX seconds: the pass has covered its goals' turns up to here
+        self._pos = 0
+
+    def period(self, goals: int) -> float:
+        """Seconds for one pass over ``goals`` goals."""
+        return max(self.period_s, goals / self.rate)
+
+    def restart(self, ts: float) -> None:
+        """Every goal was just looked at: the next pass starts at ``ts``."""
+        self.at = ts
+
+    def take(self, order: list[str], ts: float) -> list[str]:
+        """The goals of ``order`` (round-robin) whose turn came between the last call and ``ts``."""
+        n = len(order)
+        if n == 0:
+            self.at = ts
+            return []
+        per_goal = self.period(n) / n
+        count = min(n, self.chunk, int((ts - self.at) / per_goal))
+        if count <= 0:
+            return []
+        self.at = ts if count == n else self.at + count * per_goal
+        start = self._pos % n
+        picked = order[start : start + count]
+        picked += order[: count - len(picked)]
+        self._pos = (start + count) % n
+        return picked
+
+    def next_at(self, goals: int) -> float:
+        """POSIX seconds when the next chunk of the pass is due."""
+        n = max(goals, 1)
+        return self.at + self.period(n) / n * min(n, self.chunk)
+
+
 UNREADABLE_RETRY_S: Final = 30.0  # a goal whose files cannot be read is tried again after this
 
 RankKey = tuple[int, float, str]
@@ -99,10 +158,8 @@ class ScheduleIndex:
         self._order: list[str] = []  # round-robin order of the safety-net slice
         self._pos = 0
         self._hint_stat: tuple[int, int] = (0, -1)
-        self._sweep_s = sweep_s
-        self._deep_sweep_s = deep_sweep_s
-        self._swept_at = 0.0  # POSIX seconds of the last full sweep
-        self._deep_swept_at = 0.0
+        self._sweep = RollingSweep(sweep_s, SWEEP_RATE)
+        self._deep = RollingSweep(deep_sweep_s, DEEP_SWEEP_RATE, chunk=SWEEP_CHUNK // 10)
         self._goals_dir = str(layout.goals_dir)
         self._hints_file = str(changes_file(layout))  # stat 4 times a second when idle
         # Per goal, as last seen: its directory's stat (None: changed too recently to
@@ -126,12 +183,14 @@ class ScheduleIndex:
         ts = now.timestamp()
         # The catalog's own stat of every goal file is left to the deep sweep: the
         # directory sweep below sees a replaced goal file sooner and cheaper.
-        changed = self._catalog.refresh(now=now, verify_after_s=self._deep_sweep_s)
+        verify_s = self._deep.period(len(self._order))
+        changed = self._catalog.refresh(now=now, verify_after_s=verify_s)
         if not self._built or self._catalog.hints_lost:
             # First build, or the hint log was replaced (hints may be lost): look at all.
             self._built = True
             recheck = set(self._catalog.goals)
-            self._swept_at = self._deep_swept_at = ts
+            self._sweep.restart(ts)
+            self._deep.restart(ts)
         else:
             recheck = changed | self._touched | self._leased | self._due(now)
             recheck |= self._safety_net(ts)
@@ -154,14 +213,13 @@ class ScheduleIndex:
 
     def _safety_net(self, ts: float) -> set[str]:
         """Goals whose files changed without a hint: by directory ``stat``, or by fingerprint."""
-        if ts - self._deep_swept_at >= self._deep_sweep_s:
-            self._deep_swept_at = self._swept_at = ts
-            moved = {g for g in self._order if self._dir_moved(g) or self._print_moved(g)}
-        elif ts - self._swept_at >= self._sweep_s:
-            self._swept_at = ts
-            moved = {g for g in self._order if self._dir_moved(g)}
-        else:
-            moved = {g for g in self._next_slice() if self._dir_moved(g)}
+        deep = {
+            g
+            for g in self._deep.take(self._order, ts)
+            if self._dir_moved(g) or self._print_moved(g)
+        }
+        looked = {*self._sweep.take(self._order, ts), *self._next_slice()}
+        moved = deep | {g for g in looked if self._dir_moved(g)}
         # A goal file replaced without a hint: the catalog reads it again.
         return moved | self._catalog.reread(moved)
 
@@ -181,8 +239,9 @@ class ScheduleIndex:
         return seen is not None and goal_fingerprint(os.path.join(self._goals_dir, goal_id)) != seen
 
     def next_sweep(self) -> datetime:
-        """When the next full directory sweep is due (an idle agent wakes for it)."""
-        return datetime.fromtimestamp(self._swept_at + self._sweep_s, tz=UTC)
+        """When the next chunk of a sweep is due (an idle agent wakes for it)."""
+        n = len(self._order)
+        return datetime.fromtimestamp(min(self._sweep.next_at(n), self._deep.next_at(n)), tz=UTC)
 
     def _due(self, now: datetime) -> set[str]:
         due: set[str] = set()
