@@ -46,7 +46,11 @@ def _spans(root: Path, goal_id: str) -> list[tuple[datetime, datetime, str]]:
     for j in journals(root, goal_id):
         assert j["status"] == "committed", j
         out.append(
-            (datetime.fromisoformat(j["created_at"]), datetime.fromisoformat(j["ended_at"]), goal_id)
+            (
+                datetime.fromisoformat(j["created_at"]),
+                datetime.fromisoformat(j["ended_at"]),
+                goal_id,
+            )
         )
     return out
 
