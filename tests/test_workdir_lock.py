@@ -17,7 +17,7 @@ from loopx.registry.model import HostKind, HostSpec
 from loopx.turn.lease import claim, release
 from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir
 from tests.fleet_helpers import journals, kill_everything, leftovers, start_supervisor
-from tests.turnkit import make_root
+from tests.turnkit import loopx_here, make_root
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -97,9 +97,16 @@ def test_a_goal_on_a_busy_workdir_waits_and_is_woken(tmp_path):
     assert wait is not None
     assert wait.describe() == "workdir busy: goal a runs a turn there"
     assert not (layout.goal_dir("b") / "lease.json").exists()  # b's claim was given back
+    status = loopx_here(layout.root, "status", "--json", "--ttl", "0")
+    assert status.returncode == 0, status.stderr
+    view = next(g for g in json.loads(status.stdout)["goals"] if g["goal_id"] == "b")
+    assert view["reason"] == "waiting"
+    assert "workdir busy: goal a runs a turn there" in json.dumps(view)
     release_workdir(layout, held.hold)
     release(layout, lease)
     assert read_wait(layout, "b") is None
+    status = json.loads(loopx_here(layout.root, "status", "--json", "--ttl", "0").stdout)
+    assert next(g for g in status["goals"] if g["goal_id"] == "b")["reason"] == "ready"
     assert hints.stat().st_size > before  # a change hint names b: idle agents wake
     assert "b" in hints.read_text().split()
 

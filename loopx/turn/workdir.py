@@ -19,7 +19,7 @@ Each claimant first makes its own records, then looks for the other's, so
 two overlapping claims cannot both miss each other (at worst both back off
 and try again).
 
-A claimant that finds the workdir busy leaves ``goals/<id>/workdir-wait.json``
+A claimant that finds the workdir busy leaves ``goals/<id>/turns/.workdir-wait.json``
 (status shows "workdir busy: goal X runs a turn there") and a marker in the
 holder's ``.waiters/``; the holder's release removes both and leaves a change
 hint for each waiter, which wakes the agents that sleep on hints. An idle
@@ -54,7 +54,9 @@ from loopx.turn.lease import Lease, holder_state, read_lease, takeover_allowed
 
 log = get_logger(__name__)
 
-WAIT_FILE: Final = "workdir-wait.json"
+# In turns/ (a dot file, which journal listings skip) so that writing or removing it
+# moves the directory's mtime, part of the status fingerprint: a hinted refresh sees it.
+WAIT_FILE: Final = "turns/.workdir-wait.json"
 
 
 class WorkdirHold(Record):
@@ -69,7 +71,7 @@ class WorkdirHold(Record):
 
 
 class WorkdirWait(Record):
-    """``goals/<id>/workdir-wait.json``: the goal waits for another goal's turn to end."""
+    """``goals/<id>/turns/.workdir-wait.json``: the goal waits for another goal's turn to end."""
 
     schema_version: Literal[1] = 1
     workdir: str
@@ -135,7 +137,7 @@ def _waiters_dir(layout: Layout, path: str) -> Path:
 
 
 def wait_file(layout: Layout, goal_id: str) -> Path:
-    """``goals/<id>/workdir-wait.json``."""
+    """``goals/<id>/turns/.workdir-wait.json``."""
     return layout.goal_dir(goal_id) / WAIT_FILE
 
 
