@@ -130,3 +130,30 @@ def test_a_dead_holders_workdir_is_taken_over(tmp_path):
     assert attempt.claimed
     assert attempt.report is not None
     assert attempt.report.status == "committed"
+
+
+def test_goal_add_and_import_warn_about_a_shared_workdir(cli, tmp_path):
+    """A second goal on one checkout (or inside it) is warned about, on stderr and in --json."""
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (tmp_path / "repo-other").mkdir()
+    base = ["--objective", "o", "--host-kind", "demo"]
+    first = loopx_here(cli.root, "goal", "add", "a", "--workdir", str(repo), *base, "--json")
+    assert json.loads(first.stdout)["shared_workdir"] == []
+    assert first.stderr == ""
+    apart = loopx_here(
+        cli.root, "goal", "add", "c", "--workdir", str(tmp_path / "repo-other"), *base
+    )
+    assert "warning" not in apart.stderr  # a sibling whose name starts alike shares nothing
+    second = loopx_here(
+        cli.root, "goal", "add", "b", "--workdir", str(repo / "src"), *base, "--json"
+    )
+    assert second.returncode == 0
+    assert json.loads(second.stdout)["shared_workdir"] == ["a"]
+    assert "warning: goal b shares its workdir with goal(s) a" in second.stderr
+    lines = tmp_path / "more.jsonl"
+    lines.write_text(json.dumps({"id": "d", "objective": "o", "workdir": str(repo)}) + "\n")
+    imported = loopx_here(cli.root, "goal", "import", str(lines), "--json")
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["shared_workdir"] == {"d": ["a", "b"]}
+    assert "warning: goal d shares its workdir with goal(s) a, b" in imported.stderr

@@ -29,6 +29,7 @@ from loopx.registry.views import (
 from loopx.root import Layout
 from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
 from loopx.status.view import ProbeObservation
+from loopx.turn.workdir import shared_workdirs
 
 
 def host_spec(
@@ -164,7 +165,8 @@ class Goals:
             default_workdir=default_workdir or Path.cwd(),
             now=now or utcnow(),
         )
-        return GoalDocument(goal=goal)
+        shared = shared_workdirs([goal], goal_list(self.layout).goals).get(goal.id, [])
+        return GoalDocument(goal=goal, shared_workdir=shared)
 
     def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
         if not update:
@@ -220,7 +222,9 @@ class Goals:
         goals = read_import(source, default_workdir=workdir, now=utcnow())
         if check:
             check_import(source, goals)
-        return import_goals(self.layout, source, goals)
+        report = import_goals(self.layout, source, goals)
+        shared = shared_workdirs([g for _, g in goals], goal_list(self.layout).goals)
+        return report.model_copy(update={"shared_workdir": shared}) if shared else report
 
     def show(self, goal_id: str) -> GoalView:
         """`loopx goal show`: a goal's policy and state.

@@ -408,6 +408,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "quarantined": list(inputs.quarantined),
         "probe": inputs.probe,
         "recheck_at": account.recheck_at,
+        "last_check": None,
     }
     if key is not None and goal.id not in explanation:
         if len(_PLAIN_UNRUN) >= _PLAIN_UNRUN_MAX:
@@ -461,6 +462,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "quarantined": list(inputs.quarantined),
             "probe": inputs.probe,
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
+            "last_check": state.last_check,
         },
     )
 

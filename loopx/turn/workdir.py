@@ -32,6 +32,8 @@ import contextlib
 import hashlib
 import os
 import socket
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +42,7 @@ from typing import Final, Literal
 from loopx.errors import CorruptFileError
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.status.changes import note_goal_changed
 from loopx.storage.files import (
@@ -100,6 +102,50 @@ def turn_workdir(goal: Goal) -> str:
     runs, and locks, there instead; until then every goal runs in its workdir.
     """
     return goal.workdir
+
+
+def has_worktree(goal: Goal) -> bool:
+    """Whether the goal runs in a worktree of its own (hook for issue 26 item 2: none yet)."""
+    del goal
+    return False
+
+
+def shared_workdirs(new: Iterable[Goal], registered: Iterable[Goal]) -> dict[str, list[str]]:
+    """For each new goal without a worktree, the other goals whose workdir overlaps its own. Pure.
+
+    Overlap: the same directory, or one inside the other (workdirs are stored
+    resolved, so no path is looked up). Goals with a worktree of their own,
+    and archived ones, share nothing. Costs one sort of the workdirs and a
+    bisection per new goal, not a comparison of every pair.
+    """
+    new = [g for g in new if not has_worktree(g)]
+    ids = {g.id for g in new}
+    others = [
+        g for g in registered
+        if g.id not in ids and g.status is not GoalStatus.ARCHIVED and not has_worktree(g)
+    ]  # fmt: skip
+    pool = sorted((g.workdir.rstrip("/") or "/", g.id) for g in [*others, *new])
+    paths = [p for p, _ in pool]
+    out: dict[str, list[str]] = {}
+    for goal in new:
+        mine = goal.workdir.rstrip("/") or "/"
+        found = {pool[i][1] for i in _equal(paths, mine)}  # the same directory
+        inside = mine.rstrip("/") + "/"
+        i = bisect_left(paths, inside)
+        while i < len(paths) and paths[i].startswith(inside):  # the ones inside it
+            found.add(pool[i][1])
+            i += 1
+        for ancestor in _ancestors(mine):  # the ones above it
+            found.update(pool[j][1] for j in _equal(paths, ancestor))
+        found.discard(goal.id)
+        if found:
+            out[goal.id] = sorted(found)
+    return out
+
+
+def _equal(paths: list[str], path: str) -> range:
+    """The positions of ``path`` in the sorted ``paths``."""
+    return range(bisect_left(paths, path), bisect_right(paths, path))
 
 
 def workdir_key(path: str) -> str:
@@ -310,6 +356,7 @@ __all__ = [
     "read_wait",
     "real_workdir",
     "release_workdir",
+    "shared_workdirs",
     "turn_workdir",
     "wait_file",
     "workdir_key",
