@@ -157,9 +157,7 @@ def _why(v: GoalStatusView) -> str:
 def render_plain(p: StatusProjection, now: datetime) -> str:
     """The non-TTY rendering: a header row, then one aligned line per goal; grep-friendly."""
     lines = [_header(p)]
-    rows = [
-        (v.actor.value, v.goal_id, v.reason.value, _last(v, now), _why(v)) for v in p.goals
-    ]
+    rows = [(v.actor.value, v.goal_id, v.reason.value, _last(v, now), _why(v)) for v in p.goals]
     if rows:
         head = ("actor", "goal", "reason", "last turn", "why")
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]

@@ -13,8 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
-from loopx.fleet import FleetState
 from loopx.donecheck import LastCheck
+from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime, trusted
 from loopx.quota.budget import QuotaView
 from loopx.registry.model import GoalStatus
