@@ -50,6 +50,7 @@ def test_a_failing_check_then_a_passing_one(cli, tmp_path):
     show = json.loads(loopx_here(cli.root, "goal", "show", "g", "--json").stdout)
     assert show["goal"]["status"] == "done"
     assert show["state"]["last_check"]["passed"] is True
+    assert show["state"]["next_action"] is None  # the check's request is met
     assert check_runs(wd) == ["g-t000001-e1", "g-t000002-e2"]
 
 
