@@ -46,9 +46,9 @@ from loopx.agents.hosttree import Tree, leftovers, own_children, sweep
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import child_running, kill_tree, running, subreaper
-from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import OUTPUT_LIMIT_BYTES
+from loopx.usage import Usage
 
 log = get_logger(__name__)
 

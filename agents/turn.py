@@ -30,7 +30,7 @@ import structlog
 
 from loopx import __version__, environ
 from loopx.agents.console import AgentConsole
-from loopx.agents.execution import HostTerms, execute
+from loopx.agents.execution import HostTerms, execute, finish_checked
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
 from loopx.agents.hosts import Host
 from loopx.clock import calibrate
@@ -80,6 +80,13 @@ from loopx.turn.lease import (
 from loopx.turn.outcome import TurnStatus
 from loopx.turn.protocol import Envelope
 from loopx.turn.recovery import RecoveryAction, recover_goal
+from loopx.turn.workdir import (
+    WorkdirClaim,
+    acquire_workdir,
+    note_waiting,
+    release_workdir,
+    turn_workdir,
+)
 
 log = get_logger(__name__)
 
@@ -185,11 +192,29 @@ def attempt_turn(
                 log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
                 _kill_goal_processes(layout, goal_id, config.kill_grace_s)
             try:
-                return _claimed_turn(
-                    layout, goal, lease, stop=stop, config=config, console=console, host=host
-                )
+                workdir = _workdir_claim(layout, goal, lease, config)
+                if workdir.hold is None:
+                    busy_with = workdir.blocking.goal_id if workdir.blocking else None
+                    return TurnAttempt(goal_id=goal_id, claimed=False, workdir_busy=busy_with)
+                try:
+                    return _claimed_turn(
+                        layout, goal, lease, stop=stop, config=config, console=console, host=host
+                    )
+                finally:
+                    release_workdir(layout, workdir.hold)
             finally:
                 release(layout, lease)
+
+
+def _workdir_claim(layout: Layout, goal: Goal, lease: Lease, config: TurnConfig) -> WorkdirClaim:
+    """One turn per workdir (issue 26): the lock of the goal's workdir, or who holds it."""
+    workdir = turn_workdir(goal)
+    now = utcnow()
+    claim = acquire_workdir(layout, workdir, lease, now=now, grace_s=config.lease_grace_s)
+    if claim.hold is None and claim.blocking is not None:
+        log.info("workdir_busy", holder=claim.blocking.goal_id, path=claim.blocking.path)
+        note_waiting(layout, goal.id, workdir, claim.blocking, now=now)
+    return claim
 
 
 def _claimed_turn(
@@ -216,6 +241,12 @@ def _claimed_turn(
         actions, pending = recover_goal(
             layout, goal.id, fence, now=utcnow(), paths=[newest] if newest is not None else []
         )
+        if pending is not None and pending.check_due():
+            # Issue 26: the host finished; only its done-check is left to run.
+            _kill_goal_processes(layout, goal.id, config.kill_grace_s)
+            turn_key = pending.turn_key
+            done = finish_checked(layout, pending, fence, terms, stop=stop)
+            return _attempt(goal.id, report=_report(done, actions))
         if pending is not None:
             _kill_goal_processes(layout, goal.id, config.kill_grace_s)
             turn_key = pending.turn_key
@@ -348,6 +379,7 @@ def _plan(
         turn_timeout_s=goal.quota.turn_timeout_s,
         max_rss_mb=goal.quota.max_rss_mb,
         prior_failures=state.consecutive_failures,
+        done_check=goal.done_check,
     )
     return TurnJournal(
         loopx_version=__version__,

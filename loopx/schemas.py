@@ -52,6 +52,7 @@ from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
+from loopx.turn.workdir import WorkdirHold, WorkdirWait
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {
@@ -85,6 +86,9 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    # Issue 26: one turn per workdir.
+    "workdir-hold": WorkdirHold,  # workdirs/<key>.json
+    "workdir-wait": WorkdirWait,  # goals/<id>/turns/.workdir-wait.json
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,

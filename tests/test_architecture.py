@@ -67,11 +67,13 @@ KERNEL_ORDER: Final = (
     "forked",
     "storage",
     "model",
+    "usage",  # what a turn or a check spent: journals, ledgers and done-checks record it
     # the root, and what every layer above writes through it
     "settings",
     "root",
     "hints",
     "goallock",
+    "donecheck",  # a goal's done-check and its last result: the goal, its state and journals hold it
     "state",
     "fleet",
     # the durable layers, each over the ones it reads

@@ -23,9 +23,9 @@ from loopx.quota.ledger import (
     window_buckets_at,
     window_spend,
 )
-from loopx.quota.usage import Usage
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, open_dir
+from loopx.usage import Usage
 
 T0 = datetime(2025, 5, 1, tzinfo=UTC)
 GOAL = "g1"

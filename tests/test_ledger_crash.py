@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from loopx.quota.ledger import SpendRecord, append_spend, read_spend, window_spend
 from loopx.root import Layout
-from loopx.quota.usage import Usage
+from loopx.usage import Usage
 
 layout = Layout.at(Path(sys.argv[1]))
 count = int(sys.argv[2])

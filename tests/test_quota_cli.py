@@ -14,10 +14,10 @@ from loopx import exitcodes
 from loopx.cli import main
 from loopx.model import utcnow
 from loopx.quota.ledger import SpendRecord, append_spend
-from loopx.quota.usage import Usage
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model
 from loopx.turn.lease import Lease
+from loopx.usage import Usage
 
 POLICY = {
     "--quota-compute": ("compute", "0.25"),

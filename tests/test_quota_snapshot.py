@@ -25,12 +25,12 @@ from loopx.api import Root
 from loopx.cli._quick import parse_should_run
 from loopx.quota.ledger import SpendRecord, append_spend
 from loopx.quota.quick import print_snapshot, snapshot_file
-from loopx.quota.usage import Usage
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import update_state
 from loopx.turn.lease import claim
+from loopx.usage import Usage
 from tests.turnkit import cli_env
 
 T1 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)

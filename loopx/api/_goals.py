@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loopx.archive import ArchiveResult, archive_goal, parse_archive_root
-from loopx.errors import InvalidPolicyError, UsageError
+from loopx.donecheck import DoneCheckSpec, done_check_spec
+from loopx.errors import GoalNotFoundError, InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.bulk import ImportReport, check_import, import_goals, read_import
 from loopx.registry.checks import check_program, check_workdir
@@ -28,6 +29,7 @@ from loopx.registry.views import (
 from loopx.root import Layout
 from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
 from loopx.status.view import ProbeObservation
+from loopx.turn.workdir import shared_workdirs
 
 
 def host_spec(
@@ -105,6 +107,9 @@ class Goals:
         next_probe: str | None = None,
         max_host_attempts: int | None = None,
         resources: Mapping[str, float] | None = None,
+        done_check: str | Sequence[str] | None = None,
+        done_check_timeout_s: float | None = None,
+        done_check_every_turn: bool | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
@@ -115,7 +120,10 @@ class Goals:
         ``quota`` holds :class:`loopx.QuotaPolicy` fields; ``workdir`` defaults
         to ``default_workdir`` (the current directory) for a new goal. With
         ``check`` (``--no-check`` off) the workdir must exist and a command
-        host's program must be found, as the CLI checks.
+        host's program must be found, as the CLI checks. ``done_check`` (split
+        like ``host``) runs in the workdir when the host reports ``completed``
+        (after every turn with ``done_check_every_turn``); its program must be
+        found too (docs/work.md).
 
         Raises:
             GoalExistsError: the id is registered and ``update`` is False.
@@ -129,6 +137,15 @@ class Goals:
             check_workdir(where)
         if check and spec is not None and spec.kind == HostKind.COMMAND and spec.argv:
             check_program(spec.argv[0], where or (None if update else Path.cwd()))
+        check_spec = self._done_check(
+            goal_id, done_check, done_check_timeout_s, done_check_every_turn, update=update
+        )
+        if check and check_spec is not None and done_check is not None:
+            check_program(
+                check_spec.argv[0],
+                where or (None if update else Path.cwd()),
+                role="done-check",
+            )
         changes = GoalChanges(
             objective=objective,
             workdir=None if where is None else str(where),
@@ -138,6 +155,7 @@ class Goals:
             max_host_attempts=max_host_attempts,
             resources=None if resources is None else dict(resources),
             quota={k: v for k, v in (quota or {}).items() if v is not None},
+            done_check=check_spec,
         )
         goal = add_goal(
             self.layout,
@@ -147,7 +165,30 @@ class Goals:
             default_workdir=default_workdir or Path.cwd(),
             now=now or utcnow(),
         )
-        return GoalDocument(goal=goal)
+        shared = shared_workdirs([goal], goal_list(self.layout).goals).get(goal.id, [])
+        return GoalDocument(goal=goal, shared_workdir=shared)
+
+    def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
+        if not update:
+            return None
+        try:
+            return get_goal(self.layout, goal_id).done_check
+        except GoalNotFoundError:
+            return None
+
+    def _done_check(
+        self,
+        goal_id: str,
+        command: str | Sequence[str] | None,
+        timeout_s: float | None,
+        every_turn: bool | None,
+        *,
+        update: bool,
+    ) -> DoneCheckSpec | None:
+        existing = self._existing_check(goal_id, update=update)
+        return done_check_spec(
+            command, timeout_s=timeout_s, every_turn=every_turn, existing=existing
+        )
 
     def update(self, goal_id: str, **changes: Any) -> GoalDocument:  # noqa: ANN401 - add's keywords
         """`loopx goal add --update`: change the named fields of an existing goal."""
@@ -181,7 +222,9 @@ class Goals:
         goals = read_import(source, default_workdir=workdir, now=utcnow())
         if check:
             check_import(source, goals)
-        return import_goals(self.layout, source, goals)
+        report = import_goals(self.layout, source, goals)
+        shared = shared_workdirs([g for _, g in goals], goal_list(self.layout).goals)
+        return report.model_copy(update={"shared_workdir": shared}) if shared else report
 
     def show(self, goal_id: str) -> GoalView:
         """`loopx goal show`: a goal's policy and state.

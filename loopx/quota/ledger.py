@@ -37,7 +37,6 @@ from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
-from loopx.quota.usage import Usage
 from loopx.quota.window import (
     BucketFold,
     SpendColumns,
@@ -59,6 +58,7 @@ from loopx.storage.files import (
     refuse_symlinked_parents,
 )
 from loopx.storage.jsonl import append_record, read_records
+from loopx.usage import Usage
 
 log = get_logger(__name__)
 

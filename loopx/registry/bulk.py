@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from loopx.errors import UsageError
 from loopx.hints import note_goal_changed
@@ -63,6 +63,8 @@ class ImportReport(Record):
     total: int  # goals in the file
     added: int  # newly registered
     unchanged: int  # already registered with the same policy
+    # Issue 26: each imported goal without a worktree that shares its workdir -> the others.
+    shared_workdir: dict[str, list[str]] = Field(default_factory=dict)
 
 
 def _same_policy(a: Goal, b: Goal) -> bool:
@@ -165,6 +167,11 @@ def _setup_checks(goal: Goal) -> Iterator[tuple[tuple[str, ...], Callable[[], No
         relative = "/" in program and not program.startswith("/")
         key = ("program", program, goal.workdir if relative else "")
         yield key, lambda: check_program(program, workdir)
+    if goal.done_check is not None:  # issue 26: the done-check's program, like a host's
+        check_prog = goal.done_check.argv[0]
+        relative = "/" in check_prog and not check_prog.startswith("/")
+        key = ("done-check", check_prog, goal.workdir if relative else "")
+        yield key, lambda: check_program(check_prog, workdir, role="done-check")
 
 
 def check_import(source: Path, goals: list[tuple[int | None, Goal]]) -> None:

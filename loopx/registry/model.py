@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from loopx.donecheck import DoneCheckSpec
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.quota_policy import PositiveFloat, QuotaPolicy
@@ -87,6 +88,8 @@ class Goal(Record):
     # Ray back-end: custom resources an agent must hold to run this goal's turns
     # (`goal add --resource NAME=AMOUNT`); the local back-end ignores them.
     resources: dict[str, PositiveFloat] = Field(default_factory=dict)
+    # Issue 26: the goal's own check of a `completed` (`goal add --done-check CMD`).
+    done_check: DoneCheckSpec | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

@@ -23,7 +23,7 @@ from loopx.hints import note_goal_changed
 from loopx.history.reader import HistoryCounts, tail_and_counts
 from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
-from loopx.registry.model import Goal
+from loopx.registry.model import Goal, GoalStatus
 from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
@@ -42,12 +42,13 @@ from loopx.storage.files import (
 from loopx.storage.resources import root_health
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
+from loopx.turn.workdir import WAIT_FILE, WorkdirWait
 
 PROBES_DIR: Final = "probes"
 _READ_ORDER: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl")
 READ_NAMES: Final = frozenset(_READ_ORDER)
 NO_COUNTS: Final = HistoryCounts()  # a goal without history (frozen, so shared)
-M = TypeVar("M", GoalState, Lease)
+M = TypeVar("M", GoalState, Lease, WorkdirWait)
 
 
 # --- goals -------------------------------------------------------------------------------------
@@ -103,6 +104,7 @@ def gather_goal(
         quarantined=quarantined,
         damage=tuple(files.damage),
         probe=probe,
+        workdir_wait=files.workdir_wait,
     )
     return inputs, files.counts
 
@@ -115,6 +117,7 @@ class _GoalFiles:
     counts: HistoryCounts = NO_COUNTS
     spend: SpendColumns = NO_SPEND
     damage: list[str] = field(default_factory=list)
+    workdir_wait: WorkdirWait | None = None
 
 
 def _read_goal_files(
@@ -131,6 +134,9 @@ def _read_goal_files(
         out.state = _model_at(dir_fd, goal_dir, "state.json", GoalState, out.damage)
     if "lease.json" not in absent:
         out.lease = _model_at(dir_fd, goal_dir, "lease.json", Lease, out.damage)
+    if out.lease is None and goal.status is GoalStatus.ACTIVE:
+        # Issue 26: written and removed with a change hint, so a hint re-reads it.
+        out.workdir_wait = _model_at(dir_fd, goal_dir, WAIT_FILE, WorkdirWait, out.damage)
     if "history.jsonl" not in absent:
         try:
             read = tail_and_counts(dir_fd, goal_dir, counted)

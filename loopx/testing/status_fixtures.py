@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from loopx.quota.ledger import SpendRecord
-from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import write_goals
@@ -23,6 +22,7 @@ from loopx.storage.jsonl import append_record
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
+from loopx.usage import Usage
 
 
 def make_goal(goal_id: str, *, now: datetime, workdir: Path, **fields: object) -> Goal:

@@ -12,11 +12,11 @@ from pydantic import Field
 
 from loopx.model import Record
 from loopx.quota.decision import QuotaDecision
-from loopx.quota.usage import Usage
 from loopx.turn.failures import TurnFailure
 from loopx.turn.journal import Phase
 from loopx.turn.outcome import ResultKind, TurnStatus
 from loopx.turn.recovery import RecoveryAction
+from loopx.usage import Usage
 
 
 class TurnReport(Record):
@@ -50,3 +50,5 @@ class TurnAttempt(Record):
     recovered: list[RecoveryAction] = Field(default_factory=list)
     # Not claimed because the goal's lock was busy and the caller asked not to wait.
     busy: bool = False
+    # Issue 26: not run because another goal's turn holds the workdir (that goal's id).
+    workdir_busy: str | None = None

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from loopx.model import Record, UtcDatetime
-from loopx.quota.usage import Usage
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind, TurnStatus
+from loopx.usage import Usage
 
 if TYPE_CHECKING:  # readers of history (status) need not import the journal and its layers
     from loopx.turn.journal import TurnJournal
