@@ -36,6 +36,9 @@ from loopx.registry.initialise import InitReport
 from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal, RegistrySettings
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
+from loopx.retention.gc import GcReport
+from loopx.retention.policy import RetentionSettings
+from loopx.retention.space import SpaceReading
 from loopx.state import GoalState
 from loopx.status import dashboard
 from loopx.status.actions import ActionResult, AuditRecord
@@ -45,6 +48,7 @@ from loopx.status.livetail import LiveOutput
 from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
+from loopx.turn.checkpoint import Checkpoint
 from loopx.turn.inspection import JournalInspection, JournalList
 from loopx.turn.journal import TurnJournal
 from loopx.turn.lease import Lease
@@ -84,6 +88,10 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    # Retention (docs/retention.md): the policy, a goal's checkpoint, the root's measured size.
+    "retention": RetentionSettings,
+    "checkpoint": Checkpoint,
+    "space": SpaceReading,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -107,6 +115,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "archive": ArchiveResult,
     "doctor": DoctorReport,
     "replay": ReplayReport,
+    "gc": GcReport,
     "supervisor-status": SupervisorStatus,
     "supervisor-run": RunSummary,
     "agent-view": AgentView,  # inside supervisor-status
