@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal
@@ -179,7 +180,6 @@ def build_checkpoint(
     raw: list[bytes],
     *,
     window: timedelta,
-    now: datetime,
 ) -> Checkpoint:
     """The checkpoint after folding ``folded`` (oldest first, their file bytes ``raw``).
 
@@ -205,7 +205,7 @@ def build_checkpoint(
             ledger=ledger,
             folded=_counts(previous.folded if previous else FoldedCounts(), folded),
             journals_digest=chain_digest(previous.digest if previous else "", raw),
-            created_at=now,
+            through_at=last.ended_at or last.turn_end,
         )
     )
 
@@ -308,19 +308,32 @@ def settle(layout: Layout, checkpoint: Checkpoint, policy: KeepPolicy, *, now: d
     _rewrite(layout.history_file(goal_id), through, [], tally)
     fault_point("gc:history_rewritten")
     head = [r.model_dump_json().encode() + b"\n" for r in checkpoint.ledger]
-    _rewrite(layout.quota_file(goal_id), through, head, tally)
-    layout.quota_aggregate_file(goal_id).unlink(missing_ok=True)  # a cache of the old ledger
+    # The aggregate caches the ledger's prefix: it goes before and after a rewrite, so no
+    # reader keeps one of the old ledger (an unchanged ledger keeps its cache).
+    aggregate = layout.quota_aggregate_file(goal_id)
+    _rewrite(layout.quota_file(goal_id), through, head, tally, before=aggregate.unlink)
     return tally
 
 
-def _rewrite(path: Path, through: int, head: list[bytes], tally: _Tally) -> None:
+def _rewrite(
+    path: Path,
+    through: int,
+    head: list[bytes],
+    tally: _Tally,
+    *,
+    before: Callable[..., None] | None = None,
+) -> None:
     try:
         data = read_bytes(path)
     except FileNotFoundError:
         return
     new = _filtered_lines(data, through, head)
     if new != data[: data.rfind(b"\n") + 1]:
+        if before is not None:
+            before(missing_ok=True)
         atomic_write_bytes(path, new)
+        if before is not None:
+            before(missing_ok=True)
         tally.bytes += max(len(data) - len(new), 0)
 
 
@@ -354,15 +367,19 @@ def _unsettled(layout: Layout, checkpoint: Checkpoint | None, paths: list[Path])
         return True
     if _run_logs(layout, checkpoint.goal_id, through):
         return True
-    for path in (layout.history_file(checkpoint.goal_id), layout.quota_file(checkpoint.goal_id)):
+    ledger_keys = {r.turn_key for r in checkpoint.ledger}
+    for path, keep in (
+        (layout.history_file(checkpoint.goal_id), set[str]()),
+        (layout.quota_file(checkpoint.goal_id), ledger_keys),
+    ):
         try:
-            with path.open("rb") as f:
-                first = f.readline()
+            data = read_bytes(path)
         except FileNotFoundError:
             continue
-        if first.endswith(b"\n") and _line_seq(first) <= through:
-            keys = {r.turn_key for r in checkpoint.ledger}
-            if _turn_key_of(first) not in keys:
+        for line in data.split(b"\n")[:-1]:
+            if _line_seq(line) > through:
+                break
+            if _turn_key_of(line) not in keep:
                 return True
     return False
 
@@ -409,7 +426,7 @@ def collect_goal(
                 ]
                 fault_point("gc:before_checkpoint")
                 checkpoint = build_checkpoint(
-                    checkpoint, folded, raw, window=_window(layout, goal_id), now=now
+                    checkpoint, folded, raw, window=_window(layout, goal_id)
                 )
                 atomic_write_model(layout.goal_dir(goal_id) / CHECKPOINT_NAME, checkpoint)
                 fault_point("gc:checkpoint_written")

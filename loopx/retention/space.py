@@ -19,6 +19,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.retention.policy import RetentionSettings, load_settings
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
+from loopx.storage.resources import root_health
 
 log = get_logger(__name__)
 
@@ -124,6 +125,11 @@ def check_space(layout: Layout, *, now: datetime) -> str | None:
     return space_problem(settings, free_bytes=free_bytes(layout), reading=reading)
 
 
+def root_problem(layout: Layout, *, now: datetime) -> str | None:
+    """Why the root takes no new turns now: writes refused (full, read-only), else its limits."""
+    return root_health(layout.root) or check_space(layout, now=now)
+
+
 __all__ = [
     "SpaceReading",
     "check_space",
@@ -131,5 +137,6 @@ __all__ = [
     "free_bytes",
     "measure",
     "read_reading",
+    "root_problem",
     "space_problem",
 ]

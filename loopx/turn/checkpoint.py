@@ -48,8 +48,10 @@ class Checkpoint(Record):
     ledger: list[SpendRecord] = Field(default_factory=list)
     folded: FoldedCounts = Field(default_factory=FoldedCounts)
     journals_digest: str  # sha256: the previous checkpoint's, then each folded journal's
-    digest: str = ""  # sha256 of everything above; see content_digest
-    created_at: UtcDatetime
+    # When turn ``through_seq`` ended: from the journal, so a fold redone after a crash
+    # writes the same bytes.
+    through_at: UtcDatetime
+    digest: str = ""  # sha256 of everything else; see content_digest
 
 
 def content_digest(checkpoint: Checkpoint) -> str:

@@ -221,7 +221,9 @@ def compare_files(
     if folded_through:
         keys = {str(line.get("turn_key")) for line in json_lines(rebuilt.get("quota.jsonl", b""))}
         disk = {
-            name: without_folded(name, data, folded_through, keys)
+            name: without_folded(
+                name, data, folded_through, keys if name == "quota.jsonl" else set()
+            )
             for name, data in disk.items()
             if (_seq_of(name) or folded_through + 1) > folded_through
         }
