@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -316,3 +317,103 @@ def test_a_gc_killed_at_each_step_converges_to_the_undisturbed_files(
     )
     assert sorted(files) == sorted(undisturbed)
     assert files == undisturbed
+
+
+# --- disk limits ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 32 MiB tmpfs (skipped where mounting is not permitted)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_below_the_free_space_floor_no_turn_starts_and_turns_resume_when_freed(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """On a small tmpfs past the floor the agent idles and status says why; freed, it runs again."""
+    from loopx.agents.loop import Agent, Step
+    from loopx.fleet import AgentConfig
+
+    loopx.Root.init(small_disk / "root")
+    root = loopx.Root.open(small_disk / "root")
+    (tmp_path / "w").mkdir()
+    root.goals.add("g", objective="count", workdir=tmp_path / "w", host_kind="demo",
+                   host=["--steps", "1000"])  # fmt: skip
+    root.retention.set(min_free_disk_mb=20)
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (16 * 1024 * 1024))
+    agent = Agent(root.layout, AgentConfig(agent_id="a1"))
+    held = agent.run_once()
+    journals_held = names(root.layout.turns_dir("g"))
+    degraded = root.status.project().fleet.degraded
+    filler.unlink()
+    resumed = agent.run_once()
+    assert (held, journals_held, resumed, agent.space_blocked) == (Step.IDLE, [], Step.RAN, None)
+    assert degraded is not None
+    assert "below the floor of 20 MB" in degraded
+
+
+def test_over_the_root_size_quota_no_turn_starts(api: loopx.Root) -> None:
+    """A root holding more than --max-root-mb takes no new turn until gc brings it under."""
+    from loopx.agents.loop import Agent, Step
+    from loopx.fleet import AgentConfig
+
+    run_turns(api.layout, "g", 2)
+    api.retention.set(max_root_mb=1)
+    (api.layout.root / "logs" / "big.log").write_bytes(b"x" * (2 * 1024 * 1024))
+    agent = Agent(api.layout, AgentConfig(agent_id="a1"))
+    step = agent.run_once()
+    assert (step, len(names(api.layout.turns_dir("g")))) == (Step.IDLE, 2)
+    assert agent.space_blocked is not None
+    assert "over its quota of 1 MB" in agent.space_blocked
+
+
+def _beat(layout: Layout, agent_id: str, phase: str) -> None:
+    from loopx.fleet import AgentHeartbeat, AgentPhase
+    from loopx.storage.files import atomic_write_model
+
+    now = utcnow()
+    beat = AgentHeartbeat(agent_id=agent_id, pid=os.getpid(), pid_started_at=0.0, hostname="h",
+                          phase=AgentPhase(phase), started_at=now, beat_at=now)  # fmt: skip
+    atomic_write_model(layout.agent_file(agent_id), beat)
+
+
+def test_the_supervisors_gc_duty_waits_for_an_idle_agent(api: loopx.Root) -> None:
+    """The duty folds nothing while every agent runs a turn, and folds once one is idle."""
+    from loopx.supervisor.gcduty import GcDuty
+
+    layout = api.layout
+    run_turns(layout, "g", 5)
+    keep(layout, keep_turns=2, keep_days=0)
+    duty = GcDuty(layout, interval_s=30)
+    _beat(layout, "a1", "running")
+    busy = duty.step(0.0, wall=utcnow(), agents=["a1"])
+    _beat(layout, "a1", "idle")
+    idle = duty.step(30.0, wall=utcnow(), agents=["a1"])
+    assert (busy, idle, duty.next_at) == (0, 3, 60.0)
+
+
+def test_the_gc_duty_runs_at_once_when_disk_limits_hold_turns(api: loopx.Root) -> None:
+    """Past the root size quota the duty folds even while every agent is busy."""
+    from loopx.supervisor.gcduty import GcDuty
+
+    layout = api.layout
+    run_turns(layout, "g", 5)
+    keep(layout, keep_turns=2, keep_days=0)
+    api.retention.set(max_root_mb=1)
+    (layout.root / "logs" / "big.log").write_bytes(b"x" * (2 * 1024 * 1024))
+    _beat(layout, "a1", "running")
+    assert GcDuty(layout).step(0.0, wall=utcnow(), agents=["a1"]) == 3

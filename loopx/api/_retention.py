@@ -8,10 +8,10 @@ from datetime import datetime
 from loopx.model import utcnow
 from loopx.retention.gc import GcReport, collect
 from loopx.retention.policy import (
-    RetentionChange,
     RetentionSettings,
     apply_change,
     load_settings,
+    retention_change,
     update_settings,
 )
 from loopx.retention.space import check_space
@@ -32,17 +32,37 @@ class Retention:
         """
         return load_settings(self.layout)
 
-    def set(self, change: RetentionChange) -> RetentionSettings:
-        """`loopx retention set`: change the root's policy, or one goal's (``change.goal_id``).
+    def set(
+        self,
+        *,
+        goal_id: str | None = None,
+        keep_turns: int | None = None,
+        keep_days: float | None = None,
+        keep_failed_days: float | None = None,
+        max_root_mb: int | None = None,
+        min_free_disk_mb: int | None = None,
+    ) -> RetentionSettings:
+        """`loopx retention set`: change the fields given, of the root or of one goal (``goal_id``).
+
+        ``max_root_mb=0`` removes the size quota.
 
         Raises:
-            GoalNotFoundError: ``change.goal_id`` names no goal.
+            UsageError: a value is out of range.
+            GoalNotFoundError: ``goal_id`` names no goal.
             CorruptFileError: ``retention.json`` is damaged.
         """
-        if change.goal_id is not None:
+        change = retention_change(
+            goal_id=goal_id,
+            keep_turns=keep_turns,
+            keep_days=keep_days,
+            keep_failed_days=keep_failed_days,
+            max_root_mb=max_root_mb,
+            min_free_disk_mb=min_free_disk_mb,
+        )
+        if goal_id is not None:
             from loopx.registry.goals import get_goal  # noqa: PLC0415 - only for a goal's override
 
-            get_goal(self.layout, change.goal_id)
+            get_goal(self.layout, goal_id)
         return update_settings(self.layout, lambda s: apply_change(s, change))
 
     def gc(

@@ -7,7 +7,7 @@ import argparse
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.retention.gc import GcReport
-from loopx.retention.policy import RetentionChange, RetentionSettings
+from loopx.retention.policy import RetentionSettings
 
 
 def register(sub: Subparsers) -> None:
@@ -65,7 +65,7 @@ def _print_settings(settings: RetentionSettings) -> None:
 
 def run_set(args: argparse.Namespace) -> int:
     """Change the policy; print the new settings."""
-    change = RetentionChange(
+    settings = root(args).retention.set(
         goal_id=args.goal,
         keep_turns=args.keep_turns,
         keep_days=args.keep_days,
@@ -73,7 +73,6 @@ def run_set(args: argparse.Namespace) -> int:
         max_root_mb=args.max_root_mb,
         min_free_disk_mb=args.min_free_disk_mb,
     )
-    settings = root(args).retention.set(change)
     if args.json:
         print_json(settings)
     else:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
+from loopx.errors import UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.root import Layout
@@ -77,6 +78,23 @@ class RetentionChange(Record):
     keep_failed_days: Days | None = None
     max_root_mb: Annotated[int, Field(ge=0)] | None = None  # 0: no size quota
     min_free_disk_mb: Annotated[int, Field(ge=0)] | None = None
+
+
+def retention_change(**fields: object) -> RetentionChange:
+    """A checked :class:`RetentionChange` from the command's fields.
+
+    Raises:
+        UsageError: a field is out of range or of the wrong type.
+    """
+    try:
+        return RetentionChange.model_validate(fields)
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = "--" + ".".join(str(p) for p in first["loc"]).replace("_", "-")
+        raise UsageError(
+            f"invalid value for {name}: {first['msg']} (got {first['input']!r})",
+            hint="see `loopx retention set --help`",
+        ) from e
 
 
 def apply_change(settings: RetentionSettings, change: RetentionChange) -> RetentionSettings:
@@ -151,5 +169,6 @@ __all__ = [
     "RetentionSettings",
     "apply_change",
     "load_settings",
+    "retention_change",
     "update_settings",
 ]
