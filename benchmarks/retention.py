@@ -29,6 +29,7 @@ from pathlib import Path
 from _fleet import ENV, SH_SCRIPT, compile_package, init_root, start_fleet, stop_fleet
 from _timing import lowest
 
+from loopx.api import configure_logging
 from loopx.model import utcnow
 from loopx.retention.gc import collect
 from loopx.retention.space import measure
@@ -65,6 +66,7 @@ def main() -> None:  # noqa: PLR0915 - one run read top to bottom
     parser.add_argument("--sample-every", type=int, default=5_000)
     parser.add_argument("--gc-every-s", type=float, default=5.0)
     args = parser.parse_args()
+    configure_logging(level="warning")
     compile_package()
     base = Path(tempfile.mkdtemp(prefix="loopx-retention-"))
     root = base / "root"

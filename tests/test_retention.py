@@ -417,3 +417,15 @@ def test_the_gc_duty_runs_at_once_when_disk_limits_hold_turns(api: loopx.Root) -
     (layout.root / "logs" / "big.log").write_bytes(b"x" * (2 * 1024 * 1024))
     _beat(layout, "a1", "running")
     assert GcDuty(layout).step(0.0, wall=utcnow(), agents=["a1"]) == 3
+
+
+def test_doctor_names_a_damaged_checkpoint(api: loopx.Root) -> None:
+    """doctor reports a checkpoint whose digest fails, and says to restore it."""
+    layout = api.layout
+    run_turns(layout, "g", 3)
+    keep(layout, keep_turns=1, keep_days=0)
+    api.retention.gc()
+    path = layout.goal_dir("g") / "checkpoint.json"
+    path.write_text(path.read_text().replace('"turns": 2', '"turns": 5'))
+    findings = [f for f in loopx.Root.diagnose(layout.root).findings if f.path == str(path)]
+    assert [(f.severity, "digest" in f.problem) for f in findings] == [("error", True)]
