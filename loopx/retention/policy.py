@@ -29,8 +29,9 @@ RETENTION_FILE: Final = "retention.json"
 DEFAULT_KEEP_TURNS: Final = 200
 DEFAULT_KEEP_DAYS: Final = 7.0
 DEFAULT_KEEP_FAILED_DAYS: Final = 30.0
-# Below this much free space on the root's filesystem no new turn starts.
-DEFAULT_MIN_FREE_DISK_MB: Final = 256
+# Below this much free space on the root's filesystem no new turn starts: room for the turns
+# in flight to commit and for the logs, yet low enough for a small disk or a CI machine.
+DEFAULT_MIN_FREE_DISK_MB: Final = 64
 
 KeepTurns = Annotated[int, Field(ge=1, le=10_000_000)]
 Days = Annotated[float, Field(ge=0, le=36_500)]
