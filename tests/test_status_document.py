@@ -10,9 +10,9 @@ import pytest
 
 from loopx.fleet import AgentSlot, FleetRecord
 from loopx.model import utcnow
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.goals import open_gate
 from loopx.registry.model import GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.status import document
 from loopx.status.current import load_status, status_document
 from loopx.status.documents import GoalDetail, StatusPage, status_page

@@ -6,11 +6,11 @@ import json
 import os
 from datetime import datetime, timedelta
 
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.status.cache import StatusCache
-from loopx.status.changes import note_goal_changed
 from loopx.status.current import clear_status_cache
 from loopx.status.shards import (
     PACK_NAME,

@@ -9,9 +9,9 @@ import pytest
 
 from loopx.api import Root, prefetch_status_scan
 from loopx.forked import Forked
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.status.cache import StatusCache
-from loopx.status.changes import note_goal_changed
 from loopx.status.fingerprint import goal_fingerprint
 from loopx.status.prefetch import Fingerprints, prefetch_fingerprints
 from loopx.status.view import StatusReason

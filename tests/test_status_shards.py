@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.model import GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.status.cache import StatusCache
-from loopx.status.changes import note_goal_changed
 from loopx.status.shards import shard_dir, shard_file, shard_of
 from loopx.status.sources import probes_dir
 from loopx.status.view import GoalStatusView, ProbeObservation, json_bytes

@@ -10,9 +10,9 @@ import psutil
 
 from loopx.cli import _status
 from loopx.fleet import AgentHeartbeat, AgentPhase
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.status.cache import DEFAULT_TTL_S
-from loopx.status.changes import note_goal_changed
 from loopx.status.refresh import StatusIndex
 from loopx.status.snapshot import INDEX_SCHEMA_VERSION, snapshot_file
 from loopx.status.view import Actor

@@ -6,8 +6,8 @@ import os
 from datetime import datetime, timedelta
 
 from loopx.model import utcnow
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.model import GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
 from loopx.status.cache import StatusCache
 from loopx.status.current import clear_status_cache

@@ -26,6 +26,7 @@ from typing import Final, Literal
 
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.faults import fault_point
+from loopx.hints import note_goal_changed
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record
@@ -35,7 +36,6 @@ from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
 from loopx.root import Layout
 from loopx.state import GoalState
-from loopx.status.changes import note_goal_changed
 from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,

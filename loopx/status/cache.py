@@ -33,6 +33,7 @@ from typing import Final
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
 from loopx.forked import Forked
+from loopx.hints import HintCursor, read_hints, reset_hints
 from loopx.log import get_logger
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
@@ -65,11 +66,6 @@ from loopx.status.shards import (
     write_shard,
 )
 from loopx.status.snapshot import stat_pair
-from loopx.status.sources import (
-    HintCursor,
-    read_hints,
-    reset_hints,
-)
 from loopx.status.unrun import bulk_entry, plain_unrun, unrun_entry
 from loopx.status.view import StatusProjection
 from loopx.status.watch import FingerprintMemo

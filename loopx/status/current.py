@@ -14,9 +14,9 @@ from pathlib import Path
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
 from loopx.forked import Forked
+from loopx.hints import changes_file
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
-from loopx.status.changes import changes_file
 from loopx.status.document import status_bytes
 from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport, StatusIndex

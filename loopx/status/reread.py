@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from loopx.hints import HintCursor
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.status.fingerprint import Fingerprint, absent_files
@@ -21,7 +22,6 @@ from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
     NO_COUNTS,
     READ_NAMES,
-    HintCursor,
     current_fleet,
     gather_goal,
     probes_dir,
