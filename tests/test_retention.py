@@ -429,3 +429,23 @@ def test_doctor_names_a_damaged_checkpoint(api: loopx.Root) -> None:
     path.write_text(path.read_text().replace('"turns": 2', '"turns": 5'))
     findings = [f for f in loopx.Root.diagnose(layout.root).findings if f.path == str(path)]
     assert [(f.severity, "digest" in f.problem) for f in findings] == [("error", True)]
+
+
+def test_the_folded_state_equals_a_replay_of_the_same_journals(api: loopx.Root) -> None:
+    """build_checkpoint's pure fold gives the state and ledger a scratch-root replay writes."""
+    from loopx.retention.gc import fold_state
+    from loopx.state import GoalState
+    from loopx.turn.journal import journal_files, read_journal
+    from loopx.turn.phases import spend_record
+    from loopx.turn.replay import rebuild_from
+
+    layout = api.layout
+    run_turns(layout, "g", 4)
+    api.gates.open("g", question="ok?")  # a human field the next turn's plan snapshots
+    api.gates.resolve("g", answer="yes")
+    run_turns(layout, "g", 2)
+    journals = [read_journal(p) for p in journal_files(layout, "g")]
+    rebuilt = rebuild_from(None, journals, goal_id="g")
+    spent = [r.model_dump_json() for j in journals if (r := spend_record(j)) is not None]
+    assert fold_state(None, journals) == GoalState.model_validate_json(rebuilt.files["state.json"])
+    assert spent == rebuilt.files["quota.jsonl"].decode().splitlines()

@@ -30,7 +30,6 @@ from loopx.hints import note_goal_changed
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record
-from loopx.quota.ledger import SpendRecord
 from loopx.registry.goals import get_goal
 from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
@@ -56,7 +55,9 @@ from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
 from loopx.turn.lease import claim, fence_of, release
 from loopx.turn.outcome import ResultKind
-from loopx.turn.replay import rebuild_from
+from loopx.turn.phases import schedule, spend_record
+from loopx.turn.replay import HUMAN_FIELDS
+from loopx.turn.writeback import apply_patch
 
 log = get_logger(__name__)
 
@@ -174,6 +175,26 @@ def _counts(previous: FoldedCounts, journals: list[TurnJournal]) -> FoldedCounts
     )
 
 
+def fold_state(state: GoalState | None, journals: list[TurnJournal]) -> GoalState:
+    """The goal state after ``journals`` (oldest first), from ``state`` (None: the first's plan).
+
+    Pure, and the same functions replay runs: each turn starts from the state
+    before it with the human-owned fields of its plan's snapshot, then its
+    writeback patch (``apply_patch``) and the scheduler's effects (``schedule``).
+    """
+    for journal in journals:
+        planned = journal.plan.envelope.state
+        if state is None:
+            base = planned
+        else:
+            base = state.model_copy(update={n: getattr(planned, n) for n in HUMAN_FIELDS})
+        state = schedule(apply_patch(base, journal), journal)
+    if state is None:
+        msg = "fold_state needs a state or at least one journal"
+        raise ValueError(msg)
+    return state
+
+
 def build_checkpoint(
     previous: Checkpoint | None,
     folded: list[TurnJournal],
@@ -181,21 +202,17 @@ def build_checkpoint(
     *,
     window: timedelta,
 ) -> Checkpoint:
-    """The checkpoint after folding ``folded`` (oldest first, their file bytes ``raw``).
+    """The checkpoint after folding ``folded`` (oldest first, their file bytes ``raw``). Pure.
 
-    Replays them after ``previous`` with the live turn's functions. Ledger lines
-    that ended within ``window`` of the newest folded turn stay in the checkpoint,
-    since a quota window may still count them.
+    What replaying them after ``previous`` gives (``tests/test_retention.py`` checks it
+    against a replay in a scratch root). Ledger lines that ended within ``window`` of the
+    newest folded turn stay in the checkpoint, since a quota window may still count them.
     """
     last = folded[-1]
-    rebuilt = rebuild_from(previous, folded, goal_id=last.goal_id)
-    state = GoalState.model_validate_json(rebuilt.files["state.json"])
+    state = fold_state(previous.state if previous else None, folded)
     since = (last.ended_at or last.turn_end) - max(window, _MIN_LEDGER_WINDOW)
-    ledger = [
-        record
-        for record in _spend_lines(rebuilt.files.get("quota.jsonl", b""))
-        if record.ended_at > since
-    ]
+    spent = [r for j in folded if (r := spend_record(j)) is not None]
+    ledger = [r for r in [*(previous.ledger if previous else []), *spent] if r.ended_at > since]
     return sealed(
         Checkpoint(
             goal_id=last.goal_id,
@@ -208,10 +225,6 @@ def build_checkpoint(
             through_at=last.ended_at or last.turn_end,
         )
     )
-
-
-def _spend_lines(data: bytes) -> list[SpendRecord]:
-    return [SpendRecord.model_validate_json(line) for line in data.split(b"\n") if line.strip()]
 
 
 # --- settling: remove what the checkpoint replaces ---------------------------------------------
