@@ -3,14 +3,11 @@
 For one goal, a pass (under the goal's lease, so no turn runs meanwhile):
 
 1. plan the fold (:func:`loopx.retention.fold.plan_fold`);
-2. replay the previous checkpoint plus the folded journals in a scratch root and
-   write the new checkpoint atomically: from here the checkpoint is the record;
-3. settle: move the records of folded turns that failed or opened a gate to
-   ``kept/``, remove the other folded journals and run logs, and rewrite
-   ``history.jsonl`` and ``quota.jsonl`` without the folded lines.
+2. fold the previous checkpoint and the folded journals with the turn's own pure
+   functions and write the new checkpoint atomically: from here it is the record;
+3. settle (:mod:`loopx.retention.settle`): remove or keep what it replaces.
 
-Every step of 3 is derived from the checkpoint alone and is idempotent, so a
-kill anywhere leaves either the old files or the checkpoint plus the files
+A kill anywhere leaves either the old files or the checkpoint plus the files
 still to remove; the next pass (or ``loopx gc`` again) settles them first and
 converges to the files of an undisturbed pass. A leased goal is skipped.
 """
@@ -19,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal
@@ -33,13 +29,11 @@ from loopx.model import Record
 from loopx.registry.goals import get_goal
 from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
+from loopx.retention.settle import Tally, expire, notable, settle, unsettled
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.storage.files import (
-    atomic_write_bytes,
     atomic_write_model,
-    ensure_dir,
-    fsync_dir,
     read_bytes,
 )
 from loopx.turn.checkpoint import (
@@ -54,7 +48,6 @@ from loopx.turn.checkpoint import (
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
 from loopx.turn.lease import claim, fence_of, release
-from loopx.turn.outcome import ResultKind
 from loopx.turn.phases import schedule, spend_record
 from loopx.turn.replay import HUMAN_FIELDS
 from loopx.turn.writeback import apply_patch
@@ -100,17 +93,7 @@ def _meta(journal: TurnJournal, *, terminal: bool) -> TurnMeta:
         turn_key=journal.turn_key,
         terminal=terminal,
         ended_at=journal.ended_at or journal.turn_end,
-        notable=_notable(journal),
-    )
-
-
-def _notable(journal: TurnJournal) -> bool:
-    """Whether a turn failed (not merely stopped) or asked a human: kept for longer."""
-    if journal.failure is not None:
-        return str(journal.failure.reason) != "stopped"
-    return journal.result is not None and journal.result.kind in (
-        ResultKind.FAILED,
-        ResultKind.NEEDS_HUMAN,
+        notable=notable(journal),
     )
 
 
@@ -227,141 +210,6 @@ def build_checkpoint(
     )
 
 
-# --- settling: remove what the checkpoint replaces ---------------------------------------------
-
-
-class _Tally:
-    def __init__(self) -> None:
-        self.files = 0
-        self.bytes = 0
-        self.kept = 0
-
-    def remove(self, path: Path) -> None:
-        try:
-            size = path.lstat().st_size
-            path.unlink()
-        except FileNotFoundError:
-            return
-        self.files += 1
-        self.bytes += size
-
-
-def _run_logs(layout: Layout, goal_id: str, through: int) -> list[Path]:
-    runs = layout.runs_dir(goal_id)
-    try:
-        names = os.listdir(runs)
-    except FileNotFoundError:
-        return []
-    out = []
-    for name in sorted(names):
-        stem = name.split(".", 1)[0]
-        if stem.isdigit() and int(stem) <= through and not name.startswith("."):
-            out.append(runs / name)
-    return out
-
-
-def _keep_longer(journal: TurnJournal, policy: KeepPolicy, now: datetime) -> bool:
-    ended = journal.ended_at or journal.turn_end
-    return _notable(journal) and ended >= now - timedelta(days=policy.keep_failed_days)
-
-
-def _filtered_lines(data: bytes, through: int, head: list[bytes]) -> bytes:
-    """``head`` then the complete lines of ``data`` whose turn is after ``through``."""
-    body = [
-        line + b"\n"
-        for line in data.split(b"\n")[:-1]
-        if line.strip() and _line_seq(line) > through
-    ]
-    return b"".join([*head, *body])
-
-
-def _line_seq(line: bytes) -> int:
-    parsed = parse_turn_key(_turn_key_of(line))
-    return parsed[1] if parsed is not None else 1 << 62  # unreadable: never dropped here
-
-
-def _turn_key_of(line: bytes) -> str:
-    start = line.find(b'"turn_key":"')
-    if start < 0:
-        return ""
-    start += len(b'"turn_key":"')
-    return line[start : line.find(b'"', start)].decode(errors="replace")
-
-
-def settle(layout: Layout, checkpoint: Checkpoint, policy: KeepPolicy, *, now: datetime) -> _Tally:
-    """Remove (or move to kept/) everything of the turns ``checkpoint`` folds. Idempotent."""
-    goal_id, through = checkpoint.goal_id, checkpoint.through_seq
-    tally = _Tally()
-    kept_dir = layout.goal_dir(goal_id) / KEPT_DIR
-    for path in journal_files(layout, goal_id):
-        parsed = parse_turn_key(path.name.removesuffix(".json"))
-        if parsed is None or parsed[1] > through:
-            continue
-        try:
-            journal = TurnJournal.model_validate_json(read_bytes(path))
-        except (LoopxError, ValueError):
-            journal = None
-        if journal is not None and _keep_longer(journal, policy, now):
-            ensure_dir(kept_dir)
-            for run in _run_logs(layout, goal_id, journal.seq):
-                if run.name.split(".", 1)[0] == str(journal.seq):
-                    os.replace(run, kept_dir / run.name)
-            os.replace(path, kept_dir / path.name)
-            fsync_dir(kept_dir)
-            tally.kept += 1
-            fault_point("gc:kept_moved")
-            continue
-        tally.remove(path)
-    fsync_dir(layout.turns_dir(goal_id))
-    fault_point("gc:journals_removed")
-    for run in _run_logs(layout, goal_id, through):
-        tally.remove(run)
-    fsync_dir(layout.runs_dir(goal_id))
-    fault_point("gc:runs_removed")
-    _rewrite(layout.history_file(goal_id), through, [], tally)
-    fault_point("gc:history_rewritten")
-    head = [r.model_dump_json().encode() + b"\n" for r in checkpoint.ledger]
-    # The aggregate caches the ledger's prefix: it goes before and after a rewrite, so no
-    # reader keeps one of the old ledger (an unchanged ledger keeps its cache).
-    aggregate = layout.quota_aggregate_file(goal_id)
-    _rewrite(layout.quota_file(goal_id), through, head, tally, before=aggregate.unlink)
-    return tally
-
-
-def _rewrite(
-    path: Path,
-    through: int,
-    head: list[bytes],
-    tally: _Tally,
-    *,
-    before: Callable[..., None] | None = None,
-) -> None:
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        return
-    new = _filtered_lines(data, through, head)
-    if new != data[: data.rfind(b"\n") + 1]:
-        if before is not None:
-            before(missing_ok=True)
-        atomic_write_bytes(path, new)
-        if before is not None:
-            before(missing_ok=True)
-        tally.bytes += max(len(data) - len(new), 0)
-
-
-def _expire(layout: Layout, goal_id: str, expired: tuple[str, ...], tally: _Tally) -> None:
-    kept_dir = layout.goal_dir(goal_id) / KEPT_DIR
-    for turn_key in expired:
-        parsed = parse_turn_key(turn_key)
-        tally.remove(kept_dir / f"{turn_key}.json")
-        if parsed is not None:
-            tally.remove(kept_dir / f"{parsed[1]}.json")
-            tally.remove(kept_dir / f"{parsed[1]}.md")
-    if expired:
-        fsync_dir(kept_dir)
-
-
 # --- one goal, then the root ---------------------------------------------------------------------
 
 
@@ -370,31 +218,6 @@ def _window(layout: Layout, goal_id: str) -> timedelta:
         return timedelta(hours=get_goal(layout, goal_id).quota.window_hours)
     except (LoopxError, OSError):
         return _MIN_LEDGER_WINDOW
-
-
-def _unsettled(layout: Layout, checkpoint: Checkpoint | None, paths: list[Path]) -> bool:
-    if checkpoint is None:
-        return False
-    through = checkpoint.through_seq
-    if any((p := parse_turn_key(x.name.removesuffix(".json"))) and p[1] <= through for x in paths):
-        return True
-    if _run_logs(layout, checkpoint.goal_id, through):
-        return True
-    ledger_keys = {r.turn_key for r in checkpoint.ledger}
-    for path, keep in (
-        (layout.history_file(checkpoint.goal_id), set[str]()),
-        (layout.quota_file(checkpoint.goal_id), ledger_keys),
-    ):
-        try:
-            data = read_bytes(path)
-        except FileNotFoundError:
-            continue
-        for line in data.split(b"\n")[:-1]:
-            if _line_seq(line) > through:
-                break
-            if _turn_key_of(line) not in keep:
-                return True
-    return False
 
 
 def collect_goal(
@@ -417,19 +240,19 @@ def collect_goal(
     paths = [p for p in every if (k := parse_turn_key(p.name[:-5])) is None or k[1] > through]
     metas, journals = _candidates(paths, policy, limit)
     plan: FoldPlan = plan_fold(metas, _kept_times(layout, goal_id), policy, now=now, limit=limit)
-    unsettled = _unsettled(layout, checkpoint, every)
-    if plan.empty and not unsettled:
+    leftovers = unsettled(layout, checkpoint, every)
+    if plan.empty and not leftovers:
         return GoalCollection(goal_id=goal_id, through_seq=through or None)
     if dry_run:
-        return _dry(layout, goal_id, plan, journals, through)
+        return _dry(layout, goal_id, plan, through)
     claimed = claim(layout, goal_id, agent_id=GC_AGENT_ID, now=now)
     if claimed.lease is None:
         holder = claimed.blocking.agent_id if claimed.blocking else "a damaged lease"
         return GoalCollection(goal_id=goal_id, skipped=f"leased by {holder}")
-    tally = _Tally()
+    tally = Tally()
     try:
         with fence_of(layout, claimed.lease).held():
-            if unsettled and checkpoint is not None:
+            if leftovers and checkpoint is not None:
                 tally = settle(layout, checkpoint, policy, now=now)
             if plan.folded:
                 folded = [journals[m.turn_key] for m in plan.folded]
@@ -446,7 +269,7 @@ def collect_goal(
                 more = settle(layout, checkpoint, policy, now=now)
                 tally.files, tally.bytes = tally.files + more.files, tally.bytes + more.bytes
                 tally.kept += more.kept
-            _expire(layout, goal_id, plan.expired, tally)
+            expire(layout, goal_id, plan.expired, tally)
     finally:
         release(layout, claimed.lease)
     note_goal_changed(layout, goal_id)
@@ -472,7 +295,6 @@ def _dry(
     layout: Layout,
     goal_id: str,
     plan: FoldPlan,
-    journals: dict[str, TurnJournal],
     through: int,
 ) -> GoalCollection:
     files = size = kept = 0
@@ -489,7 +311,6 @@ def _dry(
                 files += 1
             except FileNotFoundError:
                 continue
-    del journals
     return GoalCollection(
         goal_id=goal_id,
         through_seq=plan.through_seq or (through or None),
