@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from types import FrameType
 from typing import TYPE_CHECKING, Final
@@ -38,6 +39,7 @@ from loopx.process import (
     unblock_handled_signals,
 )
 from loopx.registry.model import Goal
+from loopx.retention.space import check_space
 from loopx.root import Layout
 from loopx.schedule.index import ScheduleIndex
 from loopx.secrets import secret_values
@@ -111,6 +113,7 @@ class Agent:
         self.index = ScheduleIndex(layout, accept=lambda goal: fits(goal, config.resources))
         self._since_beat = 0.0
         self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
+        self.space_blocked: str | None = None  # why no new turn starts (disk limits), if so
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
 
@@ -233,9 +236,27 @@ class Agent:
             return Step.STOPPING
 
         now = utcnow()
+        if self._space_blocked(now):
+            self.idle_streak += 1
+            self.beat(AgentPhase.IDLE)
+            return Step.IDLE
         self.index.refresh(now=now)
         ranked = self.index.ranked(now=now)
         return self._run_ranked([c.goal_id for c in ranked])
+
+    def _space_blocked(self, now: datetime) -> bool:
+        """Whether the root's disk limits stop new turns now (logged when that changes).
+
+        A turn in flight is never stopped for this: only the next one waits.
+        """
+        problem = check_space(self.layout, now=now)
+        if problem != self.space_blocked:
+            if problem is not None:
+                log.warning("turns_held_for_space", reason=problem)
+            else:
+                log.info("turns_resumed_space_freed", was=self.space_blocked)
+            self.space_blocked = problem
+        return problem is not None
 
     def _run_ranked(self, goal_ids: list[str]) -> Step:
         """Try the goals in order (busy ones again at the end); run the first turn we can."""

@@ -34,6 +34,9 @@ from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal
 from loopx.registry.plan import BatchPlan
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
+from loopx.retention.gc import GcReport
+from loopx.retention.policy import RetentionSettings
+from loopx.retention.space import SpaceReading
 from loopx.settings import RegistrySettings
 from loopx.state import GoalState
 from loopx.status import dashboard
@@ -44,6 +47,7 @@ from loopx.status.livetail import LiveOutput
 from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
+from loopx.turn.checkpoint import Checkpoint
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.inspection import JournalInspection, JournalList
 from loopx.turn.journal import TurnJournal
@@ -89,6 +93,10 @@ FILES: dict[str, type[BaseModel]] = {
     # Issue 26: one turn per workdir.
     "workdir-hold": WorkdirHold,  # workdirs/<key>.json
     "workdir-wait": WorkdirWait,  # goals/<id>/turns/.workdir-wait.json
+    # Retention (docs/retention.md): the policy, a goal's checkpoint, the root's measured size.
+    "retention": RetentionSettings,
+    "checkpoint": Checkpoint,
+    "space": SpaceReading,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -112,6 +120,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "archive": ArchiveResult,
     "doctor": DoctorReport,
     "replay": ReplayReport,
+    "gc": GcReport,
     "supervisor-status": SupervisorStatus,
     "supervisor-run": RunSummary,
     "agent-view": AgentView,  # inside supervisor-status

@@ -41,6 +41,7 @@ from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
 from loopx.supervisor.config import SupervisorConfig, make_runner
 from loopx.supervisor.exits import log_exit, settle_exit
+from loopx.supervisor.gcduty import GcDuty
 from loopx.supervisor.idle import idle_verdict
 from loopx.supervisor.leftovers import kill_leftovers, reap_previous
 from loopx.supervisor.lock import acquire, read_record
@@ -117,6 +118,7 @@ class Supervisor:
         self._record_failures = 0
         self._record_retry_at: float | None = None
         self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
+        self.gc = GcDuty(layout)
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -375,6 +377,8 @@ class Supervisor:
             self._refresh_status()
         if self.config.until_idle and now >= self._next_idle_check:
             self._check_idle(now)
+        if self.gc.due(now):
+            self.gc.step(now, wall=utcnow(), agents=[s.agent_id for s in self._live()])
         status = self._status_line()
         if status != self._last_status:
             self._last_status = status

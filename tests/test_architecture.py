@@ -47,7 +47,7 @@ CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options
 FILE_METHODS: Final = frozenset(
     {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
 )
-API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet"})
+API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet", "retention"})
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 # The kernel's packages and top-level modules, bottom to top: each may import only
 # those before it. A new one must be placed here.
@@ -84,6 +84,7 @@ KERNEL_ORDER: Final = (
     "clock",
     "archive",
     "batch",
+    "retention",  # folds turns (replay, registry) and holds turns for space; status reads it
     # the readers of many layers, and the list of every file kind
     "status",
     "schedule",

@@ -76,6 +76,9 @@ COMMANDS: dict[str, list[str]] = {
     "recover": [],
     "demo": [],
     "replay": ["g"],
+    "retention set": ["--keep-turns", "5"],
+    "retention show": [],
+    "gc": ["--dry-run"],
     "doctor": [],
 }
 ROOTLESS = {"schema"}  # reads no root
@@ -108,6 +111,16 @@ def root_cases() -> list[tuple[str, str]]:
 
 
 BAD_FLAGS: dict[str, tuple[list[str], int, str]] = {
+    "keep-turns-zero": (
+        ["retention", "set", "--keep-turns", "0"],
+        2,
+        "invalid value for --keep-turns",
+    ),
+    "retention-unknown-goal": (
+        ["retention", "set", "--goal", "nosuch", "--keep-turns", "3"],
+        1,
+        "nosuch",
+    ),
     # case: (argv, exit code, a phrase of the error)
     "agents-zero": (["supervisor", "run", "--agents", "0", "--until-idle"], 2, "at least 1"),
     "agents-huge": (["supervisor", "start", "--agents", "100000"], 2, "is more than"),

@@ -52,6 +52,9 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("probe",): "probe",
     ("doctor",): "doctor",
     ("replay",): "replay",
+    ("retention", "set"): "retention",
+    ("retention", "show"): "retention",
+    ("gc",): "gc",
     ("batch", "run"): "batch-report",
     ("demo",): "batch-report",
     ("supervisor", "start"): "supervisor-started",
@@ -136,7 +139,7 @@ def _validated(name: str, stdout: str) -> BaseModel:
     return SCHEMAS[name].model_validate_json(stdout)
 
 
-def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:
+def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa: PLR0915 - one command a line
     """Run every --json command on a demo root; each output parses with its model."""
     seen: set[tuple[str, ...]] = set()
 
@@ -170,6 +173,9 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:
     check(("journal", "inspect"), "g1", turn_key)
     check(("recover",))
     check(("replay",), "g1", "--verify")
+    check(("retention", "set"), "--keep-turns", "1", "--keep-days", "0")
+    check(("retention", "show"))
+    check(("gc",), "--dry-run")
     check(("gate", "open"), "g1", "--question", "ok?")
     check(("gate", "resolve"), "g1", "--answer", "yes")
     check(("goal", "reset-session"), "g1")

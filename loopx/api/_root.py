@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
     from loopx.api._quota import Quota
+    from loopx.api._retention import Retention
     from loopx.api._serve import StatusServer
     from loopx.api._status import Status
     from loopx.api._turns import Turns
@@ -183,6 +184,13 @@ class Root:
         from loopx.api._quota import Quota  # noqa: PLC0415 - lazy group
 
         return Quota(self.layout)
+
+    @property
+    def retention(self) -> Retention:
+        """What the root keeps of its past, compaction and disk limits (`loopx retention|gc`)."""
+        from loopx.api._retention import Retention  # noqa: PLC0415 - lazy group
+
+        return Retention(self.layout)
 
     @property
     def turns(self) -> Turns:

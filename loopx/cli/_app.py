@@ -56,6 +56,8 @@ COMMANDS = {
     "replay": Command(
         "_replay", "rebuild a goal's state, history and quota ledger from its journals"
     ),
+    "retention": Command("_retention", "what the root keeps of its goals' past, and disk limits"),
+    "gc": Command("_retention", "fold old turns into checkpoints and remove what they replace"),
     "doctor": Command(
         "_doctor", "check permissions, file schemas, leases, journals, quarantine, fleet"
     ),

@@ -13,11 +13,13 @@ from pydantic import BaseModel
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.reliability import check_future_dated
+from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Goal
 from loopx.state import GoalState
+from loopx.turn.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.journal import TurnJournal
 from loopx.turn.runlog import RunReport
@@ -75,8 +77,39 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
     for path in listed_files(layout.runs_dir(goal_id), ".json"):
         doc.model(path, RunReport, replay, severity=Severity.WARNING, goal_id=goal_id)
     finished = check_lease_and_journals(doc, goal_id)
+    through = _checkpoint_through(doc, goal_id)
+    # Journals a checkpoint folds have no lines left by design; the next gc removes them.
+    finished = [j for j in finished if j.seq > through]
     cross_check(doc, goal_id, finished=finished, state=state, history=history, ledger=ledger)
     check_future_dated(doc, goal_id, state, ledger)
+
+
+def _checkpoint_through(doc: Checker, goal_id: str) -> int:
+    """The seq the goal's checkpoint folds through (0 without one); a damaged one is a finding."""
+    try:
+        checkpoint = read_checkpoint(doc.layout, goal_id)
+    except CorruptFileError as e:
+        doc.add(
+            Severity.ERROR,
+            FindingCode.SCHEMA,
+            doc.layout.goal_dir(goal_id) / CHECKPOINT_NAME,
+            e.problem,
+            "restore it from a backup: the journals it replaced are gone, so replay cannot "
+            "rebuild the goal without it",
+            goal_id,
+        )
+        return 0
+    except (UnsafePathError, OSError) as e:
+        doc.add(
+            Severity.ERROR,
+            FindingCode.SCHEMA,
+            doc.layout.goal_dir(goal_id) / CHECKPOINT_NAME,
+            f"cannot be read: {e}",
+            "restore it from a backup",
+            goal_id,
+        )
+        return 0
+    return checkpoint.through_seq if checkpoint is not None else 0
 
 
 def cross_check(

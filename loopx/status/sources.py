@@ -21,9 +21,11 @@ from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
 from loopx.hints import note_goal_changed
 from loopx.history.reader import HistoryCounts, tail_and_counts
+from loopx.model import utcnow
 from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal, GoalStatus
+from loopx.retention.space import root_problem
 from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
@@ -39,7 +41,6 @@ from loopx.storage.files import (
     read_bytes_at,
     read_model_or_none,
 )
-from loopx.storage.resources import root_health
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 from loopx.turn.workdir import WAIT_FILE, WorkdirWait
@@ -307,7 +308,9 @@ def fleet_liveness(
             b.agent_id for b in beats if b.hostname != host or process_runs(b.pid, b.pid_started_at)
         )
     return FleetLiveness(
-        supervisor_alive=supervisor_alive, live_agents=live, degraded=root_health(layout.root)
+        supervisor_alive=supervisor_alive,
+        live_agents=live,
+        degraded=root_problem(layout, now=utcnow()),
     )
 
 

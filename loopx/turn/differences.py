@@ -180,9 +180,53 @@ def _disk_files(layout: Layout, goal_id: str) -> dict[str, bytes]:
     return out
 
 
-def compare_files(layout: Layout, goal_id: str, rebuilt: Mapping[str, bytes]) -> list[Difference]:
-    """Every difference between the goal's files on disk and ``rebuilt`` (same relative names)."""
+def _seq_of(name: str) -> int | None:
+    stem = name.removeprefix("runs/").split(".", 1)[0]
+    return int(stem) if name.startswith("runs/") and stem.isdigit() else None
+
+
+def without_folded(name: str, data: bytes, through: int, keep: set[str]) -> bytes:
+    """A JSON Lines file's bytes without the lines of turns up to ``through`` (but ``keep``'s).
+
+    Lines that are not JSON objects with a ``seq`` are left for the comparison to report.
+    """
+    if not name.endswith(".jsonl") or through <= 0:
+        return data
+    out = []
+    for raw in data.split(b"\n")[:-1]:
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            line = None
+        if (
+            isinstance(line, dict)
+            and isinstance(line.get("seq"), int)
+            and line["seq"] <= through
+            and line.get("turn_key") not in keep
+        ):
+            continue
+        out.append(raw + b"\n")
+    return b"".join(out) + data[data.rfind(b"\n") + 1 :]
+
+
+def compare_files(
+    layout: Layout, goal_id: str, rebuilt: Mapping[str, bytes], *, folded_through: int = 0
+) -> list[Difference]:
+    """Every difference between the goal's files on disk and ``rebuilt`` (same relative names).
+
+    ``folded_through``: the goal's checkpoint folds the turns up to this seq; what a
+    gc has yet to remove of them (run logs, history and ledger lines) is no difference.
+    """
     disk = _disk_files(layout, goal_id)
+    if folded_through:
+        keys = {str(line.get("turn_key")) for line in json_lines(rebuilt.get("quota.jsonl", b""))}
+        disk = {
+            name: without_folded(
+                name, data, folded_through, keys if name == "quota.jsonl" else set()
+            )
+            for name, data in disk.items()
+            if (_seq_of(name) or folded_through + 1) > folded_through
+        }
     out: list[Difference] = []
     for name in sorted(set(disk) | set(rebuilt), key=file_order):
         out += _compare_file(name, disk.get(name), rebuilt.get(name))

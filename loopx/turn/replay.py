@@ -17,6 +17,11 @@ Human changes made after the last turn show up as differences of ``gates``,
 the chain: the turn-owned fields the replay rebuilt before a turn must equal
 the snapshot that turn was planned from (a ``chain`` difference otherwise,
 e.g. when an earlier journal was lost or quarantined).
+
+A goal that ``loopx gc`` compacted has a checkpoint (``checkpoint.json``):
+replay starts from its state and ledger lines and applies only the journals
+after it. Journals, run logs and lines of folded turns that a crashed gc left
+behind are listed as ``folded``, not as differences (the next gc removes them).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from loopx.errors import GoalStateError, UnsafePathError
 from loopx.ids import validate_goal_id
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
+from loopx.quota.ledger import append_spend
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.state import GoalState, load_state
 from loopx.storage.files import (
@@ -44,6 +50,7 @@ from loopx.storage.files import (
     fsync_dir,
     read_bytes,
 )
+from loopx.turn.checkpoint import Checkpoint, read_checkpoint
 from loopx.turn.differences import (
     Difference,
     DifferenceKind,
@@ -52,7 +59,7 @@ from loopx.turn.differences import (
     json_lines,
 )
 from loopx.turn.inspection import RecoveryDecision, inspect
-from loopx.turn.journal import TurnJournal, journal_files
+from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
 from loopx.turn.lease import claim, fence_of, release
 from loopx.turn.phases import quota_spend, scheduler_apply
 from loopx.turn.writeback import durable_writeback
@@ -80,6 +87,8 @@ class ReplayReport(Record):
     runs: list[str]  # run log file names the replay wrote (runs/<seq>.json, .md)
     verified: bool  # whether the files on disk were compared
     differences: list[Difference]
+    checkpoint: str | None = None  # the turn key the goal's checkpoint folds through
+    folded: list[str] = Field(default_factory=list)  # folded journals a gc has yet to remove
     repaired: list[str] = Field(default_factory=list)  # files rewritten by --repair
     set_aside: list[str] = Field(default_factory=list)  # where --repair moved the replaced files
 
@@ -107,12 +116,17 @@ class _Journals:
     terminal: list[TurnJournal] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
+    folded: list[str] = field(default_factory=list)  # covered by the checkpoint already
 
 
-def _read_journals(layout: Layout, goal_id: str) -> _Journals:
+def _read_journals(layout: Layout, goal_id: str, *, through_seq: int = 0) -> _Journals:
     out = _Journals()
     for path in journal_files(layout, goal_id):
         turn_key = path.name.removesuffix(".json")
+        parsed = parse_turn_key(turn_key)
+        if parsed is not None and parsed[1] <= through_seq:
+            out.folded.append(turn_key)
+            continue
         try:
             raw = read_bytes(path)
         except FileNotFoundError:
@@ -150,13 +164,30 @@ def _chain_differences(replayed: GoalState, journal: TurnJournal) -> list[Differ
     ]
 
 
-def _replay_into(scratch: Layout, goal_id: str, journals: list[TurnJournal]) -> list[Difference]:
-    """Apply every journal's effects to the scratch root, with the live turn's functions."""
+def _seed(scratch: Layout, checkpoint: Checkpoint) -> None:
+    """Write what the checkpoint folded into the scratch root: its state and ledger lines."""
+    atomic_write_model(scratch.state_file(checkpoint.goal_id), checkpoint.state, durable=False)
+    for record in checkpoint.ledger:
+        append_spend(scratch, record)
+
+
+def _replay_into(
+    scratch: Layout,
+    goal_id: str,
+    journals: list[TurnJournal],
+    checkpoint: Checkpoint | None = None,
+) -> list[Difference]:
+    """Apply every journal's effects to the scratch root, with the live turn's functions.
+
+    With ``checkpoint``, the replay starts from the state and ledger it holds.
+    """
     scratch.ensure_goal_dirs(goal_id)
+    if checkpoint is not None:
+        _seed(scratch, checkpoint)
     chain: list[Difference] = []
     for index, journal in enumerate(journals):
         planned = journal.plan.envelope.state
-        if index == 0:
+        if index == 0 and checkpoint is None:
             base = planned  # the state before the first journal is exactly its snapshot
         else:
             current = load_state(scratch, goal_id)
@@ -166,7 +197,7 @@ def _replay_into(scratch: Layout, goal_id: str, journals: list[TurnJournal]) -> 
         durable_writeback(scratch, journal)
         quota_spend(scratch, journal)
         scheduler_apply(scratch, journal)
-    if not journals:
+    if not journals and checkpoint is None:
         atomic_write_model(scratch.state_file(goal_id), GoalState(goal_id=goal_id), durable=False)
     return chain
 
@@ -178,6 +209,7 @@ class Rebuilt:
     files: dict[str, bytes]
     journals: _Journals
     chain: list[Difference]
+    checkpoint: Checkpoint | None = None
 
 
 def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
@@ -196,13 +228,28 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
             f"goal {goal_id!r} has no directory {layout.goal_dir(goal_id)}, so no journals",
             hint="check the id with `loopx goal list`; archived goals live under archived-goals/",
         )
-    journals = _read_journals(layout, goal_id)
+    checkpoint = read_checkpoint(layout, goal_id)
+    journals = _read_journals(
+        layout, goal_id, through_seq=checkpoint.through_seq if checkpoint else 0
+    )
+    return rebuild_from(checkpoint, journals.terminal, goal_id=goal_id, journals=journals)
+
+
+def rebuild_from(
+    checkpoint: Checkpoint | None,
+    terminal: list[TurnJournal],
+    *,
+    goal_id: str,
+    journals: _Journals | None = None,
+) -> Rebuilt:
+    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` writes."""
+    journals = journals or _Journals(terminal=terminal)
     with tempfile.TemporaryDirectory(prefix="loopx-replay-") as tmp:
         scratch_root = Path(tmp) / "root"
         scratch = open_root(
             ResolvedRoot(scratch_root, scratch_root / "registry.json", RootSource.FLAG), create=True
         )
-        chain = _replay_into(scratch, goal_id, journals.terminal)
+        chain = _replay_into(scratch, goal_id, journals.terminal, checkpoint)
         goal_dir = scratch.goal_dir(goal_id)
         files: dict[str, bytes] = {}
         for name in ("state.json", "history.jsonl", "quota.jsonl"):
@@ -212,7 +259,7 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
         for path in sorted(scratch.runs_dir(goal_id).iterdir()):
             if not path.name.startswith("."):
                 files[f"runs/{path.name}"] = read_bytes(path)
-    return Rebuilt(files=files, journals=journals, chain=chain)
+    return Rebuilt(files=files, journals=journals, chain=chain, checkpoint=checkpoint)
 
 
 # --- the command -------------------------------------------------------------------------------
@@ -220,7 +267,8 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
 
 def compare(layout: Layout, goal_id: str, rebuilt: Rebuilt) -> list[Difference]:
     """The replay's chain differences, then every difference of the files on disk."""
-    return [*rebuilt.chain, *compare_files(layout, goal_id, rebuilt.files)]
+    through = rebuilt.checkpoint.through_seq if rebuilt.checkpoint else 0
+    return [*rebuilt.chain, *compare_files(layout, goal_id, rebuilt.files, folded_through=through)]
 
 
 def _documents(rebuilt: Rebuilt) -> tuple[dict[str, Any], list[Any], list[Any]]:
@@ -251,6 +299,8 @@ def replay(layout: Layout, goal_id: str, *, verify: bool = False) -> ReplayRepor
         runs=[n.removeprefix("runs/") for n in rebuilt.files if n.startswith("runs/")],
         verified=verify,
         differences=compare(layout, goal_id, rebuilt) if verify else [],
+        checkpoint=rebuilt.checkpoint.through_turn_key if rebuilt.checkpoint else None,
+        folded=rebuilt.journals.folded,
     )
 
 
@@ -328,15 +378,19 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
         runs=[n.removeprefix("runs/") for n in rebuilt.files if n.startswith("runs/")],
         verified=True,
         differences=compare(layout, goal_id, rebuilt),
+        checkpoint=rebuilt.checkpoint.through_turn_key if rebuilt.checkpoint else None,
+        folded=rebuilt.journals.folded,
         repaired=repaired,
         set_aside=set_aside,
     )
 
 
 __all__ = [
+    "Rebuilt",
     "ReplayReport",
     "compare",
     "rebuild",
+    "rebuild_from",
     "repair",
     "replay",
 ]

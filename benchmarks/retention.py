@@ -1,0 +1,147 @@
+"""Retention under load: the root's size and file count level off while a fleet turns for ever.
+
+A real fleet (``loopx supervisor run``) turns goals served by the cheapest
+host (a shell one-liner) while this script runs ``loopx gc`` passes (the same
+``collect`` the supervisor's duty calls) with the default policy. The turns of
+a benchmark all happen within minutes, so the passes judge age on a clock a
+fortnight ahead: ``keep_days`` then never binds and ``keep_turns`` (200 a
+goal) is what keeps the level, as it would for goals turning every few minutes.
+
+Prints, every ``--sample-every`` turns: turns so far, the root's size and file
+count, and the fleet's turns/s since the previous sample; then gc's cost per
+turn folded, and the cold ``status --json`` and warm ``quota should-run``
+times at the start and the end (the reference each end figure is compared with).
+
+    python benchmarks/retention.py --goals 100 --turns 100000 --agents 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from _fleet import ENV, SH_SCRIPT, compile_package, init_root, start_fleet, stop_fleet
+from _timing import lowest
+
+from loopx.api import configure_logging
+from loopx.model import utcnow
+from loopx.retention.gc import collect
+from loopx.retention.space import measure
+from loopx.root import Layout
+
+AHEAD = timedelta(days=14)  # the passes' clock: past keep_days (7) for every turn
+
+
+def total_turns(root: Path) -> int:
+    """Turns committed on the root: each goal's state names its last applied turn."""
+    total = 0
+    for state in (root / "goals").glob("*/state.json"):
+        try:
+            total += json.loads(state.read_bytes())["turn_seq"]
+        except (OSError, ValueError, KeyError):
+            continue
+    return total
+
+
+def cli_time(root: Path, *args: str) -> float:
+    argv = [sys.executable, "-m", "loopx", "--root", str(root), *args]
+
+    def run() -> None:
+        subprocess.run(argv, env=ENV, capture_output=True, check=False)
+
+    return lowest(3, run)
+
+
+def main() -> None:  # noqa: PLR0915 - one run read top to bottom
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--goals", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=100_000)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--sample-every", type=int, default=5_000)
+    parser.add_argument("--gc-every-s", type=float, default=5.0)
+    args = parser.parse_args()
+    configure_logging(level="warning")
+    compile_package()
+    base = Path(tempfile.mkdtemp(prefix="loopx-retention-"))
+    root = base / "root"
+    init_root(root, base / "work", args.goals, ["--host", f"sh -c '{SH_SCRIPT}'"])
+    layout = Layout.at(root)
+    proc, _sup = start_fleet(root, args.agents, "--log-level", "warning")
+    print(f"root {root}; {args.goals} goals, {args.agents} agents, default retention policy")
+    print(f"{'turns':>8} {'root MB':>8} {'files':>7} {'turns/s':>8}")
+    samples: list[tuple[int, float, int, float]] = []
+    gc_seconds = 0.0
+    folded = 0
+    figures: dict[str, tuple[float, float]] = {}
+    next_sample = args.sample_every
+    last_turns, last_t = 0, time.monotonic()
+    next_gc = time.monotonic()
+    try:
+        while True:
+            time.sleep(0.5)
+            if time.monotonic() >= next_gc:
+                started = time.perf_counter()
+                folded += collect(layout, now=utcnow() + AHEAD).folded
+                gc_seconds += time.perf_counter() - started
+                next_gc = time.monotonic() + args.gc_every_s
+            done = total_turns(root)
+            if done < next_sample:
+                continue
+            now = time.monotonic()
+            reading = measure(layout, now=utcnow())
+            rate = (done - last_turns) / (now - last_t)
+            samples.append((done, reading.root_bytes / 2**20, reading.root_files, rate))
+            print(
+                f"{done:>8} {samples[-1][1]:>8.1f} {reading.root_files:>7} {rate:>8.1f}", flush=True
+            )
+            if len(samples) == 1:
+                figures["status_start"] = (cli_time(root, "status", "--json", "--clear-cache"), 0.0)
+                figures["should_run_start"] = (cli_time(root, "quota", "should-run", "g0"), 0.0)
+            last_turns, last_t = done, time.monotonic()
+            next_sample += args.sample_every
+            if done >= args.turns:
+                break
+    finally:
+        stop_fleet(proc)
+    status_end = cli_time(root, "status", "--json", "--clear-cache")
+    should_end = cli_time(root, "quota", "should-run", "g0")
+    level = next((s for s in samples if s[0] >= 20_000), samples[0])
+    end = samples[-1]
+    print(
+        f"\nlevel at {level[0]} turns: {level[1]:.1f} MB, {level[2]} files; "
+        f"at {end[0]}: {end[1]:.1f} MB ({end[1] / level[1]:.2f}x), {end[2]} files "
+        f"({end[2] / level[2]:.2f}x)"
+    )
+    rates = [s[3] for s in samples]
+    print(
+        f"turns/s: first sample {rates[0]:.1f}, last {rates[-1]:.1f} ({rates[-1] / rates[0]:.2f}x)"
+    )
+    per_turn = gc_seconds / folded * 1e3 if folded else float("nan")
+    print(f"gc: {folded} turns folded in {gc_seconds:.1f} s: {per_turn:.2f} ms per turn folded")
+    start_status, start_should = figures["status_start"][0], figures["should_run_start"][0]
+    print(
+        f"cold status --json: start {start_status * 1e3:.0f} ms, end {status_end * 1e3:.0f} ms "
+        f"({status_end / start_status:.2f}x); warm quota should-run: start "
+        f"{start_should * 1e3:.0f} ms, end {should_end * 1e3:.0f} ms "
+        f"({should_end / start_should:.2f}x)"
+    )
+    verify = [
+        subprocess.run(
+            [sys.executable, "-m", "loopx", "--root", str(root), "replay", f"g{i}", "--verify"],
+            env=ENV,
+            capture_output=True,
+            check=False,
+        ).returncode
+        for i in range(args.goals)
+    ]
+    print(f"replay --verify clean on {verify.count(0)} of {args.goals} goals")
+
+
+if __name__ == "__main__":
+    main()
