@@ -51,6 +51,9 @@ from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
+from loopx.worktree.mergejournal import MergeJournal
+from loopx.worktree.record import WorktreeRecord
+from loopx.worktree.view import WorktreeView
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {
@@ -84,6 +87,9 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    # Issue 26: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
+    "worktree": WorktreeRecord,
+    "merge-journal": MergeJournal,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -126,6 +132,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-goal": dashboard.GoalDetail,
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
+    "goal-worktree": WorktreeView,  # issue 26: `loopx goal worktree --json`
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

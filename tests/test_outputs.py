@@ -38,6 +38,8 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("goal", "resume"): "goal",
     ("goal", "done"): "goal",
     ("goal", "reset-session"): "session-reset",
+    ("goal", "worktree"): "goal-worktree",  # issue 26
+    ("goal", "merge"): "merge-journal",
     ("gate", "open"): "gate",
     ("gate", "resolve"): "gate",
     ("quota", "show"): "quota-report",

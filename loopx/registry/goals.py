@@ -18,7 +18,7 @@ from loopx.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.quota.policy import QuotaPolicy
-from loopx.registry.model import Goal, GoalStatus, HostSpec
+from loopx.registry.model import Goal, GoalStatus, HostSpec, WorktreeSpec
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, HostSession, update_state
@@ -36,6 +36,9 @@ class GoalChanges(Record):
     max_host_attempts: int | None = None
     resources: dict[str, float] | None = None  # replaces all of the goal's resources when given
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
+    # Issue 26: `--worktree` (checked and its base recorded by loopx.worktree.spec), `--auto-merge`.
+    worktree: WorktreeSpec | None = None
+    auto_merge: bool | None = None
 
 
 def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:
