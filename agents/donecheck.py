@@ -20,7 +20,7 @@ from pathlib import Path
 
 from loopx import environ
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S, Limits, run_host
-from loopx.turn.donecheck import OUTPUT_TAIL_CHARS, CheckResult
+from loopx.donecheck import OUTPUT_TAIL_CHARS, CheckResult
 from loopx.turn.failures import FailureReason
 
 # Bytes kept before decoding: a UTF-8 character is at most 4 bytes.

@@ -20,6 +20,7 @@ from typing import Final
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from loopx import environ
+from loopx.agents.checkphase import run_check_phase
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
@@ -55,6 +56,14 @@ RESULT_READ_LIMIT: Final = 1024 * 1024 + 1
 # stop was requested (the supervisor's stop grace is longer).
 _STOP_WAIT_S: Final = 10.0
 _WRITE_RETRY_MAX_S: Final = 5.0
+# The fault points between the outcome's write and the later phases.
+_OUTCOME_POINTS: Final = (
+    f"after:{Phase.HOST_EXECUTE}",
+    f"before:{Phase.TYPED_RESULT}",
+    f"after:{Phase.TYPED_RESULT}",
+    f"before:{Phase.VALIDATION}",
+    f"after:{Phase.VALIDATION}",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +232,51 @@ def execute(
                 "cost_usd": reading.cost_usd,
             }
         )
-    journal = journal.model_copy(update={"outcome": outcome, "usage": usage})
-    return _after_host(
-        layout, settle(journal, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
+    journal = settle(journal.model_copy(update={"outcome": outcome, "usage": usage}), now=utcnow())
+    if journal.check_due():  # issue 26: the done_check phase, before any effect
+        journal = check_then(layout, journal, fence, terms, stop=stop)
+        if not journal.done(Phase.DONE_CHECK):
+            return journal  # a stop ended the check: the next claim runs it again
+    return _after_host(layout, journal, fence, result_file, renew=terms.renew, stop=stop)
+
+
+def check_then(
+    layout: Layout,
+    journal: TurnJournal,
+    fence: Fence,
+    terms: HostTerms,
+    *,
+    stop: threading.Event | None,
+) -> TurnJournal:
+    """The done_check phase of a settled journal (:mod:`loopx.agents.checkphase`)."""
+    return run_check_phase(
+        layout,
+        journal,
+        fence,
+        renew=terms.renew,
+        renew_every_s=terms.renew_every_s,
+        kill_grace_s=terms.kill_grace_s,
+        stop=stop,
     )
+
+
+def finish_checked(
+    layout: Layout,
+    journal: TurnJournal,
+    fence: Fence,
+    terms: HostTerms,
+    *,
+    stop: threading.Event | None,
+) -> TurnJournal:
+    """A journal recovery left for its done-check: run the check, then the other phases.
+
+    The host is never run again: its outcome is in the journal.
+    """
+    journal = check_then(layout, journal, fence, terms, stop=stop)
+    if not journal.done(Phase.DONE_CHECK):
+        return journal
+    result_file = Path(journal.plan.envelope.result_file)
+    return _after_host(layout, journal, fence, result_file, renew=terms.renew, stop=stop)
 
 
 def _killed_from_outside(run: HostRun, journal: TurnJournal, stop: threading.Event | None) -> bool:
@@ -378,12 +428,8 @@ def _write_outcome_and_finish(
         write_journal_unfenced(layout, journal)
         with contextlib.suppress(OSError):
             result_file.unlink()  # its text is in the journal now
-        for point in (
-            f"after:{Phase.HOST_EXECUTE}",
-            f"before:{Phase.TYPED_RESULT}",
-            f"after:{Phase.TYPED_RESULT}",
-            f"before:{Phase.VALIDATION}",
-            f"after:{Phase.VALIDATION}",
-        ):
+        # With a done-check these points passed before the check ran (checkphase).
+        points = () if journal.done(Phase.DONE_CHECK) else _OUTCOME_POINTS
+        for point in points:
             fault_point(point)
         return finish_held(layout, journal, now=utcnow())

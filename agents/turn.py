@@ -30,7 +30,7 @@ import structlog
 
 from loopx import __version__, environ
 from loopx.agents.console import AgentConsole
-from loopx.agents.execution import HostTerms, execute
+from loopx.agents.execution import HostTerms, execute, finish_checked
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
 from loopx.agents.hosts import Host
 from loopx.agents.merging import auto_merge
@@ -226,6 +226,12 @@ def _claimed_turn(
         actions, pending = recover_goal(
             layout, goal.id, fence, now=utcnow(), paths=[newest] if newest is not None else []
         )
+        if pending is not None and pending.check_due():
+            # Issue 26: the host finished; only its done-check is left to run.
+            _kill_goal_processes(layout, goal.id, config.kill_grace_s)
+            turn_key = pending.turn_key
+            done = finish_checked(layout, pending, fence, terms, stop=stop)
+            return _attempt(goal.id, report=_report(done, actions))
         if pending is not None:
             _kill_goal_processes(layout, goal.id, config.kill_grace_s)
             turn_key = pending.turn_key
@@ -239,10 +245,9 @@ def _claimed_turn(
         # ... but not where the turn runs: the worktree made above (issue 26).
         goal = fresh.model_copy(update={"workdir": goal.workdir}) if fresh.worktree else fresh
         decision = _decide(layout, goal, now=utcnow())
-        if not decision.allowed:
-            log.info("turn_refused", reason=decision.reason)
-            return _attempt(goal.id, quota=decision, recovered=actions)
-        if stop is not None and stop.is_set():
+        if not decision.allowed or (stop is not None and stop.is_set()):
+            if not decision.allowed:
+                log.info("turn_refused", reason=decision.reason)
             return _attempt(goal.id, quota=decision, recovered=actions)
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key
@@ -360,6 +365,7 @@ def _plan(
         turn_timeout_s=goal.quota.turn_timeout_s,
         max_rss_mb=goal.quota.max_rss_mb,
         prior_failures=state.consecutive_failures,
+        done_check=goal.done_check,
     )
     return TurnJournal(
         loopx_version=__version__,

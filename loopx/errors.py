@@ -224,6 +224,25 @@ class HostUnsupportedError(LoopxError):
         self.known = known
 
 
+# --- issue 26: one turn per workdir, the done-check ----------------------------------------
+
+
+class CheckPendingError(LoopxError):
+    """A turn's done-check is due but not recorded: only an agent may run it, not the kernel."""
+
+    def __init__(self, goal_id: str, turn_key: str) -> None:
+        super().__init__(
+            f"goal {goal_id}: turn {turn_key} waits for its done-check, which was not recorded",
+            hint=f"run `loopx turn run-once {goal_id}` (or start agents): the next claim "
+            "runs the check, never the host again",
+        )
+        self.goal_id = goal_id
+        self.turn_key = turn_key
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.goal_id, self.turn_key)
+
+
 # --- resource faults: a write refused by the machine ----------------------------------------
 
 _RESOURCE_REASONS: Final = {

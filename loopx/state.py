@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from loopx.donecheck import LastCheck
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
 from loopx.status.changes import note_goal_changed
@@ -76,6 +77,8 @@ class GoalState(Record):
     # Set by scheduler_apply: no turn before this time (a `wait` result, failure backoff).
     next_eligible_at: UtcDatetime | None = None
     consecutive_failures: int = 0
+    # Issue 26: the newest recorded done-check (every envelope carries it to the host).
+    last_check: LastCheck | None = None
     updated_at: UtcDatetime | None = None
 
     @property

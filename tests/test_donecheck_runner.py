@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from loopx.agents.donecheck import run_done_check
-from loopx.turn.donecheck import OUTPUT_TAIL_CHARS
+from loopx.donecheck import OUTPUT_TAIL_CHARS
 from tests.fleet_helpers import alive
 
 

@@ -78,6 +78,20 @@ def _bullets(lines: Iterable[str], empty: str) -> str:
     return "\n".join(items) if items else empty
 
 
+def _check_section(envelope: Envelope) -> list[str]:
+    """The goal's last done-check, when it failed (issue 26): the agent must make it pass."""
+    check = envelope.state.last_check
+    if check is None or check.passed:
+        return []
+    output = check.output_tail.strip() or "(it printed nothing)"
+    return [
+        "## Done-check failed\n"
+        f"LoopX ran the goal's done-check after turn {check.turn_key}: it {check.summary}. "
+        'The goal is not done until it passes; do not answer "completed" before it does. '
+        "The end of its output:\n```\n" + output + "\n```"
+    ]
+
+
 def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
     """The whole prompt of one turn. Pure.
 
@@ -120,6 +134,7 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
         "## Open todos\n" + _bullets((f"[{t.id}] {t.text}" for t in todos), "(none)"),
         "## Answers from a human\n"
         + _bullets((f"Q: {g.question}\n  A: {g.answer}" for g in answered), "(none)"),
+        *_check_section(envelope),
         (
             "## How to answer\n"
             "When you stop, your final message must be exactly one JSON object (no prose "

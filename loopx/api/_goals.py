@@ -16,7 +16,8 @@ from loopx.api._work import (
     show_worktree,
     worktree_of,
 )
-from loopx.errors import InvalidPolicyError, UsageError
+from loopx.donecheck import DoneCheckSpec, done_check_spec
+from loopx.errors import GoalNotFoundError, InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.archive import ArchiveResult, archive_goal, parse_archive_root
 from loopx.registry.bulk import ImportReport, check_import, import_goals, read_import
@@ -113,6 +114,9 @@ class Goals:
         next_probe: str | None = None,
         max_host_attempts: int | None = None,
         resources: Mapping[str, float] | None = None,
+        done_check: str | Sequence[str] | None = None,
+        done_check_timeout_s: float | None = None,
+        done_check_every_turn: bool | None = None,
         worktree: bool = False,
         base: str | None = None,
         worktree_include: Sequence[str] = (),
@@ -135,7 +139,10 @@ class Goals:
         ``quota`` holds :class:`loopx.QuotaPolicy` fields; ``workdir`` defaults
         to ``default_workdir`` (the current directory) for a new goal. With
         ``check`` (``--no-check`` off) the workdir must exist and a command
-        host's program must be found, as the CLI checks.
+        host's program must be found, as the CLI checks. ``done_check`` (split
+        like ``host``) runs in the workdir when the host reports ``completed``
+        (after every turn with ``done_check_every_turn``); its program must be
+        found too (docs/work.md).
 
         Raises:
             GoalExistsError: the id is registered and ``update`` is False.
@@ -159,6 +166,15 @@ class Goals:
             check_workdir(where)
         if check and spec is not None and spec.kind == HostKind.COMMAND and spec.argv:
             check_program(spec.argv[0], where or (None if update else Path.cwd()))
+        check_spec = self._done_check(
+            goal_id, done_check, done_check_timeout_s, done_check_every_turn, update=update
+        )
+        if check and check_spec is not None and done_check is not None:
+            check_program(
+                check_spec.argv[0],
+                where or (None if update else Path.cwd()),
+                role="done-check",
+            )
         changes = GoalChanges(
             objective=objective,
             workdir=None if where is None else str(where),
@@ -168,6 +184,7 @@ class Goals:
             max_host_attempts=max_host_attempts,
             resources=None if resources is None else dict(resources),
             quota={k: v for k, v in (quota or {}).items() if v is not None},
+            done_check=check_spec,
             worktree=tree,
             auto_merge=auto_merge,
         )
@@ -180,6 +197,28 @@ class Goals:
             now=now or utcnow(),
         )
         return GoalDocument(goal=goal)
+
+    def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
+        if not update:
+            return None
+        try:
+            return get_goal(self.layout, goal_id).done_check
+        except GoalNotFoundError:
+            return None
+
+    def _done_check(
+        self,
+        goal_id: str,
+        command: str | Sequence[str] | None,
+        timeout_s: float | None,
+        every_turn: bool | None,
+        *,
+        update: bool,
+    ) -> DoneCheckSpec | None:
+        existing = self._existing_check(goal_id, update=update)
+        return done_check_spec(
+            command, timeout_s=timeout_s, every_turn=every_turn, existing=existing
+        )
 
     def update(self, goal_id: str, **changes: Any) -> GoalDocument:  # noqa: ANN401 - add's keywords
         """`loopx goal add --update`: change the named fields of an existing goal."""

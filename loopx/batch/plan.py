@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from loopx.donecheck import DoneCheckSpec
 from loopx.errors import UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
@@ -44,6 +45,10 @@ class PlanGoal(Record):
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None
     max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2
+    # Issue 26: the goal's done-check, a command line (split like a shell) or an argv list.
+    done_check: str | Annotated[list[str], Field(min_length=1)] | None = None
+    done_check_timeout_s: Annotated[float, Field(gt=0)] | None = None
+    done_check_every_turn: bool = False
 
     @field_validator("id")
     @classmethod
@@ -65,6 +70,20 @@ class PlanGoal(Record):
             raise ValueError(msg)
         return self
 
+    @field_validator("done_check")
+    @classmethod
+    def _check_splits(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, str):
+            try:
+                words = shlex.split(value)
+            except ValueError as e:
+                msg = f"done_check {value!r} cannot be split: {e}"
+                raise ValueError(msg) from e
+            if not words:
+                msg = 'done_check is empty: give a command, e.g. "pytest -q"'
+                raise ValueError(msg)
+        return value
+
     def host_spec(self) -> HostSpec:
         """The registry host of this goal."""
         argv = shlex.split(self.host) if isinstance(self.host, str) else list(self.host or [])
@@ -84,7 +103,18 @@ class PlanGoal(Record):
             next_probe=self.next_probe,
             max_host_attempts=self.max_host_attempts,
             quota=self.quota.model_dump(),
+            done_check=self.done_check_spec(),
         )
+
+    def done_check_spec(self) -> DoneCheckSpec | None:
+        """The registry's done-check of this goal (None without one)."""
+        if self.done_check is None:
+            return None
+        argv = shlex.split(self.done_check) if isinstance(self.done_check, str) else self.done_check
+        spec = DoneCheckSpec(argv=argv, every_turn=self.done_check_every_turn)
+        if self.done_check_timeout_s is not None:
+            spec = spec.model_copy(update={"timeout_s": self.done_check_timeout_s})
+        return spec
 
 
 class BatchPlan(Record):

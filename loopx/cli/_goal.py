@@ -79,9 +79,22 @@ def register(sub: Subparsers) -> None:
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
     )
     add.add_argument(
+        "--done-check",
+        metavar="'CMD ARGS'",
+        help="a command (split like --host) that must exit 0 in the workdir before a "
+        "`completed` counts as done (docs/work.md)",
+    )
+    add.add_argument("--done-check-timeout", type=float, metavar="S", help="seconds (default 600)")
+    add.add_argument(
+        "--done-check-every-turn",
+        action="store_true",
+        default=None,
+        help="run the done-check after every turn and record its result",
+    )
+    add.add_argument(
         "--no-check",
         action="store_true",
-        help="register even if the workdir or the host program does not exist yet",
+        help="register even if the workdir, host or done-check program does not exist yet",
     )
     add_worktree_options(add)  # issue 26
     add.add_argument("--update", action="store_true", help="change an existing goal")
@@ -188,6 +201,9 @@ def run_add(args: argparse.Namespace) -> int:
             next_probe=args.next_probe,
             max_host_attempts=args.max_host_attempts,
             resources=_resources(args.resource),
+            done_check=args.done_check,
+            done_check_timeout_s=args.done_check_timeout,
+            done_check_every_turn=args.done_check_every_turn,
             **worktree_arguments(args),
             update=args.update,
             check=not args.no_check,

@@ -165,6 +165,11 @@ def _setup_checks(goal: Goal) -> Iterator[tuple[tuple[str, ...], Callable[[], No
         relative = "/" in program and not program.startswith("/")
         key = ("program", program, goal.workdir if relative else "")
         yield key, lambda: check_program(program, workdir)
+    if goal.done_check is not None:  # issue 26: the done-check's program, like a host's
+        check_prog = goal.done_check.argv[0]
+        relative = "/" in check_prog and not check_prog.startswith("/")
+        key = ("done-check", check_prog, goal.workdir if relative else "")
+        yield key, lambda: check_program(check_prog, workdir, role="done-check")
 
 
 def check_import(source: Path, goals: list[tuple[int | None, Goal]]) -> None:

@@ -36,8 +36,8 @@ def check_workdir(workdir: Path) -> None:
         )
 
 
-def check_program(program: str, workdir: Path | None) -> None:
-    """Refuse a host program that cannot be started.
+def check_program(program: str, workdir: Path | None, *, role: str = "host") -> None:
+    """Refuse a host (or done-check, ``role``) program that cannot be started.
 
     A name without ``/`` is looked up on ``PATH``; a relative path is taken
     from the goal's working directory, where the host runs.
@@ -48,9 +48,9 @@ def check_program(program: str, workdir: Path | None) -> None:
     if "/" not in program:
         if shutil.which(program) is None:
             raise GoalSetupError(
-                f"host program {program!r}",
+                f"{role} program {program!r}",
                 "was not found on PATH",
-                hint=f"install {program}, or pass its full path in --host",
+                hint=f"install {program}, or pass its full path in --{role}",
             )
         return
     path = Path(program)
@@ -58,7 +58,7 @@ def check_program(program: str, workdir: Path | None) -> None:
         path = workdir / path
     if not path.is_file() or not os.access(path, os.X_OK):
         raise GoalSetupError(
-            f"host program {path}",
+            f"{role} program {path}",
             "is not an executable file",
             hint=f"check the path (relative paths start in the workdir); `chmod +x {path}`",
         )

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from loopx.donecheck import DoneCheckSpec
 from loopx.errors import (
     GoalExistsError,
     GoalNotFoundError,
@@ -36,6 +37,7 @@ class GoalChanges(Record):
     max_host_attempts: int | None = None
     resources: dict[str, float] | None = None  # replaces all of the goal's resources when given
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
+    done_check: DoneCheckSpec | None = None  # issue 26: replaces the goal's check when given
     # Issue 26: `--worktree` (checked and its base recorded by loopx.worktree.spec), `--auto-merge`.
     worktree: WorktreeSpec | None = None
     auto_merge: bool | None = None

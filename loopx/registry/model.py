@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from loopx.donecheck import DoneCheckSpec
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.quota.policy import PositiveFloat, QuotaPolicy
@@ -117,6 +118,8 @@ class Goal(Record):
     # Ray back-end: custom resources an agent must hold to run this goal's turns
     # (`goal add --resource NAME=AMOUNT`); the local back-end ignores them.
     resources: dict[str, PositiveFloat] = Field(default_factory=dict)
+    # Issue 26: the goal's own check of a `completed` (`goal add --done-check CMD`).
+    done_check: DoneCheckSpec | None = None
     # Issue 26: turns run in a git worktree of their own; a completed goal merges itself.
     worktree: WorktreeSpec | None = None
     auto_merge: bool = False

@@ -19,6 +19,7 @@ from loopx.turn.failures import FailureReason
 from loopx.turn.journal import (
     JOURNAL_SCHEMA_VERSION,
     PHASES,
+    PHASES_BEFORE_CHECK,
     Phase,
     TurnJournal,
     make_turn_key,
@@ -53,6 +54,9 @@ class RecoveryDecision(StrEnum):
     NONE = "none"  # terminal: the tombstone stays
     RESUME = "resume"  # host_execute complete: finish the phases from journal data only
     RETRY_HOST = "retry_host"  # the host did not finish; the next claim runs it again
+    # Issue 26: the host finished and its done-check is due but not recorded: the next
+    # claim runs the check (a process, which the kernel does not start), never the host.
+    RUN_CHECK = "run_check"
     FAIL = "fail"  # the host did not finish and no attempt is left: host_interrupted
     QUARANTINE = "quarantine"  # invalid: move to quarantine/ for a human
 
@@ -79,22 +83,34 @@ class JournalInspection(Record):
 
 
 def _ordered_prefix(phases: list[str]) -> tuple[list[Phase], bool]:
-    """The longest ordered prefix of PHASES that ``phases`` spells, and whether it is all of it."""
-    prefix: list[Phase] = []
-    for want, got in zip(PHASES, phases, strict=False):
-        if got != want.value:
-            break
-        prefix.append(want)
-    return prefix, len(prefix) == len(phases)
+    """The longest ordered prefix of PHASES that ``phases`` spells, and whether it is all of it.
+
+    A journal written before the done-check existed spells PHASES without
+    ``done_check`` (``PHASES_BEFORE_CHECK``): that order is legal too.
+    """
+    best: list[Phase] = []
+    for order in (PHASES, PHASES_BEFORE_CHECK):
+        prefix: list[Phase] = []
+        for want, got in zip(order, phases, strict=False):
+            if got != want.value:
+                break
+            prefix.append(want)
+        if len(prefix) > len(best):
+            best = prefix
+    return best, len(best) == len(phases)
+
+
+def _all_phases(journal: TurnJournal) -> tuple[Phase, ...]:
+    """The phases a finished journal holds: every one, or every one but done_check (older)."""
+    return PHASES if Phase.DONE_CHECK in journal.completed_phases else PHASES_BEFORE_CHECK
 
 
 def _consistency(journal: TurnJournal) -> list[Violation]:
     problems: list[str] = []
     done = set(journal.completed_phases)
-    if journal.status.terminal and len(done) != len(PHASES):
-        problems.append(
-            f"status {journal.status} but only {len(done)} of {len(PHASES)} phases done"
-        )
+    every = _all_phases(journal)
+    if journal.status.terminal and len(done) != len(every):
+        problems.append(f"status {journal.status} but only {len(done)} of {len(every)} phases done")
     if not journal.status.terminal and Phase.SCHEDULER_ACK in done:
         problems.append("scheduler_ack is complete but the status is still in_progress")
     if journal.status is TurnStatus.COMMITTED and (journal.result is None or journal.failure):
@@ -206,11 +222,15 @@ def inspect_journal(journal: TurnJournal, *, goal_id: str, turn_key: str) -> Jou
     """Like :func:`inspect` for an already parsed journal. Pure."""
     violations = [*_identity(journal, goal_id, turn_key), *_consistency(journal)]
     done = journal.completed_phases
-    next_phase = next((p for p in PHASES if p not in done), None)
+    next_phase = next((p for p in _all_phases(journal) if p not in done), None)
+    if next_phase is Phase.DURABLE_WRITEBACK and Phase.DONE_CHECK not in done:
+        next_phase = Phase.DONE_CHECK
     if violations:
         decision = RecoveryDecision.QUARANTINE
     elif journal.status.terminal:
         decision = RecoveryDecision.NONE
+    elif journal.check_due():
+        decision = RecoveryDecision.RUN_CHECK
     elif Phase.HOST_EXECUTE in done:
         decision = RecoveryDecision.RESUME
     elif journal.attempt < journal.plan.max_host_attempts:

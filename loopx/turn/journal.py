@@ -19,6 +19,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
+from loopx.donecheck import CheckResult, DoneCheckSpec
 from loopx.errors import JournalExistsError
 from loopx.model import Record, UtcDatetime
 from loopx.quota.decision import QuotaDecision
@@ -29,7 +30,7 @@ from loopx.state import HostSession
 from loopx.storage.files import atomic_write_model, exclusive_create, read_model
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.lease import Fence
-from loopx.turn.outcome import TurnStatus
+from loopx.turn.outcome import ResultKind, TurnStatus
 from loopx.turn.protocol import Envelope, HostResult
 
 JOURNAL_SCHEMA_VERSION: Final = 1
@@ -42,6 +43,7 @@ class Phase(StrEnum):
     HOST_EXECUTE = "host_execute"
     TYPED_RESULT = "typed_result"
     VALIDATION = "validation"
+    DONE_CHECK = "done_check"  # issue 26: the goal's check; a no-op without one (or not due)
     DURABLE_WRITEBACK = "durable_writeback"
     QUOTA_SPEND = "quota_spend"
     SCHEDULER_APPLY = "scheduler_apply"
@@ -49,6 +51,8 @@ class Phase(StrEnum):
 
 
 PHASES: Final = tuple(Phase)
+# The phase order of a journal written before the done-check existed (it is still legal).
+PHASES_BEFORE_CHECK: Final = tuple(p for p in Phase if p is not Phase.DONE_CHECK)
 
 
 _TURN_KEY = re.compile(r"^(?P<goal>.+)-t(?P<seq>\d{6,})-e(?P<epoch>\d+)$")
@@ -84,6 +88,8 @@ class TurnPlan(Record):
     # The goal's failure streak when the turn was planned: scheduler_apply sets
     # the new streak from it, so replaying the phase never counts twice.
     prior_failures: Annotated[int, Field(ge=0)] = 0
+    # Issue 26: the goal's done-check when the turn was planned (None: the goal has none).
+    done_check: DoneCheckSpec | None = None
 
 
 class HostOutcome(Record):
@@ -125,6 +131,11 @@ class TurnJournal(Record):
     result: HostResult | None = None  # set by typed_result
     failure: TurnFailure | None = None
     usage: Usage = Field(default_factory=Usage)
+    # Issue 26: what the done_check phase recorded (None: no check ran in this turn).
+    check: CheckResult | None = None
+    # The host's result as it reported it, when a failing check turned its `completed`
+    # into `progress` (``result`` then holds the result the turn commits).
+    reported_result: HostResult | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
     ended_at: UtcDatetime | None = None
@@ -148,6 +159,31 @@ class TurnJournal(Record):
         this instead of the clock, so replaying them gives the same files.
         """
         return self.outcome.ended_at if self.outcome is not None else self.created_at
+
+    def check_due(self) -> bool:
+        """Whether the done_check phase must run the goal's check before the turn goes on. Pure.
+
+        It must when the goal has a check, the host finished with a good
+        result (``completed``, or any with ``every_turn``), and no check result
+        is recorded yet. Before ``validation`` the host's own reading stands in
+        for the settled result (the live turn always settles first).
+        """
+        spec = self.plan.done_check
+        if (
+            spec is None
+            or self.status.terminal
+            or Phase.HOST_EXECUTE not in self.completed_phases
+            or self.done(Phase.DONE_CHECK)
+            or self.done(Phase.DURABLE_WRITEBACK)
+        ):
+            return False
+        if self.done(Phase.VALIDATION):
+            result = self.good_result
+        elif self.outcome is None or self.outcome.killed is not None or self.failure is not None:
+            result = None
+        else:
+            result = self.outcome.result if self.outcome.failure is None else None
+        return result is not None and (spec.every_turn or result.kind is ResultKind.COMPLETED)
 
     @property
     def good_result(self) -> HostResult | None:

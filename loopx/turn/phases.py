@@ -34,7 +34,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Final
 
-from loopx.errors import GoalNotFoundError
+from loopx.donecheck import NEXT_ACTION as CHECK_NEXT_ACTION
+from loopx.donecheck import CheckResult
+from loopx.errors import CheckPendingError, GoalNotFoundError
 from loopx.faults import fault_point
 from loopx.quota.ledger import SpendRecord, append_spend
 from loopx.registry.goals import get_goal, set_status
@@ -112,6 +114,51 @@ def _validate(
             f"result names goal {goal_id!r}, this turn is for {journal.goal_id!r}",
         )
     return None
+
+
+# --- done_check (pure part; the check itself runs in loopx.agents.checkphase) -----------------
+
+
+def record_check(journal: TurnJournal, check: CheckResult, *, now: datetime) -> TurnJournal:
+    """The journal once the done-check's result is recorded (``done_check`` complete). Pure.
+
+    A failing check turns a ``completed`` into ``progress``: the goal is not
+    done, the check's exit and output tail are the evidence, and the next
+    action is to make the check pass. The host's own result is kept as
+    ``reported_result``.
+    """
+    used = journal.usage
+    update: dict[str, object] = {
+        "check": check,
+        # The check's tree is charged to the goal like the host's (issue 26).
+        "usage": used.model_copy(
+            update={
+                "cpu_s": used.cpu_s + check.usage.cpu_s,
+                "wall_s": used.wall_s + check.usage.wall_s,
+                "peak_rss_mb": max(used.peak_rss_mb, check.usage.peak_rss_mb),
+            }
+        ),
+    }
+    result = journal.result
+    if result is not None and result.kind is ResultKind.COMPLETED and not check.passed:
+        spec = journal.plan.done_check
+        command = spec.command if spec is not None else " ".join(check.argv)
+        evidence = [
+            *result.evidence[:97],
+            f"done-check `{command}` {check.describe()}",
+            check.output_tail or "(the done-check printed nothing)",
+        ]
+        update["reported_result"] = result
+        update["result"] = result.model_copy(
+            update={
+                "kind": ResultKind.PROGRESS,
+                "summary": f"reported completed, but the done-check {check.describe()}: "
+                f"{result.summary}"[:4000],
+                "next_action": CHECK_NEXT_ACTION,
+                "evidence": evidence,
+            }
+        )
+    return journal.model_copy(update=update).with_phases(Phase.DONE_CHECK, now=now)
 
 
 # --- scheduler_apply (pure part) ------------------------------------------------------------------
@@ -238,6 +285,14 @@ def finish_held(layout: Layout, journal: TurnJournal, *, now: datetime) -> TurnJ
         journal = settle(journal, now=now)
         for phase in (Phase.TYPED_RESULT, Phase.VALIDATION):
             fault_point(f"after:{phase}")
+    if not journal.done(Phase.DONE_CHECK) and not journal.done(Phase.DURABLE_WRITEBACK):
+        if journal.check_due():
+            # The check is a process: the agent runs it (loopx.agents.checkphase)
+            # before finishing; recovery leaves such a journal to the next claim.
+            raise CheckPendingError(journal.goal_id, journal.turn_key)
+        fault_point(f"before:{Phase.DONE_CHECK}")
+        journal = journal.with_phases(Phase.DONE_CHECK, now=now)  # no check due: no effect
+        fault_point(f"after:{Phase.DONE_CHECK}")
     steps = (
         (Phase.DURABLE_WRITEBACK, writeback_and_schedule),
         (Phase.QUOTA_SPEND, quota_spend),

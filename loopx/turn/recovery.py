@@ -8,6 +8,9 @@ then, oldest journal first:
   journal data only; the host never runs again;
 * ``fail``: the host was interrupted and no attempt is left: the journal ends
   ``failed`` (``host_interrupted``) through the same phases;
+* ``run_check``: the host finished and its done-check is due but not recorded:
+  left ``in_progress`` like ``retry_host``; the next claim runs the check, never
+  the host. Listed as ``check_pending``;
 * ``retry_host``: left ``in_progress`` on purpose. Running a host needs a
   process, which the kernel does not start: the next claim of the goal
   (:func:`loopx.agents.turn.run_one_turn`) runs the host again under the same
@@ -23,6 +26,8 @@ import socket
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
+
+from pydantic import Field
 
 from loopx.errors import CorruptFileError, LeaseLostError, LoopxError
 from loopx.fleet import FleetRecord, FleetState, died
@@ -73,6 +78,9 @@ class RecoveryReport(Record):
     actions: list[RecoveryAction]
     quarantined: list[str]  # paths of journals moved aside for a human
     retry_pending: list[str]  # turn keys whose host the next claim runs again
+    check_pending: list[str] = Field(
+        default_factory=list
+    )  # turn keys whose done-check the next claim runs (issue 26)
     busy_goals: list[str]  # goals a live agent holds; it finishes its own journals
     errors: list[str]  # goals recovery could not process, with the reason
 
@@ -172,6 +180,15 @@ def recover_journal(
             status=journal.status,
             detail=f"host attempt {journal.attempt} of {journal.plan.max_host_attempts} "
             "was interrupted; the next claim runs it again",
+        ), journal
+    if decision is RecoveryDecision.RUN_CHECK:
+        return RecoveryAction(
+            goal_id=goal_id,
+            turn_key=turn_key,
+            decision=decision,
+            status=journal.status,
+            detail="the host finished but its done-check result was not recorded; "
+            "the next claim runs the check (never the host) again",
         ), journal
     if decision is RecoveryDecision.FAIL:
         journal = interrupted(journal, now=now)
@@ -296,6 +313,7 @@ def recover(layout: Layout, *, now: datetime | None = None) -> RecoveryReport:
         actions=actions,
         quarantined=[a.quarantined_to for a in actions if a.quarantined_to],
         retry_pending=[a.turn_key for a in actions if a.decision is RecoveryDecision.RETRY_HOST],
+        check_pending=[a.turn_key for a in actions if a.decision is RecoveryDecision.RUN_CHECK],
         busy_goals=busy,
         errors=errors,
     )

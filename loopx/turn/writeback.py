@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loopx.donecheck import LastCheck
 from loopx.faults import fault_point
 from loopx.history.line import history_line
 from loopx.history.runlog import render_markdown, run_report
@@ -62,6 +63,8 @@ def apply_patch(state: GoalState, journal: TurnJournal) -> GoalState:
             update["next_action"] = result.next_action
     if journal.outcome is not None and journal.outcome.session is not None:
         update["host_session"] = journal.outcome.session
+    if journal.check is not None:  # issue 26: the next envelope shows the host its check
+        update["last_check"] = LastCheck.of(journal.turn_key, journal.check)
     return state.model_copy(update=update)
 
 

@@ -1,5 +1,8 @@
 """The done-check: a goal's own command that decides whether a ``completed`` is true.
 
+A kernel leaf (it imports only the model and the usage record): the goal
+model, the goal state and the turn journal all hold its records.
+
 A goal may name a check (``goal add --done-check CMD``). When its host reports
 ``completed`` (or after every turn, with ``every_turn``) the check runs in the
 goal's workdir as the turn's ``done_check`` phase (:mod:`loopx.turn.phases`),
@@ -11,10 +14,13 @@ holds the records and the pure decisions over them.
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from typing import Annotated, Final
 
 from pydantic import Field
 
+from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 
@@ -78,7 +84,7 @@ class LastCheck(Record):
     exit_code: int | None = None
     summary: str  # CheckResult.describe()
     output_tail: str = ""
-    at: UtcDatetime
+    checked_at: UtcDatetime
 
     @classmethod
     def of(cls, turn_key: str, result: CheckResult) -> LastCheck:
@@ -89,8 +95,59 @@ class LastCheck(Record):
             exit_code=result.exit_code,
             summary=result.describe(),
             output_tail=result.output_tail,
-            at=result.ended_at,
+            checked_at=result.ended_at,
         )
+
+
+def done_check_spec(
+    command: str | Sequence[str] | None,
+    *,
+    timeout_s: float | None = None,
+    every_turn: bool | None = None,
+    existing: DoneCheckSpec | None = None,
+) -> DoneCheckSpec | None:
+    """The check a `goal add` names (None: none given, keep the goal's).
+
+    ``command`` is split like ``--host`` (a shell's words, never run by a
+    shell) or is an argv list. ``--done-check-timeout`` and
+    ``--done-check-every-turn`` alone change the ``existing`` check.
+
+    Raises:
+        UsageError: the command cannot be split or is empty, or the options
+            are given for a goal without a check.
+        InvalidPolicyError: the timeout is not positive.
+
+    """
+    if command is None:
+        if timeout_s is None and every_turn is None:
+            return None
+        if existing is None:
+            raise UsageError(
+                "--done-check-timeout and --done-check-every-turn need a check",
+                hint="add --done-check 'CMD ARGS' (e.g. --done-check 'pytest -q')",
+            )
+        argv = list(existing.argv)
+    elif isinstance(command, str):
+        try:
+            argv = shlex.split(command)
+        except ValueError as e:
+            raise UsageError(
+                f"--done-check {command!r} cannot be split: {e}", hint="check its quotes"
+            ) from e
+    else:
+        argv = list(command)
+    if not argv:
+        raise UsageError("--done-check needs a command", hint="e.g. --done-check 'pytest -q'")
+    if timeout_s is not None and not timeout_s > 0:
+        raise InvalidPolicyError(
+            "--done-check-timeout", f"must be more than 0 seconds, got {timeout_s}"
+        )
+    base = existing or DoneCheckSpec(argv=argv)
+    return DoneCheckSpec(
+        argv=argv,
+        timeout_s=base.timeout_s if timeout_s is None else timeout_s,
+        every_turn=base.every_turn if every_turn is None else every_turn,
+    )
 
 
 __all__ = [
@@ -100,4 +157,5 @@ __all__ = [
     "CheckResult",
     "DoneCheckSpec",
     "LastCheck",
+    "done_check_spec",
 ]
