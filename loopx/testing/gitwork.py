@@ -23,6 +23,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from loopx import environ
+
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Test",
     "GIT_AUTHOR_EMAIL": "test@example.invalid",
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": f"{len(lines)} line(s) in {args.file} on {branch}",
         "next_action": None if done else "add the next line",
     }
-    Path(os.environ["LOOPX_RESULT_FILE"]).write_text(json.dumps(result))
+    Path(os.environ[environ.RESULT_FILE]).write_text(json.dumps(result))
     return 0
 
 

@@ -103,6 +103,8 @@ def merge_goal(
     ensure_dir(lock.parent)
     with locked(lock, timeout=MERGE_LOCK_WAIT_S):
         journal = read_merge_journal(layout, goal_id)
+        if journal is not None and _already_merged(repo, journal):
+            return journal  # a rerun of a finished merge: nothing more to do, the record stays
         if journal is None or journal.finished:
             journal = _plan(layout, goal, repo, mode or MergeMode.MERGE, now=now)
             write_merge_journal(layout, journal)
@@ -110,6 +112,15 @@ def merge_goal(
         else:
             log.info("merge_resumed", goal_id=goal_id, step=journal.step)
         return _run(layout, goal, journal, run_check, now=now)
+
+
+def _already_merged(repo: Path, journal: MergeJournal) -> bool:
+    """Whether ``journal`` finished merging the branch as it is now."""
+    return (
+        journal.finished
+        and journal.outcome in (MergeOutcome.MERGED, MergeOutcome.UP_TO_DATE)
+        and git.branch_commit(repo, journal.branch) == journal.branch_head
+    )
 
 
 def _plan(
