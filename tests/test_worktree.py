@@ -210,3 +210,27 @@ def test_worktree_dir_puts_the_worktree_where_asked(cli_root: Path, tmp_path: Pa
     assert worktree(cli_root, "g1")["path"] == str(tmp_path / "trees" / "g1")
     commit_file(repo, "other.txt", "x\n")
     assert worktree(cli_root, "g1")["behind"] == 1
+
+
+def test_batch_plans_and_import_files_carry_the_worktree_fields(
+    cli_root: Path, tmp_path: Path
+) -> None:
+    """A plan's `worktree` records its base; an import line on a non-repository is refused."""
+    repo = repo_with_ignored_env(tmp_path / "repo")
+    plan = tmp_path / "plan.json"
+    entry = {"id": "p1", "objective": "x", "workdir": "repo", "host_kind": "demo",
+             "worktree": True, "worktree_include": [".env"], "auto_merge": True}  # fmt: skip
+    plan.write_text(json.dumps({"goals": [entry]}))
+    assert loopx_here(cli_root, "goal", "import", str(plan)).returncode == 0
+    goal = goal_doc(cli_root, "p1")["goal"]
+    assert goal["worktree"] == {"base": "main", "include": [".env"], "folder": None}
+    assert goal["auto_merge"] is True
+
+    listing = tmp_path / "goals.jsonl"
+    line = {**goal, "id": "p2", "workdir": str(tmp_path)}
+    listing.write_text(json.dumps(line) + "\n")
+    refused = loopx_here(cli_root, "goal", "import", str(listing))
+    assert refused.returncode == exitcodes.USAGE, refused.stderr
+    assert "is not a git repository" in refused.stderr
+    assert not (cli_root / "goals" / "p2").exists()
+    assert repo.is_dir()

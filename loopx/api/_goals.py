@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from loopx.api._work import (
     WorktreeOptions,
+    check_worktrees,
     merge_worktree,
     show_worktree,
     worktree_of,
@@ -252,6 +253,7 @@ class Goals:
         goals = read_import(source, default_workdir=workdir, now=utcnow())
         if check:
             check_import(source, goals)
+        check_worktrees(source, goals)  # issue 26: a repository and its base, even with --no-check
         return import_goals(self.layout, source, goals)
 
     def worktree(self, goal_id: str, *, remove: bool = False) -> WorktreeView:

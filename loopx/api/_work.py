@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from loopx.errors import UsageError
+from loopx.errors import UsageError, WorktreeError
 from loopx.model import utcnow
+from loopx.registry.bulk import GoalImportError
 from loopx.registry.goals import get_goal
-from loopx.registry.model import WorktreeSpec
+from loopx.registry.model import Goal, WorktreeSpec
 from loopx.registry.store import read_goal
 from loopx.root import Layout
 from loopx.worktree.mergejournal import MergeJournal, MergeMode
@@ -56,6 +57,28 @@ def worktree_of(
     workdir = workdir or (default_workdir or Path.cwd()).resolve()
     folder = None if options.folder is None else str(options.folder)
     return worktree_spec(workdir, base=options.base, include=options.include, folder=folder)
+
+
+def check_worktrees(source: Path, goals: list[tuple[int | None, Goal]]) -> None:
+    """`goal add --worktree`'s checks for every worktree goal of an import, once per repository.
+
+    Raises:
+        GoalImportError: the first line whose repository or base branch is at fault.
+    """
+    verdicts: dict[tuple[str, str], WorktreeError | None] = {}
+    for number, goal in goals:
+        if goal.worktree is None:
+            continue
+        key = (goal.workdir, goal.worktree.base)
+        if key not in verdicts:
+            try:
+                worktree_spec(Path(goal.workdir), base=goal.worktree.base)
+                verdicts[key] = None
+            except WorktreeError as e:
+                verdicts[key] = e
+        error = verdicts[key]
+        if error is not None:
+            raise GoalImportError(source, number, error.message, hint=error.hint)
 
 
 def show_worktree(layout: Layout, goal_id: str, *, remove: bool = False) -> WorktreeView:

@@ -21,12 +21,16 @@ a redone step makes the same commit.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Final
 
+from loopx import environ, exitcodes
 from loopx.errors import GitError, MergeRefusedError
 from loopx.faults import fault_point
 from loopx.log import get_logger
@@ -392,3 +396,25 @@ def _reactivate(layout: Layout, goal_id: str, *, now: datetime) -> None:
         return goal.model_copy(update={"status": GoalStatus.ACTIVE, "updated_at": now})
 
     update_goal(layout, goal_id, change)
+
+
+def merge_in_child(layout: Layout, goal_id: str) -> MergeJournal:
+    """`loopx goal merge ID` run as a child process, for callers inside the kernel.
+
+    The dashboard's merge action uses it: the done-check runner lives with the
+    agents, which the kernel never imports (a process boundary, as the
+    supervisor starts its agents).
+
+    Raises:
+        MergeRefusedError: the merge was refused or failed (the child's error line).
+    """
+    argv = [sys.executable, "-m", "loopx", "--root", str(layout.root), "--registry",
+            str(layout.registry), "goal", "merge", goal_id, "--json"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != environ.FAULT}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if done.returncode in (exitcodes.OK, exitcodes.NEEDS_HUMAN):
+        return MergeJournal.model_validate_json(done.stdout)
+    lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+    message = lines[0].removeprefix("loopx: error: ")
+    hint = lines[1].removeprefix("hint: ") if len(lines) > 1 else None
+    raise MergeRefusedError(message, hint=hint)
