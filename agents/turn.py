@@ -82,6 +82,13 @@ from loopx.turn.lease import (
 from loopx.turn.outcome import TurnStatus
 from loopx.turn.protocol import Envelope
 from loopx.turn.recovery import RecoveryAction, recover_goal
+from loopx.turn.workdir import (
+    WorkdirClaim,
+    acquire_workdir,
+    note_waiting,
+    release_workdir,
+    turn_workdir,
+)
 
 log = get_logger(__name__)
 
@@ -187,14 +194,32 @@ def attempt_turn(
                 log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
                 _kill_goal_processes(layout, goal_id, config.kill_grace_s)
             try:
-                attempt = _claimed_turn(
-                    layout, goal, lease, stop=stop, config=config, console=console, host=host
-                )
+                workdir = _workdir_claim(layout, goal, lease, config)
+                if workdir.hold is None:
+                    busy_with = workdir.blocking.goal_id if workdir.blocking else None
+                    return TurnAttempt(goal_id=goal_id, claimed=False, workdir_busy=busy_with)
+                try:
+                    attempt = _claimed_turn(
+                        layout, goal, lease, stop=stop, config=config, console=console, host=host
+                    )
+                finally:
+                    release_workdir(layout, workdir.hold)
             finally:
                 release(layout, lease)
     if goal.auto_merge and attempt.report is not None:  # issue 26: after the lease is released
         auto_merge(layout, goal_id)
     return attempt
+
+
+def _workdir_claim(layout: Layout, goal: Goal, lease: Lease, config: TurnConfig) -> WorkdirClaim:
+    """One turn per workdir (issue 26): the lock of the goal's workdir, or who holds it."""
+    workdir = turn_workdir(layout, goal)
+    now = utcnow()
+    claim = acquire_workdir(layout, workdir, lease, now=now, grace_s=config.lease_grace_s)
+    if claim.hold is None and claim.blocking is not None:
+        log.info("workdir_busy", holder=claim.blocking.goal_id, path=claim.blocking.path)
+        note_waiting(layout, goal.id, workdir, claim.blocking, now=now)
+    return claim
 
 
 def _claimed_turn(

@@ -51,6 +51,7 @@ from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
+from loopx.turn.workdir import WorkdirHold, WorkdirWait
 from loopx.worktree.mergejournal import MergeJournal
 from loopx.worktree.record import WorktreeRecord
 from loopx.worktree.view import WorktreeView
@@ -87,6 +88,9 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    # Issue 26: one turn per workdir.
+    "workdir-hold": WorkdirHold,  # workdirs/<key>.json
+    "workdir-wait": WorkdirWait,  # goals/<id>/turns/.workdir-wait.json
     # Issue 26: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
     "worktree": WorktreeRecord,
     "merge-journal": MergeJournal,

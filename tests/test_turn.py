@@ -8,6 +8,7 @@ import threading
 from loopx.agents.turn import TurnConfig, attempt_turn, run_one_turn
 from loopx.registry.model import HostKind
 from loopx.state import load_state
+from loopx.turn.journal import PHASES
 from loopx.turn.outcome import TurnStatus
 from tests.turnkit import demo_goal, demo_runs, loopx, make_root
 
@@ -126,4 +127,6 @@ def test_stop_while_host_runs_ends_stopped(tmp_path):
         worker.join(timeout=30)
     report = result[0]
     assert report is not None and report.status is TurnStatus.STOPPED
-    assert len(report.completed_phases) == 7
+    assert len(report.completed_phases) == len(
+        PHASES
+    )  # every phase, done_check (no check) included

@@ -36,6 +36,7 @@ from loopx.registry.views import (
 from loopx.root import Layout
 from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
 from loopx.status.view import ProbeObservation
+from loopx.turn.workdir import shared_workdirs
 from loopx.worktree.mergejournal import MergeJournal, MergeMode
 from loopx.worktree.view import WorktreeView
 
@@ -197,7 +198,8 @@ class Goals:
             default_workdir=default_workdir or Path.cwd(),
             now=now or utcnow(),
         )
-        return GoalDocument(goal=goal)
+        shared = shared_workdirs([goal], goal_list(self.layout).goals).get(goal.id, [])
+        return GoalDocument(goal=goal, shared_workdir=shared)
 
     def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
         if not update:
@@ -254,7 +256,9 @@ class Goals:
         if check:
             check_import(source, goals)
         check_worktrees(source, goals)  # issue 26: a repository and its base, even with --no-check
-        return import_goals(self.layout, source, goals)
+        report = import_goals(self.layout, source, goals)
+        shared = shared_workdirs([g for _, g in goals], goal_list(self.layout).goals)
+        return report.model_copy(update={"shared_workdir": shared}) if shared else report
 
     def worktree(self, goal_id: str, *, remove: bool = False) -> WorktreeView:
         """`loopx goal worktree [--remove]`: the goal's worktree (path, branch, ahead/behind, dirty).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from loopx import exitcodes
@@ -215,11 +216,23 @@ def run_add(args: argparse.Namespace) -> int:
             raise
         raise InvalidPolicyError(flag, e.problem) from e
     goal = document.goal
+    _warn_shared({goal.id: document.shared_workdir} if document.shared_workdir else {})
     if args.json:
         print_json(document)
     else:
         print(f"{'updated' if args.update else 'added'} goal {goal.id} ({goal.status})")
     return exitcodes.OK
+
+
+def _warn_shared(shared: dict[str, list[str]]) -> None:
+    """Issue 26: say on stderr which goals share a workdir (their turns run one at a time)."""
+    for goal_id, others in shared.items():
+        print(
+            f"warning: goal {goal_id} shares its workdir with goal(s) {', '.join(others)}: "
+            "their turns run one at a time (one turn per workdir); give each its own "
+            "directory or worktree to run them side by side (docs/work.md)",
+            file=sys.stderr,
+        )
 
 
 def _describe_host(goal: Goal) -> str:
@@ -249,6 +262,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_import(args: argparse.Namespace) -> int:
     """Register the goals of an import file."""
     report = root(args).goals.import_file(args.file, check=not args.no_check)
+    _warn_shared(report.shared_workdir)
     if args.json:
         print_json(report)
     else:
@@ -271,6 +285,10 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"  host:      {goal.host.kind} {shlex.join(goal.host.argv)}".rstrip())
     quota = goal.quota.model_dump(mode="json")
     print("  quota:     " + ", ".join(f"{k}={v}" for k, v in quota.items() if v is not None))
+    if goal.done_check is not None:
+        print(f"  done-check: {shlex.join(goal.done_check.argv)}", end="")
+        check = state.last_check
+        print(f"  (last: {check.summary}, turn {check.turn_key})" if check else "  (not run yet)")
     print(f"  next action: {state.next_action or '-'}   turns applied: {state.turn_seq}")
     for gate in state.open_gates:
         print(f"  OPEN GATE {gate.id}: {gate.question}")

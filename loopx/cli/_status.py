@@ -139,7 +139,7 @@ def render_table(p: StatusProjection, now: datetime) -> Group:
             lease,
             _last(v, now),
             _quota(v),
-            v.explanation,
+            _why(v),
         )
         warnings.extend(f"{v.goal_id}: {w}" for w in v.warnings)
     parts: list[Any] = [Text(_header(p), style="bold"), table]
@@ -148,12 +148,16 @@ def render_table(p: StatusProjection, now: datetime) -> Group:
     return Group(*parts)
 
 
+def _why(v: GoalStatusView) -> str:
+    """The explanation, and the last done-check's result when the goal has one (issue 26)."""
+    check = v.last_check
+    return v.explanation if check is None else f"{v.explanation}; done-check {check.summary}"
+
+
 def render_plain(p: StatusProjection, now: datetime) -> str:
     """The non-TTY rendering: a header row, then one aligned line per goal; grep-friendly."""
     lines = [_header(p)]
-    rows = [
-        (v.actor.value, v.goal_id, v.reason.value, _last(v, now), v.explanation) for v in p.goals
-    ]
+    rows = [(v.actor.value, v.goal_id, v.reason.value, _last(v, now), _why(v)) for v in p.goals]
     if rows:
         head = ("actor", "goal", "reason", "last turn", "why")
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]

@@ -26,6 +26,10 @@ def run_once(args: argparse.Namespace) -> int:
     report = attempt.report
     if args.json:
         print_json(attempt)
+    elif attempt.workdir_busy is not None:  # issue 26: one turn per workdir
+        print(
+            f"{args.goal_id}: not run, workdir busy: goal {attempt.workdir_busy} runs a turn there"
+        )
     elif not attempt.claimed:
         print(f"{args.goal_id}: not run, leased by {attempt.blocking_agent}")
     elif report is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from loopx.donecheck import CheckResult
 from loopx.model import Record, UtcDatetime
 from loopx.quota.usage import Usage
 from loopx.turn.failures import TurnFailure
@@ -34,6 +35,7 @@ class RunReport(Record):
     envelope: Envelope
     plan_argv: list[str]
     outcome: HostOutcome | None = None
+    check: CheckResult | None = None  # issue 26: the done-check this turn ran
     started_at: UtcDatetime
     ended_at: UtcDatetime
 
@@ -58,6 +60,7 @@ def run_report(journal: TurnJournal) -> RunReport:
         outcome=journal.outcome,
         started_at=journal.created_at,
         ended_at=journal.turn_end,
+        check=journal.check,
     )
 
 
@@ -76,6 +79,8 @@ def render_markdown(report: RunReport) -> str:
     ]
     if report.failure is not None:
         lines.append(f"- failure: `{report.failure.reason}`: {report.failure.message}")
+    if report.check is not None:
+        lines.append(f"- done-check: `{' '.join(report.check.argv)}` {report.check.describe()}")
     if report.result is not None:
         lines += ["", "## Summary", "", report.result.summary or "(none)"]
         if report.result.next_action:
@@ -84,6 +89,9 @@ def render_markdown(report: RunReport) -> str:
             lines += ["", "## Evidence", "", *(f"- {e}" for e in report.result.evidence)]
         if report.result.question:
             lines += ["", "## Question for a human", "", report.result.question]
+    if report.check is not None and not report.check.passed:
+        tail = report.check.output_tail.rstrip() or "(nothing)"
+        lines += ["", "## Done-check output (tail)", "", "```", tail, "```"]
     if report.outcome is not None and report.outcome.stderr:
         tail = report.outcome.stderr[-2000:]
         lines += ["", "## stderr (tail)", "", "```", tail.rstrip(), "```"]

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from loopx.errors import UsageError
 from loopx.model import Record
@@ -63,6 +63,8 @@ class ImportReport(Record):
     total: int  # goals in the file
     added: int  # newly registered
     unchanged: int  # already registered with the same policy
+    # Issue 26: each imported goal without a worktree that shares its workdir -> the others.
+    shared_workdir: dict[str, list[str]] = Field(default_factory=dict)
 
 
 def _same_policy(a: Goal, b: Goal) -> bool:

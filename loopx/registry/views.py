@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from loopx.model import Record
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import Goal
@@ -16,6 +18,9 @@ class GoalDocument(Record):
 
     schema_version: Literal[1] = 1
     goal: Goal
+    # Issue 26: other goals on the same workdir (or one inside or above it), when this goal
+    # has no worktree of its own: their turns run one at a time.
+    shared_workdir: list[str] = Field(default_factory=list)
 
 
 class GoalList(Record):

@@ -16,6 +16,8 @@ quarantined         human   a turn journal of the goal is in ``quarantine/``,
                             or one of its files is damaged
 gate_pending        human   a gate is open
 running             agent   a live lease (an expired one is reported too)
+waiting             none    another goal's turn holds the workdir ("workdir busy: goal X
+                            runs a turn there"; ``goals/<id>/turns/.workdir-wait.json``, issue 26)
 failing             human   ``consecutive_failures`` >= FAILING_HUMAN_AFTER
 quota_exhausted     none    the window's allowance is spent
 failing             agent   failures below the threshold (retried after backoff)
@@ -59,6 +61,7 @@ from loopx.status.view import (
 )
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
+from loopx.turn.workdir import WorkdirWait
 
 FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must look
 _OBJECTIVE_CHARS: Final = 200
@@ -104,6 +107,8 @@ class GoalInputs:
     quarantined: Sequence[str] = ()
     damage: Sequence[str] = ()
     probe: ProbeObservation | None = None
+    # Issue 26: the goal waits for another goal's turn in its workdir (goals/<id>/turns/.workdir-wait.json).
+    workdir_wait: WorkdirWait | None = None
 
 
 # --- pieces ------------------------------------------------------------------------------------
@@ -234,6 +239,8 @@ def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the mo
             f"agent {lease.agent_id}'s lease expired; another agent takes the goal over",
             None,
         )
+    if inputs.workdir_wait is not None:  # issue 26: one turn per workdir
+        return Actor.NONE, StatusReason.WAITING, inputs.workdir_wait.describe(), None
     failure = last.failure if last is not None and last.failure else "unknown reason"
     if failures >= FAILING_HUMAN_AFTER:
         return (
@@ -406,6 +413,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "quarantined": list(inputs.quarantined),
         "probe": inputs.probe,
         "recheck_at": account.recheck_at,
+        "last_check": None,
     }
     if key is not None and goal.id not in explanation:
         if len(_PLAIN_UNRUN) >= _PLAIN_UNRUN_MAX:
@@ -459,6 +467,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "quarantined": list(inputs.quarantined),
             "probe": inputs.probe,
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
+            "last_check": state.last_check,
         },
     )
 

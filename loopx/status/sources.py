@@ -23,7 +23,7 @@ from loopx.history.line import HistoryLine
 from loopx.history.reader import HistoryCounts, tail_and_counts
 from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
-from loopx.registry.model import Goal
+from loopx.registry.model import Goal, GoalStatus
 from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
 from loopx.status.changes import changes_file, note_goal_changed
@@ -42,12 +42,13 @@ from loopx.storage.files import (
 )
 from loopx.storage.resources import root_health
 from loopx.turn.lease import Lease
+from loopx.turn.workdir import WAIT_FILE, WorkdirWait
 
 PROBES_DIR: Final = "probes"
 _READ_ORDER: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl")
 READ_NAMES: Final = frozenset(_READ_ORDER)
 NO_COUNTS: Final = HistoryCounts()  # a goal without history (frozen, so shared)
-M = TypeVar("M", GoalState, Lease)
+M = TypeVar("M", GoalState, Lease, WorkdirWait)
 
 
 # --- change hints (written by loopx.status.changes) -----------------------------------------------
@@ -147,6 +148,7 @@ def gather_goal(
         quarantined=quarantined,
         damage=tuple(files.damage),
         probe=probe,
+        workdir_wait=files.workdir_wait,
     )
     return inputs, files.counts
 
@@ -159,6 +161,7 @@ class _GoalFiles:
     counts: HistoryCounts = NO_COUNTS
     spend: SpendColumns = NO_SPEND
     damage: list[str] = field(default_factory=list)
+    workdir_wait: WorkdirWait | None = None
 
 
 def _read_goal_files(
@@ -175,6 +178,9 @@ def _read_goal_files(
         out.state = _model_at(dir_fd, goal_dir, "state.json", GoalState, out.damage)
     if "lease.json" not in absent:
         out.lease = _model_at(dir_fd, goal_dir, "lease.json", Lease, out.damage)
+    if out.lease is None and goal.status is GoalStatus.ACTIVE:
+        # Issue 26: written and removed with a change hint, so a hint re-reads it.
+        out.workdir_wait = _model_at(dir_fd, goal_dir, WAIT_FILE, WorkdirWait, out.damage)
     if "history.jsonl" not in absent:
         try:
             read = tail_and_counts(dir_fd, goal_dir, counted)

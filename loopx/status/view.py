@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
+from loopx.donecheck import LastCheck
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime, trusted
 from loopx.quota.budget import QuotaView
@@ -150,6 +151,8 @@ class GoalStatusView(Record):
     # The earliest time this view changes by time alone (a wait ends, a lease
     # expires, spend leaves the window); the cache re-projects the goal then.
     recheck_at: UtcDatetime | None = None
+    # Issue 26: the goal's newest recorded done-check (from its state).
+    last_check: LastCheck | None = None
 
 
 class FleetView(Record):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.realhosts.conftest import add_goal, goal_state, run_once
+from tests.realhosts.donecheck_case import false_then_true_completed
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(240)]
 
@@ -113,3 +114,10 @@ def test_lost_session_drops_it(cli, claude_env, mock, tmp_path):
     lost = run_once(cli, "k1", claude_env)
     assert lost["failure"]["reason"] == "host_execution_error", lost
     assert goal_state(cli, "k1")["host_session"]["session_id"] == ""
+
+
+def test_done_check_decides_completed(cli, claude_env, mock, tmp_path):
+    """A false `completed` is progress under --done-check; Claude's next prompt shows the output."""
+    false_then_true_completed(
+        cli, claude_env, mock, tmp_path, kind="claude", requests="/v1/messages"
+    )

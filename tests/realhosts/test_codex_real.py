@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.realhosts.conftest import add_goal, goal_state, run_once
+from tests.realhosts.donecheck_case import false_then_true_completed
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(240)]
 
@@ -116,3 +117,10 @@ def test_lost_thread_is_one_line_and_the_next_turn_starts_fresh(cli, codex_env, 
     assert "no rollout found" in lost["failure"]["message"]
     assert "WARNING" not in lost["failure"]["message"]
     assert goal_state(cli, "c1")["host_session"]["session_id"] == ""
+
+
+def test_done_check_decides_completed(cli, codex_env, mock, tmp_path):
+    """A false `completed` is progress under --done-check; codex's next prompt shows the output."""
+    false_then_true_completed(
+        cli, codex_env, mock, tmp_path, kind="codex", requests="/v1/responses"
+    )

@@ -1,0 +1,364 @@
+"""One turn per workdir: a lock on the directory a turn runs in, taken with the goal's claim.
+
+Two goals whose workdirs resolve (realpath) to the same directory, or one
+inside the other, never run turns at the same time (issue 26). The lock is
+``workdirs/<key>.json`` (``key``: a digest of the real path), created
+exclusively right after the goal's lease, naming the goal and the lease's
+epoch. It lives exactly as long as that lease may: a hold whose goal has no
+lease of that epoch any more, or whose lease may be taken over
+(:func:`loopx.turn.lease.takeover_allowed`: a dead holder at once, a silent
+one after expiry and grace), is stale and is taken over; a live one is never
+broken. A takeover raises the goal's epoch, which makes the old hold stale:
+the hold is fenced by the lease it was taken with.
+
+Nesting, without a scan of the goals: a holder of ``/repo/a`` also leaves a
+marker ``workdirs/<key(/repo)>.below/<key(/repo/a)>`` under each ancestor;
+a claim of ``/repo`` finds held descendants in its own ``.below/`` (one
+listing, usually empty) and held ancestors by one ``stat`` per path level.
+Each claimant first makes its own records, then looks for the other's, so
+two overlapping claims cannot both miss each other (at worst both back off
+and try again).
+
+A claimant that finds the workdir busy leaves ``goals/<id>/turns/.workdir-wait.json``
+(status shows "workdir busy: goal X runs a turn there") and a marker in the
+holder's ``.waiters/``; the holder's release removes both and leaves a change
+hint for each waiter, which wakes the agents that sleep on hints. An idle
+poll costs nothing here: nothing is read until a goal is claimed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final, Literal
+
+from loopx.errors import CorruptFileError
+from loopx.log import get_logger
+from loopx.model import Record, UtcDatetime
+from loopx.registry.model import Goal, GoalStatus
+from loopx.root import Layout
+from loopx.status.changes import note_goal_changed
+from loopx.storage.files import (
+    atomic_write_model,
+    ensure_dir,
+    exclusive_create,
+    read_model_or_none,
+)
+from loopx.storage.locks import locked
+from loopx.turn.lease import Lease, holder_state, read_lease, takeover_allowed
+from loopx.worktree.record import turn_workdir as worktree_turn_workdir
+
+log = get_logger(__name__)
+
+# In turns/ (a dot file, which journal listings skip) so that writing or removing it
+# moves the directory's mtime, part of the status fingerprint: a hinted refresh sees it.
+WAIT_FILE: Final = "turns/.workdir-wait.json"
+
+
+class WorkdirHold(Record):
+    """``workdirs/<key>.json``: the goal whose turn holds a workdir now."""
+
+    schema_version: Literal[1] = 1
+    path: str  # the real path
+    goal_id: str
+    epoch: int  # the goal's lease epoch: the hold is stale once that lease is gone
+    agent_id: str
+    acquired_at: UtcDatetime
+
+
+class WorkdirWait(Record):
+    """``goals/<id>/turns/.workdir-wait.json``: the goal waits for another goal's turn to end."""
+
+    schema_version: Literal[1] = 1
+    workdir: str
+    holder_goal_id: str
+    holder_path: str  # the held directory: the same one, or one inside or above it
+    since: UtcDatetime
+
+    def describe(self) -> str:
+        """The status line of a goal that waits."""
+        return f"workdir busy: goal {self.holder_goal_id} runs a turn there"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkdirClaim:
+    """What :func:`acquire_workdir` got: the hold, or the live hold that blocks it."""
+
+    hold: WorkdirHold | None
+    blocking: WorkdirHold | None = None
+    took_over: WorkdirHold | None = None
+
+
+def turn_workdir(layout: Layout, goal: Goal) -> str:
+    """Where the goal's turns run, and so the directory its lock is on.
+
+    A goal with its own git worktree (issue 26 item 2) runs, and locks, there
+    (:func:`loopx.worktree.record.turn_workdir`: a path fixed by the goal, made
+    or not); every other goal in its workdir.
+    """
+    return str(worktree_turn_workdir(layout, goal))
+
+
+def has_worktree(goal: Goal) -> bool:
+    """Whether the goal runs in a worktree of its own (`goal add --worktree`)."""
+    return goal.worktree is not None
+
+
+def shared_workdirs(new: Iterable[Goal], registered: Iterable[Goal]) -> dict[str, list[str]]:
+    """For each new goal without a worktree, the other goals whose workdir overlaps its own. Pure.
+
+    Overlap: the same directory, or one inside the other (workdirs are stored
+    resolved, so no path is looked up). Goals with a worktree of their own,
+    and archived ones, share nothing. Costs one sort of the workdirs and a
+    bisection per new goal, not a comparison of every pair.
+    """
+    new = [g for g in new if not has_worktree(g)]
+    ids = {g.id for g in new}
+    others = [
+        g for g in registered
+        if g.id not in ids and g.status is not GoalStatus.ARCHIVED and not has_worktree(g)
+    ]  # fmt: skip
+    pool = sorted((g.workdir.rstrip("/") or "/", g.id) for g in [*others, *new])
+    paths = [p for p, _ in pool]
+    out: dict[str, list[str]] = {}
+    for goal in new:
+        mine = goal.workdir.rstrip("/") or "/"
+        found = {pool[i][1] for i in _equal(paths, mine)}  # the same directory
+        inside = mine.rstrip("/") + "/"
+        i = bisect_left(paths, inside)
+        while i < len(paths) and paths[i].startswith(inside):  # the ones inside it
+            found.add(pool[i][1])
+            i += 1
+        for ancestor in _ancestors(mine):  # the ones above it
+            found.update(pool[j][1] for j in _equal(paths, ancestor))
+        found.discard(goal.id)
+        if found:
+            out[goal.id] = sorted(found)
+    return out
+
+
+def _equal(paths: list[str], path: str) -> range:
+    """The positions of ``path`` in the sorted ``paths``."""
+    return range(bisect_left(paths, path), bisect_right(paths, path))
+
+
+def workdir_key(path: str) -> str:
+    """The file-name key of a real path. Pure."""
+    return hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def real_workdir(workdir: str) -> str:
+    """The real path the lock is taken on (symlinks resolved)."""
+    return os.path.realpath(workdir)
+
+
+def _ancestors(path: str) -> list[str]:
+    out, current = [], os.path.dirname(path)
+    while current and current != path:
+        out.append(current)
+        path, current = current, os.path.dirname(current)
+    return out
+
+
+def _dir(layout: Layout) -> Path:
+    return layout.root / "workdirs"
+
+
+def _hold_file(layout: Layout, path: str) -> Path:
+    return _dir(layout) / f"{workdir_key(path)}.json"
+
+
+def _below_dir(layout: Layout, ancestor: str) -> Path:
+    return _dir(layout) / f"{workdir_key(ancestor)}.below"
+
+
+def _waiters_dir(layout: Layout, path: str) -> Path:
+    return _dir(layout) / f"{workdir_key(path)}.waiters"
+
+
+def wait_file(layout: Layout, goal_id: str) -> Path:
+    """``goals/<id>/turns/.workdir-wait.json``."""
+    return layout.goal_dir(goal_id) / WAIT_FILE
+
+
+def read_wait(layout: Layout, goal_id: str) -> WorkdirWait | None:
+    """The goal's workdir wait, if it waits (a damaged file reads as none)."""
+    try:
+        return read_model_or_none(wait_file(layout, goal_id), WorkdirWait)
+    except CorruptFileError:
+        return None
+
+
+def _read_hold(path: Path) -> WorkdirHold | None:
+    try:
+        return read_model_or_none(path, WorkdirHold)
+    except CorruptFileError:
+        return None  # a create cut short: nobody holds it
+
+
+def hold_is_live(layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: float) -> bool:
+    """Whether a hold still stands: its goal's lease of that epoch exists and may not be taken over."""
+    try:
+        lease: Lease | None = read_lease(layout, hold.goal_id)
+    except CorruptFileError:
+        return True  # the goal's claim decides about a damaged lease; respect the hold till then
+    if lease is None or lease.epoch != hold.epoch:
+        return False
+    holder = holder_state(lease, hostname=socket.gethostname())
+    return not takeover_allowed(lease, holder, now=now, grace_s=grace_s)
+
+
+def _take_exact(
+    layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: float
+) -> WorkdirClaim:
+    """Create the hold file of ``hold.path``, taking over a stale one, under its lock."""
+    path = _hold_file(layout, hold.path)
+    data = hold.model_dump_json(indent=2).encode() + b"\n"
+    with locked(path):
+        if exclusive_create(path, data, durable=False):
+            return WorkdirClaim(hold=hold)
+        current = _read_hold(path)
+        if current is not None and current.goal_id == hold.goal_id:
+            took = None  # our own goal's earlier hold (its lease was taken over: fenced)
+        elif current is not None and hold_is_live(layout, current, now=now, grace_s=grace_s):
+            return WorkdirClaim(hold=None, blocking=current)
+        else:
+            took = current
+        atomic_write_model(path, hold, durable=False)
+    if took is not None:
+        log.warning("workdir_hold_taken_over", path=hold.path, previous=took.goal_id)
+        _wake_waiters(layout, took.path)
+    return WorkdirClaim(hold=hold, took_over=took)
+
+
+def _blocking_relative(
+    layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: float
+) -> WorkdirHold | None:
+    """A live hold of an ancestor or descendant of ``hold.path`` (other goals only)."""
+    for ancestor in _ancestors(hold.path):
+        other = _read_hold(_hold_file(layout, ancestor))
+        if (
+            other is not None
+            and other.goal_id != hold.goal_id
+            and hold_is_live(layout, other, now=now, grace_s=grace_s)
+        ):
+            return other
+    below = _below_dir(layout, hold.path)
+    try:
+        names = os.listdir(below)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        other = _read_hold(_dir(layout) / f"{name}.json")
+        if other is None or not hold_is_live(layout, other, now=now, grace_s=grace_s):
+            with contextlib.suppress(OSError):  # a stale marker: its holder is gone
+                (below / name).unlink()
+            continue
+        if other.goal_id != hold.goal_id:
+            return other
+    return None
+
+
+def acquire_workdir(
+    layout: Layout, workdir: str, lease: Lease, *, now: datetime, grace_s: float
+) -> WorkdirClaim:
+    """Take the workdir lock of a goal whose lease is held (right after the claim).
+
+    Returns:
+        The hold, or (``hold`` None) the live hold of another goal on the
+        same directory, one above it or one inside it.
+
+    """
+    real = real_workdir(workdir)
+    hold = WorkdirHold(
+        path=real, goal_id=lease.goal_id, epoch=lease.epoch, agent_id=lease.agent_id,
+        acquired_at=now,
+    )  # fmt: skip
+    ensure_dir(_dir(layout))
+    claim = _take_exact(layout, hold, now=now, grace_s=grace_s)
+    if claim.hold is None:
+        return claim
+    key = workdir_key(real)
+    for ancestor in _ancestors(real):  # our markers first, then look for the others
+        marker_dir = ensure_dir(_below_dir(layout, ancestor))
+        exclusive_create(marker_dir / key, b"", durable=False)
+    blocking = _blocking_relative(layout, hold, now=now, grace_s=grace_s)
+    if blocking is not None:
+        release_workdir(layout, hold)
+        return WorkdirClaim(hold=None, blocking=blocking)
+    with contextlib.suppress(OSError):
+        wait_file(layout, lease.goal_id).unlink()
+    return claim
+
+
+def release_workdir(layout: Layout, hold: WorkdirHold) -> None:
+    """Remove a hold if it is still this goal's and epoch's, its markers, and wake its waiters."""
+    path = _hold_file(layout, hold.path)
+    key = workdir_key(hold.path)
+    for ancestor in _ancestors(hold.path):
+        with contextlib.suppress(OSError):
+            (_below_dir(layout, ancestor) / key).unlink()
+    with locked(path):
+        current = _read_hold(path)
+        if current is not None and (current.goal_id, current.epoch) == (hold.goal_id, hold.epoch):
+            path.unlink(missing_ok=True)
+    _wake_waiters(layout, hold.path)
+
+
+def _wake_waiters(layout: Layout, held_path: str) -> None:
+    waiters = _waiters_dir(layout, held_path)
+    try:
+        names = os.listdir(waiters)
+    except FileNotFoundError:
+        return
+    for goal_id in names:
+        with contextlib.suppress(OSError):
+            (waiters / goal_id).unlink()
+        with contextlib.suppress(OSError):
+            wait_file(layout, goal_id).unlink()
+        note_goal_changed(layout, goal_id)  # wakes the agents' index and status
+
+
+def note_waiting(
+    layout: Layout, goal_id: str, workdir: str, blocking: WorkdirHold, *, now: datetime
+) -> WorkdirWait:
+    """Record that ``goal_id`` waits for ``blocking``'s turn, to be woken when it ends."""
+    wait = WorkdirWait(
+        workdir=real_workdir(workdir),
+        holder_goal_id=blocking.goal_id,
+        holder_path=blocking.path,
+        since=now,
+    )
+    current = read_wait(layout, goal_id)
+    if current is None or current.holder_goal_id != wait.holder_goal_id:
+        atomic_write_model(wait_file(layout, goal_id), wait, durable=False)
+        note_goal_changed(layout, goal_id)
+    exclusive_create(ensure_dir(_waiters_dir(layout, blocking.path)) / goal_id, b"", durable=False)
+    # Released while we wrote? Then nobody will wake us: wake ourselves.
+    if _read_hold(_hold_file(layout, blocking.path)) is None:
+        _wake_waiters(layout, blocking.path)
+    return wait
+
+
+__all__ = [
+    "WorkdirClaim",
+    "WorkdirHold",
+    "WorkdirWait",
+    "acquire_workdir",
+    "hold_is_live",
+    "note_waiting",
+    "read_wait",
+    "real_workdir",
+    "release_workdir",
+    "shared_workdirs",
+    "turn_workdir",
+    "wait_file",
+    "workdir_key",
+]

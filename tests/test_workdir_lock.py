@@ -1,0 +1,159 @@
+"""One turn per workdir: goals sharing a directory (or one inside the other) never overlap."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from loopx.agents.turn import attempt_turn
+from loopx.model import utcnow
+from loopx.registry.goals import GoalChanges, add_goal
+from loopx.registry.model import HostKind, HostSpec
+from loopx.turn.lease import claim, release
+from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir
+from tests.fleet_helpers import journals, kill_everything, leftovers, start_supervisor
+from tests.turnkit import loopx_here, make_root
+
+pytestmark = pytest.mark.timeout(240)
+
+# Three turns of ~0.4 s each; the third says completed.
+HOST = r"""
+import json, os, sys, time
+envelope = json.load(sys.stdin)
+time.sleep(0.4)
+kind = "completed" if envelope["seq"] >= 3 else "progress"
+json.dump({"kind": kind, "summary": "s"}, open(os.environ["LOOPX_RESULT_FILE"], "w"))
+"""
+
+
+def _goal(layout, goal_id: str, workdir: Path, host: Path) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    changes = GoalChanges(
+        objective="edit the checkout",
+        workdir=str(workdir),
+        host=HostSpec(kind=HostKind.COMMAND, argv=[sys.executable, str(host)]),
+    )
+    add_goal(layout, goal_id, changes, update=False, default_workdir=workdir, now=utcnow())
+
+
+def _spans(root: Path, goal_id: str) -> list[tuple[datetime, datetime, str]]:
+    out = []
+    for j in journals(root, goal_id):
+        assert j["status"] == "committed", j
+        out.append(
+            (
+                datetime.fromisoformat(j["created_at"]),
+                datetime.fromisoformat(j["ended_at"]),
+                goal_id,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["same-dir", "one-inside-the-other"])
+def test_a_fleet_of_two_never_overlaps_turns_of_one_workdir(tmp_path, nested):
+    """Two agents, two goals of one checkout: the goals' turn intervals (journals) are disjoint."""
+    root = tmp_path / "root"
+    layout = make_root(root)
+    host = tmp_path / "host.py"
+    host.write_text(HOST)
+    repo = tmp_path / "repo"
+    _goal(layout, "a", repo, host)
+    _goal(layout, "b", repo / "src" if nested else repo, host)
+    proc = start_supervisor(root, "--agents", "2", "--until-idle")
+    try:
+        assert proc.wait(timeout=200) == 0
+        assert leftovers(root) == []
+    finally:
+        kill_everything(root, proc)
+    spans = sorted(_spans(root, "a") + _spans(root, "b"))
+    assert len(spans) == 6
+    for (_s1, end1, g1), (start2, _e2, g2) in itertools.pairwise(spans):
+        assert end1 <= start2, f"a turn of {g1} (ends {end1}) overlaps one of {g2} ({start2})"
+    assert not list((root / "workdirs").glob("*.json"))  # every hold released
+
+
+def test_a_goal_on_a_busy_workdir_waits_and_is_woken(tmp_path):
+    """Goal b finds a's turn in the workdir: not run, waiting on a; a's release clears it."""
+    layout = make_root(tmp_path / "root")
+    host = tmp_path / "host.py"
+    host.write_text(HOST)
+    _goal(layout, "a", tmp_path / "repo", host)
+    _goal(layout, "b", tmp_path / "repo", host)
+    lease = claim(layout, "a", agent_id="holder", now=utcnow()).lease
+    assert lease is not None
+    held = acquire_workdir(layout, str(tmp_path / "repo"), lease, now=utcnow(), grace_s=30)
+    assert held.hold is not None
+    hints = layout.projections_dir / "changes.log"
+    before = hints.stat().st_size if hints.exists() else 0
+    attempt = attempt_turn(layout, "b", agent_id="other")
+    assert (attempt.claimed, attempt.workdir_busy, attempt.report) == (False, "a", None)
+    wait = read_wait(layout, "b")
+    assert wait is not None
+    assert wait.describe() == "workdir busy: goal a runs a turn there"
+    assert not (layout.goal_dir("b") / "lease.json").exists()  # b's claim was given back
+    status = loopx_here(layout.root, "status", "--json", "--ttl", "0")
+    assert status.returncode == 0, status.stderr
+    view = next(g for g in json.loads(status.stdout)["goals"] if g["goal_id"] == "b")
+    assert view["reason"] == "waiting"
+    assert "workdir busy: goal a runs a turn there" in json.dumps(view)
+    release_workdir(layout, held.hold)
+    release(layout, lease)
+    assert read_wait(layout, "b") is None
+    status = json.loads(loopx_here(layout.root, "status", "--json", "--ttl", "0").stdout)
+    assert next(g for g in status["goals"] if g["goal_id"] == "b")["reason"] == "ready"
+    assert hints.stat().st_size > before  # a change hint names b: idle agents wake
+    assert "b" in hints.read_text().split()
+
+
+def test_a_dead_holders_workdir_is_taken_over(tmp_path):
+    """A hold whose goal's lease is gone (its agent died) does not block: it is taken over."""
+    layout = make_root(tmp_path / "root")
+    host = tmp_path / "host.py"
+    host.write_text(HOST)
+    _goal(layout, "a", tmp_path / "repo", host)
+    _goal(layout, "b", tmp_path / "repo", host)
+    lease = claim(layout, "a", agent_id="holder", now=utcnow()).lease
+    assert lease is not None
+    held = acquire_workdir(layout, str(tmp_path / "repo"), lease, now=utcnow(), grace_s=30)
+    assert held.hold is not None
+    # The holder dies: its lease file names a pid that no longer runs.
+    lease_file = layout.goal_dir("a") / "lease.json"
+    data = json.loads(lease_file.read_text())
+    lease_file.write_text(json.dumps({**data, "pid": 2**22 + 7, "pid_started_at": 1.0}))
+    attempt = attempt_turn(layout, "b", agent_id="other")
+    assert attempt.claimed
+    assert attempt.report is not None
+    assert attempt.report.status == "committed"
+
+
+def test_goal_add_and_import_warn_about_a_shared_workdir(cli, tmp_path):
+    """A second goal on one checkout (or inside it) is warned about, on stderr and in --json."""
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (tmp_path / "repo-other").mkdir()
+    base = ["--objective", "o", "--host-kind", "demo"]
+    first = loopx_here(cli.root, "goal", "add", "a", "--workdir", str(repo), *base, "--json")
+    assert json.loads(first.stdout)["shared_workdir"] == []
+    assert first.stderr == ""
+    apart = loopx_here(
+        cli.root, "goal", "add", "c", "--workdir", str(tmp_path / "repo-other"), *base
+    )
+    assert "warning" not in apart.stderr  # a sibling whose name starts alike shares nothing
+    second = loopx_here(
+        cli.root, "goal", "add", "b", "--workdir", str(repo / "src"), *base, "--json"
+    )
+    assert second.returncode == 0
+    assert json.loads(second.stdout)["shared_workdir"] == ["a"]
+    assert "warning: goal b shares its workdir with goal(s) a" in second.stderr
+    lines = tmp_path / "more.jsonl"
+    lines.write_text(json.dumps({"id": "d", "objective": "o", "workdir": str(repo)}) + "\n")
+    imported = loopx_here(cli.root, "goal", "import", str(lines), "--json")
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["shared_workdir"] == {"d": ["a", "b"]}
+    assert "warning: goal d shares its workdir with goal(s) a, b" in imported.stderr
