@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from loopx.agents.hosts.prompt import build_prompt
@@ -50,6 +51,7 @@ def test_a_failing_check_then_a_passing_one(cli, tmp_path):
     show = json.loads(loopx_here(cli.root, "goal", "show", "g", "--json").stdout)
     assert show["goal"]["status"] == "done"
     assert show["state"]["last_check"]["passed"] is True
+    assert show["state"]["next_action"] is None  # the check's request is met
     assert check_runs(wd) == ["g-t000001-e1", "g-t000002-e2"]
 
 
@@ -104,3 +106,34 @@ def test_a_missing_check_program_registers_nothing(cli, tmp_path):
     assert "done-check program 'no-such-checker-xyz'" in bad.stderr
     assert "--done-check" in bad.stderr
     assert not (cli.root / "goals" / "g").exists()
+
+
+def test_an_import_with_a_missing_check_program_registers_nothing(cli, tmp_path):
+    """goal import checks each done-check program like a host's: exit 2, nothing registered."""
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    line = {"id": "g", "objective": "o", "workdir": str(wd), "done_check": {"argv": ["nope-xyz"]}}
+    path = tmp_path / "goals.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    bad = loopx_here(cli.root, "goal", "import", str(path))
+    assert bad.returncode == 2
+    assert "done-check program 'nope-xyz'" in bad.stderr
+    assert not (cli.root / "goals" / "g").exists()
+
+
+def test_a_batch_plan_carries_the_check(cli, tmp_path):
+    """A batch plan's done_check, timeout and every-turn flag reach the goal."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        '[[goals]]\nid = "g"\nobjective = "o"\nworkdir = "."\nhost_kind = "demo"\n'
+        f'done_check = "{sys.executable} -c pass"\ndone_check_timeout_s = 30\n'
+        "done_check_every_turn = true\n"
+    )
+    done = loopx_here(cli.root, "goal", "import", str(plan))
+    assert done.returncode == 0, done.stderr
+    goal = json.loads(loopx_here(cli.root, "goal", "show", "g", "--json").stdout)["goal"]
+    assert goal["done_check"] == {
+        "argv": [sys.executable, "-c", "pass"],
+        "timeout_s": 30.0,
+        "every_turn": True,
+    }

@@ -221,7 +221,9 @@ def _take_exact(
     """Create the hold file of ``hold.path``, taking over a stale one, under its lock."""
     path = _hold_file(layout, hold.path)
     data = hold.model_dump_json(indent=2).encode() + b"\n"
-    with locked(path):
+    if exclusive_create(path, data, durable=False):  # the common case: a free workdir
+        return WorkdirClaim(hold=hold)
+    with locked(path):  # held already: judge and take over under the hold's lock
         if exclusive_create(path, data, durable=False):
             return WorkdirClaim(hold=hold)
         current = _read_hold(path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loopx.donecheck import NEXT_ACTION as CHECK_NEXT_ACTION
 from loopx.donecheck import LastCheck
 from loopx.faults import fault_point
 from loopx.history.line import history_line
@@ -63,9 +64,20 @@ def apply_patch(state: GoalState, journal: TurnJournal) -> GoalState:
             update["next_action"] = result.next_action
     if journal.outcome is not None and journal.outcome.session is not None:
         update["host_session"] = journal.outcome.session
-    if journal.check is not None:  # issue 26: the next envelope shows the host its check
-        update["last_check"] = LastCheck.of(journal.turn_key, journal.check)
+    if journal.check is not None:
+        update.update(_check_fields(state, journal, next_action_given="next_action" in update))
     return state.model_copy(update=update)
+
+
+def _check_fields(
+    state: GoalState, journal: TurnJournal, *, next_action_given: bool
+) -> dict[str, object]:
+    """Issue 26: the recorded check, which the next envelope shows the host. Pure."""
+    assert journal.check is not None  # noqa: S101 - the caller checked
+    out: dict[str, object] = {"last_check": LastCheck.of(journal.turn_key, journal.check)}
+    if journal.check.passed and not next_action_given and state.next_action == CHECK_NEXT_ACTION:
+        out["next_action"] = None  # the check's own request is met
+    return out
 
 
 def durable_writeback(

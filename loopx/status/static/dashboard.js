@@ -470,6 +470,7 @@ async function goalView(route) {
         el("h2", {}, "Objective"),
         el("p", { class: "objective" }, d.goal ? d.goal.objective : v.objective),
         listBlock("Next action", s.next_action ? [s.next_action] : []),
+        checkBlock(s.last_check),
         listBlock("Beliefs (newest first)", (s.beliefs || []).slice().reverse()),
         listBlock("Priorities", s.priorities || []),
         listBlock("Non-goals", s.non_goals || []),
@@ -483,6 +484,14 @@ async function goalView(route) {
     turnsPanel(v.goal_id, d),
     resolvedGates(gates.filter((g) => g.answer !== null)),
   );
+}
+
+// Issue 26: the goal's newest done-check, with the tail of its output when it failed.
+function checkBlock(c) {
+  if (!c) return null;
+  return el("div", { id: "last-check" }, el("h3", {}, "Done-check"),
+    el("p", { class: c.passed ? "" : "bad" }, `${c.summary} (turn ${c.turn_key}, `, when(c.checked_at), ")"),
+    !c.passed && c.output_tail ? el("pre", { class: "tail" }, c.output_tail) : null);
 }
 
 function listBlock(title, items) {
