@@ -197,3 +197,43 @@ def test_the_dashboard_merge_action_takes_the_same_path(cli_root: Path, tmp_path
     result = perform(Layout.at(cli_root), "g1", Action.MERGE, ActionRequest(), now=utcnow())
     assert result.merge is not None and result.merge.outcome == "merged"
     assert head(repo) == result.merge.merged_commit
+
+
+def test_merges_of_one_repository_run_one_at_a_time(cli_root: Path, tmp_path: Path) -> None:
+    """Two merges at once: the lock serialises them, the second merges onto the first's result."""
+    import subprocess
+    import sys
+
+    repo = repo_with_ignored_env(tmp_path / "repo")
+    log = tmp_path / "checks.log"
+    check = f"sh -c 'echo start $(date +%s.%N) >> {log}; sleep 1; echo end $(date +%s.%N) >> {log}'"
+    for goal_id in ("a", "b"):
+        done = add_goal(cli_root, goal_id, repo, "--done-check", check, file=f"{goal_id}.txt")
+        assert done.returncode == 0, done.stderr
+        assert run_turn(cli_root, goal_id).returncode == 0
+    log.write_text("")  # the checks of the completing turns are not the merges'
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "loopx", "--root", str(cli_root), "goal", "merge", g],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for g in ("a", "b")
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outputs]
+    marks = [line.split() for line in log.read_text().splitlines()]
+    assert [m[0] for m in marks] == ["start", "end", "start", "end"]  # never two at once
+    assert (repo / "a.txt").exists() and (repo / "b.txt").exists()
+
+
+def test_squash_makes_one_commit_on_the_base(cli_root: Path, tmp_path: Path) -> None:
+    """--mode squash: the base gets one new commit with the branch's changes, one parent."""
+    repo = repo_with_ignored_env(tmp_path / "repo")
+    done_goal(cli_root, repo)
+    old = head(repo)
+    code, journal, err = merge(cli_root, "--mode", "squash")
+    assert code == 0, err
+    assert journal is not None and journal["outcome"] == "merged"
+    assert git(repo, "rev-list", "--parents", "-n1", "main").split()[1:] == [old]
+    assert (repo / "notes.txt").read_text() == "g1 turn 1\n"

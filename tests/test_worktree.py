@@ -234,3 +234,24 @@ def test_batch_plans_and_import_files_carry_the_worktree_fields(
     assert "is not a git repository" in refused.stderr
     assert not (cli_root / "goals" / "p2").exists()
     assert repo.is_dir()
+
+
+def test_a_worktree_that_cannot_be_made_opens_a_gate_and_runs_no_turn(
+    cli_root: Path, tmp_path: Path
+) -> None:
+    """The repository is gone at the first claim: a gate says why; no host ran."""
+    import shutil
+
+    repo = repo_with_ignored_env(tmp_path / "repo")
+    add_goal(cli_root, "g1", repo)
+    shutil.rmtree(repo / ".git")
+    proc = run_turn(cli_root, "g1")
+    assert proc.returncode != exitcodes.FAULT, proc.stderr
+    state = goal_doc(cli_root, "g1")["state"]
+    (gate,) = [g for g in state["gates"] if g["answer"] is None]
+    assert (
+        "worktree could not be made" in gate["question"] and "no longer a git" in gate["question"]
+    )
+    assert not (cli_root / "goals" / "g1" / "turns").exists() or not any(
+        (cli_root / "goals" / "g1" / "turns").glob("*.json")
+    )
