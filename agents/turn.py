@@ -33,6 +33,8 @@ from loopx.agents.console import AgentConsole
 from loopx.agents.execution import HostTerms, execute, finish_checked
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
 from loopx.agents.hosts import Host
+from loopx.agents.merging import auto_merge
+from loopx.agents.worktrees import goal_in_worktree
 from loopx.clock import calibrate
 from loopx.errors import (
     CorruptFileError,
@@ -197,18 +199,21 @@ def attempt_turn(
                     busy_with = workdir.blocking.goal_id if workdir.blocking else None
                     return TurnAttempt(goal_id=goal_id, claimed=False, workdir_busy=busy_with)
                 try:
-                    return _claimed_turn(
+                    attempt = _claimed_turn(
                         layout, goal, lease, stop=stop, config=config, console=console, host=host
                     )
                 finally:
                     release_workdir(layout, workdir.hold)
             finally:
                 release(layout, lease)
+    if goal.auto_merge and attempt.report is not None:  # issue 26: after the lease is released
+        auto_merge(layout, goal_id)
+    return attempt
 
 
 def _workdir_claim(layout: Layout, goal: Goal, lease: Lease, config: TurnConfig) -> WorkdirClaim:
     """One turn per workdir (issue 26): the lock of the goal's workdir, or who holds it."""
-    workdir = turn_workdir(goal)
+    workdir = turn_workdir(layout, goal)
     now = utcnow()
     claim = acquire_workdir(layout, workdir, lease, now=now, grace_s=config.lease_grace_s)
     if claim.hold is None and claim.blocking is not None:
@@ -238,6 +243,11 @@ def _claimed_turn(
     newest = newest_journal(layout, goal.id)
     turn_key = newest.name.removesuffix(".json") if newest is not None else ""
     try:
+        # Issue 26: a --worktree goal's turns run in its worktree, made on the first claim.
+        in_worktree = goal_in_worktree(layout, goal, fence)
+        if in_worktree is None:
+            return _attempt(goal.id)
+        goal = in_worktree
         actions, pending = recover_goal(
             layout, goal.id, fence, now=utcnow(), paths=[newest] if newest is not None else []
         )
@@ -256,12 +266,13 @@ def _claimed_turn(
             write_journal(layout, journal, fence)
             done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
             return _attempt(goal.id, report=_report(done, actions))
-        goal = _goal(layout, goal.id)  # finishing a turn may have changed it
+        fresh = _goal(layout, goal.id)  # finishing a turn may have changed it
+        # ... but not where the turn runs: the worktree made above (issue 26).
+        goal = fresh.model_copy(update={"workdir": goal.workdir}) if fresh.worktree else fresh
         decision = _decide(layout, goal, now=utcnow())
-        if not decision.allowed:
-            log.info("turn_refused", reason=decision.reason)
-            return _attempt(goal.id, quota=decision, recovered=actions)
-        if stop is not None and stop.is_set():
+        if not decision.allowed or (stop is not None and stop.is_set()):
+            if not decision.allowed:
+                log.info("turn_refused", reason=decision.reason)
             return _attempt(goal.id, quota=decision, recovered=actions)
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key

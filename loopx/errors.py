@@ -276,3 +276,26 @@ def resource_fault(error: BaseException) -> str | None:
         where = f" ({error.filename})" if error.filename else ""
         return f"{_RESOURCE_REASONS[error.errno]}{where}"
     return None
+
+
+# Issue 26: a git worktree per goal and merges that wait for the check (loopx/worktree/).
+class WorktreeError(UsageError):
+    """A goal's git worktree cannot be made, shown or removed as asked (nothing was changed)."""
+
+
+class GitError(LoopxError):
+    """A `git` command LoopX ran failed; its stderr's last line is in the message."""
+
+    def __init__(self, argv: list[str], where: Path, code: int, stderr: str) -> None:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit code {code}"
+        super().__init__(
+            f"`{' '.join(argv)}` failed in {where}: {last}",
+            hint="fix the repository (see `git status` there) and run the command again",
+        )
+        self.argv, self.where, self.code, self.stderr = argv, where, code, stderr
+
+
+class MergeRefusedError(LoopxError):
+    """A merge cannot start or go on (not a worktree goal, not done, base moved, dirty base)."""
+
+    exit_code = exitcodes.USAGE

@@ -34,6 +34,7 @@ from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal
 from loopx.registry.plan import BatchPlan
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
+from loopx.registry.worktree_record import WorktreeRecord
 from loopx.retention.gc import GcReport
 from loopx.retention.policy import RetentionSettings
 from loopx.retention.space import SpaceReading
@@ -57,6 +58,8 @@ from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
 from loopx.turn.workdir import WorkdirHold, WorkdirWait
+from loopx.worktree.mergejournal import MergeJournal
+from loopx.worktree.view import WorktreeView
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {
@@ -97,6 +100,9 @@ FILES: dict[str, type[BaseModel]] = {
     "retention": RetentionSettings,
     "checkpoint": Checkpoint,
     "space": SpaceReading,
+    # Issue 26: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
+    "worktree": WorktreeRecord,
+    "merge-journal": MergeJournal,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -140,6 +146,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-goal": dashboard.GoalDetail,
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
+    "goal-worktree": WorktreeView,  # issue 26: `loopx goal worktree --json`
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

@@ -68,6 +68,7 @@ KERNEL_ORDER: Final = (
     "storage",
     "model",
     "usage",  # what a turn or a check spent: journals, ledgers and done-checks record it
+    "git",  # the git CLI, one function per question (worktrees, merges)
     # the root, and what every layer above writes through it
     "settings",
     "root",
@@ -85,6 +86,7 @@ KERNEL_ORDER: Final = (
     "archive",
     "batch",
     "retention",  # folds turns (replay, registry) and holds turns for space; status reads it
+    "worktree",  # makes a goal's worktree at its claim (fenced by the lease) and merges it
     # the readers of many layers, and the list of every file kind
     "status",
     "schedule",

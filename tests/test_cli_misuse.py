@@ -46,6 +46,8 @@ COMMANDS: dict[str, list[str]] = {
     "goal resume": ["g"],
     "goal done": ["g"],
     "goal reset-session": ["g"],
+    "goal worktree": ["g"],  # issue 26
+    "goal merge": ["g"],
     "gate open": ["g", "--question", "ok?"],
     "gate resolve": ["g", "--answer", "yes"],
     "quota show": ["g"],

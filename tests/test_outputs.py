@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import shlex
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -22,6 +24,7 @@ from loopx.model import Record
 from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.schemas import FILES, OUTPUTS, SCHEMAS
 from loopx.status.server import make_server
+from loopx.testing.gitwork import host_argv, make_repo
 from tests.conftest import Cli
 from tests.turnkit import loopx_here
 
@@ -38,6 +41,8 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("goal", "resume"): "goal",
     ("goal", "done"): "goal",
     ("goal", "reset-session"): "session-reset",
+    ("goal", "worktree"): "goal-worktree",  # issue 26
+    ("goal", "merge"): "merge-journal",
     ("gate", "open"): "gate",
     ("gate", "resolve"): "gate",
     ("quota", "show"): "quota-report",
@@ -139,6 +144,28 @@ def _validated(name: str, stdout: str) -> BaseModel:
     return SCHEMAS[name].model_validate_json(stdout)
 
 
+def _worktree_commands(tmp_path: Path) -> list[tuple[Any, ...]]:
+    """Issue 26: a worktree goal that commits, completes and merges."""
+    repo = make_repo(tmp_path / "repo")
+    host = shlex.join(host_argv("notes.txt"))
+    return [
+        (
+            ("goal", "add"),
+            "gw",
+            "--objective",
+            "x",
+            "--workdir",
+            str(repo),
+            "--worktree",
+            "--host",
+            host,
+        ),
+        (("turn", "run-once"), "gw"),
+        (("goal", "worktree"), "gw"),
+        (("goal", "merge"), "gw"),
+    ]
+
+
 def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa: PLR0915 - one command a line
     """Run every --json command on a demo root; each output parses with its model."""
     seen: set[tuple[str, ...]] = set()
@@ -186,6 +213,8 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa:
     check(("goal", "resume"), "g2")
     check(("goal", "done"), "g2")
     check(("archive",), "g2")
+    for command, *args in _worktree_commands(tmp_path):
+        check(command, *args)
     check(("doctor",), codes=(0, 1))
     check(("supervisor", "start"), "--agents", "1")
     check(("supervisor", "status"))

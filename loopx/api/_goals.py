@@ -10,6 +10,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from loopx.api._work import (
+    WorktreeOptions,
+    check_worktrees,
+    merge_worktree,
+    show_worktree,
+    worktree_of,
+)
 from loopx.archive import ArchiveResult, archive_goal, parse_archive_root
 from loopx.donecheck import DoneCheckSpec, done_check_spec
 from loopx.errors import GoalNotFoundError, InvalidPolicyError, UsageError
@@ -30,6 +37,8 @@ from loopx.root import Layout
 from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
 from loopx.status.view import ProbeObservation
 from loopx.turn.workdir import shared_workdirs
+from loopx.worktree.mergejournal import MergeJournal, MergeMode
+from loopx.worktree.view import WorktreeView
 
 
 def host_spec(
@@ -110,12 +119,24 @@ class Goals:
         done_check: str | Sequence[str] | None = None,
         done_check_timeout_s: float | None = None,
         done_check_every_turn: bool | None = None,
+        worktree: bool = False,
+        base: str | None = None,
+        worktree_include: Sequence[str] = (),
+        worktree_dir: str | os.PathLike[str] | None = None,
+        auto_merge: bool | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
         now: datetime | None = None,
     ) -> GoalDocument:
         """`loopx goal add`: register a goal (change one with ``update=True``).
+
+        ``worktree``: the goal's turns run in a git worktree of the ``workdir``
+        repository on branch ``loopx/<id>``, made from ``base`` (default: the
+        branch checked out there now) under ``worktree_dir`` (default
+        ``<root>/worktrees``), with the untracked files matching
+        ``worktree_include`` copied in; ``auto_merge`` merges it once done
+        (docs/work.md).
 
         ``quota`` holds :class:`loopx.QuotaPolicy` fields; ``workdir`` defaults
         to ``default_workdir`` (the current directory) for a new goal. With
@@ -130,9 +151,19 @@ class Goals:
             GoalNotFoundError: ``update`` and no such goal.
             InvalidPolicyError: a field is out of range, or a new goal has no objective.
             UsageError: the host is malformed.
+            WorktreeError: ``worktree`` on a folder that is not a repository's top, or a
+                ``base`` that is not one of its branches.
         """
         spec = host_spec(host, host_kind, session_max_turns, unreachable_after_s)
         where = Path(workdir).expanduser().resolve() if workdir is not None else None
+        tree = worktree_of(
+            self.layout,
+            goal_id,
+            where,
+            WorktreeOptions(worktree, base, tuple(worktree_include), worktree_dir),
+            update=update,
+            default_workdir=default_workdir,
+        )
         if check and where is not None:
             check_workdir(where)
         if check and spec is not None and spec.kind == HostKind.COMMAND and spec.argv:
@@ -156,6 +187,8 @@ class Goals:
             resources=None if resources is None else dict(resources),
             quota={k: v for k, v in (quota or {}).items() if v is not None},
             done_check=check_spec,
+            worktree=tree,
+            auto_merge=auto_merge,
         )
         goal = add_goal(
             self.layout,
@@ -222,9 +255,39 @@ class Goals:
         goals = read_import(source, default_workdir=workdir, now=utcnow())
         if check:
             check_import(source, goals)
+        check_worktrees(source, goals)  # issue 26: a repository and its base, even with --no-check
         report = import_goals(self.layout, source, goals)
         shared = shared_workdirs([g for _, g in goals], goal_list(self.layout).goals)
         return report.model_copy(update={"shared_workdir": shared}) if shared else report
+
+    def worktree(self, goal_id: str, *, remove: bool = False) -> WorktreeView:
+        """`loopx goal worktree [--remove]`: the goal's worktree (path, branch, ahead/behind, dirty).
+
+        ``remove`` removes it and its branch, refusing while either holds work the base lacks.
+
+        Raises:
+            GoalNotFoundError: no such goal.
+            WorktreeError: the goal has no worktree, or it holds work (nothing removed).
+        """
+        return show_worktree(self.layout, goal_id, remove=remove)
+
+    def merge(
+        self, goal_id: str, *, mode: MergeMode | str | None = None, now: datetime | None = None
+    ) -> MergeJournal:
+        """`loopx goal merge`: the done goal's branch into its base, after the check passes.
+
+        An unfinished merge (killed) is finished first, in its own mode.
+
+        Returns:
+            The merge's journal; ``outcome`` says merged, up to date, or why the base is
+            unchanged (conflict, check failed, base moved: a gate is open on the goal).
+
+        Raises:
+            MergeRefusedError: not a done worktree goal, a dirty base checkout or worktree,
+                or ``ff`` cannot fast-forward; nothing moved.
+        """
+        chosen = None if mode is None else MergeMode(mode)
+        return merge_worktree(self.layout, goal_id, mode=chosen, now=now)
 
     def show(self, goal_id: str) -> GoalView:
         """`loopx goal show`: a goal's policy and state.

@@ -81,8 +81,15 @@ class Turns:
             ) from None
 
     def recover(self, *, now: datetime | None = None) -> RecoveryReport:
-        """`loopx recover`: finish or quarantine every unfinished journal. Idempotent."""
-        return recover(self.layout, now=now)
+        """`loopx recover`: finish or quarantine every unfinished journal. Idempotent.
+
+        Then every merge a kill interrupted is finished (`loopx goal merge`, issue 26).
+        """
+        report = recover(self.layout, now=now)
+        from loopx.agents.merging import resume_merges  # noqa: PLC0415 - the agents' side is heavy
+
+        finished, errors = resume_merges(self.layout, now=now)
+        return report.model_copy(update={"merges": finished, "errors": [*report.errors, *errors]})
 
     def replay(self, goal_id: str, *, verify: bool = False) -> ReplayReport:
         """`loopx replay [--verify]`: rebuild a goal from its journals (and compare with disk)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
+from loopx.cli._work import add_worktree_options, register_work, worktree_arguments
 from loopx.errors import InvalidPolicyError
 from loopx.registry.model import Goal, GoalStatus, HostKind
 from loopx.state import TodoStatus
@@ -96,6 +97,7 @@ def register(sub: Subparsers) -> None:
         action="store_true",
         help="register even if the workdir, host or done-check program does not exist yet",
     )
+    add_worktree_options(add)  # issue 26
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
     add.set_defaults(func=run_add)
@@ -134,6 +136,7 @@ def register(sub: Subparsers) -> None:
         action.add_argument("--json", action="store_true")
         action.set_defaults(func=run_set_status, status=status)
     register_reset_session(actions)
+    register_work(actions)  # issue 26: goal worktree, goal merge
 
 
 def register_reset_session(actions: Subparsers) -> None:
@@ -202,6 +205,7 @@ def run_add(args: argparse.Namespace) -> int:
             done_check=args.done_check,
             done_check_timeout_s=args.done_check_timeout,
             done_check_every_turn=args.done_check_every_turn,
+            **worktree_arguments(args),
             update=args.update,
             check=not args.no_check,
         )

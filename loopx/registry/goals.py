@@ -18,7 +18,7 @@ from loopx.errors import (
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.registry.hostprogram import DEFAULT_PROGRAMS, require_program
-from loopx.registry.model import Goal, GoalStatus, HostSpec
+from loopx.registry.model import Goal, GoalStatus, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
@@ -38,6 +38,9 @@ class GoalChanges(Record):
     resources: dict[str, float] | None = None  # replaces all of the goal's resources when given
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
     done_check: DoneCheckSpec | None = None  # issue 26: replaces the goal's check when given
+    # Issue 26: `--worktree` (checked and its base recorded by loopx.registry.worktree_spec), `--auto-merge`.
+    worktree: WorktreeSpec | None = None
+    auto_merge: bool | None = None
 
 
 def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:

@@ -72,6 +72,36 @@ class HostSpec(Record):
         return self
 
 
+class WorktreeSpec(Record):
+    """A goal's own git worktree (issue 26, docs/work.md): made on its first claim.
+
+    The goal's ``workdir`` is the repository (or a folder inside it); its
+    turns run in the same folder of a worktree on branch ``loopx/<id>`` made
+    from ``base``, under ``folder`` (None: ``<root>/worktrees``).
+    """
+
+    base: Annotated[str, Field(min_length=1, max_length=255)]  # recorded at `goal add`
+    include: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    folder: str | None = None  # absolute; where the worktree folder <id> is made
+
+    @field_validator("folder")
+    @classmethod
+    def _absolute_folder(cls, value: str | None) -> str | None:
+        if value is not None and not os.path.isabs(value):
+            msg = f"the worktree folder must be an absolute path, got {value!r}"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("include")
+    @classmethod
+    def _relative_patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if os.path.isabs(pattern) or ".." in pattern.split("/"):
+                msg = f"--worktree-include patterns are relative to the repository, got {pattern!r}"
+                raise ValueError(msg)
+        return value
+
+
 class Goal(Record):
     """``goals/<id>/goal.json``: one registered goal's policy."""
 
@@ -90,6 +120,9 @@ class Goal(Record):
     resources: dict[str, PositiveFloat] = Field(default_factory=dict)
     # Issue 26: the goal's own check of a `completed` (`goal add --done-check CMD`).
     done_check: DoneCheckSpec | None = None
+    # Issue 26: turns run in a git worktree of their own; a completed goal merges itself.
+    worktree: WorktreeSpec | None = None
+    auto_merge: bool = False
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

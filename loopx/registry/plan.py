@@ -15,8 +15,9 @@ from loopx.errors import UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.registry.goals import GoalChanges
-from loopx.registry.model import HostKind, HostKindName, HostSpec
+from loopx.registry.model import HostKind, HostKindName, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
+from loopx.registry.worktree_spec import worktree_spec
 from loopx.storage.files import read_bytes
 
 
@@ -49,6 +50,12 @@ class PlanGoal(Record):
     done_check: str | Annotated[list[str], Field(min_length=1)] | None = None
     done_check_timeout_s: Annotated[float, Field(gt=0)] | None = None
     done_check_every_turn: bool = False
+    # Issue 26: a git worktree of its own, as `goal add --worktree` and its options give.
+    worktree: bool = False
+    base: str | None = None
+    worktree_include: list[str] = Field(default_factory=list)
+    worktree_dir: str | None = None  # relative to the plan file's directory
+    auto_merge: bool = False
 
     @field_validator("id")
     @classmethod
@@ -104,6 +111,24 @@ class PlanGoal(Record):
             max_host_attempts=self.max_host_attempts,
             quota=self.quota.model_dump(),
             done_check=self.done_check_spec(),
+            worktree=self.worktree_spec(plan_dir),
+            auto_merge=self.auto_merge or None,
+        )
+
+    def worktree_spec(self, plan_dir: Path) -> WorktreeSpec | None:
+        """The goal's worktree, its repository and base checked now (None without one).
+
+        Raises:
+            WorktreeError: the workdir is not a repository's top folder, or no such base.
+        """
+        if not self.worktree:
+            return None
+        folder = None if self.worktree_dir is None else str(plan_dir / self.worktree_dir)
+        return worktree_spec(
+            self.workdir_path(plan_dir),
+            base=self.base,
+            include=self.worktree_include,
+            folder=folder,
         )
 
     def done_check_spec(self) -> DoneCheckSpec | None:

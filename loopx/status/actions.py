@@ -25,6 +25,8 @@ from loopx.root import Layout
 from loopx.state import Gate
 from loopx.storage.files import ensure_dir
 from loopx.storage.jsonl import append_record
+from loopx.worktree.merge import merge_in_child
+from loopx.worktree.mergejournal import MergeJournal
 
 AUDIT_NAME: Final = "audit.jsonl"
 MAX_ACTION_BODY: Final = 16 * 1024
@@ -38,6 +40,7 @@ class Action(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     DONE = "done"
+    MERGE = "merge"  # issue 26: `loopx goal merge` (docs/work.md), run as a child process
 
 
 _STATUS_OF: Final = {
@@ -70,6 +73,7 @@ class ActionResult(Record):
     action: Action
     goal_status: GoalStatus | None = None  # pause, resume, done
     gate: Gate | None = None  # resolve-gate
+    merge: MergeJournal | None = None  # merge: its journal (outcome, gate opened)
 
 
 class AuditRecord(Record):
@@ -113,6 +117,8 @@ def perform(
             raise InvalidPolicyError("answer", "a gate answer must not be empty")
         gate = resolve_gate(layout, goal_id, request.answer, now=now, gate_id=request.gate_id)
         return ActionResult(goal_id=goal_id, action=action, gate=gate)
+    if action is Action.MERGE:
+        return ActionResult(goal_id=goal_id, action=action, merge=merge_in_child(layout, goal_id))
     goal = set_status(layout, goal_id, _STATUS_OF[action], now=now)
     return ActionResult(goal_id=goal_id, action=action, goal_status=goal.status)
 

@@ -9,7 +9,8 @@ The rules, first match wins (see docs/cli.md "loopx status"):
 ==================  ======  ==============================================
 reason              actor   when
 ==================  ======  ==============================================
-done                none    registry status ``done`` or the last turn completed
+done                none    registry status ``done`` or the last turn completed (and the
+                            goal was not made active again after it)
 paused              human   registry status ``paused`` or quota compute 0
 quarantined         human   a turn journal of the goal is in ``quarantine/``,
                             or one of its files is damaged
@@ -185,7 +186,11 @@ def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the mo
 ) -> tuple[Actor, StatusReason, str, datetime | None]:
     goal, lease, failures = inputs.goal, inputs.lease, state.consecutive_failures
     last = inputs.history[-1] if inputs.history else None
-    if goal.status is GoalStatus.DONE or (last is not None and last.kind is ResultKind.COMPLETED):
+    # A goal made active after its last turn completed (resumed, or a failed merge sent it
+    # back to its agent, issue 26) is not done.
+    reactivated = last is not None and goal.updated_at > last.ended_at
+    completed = last is not None and last.kind is ResultKind.COMPLETED and not reactivated
+    if goal.status is GoalStatus.DONE or completed:
         return Actor.NONE, StatusReason.DONE, "done; nothing left to do", None
     if goal.status is GoalStatus.PAUSED:
         return (

@@ -83,6 +83,7 @@ class RecoveryReport(Record):
     )  # turn keys whose done-check the next claim runs (issue 26)
     busy_goals: list[str]  # goals a live agent holds; it finishes its own journals
     errors: list[str]  # goals recovery could not process, with the reason
+    merges: list[str] = Field(default_factory=list)  # issue 26: goals whose killed merge finished
 
     @property
     def clean(self) -> bool:

@@ -44,6 +44,7 @@ from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.worktree_record import turn_workdir as worktree_turn_workdir
 from loopx.root import Layout
 from loopx.storage.files import (
     atomic_write_model,
@@ -95,19 +96,19 @@ class WorkdirClaim:
     took_over: WorkdirHold | None = None
 
 
-def turn_workdir(goal: Goal) -> str:
+def turn_workdir(layout: Layout, goal: Goal) -> str:
     """Where the goal's turns run, and so the directory its lock is on.
 
-    Hook for worktrees (issue 26 item 2): a goal with its own git worktree
-    runs, and locks, there instead; until then every goal runs in its workdir.
+    A goal with its own git worktree (issue 26 item 2) runs, and locks, there
+    (:func:`loopx.registry.worktree_record.turn_workdir`: a path fixed by the goal, made
+    or not); every other goal in its workdir.
     """
-    return goal.workdir
+    return str(worktree_turn_workdir(layout, goal))
 
 
 def has_worktree(goal: Goal) -> bool:
-    """Whether the goal runs in a worktree of its own (hook for issue 26 item 2: none yet)."""
-    del goal
-    return False
+    """Whether the goal runs in a worktree of its own (`goal add --worktree`)."""
+    return goal.worktree is not None
 
 
 def shared_workdirs(new: Iterable[Goal], registered: Iterable[Goal]) -> dict[str, list[str]]:

@@ -1,4 +1,7 @@
-"""The done-check case the codex and claude suites share: a false `completed`, then a true one."""
+"""The done-check case the codex and claude suites share: a false `completed`, then a true one.
+
+The goal runs in its own git worktree (`--worktree`), as an agent fixing a repository would.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loopx.testing.gitwork import make_repo
 from tests.realhosts.conftest import add_goal, goal_state, run_once
 
 CHECK = (
@@ -22,20 +26,21 @@ def false_then_true_completed(
     cli: Any, env: dict[str, str], mock: Any, tmp_path: Path, *, kind: str, requests: str
 ) -> None:
     """A `completed` with a failing check is progress; the next request carries the check's output."""
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "check.py").write_text(CHECK)
-    add_goal(cli, env, "d1", kind, work, f"--done-check={sys.executable} check.py")
+    work = make_repo(tmp_path / "work", {"check.py": CHECK})  # issue 26: in its own worktree
+    add_goal(cli, env, "d1", kind, work, "--worktree", f"--done-check={sys.executable} check.py")
+    tree = cli.root / "worktrees" / "d1"
     mock.model.answer = COMPLETED
     first = run_once(cli, "d1", env)
     assert (first["status"], first["kind"]) == ("committed", "progress"), first
     assert goal_state(cli, "d1")["next_action"] == "make the done-check pass"
     assert cli.json("goal", "show", "d1")["goal"]["status"] == "active"
-    (work / "fixed").write_text("")  # what the agent's next turn would do
+    assert (tree / "check.py").is_file() and not (work / "fixed").exists()
+    (tree / "fixed").write_text("")  # what the agent's next turn would do, in its worktree
     second = run_once(cli, "d1", env)
     sent = json.dumps(mock.model.model_requests(requests)[-1].body)
     assert "Done-check failed" in sent
     assert "1 failed, 3 passed" in sent
+    assert str(tree) in sent  # the prompt's working directory is the worktree
     assert (second["status"], second["kind"]) == ("committed", "completed"), second
     assert cli.json("goal", "show", "d1")["goal"]["status"] == "done"
     assert goal_state(cli, "d1")["last_check"]["passed"] is True

@@ -1,0 +1,7 @@
+"""A git worktree per goal and merges that wait for the done-check (issue 26, docs/work.md).
+
+Modules: ``git`` (the git CLI), ``spec`` (what `goal add --worktree` checks),
+``record`` (``goals/<id>/worktree.json`` and the paths), ``creation`` (making
+it on the first claim), ``view`` (`loopx goal worktree`: show, remove),
+``mergejournal`` and ``merge`` (`loopx goal merge`).
+"""
