@@ -20,6 +20,8 @@ from typing import Final
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from loopx import environ
+from loopx.accounts.files import HostEnvironment, host_environment
+from loopx.accounts.model import account_of
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
@@ -35,6 +37,7 @@ from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
 from loopx.status.livetail import LiveTail
 from loopx.storage.files import ensure_dir, read_bytes
+from loopx.turn.accounting import apply_turn
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
     HostOutcome,
@@ -67,9 +70,12 @@ class HostTerms:
     host: Host | None = None  # the adapter to use; None: the one of the goal's host kind
 
 
-def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) -> dict[str, str]:
+def _host_env(
+    layout: Layout, journal: TurnJournal, extra: Mapping[str, str], account: Mapping[str, str]
+) -> dict[str, str]:
     envelope = journal.plan.envelope
     env = environ.without((environ.FAULT,))
+    env.update(account)  # the account's environment (issue 27), under the adapter's own
     env.update(extra)
     env.update(
         {
@@ -81,6 +87,30 @@ def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) ->
         }
     )
     return env
+
+
+def _account_env(layout: Layout, journal: TurnJournal) -> HostEnvironment | TurnFailure:
+    """The turn's account environment, or the auth failure of credentials that cannot be used.
+
+    An env file that is gone or readable by others needs a human: an auth
+    failure, which gates the account (issue 27).
+    """
+    try:
+        return host_environment(layout, account_of(journal.plan.account, journal.plan.host_kind))
+    except LoopxError as e:
+        return TurnFailure.of(FailureReason.HOST_AUTH, e.message)
+
+
+def _secrets_of(
+    env: Mapping[str, str], account: HostEnvironment, console: AgentConsole | None
+) -> list[str]:
+    """The values redacted from what the host prints: the env's secrets and the account's file's.
+
+    The console (a person's view of the live output) learns the account's too.
+    """
+    if console is not None and account.secrets:
+        console.secrets = sorted({*console.secrets, *account.secrets}, key=len, reverse=True)
+    return sorted({*secret_values(env), *account.secrets}, key=len, reverse=True)
 
 
 def _read_result_file(path: Path) -> tuple[str | None, str | None]:
@@ -146,11 +176,18 @@ def execute(
         return _after_host(
             layout, settle(failed, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
         )
-    env = _host_env(layout, journal, invocation.env)
+    account = _account_env(layout, journal)
+    if isinstance(account, TurnFailure):
+        failed = journal.model_copy(update={"failure": account})
+        return _after_host(
+            layout, settle(failed, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
+        )
+    env = _host_env(layout, journal, invocation.env, account.env)
+    secrets = _secrets_of(env, account, console)
     guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
     tampered_before: list[str] = []  # found before a retry's own journal write
     earlier = Usage()  # what SIGKILLed attempts of this turn spent
-    tail = LiveTail(layout, goal.id, journal.turn_key, secret_values(env))
+    tail = LiveTail(layout, goal.id, journal.turn_key, secrets)
     while True:
         if console is not None:
             console.started(goal, seq=journal.seq, attempt=journal.attempt)
@@ -197,7 +234,7 @@ def execute(
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
     outcome, reading = _outcome(
-        host, envelope, journal, run, result_file=result_file, secrets=secret_values(env)
+        host, envelope, journal, run, result_file=result_file, secrets=secrets
     )
     tampered = sorted(
         set(tampered_before + guard.changed(layout, goal.id, running=journal.turn_key))
@@ -223,10 +260,11 @@ def execute(
                 "cost_usd": reading.cost_usd,
             }
         )
-    journal = journal.model_copy(update={"outcome": outcome, "usage": usage})
-    return _after_host(
-        layout, settle(journal, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
-    )
+    settled = settle(journal.model_copy(update={"outcome": outcome, "usage": usage}), now=utcnow())
+    # Park the account before the journal records the outcome: a crash in between leaves the
+    # account parked, so no other goal runs into the limit (loopx.turn.accounting).
+    apply_turn(layout, settled)
+    return _after_host(layout, settled, fence, result_file, renew=terms.renew, stop=stop)
 
 
 def _killed_from_outside(run: HostRun, journal: TurnJournal, stop: threading.Event | None) -> bool:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from loopx.accounts.budget import AccountSpend
+from loopx.accounts.model import Account, AccountState, RootBudget
+from loopx.accounts.views import AccountDocument, AccountList, AccountShow, AccountSummary
 from loopx.batch.plan import BatchPlan
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
@@ -84,6 +87,11 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    # Accounts (issue 27): accounts/<name>/{account,state,spend}.json, accounts/.root/budget.json
+    "account": Account,
+    "account-state": AccountState,
+    "account-spend": AccountSpend,
+    "root-budget": RootBudget,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -126,6 +134,11 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-goal": dashboard.GoalDetail,
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
+    # `loopx account ... --json` (issue 27); account-summary is also inside `status --json`.
+    "account-document": AccountDocument,
+    "account-list": AccountList,
+    "account-show": AccountShow,
+    "account-summary": AccountSummary,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

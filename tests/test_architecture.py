@@ -41,7 +41,7 @@ CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options
 FILE_METHODS: Final = frozenset(
     {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
 )
-API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet"})
+API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet", "accounts"})
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 
 

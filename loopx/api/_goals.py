@@ -10,10 +10,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from loopx.accounts.files import check_goal_account
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.archive import ArchiveResult, archive_goal, parse_archive_root
-from loopx.registry.bulk import ImportReport, check_import, import_goals, read_import
+from loopx.registry.bulk import (
+    GoalImportError,
+    ImportReport,
+    check_import,
+    import_goals,
+    read_import,
+)
 from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
@@ -105,6 +112,9 @@ class Goals:
         next_probe: str | None = None,
         max_host_attempts: int | None = None,
         resources: Mapping[str, float] | None = None,
+        account: str | None = None,
+        on_limit: str | None = None,
+        max_limit_waits: int | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
@@ -138,6 +148,9 @@ class Goals:
             max_host_attempts=max_host_attempts,
             resources=None if resources is None else dict(resources),
             quota={k: v for k, v in (quota or {}).items() if v is not None},
+            account=account,
+            on_limit=on_limit,
+            max_limit_waits=max_limit_waits,
         )
         goal = add_goal(
             self.layout,
@@ -146,6 +159,7 @@ class Goals:
             update=update,
             default_workdir=default_workdir or Path.cwd(),
             now=now or utcnow(),
+            validate=lambda goal: check_goal_account(self.layout, goal),
         )
         return GoalDocument(goal=goal)
 
@@ -179,6 +193,11 @@ class Goals:
         source = Path(path).expanduser().resolve()
         workdir = Path(default_workdir) if default_workdir is not None else Path.cwd()
         goals = read_import(source, default_workdir=workdir, now=utcnow())
+        for number, goal in goals:  # an unknown account is bad input, --no-check or not
+            try:
+                check_goal_account(self.layout, goal)
+            except UsageError as e:
+                raise GoalImportError(source, number, e.message, hint=e.hint) from e
         if check:
             check_import(source, goals)
         return import_goals(self.layout, source, goals)

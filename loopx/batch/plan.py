@@ -44,6 +44,10 @@ class PlanGoal(Record):
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None
     max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2
+    # The account the goal's turns run on, and its overrides of the account's resume policy.
+    account: str | None = None
+    on_limit: Literal["wait", "gate", "stop"] | None = None
+    max_limit_waits: Annotated[int, Field(ge=0)] | None = None
 
     @field_validator("id")
     @classmethod
@@ -84,6 +88,9 @@ class PlanGoal(Record):
             next_probe=self.next_probe,
             max_host_attempts=self.max_host_attempts,
             quota=self.quota.model_dump(),
+            account=self.account,
+            on_limit=self.on_limit,
+            max_limit_waits=self.max_limit_waits,
         )
 
 

@@ -78,6 +78,15 @@ def register(sub: Subparsers) -> None:
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
     )
     add.add_argument(
+        "--account", metavar="NAME", help="the provider account its turns run on (issue 27)"
+    )
+    add.add_argument(
+        "--on-limit", choices=("wait", "gate", "stop"), help="override the account's --on-limit"
+    )
+    add.add_argument(
+        "--max-limit-waits", type=int, metavar="N", help="override the account's --max-limit-waits"
+    )
+    add.add_argument(
         "--no-check",
         action="store_true",
         help="register even if the workdir or the host program does not exist yet",
@@ -185,6 +194,9 @@ def run_add(args: argparse.Namespace) -> int:
             next_probe=args.next_probe,
             max_host_attempts=args.max_host_attempts,
             resources=_resources(args.resource),
+            account=args.account,
+            on_limit=args.on_limit,
+            max_limit_waits=args.max_limit_waits,
             update=args.update,
             check=not args.no_check,
         )

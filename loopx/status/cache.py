@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from loopx.accounts.views import account_summaries
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
 from loopx.forked import Forked
 from loopx.log import get_logger
+from loopx.model import utcnow
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
@@ -191,6 +193,8 @@ class StatusCache:
             generated_at=self.index.generated_at,
             checked_at=self.index.checked_at,
             quarantined_total=self.index.quarantined_total,
+            # Read at every answer: a parked account shows at once (issue 27).
+            accounts=account_summaries(self.layout, now=utcnow()),
         )
 
     # --- refreshing ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
+from loopx.accounts.model import AccountSummary
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime, trusted
 from loopx.quota.budget import QuotaView
@@ -150,6 +151,8 @@ class GoalStatusView(Record):
     # The earliest time this view changes by time alone (a wait ends, a lease
     # expires, spend leaves the window); the cache re-projects the goal then.
     recheck_at: UtcDatetime | None = None
+    # The account the goal's turns run on (issue 27; default-<kind> when it names none).
+    account: str | None = None
 
 
 class FleetView(Record):
@@ -185,4 +188,6 @@ class StatusProjection(Record):
     counts: StatusCounts
     fleet: FleetView
     quarantined_total: int = 0
+    # Each account: its state, spend in its window, the goals waiting on it (issue 27).
+    accounts: list[AccountSummary] = Field(default_factory=list)
     goals: list[GoalStatusView] = Field(default_factory=list)

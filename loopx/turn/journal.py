@@ -84,6 +84,11 @@ class TurnPlan(Record):
     # The goal's failure streak when the turn was planned: scheduler_apply sets
     # the new streak from it, so replaying the phase never counts twice.
     prior_failures: Annotated[int, Field(ge=0)] = 0
+    # The account the turn runs on and the resume policy in force (issue 27): what the turn
+    # does to its account is derived from the journal alone. None: the host kind's default.
+    account: str | None = None
+    on_limit: Literal["wait", "gate", "stop"] = "wait"
+    max_limit_waits: Annotated[int, Field(ge=0)] | None = None
 
 
 class HostOutcome(Record):
