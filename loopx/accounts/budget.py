@@ -16,7 +16,7 @@ from typing import Final, Literal
 from pydantic import Field
 
 from loopx.accounts.model import APPLIED_KEPT, AccountBudget, WindowTotals
-from loopx.model import Record, UtcDatetime, iso_utc
+from loopx.model import Record, UtcDatetime
 
 MINUTE_S: Final = 60
 ROOT_BUDGET: Final = ".root"  # not a valid account name: the whole root's budget and spend
@@ -58,7 +58,7 @@ class Breach(Record):
             spent, cap = f"${self.spent:,.2f} of ${self.cap:,.2f}", f"{self.cap * 2:g}"
         return (
             f"{who} spent {spent} in {self.window_hours:g} h; answer `raise {cap}`, "
-            f"or wait until {iso_utc(self.refills_at, 'minutes').replace('T', ' ')} UTC"
+            f"or wait until {self.refills_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
         )
 
 
