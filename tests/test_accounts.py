@@ -276,3 +276,22 @@ def test_account_list_and_show_never_print_the_credentials(with_account):
     assert shown["summary"]["goals"] == ["g1"]
     assert shown["summary"]["state"] == "ok"
     assert os.stat(cli.root / "accounts" / "plan" / "account.json").st_mode & 0o077 == 0
+
+
+def test_status_shows_an_account_change_at_once_even_warm(with_account):
+    """A parked account shows in the next `status --json`, also when its document was stored."""
+    from loopx.accounts.store import update_state
+    from loopx.root import Layout
+
+    cli = with_account
+    before = cli.json("status")
+    assert [a["state"] for a in before["accounts"] if a["name"] == "plan"] == ["ok"]
+    reset = datetime.now(UTC) + timedelta(minutes=5)
+    turn = _turn(Signal.LIMIT, key="g1-9-1#1", reset_at=reset)
+    update_state(Layout.at(cli.root), "plan", lambda s: rules.observe(s, turn))
+    after = cli.json("status")
+    (plan,) = [a for a in after["accounts"] if a["name"] == "plan"]
+    assert (plan["state"], plan["waiting"]) == ("limited", ["g1"])
+    (g1,) = after["goals"]
+    assert (g1["reason"], g1["account"]) == ("waiting", "plan")
+    assert g1["explanation"].startswith("account plan limited until ")
