@@ -81,6 +81,11 @@ def register(sub: Subparsers) -> None:
         "--account", metavar="NAME", help="the provider account its turns run on (issue 27)"
     )
     add.add_argument(
+        "--no-account",
+        action="store_true",
+        help="run on the host kind's default account again (with --update)",
+    )
+    add.add_argument(
         "--on-limit", choices=("wait", "gate", "stop"), help="override the account's --on-limit"
     )
     add.add_argument(
@@ -194,7 +199,7 @@ def run_add(args: argparse.Namespace) -> int:
             next_probe=args.next_probe,
             max_host_attempts=args.max_host_attempts,
             resources=_resources(args.resource),
-            account=args.account,
+            account="" if args.no_account else args.account,
             on_limit=args.on_limit,
             max_limit_waits=args.max_limit_waits,
             update=args.update,

@@ -37,7 +37,7 @@ class GoalChanges(Record):
     max_host_attempts: int | None = None
     resources: dict[str, float] | None = None  # replaces all of the goal's resources when given
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
-    account: str | None = None  # the goal's account (issue 27)
+    account: str | None = None  # the goal's account (issue 27); "" moves it to the default
     on_limit: str | None = None  # its override of the account's --on-limit
     max_limit_waits: int | None = None  # its override of the account's --max-limit-waits
 
@@ -83,6 +83,8 @@ def build_goal(
         given["host"] = changes.host
     if changes.workdir is not None:
         given["workdir"] = str(Path(changes.workdir).expanduser().resolve())
+    if given.get("account") == "":
+        given["account"] = None  # back to the host kind's default account
     try:
         if existing is None:
             if changes.objective is None:
