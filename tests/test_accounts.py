@@ -85,9 +85,29 @@ def test_a_probe_through_lets_the_others_follow_staggered():
 def test_a_probe_meeting_the_limit_again_parks_with_a_backoff():
     """A limit hit twice in a row waits at least the backoff, even if the reset said sooner."""
     first = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
-    again = rules.observe(first, _turn(Signal.LIMIT, key="g2-1-1#1", goal="g2", reset_at=NOW))
+    probe = rules.taken(first, rules.admit(first, "g2", now=NOW), "g2", now=NOW, turn_timeout_s=60)
+    again = rules.observe(probe, _turn(Signal.LIMIT, key="g2-1-1#1", goal="g2", reset_at=NOW))
     assert again.limit_hits == 2
     assert again.until == NOW + timedelta(seconds=rules.LIMIT_BACKOFF_BASE_S)
+    assert again.probe_goal is None
+
+
+def test_a_turn_in_flight_when_the_account_parked_does_not_reopen_it():
+    """A turn that got through before the limit, or met it too, leaves the account parked."""
+    reset = NOW + timedelta(minutes=2)
+    parked = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=reset))
+    through = rules.observe(parked, _turn(Signal.THROUGH, key="g2-1-1#1", goal="g2"))
+    assert (through.condition, through.until) == (Condition.LIMITED, reset)
+    also = rules.observe(parked, _turn(Signal.LIMIT, key="g3-1-1#1", goal="g3", reset_at=reset))
+    assert (also.condition, also.limit_hits, also.until) == (Condition.LIMITED, 1, reset)
+
+
+def test_another_goals_turn_leaves_the_probe_held():
+    """Only the probe's own turn releases the probe."""
+    state = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
+    held = rules.taken(state, rules.admit(state, "g2", now=NOW), "g2", now=NOW, turn_timeout_s=60)
+    other = rules.observe(held, _turn(Signal.NONE, key="g3-1-1#1", goal="g3"))
+    assert other.probe_goal == "g2"
 
 
 def test_overload_backs_off_briefly_and_the_fifth_in_a_row_opens_a_gate():

@@ -122,7 +122,7 @@ def _backoff(base: float, top: float, n: int) -> timedelta:
     return timedelta(seconds=min(base * 2 ** max(n - 1, 0), top))
 
 
-def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C901, PLR0911 - one branch per signal
+def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C901, PLR0911, PLR0912 - one branch per signal
     """The account's state after ``turn``. Pure; a turn applied before changes nothing."""
     if turn.turn_key in state.applied or turn.signal is Signal.NONE:
         if turn.signal is Signal.NONE and state.probe_goal == turn.goal_id:
@@ -133,7 +133,15 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
         return state
     applied = [*state.applied, turn.turn_key][-APPLIED_KEPT:]
     seen = {"seen_by_goal": turn.goal_id, "seen_by_turn": turn.turn_key}
-    base = {"applied": applied, "updated_at": turn.at, "probe_goal": None, "probe_until": None}
+    probe = state.probe_goal is not None and state.probe_goal == turn.goal_id
+    base: dict[str, object] = {"applied": applied, "updated_at": turn.at}
+    if probe:
+        base |= {"probe_goal": None, "probe_until": None}  # the probe's turn is over
+    parked = state.condition in (Condition.LIMITED, Condition.OVERLOADED)
+    if turn.signal is Signal.THROUGH and parked and not probe:
+        # A turn that was already running when the account was parked got through before
+        # the limit: it says nothing about the account now; only the probe reopens it.
+        return state
     if turn.signal is Signal.THROUGH:
         if (
             state.condition is Condition.OK
@@ -165,9 +173,13 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
             }
         )
     if turn.signal is Signal.LIMIT:
-        hits = state.limit_hits + 1
         until = turn.reset_at or turn.at
-        if hits > 1:
+        if state.condition is Condition.LIMITED and not probe:
+            # Another turn in flight met the same limit: the account is parked already.
+            later = max(until, state.until or until)
+            return state.model_copy(update={"applied": applied, "until": later})
+        hits = state.limit_hits + 1
+        if hits > 1:  # the probe met the limit again: wait at least the backoff
             until = max(
                 until, turn.at + _backoff(LIMIT_BACKOFF_BASE_S, LIMIT_BACKOFF_MAX_S, hits - 1)
             )
