@@ -315,3 +315,11 @@ def test_status_shows_an_account_change_at_once_even_warm(with_account):
     (g1,) = after["goals"]
     assert (g1["reason"], g1["account"]) == ("waiting", "plan")
     assert g1["explanation"].startswith("account plan limited until ")
+
+
+def test_max_overloads_sets_how_many_in_a_row_ask_a_human():
+    """--max-overloads 2: the second overload in a row opens the gate."""
+    state = _proven()
+    for n in (1, 2):
+        state = rules.observe(state, _turn(Signal.OVERLOAD, key=f"k{n}#1", max_overloads=2))
+    assert state.condition is Condition.NEEDS_HUMAN

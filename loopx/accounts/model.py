@@ -80,6 +80,7 @@ class Account(Record):
     env: dict[str, str] = Field(default_factory=dict)  # non-secret settings (CODEX_HOME, ...)
     on_limit: OnLimit = OnLimit.WAIT
     max_limit_waits: Annotated[int, Field(ge=0)] | None = None  # None: wait every time
+    max_overloads: Annotated[int, Field(ge=1, le=1000)] = 5  # in a row, then a gate
     budget: AccountBudget = Field(default_factory=AccountBudget)
     price_in_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     price_out_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
@@ -184,6 +185,7 @@ class TurnSignal(Record):
     message: str = ""
     on_limit: OnLimit = OnLimit.WAIT
     max_limit_waits: int | None = None
+    max_overloads: int = 5
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0  # as the host reported it (0: none reported)

@@ -39,7 +39,7 @@ STAGGER_WINDOW_S: Final = 30.0  # ... for this long
 PROBE_GRACE_S: Final = 60.0  # a probe's hold lasts its turn timeout plus this
 OVERLOAD_BASE_S: Final = 15.0  # the first overload backs the account off this long, doubling
 OVERLOAD_MAX_S: Final = 300.0  # ... to at most this
-OVERLOADS_FOR_GATE: Final = 5  # overloads in a row that open a gate on the account
+OVERLOADS_FOR_GATE: Final = 5  # overloads in a row that open a gate (the account's default)
 LIMIT_BACKOFF_BASE_S: Final = 60.0  # a probe hitting the limit again waits at least this, doubling
 LIMIT_BACKOFF_MAX_S: Final = 3600.0
 
@@ -231,7 +231,7 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
                 "overloads": overloads,
             }
         )
-        if overloads >= OVERLOADS_FOR_GATE and state.gate is None:
+        if overloads >= turn.max_overloads and state.gate is None:
             update |= {
                 "condition": Condition.NEEDS_HUMAN,
                 "gate": AccountGate(

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from loopx.accounts.views import AccountSummary
 
 POLICY_OPTIONS = (
-    "on_limit", "max_limit_waits", "max_tokens", "max_cost_usd", "window_hours",
+    "on_limit", "max_limit_waits", "max_overloads", "max_tokens", "max_cost_usd", "window_hours",
     "price_in_per_mtok", "price_out_per_mtok",
 )  # fmt: skip
 
@@ -33,6 +33,9 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-limit-waits", type=int, metavar="N", help="after N resets waited for, ask a human"
+    )
+    parser.add_argument(
+        "--max-overloads", type=int, metavar="N", help="overloads in a row that ask a human (5)"
     )
     parser.add_argument("--max-tokens", type=int, metavar="N", help="token budget per window")
     parser.add_argument("--max-cost-usd", type=float, metavar="F", help="cost budget per window")

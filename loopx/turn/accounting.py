@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from loopx.accounts.files import read_state
+from loopx.accounts.files import read_account, read_state
 from loopx.accounts.model import OnLimit, Signal, TurnSignal, account_of
 from loopx.accounts.store import apply_signal
 from loopx.errors import GoalNotFoundError
@@ -83,6 +83,8 @@ def apply_turn(layout: Layout, journal: TurnJournal) -> None:
     already paused goal is a no-op.
     """
     turn = turn_signal(journal)
+    if turn.signal is Signal.OVERLOAD and (policy := read_account(layout, turn.account)):
+        turn = turn.model_copy(update={"max_overloads": policy.max_overloads})
     if turn.signal is Signal.LIMIT and turn.on_limit is OnLimit.STOP:
         fresh = turn.turn_key not in read_state(layout, turn.account).applied
         if fresh:
