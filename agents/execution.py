@@ -20,6 +20,8 @@ from typing import Final
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
 from loopx import environ
+from loopx.accounts.files import HostEnvironment, host_environment
+from loopx.accounts.model import account_of
 from loopx.agents.checkphase import run_check_phase
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
@@ -35,6 +37,7 @@ from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
 from loopx.status.livetail import LiveTail
 from loopx.storage.files import ensure_dir, read_bytes
+from loopx.turn.accounting import apply_turn
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
     HostOutcome,
@@ -76,9 +79,12 @@ class HostTerms:
     host: Host | None = None  # the adapter to use; None: the one of the goal's host kind
 
 
-def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) -> dict[str, str]:
+def _host_env(
+    layout: Layout, journal: TurnJournal, extra: Mapping[str, str], account: Mapping[str, str]
+) -> dict[str, str]:
     envelope = journal.plan.envelope
     env = environ.without((environ.FAULT,))
+    env.update(account)  # the account's environment (issue 27), under the adapter's own
     env.update(extra)
     env.update(
         {
@@ -90,6 +96,30 @@ def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) ->
         }
     )
     return env
+
+
+def _account_env(layout: Layout, journal: TurnJournal) -> HostEnvironment | TurnFailure:
+    """The turn's account environment, or the auth failure of credentials that cannot be used.
+
+    An env file that is gone or readable by others needs a human: an auth
+    failure, which gates the account (issue 27).
+    """
+    try:
+        return host_environment(layout, account_of(journal.plan.account, journal.plan.host_kind))
+    except LoopxError as e:
+        return TurnFailure.of(FailureReason.HOST_AUTH, e.message)
+
+
+def _secrets_of(
+    env: Mapping[str, str], account: HostEnvironment, console: AgentConsole | None
+) -> list[str]:
+    """The values redacted from what the host prints: the env's secrets and the account's file's.
+
+    The console (a person's view of the live output) learns the account's too.
+    """
+    if console is not None and account.secrets:
+        console.secrets = sorted({*console.secrets, *account.secrets}, key=len, reverse=True)
+    return sorted({*secret_values(env), *account.secrets}, key=len, reverse=True)
 
 
 def _read_result_file(path: Path) -> tuple[str | None, str | None]:
@@ -149,17 +179,17 @@ def execute(
         host = terms.host or host_for(goal.host.kind)
         invocation = host.prepare(goal, envelope)
     except (HostMissingError, HostUnsupportedError, PluginError) as e:
-        failed = journal.model_copy(
-            update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
-        )
-        return _after_host(
-            layout, settle(failed, now=utcnow()), fence, result_file, renew=terms.renew, stop=stop
-        )
-    env = _host_env(layout, journal, invocation.env)
+        failure = TurnFailure.of(FailureReason.HOST_MISSING, e.message)
+        return _failed_before_host(layout, journal, fence, result_file, failure, terms, stop=stop)
+    account = _account_env(layout, journal)
+    if isinstance(account, TurnFailure):
+        return _failed_before_host(layout, journal, fence, result_file, account, terms, stop=stop)
+    env = _host_env(layout, journal, invocation.env, account.env)
+    secrets = _secrets_of(env, account, console)
     guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
     tampered_before: list[str] = []  # found before a retry's own journal write
     earlier = Usage()  # what SIGKILLed attempts of this turn spent
-    tail = LiveTail(layout, goal.id, journal.turn_key, secret_values(env))
+    tail = LiveTail(layout, goal.id, journal.turn_key, secrets)
     while True:
         if console is not None:
             console.started(goal, seq=journal.seq, attempt=journal.attempt)
@@ -206,7 +236,7 @@ def execute(
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
     outcome, reading = _outcome(
-        host, envelope, journal, run, result_file=result_file, secrets=secret_values(env)
+        host, envelope, journal, run, result_file=result_file, secrets=secrets
     )
     tampered = sorted(
         set(tampered_before + guard.changed(layout, goal.id, running=journal.turn_key))
@@ -223,21 +253,44 @@ def execute(
                 )
             }
         )
-    usage = run.usage
-    if reading is not None:
-        usage = usage.model_copy(
-            update={
-                "input_tokens": reading.input_tokens,
-                "output_tokens": reading.output_tokens,
-                "cost_usd": reading.cost_usd,
-            }
-        )
+    usage = _with_tokens(run.usage, reading)
     journal = settle(journal.model_copy(update={"outcome": outcome, "usage": usage}), now=utcnow())
+    # Park the account before the journal records the outcome: a crash in between leaves the
+    # account parked, so no other goal runs into the limit (loopx.turn.accounting).
+    apply_turn(layout, journal)
     if journal.check_due():  # issue 26: the done_check phase, before any effect
         journal = check_then(layout, journal, fence, terms, stop=stop)
         if not journal.done(Phase.DONE_CHECK):
             return journal  # a stop ended the check: the next claim runs it again
     return _after_host(layout, journal, fence, result_file, renew=terms.renew, stop=stop)
+
+
+def _failed_before_host(  # noqa: PLR0917 - the turn's own values, passed on
+    layout: Layout,
+    journal: TurnJournal,
+    fence: Fence,
+    result_file: Path,
+    failure: TurnFailure,
+    terms: HostTerms,
+    *,
+    stop: threading.Event | None,
+) -> TurnJournal:
+    """A turn whose host could not start (missing program, unusable account) ends failed."""
+    failed = settle(journal.model_copy(update={"failure": failure}), now=utcnow())
+    return _after_host(layout, failed, fence, result_file, renew=terms.renew, stop=stop)
+
+
+def _with_tokens(usage: Usage, reading: Interpretation | None) -> Usage:
+    """The measured usage with the tokens and cost the host reported, if it did."""
+    if reading is None:
+        return usage
+    return usage.model_copy(
+        update={
+            "input_tokens": reading.input_tokens,
+            "output_tokens": reading.output_tokens,
+            "cost_usd": reading.cost_usd,
+        }
+    )
 
 
 def check_then(

@@ -29,6 +29,9 @@ from datetime import datetime, timedelta
 import structlog
 
 from loopx import __version__, environ
+from loopx.accounts.files import load_account
+from loopx.accounts.model import Account, account_of
+from loopx.accounts.store import admit_turn, refused_by_account
 from loopx.agents.console import AgentConsole
 from loopx.agents.execution import HostTerms, execute, finish_checked
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
@@ -68,6 +71,7 @@ from loopx.turn.journal import (
 from loopx.turn.lease import (
     DEFAULT_GRACE_S,
     DEFAULT_TTL_S,
+    Fence,
     Lease,
     claim,
     fence_of,
@@ -251,21 +255,10 @@ def _claimed_turn(
         actions, pending = recover_goal(
             layout, goal.id, fence, now=utcnow(), paths=[newest] if newest is not None else []
         )
-        if pending is not None and pending.check_due():
-            # Issue 26: the host finished; only its done-check is left to run.
-            _kill_goal_processes(layout, goal.id, config.kill_grace_s)
-            turn_key = pending.turn_key
-            done = finish_checked(layout, pending, fence, terms, stop=stop)
-            return _attempt(goal.id, report=_report(done, actions))
-        if pending is not None:
-            _kill_goal_processes(layout, goal.id, config.kill_grace_s)
-            turn_key = pending.turn_key
-            journal = pending.model_copy(
-                update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
+        if pending is not None:  # the newest journal is the pending one
+            return _finish_pending(
+                layout, goal, pending, fence, terms, actions, config, stop=stop, console=console
             )
-            write_journal(layout, journal, fence)
-            done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
-            return _attempt(goal.id, report=_report(done, actions))
         fresh = _goal(layout, goal.id)  # finishing a turn may have changed it
         # ... but not where the turn runs: the worktree made above (issue 26).
         goal = fresh.model_copy(update={"workdir": goal.workdir}) if fresh.worktree else fresh
@@ -274,7 +267,11 @@ def _claimed_turn(
             if not decision.allowed:
                 log.info("turn_refused", reason=decision.reason)
             return _attempt(goal.id, quota=decision, recovered=actions)
-        journal = _plan(layout, goal, lease, decision, now=utcnow())
+        account, refusal = _admit_account(layout, goal, decision, now=utcnow())
+        if refusal is not None:
+            log.info("turn_refused", reason=refusal.reason)
+            return _attempt(goal.id, quota=refusal, recovered=actions)
+        journal = _plan(layout, goal, lease, decision, account, now=utcnow())
         turn_key = journal.turn_key
         create_journal(layout, journal, fence)
         done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
@@ -282,6 +279,35 @@ def _claimed_turn(
     except LeaseLostError as e:
         log.warning("lease_lost", held=e.held, current=e.current)
         return _attempt(goal.id, report=_lost_report(goal.id, lease, turn_key, e.message))
+
+
+def _finish_pending(  # noqa: PLR0917 - the claimed turn's own values, passed on
+    layout: Layout,
+    goal: Goal,
+    pending: TurnJournal,
+    fence: Fence,
+    terms: HostTerms,
+    actions: list[RecoveryAction],
+    config: TurnConfig,
+    *,
+    stop: threading.Event | None,
+    console: AgentConsole | None,
+) -> TurnAttempt:
+    """Finish a turn recovery left to this claim: its done-check, or its host run again."""
+    if pending.check_due():
+        # Issue 26: the host finished; only its done-check is left to run.
+        _kill_goal_processes(layout, goal.id, config.kill_grace_s)
+        done = finish_checked(layout, pending, fence, terms, stop=stop)
+        return _attempt(goal.id, report=_report(done, actions))
+    # A host retried into a parked account would only meet the limit again.
+    held = _account_holds(layout, pending, now=utcnow())
+    if held is not None:
+        return _attempt(goal.id, quota=held, recovered=actions)
+    _kill_goal_processes(layout, goal.id, config.kill_grace_s)
+    journal = pending.model_copy(update={"attempt": pending.attempt + 1, "updated_at": utcnow()})
+    write_journal(layout, journal, fence)
+    done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
+    return _attempt(goal.id, report=_report(done, actions))
 
 
 def _attempt(
@@ -362,8 +388,42 @@ def _decide(layout: Layout, goal: Goal, *, now: datetime) -> QuotaDecision:
     return decide(layout, goal, now=now, leased=False)
 
 
+def _admit_account(
+    layout: Layout, goal: Goal, decision: QuotaDecision, *, now: datetime
+) -> tuple[Account | None, QuotaDecision | None]:
+    """The goal's account policy, and the refusal when the account does not admit a turn now.
+
+    Raises:
+        AccountNotFoundError: the goal names an account that was removed.
+    """
+    name = account_of(goal.account, goal.host.kind)
+    account = load_account(layout, name) if goal.account is not None else None
+    admission = admit_turn(layout, name, goal.id, now=now, turn_timeout_s=goal.quota.turn_timeout_s)
+    if admission.allowed:
+        return account, None
+    return account, refused_by_account(decision, admission)
+
+
+def _account_holds(layout: Layout, journal: TurnJournal, *, now: datetime) -> QuotaDecision | None:
+    """The refusal of a pending host retry by the journal's parked account, else None."""
+    plan = journal.plan
+    name = account_of(plan.account, plan.host_kind)
+    admission = admit_turn(
+        layout, name, journal.goal_id, now=now, turn_timeout_s=plan.turn_timeout_s
+    )
+    if admission.allowed or plan.quota is None:
+        return None
+    return refused_by_account(plan.quota, admission)
+
+
 def _plan(
-    layout: Layout, goal: Goal, lease: Lease, decision: QuotaDecision, *, now: datetime
+    layout: Layout,
+    goal: Goal,
+    lease: Lease,
+    decision: QuotaDecision,
+    account: Account | None,
+    *,
+    now: datetime,
 ) -> TurnJournal:
     state = load_state(layout, goal.id)
     seq = max(state.turn_seq, last_seq(layout, goal.id)) + 1
@@ -391,6 +451,11 @@ def _plan(
         max_rss_mb=goal.quota.max_rss_mb,
         prior_failures=state.consecutive_failures,
         done_check=goal.done_check,
+        account=goal.account,
+        on_limit=goal.on_limit or (account.on_limit if account is not None else "wait"),
+        max_limit_waits=goal.max_limit_waits
+        if goal.max_limit_waits is not None
+        else (account.max_limit_waits if account is not None else None),
     )
     return TurnJournal(
         loopx_version=__version__,

@@ -136,6 +136,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Accounts",
     "Actor",
     "ArchiveResult",
     "BatchPlan",

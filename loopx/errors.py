@@ -299,3 +299,69 @@ class MergeRefusedError(LoopxError):
     """A merge cannot start or go on (not a worktree goal, not done, base moved, dirty base)."""
 
     exit_code = exitcodes.USAGE
+
+
+# --- accounts (issue 27) --------------------------------------------------------------------------
+
+
+class AccountNotFoundError(UsageError):
+    """A goal or command names an account the root does not have."""
+
+    def __init__(self, name: str, root: Path) -> None:
+        super().__init__(
+            f"account {name!r} does not exist under {root}",
+            hint="list accounts with `loopx account list`; add one with `loopx account add`",
+        )
+        self.name = name
+        self.root = root
+
+
+class AccountExistsError(UsageError):
+    """`account add` named an account that exists."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"account {name!r} already exists",
+            hint=f"change it with `loopx account edit {name}`, or choose another name",
+        )
+        self.name = name
+
+
+class AccountInUseError(UsageError):
+    """`account remove` of an account that goals still name."""
+
+    def __init__(self, name: str, goal_ids: list[str]) -> None:
+        more = len(goal_ids) - 5  # at most five ids in the message
+        shown = ", ".join(goal_ids[:5]) + (f" and {more} more" if more > 0 else "")
+        super().__init__(
+            f"account {name!r} is used by {len(goal_ids)} goal(s): {shown}; nothing was removed",
+            hint="move those goals to another account (`loopx goal add ID --update --account "
+            "OTHER`) or archive them first",
+        )
+        self.name = name
+        self.goal_ids = goal_ids
+
+
+class AccountEnvFileError(UsageError):
+    """An account's env file is missing, unreadable, malformed or readable by others."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        super().__init__(
+            f"account env file {path}: {problem}",
+            hint=f"create it with one KEY=VALUE a line, then `chmod 600 {path}`",
+        )
+        self.path = str(path)
+        self.problem = problem
+
+
+class AccountMismatchError(UsageError):
+    """A goal names an account of another host kind."""
+
+    def __init__(self, goal_id: str, account: str, account_kind: str, goal_kind: str) -> None:
+        super().__init__(
+            f"goal {goal_id!r}: account {account!r} is for {account_kind} hosts, the goal's host "
+            f"is {goal_kind}; nothing was changed",
+            hint=f"name an account of host kind {goal_kind} (`loopx account list`)",
+        )
+        self.goal_id = goal_id
+        self.account = account

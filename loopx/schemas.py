@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from loopx.accounts.budget import AccountSpend
+from loopx.accounts.model import Account, AccountState, RootBudget
+from loopx.accounts.views import AccountDocument, AccountList, AccountShow, AccountSummary
 from loopx.archive import ArchiveResult
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
@@ -103,6 +106,11 @@ FILES: dict[str, type[BaseModel]] = {
     # Issue 26: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
     "worktree": WorktreeRecord,
     "merge-journal": MergeJournal,
+    # Accounts (issue 27): accounts/<name>/{account,state,spend}.json, accounts/.root/budget.json
+    "account": Account,
+    "account-state": AccountState,
+    "account-spend": AccountSpend,
+    "root-budget": RootBudget,
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -147,6 +155,11 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
     "goal-worktree": WorktreeView,  # issue 26: `loopx goal worktree --json`
+    # `loopx account ... --json` (issue 27); account-summary is also inside `status --json`.
+    "account-document": AccountDocument,
+    "account-list": AccountList,
+    "account-show": AccountShow,
+    "account-summary": AccountSummary,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from loopx import exitcodes
+from loopx.accounts.files import check_goal_account
 from loopx.batch.report import (
     BatchReport,
     GoalReport,
@@ -91,6 +92,14 @@ def register_plan(layout: Layout, plan: BatchPlan, plan_dir: Path, *, now: datet
 
     """
     registry = load_registry(layout)
+    for entry in plan.goals:  # every account first: an unknown one registers nothing
+        if entry.account is not None:
+            check_goal_account(
+                layout,
+                build_goal(
+                    entry.id, None, entry.changes(plan_dir), default_workdir=plan_dir, now=now
+                ),
+            )
     for entry in plan.goals:
         changes = entry.changes(plan_dir)
         Path(changes.workdir or plan_dir).mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,9 @@ CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options
 FILE_METHODS: Final = frozenset(
     {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
 )
-API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet", "retention"})
+API_GROUPS: Final = frozenset(
+    {"goals", "gates", "status", "quota", "turns", "fleet", "retention", "accounts"}
+)
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 # The kernel's packages and top-level modules, bottom to top: each may import only
 # those before it. A new one must be placed here.
@@ -80,6 +82,7 @@ KERNEL_ORDER: Final = (
     # the durable layers, each over the ones it reads
     "registry",
     "quota",
+    "accounts",  # provider accounts: their limits and budgets park goals before a turn plans
     "turn",
     "history",
     "clock",

@@ -140,8 +140,8 @@ def test_diagnose(message: str, diagnosis: Diagnosis):
         ('{"type":"usage_limit_reached","resets_in_seconds":444}', 444),
         ("try again in 3 days 6 hours 57 minutes.", 3 * 86400 + 6 * 3600 + 57 * 60),
         ("try again in 45 minutes", 2700),
-        ("You've hit your limit · resets 4pm (UTC)", 13 * 3600),
-        ("You've hit your limit · resets 1am (UTC)", 22 * 3600),
+        ("You've hit your limit · resets 4pm (UTC)", 13 * 3600 + 60),  # the minute's end
+        ("You've hit your limit · resets 1am (UTC)", 22 * 3600 + 60),
         ("You've hit your limit. Try again later.", None),
     ],
 )
@@ -210,7 +210,7 @@ NYC = ZoneInfo("America/New_York")
         # codex 0.171: a clock in the host's local zone, no zone named
         (CODEX_LIMIT, BERLIN, datetime(2026, 1, 2, 19, 56, tzinfo=BERLIN)),
         ("try again at 3:30 AM.", UTC, datetime(2026, 1, 2, 3, 30, tzinfo=UTC)),
-        ("try again at 2:30 AM.", UTC, datetime(2026, 1, 3, 2, 30, tzinfo=UTC)),
+        ("try again at 1:30 AM.", UTC, datetime(2026, 1, 3, 1, 30, tzinfo=UTC)),
         ("try again at Dec 3rd, 2026 6:56 PM.", BERLIN,
          datetime(2026, 12, 3, 18, 56, tzinfo=BERLIN)),
         ("try again at Jan 21st, 2026 12:05 AM.", UTC, datetime(2026, 1, 21, 0, 5, tzinfo=UTC)),
@@ -229,8 +229,8 @@ NYC = ZoneInfo("America/New_York")
     ],
 )  # fmt: skip
 def test_reset_moments_in_the_real_wordings(message: str, local: ZoneInfo, reset: datetime):
-    """Local clocks, zoned clocks and dates become the moment they name, in the right zone."""
-    assert retry_after_s(message, NOW, local) == (reset - NOW).total_seconds()
+    """Local clocks, zoned clocks and dates become the end of the minute they name, in its zone."""
+    assert retry_after_s(message, NOW, local) == (reset - NOW).total_seconds() + 60
 
 
 def test_claude_limit_wordings_are_rate_limits():
@@ -260,7 +260,7 @@ def test_a_three_day_limit_waits_three_days(tmp_path):
     goal = make_goal(tmp_path, HostKind.CODEX)
     envelope = make_envelope(tmp_path, goal, started=NOW)
     result = rate_limited("codex", "try again at Jan 5th, 2026 3:00 AM.", envelope, UTC)
-    assert (result.kind, result.wait_seconds) == (ResultKind.WAIT, 3 * 86400.0)
+    assert (result.kind, result.wait_seconds) == (ResultKind.WAIT, 3 * 86400.0 + 60)
 
 
 def test_a_reset_beyond_the_maximum_is_bounded(tmp_path):

@@ -46,6 +46,13 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("gate", "open"): "gate",
     ("gate", "resolve"): "gate",
     ("quota", "show"): "quota-report",
+    ("account", "add"): "account-document",
+    ("account", "edit"): "account-document",
+    ("account", "remove"): "account-document",
+    ("account", "list"): "account-list",
+    ("account", "show"): "account-show",
+    ("account", "resolve"): "account-summary",
+    ("account", "budget"): "root-budget",
     ("quota", "should-run"): "quota-decision",
     ("turn", "run-once"): "turn-attempt",
     ("journal", "list"): "journal-list",
@@ -144,6 +151,24 @@ def _validated(name: str, stdout: str) -> BaseModel:
     return SCHEMAS[name].model_validate_json(stdout)
 
 
+def _check_accounts(check: Any, root: Path) -> None:
+    """Every `loopx account` command's --json, with an account gate as an auth failure leaves it."""
+    from loopx.accounts.model import AccountGate
+    from loopx.accounts.store import update_state
+    from loopx.model import utcnow
+    from loopx.root import Layout
+
+    check(("account", "add"), "acct", "--host-kind", "demo", "--max-tokens", "1000")
+    check(("account", "edit"), "acct", "--on-limit", "gate")
+    check(("account", "list"))
+    check(("account", "show"), "acct")
+    check(("account", "budget"), "--max-tokens", "1000000")
+    gate = AccountGate(question="log in", opened_at=utcnow(), opened_by="t#1")
+    update_state(Layout.at(root), "acct", lambda s: s.model_copy(update={"gate": gate}))
+    check(("account", "resolve"), "acct", "--answer", "ok")
+    check(("account", "remove"), "acct")
+
+
 def _worktree_commands(tmp_path: Path) -> list[tuple[Any, ...]]:
     """Issue 26: a worktree goal that commits, completes and merges."""
     repo = make_repo(tmp_path / "repo")
@@ -194,6 +219,7 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa:
     check(("goal", "show"), "g1")
     check(("quota", "show"), "g1")
     check(("quota", "should-run"), "g1", codes=(0, 3))
+    _check_accounts(check, cli.root)
     attempt = check(("turn", "run-once"), "g1")
     turn_key = attempt.report.turn_key  # type: ignore[attr-defined]
     check(("journal", "list"), "g1")

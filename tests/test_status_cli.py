@@ -32,6 +32,7 @@ def test_status_json_is_the_documented_document(layout, cli):
         "counts",
         "fleet",
         "quarantined_total",
+        "accounts",
         "goals",
     }
 

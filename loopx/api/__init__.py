@@ -2,7 +2,7 @@
 
 ``Root.open()`` resolves the runtime root exactly as the CLI does; its groups
 (``root.goals``, ``root.gates``, ``root.status``, ``root.quota``,
-``root.turns``, ``root.fleet``) and methods (``Root.init``, ``Root.diagnose``,
+``root.turns``, ``root.fleet``, ``root.accounts``) and methods (``Root.init``, ``Root.diagnose``,
 ``Root.demo``, ``Root.schema``, ``root.serve``) return the same models the
 matching ``--json`` output prints and raise the same
 :class:`loopx.errors.LoopxError` subclasses. ``loopx/cli/`` is one client of
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from loopx.agents.options import add_agent_run_options
+    from loopx.api._accounts import Accounts
     from loopx.api._demo import Demo
     from loopx.api._fleet import Fleet
     from loopx.api._fleetrun import FleetOptions, SupervisorRunError
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
+    "Accounts": "loopx.api._accounts",
     "Demo": "loopx.api._demo",
     "DemoResult": "loopx.supervisor.demo",
     "Fleet": "loopx.api._fleet",
@@ -80,6 +82,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Accounts",
     "Demo",
     "DemoResult",
     "Fleet",

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from loopx.accounts.files import check_goal_account
 from loopx.api._work import (
     WorktreeOptions,
     check_worktrees,
@@ -21,7 +22,13 @@ from loopx.archive import ArchiveResult, archive_goal, parse_archive_root
 from loopx.donecheck import DoneCheckSpec, done_check_spec
 from loopx.errors import GoalNotFoundError, InvalidPolicyError, UsageError
 from loopx.model import utcnow
-from loopx.registry.bulk import ImportReport, check_import, import_goals, read_import
+from loopx.registry.bulk import (
+    GoalImportError,
+    ImportReport,
+    check_import,
+    import_goals,
+    read_import,
+)
 from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
@@ -124,6 +131,9 @@ class Goals:
         worktree_include: Sequence[str] = (),
         worktree_dir: str | os.PathLike[str] | None = None,
         auto_merge: bool | None = None,
+        account: str | None = None,
+        on_limit: str | None = None,
+        max_limit_waits: int | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
@@ -189,6 +199,9 @@ class Goals:
             done_check=check_spec,
             worktree=tree,
             auto_merge=auto_merge,
+            account=account,
+            on_limit=on_limit,
+            max_limit_waits=max_limit_waits,
         )
         goal = add_goal(
             self.layout,
@@ -197,6 +210,7 @@ class Goals:
             update=update,
             default_workdir=default_workdir or Path.cwd(),
             now=now or utcnow(),
+            validate=lambda goal: check_goal_account(self.layout, goal),
         )
         shared = shared_workdirs([goal], goal_list(self.layout).goals).get(goal.id, [])
         return GoalDocument(goal=goal, shared_workdir=shared)
@@ -253,6 +267,11 @@ class Goals:
         source = Path(path).expanduser().resolve()
         workdir = Path(default_workdir) if default_workdir is not None else Path.cwd()
         goals = read_import(source, default_workdir=workdir, now=utcnow())
+        for number, goal in goals:  # an unknown account is bad input, --no-check or not
+            try:
+                check_goal_account(self.layout, goal)
+            except UsageError as e:
+                raise GoalImportError(source, number, e.message, hint=e.hint) from e
         if check:
             check_import(source, goals)
         check_worktrees(source, goals)  # issue 26: a repository and its base, even with --no-check

@@ -14,6 +14,7 @@ from loopx.status import serving
 
 # Each group is imported when first used: a command pays only for the layers it touches.
 if TYPE_CHECKING:
+    from loopx.api._accounts import Accounts
     from loopx.api._demo import Demo
     from loopx.api._fleet import Fleet
     from loopx.api._gates import Gates
@@ -191,6 +192,13 @@ class Root:
         from loopx.api._retention import Retention  # noqa: PLC0415 - lazy group
 
         return Retention(self.layout)
+
+    @property
+    def accounts(self) -> Accounts:
+        """Provider accounts, their limits and budgets (`loopx account ...`)."""
+        from loopx.api._accounts import Accounts  # noqa: PLC0415 - lazy group
+
+        return Accounts(self.layout)
 
     @property
     def turns(self) -> Turns:

@@ -36,6 +36,7 @@ COMMANDS = {
     "goal": Command("_goal", "register and manage goals"),
     "gate": Command("_gate", "open or resolve a human gate on a goal"),
     "quota": Command("_quota", "inspect a goal's compute quota"),
+    "account": Command("_account", "provider accounts: credentials, usage limits and budgets"),
     "schema": Command("_schema", "print the JSON Schema of a file kind or a --json output"),
     "agent": Command("_agent", "run an agent worker (the supervisor starts these)"),
     "supervisor": Command(

@@ -79,24 +79,8 @@ def register(sub: Subparsers) -> None:
         metavar="NAME=AMOUNT",
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
     )
-    add.add_argument(
-        "--done-check",
-        metavar="'CMD ARGS'",
-        help="a command (split like --host) that must exit 0 in the workdir before a "
-        "`completed` counts as done (docs/work.md)",
-    )
-    add.add_argument("--done-check-timeout", type=float, metavar="S", help="seconds (default 600)")
-    add.add_argument(
-        "--done-check-every-turn",
-        action="store_true",
-        default=None,
-        help="run the done-check after every turn and record its result",
-    )
-    add.add_argument(
-        "--no-check",
-        action="store_true",
-        help="register even if the workdir, host or done-check program does not exist yet",
-    )
+    _add_check_options(add)  # issue 26
+    _add_account_options(add)  # issue 27
     add_worktree_options(add)  # issue 26
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
@@ -137,6 +121,46 @@ def register(sub: Subparsers) -> None:
         action.set_defaults(func=run_set_status, status=status)
     register_reset_session(actions)
     register_work(actions)  # issue 26: goal worktree, goal merge
+
+
+def _add_check_options(add: argparse.ArgumentParser) -> None:
+    """`goal add`'s done-check options (docs/work.md)."""
+    add.add_argument(
+        "--done-check",
+        metavar="'CMD ARGS'",
+        help="a command (split like --host) that must exit 0 in the workdir before a "
+        "`completed` counts as done (docs/work.md)",
+    )
+    add.add_argument("--done-check-timeout", type=float, metavar="S", help="seconds (default 600)")
+    add.add_argument(
+        "--done-check-every-turn",
+        action="store_true",
+        default=None,
+        help="run the done-check after every turn and record its result",
+    )
+
+
+def _add_account_options(add: argparse.ArgumentParser) -> None:
+    """`goal add`'s account options (`loopx account`)."""
+    add.add_argument(
+        "--account", metavar="NAME", help="the provider account its turns run on (issue 27)"
+    )
+    add.add_argument(
+        "--no-account",
+        action="store_true",
+        help="run on the host kind's default account again (with --update)",
+    )
+    add.add_argument(
+        "--on-limit", choices=("wait", "gate", "stop"), help="override the account's --on-limit"
+    )
+    add.add_argument(
+        "--max-limit-waits", type=int, metavar="N", help="override the account's --max-limit-waits"
+    )
+    add.add_argument(
+        "--no-check",
+        action="store_true",
+        help="register even if the workdir, host or done-check program does not exist yet",
+    )
 
 
 def register_reset_session(actions: Subparsers) -> None:
@@ -206,6 +230,9 @@ def run_add(args: argparse.Namespace) -> int:
             done_check_timeout_s=args.done_check_timeout,
             done_check_every_turn=args.done_check_every_turn,
             **worktree_arguments(args),
+            account="" if args.no_account else args.account,
+            on_limit=args.on_limit,
+            max_limit_waits=args.max_limit_waits,
             update=args.update,
             check=not args.no_check,
         )

@@ -119,6 +119,23 @@ def _header(p: StatusProjection) -> str:
     )
 
 
+def _account_lines(p: StatusProjection) -> list[str]:
+    """One line per account that holds goals back or keeps a budget (issue 27)."""
+    lines = []
+    for a in p.accounts:
+        if not a.message and a.spend is None:
+            continue
+        kind = f" ({a.host_kind})" if a.host_kind else ""
+        spend = ""
+        if a.spend is not None:
+            est = " est." if a.cost_estimated else ""
+            spend = f", {a.spend.tokens:,} tokens ${a.spend.cost_usd:,.2f}{est} in {a.spend.window_hours:g} h"
+        waiting = f", {len(a.waiting)} goal(s) waiting" if a.waiting else ""
+        who = f"account {a.name}" if a.host_kind else "the root's budget"
+        lines.append(f"{who}{kind}: {a.state}{spend}{waiting}: {a.message or 'ok'}")
+    return lines
+
+
 def render_table(p: StatusProjection, now: datetime) -> Group:
     """The TTY rendering: a header line, the queue as a table, then warnings."""
     from rich.console import Group  # noqa: PLC0415 - see the imports above
@@ -145,6 +162,7 @@ def render_table(p: StatusProjection, now: datetime) -> Group:
     parts: list[Any] = [Text(_header(p), style="bold"), table]
     if warnings:
         parts.append(Text("warnings:\n" + "\n".join(f"  ! {w}" for w in warnings), style="yellow"))
+    parts.extend(Text(line) for line in _account_lines(p))
     return Group(*parts)
 
 
@@ -170,7 +188,7 @@ def render_plain(p: StatusProjection, now: datetime) -> str:
         lines.append(f"no goal matches the filter ({p.counts.total} goals in all)")
     else:
         lines.append("no goals; add one with `loopx goal add ID --objective TEXT`")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_account_lines(p)])
 
 
 def _load(args: argparse.Namespace) -> StatusProjection:

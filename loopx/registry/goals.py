@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ class GoalChanges(Record):
     # Issue 26: `--worktree` (checked and its base recorded by loopx.registry.worktree_spec), `--auto-merge`.
     worktree: WorktreeSpec | None = None
     auto_merge: bool | None = None
+    account: str | None = None  # the goal's account (issue 27); "" moves it to the default
+    on_limit: str | None = None  # its override of the account's --on-limit
+    max_limit_waits: int | None = None  # its override of the account's --max-limit-waits
 
 
 def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:
@@ -84,6 +88,8 @@ def build_goal(
         given["host"] = changes.host
     if changes.workdir is not None:
         given["workdir"] = str(Path(changes.workdir).expanduser().resolve())
+    if given.get("account") == "":
+        given["account"] = None  # back to the host kind's default account
     try:
         if existing is None:
             if changes.objective is None:
@@ -115,8 +121,12 @@ def add_goal(
     update: bool,
     default_workdir: Path,
     now: datetime,
+    validate: Callable[[Goal], None] | None = None,
 ) -> Goal:
     """Register a goal, or with ``update`` change the named fields of an existing one.
+
+    ``validate`` checks the goal as it would be written (its account exists and
+    fits its host kind) and raises to write nothing.
 
     Raises:
         GoalExistsError: the id is registered and ``update`` is False.
@@ -131,7 +141,10 @@ def add_goal(
     def change(existing: Goal | None) -> Goal:
         if existing is not None and not update:
             raise GoalExistsError(goal_id, layout.registry)
-        return build_goal(goal_id, existing, changes, default_workdir=default_workdir, now=now)
+        goal = build_goal(goal_id, existing, changes, default_workdir=default_workdir, now=now)
+        if validate is not None:
+            validate(goal)
+        return goal
 
     goal = update_goal(layout, goal_id, change, create=True)
     state_path = layout.state_file(goal_id)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from loopx.donecheck import DoneCheckSpec
-from loopx.ids import validate_goal_id
+from loopx.ids import is_valid_goal_id, validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.quota_policy import PositiveFloat, QuotaPolicy
 
@@ -123,6 +123,12 @@ class Goal(Record):
     # Issue 26: turns run in a git worktree of their own; a completed goal merges itself.
     worktree: WorktreeSpec | None = None
     auto_merge: bool = False
+    # Accounts (issue 27): the provider account the goal's turns run on (None: its host kind's
+    # default account, the supervisor's environment), and its overrides of the account's
+    # resume policy on a usage limit (None: the account's).
+    account: str | None = None
+    on_limit: Literal["wait", "gate", "stop"] | None = None
+    max_limit_waits: Annotated[int, Field(ge=0)] | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -130,6 +136,14 @@ class Goal(Record):
     @classmethod
     def _safe_id(cls, value: str) -> str:
         return validate_goal_id(value)
+
+    @field_validator("account")
+    @classmethod
+    def _safe_account(cls, value: str | None) -> str | None:
+        if value is not None and not is_valid_goal_id(value):  # account names follow the same rule
+            msg = f"account name {value!r}: letters, digits, '.', '_' or '-', at most 64"
+            raise ValueError(msg)
+        return value
 
     @field_validator("resources")
     @classmethod

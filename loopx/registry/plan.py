@@ -56,6 +56,10 @@ class PlanGoal(Record):
     worktree_include: list[str] = Field(default_factory=list)
     worktree_dir: str | None = None  # relative to the plan file's directory
     auto_merge: bool = False
+    # The account the goal's turns run on, and its overrides of the account's resume policy.
+    account: str | None = None
+    on_limit: Literal["wait", "gate", "stop"] | None = None
+    max_limit_waits: Annotated[int, Field(ge=0)] | None = None
 
     @field_validator("id")
     @classmethod
@@ -113,6 +117,9 @@ class PlanGoal(Record):
             done_check=self.done_check_spec(),
             worktree=self.worktree_spec(plan_dir),
             auto_merge=self.auto_merge or None,
+            account=self.account,
+            on_limit=self.on_limit,
+            max_limit_waits=self.max_limit_waits,
         )
 
     def worktree_spec(self, plan_dir: Path) -> WorktreeSpec | None:

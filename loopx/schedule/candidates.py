@@ -8,6 +8,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
+from loopx.accounts.budget import ROOT_BUDGET
+from loopx.accounts.files import read_state
+from loopx.accounts.model import AccountState, account_of
+from loopx.accounts.rules import admit
+from loopx.accounts.store import refused_by_account
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.log import get_logger
 from loopx.model import Record
@@ -129,7 +134,13 @@ def candidate_of(
 
 
 def candidate_and_decision(
-    layout: Layout, goal: Goal, *, now: datetime, headroom: HostHeadroom | None = None
+    layout: Layout,
+    goal: Goal,
+    *,
+    now: datetime,
+    headroom: HostHeadroom | None = None,
+    account: AccountState | None = None,
+    root: AccountState | None = None,
 ) -> tuple[Candidate, QuotaDecision]:
     """:func:`candidate_of`, with the quota decision it was made from (its next eligible time).
 
@@ -145,6 +156,15 @@ def candidate_and_decision(
     spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
+    if decision.allowed:
+        # A parked account holds its goals until its reset (issue 27): the index's timer
+        # wakes them then, and an idle poll costs them nothing before.
+        name = account_of(goal.account, goal.host.kind)
+        for held in (root or read_state(layout, ROOT_BUDGET), account or read_state(layout, name)):
+            admission = admit(held, goal.id, now=now)
+            if not admission.allowed:
+                decision = refused_by_account(decision, admission)
+                break
     candidate = Candidate(
         goal=goal,
         open_gates=len(state.open_gates),

@@ -43,6 +43,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
+from loopx.accounts.budget import ROOT_BUDGET
+from loopx.accounts.files import read_state, state_fingerprints
+from loopx.accounts.model import AccountState, account_of
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
 from loopx.log import get_logger
@@ -166,6 +169,10 @@ class ScheduleIndex:
         # trust) and, for a goal whose inputs were read, its files' fingerprints.
         self._dirs: dict[str, DirStat | None] = {}
         self._prints: dict[str, Fingerprint] = {}
+        # Account states as last read, and their files' stats: a parked account's goals wait
+        # on a timer at its reset, and are looked at again when its state file moves.
+        self._account_prints: dict[str, tuple[int, int, int]] = {}
+        self._accounts: dict[str, AccountState] = {}
 
     # --- keeping current -----------------------------------------------------------------------
 
@@ -194,6 +201,7 @@ class ScheduleIndex:
         else:
             recheck = changed | self._touched | self._leased | self._due(now)
             recheck |= self._safety_net(ts)
+        recheck |= self._account_moves()
         self._touched = set()
         if changed or len(self._order) != len(self._catalog.goals):
             self._order = sorted(self._catalog.goals)
@@ -208,6 +216,38 @@ class ScheduleIndex:
             self._update(goal, now=now, headroom=headroom)
         self._hint_stat = self._stat_hints()
         return len(recheck)
+
+    def _account_moves(self) -> set[str]:
+        """The goals of every account whose state file changed since the last look.
+
+        One ``stat`` per account each step; the goals are listed only when one moved.
+        """
+        prints = state_fingerprints(self.layout)
+        if prints == self._account_prints:
+            return set()
+        names = prints.keys() | self._account_prints.keys()
+        moved = {n for n in names if prints.get(n) != self._account_prints.get(n)}
+        self._account_prints = prints
+        for name in moved:
+            self._accounts.pop(name, None)
+        if ROOT_BUDGET in moved:
+            return set(self._catalog.goals)  # the root's budget holds every goal
+        return {
+            goal_id
+            for goal_id, goal in self._catalog.goals.items()
+            if account_of(goal.account, goal.host.kind) in moved
+        }
+
+    def _account_state(self, goal: Goal | None) -> AccountState | None:
+        """The goal's account state (None: the root's) as last read; None: unreadable."""
+        name = ROOT_BUDGET if goal is None else account_of(goal.account, goal.host.kind)
+        if name not in self._accounts:
+            try:
+                self._accounts[name] = read_state(self.layout, name)
+            except LoopxError as e:
+                log.warning("account_unreadable", account=name, error=e.message)
+                return None
+        return self._accounts[name]
 
     # --- the safety net for lost hints ---------------------------------------------------------
 
@@ -268,7 +308,12 @@ class ScheduleIndex:
         self._prints[goal_id] = goal_fingerprint(os.path.join(self._goals_dir, goal_id))
         try:
             candidate, decision = candidate_and_decision(
-                self.layout, goal, now=now, headroom=headroom
+                self.layout,
+                goal,
+                now=now,
+                headroom=headroom,
+                account=self._account_state(goal),
+                root=self._account_state(None),
             )
         except LoopxError as e:
             log.warning("candidate_unreadable", goal_id=goal_id, error=e.message)

@@ -30,11 +30,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from loopx.accounts.views import account_summaries
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
 from loopx.forked import Forked
 from loopx.hints import HintCursor, read_hints, reset_hints
 from loopx.log import get_logger
+from loopx.model import utcnow
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
@@ -187,6 +189,8 @@ class StatusCache:
             generated_at=self.index.generated_at,
             checked_at=self.index.checked_at,
             quarantined_total=self.index.quarantined_total,
+            # Read at every answer: a parked account shows at once (issue 27).
+            accounts=account_summaries(self.layout, now=utcnow()),
         )
 
     # --- refreshing ------------------------------------------------------------------------

@@ -28,6 +28,13 @@ ready               agent   none of the above
 ``crash_loop`` (human) overlays ``ready``/``running`` when the lease holder's
 agent slot, or every agent slot, is in a crash loop: no agent can make
 progress there until a human looks at the logs.
+
+``waiting`` on an account (issue 27) overlays ``ready``/``waiting`` when the
+goal's account holds its goals back: ``account NAME limited until 19:05:34
+UTC (seen by goal G, turn T)``, overloaded, probing, staggered (actor none,
+until the account's time), or spent or needing a human (actor human). It is
+applied when the queue is assembled, from the account files read then, so a
+parked account shows at once on every goal of it without re-projecting them.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from loopx.accounts.model import AccountSummary, Condition, account_of
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
@@ -361,7 +369,10 @@ _PLAIN_UNRUN_MAX: Final = 256
 
 def _unrun_key(goal: Goal, now: datetime) -> tuple[object, ...]:
     """What a never-ran goal's view depends on besides its id: its key in ``_PLAIN_UNRUN``."""
-    return (now, goal.status, goal.priority, goal.objective, *goal.quota.__dict__.values())
+    return (
+        now, goal.status, goal.priority, goal.objective, goal.account, goal.host.kind,
+        *goal.quota.__dict__.values(),
+    )  # fmt: skip
 
 
 def _shared_unrun(key: tuple[object, ...], goal_id: str) -> GoalStatusView | None:
@@ -414,6 +425,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "probe": inputs.probe,
         "recheck_at": account.recheck_at,
         "last_check": None,
+        "account": account_of(goal.account, goal.host.kind),
     }
     if key is not None and goal.id not in explanation:
         if len(_PLAIN_UNRUN) >= _PLAIN_UNRUN_MAX:
@@ -468,6 +480,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "probe": inputs.probe,
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
             "last_check": state.last_check,
+            "account": account_of(goal.account, goal.host.kind),
         },
     )
 
@@ -477,6 +490,51 @@ def order_key(view: GoalStatusView) -> tuple[int, int, int, str]:
     return (_ACTOR_RANK[view.actor], _REASON_RANK[view.reason], -view.priority, view.goal_id)
 
 
+_HELD_BY_ACCOUNT: Final = frozenset({StatusReason.READY, StatusReason.WAITING})
+_ACCOUNT_NEEDS_HUMAN: Final = frozenset({Condition.NEEDS_HUMAN, Condition.BUDGET_SPENT})
+
+
+def overlay_accounts(
+    views: Iterable[GoalStatusView], accounts: Sequence[AccountSummary]
+) -> tuple[list[GoalStatusView], list[AccountSummary]]:
+    """Goals their account holds back shown ``waiting`` on it; each account with its goals. Pure.
+
+    Only ``ready`` and ``waiting`` goals are overlaid: a running, gated,
+    paused, failing or done goal says so first.
+    """
+    holding = {a.name: a for a in accounts if a.message}
+    goals: dict[str, list[str]] = {a.name: [] for a in accounts}
+    waiting: dict[str, list[str]] = {a.name: [] for a in accounts}
+    root = next((a for a in accounts if a.host_kind is None and a.message), None)
+    out = []
+    for view in views:
+        name = view.account or ""
+        goals.setdefault(name, []).append(view.goal_id)
+        hold = root or holding.get(name)
+        if hold is not None and view.reason in _HELD_BY_ACCOUNT:
+            human = hold.state in _ACCOUNT_NEEDS_HUMAN
+            view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it
+                update={
+                    "actor": Actor.HUMAN if human else Actor.NONE,
+                    "reason": StatusReason.WAITING,
+                    "explanation": hold.message,
+                    "next_eligible_at": hold.until,
+                }
+            )
+            waiting.setdefault(hold.name, []).append(view.goal_id)
+        out.append(view)
+    summaries = [
+        a.model_copy(
+            update={
+                "goals": sorted(goals.get(a.name, [])) if a.host_kind is not None else [],
+                "waiting": sorted(waiting.get(a.name, [])),
+            }
+        )
+        for a in accounts
+    ]
+    return out, summaries
+
+
 def assemble(
     views: Iterable[GoalStatusView],
     *,
@@ -484,9 +542,11 @@ def assemble(
     generated_at: datetime,
     checked_at: datetime,
     quarantined_total: int = 0,
+    accounts: Sequence[AccountSummary] = (),
 ) -> StatusProjection:
-    """The ordered attention queue with counts, the crash-loop overlay applied. Pure."""
-    ordered = sorted((overlay_crash_loop(v, fleet) for v in views), key=order_key)
+    """The ordered attention queue with counts, the crash-loop and account overlays applied. Pure."""
+    held, summaries = overlay_accounts(views, accounts)
+    ordered = sorted((overlay_crash_loop(v, fleet) for v in held), key=order_key)
     # One count per (actor, reason) pair: a few dozen keys to sum, not two per goal.
     pairs = Counter([(v.actor, v.reason) for v in ordered])
     actors: Counter[Actor] = Counter()
@@ -505,6 +565,7 @@ def assemble(
         counts=counts,
         fleet=fleet,
         quarantined_total=quarantined_total,
+        accounts=summaries,
         goals=ordered,
     )
 
@@ -516,6 +577,7 @@ def project(
     heartbeats: Iterable[AgentHeartbeat],
     quarantined_total: int,
     now: datetime,
+    accounts: Sequence[AccountSummary] = (),
 ) -> StatusProjection:
     """The whole projection from scratch (the cache does the same incrementally). Pure."""
     views = [project_goal(g, now=now) for g in goals if g.goal.status is not GoalStatus.ARCHIVED]
@@ -525,4 +587,5 @@ def project(
         generated_at=now,
         checked_at=now,
         quarantined_total=quarantined_total,
+        accounts=accounts,
     )

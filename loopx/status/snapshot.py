@@ -74,6 +74,7 @@ def fleet_files(layout: Layout) -> list[tuple[str, int, int, int]]:
     with contextlib.suppress(FileNotFoundError):
         st = os.stat(layout.supervisor_file, follow_symlinks=False)
         out.append(("", st.st_ino, st.st_mtime_ns, st.st_size))
+    out += _account_files(layout)
     try:
         entries = sorted(os.scandir(layout.agents_dir), key=lambda e: e.name)
     except FileNotFoundError:
@@ -83,6 +84,22 @@ def fleet_files(layout: Layout) -> list[tuple[str, int, int, int]]:
             with contextlib.suppress(FileNotFoundError):
                 st = entry.stat(follow_symlinks=False)
                 out.append((entry.name, st.st_ino, st.st_mtime_ns, st.st_size))
+    return out
+
+
+def _account_files(layout: Layout) -> list[tuple[str, int, int, int]]:
+    """The account files the document's ``accounts`` and its overlay are read from (issue 27)."""
+    out: list[tuple[str, int, int, int]] = []
+    folder = os.path.join(layout.root, "accounts")
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for name in names:
+        for part in ("account.json", "state.json", "spend.json", "budget.json"):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                st = os.stat(os.path.join(folder, name, part), follow_symlinks=False)
+                out.append((f"accounts/{name}/{part}", st.st_ino, st.st_mtime_ns, st.st_size))
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
+from loopx.accounts.model import AccountSummary
 from loopx.donecheck import LastCheck
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime, trusted
@@ -153,6 +154,8 @@ class GoalStatusView(Record):
     recheck_at: UtcDatetime | None = None
     # Issue 26: the goal's newest recorded done-check (from its state).
     last_check: LastCheck | None = None
+    # The account the goal's turns run on (issue 27; default-<kind> when it names none).
+    account: str | None = None
 
 
 class FleetView(Record):
@@ -188,4 +191,6 @@ class StatusProjection(Record):
     counts: StatusCounts
     fleet: FleetView
     quarantined_total: int = 0
+    # Each account: its state, spend in its window, the goals waiting on it (issue 27).
+    accounts: list[AccountSummary] = Field(default_factory=list)
     goals: list[GoalStatusView] = Field(default_factory=list)

@@ -19,6 +19,9 @@ Environment:
         ``failed`` (turn.failed), ``retry_then_success`` (a transient
         ``error`` event, then success), ``exit`` (crash).
     FAKE_CODEX_RESET_IN: seconds until the fake usage limit resets (default 7200).
+    FAKE_CODEX_LIMIT_FILE: a provider-side usage limit shared by every run that names the
+        file (an account): while it holds an ISO time in the future, a run answers the usage
+        limit with that reset, printed to the minute as codex prints it, whatever the mode.
     FAKE_CODEX_RESULT: the result JSON the agent answers with.
     FAKE_CODEX_TOKENS: ``IN,OUT`` tokens this run uses (default ``1000,200``).
     FAKE_CODEX_LOG: append one JSON line per run: argv, stdin, cwd.
@@ -120,8 +123,23 @@ def _rejected(arg: str) -> int:
     return 2
 
 
+def _account_limit() -> str | None:
+    """The usage limit of ``FAKE_CODEX_LIMIT_FILE`` while its reset is ahead, else None."""
+    name = os.environ.get("FAKE_CODEX_LIMIT_FILE")
+    if not name:
+        return None
+    try:
+        reset = datetime.fromisoformat(Path(name).read_text().strip()).astimezone()
+    except (FileNotFoundError, ValueError):
+        return None
+    now = datetime.now().astimezone()
+    return USAGE_LIMIT.format(when=reset_clock(reset, now)) if reset > now else None
+
+
 def _failure_message(mode: str) -> str | None:
     """The turn.failed message of a failure ``mode`` (None: no such mode)."""
+    if (limited := _account_limit()) is not None:
+        return limited
     now = datetime.now().astimezone()
     reset = now + timedelta(seconds=int(os.environ.get("FAKE_CODEX_RESET_IN", "7200")))
     return {

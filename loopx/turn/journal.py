@@ -90,6 +90,11 @@ class TurnPlan(Record):
     prior_failures: Annotated[int, Field(ge=0)] = 0
     # Issue 26: the goal's done-check when the turn was planned (None: the goal has none).
     done_check: DoneCheckSpec | None = None
+    # The account the turn runs on and the resume policy in force (issue 27): what the turn
+    # does to its account is derived from the journal alone. None: the host kind's default.
+    account: str | None = None
+    on_limit: Literal["wait", "gate", "stop"] = "wait"
+    max_limit_waits: Annotated[int, Field(ge=0)] | None = None
 
 
 class HostOutcome(Record):

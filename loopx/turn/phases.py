@@ -44,6 +44,7 @@ from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state, update_state
 from loopx.storage.files import dir_sync_batch
+from loopx.turn.accounting import apply_turn
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import Phase, TurnJournal, final_status, write_journal_unfenced
 from loopx.turn.lease import Fence
@@ -174,7 +175,9 @@ def schedule(state: GoalState, journal: TurnJournal) -> GoalState:
     failure = journal.failure
     result = journal.result
     update: dict[str, object] = {}
-    if failure is not None and failure.reason is FailureReason.STOPPED:
+    if failure is not None and failure.reason in (FailureReason.STOPPED, FailureReason.HOST_AUTH):
+        # An auth failure belongs to the account, whose gate now holds every goal of it
+        # (loopx.turn.accounting): no failure of the goal, no backoff of its own (issue 27).
         update = {"next_eligible_at": None, "consecutive_failures": prior}
     elif failure is not None or (result is not None and result.kind is ResultKind.FAILED):
         streak = prior + 1
@@ -252,9 +255,10 @@ def scheduler_apply(layout: Layout, journal: TurnJournal) -> None:
         try:
             goal = get_goal(layout, journal.goal_id)
         except GoalNotFoundError:
-            return  # the goal was removed from the registry; nothing to mark
-        if goal.status is GoalStatus.ACTIVE:
+            goal = None  # the goal was removed from the registry; nothing to mark
+        if goal is not None and goal.status is GoalStatus.ACTIVE:
             set_status(layout, journal.goal_id, GoalStatus.DONE, now=journal.turn_end)
+    apply_turn(layout, journal)  # what the turn taught its account, fenced by turn key
 
 
 def finish(layout: Layout, journal: TurnJournal, fence: Fence, *, now: datetime) -> TurnJournal:

@@ -10,7 +10,7 @@ request it receives, and answers according to :attr:`MockModel.mode`:
 ``ok``           the model's final message is :attr:`MockModel.answer`
 ``tool``         first a tool call (a shell ``ls``), then ``ok`` once the tool result comes back
 ``429``          HTTP 429 rate limit with ``retry-after``
-``usage_limit``  the subscription's usage limit, reset at :attr:`MockModel.reset_at`
+``usage_limit``  the subscription's usage limit until :attr:`MockModel.reset_at`, then ``ok``
 ``401``          HTTP 401: the key is rejected
 ``500``          HTTP 500
 ``hang``         accept the request and never answer
@@ -302,7 +302,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _openai(self, model: MockModel, body: dict[str, Any], n: int) -> None:
         if self._common_failure(model, anthropic=False):
             return
-        if model.mode == "usage_limit":
+        if model.mode == "usage_limit" and time.time() < model.reset_at:
             error = {
                 "type": "usage_limit_reached",
                 "message": "The usage limit has been reached",
@@ -334,7 +334,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _anthropic(self, model: MockModel, body: dict[str, Any], n: int) -> None:
         if self._common_failure(model, anthropic=True):
             return
-        if model.mode == "usage_limit":
+        if model.mode == "usage_limit" and time.time() < model.reset_at:
             headers = {
                 "anthropic-ratelimit-unified-status": "rejected",
                 "anthropic-ratelimit-unified-reset": str(model.reset_at),

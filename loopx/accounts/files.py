@@ -1,0 +1,209 @@
+"""The account files under the root: their paths and every read (no locks, no writes).
+
+``accounts/<name>/account.json`` (policy), ``state.json`` (what the turns
+taught), ``spend.json`` (a budgeted account's recent spend) and the root's
+``accounts/.root/``. Status reads these at every answer, so this module
+imports no lock or decision machinery; :mod:`loopx.accounts.store` writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final, NamedTuple
+
+from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
+from loopx.accounts.envfile import file_secrets, read_env_file
+from loopx.accounts.model import (
+    Account,
+    AccountBudget,
+    AccountState,
+    RootBudget,
+    account_of,
+    is_default,
+    valid_account_name,
+)
+from loopx.errors import AccountMismatchError, AccountNotFoundError, UsageError
+from loopx.registry.model import Goal
+from loopx.root import Layout
+from loopx.storage.files import read_model_or_none
+
+ACCOUNTS_NAME: Final = "accounts"
+
+
+def accounts_dir(layout: Layout) -> Path:
+    """``accounts/``."""
+    return layout.root / ACCOUNTS_NAME
+
+
+def _checked(name: str) -> str:
+    if name != ROOT_BUDGET and not valid_account_name(name):
+        msg = f"invalid account name {name!r}"
+        raise UsageError(msg, hint="letters, digits, '.', '_' or '-', at most 64")
+    return name
+
+
+def account_file(layout: Layout, name: str) -> Path:
+    """``accounts/<name>/account.json``."""
+    return accounts_dir(layout) / _checked(name) / "account.json"
+
+
+def state_file(layout: Layout, name: str) -> Path:
+    """``accounts/<name>/state.json``."""
+    return accounts_dir(layout) / _checked(name) / "state.json"
+
+
+def spend_file(layout: Layout, name: str) -> Path:
+    """``accounts/<name>/spend.json``: a budgeted account's recent spend (``.root``: the root's)."""
+    return accounts_dir(layout) / _checked(name) / "spend.json"
+
+
+def root_budget_file(layout: Layout) -> Path:
+    """``accounts/.root/budget.json``: the whole root's budget."""
+    return accounts_dir(layout) / ROOT_BUDGET / "budget.json"
+
+
+def read_account(layout: Layout, name: str) -> Account | None:
+    """The account's policy, or None when it has no file (a default account, or none)."""
+    if is_default(name):
+        return None
+    return read_model_or_none(account_file(layout, name), Account)
+
+
+def load_account(layout: Layout, name: str) -> Account:
+    """The account's policy.
+
+    Raises:
+        AccountNotFoundError: no such account.
+        CorruptFileError: its file is damaged.
+    """
+    account = read_account(layout, name)
+    if account is None:
+        raise AccountNotFoundError(name, layout.root)
+    return account
+
+
+def account_exists(layout: Layout, name: str) -> bool:
+    """Whether ``name`` is an account of this root (a named one with a file)."""
+    return valid_account_name(name) and account_file(layout, name).is_file()
+
+
+def list_accounts(layout: Layout) -> list[Account]:
+    """Every named account of the root, by name."""
+    folder = accounts_dir(layout)
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if valid_account_name(entry.name) and not is_default(entry.name) and entry.is_dir():
+            account = read_model_or_none(entry / "account.json", Account)
+            if account is not None:
+                found.append(account)
+    return found
+
+
+def known_states(layout: Layout) -> list[AccountState]:
+    """Every account state file of the root (named and default accounts)."""
+    folder = accounts_dir(layout)
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if valid_account_name(entry.name) and entry.is_dir():
+            state = read_model_or_none(entry / "state.json", AccountState)
+            if state is not None:
+                found.append(state)
+    return found
+
+
+class HostEnvironment(NamedTuple):
+    """What an account adds to its goals' host runs: variables, and the values to redact."""
+
+    env: dict[str, str]
+    secrets: list[str]
+
+
+def host_environment(layout: Layout, name: str) -> HostEnvironment:
+    """The environment the account's goals' hosts run with (on top of the supervisor's).
+
+    Raises:
+        AccountNotFoundError: a named account without a file.
+        AccountEnvFileError: its env file is missing, insecure or malformed.
+    """
+    if is_default(name):
+        return HostEnvironment({}, [])
+    account = load_account(layout, name)
+    from_file = read_env_file(Path(account.env_file)) if account.env_file else {}
+    return HostEnvironment(account.env | from_file, file_secrets(from_file))
+
+
+def check_goal_account(layout: Layout, goal: Goal) -> None:
+    """Refuse a goal naming an account that does not exist or serves another host kind.
+
+    Raises:
+        AccountNotFoundError: no such account.
+        AccountMismatchError: the account's host kind is not the goal's.
+    """
+    if goal.account is None:
+        return
+    account = load_account(layout, goal.account)
+    if account.host_kind != goal.host.kind:
+        raise AccountMismatchError(goal.id, account.name, account.host_kind, goal.host.kind)
+
+
+def goals_of_account(name: str, goals: Iterable[Goal]) -> list[str]:
+    """The ids of the goals among ``goals`` whose turns run on account ``name``."""
+    return sorted(g.id for g in goals if account_of(g.account, g.host.kind) == name)
+
+
+def fresh_state(name: str) -> AccountState:
+    """The state of an account no turn taught anything yet.
+
+    A named account's first turn is a probe (its credentials and limit are not
+    known yet); a default account (and the root's budget) starts as proven, as
+    LoopX ran before accounts.
+    """
+    return AccountState(name=name, proven=is_default(name) or name == ROOT_BUDGET)
+
+
+def read_state(layout: Layout, name: str) -> AccountState:
+    """The account's state (a fresh one when it has none yet).
+
+    Raises:
+        CorruptFileError: the state file is damaged.
+    """
+    return read_model_or_none(state_file(layout, name), AccountState) or fresh_state(name)
+
+
+def state_fingerprints(layout: Layout) -> dict[str, tuple[int, int, int]]:
+    """``(inode, mtime_ns, size)`` of every account state file: one ``stat`` per account."""
+    folder = accounts_dir(layout)
+    out: dict[str, tuple[int, int, int]] = {}
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in folder.iterdir():
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                st = (entry / "state.json").stat()
+                out[entry.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return out
+
+
+def read_root_budget(layout: Layout) -> RootBudget | None:
+    """The root's budget, or None when none was set."""
+    return read_model_or_none(root_budget_file(layout), RootBudget)
+
+
+def budget_of(layout: Layout, name: str) -> AccountBudget | None:
+    """The capped budget of an account (or of the root, ``.root``); None when nothing is capped."""
+    if name == ROOT_BUDGET:
+        root = read_root_budget(layout)
+        budget = root.budget if root is not None else None
+    else:
+        account = read_account(layout, name)
+        budget = account.budget if account is not None else None
+    return budget if budget is not None and budget.capped else None
+
+
+def read_spend(layout: Layout, name: str) -> AccountSpend:
+    """The account's (or root's) recorded spend."""
+    return read_model_or_none(spend_file(layout, name), AccountSpend) or AccountSpend(name=name)

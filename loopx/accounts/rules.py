@@ -1,0 +1,280 @@
+"""The account rules, pure: may a goal of the account start a turn, and what a turn teaches.
+
+:func:`admit` refuses, in this order (the first that applies is the answer):
+
+1. ``needs a human``: the account has an open gate (auth failure, N overloads
+   in a row, a limit under the ``gate`` policy, too many limit waits, a spent
+   budget); no time clears it.
+2. ``limited``: a usage limit, until its reset.
+3. ``overloaded``: the model server's overload, until a short backoff ends.
+4. ``probing``: after a reset (or before the account's first turn got
+   through) one goal goes first; the others wait for its turn to end, or for
+   its hold to run out if it died.
+5. ``staggered``: after a probe got through, the other goals start one every
+   ``STAGGER_S`` for ``STAGGER_WINDOW_S``.
+
+:func:`observe` applies one turn's :class:`~loopx.accounts.model.TurnSignal`
+to the state; a turn key already applied changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+from loopx.accounts.model import (
+    APPLIED_KEPT,
+    AccountGate,
+    AccountState,
+    Admission,
+    Condition,
+    OnLimit,
+    Signal,
+    TurnSignal,
+)
+from loopx.model import iso_utc
+
+STAGGER_S: Final = 2.0  # after a probe got through, one more goal starts every this many seconds
+STAGGER_WINDOW_S: Final = 30.0  # ... for this long
+PROBE_GRACE_S: Final = 60.0  # a probe's hold lasts its turn timeout plus this
+OVERLOAD_BASE_S: Final = 15.0  # the first overload backs the account off this long, doubling
+OVERLOAD_MAX_S: Final = 300.0  # ... to at most this
+OVERLOADS_FOR_GATE: Final = 5  # overloads in a row that open a gate (the account's default)
+LIMIT_BACKOFF_BASE_S: Final = 60.0  # a probe hitting the limit again waits at least this, doubling
+LIMIT_BACKOFF_MAX_S: Final = 3600.0
+
+
+def _clock(at: datetime) -> str:
+    return f"{at:%H:%M:%S}" if at.tzinfo is not None else iso_utc(at, "seconds")
+
+
+def limited_message(name: str, state: AccountState) -> str:
+    """The words of a limit: ``account NAME limited until 19:05:34 UTC (seen by goal G, turn T)``."""
+    until = f" until {_clock(state.until)} UTC" if state.until is not None else ""
+    seen = (
+        f" (seen by goal {state.seen_by_goal}, turn {state.seen_by_turn})"
+        if state.seen_by_goal
+        else ""
+    )
+    return f"account {name} limited{until}{seen}"
+
+
+def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # noqa: PLR0911 - one return per refusal of the module's order
+    """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
+
+    See the module docstring for the order of the refusals.
+    """
+    name = state.name
+    if state.gate is not None:
+        who = "the root's budget" if name.startswith(".") else f"account {name}"
+        spent = state.condition is Condition.BUDGET_SPENT
+        return Admission(
+            allowed=False,
+            message=f"{who} {'is spent' if spent else 'needs a human'}: {state.gate.question}",
+            until=state.until if spent else None,  # a budget refills by itself then
+        )
+    if state.condition is Condition.LIMITED and state.until is not None and now < state.until:
+        return Admission(allowed=False, message=limited_message(name, state), until=state.until)
+    if state.condition is Condition.OVERLOADED and state.until is not None and now < state.until:
+        return Admission(
+            allowed=False,
+            message=f"account {name} overloaded until {_clock(state.until)} UTC "
+            f"({state.overloads} in a row)",
+            until=state.until,
+        )
+    if state.condition is not Condition.OK or not state.proven:
+        held = state.probe_goal is not None and state.probe_until is not None
+        if held and state.probe_goal != goal_id and now < state.probe_until:  # type: ignore[operator]
+            return Admission(
+                allowed=False,
+                message=f"account {name}: goal {state.probe_goal} goes first as a probe",
+                until=state.probe_until,
+            )
+        return Admission(allowed=True, message=f"account {name}: probe", take_probe=True)
+    if state.stagger_until is not None and now < state.stagger_until:
+        if state.next_start_at is not None and now < state.next_start_at:
+            return Admission(
+                allowed=False,
+                message=f"account {name}: staggered start after its reset",
+                until=state.next_start_at,
+            )
+        return Admission(allowed=True, take_stagger=True)
+    return Admission(allowed=True)
+
+
+def taken(
+    state: AccountState, admission: Admission, goal_id: str, *, now: datetime, turn_timeout_s: float
+) -> AccountState:
+    """The state after an admission that must be recorded (a probe or a staggered start). Pure."""
+    if admission.take_probe:
+        hold = now + timedelta(seconds=turn_timeout_s + PROBE_GRACE_S)
+        return state.model_copy(
+            update={"probe_goal": goal_id, "probe_until": hold, "updated_at": now}
+        )
+    if admission.take_stagger:
+        return state.model_copy(
+            update={"next_start_at": now + timedelta(seconds=STAGGER_S), "updated_at": now}
+        )
+    return state
+
+
+def _backoff(base: float, top: float, n: int) -> timedelta:
+    return timedelta(seconds=min(base * 2 ** max(n - 1, 0), top))
+
+
+def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C901, PLR0911, PLR0912 - one branch per signal
+    """The account's state after ``turn``. Pure; a turn applied before changes nothing."""
+    if turn.turn_key in state.applied or turn.signal is Signal.NONE:
+        if turn.signal is Signal.NONE and state.probe_goal == turn.goal_id:
+            # The probe's turn ended without word from the provider: another goal may probe.
+            return state.model_copy(
+                update={"probe_goal": None, "probe_until": None, "updated_at": turn.at}
+            )
+        return state
+    applied = [*state.applied, turn.turn_key][-APPLIED_KEPT:]
+    seen = {"seen_by_goal": turn.goal_id, "seen_by_turn": turn.turn_key}
+    probe = state.probe_goal is not None and state.probe_goal == turn.goal_id
+    base: dict[str, object] = {"applied": applied, "updated_at": turn.at}
+    if probe:
+        base |= {"probe_goal": None, "probe_until": None}  # the probe's turn is over
+    parked = state.condition in (Condition.LIMITED, Condition.OVERLOADED)
+    if turn.signal is Signal.THROUGH and parked and not probe:
+        # A turn that was already running when the account was parked got through before
+        # the limit: it says nothing about the account now; only the probe reopens it.
+        return state
+    if turn.signal is Signal.THROUGH:
+        if (
+            state.condition is Condition.OK
+            and state.proven
+            and state.overloads == 0
+            and state.limit_hits == 0
+            and state.probe_goal is None
+        ):
+            return state  # the common case: nothing to write
+        was_probe = state.condition is not Condition.OK or not state.proven
+        stagger = (
+            {
+                "stagger_until": turn.at + timedelta(seconds=STAGGER_WINDOW_S),
+                "next_start_at": turn.at,
+            }
+            if was_probe
+            else {}
+        )
+        return state.model_copy(
+            update=base
+            | stagger
+            | {
+                "condition": Condition.OK if state.gate is None else state.condition,
+                "until": None,
+                "proven": True,
+                "overloads": 0,
+                "limit_hits": 0,
+                "limit_waits": 0,
+            }
+        )
+    if turn.signal is Signal.LIMIT:
+        until = turn.reset_at or turn.at
+        if state.condition is Condition.LIMITED and not probe:
+            # Another turn in flight met the same limit: the account is parked already.
+            later = max(until, state.until or until)
+            return state.model_copy(update={"applied": applied, "until": later})
+        hits = state.limit_hits + 1
+        if hits > 1:  # the probe met the limit again: wait at least the backoff
+            until = max(
+                until, turn.at + _backoff(LIMIT_BACKOFF_BASE_S, LIMIT_BACKOFF_MAX_S, hits - 1)
+            )
+        waits = state.limit_waits + 1
+        update = (
+            base
+            | seen
+            | {
+                "condition": Condition.LIMITED,
+                "until": until,
+                "reason": turn.message,
+                "limit_hits": hits,
+                "limit_waits": waits,
+                "stagger_until": None,
+                "next_start_at": None,
+            }
+        )
+        question = None
+        if turn.on_limit is OnLimit.GATE:
+            question = (
+                f"account {state.name} hit its usage limit (goal {turn.goal_id}); it resets at "
+                f"{iso_utc(until, 'seconds')}: resolve to let its goals go on"
+            )
+        elif turn.max_limit_waits is not None and waits > turn.max_limit_waits:
+            question = (
+                f"account {state.name} hit its usage limit {waits} times (more than "
+                f"--max-limit-waits {turn.max_limit_waits}): resolve to wait again"
+            )
+        if question is not None and state.gate is None:
+            update |= {
+                "condition": Condition.NEEDS_HUMAN,
+                "gate": AccountGate(
+                    question=question,
+                    opened_at=turn.at,
+                    opened_by=turn.turn_key,
+                    goal_id=turn.goal_id,
+                ),
+            }
+        return state.model_copy(update=update)
+    if turn.signal is Signal.OVERLOAD:
+        overloads = state.overloads + 1
+        update = (
+            base
+            | seen
+            | {
+                "condition": Condition.OVERLOADED,
+                "until": turn.at + _backoff(OVERLOAD_BASE_S, OVERLOAD_MAX_S, overloads),
+                "reason": turn.message,
+                "overloads": overloads,
+            }
+        )
+        if overloads >= turn.max_overloads and state.gate is None:
+            update |= {
+                "condition": Condition.NEEDS_HUMAN,
+                "gate": AccountGate(
+                    question=f"account {state.name}'s model server was overloaded "
+                    f"{overloads} turns in a row (latest: {turn.message[:200]}); resolve to "
+                    "try again",
+                    opened_at=turn.at,
+                    opened_by=turn.turn_key,
+                    goal_id=turn.goal_id,
+                ),
+            }
+        return state.model_copy(update=update)
+    # AUTH: an agent cannot fix a credential.
+    gate = state.gate or AccountGate(
+        question=turn.message or f"account {state.name} is not authenticated",
+        opened_at=turn.at,
+        opened_by=turn.turn_key,
+        goal_id=turn.goal_id,
+    )
+    return state.model_copy(
+        update=base
+        | seen
+        | {
+            "condition": Condition.NEEDS_HUMAN,
+            "reason": turn.message,
+            "gate": gate,
+            "proven": False,
+        }
+    )
+
+
+def resolved(state: AccountState, *, now: datetime) -> AccountState:
+    """The state after a human answered the account's gate: its next turn is a probe. Pure."""
+    return state.model_copy(
+        update={
+            "gate": None,
+            "condition": Condition.OK,
+            "until": None,
+            "overloads": 0,
+            "limit_waits": 0,
+            "proven": False,
+            "probe_goal": None,
+            "probe_until": None,
+            "updated_at": now,
+        }
+    )

@@ -1,0 +1,143 @@
+"""What `loopx account ...` prints with ``--json``, and each account's part of `loopx status`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from loopx.accounts.budget import ROOT_BUDGET, totals
+from loopx.accounts.files import (
+    budget_of,
+    known_states,
+    list_accounts,
+    read_account,
+    read_root_budget,
+    read_spend,
+    read_state,
+)
+from loopx.accounts.model import (
+    Account,
+    AccountState,
+    AccountSummary,
+    account_of,
+    default_account,
+    is_default,
+)
+from loopx.accounts.rules import admit
+from loopx.model import Record
+from loopx.registry.model import Goal, GoalStatus
+from loopx.root import Layout
+from loopx.secrets import redact_env
+
+
+class AccountDocument(Record):
+    """`account add|edit --json`: the account's policy as written (``env`` values redacted)."""
+
+    schema_version: Literal[1] = 1
+    account: Account
+
+
+class AccountList(Record):
+    """`account list --json`: every named account, and the default accounts goals use."""
+
+    schema_version: Literal[1] = 1
+    accounts: list[AccountSummary]
+
+
+class AccountShow(Record):
+    """`account show --json`: the policy (None for a default account) and the summary."""
+
+    schema_version: Literal[1] = 1
+    account: Account | None
+    summary: AccountSummary
+
+
+def redacted(account: Account) -> Account:
+    """The account with its ``--env`` values that look secret replaced (for printing)."""
+    return account.model_copy(update={"env": redact_env(account.env)})
+
+
+def summarise(
+    layout: Layout,
+    name: str,
+    goals: Iterable[Goal],
+    *,
+    now: datetime,
+    account: Account | None = None,
+    state: AccountState | None = None,
+) -> AccountSummary:
+    """One account's summary from its files and the goals that use it."""
+    state = state or read_state(layout, name)
+    account = account if account is not None else read_account(layout, name)
+    mine = [g for g in goals if name == ROOT_BUDGET or account_of(g.account, g.host.kind) == name]
+    active = [g for g in mine if g.status is GoalStatus.ACTIVE]
+    probe = admit(state, "", now=now)  # "" is no goal: what every goal but the probe is told
+    holding = not probe.allowed
+    budget = budget_of(layout, name)
+    spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
+    kind = account.host_kind if account is not None else None
+    if kind is None and is_default(name):
+        kind = name.removeprefix("default-")
+    return AccountSummary(
+        name=name,
+        host_kind=kind,
+        default=is_default(name),
+        state=state.condition,
+        until=state.until,
+        message=probe.message if holding else "",
+        question=state.gate.question if state.gate is not None else None,
+        seen_by_goal=state.seen_by_goal,
+        seen_by_turn=state.seen_by_turn,
+        probe_goal=state.probe_goal,
+        budget=budget,
+        spend=spend,
+        cost_estimated=bool(spend and spend.estimated_usd > 0),
+        goals=sorted(g.id for g in mine),
+        waiting=sorted(g.id for g in active if holding and g.id != state.probe_goal),
+    )
+
+
+def summaries(layout: Layout, goals: list[Goal], *, now: datetime) -> list[AccountSummary]:
+    """Every account status shows: named ones, used or known default ones, the root's budget."""
+    named = {a.name: a for a in list_accounts(layout)}
+    states = {s.name: s for s in known_states(layout)}
+    used = {account_of(g.account, g.host.kind) for g in goals}
+    names = sorted(named.keys() | {n for n in used | states.keys() if n != ROOT_BUDGET})
+    out = [
+        summarise(layout, n, goals, now=now, account=named.get(n), state=states.get(n))
+        for n in names
+        if n in named or is_default(n)
+    ]
+    if read_root_budget(layout) is not None:
+        out.append(summarise(layout, ROOT_BUDGET, goals, now=now, state=states.get(ROOT_BUDGET)))
+    return out
+
+
+__all__ = [
+    "AccountDocument",
+    "AccountList",
+    "AccountShow",
+    "AccountSummary",
+    "default_account",
+    "redacted",
+    "summaries",
+    "summarise",
+]
+
+
+def account_summaries(layout: Layout, *, now: datetime) -> list[AccountSummary]:
+    """Every account status shows, without goals (the status overlay fills those in).
+
+    Named accounts, default accounts with a state file, and the root's budget
+    when one is set: a few small files, read at every status answer.
+    """
+    named = {a.name: a for a in list_accounts(layout)}
+    states = {s.name: s for s in known_states(layout)}
+    out = [
+        summarise(layout, n, (), now=now, account=named.get(n), state=states.get(n))
+        for n in sorted(named.keys() | {n for n in states if is_default(n)})
+    ]
+    if read_root_budget(layout) is not None:
+        out.append(summarise(layout, ROOT_BUDGET, (), now=now))
+    return out

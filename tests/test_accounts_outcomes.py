@@ -1,0 +1,119 @@
+"""What an auth failure and a spent budget do to an account, end to end with the fake CLIs.
+
+Issue 29 item 11: an auth failure no longer waits for agent retries; it gates
+the account at once and the gate carries the CLI's advice. Issue 27: a budget
+breach opens one gate on the account, no goal fails, and answering it lets the
+goals go on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopx.testing import install_fake_host
+from tests.fleet_helpers import cli
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _root(tmp_path: Path, kind: str) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "root"
+    bin_dir = tmp_path / "bin"
+    install_fake_host(bin_dir, kind)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", f"FAKE_{kind.upper()}_HOME": str(tmp_path / "h")}
+    assert cli(root, "init", **env).returncode == 0
+    return root, env
+
+
+def _goal(root: Path, tmp_path: Path, goal_id: str, kind: str, env: dict[str, str], *flags: str):
+    work = tmp_path / f"w-{goal_id}"
+    work.mkdir()
+    done = cli(root, "goal", "add", goal_id, "--objective", "x", "--workdir", str(work),
+               "--host-kind", kind, *flags, **env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _run(root: Path, goal_id: str, env: dict[str, str]) -> dict[str, Any]:
+    return json.loads(cli(root, "turn", "run-once", goal_id, "--json", **env).stdout)
+
+
+def _status(root: Path, env: dict[str, str]) -> dict[str, Any]:
+    return json.loads(cli(root, "status", "--json", "--ttl", "0", **env).stdout)
+
+
+def test_an_auth_failure_gates_the_account_at_once_with_the_login_advice(tmp_path: Path):
+    """One auth failure: the account asks a human with Claude Code's /login advice; no retries."""
+    root, env = _root(tmp_path, "claude")
+    for goal_id in ("c1", "c2"):
+        _goal(root, tmp_path, goal_id, "claude", env)
+    failed = _run(root, "c1", {**env, "FAKE_CLAUDE_MODE": "auth"})
+    assert failed["report"]["failure"]["reason"] == "host_auth"
+    # The goal did not fail: no streak, no backoff of its own; the account holds it.
+    state = json.loads((root / "goals" / "c1" / "state.json").read_text())
+    assert (state["consecutive_failures"], state["next_eligible_at"]) == (0, None)
+    held = _run(root, "c2", env)
+    assert held["report"] is None
+    assert held["quota"]["reason"] == "account_waiting"
+    status = _status(root, env)
+    views = {v["goal_id"]: v for v in status["goals"]}
+    for goal_id in ("c1", "c2"):
+        assert (views[goal_id]["actor"], views[goal_id]["reason"]) == ("human", "waiting")
+        assert "account default-claude needs a human" in views[goal_id]["explanation"]
+        assert "/login" in views[goal_id]["explanation"]
+    (account,) = [a for a in status["accounts"] if a["name"] == "default-claude"]
+    assert account["state"] == "needs_human"
+    assert "/login" in account["question"]
+    # A human logged in and said so: the next turn goes first as a probe and runs.
+    resolved = cli(root, "account", "resolve", "default-claude", "--answer", "logged in", **env)
+    assert resolved.returncode == 0, resolved.stderr
+    assert _run(root, "c2", env)["report"]["status"] == "committed"
+
+
+def test_a_budget_breach_opens_one_gate_no_goal_fails_and_raising_it_goes_on(tmp_path: Path):
+    """Tokens past the account's cap: one gate with the numbers, answered by `raise N`."""
+    root, env = _root(tmp_path, "codex")
+    env["FAKE_CODEX_TOKENS"] = "1000,200"
+    added = cli(root, "account", "add", "plan", "--host-kind", "codex", "--max-tokens", "2000",
+                "--price-in-per-mtok", "2", "--price-out-per-mtok", "8", **env)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    for goal_id in ("p1", "p2"):
+        _goal(root, tmp_path, goal_id, "codex", env, "--account", "plan")
+    assert _run(root, "p1", env)["report"]["status"] == "committed"  # 1,200 tokens
+    assert _run(root, "p2", env)["report"]["status"] == "committed"  # 2,400: over the cap
+    for goal_id in ("p1", "p2"):
+        held = _run(root, goal_id, env)
+        assert held["report"] is None
+        assert held["quota"]["reason"] == "account_waiting"
+    shown = json.loads(cli(root, "account", "show", "plan", "--json", **env).stdout)["summary"]
+    assert shown["state"] == "budget_spent"
+    assert shown["question"].startswith(
+        "account plan spent 2,400 of 2,000 tokens in 24 h; answer `raise 4000`, or wait until "
+    )
+    assert shown["spend"]["tokens"] == 2400
+    assert shown["cost_estimated"] is True  # codex reports tokens, no cost: from the prices
+    assert shown["spend"]["cost_usd"] == pytest.approx(2 * (1000 * 2 + 200 * 8) / 1e6)
+    for goal_id in ("p1", "p2"):
+        state = json.loads((root / "goals" / goal_id / "state.json").read_text())
+        assert state["consecutive_failures"] == 0
+    low = cli(root, "account", "resolve", "plan", "--answer", "raise 100", **env)
+    assert low.returncode != 0
+    assert "raise N" in low.stderr
+    raised = cli(root, "account", "resolve", "plan", "--answer", "raise 10000", **env)
+    assert raised.returncode == 0, raised.stderr
+    assert _run(root, "p1", env)["report"]["status"] == "committed"
+    account = json.loads((root / "accounts" / "plan" / "account.json").read_text())
+    assert account["budget"]["max_tokens"] == 10000
+
+
+def test_on_limit_stop_pauses_the_goal_that_met_the_limit(tmp_path: Path):
+    """--on-limit stop on the goal: the limit pauses it instead of waiting for the reset."""
+    root, env = _root(tmp_path, "codex")
+    _goal(root, tmp_path, "s1", "codex", env, "--on-limit", "stop")
+    ran = _run(root, "s1", {**env, "FAKE_CODEX_MODE": "rate_limit"})
+    assert ran["report"]["status"] == "committed"
+    goal = json.loads((root / "goals" / "s1" / "goal.json").read_text())
+    assert goal["status"] == "paused"
