@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -25,7 +27,13 @@ from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
-from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError, resource_fault
+from loopx.errors import (
+    HostMissingError,
+    HostUnsupportedError,
+    LoopxError,
+    NotRegularFileError,
+    resource_fault,
+)
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -83,21 +91,43 @@ def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) ->
     return env
 
 
+def clear_result(path: Path) -> None:
+    """Remove whatever is at the result path: a file, a FIFO, a device node, a directory tree.
+
+    A host may leave any of them (issue 28); a directory is removed with its
+    contents (``shutil.rmtree`` on Linux works through directory descriptors
+    and never follows a symlink), so no stale drop box outlives its turn.
+    """
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        shutil.rmtree(path)
+    except OSError as e:
+        if e.errno != errno.EISDIR and not path.is_dir():
+            raise
+        shutil.rmtree(path)
+
+
 def _read_result_file(path: Path) -> tuple[str | None, str | None]:
     """The result file's text (None: not written), and why it cannot be used, if it cannot.
 
-    A refused file (a symlink, unreadable) or bytes that are not UTF-8 are
-    reported as such instead of being passed on as text that fails to parse
-    as JSON, which hid the reason.
+    A refused file (a symlink, a FIFO, a device, a directory, unreadable) or
+    bytes that are not UTF-8 are reported as such instead of being passed on
+    as text that fails to parse as JSON, which hid the reason. The read never
+    blocks and reads at most ``RESULT_READ_LIMIT`` bytes, whatever the file
+    claims (issue 28: a FIFO wedged the agent, a sparse file crashed it).
     """
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, limit=RESULT_READ_LIMIT)
     except FileNotFoundError:
         return None, None
-    except (OSError, LoopxError) as e:
-        message = e.message if isinstance(e, LoopxError) else str(e)
+    except NotRegularFileError as e:
+        return None, f"the result path is {e.kind}, not a regular file ({path})"
+    except (OSError, LoopxError, MemoryError) as e:
+        message = e.message if isinstance(e, LoopxError) else str(e) or type(e).__name__
         return None, f"the result file was refused: {message}"
-    data = data[:RESULT_READ_LIMIT]
     try:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
@@ -135,7 +165,7 @@ def execute(
     envelope = journal.plan.envelope.model_copy(update={"attempt": journal.attempt})
     result_file = Path(envelope.result_file)
     ensure_dir(result_file.parent)
-    result_file.unlink(missing_ok=True)
+    clear_result(result_file)
     try:
         host = terms.host or host_for(goal.host.kind)
         invocation = host.prepare(goal, envelope)
@@ -192,7 +222,7 @@ def execute(
         guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
         envelope = envelope.model_copy(update={"attempt": journal.attempt})
         invocation = host.prepare(goal, envelope)
-        result_file.unlink(missing_ok=True)
+        clear_result(result_file)
     run = dataclasses.replace(run, usage=_added(earlier, run.usage))
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
@@ -377,7 +407,7 @@ def _write_outcome_and_finish(
     with fence.held():
         write_journal_unfenced(layout, journal)
         with contextlib.suppress(OSError):
-            result_file.unlink()  # its text is in the journal now
+            clear_result(result_file)  # its text is in the journal now
         for point in (
             f"after:{Phase.HOST_EXECUTE}",
             f"before:{Phase.TYPED_RESULT}",

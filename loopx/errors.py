@@ -259,3 +259,28 @@ def resource_fault(error: BaseException) -> str | None:
         where = f" ({error.filename})" if error.filename else ""
         return f"{_RESOURCE_REASONS[error.errno]}{where}"
     return None
+
+
+# --- hostile files: what a host can leave where LoopX reads (issue 28) ----------------------
+
+
+class NotRegularFileError(UnsafePathError):
+    """A path LoopX reads holds something other than a regular file (a FIFO, a device, ...)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(path, f"it is {kind}, not a regular file")
+        self.kind = kind
+
+
+class FileTooLargeError(LoopxError):
+    """A file is larger than any file LoopX writes there could be (a sparse or planted file)."""
+
+    def __init__(self, path: Path, size: int, cap: int) -> None:
+        super().__init__(
+            f"refusing to read {path}: it holds {size} bytes, more than the {cap} "
+            "LoopX reads of one file",
+            hint="a file this large was not written by LoopX; move it away and retry",
+        )
+        self.path = path
+        self.size = size
+        self.cap = cap

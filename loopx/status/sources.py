@@ -35,6 +35,7 @@ from loopx.storage.files import (
     atomic_write_model,
     ensure_dir,
     open_dir,
+    open_regular,
     parse_model,
     read_bytes,
     read_bytes_at,
@@ -69,7 +70,7 @@ def read_hints(layout: Layout, cursor: HintCursor) -> tuple[set[str] | None, Hin
     """
     path = changes_file(layout)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path)
     except FileNotFoundError:
         return (set() if cursor.inode == 0 else None), HintCursor()
     try:
