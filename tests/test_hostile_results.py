@@ -62,7 +62,9 @@ def _hostile_then_good(tmp_path: Path, code: str):
     """Given a hostile goal and a good one, when an agent runs both in turn, both end."""
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "bad", tmp_path / "w1", sys.executable, "-c", code, kind=HostKind.COMMAND)
-    demo_goal(layout, "good", tmp_path / "w2", sys.executable, "-c", GOOD_HOST, kind=HostKind.COMMAND)
+    demo_goal(
+        layout, "good", tmp_path / "w2", sys.executable, "-c", GOOD_HOST, kind=HostKind.COMMAND
+    )
     bad = attempt_turn(layout, "bad", agent_id="a")
     good = attempt_turn(layout, "good", agent_id="a")
     assert bad.report is not None
