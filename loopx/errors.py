@@ -249,7 +249,7 @@ class ResourceFaultError(LoopxError):
 
 
 def resource_fault(error: BaseException) -> str | None:
-    """The reason when ``error`` is a write the machine refused, else None. Pure.
+    """The reason when ``error`` is a write the machine refused, else None (ENOSPC: one statvfs).
 
     Such faults are weathered, not fatal: callers wait and retry (docs/reliability.md).
     """
@@ -257,8 +257,27 @@ def resource_fault(error: BaseException) -> str | None:
         return error.reason
     if isinstance(error, OSError) and error.errno in RESOURCE_ERRNOS:
         where = f" ({error.filename})" if error.filename else ""
-        return f"{_RESOURCE_REASONS[error.errno]}{where}"
+        reason = _RESOURCE_REASONS[error.errno]
+        if error.errno == errno.ENOSPC and _no_free_inodes(error.filename):
+            reason = "no free inodes"  # ENOSPC says the same for both (issue 28 item 8)
+        return f"{reason}{where}"
     return None
+
+
+def _no_free_inodes(filename: object) -> bool:
+    """Whether the filesystem of ``filename`` (or of its directory) has no inode left."""
+    import os  # noqa: PLC0415 - only on this rare path; the module stays light
+
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        return False
+    path = os.fsdecode(filename)
+    for candidate in (path, os.path.dirname(path)):
+        try:
+            st = os.statvfs(candidate or ".")
+        except OSError:
+            continue
+        return bool(st.f_files) and st.f_favail == 0
+    return False
 
 
 # --- hostile files: what a host can leave where LoopX reads (issue 28) ----------------------
