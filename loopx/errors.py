@@ -303,3 +303,17 @@ class FileTooLargeError(LoopxError):
         self.path = path
         self.size = size
         self.cap = cap
+
+
+class RootMovedError(RootError):
+    """The runtime root this process opened is gone from its path (moved, removed, swapped)."""
+
+    def __init__(self, root: Path, wanted: Path) -> None:
+        super().__init__(
+            f"the runtime root {root} is gone from its path (moved or removed while LoopX "
+            f"ran); refusing to recreate it to make {wanted}",
+            hint="move the root back to its path, or start LoopX again with --root at its "
+            "new place",
+        )
+        self.root = root
+        self.wanted = wanted

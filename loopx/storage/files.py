@@ -25,6 +25,7 @@ from loopx.errors import (
     CorruptFileError,
     FileTooLargeError,
     NotRegularFileError,
+    RootMovedError,
     UnsafePathError,
 )
 
@@ -71,18 +72,54 @@ def ensure_dir(path: Path) -> Path:
 
     Raises:
         UnsafePathError: ``path`` is a symlink or not a directory.
+        RootMovedError: a runtime root this process opened (or a directory
+            above it) is missing: it was moved or removed, and is not recreated.
     """
     refuse_symlinked_parents(path)
     try:
         st = path.lstat()
     except FileNotFoundError:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        _make_missing(path)
         st = path.lstat()
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(path, "it is a symlink")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(path, "it is not a directory")
     return path
+
+
+# Runtime roots this process opened (loopx.root.open_root). A missing one was moved or
+# removed under a running fleet; mkdir(parents=True) once recreated a skeleton root of
+# 0755 directories at the old path, which blocked moving the original back (issue 28).
+_OPENED_ROOTS: set[str] = set()
+
+
+def note_root(path: Path) -> None:
+    """Remember ``path`` as a runtime root: :func:`ensure_dir` never creates it or above it."""
+    _OPENED_ROOTS.add(os.path.abspath(path))
+
+
+def _make_missing(path: Path) -> None:
+    """Create the missing directories of ``path``, each 0700 whatever the umask; none of a root."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in missing:
+        prefix = directory.rstrip("/") + "/"
+        gone = [r for r in _OPENED_ROOTS if r == directory or r.startswith(prefix)]
+        if gone:
+            raise RootMovedError(Path(gone[0]), Path(path))
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)  # mkdir's mode passes through the umask
 
 
 # The directories whose fsync an open :func:`dir_sync_batch` owes, in first-use order.
