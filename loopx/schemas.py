@@ -36,6 +36,7 @@ from loopx.registry.initialise import InitReport
 from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal, RegistrySettings
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
+from loopx.rootwatch import RootMovedNote
 from loopx.state import GoalState
 from loopx.status import dashboard
 from loopx.status.actions import ActionResult, AuditRecord
@@ -84,6 +85,7 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped (issue 28)
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
