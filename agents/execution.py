@@ -91,6 +91,20 @@ def _host_env(layout: Layout, journal: TurnJournal, extra: Mapping[str, str]) ->
     return env
 
 
+def interruption(journal: TurnJournal) -> str | None:
+    """What the journal knows of attempt N-1 when this is attempt N > 1, for the prompt. Pure."""
+    if journal.attempt <= 1:
+        return None
+    return (
+        f"Attempt {journal.attempt - 1} of this turn (turn started "
+        f"{journal.created_at.isoformat(timespec='seconds')}) was interrupted before it "
+        "reported: its agent died or its host was killed from outside. The journal holds no "
+        "result of it. Anything it changed in the working directory (files, commits) is "
+        "still there, and a resumed session still holds its half-done tool calls: check the "
+        "working directory's state before repeating or undoing work."
+    )
+
+
 def clear_result(path: Path) -> None:
     """Remove whatever is at the result path: a file, a FIFO, a device node, a directory tree.
 
@@ -162,7 +176,9 @@ def execute(
 
     """
     fault_point(f"before:{Phase.HOST_EXECUTE}")
-    envelope = journal.plan.envelope.model_copy(update={"attempt": journal.attempt})
+    envelope = journal.plan.envelope.model_copy(
+        update={"attempt": journal.attempt, "interrupted": interruption(journal)}
+    )
     result_file = Path(envelope.result_file)
     ensure_dir(result_file.parent)
     clear_result(result_file)
@@ -220,7 +236,9 @@ def execute(
         write_journal(layout, journal, fence)
         # The journal rewrite moved turns/'s mtime: fingerprint again for the next attempt.
         guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
-        envelope = envelope.model_copy(update={"attempt": journal.attempt})
+        envelope = envelope.model_copy(
+            update={"attempt": journal.attempt, "interrupted": interruption(journal)}
+        )
         invocation = host.prepare(goal, envelope)
         clear_result(result_file)
     run = dataclasses.replace(run, usage=_added(earlier, run.usage))
