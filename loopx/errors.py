@@ -231,6 +231,10 @@ _RESOURCE_REASONS: Final = {
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only filesystem",
     errno.EIO: "I/O error",
+    # issue 28: descriptor and memory exhaustion pass like a full disk; loops wait them out
+    errno.EMFILE: "too many open files in this process",
+    errno.ENFILE: "too many open files on this machine",
+    errno.ENOMEM: "out of memory",
 }
 RESOURCE_ERRNOS: Final = frozenset(_RESOURCE_REASONS)
 

@@ -63,3 +63,32 @@ def test_a_refused_create_at_zero_inodes_says_no_free_inodes(inode_starved) -> N
     assert reason is not None
     assert reason.startswith("no free inodes")
     assert root_health(inode_starved.root) == "no free inodes"
+
+
+def test_after_recover_sets_retry_host_doctor_does_not_advise_recover_again(
+    tmp_path: Path,
+) -> None:
+    """An agent killed before its host ran; `recover` leaves a retry pending; doctor is healthy."""
+    import json
+    import sys
+
+    from tests.turnkit import cli_env, demo_goal
+
+    layout = make_root(tmp_path / "root")
+    demo_goal(layout, "g", tmp_path / "work")
+    base = [sys.executable, "-m", "loopx", "--root", str(layout.root)]
+    killed = subprocess.run(
+        [*base, "turn", "run-once", "g"],
+        env=cli_env(LOOPX_FAULT="before:host_execute"),
+        capture_output=True,
+        check=False,
+    )
+    assert killed.returncode == 137
+    subprocess.run([*base, "recover"], env=cli_env(), capture_output=True, check=True)
+    doctor = subprocess.run(
+        [*base, "doctor", "--json"], env=cli_env(), capture_output=True, text=True, check=False
+    )
+    report = json.loads(doctor.stdout)
+    repairs = [f["repair"] for f in report["findings"]]
+    assert not any(r.startswith("loopx recover") for r in repairs), repairs
+    assert report["healthy"], report["findings"]
