@@ -34,6 +34,7 @@ from loopx.agents.execution import HostTerms, execute
 from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S
 from loopx.agents.hosts import Host
 from loopx.clock import calibrate
+from loopx.dropbox import result_path
 from loopx.errors import (
     CorruptFileError,
     GoalNotFoundError,
@@ -60,7 +61,6 @@ from loopx.turn.journal import (
     last_seq,
     make_turn_key,
     newest_journal,
-    result_path,
     write_journal,
 )
 from loopx.turn.lease import (

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from loopx.agents.turn import attempt_turn
+from loopx.dropbox import result_path
 from loopx.errors import FileTooLargeError, NotRegularFileError
 from loopx.registry.model import HostKind
 from loopx.storage.files import MAX_READ_BYTES, read_bytes
 from loopx.turn.failures import FailureReason
-from loopx.turn.journal import result_path
 from tests.turnkit import cli_env, demo_goal, make_root
 
 FIFO_HOST = """
