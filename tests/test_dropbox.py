@@ -30,7 +30,7 @@ while not os.path.exists(os.path.join(side, "go")):
     time.sleep(0.05)
 with open(os.path.join(side, "runs"), "a") as f:
     f.write("x")
-open(os.environ["LOOPX_RESULT_FILE"], "w").write(json.dumps({"kind": "progress", "summary": "done while read-only"}))
+open(os.environ["LOOPX_RESULT_FILE"], "w").write(json.dumps({"kind": "progress", "summary": "done during the fault"}))
 open(os.path.join(side, "exited"), "w").close()
 """
 
@@ -47,18 +47,46 @@ def test_the_drop_box_is_private_and_outside_the_root(tmp_path: Path) -> None:
     assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o700, os.getuid())
 
 
+def _fill_inodes(mnt: Path) -> Path:
+    filler = mnt / "filler"
+    filler.mkdir()
+    n = 0
+    while True:
+        try:
+            (filler / str(n)).touch()
+        except OSError:
+            return filler
+        n += 1
+
+
+def _start_fault(mnt: Path, fault: str) -> Path | None:
+    if fault == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        return None
+    return _fill_inodes(mnt)
+
+
+def _end_fault(mnt: Path, filler: Path | None) -> None:
+    if filler is None:
+        subprocess.run(["mount", "-o", "remount,rw", str(mnt)], check=True)
+        return
+    for entry in filler.iterdir():
+        entry.unlink()
+
+
 @pytest.mark.timeout(180)
-def test_a_host_that_finished_under_a_read_only_root_commits_when_it_comes_back(
-    tmp_path: Path,
+@pytest.mark.parametrize("fault", ["read-only", "no-inodes"])
+def test_a_host_that_finished_during_a_root_fault_commits_when_it_passes(
+    tmp_path: Path, fault: str
 ) -> None:
-    """Given a host running, the root remounted read-only, the host finishing: the turn waits,
-    then commits once the root is writable again; the host ran once."""
+    """Given a host running, the root read-only or out of inodes, the host finishing: the turn
+    waits, then commits once the root takes writes again; the host ran once."""
     if drop_box_base() is None:
         pytest.skip("no tmpfs drop box on this machine")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=32m,mode=0700", "tmpfs", str(mnt)],
+        ["mount", "-t", "tmpfs", "-o", "size=32m,nr_inodes=4096,mode=0700", "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
         check=False,
@@ -80,7 +108,7 @@ def test_a_host_that_finished_under_a_read_only_root_commits_when_it_comes_back(
             )  # fmt: skip
         try:
             wait_for("the host to start", (side / "started").exists, timeout=60)
-            subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+            filler = _start_fault(mnt, fault)
             (side / "go").touch()
             wait_for("the host to finish", (side / "exited").exists, timeout=30)
             wait_for(
@@ -88,7 +116,7 @@ def test_a_host_that_finished_under_a_read_only_root_commits_when_it_comes_back(
                 lambda: "turn_writes_deferred" in log.read_text(),
                 timeout=30,
             )
-            subprocess.run(["mount", "-o", "remount,rw", str(mnt)], check=True)
+            _end_fault(mnt, filler)
             stdout, _ = agent.communicate(timeout=90)
         finally:
             if agent.poll() is None:
@@ -96,7 +124,7 @@ def test_a_host_that_finished_under_a_read_only_root_commits_when_it_comes_back(
                 agent.wait()
         report = json.loads(stdout)["report"]
         assert report["status"] == "committed", report
-        assert report["summary"] == "done while read-only"
+        assert report["summary"] == "done during the fault"
         assert (side / "runs").read_text() == "x"
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(mnt)], capture_output=True, check=False)
