@@ -118,6 +118,7 @@ class Supervisor:
         # The root by directory descriptor; its path is checked every few seconds (issue 28).
         self._root: RootHandle | None = None
         self._next_root_check = 0.0
+        self._root_moved = False
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -180,19 +181,27 @@ class Supervisor:
             "supervisor_ready", agents=len(self.slots), pid=self.me.pid, backend=self.runner.name
         )
 
-    def _check_root(self) -> None:
-        """Stop the fleet, saying why, once the root's path no longer names the directory opened."""
+    def _check_root(self) -> bool:
+        """Stop the fleet, saying why, once the root's path no longer names the directory opened.
+
+        Returns:
+            Whether the root moved (a stop is requested, once).
+        """
         if self._root is None:
-            return
+            return False
         problem = self._root.problem()
         if problem is None:
-            return
+            return False
+        if self._root_moved:
+            return True
+        self._root_moved = True
         log.error("root_moved", path=str(self.layout.root), problem=problem)
         try:
             self._root.write_note(problem)
         except OSError as e:
             log.warning("root_moved_note_failed", error=str(e))
         self.request_stop(exitcodes.FAILURE)
+        return True
 
     def _recover(self) -> None:
         try:
@@ -453,6 +462,8 @@ class Supervisor:
         except OSError as e:
             reason = resource_fault(e)
             if reason is None:
+                if self._check_root():
+                    return  # the root moved away: the fleet stops, saying why
                 raise
             self._record_failures += 1
             delay = retry_delay(self._record_failures)
