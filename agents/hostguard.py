@@ -9,6 +9,8 @@ and the agent says so in its log (``host_guard_unavailable``).
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,21 @@ log = get_logger(__name__)
 
 GUARD_SCRIPT: Final = Path(__file__).with_name("guard.py")
 _REAP_S: Final = 2.0
+
+
+def _exits_within(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` (our child) exits within ``timeout_s``: its pidfd, polled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already, or a kernel without pidfds: the blocking wait decides
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout_s)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return bool(readable)
 
 
 class HostGuard:
@@ -64,12 +81,10 @@ class HostGuard:
         if proc.stdin is not None:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
-        try:
-            proc.wait(timeout=_REAP_S)
-        except subprocess.TimeoutExpired:
+        if not _exits_within(proc.pid, _REAP_S):
             log.warning("host_guard_lingers", pid=proc.pid)
             proc.kill()
-            proc.wait()
+        proc.wait()  # no timeout: Popen.wait(timeout) sleeps, which faketime can break (EINVAL)
         self._proc = None
 
     def _say(self, line: bytes) -> None:
