@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -28,7 +30,13 @@ from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostOutput, Interpretation, host_for
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
-from loopx.errors import HostMissingError, HostUnsupportedError, LoopxError, resource_fault
+from loopx.errors import (
+    HostMissingError,
+    HostUnsupportedError,
+    LoopxError,
+    NotRegularFileError,
+    resource_fault,
+)
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -122,21 +130,57 @@ def _secrets_of(
     return sorted({*secret_values(env), *account.secrets}, key=len, reverse=True)
 
 
+def interruption(journal: TurnJournal) -> str | None:
+    """What the journal knows of attempt N-1 when this is attempt N > 1, for the prompt. Pure."""
+    if journal.attempt <= 1:
+        return None
+    return (
+        f"Attempt {journal.attempt - 1} of this turn (turn started "
+        f"{journal.created_at.isoformat(timespec='seconds')}) was interrupted before it "
+        "reported: its agent died or its host was killed from outside. The journal holds no "
+        "result of it. Anything it changed in the working directory (files, commits) is "
+        "still there, and a resumed session still holds its half-done tool calls: check the "
+        "working directory's state before repeating or undoing work."
+    )
+
+
+def clear_result(path: Path) -> None:
+    """Remove whatever is at the result path: a file, a FIFO, a device node, a directory tree.
+
+    A host may leave any of them (issue 28); a directory is removed with its
+    contents (``shutil.rmtree`` on Linux works through directory descriptors
+    and never follows a symlink), so no stale drop box outlives its turn.
+    """
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        shutil.rmtree(path)
+    except OSError as e:
+        if e.errno != errno.EISDIR and not path.is_dir():
+            raise
+        shutil.rmtree(path)
+
+
 def _read_result_file(path: Path) -> tuple[str | None, str | None]:
     """The result file's text (None: not written), and why it cannot be used, if it cannot.
 
-    A refused file (a symlink, unreadable) or bytes that are not UTF-8 are
-    reported as such instead of being passed on as text that fails to parse
-    as JSON, which hid the reason.
+    A refused file (a symlink, a FIFO, a device, a directory, unreadable) or
+    bytes that are not UTF-8 are reported as such instead of being passed on
+    as text that fails to parse as JSON, which hid the reason. The read never
+    blocks and reads at most ``RESULT_READ_LIMIT`` bytes, whatever the file
+    claims (issue 28: a FIFO wedged the agent, a sparse file crashed it).
     """
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, limit=RESULT_READ_LIMIT)
     except FileNotFoundError:
         return None, None
-    except (OSError, LoopxError) as e:
-        message = e.message if isinstance(e, LoopxError) else str(e)
+    except NotRegularFileError as e:
+        return None, f"the result path is {e.kind}, not a regular file ({path})"
+    except (OSError, LoopxError, MemoryError) as e:
+        message = e.message if isinstance(e, LoopxError) else str(e) or type(e).__name__
         return None, f"the result file was refused: {message}"
-    data = data[:RESULT_READ_LIMIT]
     try:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as e:
@@ -171,10 +215,12 @@ def execute(
 
     """
     fault_point(f"before:{Phase.HOST_EXECUTE}")
-    envelope = journal.plan.envelope.model_copy(update={"attempt": journal.attempt})
+    envelope = journal.plan.envelope.model_copy(
+        update={"attempt": journal.attempt, "interrupted": interruption(journal)}
+    )
     result_file = Path(envelope.result_file)
     ensure_dir(result_file.parent)
-    result_file.unlink(missing_ok=True)
+    clear_result(result_file)
     try:
         host = terms.host or host_for(goal.host.kind)
         invocation = host.prepare(goal, envelope)
@@ -229,9 +275,11 @@ def execute(
         write_journal(layout, journal, fence)
         # The journal rewrite moved turns/'s mtime: fingerprint again for the next attempt.
         guard = GoalFingerprint.take(layout, goal.id, running=journal.turn_key)
-        envelope = envelope.model_copy(update={"attempt": journal.attempt})
+        envelope = envelope.model_copy(
+            update={"attempt": journal.attempt, "interrupted": interruption(journal)}
+        )
         invocation = host.prepare(goal, envelope)
-        result_file.unlink(missing_ok=True)
+        clear_result(result_file)
     run = dataclasses.replace(run, usage=_added(earlier, run.usage))
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
@@ -480,7 +528,7 @@ def _write_outcome_and_finish(
     with fence.held():
         write_journal_unfenced(layout, journal)
         with contextlib.suppress(OSError):
-            result_file.unlink()  # its text is in the journal now
+            clear_result(result_file)  # its text is in the journal now
         # With a done-check these points passed before the check ran (checkphase).
         points = () if journal.done(Phase.DONE_CHECK) else _OUTCOME_POINTS
         for point in points:

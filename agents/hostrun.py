@@ -35,13 +35,14 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Final
 
 from loopx import environ
+from loopx.agents.hostguard import HostGuard
 from loopx.agents.hosttree import Tree, leftovers, own_children, sweep
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -307,7 +308,9 @@ def run_host(
     """
     started = utcnow()
     run_id = secrets.token_hex(8)
-    with subreaper() as reaping:
+    # Started before the subreaper's census, so the guard is never taken for a leftover.
+    guard = HostGuard.start(run_id, grace_s=limits.kill_grace_s)
+    with subreaper() as reaping, _released(guard):
         before = own_children() if reaping else None
         try:
             proc = subprocess.Popen(
@@ -322,6 +325,7 @@ def run_host(
             )
         except OSError as e:
             return _not_started(argv, cwd, e, started)
+        guard.watch(proc.pid)
         tree = Tree(proc.pid, turn_key, loopx_root, run_id)
         run = _Running(proc, stdin, tree, limits, before, tee=tee, echo=echo)
         try:
@@ -347,6 +351,15 @@ def run_host(
         ended_at=ended,
         watched=run.watched,
     )
+
+
+@contextlib.contextmanager
+def _released(guard: HostGuard) -> Iterator[None]:
+    """Release ``guard`` when the run is over (swept, reaped), however the block ends."""
+    try:
+        yield
+    finally:
+        guard.release()
 
 
 def _not_started(argv: list[str], cwd: Path, error: OSError, started: datetime) -> HostRun:

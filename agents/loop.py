@@ -28,6 +28,7 @@ import structlog
 
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
+from loopx.clock import calibrate
 from loopx.errors import LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
@@ -235,6 +236,9 @@ class Agent:
         if self.stop.is_set():
             return Step.STOPPING
 
+        # Every step measures this clock against the files' (issue 28 item 5): an idle
+        # agent whose clock is behind would otherwise wait for recorded times by its own.
+        calibrate(self.layout.agents_dir)
         now = utcnow()
         if self._space_blocked(now):
             self.idle_streak += 1

@@ -39,6 +39,7 @@ from loopx.agents.hosts import Host
 from loopx.agents.merging import auto_merge
 from loopx.agents.worktrees import goal_in_worktree
 from loopx.clock import calibrate
+from loopx.dropbox import result_path
 from loopx.errors import (
     CorruptFileError,
     GoalNotFoundError,
@@ -65,7 +66,6 @@ from loopx.turn.journal import (
     last_seq,
     make_turn_key,
     newest_journal,
-    result_path,
     write_journal,
 )
 from loopx.turn.lease import (

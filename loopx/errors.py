@@ -248,6 +248,10 @@ _RESOURCE_REASONS: Final = {
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only filesystem",
     errno.EIO: "I/O error",
+    # issue 28: descriptor and memory exhaustion pass like a full disk; loops wait them out
+    errno.EMFILE: "too many open files in this process",
+    errno.ENFILE: "too many open files on this machine",
+    errno.ENOMEM: "out of memory",
 }
 RESOURCE_ERRNOS: Final = frozenset(_RESOURCE_REASONS)
 
@@ -266,7 +270,7 @@ class ResourceFaultError(LoopxError):
 
 
 def resource_fault(error: BaseException) -> str | None:
-    """The reason when ``error`` is a write the machine refused, else None. Pure.
+    """The reason when ``error`` is a write the machine refused, else None (ENOSPC: one statvfs).
 
     Such faults are weathered, not fatal: callers wait and retry (docs/reliability.md).
     """
@@ -274,7 +278,10 @@ def resource_fault(error: BaseException) -> str | None:
         return error.reason
     if isinstance(error, OSError) and error.errno in RESOURCE_ERRNOS:
         where = f" ({error.filename})" if error.filename else ""
-        return f"{_RESOURCE_REASONS[error.errno]}{where}"
+        reason = _RESOURCE_REASONS[error.errno]
+        if error.errno == errno.ENOSPC and _no_free_inodes(error.filename):
+            reason = "no free inodes"  # ENOSPC says the same for both (issue 28 item 8)
+        return f"{reason}{where}"
     return None
 
 
@@ -365,3 +372,58 @@ class AccountMismatchError(UsageError):
         )
         self.goal_id = goal_id
         self.account = account
+
+
+def _no_free_inodes(filename: object) -> bool:
+    """Whether the filesystem of ``filename`` (or of its directory) has no inode left."""
+    import os  # noqa: PLC0415 - only on this rare path; the module stays light
+
+    if not isinstance(filename, (str, bytes, os.PathLike)):
+        return False
+    path = os.fsdecode(filename)
+    for candidate in (path, os.path.dirname(path)):
+        try:
+            st = os.statvfs(candidate or ".")
+        except OSError:
+            continue
+        return bool(st.f_files) and st.f_favail == 0
+    return False
+
+
+# --- hostile files: what a host can leave where LoopX reads (issue 28) ----------------------
+
+
+class NotRegularFileError(UnsafePathError):
+    """A path LoopX reads holds something other than a regular file (a FIFO, a device, ...)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(path, f"it is {kind}, not a regular file")
+        self.kind = kind
+
+
+class FileTooLargeError(LoopxError):
+    """A file is larger than any file LoopX writes there could be (a sparse or planted file)."""
+
+    def __init__(self, path: Path, size: int, cap: int) -> None:
+        super().__init__(
+            f"refusing to read {path}: it holds {size} bytes, more than the {cap} "
+            "LoopX reads of one file",
+            hint="a file this large was not written by LoopX; move it away and retry",
+        )
+        self.path = path
+        self.size = size
+        self.cap = cap
+
+
+class RootMovedError(RootError):
+    """The runtime root this process opened is gone from its path (moved, removed, swapped)."""
+
+    def __init__(self, root: Path, wanted: Path) -> None:
+        super().__init__(
+            f"the runtime root {root} is gone from its path (moved or removed while LoopX "
+            f"ran); refusing to recreate it to make {wanted}",
+            hint="move the root back to its path, or start LoopX again with --root at its "
+            "new place",
+        )
+        self.root = root
+        self.wanted = wanted

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from loopx.errors import NotRegularFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id
 from loopx.root import Layout
+from loopx.storage.files import open_regular
 
 CHANGES_NAME: Final = "changes.log"
 
@@ -63,9 +65,11 @@ def read_hints(layout: Layout, cursor: HintCursor) -> tuple[set[str] | None, Hin
     """
     path = changes_file(layout)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path)  # no FIFO or device a host planted there (issue 28)
     except FileNotFoundError:
         return (set() if cursor.inode == 0 else None), HintCursor()
+    except (UnsafePathError, NotRegularFileError):
+        return None, HintCursor()  # not a log LoopX wrote: rescan, as for a replaced log
     try:
         st = os.fstat(fd)
         if cursor.inode not in (0, st.st_ino) or st.st_size < cursor.offset:

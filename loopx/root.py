@@ -11,7 +11,7 @@ from pathlib import Path
 from loopx import environ
 from loopx.errors import RootError, UnsafePathError
 from loopx.ids import validate_goal_id
-from loopx.storage.files import ensure_dir, read_bytes
+from loopx.storage.files import ensure_dir, note_root, read_bytes
 
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
 if TYPE_CHECKING:
@@ -369,6 +369,7 @@ def open_root(resolved: ResolvedRoot, *, create: bool) -> Layout:
             hint=_init_hint(resolved),
         )
     _make_dirs(layout, resolved)
+    note_root(resolved.root)
     if create:
         _initialise_registry(layout)
     return layout

@@ -41,6 +41,7 @@ from loopx.registry.worktree_record import WorktreeRecord
 from loopx.retention.gc import GcReport
 from loopx.retention.policy import RetentionSettings
 from loopx.retention.space import SpaceReading
+from loopx.rootwatch import RootMovedNote
 from loopx.settings import RegistrySettings
 from loopx.state import GoalState
 from loopx.status import dashboard
@@ -111,6 +112,7 @@ FILES: dict[str, type[BaseModel]] = {
     "account-state": AccountState,
     "account-spend": AccountSpend,
     "root-budget": RootBudget,
+    "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped (issue 28)
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,

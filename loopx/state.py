@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -60,6 +61,11 @@ class HostSession(Record):
     reported_output_tokens: int = 0
 
 
+# A state dated further than this into this clock's future means the clock is behind
+# (loopx.clock.MAX_SKEW_S; clock imports this module).
+_BEHIND_TOLERANCE_S: Final = 2.0
+
+
 class GoalState(Record):
     """``goals/<id>/state.json``."""
 
@@ -80,6 +86,25 @@ class GoalState(Record):
     # Issue 26: the newest recorded done-check (every envelope carries it to the host).
     last_check: LastCheck | None = None
     updated_at: UtcDatetime | None = None
+
+    def eligible_at(self, now: datetime) -> datetime | None:
+        """``next_eligible_at`` as every decision reads it; ``now`` when this clock is behind the state.
+
+        A clock behind the state's own time (``updated_at`` in the future of
+        ``now``: a backward step of the system clock) cannot tell how much of
+        a recorded wait has passed, and waiting for the recorded instant
+        stalled a goal that asked to wait 20 s for as long as the clock was
+        behind (issue 28 item 5). Such a wait counts as served. Pure; the
+        instant is stable for every reader, whatever its ``now``, unlike a
+        wait counted again from each reader's ``now``. (A process whose clock
+        alone is behind the files' corrects it first: :func:`loopx.clock.calibrate`.)
+        """
+        at = self.next_eligible_at
+        if at is None or self.updated_at is None:
+            return at
+        if (self.updated_at - now).total_seconds() > _BEHIND_TOLERANCE_S:
+            return min(at, now)
+        return at
 
     @property
     def open_gates(self) -> list[Gate]:

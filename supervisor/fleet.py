@@ -37,6 +37,7 @@ from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
+from loopx.rootwatch import RootHandle, take_note
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
 from loopx.supervisor.config import SupervisorConfig, make_runner
@@ -61,6 +62,8 @@ STALL_KILL_GRACE_S: Final = 2.0
 # so an idle fleet's cost does not grow with the goals (hints make the scan a safety net).
 STATUS_FULL_SCAN_S: Final = 60.0
 STATUS_SCAN_RATE: Final = 200.0
+# How often the root's path is checked against the directory the supervisor opened.
+_ROOT_CHECK_S: Final = 2.0
 
 
 class Supervisor:
@@ -119,6 +122,10 @@ class Supervisor:
         self._record_retry_at: float | None = None
         self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
         self.gc = GcDuty(layout)
+        # The root by directory descriptor; its path is checked every few seconds (issue 28).
+        self._root: RootHandle | None = None
+        self._next_root_check = 0.0
+        self._root_moved = False
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -151,6 +158,16 @@ class Supervisor:
 
         """
         self._lock = acquire(self.layout)
+        self._root = RootHandle(self.layout.root)
+        note = take_note(self.layout.root)
+        if note is not None:
+            log.warning(
+                "previous_stop_root_moved",
+                path=note.path,
+                problem=note.problem,
+                stopped_at=note.stopped_at.isoformat(),
+                pid=note.pid,
+            )
         previous = read_record(self.layout)
         self._write_record()  # a second supervisor now names our pid
         # --agents of this start is the truth; a scale file left by an earlier run is stale.
@@ -170,6 +187,28 @@ class Supervisor:
         log.info(
             "supervisor_ready", agents=len(self.slots), pid=self.me.pid, backend=self.runner.name
         )
+
+    def _check_root(self) -> bool:
+        """Stop the fleet, saying why, once the root's path no longer names the directory opened.
+
+        Returns:
+            Whether the root moved (a stop is requested, once).
+        """
+        if self._root is None:
+            return False
+        problem = self._root.problem()
+        if problem is None:
+            return False
+        if self._root_moved:
+            return True
+        self._root_moved = True
+        log.error("root_moved", path=str(self.layout.root), problem=problem)
+        try:
+            self._root.write_note(problem)
+        except OSError as e:
+            log.warning("root_moved_note_failed", error=str(e))
+        self.request_stop(exitcodes.FAILURE)
+        return True
 
     def _recover(self) -> None:
         try:
@@ -372,6 +411,9 @@ class Supervisor:
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
             self._next_watchdog = now + self.notifier.watchdog_s
+        if now >= self._next_root_check:
+            self._next_root_check = now + _ROOT_CHECK_S
+            self._check_root()
         if now >= self._next_refresh:
             self._next_refresh = now + self.config.refresh_interval_s
             self._refresh_status()
@@ -435,6 +477,8 @@ class Supervisor:
         except OSError as e:
             reason = resource_fault(e)
             if reason is None:
+                if self._check_root():
+                    return  # the root moved away: the fleet stops, saying why
                 raise
             self._record_failures += 1
             delay = retry_delay(self._record_failures)

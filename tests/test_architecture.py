@@ -74,6 +74,8 @@ KERNEL_ORDER: Final = (
     # the root, and what every layer above writes through it
     "settings",
     "root",
+    "rootwatch",  # the root held by directory descriptor, and what a moved root leaves
+    "dropbox",  # where hosts write their result: a private tmpfs folder outside the root
     "hints",
     "goallock",
     "donecheck",  # a goal's done-check and its last result: the goal, its state and journals hold it

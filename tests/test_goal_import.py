@@ -128,3 +128,27 @@ def test_import_leaves_the_goal_index_current(cli: Cli, tmp_path: Path) -> None:
         st = os.stat(cli.root / "goals" / goal_id / "goal.json")
         assert entry[:3] == (st.st_ino, st.st_mtime_ns, st.st_size)
     assert {g.objective for g in goals_of(index, path)[0].values()} == {"o"}
+
+
+def test_an_import_killed_before_the_link_leaves_a_temp_the_next_import_removes(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Killed between temp file and link (LOOPX_FAULT): the next import finishes and cleans up."""
+    import subprocess
+    import sys
+
+    from tests.turnkit import cli_env
+
+    source = write_lines(tmp_path / "goals.jsonl", [{"id": "g1", "objective": "o"}])
+    killed = subprocess.run(
+        [sys.executable, "-m", "loopx", "--root", str(cli.root), "goal", "import", str(source)],
+        env=cli_env(LOOPX_FAULT="goal_import:before_link"),
+        capture_output=True,
+        check=False,
+    )
+    assert killed.returncode == 137
+    goal_dir = cli.root / "goals" / "g1"
+    assert [p.name for p in goal_dir.glob(".goal.json.*.tmp")], "the temp file was left"
+    again = cli.json("goal", "import", str(source))
+    assert again["added"] == 1
+    assert list(goal_dir.glob(".goal.json.*.tmp")) == []

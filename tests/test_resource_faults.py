@@ -97,3 +97,44 @@ def test_run_once_on_a_full_disk_prints_one_line(tmp_path: Path) -> None:
     assert "disk full" in done.stderr
     assert "hint:" in done.stderr
     assert demo_runs(tmp_path / "work") == []  # nothing ran that could not be recorded
+
+
+@pytest.mark.parametrize("code", ["EMFILE", "ENFILE", "ENOMEM"])
+def test_descriptor_and_memory_exhaustion_are_weathered_by_a_turn(
+    tmp_path: Path, code: str
+) -> None:
+    """Issue 28: EMFILE, ENFILE and ENOMEM at the outcome's writes wait like a full disk."""
+    assert resource_fault(OSError(getattr(errno, code), "x")) is not None
+    layout = make_root(tmp_path / "root")
+    work = tmp_path / "work"
+    demo_goal(layout, "g", work)
+    with inject_io_errors(f"io:{code}@2-4:turns"):
+        attempt = attempt_turn(layout, "g", agent_id="a")
+    assert attempt.report is not None
+    assert attempt.report.status is TurnStatus.COMMITTED
+    assert len(demo_runs(work)) == 1
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_loop_survives_descriptor_exhaustion(tmp_path: Path) -> None:
+    """An agent whose first writes fail with EMFILE (heartbeat, claim) keeps going and commits."""
+    import subprocess
+    import sys
+
+    from tests.turnkit import cli_env
+
+    layout = make_root(tmp_path / "root")
+    work = tmp_path / "work"
+    demo_goal(layout, "g", work)
+    done = subprocess.run(
+        [sys.executable, "-m", "loopx.agents", "run", "--root", str(layout.root),
+         "--agent-id", "a", "--max-turns", "2", "--idle-max-seconds", "0.5"],
+        env=cli_env(LOOPX_FAULT="io:EMFILE@1-6"),
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(demo_runs(work)) == 2
+    assert "agent_degraded" in done.stdout + done.stderr

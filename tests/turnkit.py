@@ -12,12 +12,22 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+from loopx.dropbox import result_path as dropbox_result_path
 from loopx.model import utcnow
 from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
-_VOLATILE = {"pid", "usage", "attempt", "cpu_s", "wall_s", "peak_rss_mb", "loopx_version"}
+_VOLATILE = {
+    "pid",
+    "usage",
+    "attempt",
+    "interrupted",
+    "cpu_s",
+    "wall_s",
+    "peak_rss_mb",
+    "loopx_version",
+}
 
 
 def make_root(path: Path) -> Layout:
@@ -125,8 +135,12 @@ def durable_snapshot(layout: Layout, goal_id: str, workdir: Path) -> dict[str, A
     """The goal's durable files with timestamps, pids, usage, attempts and paths removed."""
     goal_dir = layout.goal_dir(goal_id)
 
+    # The result drop box is outside the root, one directory per root (loopx.dropbox).
+    drop_box = str(dropbox_result_path(layout, goal_id, "k").parent.parent)
+
     def read(path: Path) -> str:
-        return path.read_text().replace(str(layout.root), "<root>").replace(str(workdir), "<wd>")
+        text = path.read_text().replace(drop_box, "<dropbox>")
+        return text.replace(str(layout.root), "<root>").replace(str(workdir), "<wd>")
 
     def lines(name: str) -> list[Any]:
         path = goal_dir / name

@@ -92,6 +92,14 @@ def _check_section(envelope: Envelope) -> list[str]:
     ]
 
 
+def _interrupted(envelope: Envelope) -> list[str]:
+    """The section saying the previous attempt of this turn was interrupted, if it was."""
+    if not envelope.interrupted:
+        return []
+    title = f"## Attempt {envelope.attempt}: the previous attempt was interrupted"
+    return [f"{title}\n{envelope.interrupted}"]
+
+
 def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
     """The whole prompt of one turn. Pure.
 
@@ -126,6 +134,7 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
             f"Working directory: {envelope.workdir}. You have about {minutes} minutes; "
             "do one bounded, useful chunk of work, then stop and report."
         ),
+        *_interrupted(envelope),
         f"## Objective\n{envelope.objective}",
         f"## Next action\n{state.next_action or '(none recorded: choose the most useful step)'}",
         "## Beliefs (oldest first)\n" + _bullets(beliefs, "(none yet)"),

@@ -11,7 +11,11 @@ from loopx.doctor.fleet import check_fleet
 from loopx.doctor.goals import check_goal
 from loopx.doctor.projections import check_projections, check_quarantine
 from loopx.doctor.registry import check_registry, goal_names
-from loopx.doctor.reliability import check_leftover_processes
+from loopx.doctor.reliability import (
+    check_clock_behind,
+    check_free_inodes,
+    check_leftover_processes,
+)
 from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.root import Layout
@@ -71,6 +75,8 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
                 )
         check_fleet(doctor)
         check_leftover_processes(doctor)
+        check_clock_behind(doctor)
+        check_free_inodes(doctor)
         check_projections(doctor)
         check_quarantine(doctor)
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}

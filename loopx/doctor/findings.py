@@ -59,6 +59,9 @@ class FindingCode(StrEnum):
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
     LEFTOVER_PROCESS = "leftover_process"  # a live process of a turn that is finished
     FUTURE_DATED = "future_dated"  # written by a clock that ran ahead
+    # issue 28
+    CLOCK_BEHIND = "clock_behind"  # this clock is behind the files the fleet just wrote
+    NO_FREE_INODES = "no_free_inodes"  # the root's filesystem has no inode left
 
 
 class Finding(Record):

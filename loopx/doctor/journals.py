@@ -101,6 +101,18 @@ def check_lease_and_journals(doc: Checker, goal_id: str) -> list[TurnJournal]:  
                 "loopx recover  (moves it to quarantine/ with a reason file)",
                 goal_id,
             )
+        elif not live and view.recovery_decision is RecoveryDecision.RETRY_HOST:
+            # `loopx recover` leaves such a journal in_progress on purpose (running a host
+            # needs an agent), so advising it again looped (issue 28 item 8).
+            doc.add(
+                Severity.INFO,
+                FindingCode.ORPHANED_JOURNAL,
+                path,
+                "in_progress, its host interrupted: the next agent to claim the goal runs "
+                "the host again under the same turn key (retry pending)",
+                f"loopx turn run-once {q(goal_id)}  (or start the supervisor)",
+                goal_id,
+            )
         elif not live:
             doc.add(
                 Severity.WARNING,

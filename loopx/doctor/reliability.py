@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from typing import Final
+
 import psutil
 from pydantic import BaseModel
 
@@ -71,7 +75,8 @@ def check_future_dated(
             FindingCode.FUTURE_DATED,
             doc.layout.state_file(goal_id),
             f"dated {state.updated_at.isoformat() if state.updated_at else '?'}, "
-            "ahead of this clock: the goal waits longer than its result asked",
+            "ahead of this clock: a clock ran ahead when it was written, or this one is "
+            "behind (see clock_behind)",
             "loopx doctor --repair  (shifts the state's times back to now)",
             goal_id,
         )
@@ -87,4 +92,52 @@ def check_future_dated(
             "check the clocks of the machines running agents; the records leave the "
             "window at their own dates",
             goal_id,
+        )
+
+
+# A fleet file dated further than this into doctor's future means doctor's clock is behind.
+_BEHIND_S: Final = 2.0
+
+
+def check_clock_behind(doc: Checker) -> None:
+    """Compare doctor's clock with the newest heartbeat or supervisor record (issue 28 item 5).
+
+    Read-only: agents write their heartbeat every few seconds on a clock
+    calibrated to the files', so one dated in this clock's future says this
+    clock is behind; states and journals dated ahead of it are then not
+    "a clock that ran ahead".
+    """
+    newest = 0.0
+    candidates = [doc.layout.root / "supervisor.json"]
+    with contextlib.suppress(OSError):
+        candidates += [e for e in doc.layout.agents_dir.iterdir() if e.suffix == ".json"]
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            newest = max(newest, path.lstat().st_mtime)
+    ahead = newest - doc.now.timestamp()
+    if ahead > _BEHIND_S:
+        doc.add(
+            Severity.WARNING,
+            FindingCode.CLOCK_BEHIND,
+            doc.layout.agents_dir,
+            f"this clock is {ahead:.0f} s behind the files the fleet wrote last; times "
+            "recorded ahead of it are waits it cannot measure (agents count them as served)",
+            "fix the system clock (timedatectl, chrony); nothing needs repair",
+        )
+
+
+def check_free_inodes(doc: Checker) -> None:
+    """A root whose filesystem has no free inode is not healthy, whatever space is free."""
+    try:
+        st = os.statvfs(doc.layout.root)
+    except OSError:
+        return
+    if st.f_files > 0 and st.f_favail == 0:
+        doc.add(
+            Severity.ERROR,
+            FindingCode.NO_FREE_INODES,
+            doc.layout.root,
+            f"no free inodes on the root's filesystem ({st.f_files} in all): no new file "
+            "can be created, so no turn can start",
+            f"remove files on that filesystem or grow it (`df -i {doc.layout.root}`)",
         )

@@ -21,7 +21,7 @@ from pydantic import Field, ValidationError
 from loopx.errors import CorruptFileError
 from loopx.model import Record, trusted
 from loopx.root import Layout
-from loopx.storage.files import open_at
+from loopx.storage.files import open_at, open_regular
 from loopx.storage.jsonl import read_records
 from loopx.turn.historyline import HistoryLine
 
@@ -36,7 +36,7 @@ def iter_lines_backwards(path: Path, *, block: int = _BLOCK) -> Iterator[bytes]:
     A last line without its newline is a torn write and is skipped.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path)
     except FileNotFoundError:
         return
     try:
@@ -121,7 +121,7 @@ class HistoryCounts(Record):
 def count_history(path: Path, previous: HistoryCounts) -> HistoryCounts:
     """Counts extended by the lines appended since ``previous.offset`` (recounted if shrunk)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path)
     except FileNotFoundError:
         return HistoryCounts()
     try:

@@ -242,7 +242,7 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
     if leased:
         return refuse(QuotaReason.LEASED, f"{who} is leased: another agent's turn is running it")
 
-    not_before = state.next_eligible_at
+    not_before = state.eligible_at(now)
     if not_before is not None and not_before > now:
         at = max(not_before, view.refills_at or not_before)
         return refuse(
@@ -326,7 +326,7 @@ def holds_until(
     numbers and the "left" of the message, and is never later than any
     budget's refill). None when nothing would change but the files (or the host).
     """
-    times = [t for t in (lease_expires_at, inputs.state.next_eligible_at) if t and t > now]
+    times = [t for t in (lease_expires_at, inputs.state.eligible_at(now)) if t and t > now]
     if inputs.spend.buckets.last_end:
         times.append(leaves_at(inputs.spend.buckets.last_end[0], goal.quota.window))
     return min(times, default=None)

@@ -22,7 +22,6 @@ newline are), so it cannot be counted before it is complete.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, ValidationError
 
-from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
+from loopx.errors import CorruptFileError, LoopxError
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
@@ -53,6 +52,7 @@ from loopx.storage.files import (
     ensure_dir,
     open_at,
     open_dir,
+    open_regular,
     parse_model,
     read_bytes_at,
     refuse_symlinked_parents,
@@ -237,12 +237,7 @@ def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -
 
 def _open_ledger(path: Path) -> int:
     refuse_symlinked_parents(path)
-    try:
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as e:
-        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
-            raise UnsafePathError(path, "it is a symlink") from e
-        raise
+    return open_regular(path)
 
 
 def _write_aggregate(path: Path, agg: SpendAggregate) -> None:

@@ -29,8 +29,10 @@ from typing import Any, Final, Literal
 from pydantic import Field, ValidationError
 
 from loopx.errors import UsageError
+from loopx.faults import fault_point
 from loopx.hints import note_goal_changed
 from loopx.model import Record
+from loopx.pids import pid_held
 from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
 from loopx.registry.checks import GoalSetupError, check_program, check_workdir
 from loopx.registry.model import Goal, HostKind
@@ -206,6 +208,7 @@ def _create_exclusive(path: Path, data: bytes) -> bool:
         os.write(fd, data)
     finally:
         os.close(fd)
+    fault_point("goal_import:before_link")
     try:
         os.link(tmp, path)
     except FileExistsError:
@@ -224,7 +227,26 @@ def _make_goal_dirs(layout: Layout, goal_id: str) -> Path:
         from loopx.errors import UnsafePathError  # noqa: PLC0415 - rare path
 
         raise UnsafePathError(goal_dir, "it is a symlink")
+    _remove_dead_temps(goal_dir)
     return goal_dir
+
+
+def _remove_dead_temps(goal_dir: Path) -> None:
+    """Remove the goal file's temp files whose writer is dead; a live writer's stay.
+
+    An import killed between temp file and link left ``.goal.json.<pid>.<hex>.tmp``
+    that no later import removed (issue 28 item 8).
+    """
+    prefix = ".goal.json."
+    with contextlib.suppress(OSError):
+        for name in os.listdir(goal_dir):
+            parts = name.split(".")
+            if not (name.startswith(prefix) and name.endswith(".tmp") and parts[-3].isdigit()):
+                continue
+            pid = int(parts[-3])
+            if pid != os.getpid() and not pid_held(pid):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(goal_dir / name)
 
 
 def import_goals(

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from loopx.donecheck import DoneCheckSpec
-from loopx.errors import UsageError
+from loopx.errors import NotRegularFileError, UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
 from loopx.registry.goals import GoalChanges
@@ -221,6 +221,8 @@ def load_plan(path: Path) -> BatchPlan:
         raise PlanError(path, "file", "does not exist") from e
     except IsADirectoryError as e:
         raise PlanError(path, "file", "is a directory; pass the plan file itself") from e
+    except NotRegularFileError as e:
+        raise PlanError(path, "file", f"is {e.kind}; pass the plan file itself") from e
     except OSError as e:
         raise PlanError(path, "file", f"cannot be read: {e.strerror}") from e
     raw = _parse(path, data)

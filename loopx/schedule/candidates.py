@@ -168,7 +168,7 @@ def candidate_and_decision(
     candidate = Candidate(
         goal=goal,
         open_gates=len(state.open_gates),
-        next_eligible_at=state.next_eligible_at,
+        next_eligible_at=state.eligible_at(now),
         leased_until=leased_until,
         quota_allowed=decision.allowed,
         spent_wall_s=decision.spent_wall_s,

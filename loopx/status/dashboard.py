@@ -34,6 +34,7 @@ from loopx.status.view import (
     StatusProjection,
     StatusReason,
 )
+from loopx.storage.files import open_regular
 from loopx.turn.historyline import HistoryLine
 
 ATTENTION_HUMANS: Final = 25
@@ -375,7 +376,7 @@ def run_log(layout: Layout, goal_id: str, seq: int) -> RunLog | None:
     """The run log ``runs/<seq>.md`` (its first 256 KiB), or None when there is none."""
     path = layout.runs_dir(goal_id) / f"{seq}.md"
     with contextlib.suppress(FileNotFoundError):
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(path)
         try:
             data = os.read(fd, RUN_LOG_MAX_BYTES + 1)
         finally:

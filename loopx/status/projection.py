@@ -258,7 +258,7 @@ def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the mo
                 f"the last {failures} turns failed (latest: {failure}); read the run logs in "
                 f"goals/{goal.id}/runs/ and fix the cause; agents keep retrying with backoff"
             ),
-            state.next_eligible_at,
+            state.eligible_at(now),
         )
     if quota.exhausted is not None:
         when = iso_utc(quota.refills_at, "seconds") if quota.refills_at else "later"
@@ -271,9 +271,7 @@ def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the mo
             ),
             quota.refills_at,
         )
-    later = (
-        state.next_eligible_at if state.next_eligible_at and state.next_eligible_at > now else None
-    )
+    later = eligible if (eligible := state.eligible_at(now)) and eligible > now else None
     if failures > 0:
         when = f"at {iso_utc(later, 'seconds')}" if later else "now"
         return (
@@ -301,7 +299,7 @@ def _recheck_at(
         datetime.fromtimestamp(last_end[0], UTC) + inputs.goal.quota.window if last_end else None
     )
     candidates = [
-        state.next_eligible_at,
+        state.eligible_at(now),
         inputs.lease.expires_at if inputs.lease is not None else None,
         quota.refills_at,
         leaves,

@@ -21,11 +21,32 @@ import os
 import stat
 from pathlib import Path
 
-from loopx.errors import CorruptFileError, UnsafePathError
+from loopx.errors import (
+    CorruptFileError,
+    FileTooLargeError,
+    NotRegularFileError,
+    RootMovedError,
+    UnsafePathError,
+)
 
 DIR_MODE: Final = 0o700
 FILE_MODE: Final = 0o600
 _READ_CHUNK: Final = 1024 * 1024  # what read_bytes reads at a time past the size it saw
+# The most read_bytes reads of one file when its caller names no smaller cap. Far above any
+# file LoopX writes (a 100,000-goal single-file registry is ~50 MiB), far below what a sparse
+# or planted file can claim: st_size is never trusted for an allocation (issue 28: a sparse
+# 100 GiB result crashed the agent with MemoryError).
+MAX_READ_BYTES: Final = 256 * 1024 * 1024
+# Opening never blocks (a FIFO's open waits for a writer for ever: issue 28) and never
+# follows a symlink at the last component; what is opened must then be a regular file.
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+_KINDS: Final = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
 
 # pydantic only for the type checker: `loopx status --json` on a warm cache resolves the
 # root with this module and prints a stored document without importing pydantic (issue 14).
@@ -51,18 +72,54 @@ def ensure_dir(path: Path) -> Path:
 
     Raises:
         UnsafePathError: ``path`` is a symlink or not a directory.
+        RootMovedError: a runtime root this process opened (or a directory
+            above it) is missing: it was moved or removed, and is not recreated.
     """
     refuse_symlinked_parents(path)
     try:
         st = path.lstat()
     except FileNotFoundError:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        _make_missing(path)
         st = path.lstat()
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(path, "it is a symlink")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(path, "it is not a directory")
     return path
+
+
+# Runtime roots this process opened (loopx.root.open_root). A missing one was moved or
+# removed under a running fleet; mkdir(parents=True) once recreated a skeleton root of
+# 0755 directories at the old path, which blocked moving the original back (issue 28).
+_OPENED_ROOTS: set[str] = set()
+
+
+def note_root(path: Path) -> None:
+    """Remember ``path`` as a runtime root: :func:`ensure_dir` never creates it or above it."""
+    _OPENED_ROOTS.add(os.path.abspath(path))
+
+
+def _make_missing(path: Path) -> None:
+    """Create the missing directories of ``path``, each 0700 whatever the umask; none of a root."""
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in missing:
+        prefix = directory.rstrip("/") + "/"
+        gone = [r for r in _OPENED_ROOTS if r == directory or r.startswith(prefix)]
+        if gone:
+            raise RootMovedError(Path(gone[0]), Path(path))
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)  # mkdir's mode passes through the umask
 
 
 # The directories whose fsync an open :func:`dir_sync_batch` owes, in first-use order.
@@ -239,21 +296,58 @@ def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
     return True
 
 
-def read_bytes(path: Path) -> bytes:
-    """Read a file without following a symlink at its last component.
+def read_bytes(path: Path, *, limit: int | None = None) -> bytes:
+    """Read a regular file without following a symlink at its last component, nor blocking.
+
+    Args:
+        path: the file.
+        limit: return at most this many bytes (the rest is not read); None: the
+            whole file, which must hold at most :data:`MAX_READ_BYTES`.
 
     Raises:
         FileNotFoundError: the file does not exist.
         UnsafePathError: the path is a symlink.
+        NotRegularFileError: it is a FIFO, a device, a socket or a directory.
+        FileTooLargeError: no ``limit`` and the file holds more than the cap.
     """
     refuse_symlinked_parents(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, _READ_FLAGS)
     except OSError as e:
         if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
             raise UnsafePathError(path, "it is a symlink") from e
         raise
-    return _read_all(fd)
+    return _read_all(fd, path, limit)
+
+
+def open_regular(path: Path | str) -> int:
+    """Open a regular file to read, as :func:`read_bytes` does: no symlink, no blocking.
+
+    For readers that read part of a file themselves (from the end, from an
+    offset). The caller closes the descriptor; it never reads more than it
+    needs, whatever ``st_size`` says.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        UnsafePathError: the path is a symlink.
+        NotRegularFileError: it is a FIFO, a device, a socket or a directory.
+    """
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePathError(Path(path), "it is a symlink") from e
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFileError(Path(path), file_kind(mode))
+    return fd
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words ("a FIFO"). Pure."""
+    return _KINDS.get(stat.S_IFMT(mode), "a regular file" if stat.S_ISREG(mode) else "unknown")
 
 
 def open_dir(path: str) -> int:
@@ -292,7 +386,7 @@ def open_at(dir_fd: int, name: str, path: str) -> int:
         UnsafePathError: it is a symlink.
     """
     try:
-        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        return os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnsafePathError(Path(path), "it is a symlink") from e
@@ -306,23 +400,37 @@ def read_bytes_at(dir_fd: int, name: str, path: str) -> bytes:
     Raises:
         FileNotFoundError: the file does not exist.
         UnsafePathError: it is a symlink.
+        NotRegularFileError: it is a FIFO, a device, a socket or a directory.
     """
-    return _read_all(open_at(dir_fd, name, path))
+    return _read_all(open_at(dir_fd, name, path), path, None)
 
 
-def _read_all(fd: int) -> bytes:
-    """Every byte of an open file; closes it."""
+def _read_all(fd: int, path: Path | str, limit: int | None) -> bytes:
+    """The bytes of an open regular file, at most ``limit`` (or the cap); closes it."""
     # os.read, not a file object: building a buffered reader costs more than
     # reading a small file, and this runs for every file a status refresh reads.
     try:
-        size = os.fstat(fd).st_size
-        data = os.read(fd, size + 1)
-        if len(data) <= size:  # a short read of a regular file is its end
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(Path(path), file_kind(st.st_mode))
+        cap = MAX_READ_BYTES if limit is None else limit
+        # One byte past what is wanted tells a file that grew (or exceeds the cap) from one
+        # that did not; never allocate more than the cap allows, whatever st_size says.
+        want = min(st.st_size, cap) + 1
+        data = os.read(fd, want)
+        if len(data) < want:  # a short read of a regular file is its end
             return data
-        chunks = [data]  # the file grew since fstat
-        while chunk := os.read(fd, _READ_CHUNK):
+        chunks = [data]  # the file grew since fstat, or holds more than the cap
+        total = len(data)
+        while total <= cap and (chunk := os.read(fd, min(_READ_CHUNK, cap + 1 - total))):
             chunks.append(chunk)
-        return b"".join(chunks)
+            total += len(chunk)
+        data = b"".join(chunks)
+        if len(data) <= cap:
+            return data
+        if limit is not None:
+            return data[:limit]
+        raise FileTooLargeError(Path(path), max(st.st_size, len(data)), cap)
     finally:
         os.close(fd)
 

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from loopx.errors import LoopxError
 from loopx.root import Layout
+from loopx.storage.files import read_bytes
 from loopx.turn.journal import parse_turn_key
 
 _STATE_SKIP: Final = frozenset({"gates", "host_session", "updated_at"})
@@ -56,11 +58,11 @@ def _stat_key(path: Path) -> tuple[object, ...]:
 
 def _state_key(path: Path) -> str:
     try:
-        with path.open("rb") as f:
-            document = json.loads(f.read())
+        # read_bytes: a host may leave a FIFO or a device here; the read must not block.
+        document = json.loads(read_bytes(path))
     except FileNotFoundError:
         return "missing"
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, LoopxError) as e:
         return f"unreadable: {e}"
     if not isinstance(document, dict):
         return "not an object"
