@@ -35,6 +35,7 @@ Usage: python benchmarks/scale.py [--sizes 10,1000,10000] [--large] [--seconds 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -193,8 +194,14 @@ def idle_cpu(root: Path, seconds: float) -> float:
             time.sleep(0.5)
         time.sleep(2)
         before, t0 = tree_cpu(sup), time.monotonic()
-        time.sleep(seconds)
+        peak: dict[int, int] = {}
+        while time.monotonic() < t0 + seconds:  # RSS sampled once a second meanwhile
+            for p in [sup, *sup.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    peak[p.pid] = max(peak.get(p.pid, 0), p.memory_info().rss)
+            time.sleep(1)
         after, t1 = tree_cpu(sup), time.monotonic()
+        rss = sup.memory_info().rss
     finally:
         stop_fleet(proc)
     spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
@@ -203,6 +210,10 @@ def idle_cpu(root: Path, seconds: float) -> float:
         for pid, cpu in spent.items()
     )
     print(f"    idle CPU by process (% of a core): {shares}", flush=True)
+    print(
+        f"    supervisor RSS {rss / 2**20:.0f} MiB (peak in the window {peak[sup.pid] / 2**20:.0f})",
+        flush=True,
+    )
     return sum(spent.values()) / (t1 - t0) * 100
 
 

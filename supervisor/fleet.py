@@ -46,6 +46,7 @@ from loopx.supervisor.gcduty import GcDuty
 from loopx.supervisor.idle import idle_verdict
 from loopx.supervisor.leftovers import kill_leftovers, reap_previous
 from loopx.supervisor.lock import acquire, read_record
+from loopx.supervisor.memory import TRIM_AFTER_REREAD, return_freed_memory
 from loopx.supervisor.notify import Notifier
 from loopx.supervisor.process import reap_orphans
 from loopx.supervisor.progress import goal_progress
@@ -247,6 +248,8 @@ class Supervisor:
                 full_scan_after_s=scan_s,
             )
             self._goals = report.goals
+            if report.reread >= TRIM_AFTER_REREAD:
+                return_freed_memory()  # the views it replaced, freed between the live ones
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))
 
