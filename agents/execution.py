@@ -33,7 +33,6 @@ from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
-from loopx.status.livetail import LiveTail
 from loopx.storage.files import ensure_dir, read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import (
@@ -47,6 +46,7 @@ from loopx.turn.lease import Fence
 from loopx.turn.phases import finish_held, settle
 from loopx.turn.protocol import Envelope
 from loopx.turn.tamper import GoalFingerprint
+from loopx.web.livetail import LiveTail
 
 log = get_logger(__name__)
 

@@ -37,11 +37,7 @@ from loopx.registry.migrate import MigrationReport, RegistryV1
 from loopx.registry.model import Goal, RegistrySettings
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
 from loopx.state import GoalState
-from loopx.status import dashboard
-from loopx.status.actions import ActionResult, AuditRecord
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
-from loopx.status.events import ChangeEvent
-from loopx.status.livetail import LiveOutput
 from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
@@ -51,6 +47,10 @@ from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
+from loopx.web import dashboard
+from loopx.web.actions import ActionResult, AuditRecord, GateConflict
+from loopx.web.events import ChangeEvent
+from loopx.web.livetail import LiveOutput
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {
@@ -126,6 +126,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-goal": dashboard.GoalDetail,
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
+    "dashboard-gate-conflict": GateConflict,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

@@ -14,12 +14,12 @@ from loopx.model import utcnow
 from loopx.registry.goals import get_goal
 from loopx.registry.model import GoalStatus
 from loopx.state import load_state
-from loopx.status.actions import audit_file, cross_site_reason
-from loopx.status.bind import ActionsNeedTokenError
 from loopx.status.changes import note_goal_changed
-from loopx.status.server import StatusServer, make_server
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import append_history, history_line
+from loopx.web.actions import audit_file, cross_site_reason
+from loopx.web.bind import ActionsNeedTokenError
+from loopx.web.server import HttpServer, make_server
 from tests.test_server import running
 
 TOKEN = "dash-token"
@@ -28,7 +28,7 @@ JSON_AUTH = {**AUTH, "Content-Type": "application/json"}
 
 
 @pytest.fixture
-def server(layout, tmp_path) -> Iterator[StatusServer]:
+def server(layout, tmp_path) -> Iterator[HttpServer]:
     seed_fleet_root(layout, 30, now=utcnow(), workdir=tmp_path)
     yield from running(
         make_server(
@@ -44,7 +44,7 @@ def server(layout, tmp_path) -> Iterator[StatusServer]:
 
 
 @pytest.fixture
-def readonly(layout, tmp_path) -> Iterator[StatusServer]:
+def readonly(layout, tmp_path) -> Iterator[HttpServer]:
     seed_fleet_root(layout, 12, now=utcnow(), workdir=tmp_path)
     yield from running(make_server(layout, port=0, refresh_interval_s=0.2, ttl_s=0.0))
 
@@ -64,7 +64,7 @@ def call(server, method, path, headers=None, body=None):
         conn.close()
 
 
-def answer(server, goal_id, headers, body=b'{"answer": "merge it"}'):
+def answer(server, goal_id, headers, body=b'{"answer": "merge it", "gate_id": 1}'):
     return call(server, "POST", f"/api/goals/{goal_id}/resolve-gate", headers, body)
 
 
@@ -175,8 +175,8 @@ def test_library_errors_reach_the_page(server, layout):
     """The CLI's error (no open gate, no such goal) comes back with its hint, and is audited."""
     status, doc = answer(server, "goal-00003", JSON_AUTH)
     assert status == 409
-    assert "nothing to resolve" in doc["error"]
-    assert "goal show" in doc["hint"]
+    assert "gate 1 does not exist" in doc["error"]
+    assert "no gate of this goal is open" in doc["hint"]
     assert answer(server, "nope", JSON_AUTH)[0] == 404
     assert [r["outcome"] for r in audit_lines(layout)] == ["failed", "failed"]
 
@@ -252,7 +252,9 @@ def test_committed_turn_arrives_as_an_event(server, layout):
     host, port = server.server_address[:2]
     sock = socket.create_connection((host, port), timeout=10)
     try:
-        head = f"GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        head = (
+            f"GET /events HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        )
         sock.sendall(head.encode())
         stream = sock.makefile("rb")
         assert stream.readline().startswith(b"HTTP/1.1 200")
@@ -309,7 +311,7 @@ def test_slow_body_is_cut_at_the_request_deadline(server, layout):
     started = time.monotonic()
     try:
         head = (
-            "POST /api/goals/goal-00000/resolve-gate HTTP/1.1\r\nHost: x\r\n"
+            f"POST /api/goals/goal-00000/resolve-gate HTTP/1.1\r\nHost: {host}:{port}\r\n"
             f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
             "Content-Length: 100\r\n\r\n{"
         )
@@ -325,4 +327,3 @@ def test_head_on_events_does_not_stream(server):
     """HEAD /events answers the headers and ends, without holding a stream open."""
     status, body = call(server, "HEAD", "/events", AUTH)
     assert (status, body) == (200, b"")
-    assert server.streams.open == 0

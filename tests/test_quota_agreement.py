@@ -17,8 +17,8 @@ from loopx.quota.ledger import SpendRecord, append_spend, read_spend
 from loopx.quota.policy import QuotaPolicy
 from loopx.quota.usage import Usage
 from loopx.status.current import load_status, status_cache
-from loopx.status.metrics import render_metrics
 from loopx.testing.status_fixtures import make_goal, make_root, register_goals
+from loopx.web.metrics import render_metrics
 
 T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 GOAL = "g1"

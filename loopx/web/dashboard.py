@@ -25,7 +25,7 @@ from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
-from loopx.state import GoalState, load_state
+from loopx.state import Gate, GoalState, load_state
 from loopx.status.fleetview import HEARTBEAT_STALE_S
 from loopx.status.view import (
     Actor,
@@ -57,6 +57,7 @@ class GoalRow(Record):
     explanation: str
     next_eligible_at: UtcDatetime | None = None
     gate_question: str | None = None
+    gate_id: int | None = None  # the open gate the question is of (the overview's cards only)
     open_gates: int = 0
     agent_id: str | None = None  # the lease holder while running
     last_turn_at: UtcDatetime | None = None
@@ -225,6 +226,24 @@ def agent_rows(
     return rows
 
 
+def oldest_open_gates(layout: Layout, goal_ids: Sequence[str]) -> dict[str, Gate]:
+    """The oldest open gate of each goal that has one (its state read now; damaged ones skipped)."""
+    found: dict[str, Gate] = {}
+    for goal_id in goal_ids:
+        with contextlib.suppress(LoopxError, OSError):
+            gate = next(iter(load_state(layout, goal_id).open_gates), None)
+            if gate is not None:
+                found[goal_id] = gate
+    return found
+
+
+def _with_gate(row: GoalRow, gates: Mapping[str, Gate]) -> GoalRow:
+    gate = gates.get(row.goal_id)
+    if gate is None:
+        return row
+    return row.model_copy(update={"gate_id": gate.id, "gate_question": gate.question})
+
+
 def overview(
     projection: StatusProjection,
     by_id: Mapping[str, int],
@@ -232,8 +251,13 @@ def overview(
     agents: list[AgentRow],
     seq: int,
     actions: bool,
+    gates: Mapping[str, Gate] | None = None,
 ) -> Overview:
-    """The overview document. Pure; costs a slice, not a pass over the goals."""
+    """The overview document. Pure; costs a slice, not a pass over the goals.
+
+    ``gates`` (goal id to its oldest open gate, read from the states) puts on
+    each card the gate an answer is for, with that gate's own question.
+    """
     humans = projection.counts.by_actor.get(Actor.HUMAN.value, 0)
     agent_count = projection.counts.by_actor.get(Actor.AGENT.value, 0)
     goals = projection.goals
@@ -253,9 +277,15 @@ def overview(
         counts=projection.counts,
         fleet=projection.fleet,
         agents=[with_turn(a) for a in agents],
-        humans=[goal_row(v) for v in goals[: min(humans, ATTENTION_HUMANS)]],
+        humans=[_with_gate(goal_row(v), gates or {}) for v in attention_head(projection)],
         next_up=[goal_row(v) for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]],
     )
+
+
+def attention_head(projection: StatusProjection) -> Sequence[GoalStatusView]:
+    """The goals the overview shows as "needs you" cards: the queue's first humans."""
+    humans = projection.counts.by_actor.get(Actor.HUMAN.value, 0)
+    return projection.goals[: min(humans, ATTENTION_HUMANS)]
 
 
 def parse_filter(query: dict[str, list[str]]) -> GoalFilter:

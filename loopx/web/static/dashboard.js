@@ -5,6 +5,7 @@
 "use strict";
 
 const TOKEN_KEY = "loopx-token";
+const DRAFTS_KEY = "loopx-drafts";
 const PAGE_ROWS = 50;
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
@@ -14,7 +15,23 @@ const state = {
   offset: 0,
   route: null,
   pending: null,
+  // Typed gate answers by "goal/gate", kept through live refreshes, refusals and reloads (this tab).
+  drafts: JSON.parse(sessionStorage.getItem(DRAFTS_KEY) || "{}"),
+  inflight: new Set(),  // "goal/action" requests on their way: a second click is ignored
 };
+
+function saveDrafts() {
+  sessionStorage.setItem(DRAFTS_KEY, JSON.stringify(state.drafts));
+}
+
+// `loopx serve` prints the page's URL with the token in the fragment (never sent to the server).
+function takeTokenFromUrl() {
+  const m = location.hash.match(/^#token=([^&]+)$/);
+  if (!m) return;
+  state.token = decodeURIComponent(m[1]);
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  history.replaceState(null, "", `${location.pathname}${location.search}#/`);
+}
 const REASONS = ["crash_loop", "quarantined", "failing", "gate_pending", "paused", "running",
   "ready", "quota_exhausted", "waiting", "done"];
 
@@ -90,16 +107,24 @@ async function api(path, options) {
   }
   if (!resp.ok) {
     const msg = doc && doc.error ? doc.error + (doc.hint ? ` (${doc.hint})` : "") : `HTTP ${resp.status}`;
-    throw new Error(msg);
+    const err = new Error(msg);
+    err.status = resp.status;
+    err.doc = doc;
+    throw err;
   }
   return doc;
 }
 
-async function act(goalId, action, body) {
+// One action; `button` (if any) is disabled while it is on its way, and a second click is ignored.
+async function act(goalId, action, body, button) {
   if (!state.token) {
     showTokenForm("Actions need the server's token.");
     return false;
   }
+  const key = `${goalId}/${action}`;
+  if (state.inflight.has(key)) return false;
+  state.inflight.add(key);
+  if (button) button.disabled = true;
   try {
     await api(`/api/goals/${encodeURIComponent(goalId)}/${action}`, {
       method: "POST",
@@ -107,12 +132,32 @@ async function act(goalId, action, body) {
       body: JSON.stringify(body || {}),
     });
     notice("");
-    await render();
     return true;
   } catch (e) {
-    notice(`${goalId}: ${action} refused: ${e.message}`);
+    refused(goalId, action, body, e);
     return false;
+  } finally {
+    state.inflight.delete(key);
+    if (button) button.disabled = false;
+    await render();
   }
+}
+
+// A refused answer keeps its text. When the gate closed or changed (409), the text moves to the
+// box of the question the goal asks now, to be read against it and sent again, or not.
+function refused(goalId, action, body, e) {
+  const conflict = e.status === 409 && e.doc && "current_gate" in e.doc;
+  if (conflict && body && body.gate_id !== undefined) {
+    const draft = state.drafts[`${goalId}/${body.gate_id}`];
+    const now = e.doc.current_gate;
+    if (draft !== undefined && now) {
+      const target = `${goalId}/${now.id}`;
+      if (!state.drafts[target]) state.drafts[target] = draft;
+      delete state.drafts[`${goalId}/${body.gate_id}`];
+      saveDrafts();
+    }
+  }
+  notice(`${goalId}: ${action.replace("-", " ")} refused: ${e.message}`);
 }
 
 // --- header: fleet, counts, live indicator, token ----------------------------------------------
@@ -333,27 +378,38 @@ function humanCard(g, actions) {
       ? el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}/run/${g.last_turn_seq}` },
         `Run log of turn ${g.last_turn_seq}`), " ", el("span", { class: "muted" }, when(g.last_turn_at))) : null,
   );
-  if (actions && g.reason === "gate_pending") card.append(answerForm(g.goal_id, null));
+  if (actions && g.reason === "gate_pending" && g.gate_id !== null) {
+    card.append(answerForm(g.goal_id, g.gate_id, g.gate_question));
+  }
   if (actions && g.reason === "paused") {
     card.append(el("div", { class: "buttons" },
-      el("button", { type: "button", onclick: () => act(g.goal_id, "resume") }, "Resume")));
+      el("button", { type: "button", onclick: (ev) => act(g.goal_id, "resume", {}, ev.currentTarget) }, "Resume")));
   }
   return card;
 }
 
-function answerForm(goalId, gateId) {
-  const id = `answer-${goalId}${gateId ? "-" + gateId : ""}`;
-  const form = el("form", { class: "answer", "data-goal": goalId },
-    el("label", { for: id, class: "sr" }, `Answer for ${goalId}`),
-    el("input", { id, name: "answer", placeholder: "Your answer", required: true, autocomplete: "off" }),
+// The answer to one gate: it names the gate and the question the person read, so the server
+// refuses it (409) if that gate closed or changed meanwhile.
+function answerForm(goalId, gateId, question) {
+  const id = `answer-${goalId}-${gateId}`;
+  const key = `${goalId}/${gateId}`;
+  const input = el("input", { id, name: "answer", placeholder: "Your answer", required: true, autocomplete: "off",
+    "data-gate": gateId, maxlength: 4000 });
+  input.value = state.drafts[key] || "";
+  input.addEventListener("input", () => {
+    if (input.value) state.drafts[key] = input.value; else delete state.drafts[key];
+    saveDrafts();
+  });
+  const form = el("form", { class: "answer", "data-goal": goalId, "data-gate": gateId },
+    el("label", { for: id, class: "sr" }, `Answer for ${goalId}, gate ${gateId}`),
+    input,
     el("button", { type: "submit" }, "Answer"));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const answer = form.elements.answer.value.trim();
+    const answer = input.value.trim();
     if (!answer) return;
-    form.querySelector("button").disabled = true;
-    const ok = await act(goalId, "resolve-gate", gateId ? { answer, gate_id: gateId } : { answer });
-    if (!ok) form.querySelector("button").disabled = false;
+    const ok = await act(goalId, "resolve-gate", { answer, gate_id: gateId, question }, form.querySelector("button"));
+    if (ok) { delete state.drafts[key]; saveDrafts(); }
   });
   return form;
 }
@@ -455,16 +511,16 @@ async function goalView(route) {
       el("p", { class: "lead" }, v.explanation),
       v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
       d.actions ? el("div", { class: "buttons" },
-        v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: () => act(v.goal_id, "pause") }, "Pause") : null,
-        v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: () => act(v.goal_id, "resume") }, "Resume") : null,
-        v.goal_status !== "done" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: () => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done"); } }, "Mark done") : null)
-        : el("p", { class: "muted" }, "Read-only: start `loopx serve --actions --token T` to act from here.")),
+        v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
+        v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: (ev) => act(v.goal_id, "resume", {}, ev.currentTarget) }, "Resume") : null,
+        v.goal_status !== "done" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: (ev) => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done", {}, ev.currentTarget); } }, "Mark done") : null)
+        : el("p", { class: "muted" }, "Read-only: start `loopx serve --actions` to act from here.")),
     open.length ? el("section", { class: "panel attention" },
       el("h2", {}, "Open gates"),
       el("ul", { class: "cards" }, open.map((g) => el("li", { class: "card" },
         el("p", { class: "question" }, g.question),
         el("p", { class: "muted" }, "asked ", when(g.opened_at), g.opened_by !== "human" ? ` by turn ${g.opened_by}` : ""),
-        d.actions ? answerForm(v.goal_id, g.id) : null)))) : null,
+        d.actions ? answerForm(v.goal_id, g.id, g.question) : null)))) : null,
     el("div", { class: "grid" },
       el("section", { class: "panel" },
         el("h2", {}, "Objective"),
@@ -642,6 +698,7 @@ window.addEventListener("hashchange", () => {
 });
 
 document.addEventListener("DOMContentLoaded", () => {
+  takeTokenFromUrl();
   setupToken();
   render();
   connect();
