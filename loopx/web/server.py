@@ -23,6 +23,7 @@ import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from types import FrameType
 from typing import Any, Final
@@ -32,6 +33,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from loopx.errors import UsageError
+from loopx.log import get_logger
 from loopx.root import Layout
 from loopx.web.app import MAX_HEADER_BYTES, MAX_REQUEST_LINE, build_app
 from loopx.web.bind import allowed_hosts, check_bind
@@ -43,8 +45,11 @@ REQUEST_TIMEOUT_S: Final = 10.0  # the whole request (line, headers, body), howe
 KEEP_ALIVE_S: Final = 5.0
 GRACE_S: Final = 5.0  # after a stop request, requests in flight get this long
 BACKLOG: Final = 2048
+LOOP_ERROR_EVERY_S: Final = 60.0
 TCP_USER_TIMEOUT_MS: Final = 20_000  # unacknowledged data for this long: the peer is gone
 _KEEPALIVE: Final = (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3))
+
+log = get_logger(__name__)
 
 
 class DeadlineProtocol(H11Protocol):
@@ -182,6 +187,7 @@ class HttpServer:
         self._uvicorn = _Uvicorn(config, service.feed)
         self._done = threading.Event()
         self._started = threading.Event()
+        self._loop_error_at = -LOOP_ERROR_EVERY_S
 
     def handle_signal(self, signum: int, _frame: FrameType | None = None) -> None:
         """Record a stop request: the first stops gracefully, a second SIGINT at once."""
@@ -204,9 +210,26 @@ class HttpServer:
             self._done.set()
 
     async def _serve(self) -> None:
-        self.service.feed.attach(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(self._loop_error)
+        self.service.feed.attach(loop)
         self._started.set()
         await self._uvicorn.serve(sockets=[self.socket])
+
+    def _loop_error(self, _loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """One log line a minute for the event loop's own errors (asyncio's are tracebacks).
+
+        Out of descriptors, asyncio fails every accept and retries each second
+        (the connections wait in the backlog); a traceback per second said
+        nothing /healthz does not.
+        """
+        now = time.monotonic()
+        if now - self._loop_error_at < LOOP_ERROR_EVERY_S:
+            return
+        self._loop_error_at = now
+        error = context.get("exception")
+        with contextlib.suppress(Exception):  # no descriptors may mean no log line either
+            log.warning("http_loop_error", message=context.get("message"), error=repr(error))
 
     def shutdown(self) -> None:
         """Stop serving (from another thread) and wait until :meth:`serve_forever` returned."""
