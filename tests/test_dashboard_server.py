@@ -327,3 +327,79 @@ def test_head_on_events_does_not_stream(server):
     """HEAD /events answers the headers and ends, without holding a stream open."""
     status, body = call(server, "HEAD", "/events", AUTH)
     assert (status, body) == (200, b"")
+
+
+# --- answers land on the gate the person saw (issue 30 item 4) ---------------------------------
+
+
+def two_gates(layout, goal_id="goal-00003"):
+    from loopx.registry.goals import open_gate
+
+    first = open_gate(layout, goal_id, "Drop the staging database?", now=utcnow())
+    second = open_gate(layout, goal_id, "May I email the customers?", now=utcnow())
+    return first, second
+
+
+def post(server, goal_id, action, doc):
+    return call(server, "POST", f"/api/goals/{goal_id}/{action}", JSON_AUTH, json.dumps(doc))
+
+
+def test_a_stale_answer_is_409_with_the_current_question(server, layout):
+    """Tab A answers gate 1; tab B's answer for gate 1 is refused with gate 2's question."""
+    first, second = two_gates(layout)
+    a = {"answer": "yes, drop staging", "gate_id": first.id, "question": first.question}
+    assert post(server, "goal-00003", "resolve-gate", a)[0] == 200
+    b = {"answer": "no", "gate_id": first.id, "question": first.question}
+    status, doc = post(server, "goal-00003", "resolve-gate", b)
+    assert status == 409
+    assert (doc["gate_id"], doc["current_gate"]["id"]) == (first.id, second.id)
+    assert second.question in doc["hint"]
+    gates = load_state(layout, "goal-00003").gates
+    assert [(g.id, g.answer) for g in gates] == [(first.id, "yes, drop staging"), (second.id, None)]
+
+
+def test_an_answer_to_a_changed_question_is_refused(server, layout):
+    """The question the person read must still be the gate's: otherwise 409, nothing written."""
+    first, _ = two_gates(layout)
+    doc = {"answer": "yes", "gate_id": first.id, "question": "Something else?"}
+    assert post(server, "goal-00003", "resolve-gate", doc)[0] == 409
+    assert load_state(layout, "goal-00003").gates[0].answer is None
+
+
+def test_the_same_answer_twice_is_applied_once(server, layout):
+    """A double click: the second identical answer is 200 "repeated" and writes nothing."""
+    first, _ = two_gates(layout)
+    doc = {"answer": "yes", "gate_id": first.id, "question": first.question}
+    assert post(server, "goal-00003", "resolve-gate", doc)[0] == 200
+    before = layout.state_file("goal-00003").read_bytes()
+    status, again = post(server, "goal-00003", "resolve-gate", doc)
+    assert (status, again["repeated"]) == (200, True)
+    assert layout.state_file("goal-00003").read_bytes() == before
+
+
+def test_pausing_twice_writes_once(server, layout):
+    """Pause on a paused goal is 200 "repeated" and leaves the goal file alone."""
+    assert post(server, "goal-00003", "pause", {})[0] == 200
+    goal_file = layout.root / "goals" / "goal-00003" / "goal.json"
+    before = goal_file.read_bytes()
+    status, doc = post(server, "goal-00003", "pause", {})
+    assert (status, doc["repeated"], goal_file.read_bytes()) == (200, True, before)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"answer": "yes"}', "say which gate"),
+        (b"{not json", "not valid JSON"),
+        (json.dumps({"answer": "x" * 4001, "gate_id": 1}).encode(), "longer than 4000"),
+        (b'{"answer": "yes", "gate_id": 1, "colour": "red"}', "'colour' is not a field"),
+        (b'{"answer": "yes", "gate_id": "first"}', "gate_id must be a whole number"),
+        (b'{"answer": "", "gate_id": 1}', "answer must not be empty"),
+    ],
+)
+def test_refusals_are_sentences(server, body, words):
+    """A bad body is a 400 whose message names the problem, never pydantic's report."""
+    status, doc = call(server, "POST", "/api/goals/goal-00000/resolve-gate", JSON_AUTH, body)
+    assert status == 400
+    assert words in doc["error"]
+    assert "validation error" not in doc["error"]
