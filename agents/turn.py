@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -135,8 +135,13 @@ def attempt_turn(
     skip_if_busy: bool = False,
     console: AgentConsole | None = None,
     host: Host | None = None,
+    on_turn: Callable[[str, datetime], None] | None = None,
 ) -> TurnAttempt:
     """Like :func:`run_one_turn`, saying why no turn ran.
+
+    ``on_turn(turn_key, started_at)`` is called once the turn's journal exists
+    (a new turn, or a retried one), before its host runs: the agent's heartbeat
+    shows it.
 
     ``skip_if_busy``: when the goal's lock is held right now (another agent is
     claiming it or writing its turn), return at once (``busy``) instead of
@@ -186,7 +191,14 @@ def attempt_turn(
                 _kill_goal_processes(layout, goal_id, config.kill_grace_s)
             try:
                 return _claimed_turn(
-                    layout, goal, lease, stop=stop, config=config, console=console, host=host
+                    layout,
+                    goal,
+                    lease,
+                    stop=stop,
+                    config=config,
+                    console=console,
+                    host=host,
+                    on_turn=on_turn,
                 )
             finally:
                 release(layout, lease)
@@ -201,6 +213,7 @@ def _claimed_turn(
     config: TurnConfig,
     console: AgentConsole | None = None,
     host: Host | None = None,
+    on_turn: Callable[[str, datetime], None] | None = None,
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
     holder = _Holder(layout, lease, config.lease_ttl_s, config.lease_grace_s)
@@ -223,6 +236,8 @@ def _claimed_turn(
                 update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
             )
             write_journal(layout, journal, fence)
+            if on_turn is not None:
+                on_turn(turn_key, journal.updated_at)
             done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
             return _attempt(goal.id, report=_report(done, actions))
         goal = _goal(layout, goal.id)  # finishing a turn may have changed it
@@ -235,6 +250,8 @@ def _claimed_turn(
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key
         create_journal(layout, journal, fence)
+        if on_turn is not None:
+            on_turn(turn_key, journal.created_at)
         done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
         return _attempt(goal.id, quota=decision, report=_report(done, actions))
     except LeaseLostError as e:

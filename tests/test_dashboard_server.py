@@ -403,3 +403,32 @@ def test_refusals_are_sentences(server, body, words):
     assert status == 400
     assert words in doc["error"]
     assert "validation error" not in doc["error"]
+
+
+def test_a_turn_in_flight_shows_running_however_short(server, layout):
+    """A live heartbeat naming a turn makes its goal `running` at once, with the agent and turn."""
+    from loopx.fleet import AgentHeartbeat, AgentPhase
+    from loopx.storage.files import atomic_write_model
+
+    now = utcnow()
+    beat = AgentHeartbeat(
+        agent_id="agent-9",
+        pid=1,
+        pid_started_at=0.0,
+        hostname="h",
+        phase=AgentPhase.RUNNING,
+        goal_id="goal-00004",
+        turn_key="goal-00004-5-2",
+        turn_started_at=now,
+        started_at=now,
+        beat_at=now,
+    )
+    atomic_write_model(layout.agent_file("agent-9"), beat)
+    _, page = call(server, "GET", "/api/goals?q=goal-00004", AUTH)
+    [row] = page["rows"]
+    assert (row["reason"], row["agent_id"]) == ("running", "agent-9")
+    _, doc = call(server, "GET", "/api/goals/goal-00004", AUTH)
+    assert doc["running"]["turn_key"] == "goal-00004-5-2"
+    _, overview = call(server, "GET", "/api/overview", AUTH)
+    [agent] = [a for a in overview["agents"] if a["agent_id"] == "agent-9"]
+    assert agent["turn_since"] is not None and agent["turn_key"] == "goal-00004-5-2"

@@ -387,11 +387,18 @@ def api_goals(request: Request) -> Response:
     f = dashboard.parse_filter(_query(request))
     offset = _number(request, "offset", 0, 10**9)
     limit = _number(request, "limit", dashboard.DEFAULT_ROWS, dashboard.MAX_ROWS)
-    body = _service(request).cached(
-        f"api-goals:{offset}:{limit}:{f.model_dump_json()}",
+    service = _service(request)
+    running = _running(service)
+    now_running = ",".join(f"{g}={a.turn_key}" for g, a in sorted(running.items()))
+    body = service.cached(
+        f"api-goals:{offset}:{limit}:{f.model_dump_json()}:{now_running}",
         lambda s: dumps(
             dashboard.goals_page(
-                dashboard.filtered(s.projection.goals, f), f, offset=offset, limit=limit
+                dashboard.filtered(s.projection.goals, f),
+                f,
+                offset=offset,
+                limit=limit,
+                running=running,
             )
         ),
     )
@@ -412,7 +419,12 @@ def api_goal(request: Request) -> Response:
         service.goal_policy(goal_id),
         actions=service.actions,
     )
-    return json_reply(doc)
+    return json_reply(doc.model_copy(update={"running": _running(service).get(goal_id)}))
+
+
+def _running(service: StatusService) -> dict[str, dashboard.AgentRow]:
+    fleet, beats = read_fleet(service.layout)
+    return dashboard.running_turns(dashboard.agent_rows(fleet, beats, now=utcnow()))
 
 
 @handled

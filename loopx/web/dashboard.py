@@ -180,6 +180,7 @@ class GoalDetail(Record):
     turns: list[TurnRow] = Field(default_factory=list)
     damaged_history_lines: int = 0
     actions: bool = False
+    running: AgentRow | None = None  # the live agent running a turn of this goal now, if any
 
 
 class RunLog(Record):
@@ -213,6 +214,7 @@ def agent_rows(
                 phase=beat.phase.value if beat is not None else None,
                 goal_id=beat.goal_id if beat is not None else None,
                 turn_key=beat.turn_key if beat is not None else None,
+                turn_since=beat.turn_started_at if beat is not None else None,
                 started_at=beat.started_at if beat is not None else None,
                 beat_at=beat.beat_at if beat is not None else None,
                 turns_done=beat.turns_done if beat is not None else 0,
@@ -263,6 +265,8 @@ def overview(
     goals = projection.goals
 
     def with_turn(row: AgentRow) -> AgentRow:
+        if row.turn_since is not None:  # the agent's heartbeat names its turn and its start
+            return row
         index = by_id.get(row.goal_id) if row.goal_id is not None else None
         lease = goals[index].lease if index is not None else None
         if lease is None or lease.agent_id != row.agent_id:
@@ -278,7 +282,34 @@ def overview(
         fleet=projection.fleet,
         agents=[with_turn(a) for a in agents],
         humans=[_with_gate(goal_row(v), gates or {}) for v in attention_head(projection)],
-        next_up=[goal_row(v) for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]],
+        next_up=[
+            with_running(goal_row(v), running_turns(agents))
+            for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]
+        ],
+    )
+
+
+def running_turns(agents: Sequence[AgentRow]) -> dict[str, AgentRow]:
+    """The goals a live agent runs a turn of now, by goal id (from the heartbeats). Pure."""
+    return {a.goal_id: a for a in agents if a.alive and a.goal_id and a.turn_key}
+
+
+def with_running(row: GoalRow, running: Mapping[str, AgentRow]) -> GoalRow:
+    """``row`` as ``running`` when a live agent's heartbeat names a turn of it, however short.
+
+    The projection learns of a turn from its lease at the next refresh; a
+    turn shorter than the refresh interval would show as ``ready`` throughout.
+    """
+    agent = running.get(row.goal_id)
+    if agent is None:
+        return row
+    return row.model_copy(
+        update={
+            "actor": Actor.AGENT,
+            "reason": StatusReason.RUNNING,
+            "agent_id": agent.agent_id,
+            "explanation": f"{agent.agent_id} runs turn {agent.turn_key}",
+        }
     )
 
 
@@ -329,9 +360,14 @@ def filtered(goals: Sequence[GoalStatusView], f: GoalFilter) -> Sequence[GoalSta
 
 
 def goals_page(
-    goals: Sequence[GoalStatusView], f: GoalFilter, *, offset: int, limit: int
+    goals: Sequence[GoalStatusView],
+    f: GoalFilter,
+    *,
+    offset: int,
+    limit: int,
+    running: Mapping[str, AgentRow] | None = None,
 ) -> GoalsPage:
-    """One page of the table. Pure."""
+    """One page of the table, each row ``running`` that a live agent runs now. Pure."""
     total = len(goals)
     end = offset + limit
     return GoalsPage(
@@ -339,7 +375,7 @@ def goals_page(
         page=PageInfo(
             offset=offset, limit=limit, total=total, next_offset=end if end < total else None
         ),
-        rows=[goal_row(v) for v in goals[offset:end]],
+        rows=[with_running(goal_row(v), running or {}) for v in goals[offset:end]],
     )
 
 

@@ -428,7 +428,7 @@ function fleetPanel(ov) {
     el("td", { "data-label": "goal" }, a.goal_id ? [el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}` }, a.goal_id), " ",
       el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}`, class: "muted", title: "the host's live output" }, "(output)")] : "—"),
     el("td", { "data-label": "turn", class: "mono wide" }, a.turn_key || ""),
-    el("td", { "data-label": "since" }, when(a.turn_since || a.started_at)),
+    el("td", { "data-label": "turn age" }, a.turn_since ? when(a.turn_since) : el("span", { class: "muted" }, "idle")),
     el("td", { "data-label": "heartbeat" }, when(a.beat_at)),
     el("td", { "data-label": "turns", class: "num" }, a.turns_done),
     el("td", { "data-label": "restarts", class: "num" }, a.restarts, a.last_exit ? el("span", { class: "muted" }, ` (${a.last_exit})`) : "")));
@@ -437,7 +437,7 @@ function fleetPanel(ov) {
     el("p", {}, fleet.state ? `Supervisor ${fleet.state} (pid ${fleet.pid}), ${fleet.agents_alive} of ${fleet.agents_wanted} agents alive, ${fleet.restarts} restarts` : "No supervisor has run on this root.",
       fleet.crash_loop_agents.length ? el("strong", { class: "bad" }, ` · crash loop: ${fleet.crash_loop_agents.join(", ")}`) : ""),
     rows.length ? el("table", { class: "table" },
-      el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Since", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
+      el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Turn started", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
       el("tbody", {}, rows)) : null);
 }
 
@@ -534,7 +534,7 @@ async function goalView(route) {
         d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
       el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
     ),
-    v.lease ? livePanel(v.goal_id) : null,
+    v.lease || d.running ? livePanel(v.goal_id) : null,
     log ? runLogPanel(v.goal_id, log) : null,
     turnsPanel(v.goal_id, d),
     resolvedGates(gates.filter((g) => g.answer !== null)),
