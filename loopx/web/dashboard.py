@@ -14,6 +14,7 @@ import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Final, Literal
 
 from pydantic import Field
@@ -100,12 +101,22 @@ class PageInfo(Record):
     next_offset: int | None
 
 
+class GoalSort(StrEnum):
+    """How the goals table is ordered."""
+
+    URGENCY = "urgency"  # the attention queue's order: who must act, then why
+    ID = "id"
+    PRIORITY = "priority"  # highest first
+    LAST_TURN = "last_turn"  # most recent first; never-run goals last
+
+
 class GoalFilter(Record):
     """The goals table's filters (all optional)."""
 
     actor: Actor | None = None
     reason: StatusReason | None = None
     q: str | None = None  # case-insensitive substring of the id or the objective
+    sort: GoalSort = GoalSort.URGENCY
 
 
 class GoalsPage(Record):
@@ -331,7 +342,9 @@ def parse_filter(query: dict[str, list[str]]) -> GoalFilter:
         value = query.get(name, [""])[-1].strip()
         return value or None
 
-    actor, reason, text = one("actor"), one("reason"), one("q")
+    actor, reason, text, sort = one("actor"), one("reason"), one("q"), one("sort")
+    if sort is not None and sort not in set(GoalSort):
+        raise ValueError(f"sort must be one of {', '.join(GoalSort)}")
     if actor is not None and actor not in set(Actor):
         raise ValueError(f"actor must be one of {', '.join(Actor)}")
     if reason is not None and reason not in set(StatusReason):
@@ -342,21 +355,42 @@ def parse_filter(query: dict[str, list[str]]) -> GoalFilter:
         actor=Actor(actor) if actor else None,
         reason=StatusReason(reason) if reason else None,
         q=text,
+        sort=GoalSort(sort) if sort else GoalSort.URGENCY,
     )
 
 
 def filtered(goals: Sequence[GoalStatusView], f: GoalFilter) -> Sequence[GoalStatusView]:
-    """The goals matching ``f``, in queue order. Pure; no filter returns ``goals`` itself."""
+    """The goals matching ``f``, in its order. Pure; no filter, queue order returns ``goals``."""
     if f.actor is None and f.reason is None and f.q is None:
-        return goals
+        return _sorted(goals, f.sort)
     needle = f.q.casefold() if f.q else None
-    return [
-        g
-        for g in goals
-        if (f.actor is None or g.actor is f.actor)
-        and (f.reason is None or g.reason is f.reason)
-        and (needle is None or needle in g.goal_id.casefold() or needle in g.objective.casefold())
-    ]
+    return _sorted(
+        [
+            g
+            for g in goals
+            if (f.actor is None or g.actor is f.actor)
+            and (f.reason is None or g.reason is f.reason)
+            and (
+                needle is None or needle in g.goal_id.casefold() or needle in g.objective.casefold()
+            )
+        ],
+        f.sort,
+    )
+
+
+def _sorted(goals: Sequence[GoalStatusView], sort: GoalSort) -> Sequence[GoalStatusView]:
+    if sort is GoalSort.ID:
+        return sorted(goals, key=lambda g: g.goal_id)
+    if sort is GoalSort.PRIORITY:
+        return sorted(goals, key=lambda g: (-g.priority, g.goal_id))
+    if sort is GoalSort.LAST_TURN:
+        ran = [g for g in goals if g.last_turn is not None]
+        never = [g for g in goals if g.last_turn is None]
+        return (
+            sorted(ran, key=lambda g: g.last_turn.ended_at if g.last_turn else 0, reverse=True)
+            + never
+        )
+    return goals
 
 
 def goals_page(

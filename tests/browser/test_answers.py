@@ -112,3 +112,55 @@ def test_a_double_click_on_pause_applies_once(layout, tmp_path, tab):
     assert [r["action"] for r in applied] == ["pause"]
     assert all("nothing written" in r["detail"] for r in applied[1:])
     assert tab.errors == []
+
+
+def test_filters_search_sort_and_page_survive_a_reload(layout, tmp_path, tab):
+    """The table's filter, search, sort and page are in the URL: a reload shows the same rows."""
+    for i in range(8):
+        demo_goal(layout, f"svc-{i}", tmp_path / f"w{i}")
+    with_token(tab)
+    with served(layout, token=TOKEN, actions=True) as url:
+        page = tab.page
+        page.goto(url)
+        page.fill("#f-q", "svc")
+        page.select_option("#f-sort", "id")
+        page.wait_for_function(
+            "location.hash.includes('sort=id') && location.hash.includes('q=svc')"
+        )
+        first = page.locator("#goals-panel tbody tr").first.get_attribute("data-goal")
+        assert first == "svc-0"
+        page.reload()
+        page.wait_for_selector("#goals-panel tbody tr[data-goal='svc-0']")
+        assert page.input_value("#f-q") == "svc"
+        assert page.input_value("#f-sort") == "id"
+        rows = page.locator("#goals-panel tbody tr").evaluate_all(
+            "rs => rs.map(r => r.dataset.goal)"
+        )
+        assert rows == [f"svc-{i}" for i in range(8)]
+    assert tab.errors == []
+
+
+def test_bulk_resume_resumes_the_ticked_goals(layout, tmp_path, tab):
+    """Tick two paused goals and press Resume: both resume, the third stays paused."""
+    from loopx.registry.goals import set_status
+
+    for name in ("p1", "p2", "p3"):
+        demo_goal(layout, name, tmp_path / name)
+        set_status(layout, name, GoalStatus.PAUSED, now=utcnow())
+    with_token(tab)
+    with served(layout, token=TOKEN, actions=True) as url:
+        page = tab.page
+        page.goto(f"{url}#/?reason=paused&sort=id")
+        page.wait_for_selector("#goals-panel tbody tr[data-goal='p3']")
+        page.check("#goals-panel tr[data-goal='p1'] input.pick")
+        page.check("#goals-panel tr[data-goal='p2'] input.pick")
+        page.click("#bulk-resume")
+        wait_until(
+            lambda: (
+                [get_goal(layout, n).status for n in ("p1", "p2", "p3")]
+                == [GoalStatus.ACTIVE, GoalStatus.ACTIVE, GoalStatus.PAUSED]
+            ),
+            15,
+            "the two goals to resume",
+        )
+    assert tab.errors == []

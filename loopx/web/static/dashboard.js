@@ -11,7 +11,8 @@ const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   actions: false,
   seq: 0,
-  filter: { actor: "", reason: "", q: "" },
+  filter: { actor: "", reason: "", q: "", sort: "" },
+  selected: new Set(),  // goal ids ticked in the table, for the bulk buttons
   offset: 0,
   route: null,
   pending: null,
@@ -183,10 +184,19 @@ function showHeader(counts, fleet) {
 
 function setActor(actor, ev) {
   if (ev) ev.preventDefault();
-  state.filter = { actor, reason: "", q: "" };
-  state.offset = 0;
-  if (parseRoute().goal) location.hash = "#/";
-  else render();
+  go({ actor, reason: "", q: "", sort: state.filter.sort }, 0);
+}
+
+// The table's filters, search, sort and page live in the URL (#/?actor=&reason=&q=&sort=&offset=),
+// so a reload, a bookmark or a link shows the same view.
+function go(filter, offset) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(filter)) if (v) q.set(k, v);
+  if (offset) q.set("offset", offset);
+  const hash = `#/${q.toString() ? "?" + q : ""}`;
+  // pushState, not location.hash: no hashchange, so the focus stays where the person is.
+  if (location.hash !== hash) history.pushState(null, "", hash);
+  render();
 }
 
 function showTokenForm(message) {
@@ -294,6 +304,10 @@ function refresh(changed) {
 function parseRoute() {
   const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+))?$/);
   if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? Number(m[2]) : null };
+  const list = location.hash.match(/^#\/\?(.*)$/);
+  const q = new URLSearchParams(list ? list[1] : "");
+  state.filter = { actor: q.get("actor") || "", reason: q.get("reason") || "", q: q.get("q") || "", sort: q.get("sort") || "" };
+  state.offset = Number(q.get("offset")) || 0;
   return { goal: null, run: null };
 }
 
@@ -341,6 +355,7 @@ async function overviewView() {
   if (f.actor) q.set("actor", f.actor);
   if (f.reason) q.set("reason", f.reason);
   if (f.q) q.set("q", f.q);
+  if (f.sort) q.set("sort", f.sort);
   const [ov, page] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`)]);
   state.actions = ov.actions;
   if (!state.seq) state.seq = ov.seq;
@@ -448,28 +463,34 @@ function goalsPanel(page) {
   const reason = el("select", { id: "f-reason", name: "reason" },
     ["", ...REASONS].map((r) => el("option", { value: r, selected: r === f.reason }, r ? r.replace("_", " ") : "any status")));
   const text = el("input", { id: "f-q", name: "q", type: "search", value: f.q, placeholder: "Filter by id or objective  ( / )", autocomplete: "off" });
+  const sort = el("select", { id: "f-sort", name: "sort" },
+    [["", "most urgent first"], ["id", "by id"], ["priority", "highest priority"], ["last_turn", "latest turn first"]]
+      .map(([v, label]) => el("option", { value: v, selected: v === (f.sort || "") }, label)));
   const form = el("form", { class: "filters", role: "search" },
     el("label", { for: "f-actor", class: "sr" }, "Actor"), actor,
     el("label", { for: "f-reason", class: "sr" }, "Status"), reason,
+    el("label", { for: "f-sort", class: "sr" }, "Sort"), sort,
     el("label", { for: "f-q", class: "sr" }, "Text"), text,
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    state.filter = { actor: actor.value, reason: reason.value, q: text.value.trim() };
-    state.offset = 0;
-    render();
+    go({ actor: actor.value, reason: reason.value, q: text.value.trim(), sort: sort.value }, 0);
   });
   actor.addEventListener("change", () => form.requestSubmit());
   reason.addEventListener("change", () => form.requestSubmit());
+  sort.addEventListener("change", () => form.requestSubmit());
   const p = page.page;
   const first = p.total ? p.offset + 1 : 0;
   const last = p.offset + page.rows.length;
   const pager = el("nav", { class: "pager", "aria-label": "pages" },
-    el("button", { type: "button", id: "prev", disabled: p.offset === 0, onclick: () => { state.offset = Math.max(0, p.offset - p.limit); render(); } }, "← Previous"),
+    el("button", { type: "button", id: "prev", disabled: p.offset === 0, onclick: () => go(state.filter, Math.max(0, p.offset - p.limit)) }, "← Previous"),
     el("span", { class: "muted", id: "page-info" }, `${first}–${last} of ${p.total.toLocaleString()}`),
-    el("button", { type: "button", id: "next", disabled: p.next_offset === null, onclick: () => { state.offset = p.next_offset; render(); } }, "Next →"));
+    el("button", { type: "button", id: "next", disabled: p.next_offset === null, onclick: () => go(state.filter, p.next_offset) }, "Next →"));
+  const pick = (id) => el("input", { type: "checkbox", class: "pick", "aria-label": `select ${id}`, checked: state.selected.has(id),
+    onchange: (ev) => { if (ev.target.checked) state.selected.add(id); else state.selected.delete(id); } });
   const rows = page.rows.map((g) => el("tr", { "data-goal": g.goal_id },
-    el("td", { "data-label": "goal" }, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
+    el("td", { "data-label": "goal" }, state.actions ? pick(g.goal_id) : null, " ",
+      el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
     el("td", { "data-label": "who" }, badge(g.actor, "actor")),
     el("td", { "data-label": "status" }, badge(g.reason)),
     el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}` : g.explanation),
@@ -479,10 +500,30 @@ function goalsPanel(page) {
   return el("section", { class: "panel wide-panel", id: "goals-panel", "aria-labelledby": "h-goals" },
     el("h2", { id: "h-goals" }, "Goals"),
     form,
+    state.actions ? bulkBar(page) : null,
     el("table", { class: "table goals" },
       el("thead", {}, el("tr", {}, ["Goal", "Who", "Status", "Why / next", "Prio", "Last turn", "Quota"].map((h, i) => el("th", { class: i >= 4 ? "wide" : "" }, h)))),
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No goal matches.")))),
     pager);
+}
+
+// Pause or resume every ticked goal (or, with none ticked, every goal of this page), one request
+// each: each is idempotent and audited like a single click.
+function bulkBar(page) {
+  const run = async (action, button) => {
+    const ids = state.selected.size ? [...state.selected] : page.rows.map((r) => r.goal_id);
+    button.disabled = true;
+    let refused = 0;
+    for (const id of ids) if (!(await act(id, action, {}))) refused += 1;
+    button.disabled = false;
+    state.selected.clear();
+    notice(refused ? `${action}: ${refused} of ${ids.length} refused (see the audit log)` : "");
+    render();
+  };
+  return el("div", { class: "buttons bulk" },
+    el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
+    el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
+    el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume"));
 }
 
 function quotaBar(used) {
