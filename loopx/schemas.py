@@ -48,7 +48,7 @@ from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.web import dashboard
-from loopx.web.actions import ActionResult, AuditRecord, GateConflict
+from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
 from loopx.web.events import ChangeEvent
 from loopx.web.livetail import LiveOutput
 
@@ -127,6 +127,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
     "dashboard-gate-conflict": GateConflict,
+    "dashboard-audit": AuditPage,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

@@ -432,3 +432,16 @@ def test_a_turn_in_flight_shows_running_however_short(server, layout):
     _, overview = call(server, "GET", "/api/overview", AUTH)
     [agent] = [a for a in overview["agents"] if a["agent_id"] == "agent-9"]
     assert agent["turn_since"] is not None and agent["turn_key"] == "goal-00004-5-2"
+
+
+def test_the_audit_log_is_served_newest_first(server, layout):
+    """`/api/audit` lists each attempt, applied or refused, newest first, with its answer."""
+    assert answer(server, "goal-00000", JSON_AUTH)[0] == 200
+    assert answer(server, "goal-00000", {**JSON_AUTH, "Origin": "https://evil.example"})[0] == 403
+    status, doc = call(server, "GET", "/api/audit?limit=10", AUTH)
+    assert status == 200
+    assert [(r["outcome"], r["answer"]) for r in doc["records"]] == [
+        ("refused", None),
+        ("applied", "merge it"),
+    ]
+    assert call(server, "GET", "/api/audit")[0] == 401

@@ -72,6 +72,7 @@ HTTP_OUTPUT_OF: dict[str, str] = {
     "/api/goals": "dashboard-goals",
     "/api/goals/g1": "dashboard-goal",
     "/api/goals/g1/runs/1": "dashboard-run-log",
+    "/api/audit": "dashboard-audit",
 }
 
 # Outputs no GET of a plain JSON route returns: the SSE stream's events and the token-only

@@ -8,6 +8,7 @@ enabled, allowed or refused, is appended to ``logs/audit.jsonl``.
 
 from __future__ import annotations
 
+import os
 import secrets
 from datetime import datetime
 from enum import StrEnum
@@ -27,6 +28,7 @@ from loopx.storage.files import ensure_dir
 from loopx.storage.jsonl import append_record
 
 AUDIT_NAME: Final = "audit.jsonl"
+AUDIT_TAIL_BYTES: Final = 256 * 1024
 MAX_ACTION_BODY: Final = 16 * 1024
 MAX_ANSWER_CHARS: Final = 4000
 TOKEN_HEADER: Final = "X-Loopx-Token"  # noqa: S105 - a header name, not a secret
@@ -125,6 +127,43 @@ class AuditRecord(Record):
 def audit_file(layout: Layout) -> Path:
     """``logs/audit.jsonl``."""
     return layout.logs_dir / AUDIT_NAME
+
+
+class AuditPage(Record):
+    """``/api/audit``: the newest audit records, newest first."""
+
+    schema_version: Literal[1] = 1
+    records: list[AuditRecord]
+    damaged_lines: int = 0  # lines of the tail read that are not audit records
+    truncated: bool = False  # older records exist beyond what was read
+
+
+def read_audit(layout: Layout, limit: int) -> AuditPage:
+    """The newest ``limit`` records of the audit log (from its last 256 KiB), newest first."""
+    path = audit_file(layout)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return AuditPage(records=[])
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - AUDIT_TAIL_BYTES)
+        data = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line may be cut
+    records: list[AuditRecord] = []
+    damaged = 0
+    for line in reversed([x for x in lines if x.strip()]):
+        if len(records) >= limit:
+            break
+        try:
+            records.append(AuditRecord.model_validate_json(line))
+        except ValueError:
+            damaged += 1
+    return AuditPage(records=records, damaged_lines=damaged, truncated=start > 0)
 
 
 def record_audit(layout: Layout, record: AuditRecord) -> None:

@@ -44,6 +44,7 @@ from loopx.status.documents import (
 from loopx.status.sources import read_fleet
 from loopx.status.view import Actor
 from loopx.web import dashboard
+from loopx.web.actions import read_audit
 from loopx.web.bind import host_allowed
 from loopx.web.livetail import read_live
 from loopx.web.metrics import render_metrics
@@ -451,6 +452,13 @@ def api_run(request: Request) -> Response:
     return json_reply(log_doc)
 
 
+@handled
+def audit(request: Request) -> Response:
+    """``/api/audit?limit=100``: who did what, when, applied or refused; newest first."""
+    limit = _number(request, "limit", 100, 1000)
+    return json_reply(read_audit(_service(request).layout, limit))
+
+
 async def events(request: Request) -> Response:
     """``/events``: a ``hello`` frame, then a frame per change, keep-alive comments between."""
     service = _service(request)
@@ -519,6 +527,7 @@ def build_app(
         Route("/metrics", metrics, methods=["GET"]),
         Route("/events", events, methods=["GET"]),
         Route("/api/overview", overview, methods=["GET"]),
+        Route("/api/audit", audit, methods=["GET"]),
         Route("/api/goals", api_goals, methods=["GET"]),
         Route("/api/goals/{goal_id}", api_goal, methods=["GET"]),
         Route("/api/goals/{goal_id}/live", api_live, methods=["GET"]),

@@ -342,7 +342,7 @@ async function render(live) {
 
 // While a person types into an answer box, refresh every part of the page but that form.
 function patchAround(main, view) {
-  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel"]) {
+  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
     const old = document.getElementById(id);
     const fresh = view.querySelector(`#${id}`);
     if (old && fresh) old.replaceWith(fresh);
@@ -356,7 +356,8 @@ async function overviewView() {
   if (f.reason) q.set("reason", f.reason);
   if (f.q) q.set("q", f.q);
   if (f.sort) q.set("sort", f.sort);
-  const [ov, page] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`)]);
+  const [ov, page, audit] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`),
+    api("/api/audit?limit=20").catch(() => null)]);
   state.actions = ov.actions;
   if (!state.seq) state.seq = ov.seq;
   showHeader(ov.counts, ov.fleet);
@@ -369,7 +370,24 @@ async function overviewView() {
         : el("p", { class: "muted" }, "No goal is ready for an agent.")),
     fleetPanel(ov),
     goalsPanel(page),
+    audit ? auditPanel(audit) : null,
   );
+}
+
+// Who did what from this dashboard, when, and how it ended (logs/audit.jsonl, newest first).
+function auditPanel(doc) {
+  const rows = doc.records.map((r) => el("tr", { class: `o-${r.outcome}` },
+    el("td", { "data-label": "when" }, when(r.at)),
+    el("td", { "data-label": "goal" }, el("a", { href: `#/goal/${encodeURIComponent(r.goal_id)}` }, r.goal_id)),
+    el("td", { "data-label": "action" }, r.action),
+    el("td", { "data-label": "outcome" }, badge(r.outcome)),
+    el("td", { "data-label": "detail", class: "why" }, r.answer ? `“${r.answer}” · ${r.detail}` : r.detail),
+    el("td", { "data-label": "client", class: "wide mono" }, r.client)));
+  return el("section", { class: "panel wide-panel", id: "audit-panel", "aria-labelledby": "h-audit" },
+    el("h2", { id: "h-audit" }, "Audit log"),
+    rows.length ? el("table", { class: "table" },
+      el("thead", {}, el("tr", {}, ["When", "Goal", "Action", "Outcome", "Detail", "Client"].map((h, i) => el("th", { class: i === 5 ? "wide" : "" }, h)))),
+      el("tbody", {}, rows)) : el("p", { class: "muted" }, "No action has been tried from the dashboard."));
 }
 
 function attentionPanel(ov) {
