@@ -43,7 +43,6 @@ from loopx.model import utcnow
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
-from loopx.status.livetail import LiveTail
 from loopx.storage.files import ensure_dir, read_bytes
 from loopx.turn.accounting import apply_turn
 from loopx.turn.failures import FailureReason, TurnFailure
@@ -59,6 +58,7 @@ from loopx.turn.phases import finish_held, settle
 from loopx.turn.protocol import Envelope
 from loopx.turn.tamper import GoalFingerprint
 from loopx.usage import Usage
+from loopx.web.livetail import LiveTail
 
 log = get_logger(__name__)
 

@@ -106,6 +106,7 @@ class Agent:
         self._phase = AgentPhase.STARTING
         self._goal_id: str | None = None
         self._turn_key: str | None = None
+        self._turn_started_at: datetime | None = None
         self._wake = threading.Event()
         self._beater: threading.Thread | None = None
         self._beats_done = threading.Event()
@@ -146,6 +147,7 @@ class Agent:
                 self._phase = phase
                 self._goal_id = goal_id
                 self._turn_key = None
+                self._turn_started_at = None
             record = AgentHeartbeat(
                 agent_id=self.config.agent_id,
                 pid=self._me.pid,
@@ -154,6 +156,7 @@ class Agent:
                 phase=self._phase,
                 goal_id=self._goal_id,
                 turn_key=self._turn_key,
+                turn_started_at=self._turn_started_at,
                 turns_done=self.turns_done,
                 started_at=self._started_at,
                 beat_at=utcnow(),
@@ -187,6 +190,14 @@ class Agent:
             self._phase = phase
             self._goal_id = goal_id
             self._turn_key = None
+            self._turn_started_at = None
+
+    def on_turn(self, turn_key: str, started_at: datetime) -> None:
+        """The turn ``turn_key`` began (its journal exists): publish it in a heartbeat now."""
+        with self._beat_lock:
+            self._turn_key = turn_key
+            self._turn_started_at = started_at
+        self.beat()
 
     def _parent_gone(self) -> bool:
         if self.config.parent_pid is None:
@@ -282,6 +293,7 @@ class Agent:
                     stop=self.stop,
                     skip_if_busy=not wait,
                     console=self.console,
+                    on_turn=self.on_turn,
                 )
             except LoopxError as e:
                 # A damaged file or a busy lock of one goal must not stop the others.

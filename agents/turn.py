@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -148,8 +148,13 @@ def attempt_turn(
     skip_if_busy: bool = False,
     console: AgentConsole | None = None,
     host: Host | None = None,
+    on_turn: Callable[[str, datetime], None] | None = None,
 ) -> TurnAttempt:
     """Like :func:`run_one_turn`, saying why no turn ran.
+
+    ``on_turn(turn_key, started_at)`` is called once the turn's journal exists
+    (a new turn, or a retried one), before its host runs: the agent's heartbeat
+    shows it.
 
     ``skip_if_busy``: when the goal's lock is held right now (another agent is
     claiming it or writing its turn), return at once (``busy``) instead of
@@ -204,7 +209,14 @@ def attempt_turn(
                     return TurnAttempt(goal_id=goal_id, claimed=False, workdir_busy=busy_with)
                 try:
                     attempt = _claimed_turn(
-                        layout, goal, lease, stop=stop, config=config, console=console, host=host
+                        layout,
+                        goal,
+                        lease,
+                        stop=stop,
+                        config=config,
+                        console=console,
+                        host=host,
+                        on_turn=on_turn,
                     )
                 finally:
                     release_workdir(layout, workdir.hold)
@@ -235,6 +247,7 @@ def _claimed_turn(
     config: TurnConfig,
     console: AgentConsole | None = None,
     host: Host | None = None,
+    on_turn: Callable[[str, datetime], None] | None = None,
 ) -> TurnAttempt:
     fence = fence_of(layout, lease)
     holder = _Holder(layout, lease, config.lease_ttl_s, config.lease_grace_s)
@@ -257,7 +270,16 @@ def _claimed_turn(
         )
         if pending is not None:  # the newest journal is the pending one
             return _finish_pending(
-                layout, goal, pending, fence, terms, actions, config, stop=stop, console=console
+                layout,
+                goal,
+                pending,
+                fence,
+                terms,
+                actions,
+                config,
+                stop=stop,
+                console=console,
+                on_turn=on_turn,
             )
         fresh = _goal(layout, goal.id)  # finishing a turn may have changed it
         # ... but not where the turn runs: the worktree made above (issue 26).
@@ -274,6 +296,8 @@ def _claimed_turn(
         journal = _plan(layout, goal, lease, decision, account, now=utcnow())
         turn_key = journal.turn_key
         create_journal(layout, journal, fence)
+        if on_turn is not None:
+            on_turn(turn_key, journal.created_at)
         done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
         return _attempt(goal.id, quota=decision, report=_report(done, actions))
     except LeaseLostError as e:
@@ -292,6 +316,7 @@ def _finish_pending(  # noqa: PLR0917 - the claimed turn's own values, passed on
     *,
     stop: threading.Event | None,
     console: AgentConsole | None,
+    on_turn: Callable[[str, datetime], None] | None = None,
 ) -> TurnAttempt:
     """Finish a turn recovery left to this claim: its done-check, or its host run again."""
     if pending.check_due():
@@ -306,6 +331,8 @@ def _finish_pending(  # noqa: PLR0917 - the claimed turn's own values, passed on
     _kill_goal_processes(layout, goal.id, config.kill_grace_s)
     journal = pending.model_copy(update={"attempt": pending.attempt + 1, "updated_at": utcnow()})
     write_journal(layout, journal, fence)
+    if on_turn is not None:
+        on_turn(journal.turn_key, journal.updated_at)
     done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
     return _attempt(goal.id, report=_report(done, actions))
 

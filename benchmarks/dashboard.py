@@ -28,9 +28,9 @@ from playwright.sync_api import sync_playwright
 from loopx.hints import note_goal_changed
 from loopx.log import configure_logging
 from loopx.model import utcnow
-from loopx.status.server import make_server
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import append_history, history_line, make_root
+from loopx.web.server import make_server
 
 ARGS = [
     "--no-sandbox",
@@ -98,7 +98,6 @@ def measure(chromium: str, n: int) -> None:
         api_goals = http_median(port, "/api/goals")
         api_overview = http_median(port, "/api/overview")
         server.shutdown()
-        server.service.stop()
         server.server_close()
         print(
             f"{n:>7,} goals | seed {seeded:6.1f} s | serve cold start {cold:6.2f} s | "

@@ -38,7 +38,6 @@ from loopx.log import configure_logging
 from loopx.model import utcnow
 from loopx.status.cache import StatusCache
 from loopx.status.current import clear_status_cache
-from loopx.status.server import make_server
 from loopx.testing.status_fixtures import (
     append_history,
     history_line,
@@ -46,6 +45,7 @@ from loopx.testing.status_fixtures import (
     register_goals,
     seed_goal,
 )
+from loopx.web.server import make_server
 
 
 def ms(seconds: float) -> str:
@@ -101,9 +101,7 @@ def one_change(layout, cache: StatusCache, n: int, rounds: int, *, hinted: bool)
 
 def http_latency(layout, path: str, requests: int) -> tuple[float, float]:
     server = make_server(layout, host="127.0.0.1", port=0, refresh_interval_s=5.0, ttl_s=5.0)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=60)
@@ -119,7 +117,6 @@ def http_latency(layout, path: str, requests: int) -> tuple[float, float]:
         conn.close()
     finally:
         server.shutdown()
-        server.service.stop()
         server.server_close()
     times.sort()
     return statistics.median(times), times[int(len(times) * 0.99) - 1]

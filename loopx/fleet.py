@@ -77,6 +77,7 @@ class AgentHeartbeat(Record):
     phase: AgentPhase
     goal_id: str | None = None
     turn_key: str | None = None
+    turn_started_at: UtcDatetime | None = None  # when the turn ``turn_key`` started (its journal)
     turns_done: int = 0
     started_at: UtcDatetime
     beat_at: UtcDatetime

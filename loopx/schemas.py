@@ -44,11 +44,7 @@ from loopx.retention.space import SpaceReading
 from loopx.rootwatch import RootMovedNote
 from loopx.settings import RegistrySettings
 from loopx.state import GoalState
-from loopx.status import dashboard
-from loopx.status.actions import ActionResult, AuditRecord
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
-from loopx.status.events import ChangeEvent
-from loopx.status.livetail import LiveOutput
 from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
@@ -62,6 +58,10 @@ from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
 from loopx.turn.workdir import WorkdirHold, WorkdirWait
+from loopx.web import dashboard
+from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
+from loopx.web.events import ChangeEvent
+from loopx.web.livetail import LiveOutput
 from loopx.worktree.mergejournal import MergeJournal
 from loopx.worktree.view import WorktreeView
 
@@ -162,6 +162,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "account-list": AccountList,
     "account-show": AccountShow,
     "account-summary": AccountSummary,
+    "dashboard-gate-conflict": GateConflict,
+    "dashboard-audit": AuditPage,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

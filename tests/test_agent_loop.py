@@ -151,3 +151,24 @@ def test_agent_stops_when_its_parent_is_gone(root: Path) -> None:
         parent.wait()
         proc.kill()
         proc.wait()
+
+
+def test_the_heartbeat_names_the_turn_in_flight_and_its_start(root: Path, tmp_path: Path) -> None:
+    """While a host runs, `agents/<id>.json` carries the goal, the turn key and the turn's start."""
+    add_demo_goal(root, "g", tmp_path / "w", "--steps", "5", "--hang", "30")
+    proc = agent(root, "--once")
+    try:
+        beat = wait_for(
+            "a heartbeat naming the turn",
+            lambda: (b := heartbeat(root)) is not None and b["turn_key"] is not None and b,
+        )
+        [journal] = journals(root, "g")
+        assert (beat["goal_id"], beat["turn_key"], beat["phase"]) == (
+            "g",
+            journal["turn_key"],
+            "running",
+        )
+        assert beat["turn_started_at"] == journal["created_at"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)

@@ -158,8 +158,10 @@ def test_a_served_root_answers_until_stopped(tmp_path: Path) -> None:
     try:
         host, port = server.address
         assert host == "127.0.0.1" and port > 0
-        with urllib.request.urlopen(f"{server.url}healthz", timeout=30) as reply:
+        ask = urllib.request.Request(f"{server.url}healthz", headers=server.auth_headers)
+        with urllib.request.urlopen(ask, timeout=30) as reply:
             assert json.load(reply)["goals"] == 1
+        assert server.token and server.page_url.endswith(f"#token={server.token}")
     finally:
         server.stop()
     assert server.wait(0)
@@ -171,7 +173,7 @@ def test_an_open_bind_without_a_token_is_refused(tmp_path: Path) -> None:
     """The API refuses what `loopx serve` refuses, before binding."""
     root = loopx.Root.open(tmp_path / "r", create=True)
     with pytest.raises(loopx.UsageError, match=r"0\.0\.0\.0"):
-        root.serve(host="0.0.0.0", port=0, env={})
+        root.serve(host="0.0.0.0", port=0, no_token=True)
 
 
 def test_a_foreground_run_in_a_child_returns_the_run_summary(tmp_path: Path) -> None:

@@ -15,11 +15,11 @@ from loopx.model import utcnow
 from loopx.registry.goals import get_goal
 from loopx.registry.model import GoalStatus
 from loopx.state import load_state
-from loopx.status.actions import audit_file, cross_site_reason
-from loopx.status.bind import ActionsNeedTokenError
-from loopx.status.server import StatusServer, make_server
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import append_history, history_line
+from loopx.web.actions import audit_file, cross_site_reason
+from loopx.web.bind import ActionsNeedTokenError
+from loopx.web.server import HttpServer, make_server
 from tests.test_server import running
 
 TOKEN = "dash-token"
@@ -28,7 +28,7 @@ JSON_AUTH = {**AUTH, "Content-Type": "application/json"}
 
 
 @pytest.fixture
-def server(layout, tmp_path) -> Iterator[StatusServer]:
+def server(layout, tmp_path) -> Iterator[HttpServer]:
     seed_fleet_root(layout, 30, now=utcnow(), workdir=tmp_path)
     yield from running(
         make_server(
@@ -44,7 +44,7 @@ def server(layout, tmp_path) -> Iterator[StatusServer]:
 
 
 @pytest.fixture
-def readonly(layout, tmp_path) -> Iterator[StatusServer]:
+def readonly(layout, tmp_path) -> Iterator[HttpServer]:
     seed_fleet_root(layout, 12, now=utcnow(), workdir=tmp_path)
     yield from running(make_server(layout, port=0, refresh_interval_s=0.2, ttl_s=0.0))
 
@@ -64,7 +64,7 @@ def call(server, method, path, headers=None, body=None):
         conn.close()
 
 
-def answer(server, goal_id, headers, body=b'{"answer": "merge it"}'):
+def answer(server, goal_id, headers, body=b'{"answer": "merge it", "gate_id": 1}'):
     return call(server, "POST", f"/api/goals/{goal_id}/resolve-gate", headers, body)
 
 
@@ -175,8 +175,8 @@ def test_library_errors_reach_the_page(server, layout):
     """The CLI's error (no open gate, no such goal) comes back with its hint, and is audited."""
     status, doc = answer(server, "goal-00003", JSON_AUTH)
     assert status == 409
-    assert "nothing to resolve" in doc["error"]
-    assert "goal show" in doc["hint"]
+    assert "gate 1 does not exist" in doc["error"]
+    assert "no gate of this goal is open" in doc["hint"]
     assert answer(server, "nope", JSON_AUTH)[0] == 404
     assert [r["outcome"] for r in audit_lines(layout)] == ["failed", "failed"]
 
@@ -252,7 +252,9 @@ def test_committed_turn_arrives_as_an_event(server, layout):
     host, port = server.server_address[:2]
     sock = socket.create_connection((host, port), timeout=10)
     try:
-        head = f"GET /events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        head = (
+            f"GET /events HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        )
         sock.sendall(head.encode())
         stream = sock.makefile("rb")
         assert stream.readline().startswith(b"HTTP/1.1 200")
@@ -309,7 +311,7 @@ def test_slow_body_is_cut_at_the_request_deadline(server, layout):
     started = time.monotonic()
     try:
         head = (
-            "POST /api/goals/goal-00000/resolve-gate HTTP/1.1\r\nHost: x\r\n"
+            f"POST /api/goals/goal-00000/resolve-gate HTTP/1.1\r\nHost: {host}:{port}\r\n"
             f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
             "Content-Length: 100\r\n\r\n{"
         )
@@ -325,4 +327,121 @@ def test_head_on_events_does_not_stream(server):
     """HEAD /events answers the headers and ends, without holding a stream open."""
     status, body = call(server, "HEAD", "/events", AUTH)
     assert (status, body) == (200, b"")
-    assert server.streams.open == 0
+
+
+# --- answers land on the gate the person saw (issue 30 item 4) ---------------------------------
+
+
+def two_gates(layout, goal_id="goal-00003"):
+    from loopx.registry.goals import open_gate
+
+    first = open_gate(layout, goal_id, "Drop the staging database?", now=utcnow())
+    second = open_gate(layout, goal_id, "May I email the customers?", now=utcnow())
+    return first, second
+
+
+def post(server, goal_id, action, doc):
+    return call(server, "POST", f"/api/goals/{goal_id}/{action}", JSON_AUTH, json.dumps(doc))
+
+
+def test_a_stale_answer_is_409_with_the_current_question(server, layout):
+    """Tab A answers gate 1; tab B's answer for gate 1 is refused with gate 2's question."""
+    first, second = two_gates(layout)
+    a = {"answer": "yes, drop staging", "gate_id": first.id, "question": first.question}
+    assert post(server, "goal-00003", "resolve-gate", a)[0] == 200
+    b = {"answer": "no", "gate_id": first.id, "question": first.question}
+    status, doc = post(server, "goal-00003", "resolve-gate", b)
+    assert status == 409
+    assert (doc["gate_id"], doc["current_gate"]["id"]) == (first.id, second.id)
+    assert second.question in doc["hint"]
+    gates = load_state(layout, "goal-00003").gates
+    assert [(g.id, g.answer) for g in gates] == [(first.id, "yes, drop staging"), (second.id, None)]
+
+
+def test_an_answer_to_a_changed_question_is_refused(server, layout):
+    """The question the person read must still be the gate's: otherwise 409, nothing written."""
+    first, _ = two_gates(layout)
+    doc = {"answer": "yes", "gate_id": first.id, "question": "Something else?"}
+    assert post(server, "goal-00003", "resolve-gate", doc)[0] == 409
+    assert load_state(layout, "goal-00003").gates[0].answer is None
+
+
+def test_the_same_answer_twice_is_applied_once(server, layout):
+    """A double click: the second identical answer is 200 "repeated" and writes nothing."""
+    first, _ = two_gates(layout)
+    doc = {"answer": "yes", "gate_id": first.id, "question": first.question}
+    assert post(server, "goal-00003", "resolve-gate", doc)[0] == 200
+    before = layout.state_file("goal-00003").read_bytes()
+    status, again = post(server, "goal-00003", "resolve-gate", doc)
+    assert (status, again["repeated"]) == (200, True)
+    assert layout.state_file("goal-00003").read_bytes() == before
+
+
+def test_pausing_twice_writes_once(server, layout):
+    """Pause on a paused goal is 200 "repeated" and leaves the goal file alone."""
+    assert post(server, "goal-00003", "pause", {})[0] == 200
+    goal_file = layout.root / "goals" / "goal-00003" / "goal.json"
+    before = goal_file.read_bytes()
+    status, doc = post(server, "goal-00003", "pause", {})
+    assert (status, doc["repeated"], goal_file.read_bytes()) == (200, True, before)
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"answer": "yes"}', "say which gate"),
+        (b"{not json", "not valid JSON"),
+        (json.dumps({"answer": "x" * 4001, "gate_id": 1}).encode(), "longer than 4000"),
+        (b'{"answer": "yes", "gate_id": 1, "colour": "red"}', "'colour' is not a field"),
+        (b'{"answer": "yes", "gate_id": "first"}', "gate_id must be a whole number"),
+        (b'{"answer": "", "gate_id": 1}', "answer must not be empty"),
+    ],
+)
+def test_refusals_are_sentences(server, body, words):
+    """A bad body is a 400 whose message names the problem, never pydantic's report."""
+    status, doc = call(server, "POST", "/api/goals/goal-00000/resolve-gate", JSON_AUTH, body)
+    assert status == 400
+    assert words in doc["error"]
+    assert "validation error" not in doc["error"]
+
+
+def test_a_turn_in_flight_shows_running_however_short(server, layout):
+    """A live heartbeat naming a turn makes its goal `running` at once, with the agent and turn."""
+    from loopx.fleet import AgentHeartbeat, AgentPhase
+    from loopx.storage.files import atomic_write_model
+
+    now = utcnow()
+    beat = AgentHeartbeat(
+        agent_id="agent-9",
+        pid=1,
+        pid_started_at=0.0,
+        hostname="h",
+        phase=AgentPhase.RUNNING,
+        goal_id="goal-00004",
+        turn_key="goal-00004-5-2",
+        turn_started_at=now,
+        started_at=now,
+        beat_at=now,
+    )
+    atomic_write_model(layout.agent_file("agent-9"), beat)
+    _, page = call(server, "GET", "/api/goals?q=goal-00004", AUTH)
+    [row] = page["rows"]
+    assert (row["reason"], row["agent_id"]) == ("running", "agent-9")
+    _, doc = call(server, "GET", "/api/goals/goal-00004", AUTH)
+    assert doc["running"]["turn_key"] == "goal-00004-5-2"
+    _, overview = call(server, "GET", "/api/overview", AUTH)
+    [agent] = [a for a in overview["agents"] if a["agent_id"] == "agent-9"]
+    assert agent["turn_since"] is not None and agent["turn_key"] == "goal-00004-5-2"
+
+
+def test_the_audit_log_is_served_newest_first(server, layout):
+    """`/api/audit` lists each attempt, applied or refused, newest first, with its answer."""
+    assert answer(server, "goal-00000", JSON_AUTH)[0] == 200
+    assert answer(server, "goal-00000", {**JSON_AUTH, "Origin": "https://evil.example"})[0] == 403
+    status, doc = call(server, "GET", "/api/audit?limit=10", AUTH)
+    assert status == 200
+    assert [(r["outcome"], r["answer"]) for r in doc["records"]] == [
+        ("refused", None),
+        ("applied", "merge it"),
+    ]
+    assert call(server, "GET", "/api/audit")[0] == 401

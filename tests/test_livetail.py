@@ -7,8 +7,8 @@ import sys
 import time
 
 from loopx.registry.model import HostKind
-from loopx.status.livetail import TAIL_BYTES, LiveTail, live_file, read_live
-from loopx.status.server import make_server
+from loopx.web.livetail import TAIL_BYTES, LiveTail, live_file, read_live
+from loopx.web.server import make_server
 from tests.test_dashboard_server import call
 from tests.test_server import running
 from tests.turnkit import cli_env, demo_goal

@@ -190,7 +190,7 @@ def test_the_dashboard_merge_action_takes_the_same_path(cli_root: Path, tmp_path
     """`perform(..., Action.MERGE)` merges through `loopx goal merge` and returns its journal."""
     from loopx.model import utcnow
     from loopx.root import Layout
-    from loopx.status.actions import Action, ActionRequest, perform
+    from loopx.web.actions import Action, ActionRequest, perform
 
     repo = repo_with_ignored_env(tmp_path / "repo")
     done_goal(cli_root, repo)

@@ -23,8 +23,8 @@ from loopx.cli._app import build_parser
 from loopx.model import Record
 from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.schemas import FILES, OUTPUTS, SCHEMAS
-from loopx.status.server import make_server
 from loopx.testing.gitwork import host_argv, make_repo
+from loopx.web.server import make_server
 from tests.conftest import Cli
 from tests.turnkit import loopx_here
 
@@ -87,11 +87,12 @@ HTTP_OUTPUT_OF: dict[str, str] = {
     "/api/goals": "dashboard-goals",
     "/api/goals/g1": "dashboard-goal",
     "/api/goals/g1/runs/1": "dashboard-run-log",
+    "/api/audit": "dashboard-audit",
 }
 
 # Outputs no GET of a plain JSON route returns: the SSE stream's events and the token-only
 # POST actions (the dashboard's own tests drive those).
-NOT_A_GET_REPLY = {"change-event", "dashboard-action"}
+NOT_A_GET_REPLY = {"change-event", "dashboard-action", "dashboard-gate-conflict"}
 
 
 def _json_commands(
@@ -272,7 +273,7 @@ def test_every_http_reply_validates(cli: Cli, tmp_path: Path) -> None:
         ResolvedRoot(cli.root, cli.root / "registry.json", RootSource.FLAG), create=False
     )
     server = make_server(layout, host="127.0.0.1", port=0, refresh_interval_s=0.5)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread = threading.Thread(target=server.serve_forever)
     thread.start()
     try:
         port = server.server_address[1]
@@ -284,6 +285,5 @@ def test_every_http_reply_validates(cli: Cli, tmp_path: Path) -> None:
         assert len(turns.turns) == 1  # type: ignore[attr-defined]
     finally:
         server.shutdown()
-        server.service.stop()
         server.server_close()
         thread.join(timeout=10)

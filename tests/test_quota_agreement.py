@@ -16,9 +16,9 @@ from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendRecord, append_spend, read_spend
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.status.current import load_status, status_cache
-from loopx.status.metrics import render_metrics
 from loopx.testing.status_fixtures import make_goal, make_root, register_goals
 from loopx.usage import Usage
+from loopx.web.metrics import render_metrics
 
 T0 = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 GOAL = "g1"

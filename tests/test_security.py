@@ -259,10 +259,11 @@ def serve(
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        found = re.search(r"http://([^/\s]+)/", line)
+        found = re.search(r"http://([^/\s]+)/(?:#token=(\S+))?", line)
         assert found, f"serve printed no address: {line!r}"
         hostport = found.group(1)
         host, port = hostport.rsplit(":", 1)
+        request.node.served_token = found.group(2)  # the token serve made (or was given)
         yield proc, host, int(port)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -282,15 +283,18 @@ def _http(host: str, port: int, method: str, path: str, token: str | None = None
         conn.close()
 
 
-def test_server_binds_loopback_by_default_and_is_read_only(serve) -> None:  # type: ignore[no-untyped-def]
-    """`loopx serve` listens on 127.0.0.1; writes are 405; traversal in a path is 404."""
+def test_server_binds_loopback_by_default_and_is_read_only(serve, request) -> None:  # type: ignore[no-untyped-def]
+    """`loopx serve` listens on 127.0.0.1 behind a token it made; writes are 405; traversal 404."""
     _proc, host, port = serve
+    token = request.node.served_token
     assert host == "127.0.0.1"
-    assert _http(host, port, "GET", "/healthz") == 200
+    assert token
+    assert _http(host, port, "GET", "/healthz") == 401
+    assert _http(host, port, "GET", "/healthz", token=token) == 200
     for method in ("POST", "PUT", "DELETE", "PATCH"):
-        assert _http(host, port, method, "/status") == 405
+        assert _http(host, port, method, "/status", token=token) == 405
     for path in ("/goals/..%2F..%2Fetc%2Fpasswd", "/goals/../registry.json", "/goals/%2e%2e/turns"):
-        assert _http(host, port, "GET", path) in {400, 404}
+        assert _http(host, port, "GET", path, token=token) in {400, 404}
 
 
 @pytest.mark.parametrize("serve", ["t0ken-for-the-test"], indirect=True)
@@ -303,9 +307,9 @@ def test_server_with_a_token_refuses_requests_without_it(serve) -> None:  # type
 
 
 def test_server_refuses_open_bind_without_token(tmp_path: Path) -> None:
-    """A non-loopback bind without a token exits 2 before binding anything."""
+    """A non-loopback bind without a token (--no-token) exits 2 before binding anything."""
     layout = make_root(tmp_path / "root")
-    done = loopx(layout.root, "serve", "--host", "0.0.0.0", "--port", "0", timeout=20)
+    done = loopx(layout.root, "serve", "--host", "0.0.0.0", "--port", "0", "--no-token", timeout=20)
     assert done.returncode == 2 and "token" in done.stderr
 
 

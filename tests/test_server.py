@@ -12,16 +12,16 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from urllib.parse import urlsplit
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loopx.errors import UsageError
 from loopx.model import utcnow
-from loopx.status.bind import InsecureBindError, check_bind
-from loopx.status.metrics import _format
-from loopx.status.server import StatusServer, make_server
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
+from loopx.web.bind import InsecureBindError, check_bind
+from loopx.web.server import HttpServer, make_server
 
 TOKEN = "s3cret-token"
 
@@ -35,34 +35,31 @@ def seed(layout, n: int = 3):
     write_state(layout, open_gate_state("g1", "Merge?", now=now))
 
 
-def running(server: StatusServer) -> Iterator[StatusServer]:
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
+def running(server: HttpServer) -> Iterator[HttpServer]:
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield server
     finally:
         server.shutdown()
-        server.service.stop()
         server.server_close()
         thread.join(timeout=10)
 
 
 @pytest.fixture
-def server(layout) -> Iterator[StatusServer]:
+def server(layout) -> Iterator[HttpServer]:
     seed(layout)
     yield from running(make_server(layout, host="127.0.0.1", port=0, refresh_interval_s=0.5))
 
 
 @pytest.fixture
-def token_server(layout) -> Iterator[StatusServer]:
+def token_server(layout) -> Iterator[HttpServer]:
     seed(layout)
     yield from running(make_server(layout, host="127.0.0.1", port=0, token=TOKEN))
 
 
 def request(
-    server: StatusServer,
+    server: HttpServer,
     method: str,
     path: str,
     headers: dict[str, str] | None = None,
@@ -162,25 +159,13 @@ def test_metrics_parse_at_full_precision(server):
     assert samples["loopx_status_checked_timestamp_seconds"] != float(f"{stamp:g}")
 
 
-@pytest.mark.parametrize(
-    ("value", "text"),
-    [(1_234_567.0, "1234567"), (1796060000.125, "1796060000.125"), (0.1, "0.1"),
-     (float("inf"), "+Inf"), (2.0**60, "1.152921504606847e+18")],
-)  # fmt: skip
-def test_metric_values_keep_full_precision(value, text):
-    """Counters above a million and Unix timestamps are written exactly, not to 6 digits."""
-    assert _format(value) == text
-    (family,) = text_string_to_metric_families(f"# TYPE x gauge\nx {text}\n")
-    assert family.samples[0].value == value
-
-
 def test_hundred_concurrent_clients(layout):
     """100 clients at once all get a complete, identical /status."""
     seed(layout)
     # No background refresh during the burst: every reply comes from one cache generation.
     for srv in running(make_server(layout, host="127.0.0.1", port=0, refresh_interval_s=3600)):
 
-        def fetch(_: int, srv: StatusServer = srv) -> tuple[int, bytes]:
+        def fetch(_: int, srv: HttpServer = srv) -> tuple[int, bytes]:
             status, _, body = request(srv, "GET", "/status")
             return status, body
 
@@ -258,10 +243,17 @@ def test_port_in_use_is_a_usage_error(server, layout):
 
 
 def test_serve_cli_refuses_public_bind_without_token(cli):
-    """`loopx serve --host 0.0.0.0` without a token exits 2 with a hint."""
-    proc = cli.run("serve", "--host", "0.0.0.0", "--port", "0")
+    """`loopx serve --host 0.0.0.0 --no-token` exits 2 with a hint, before binding."""
+    proc = cli.run("serve", "--host", "0.0.0.0", "--port", "0", "--no-token")
     assert proc.returncode == 2
-    assert "token" in proc.stderr
+    assert "--no-token" in proc.stderr and "127.0.0.1" in proc.stderr
+
+
+def test_serve_cli_refuses_a_token_in_argv(cli):
+    """`loopx serve --token T` exits 2 and says where a token may come from instead."""
+    proc = cli.run("serve", "--port", "0", "--token", "abcdefabcdefabcdef")
+    assert proc.returncode == 2
+    assert "--token-file" in proc.stderr and "LOOPX_SERVE_TOKEN" in proc.stderr
 
 
 def test_serve_cli_serves(layout, cli):
@@ -275,13 +267,14 @@ def test_serve_cli_serves(layout, cli):
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        port = int(line.rsplit(":", 1)[1].split("/")[0])
+        url = urlsplit(proc.stdout.readline().split()[4])
+        token = url.fragment.removeprefix("token=")
+        port = url.port
         deadline = time.monotonic() + 30
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                conn.request("GET", "/healthz")
+                conn.request("GET", "/healthz", headers={"Authorization": f"Bearer {token}"})
                 assert conn.getresponse().status == 200
                 conn.close()
                 break

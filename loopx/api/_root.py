@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loopx.root import Layout, open_root, resolve_root
-from loopx.status import serving
+from loopx.web import serving
 
 # Each group is imported when first used: a command pays only for the layers it touches.
 if TYPE_CHECKING:
@@ -212,34 +212,45 @@ class Root:
         *,
         host: str = serving.DEFAULT_HOST,  # the defaults of StatusServer (imported on use)
         port: int = serving.DEFAULT_PORT,
-        token: str | None = None,
+        token_file: Path | None = None,
+        no_token: bool = False,
         actions: bool = False,
         refresh_interval_s: float = serving.SERVE_REFRESH_S,
         ttl_s: float = serving.SERVE_TTL_S,
+        allowed_hosts: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> StatusServer:
         """`loopx serve`: bind the dashboard and HTTP status API of this root (not serving yet).
 
-        ``token`` defaults to ``$LOOPX_SERVE_TOKEN`` (read from ``env``); ``port``
-        0 picks a free port (see ``.address``). Serve with ``.start()`` (a
-        background thread) or ``.serve_forever()``; ``.stop()`` ends it, and
-        ``with root.serve(...) as server:`` does both.
+        The token is read from ``token_file``, else ``$LOOPX_SERVE_TOKEN`` (of
+        ``env``), else the root's ``serve.token`` (created 0600 on first use);
+        ``no_token`` serves without one (loopback only). ``.token`` and
+        ``.page_url`` say what a client needs. ``port`` 0 picks a free port
+        (see ``.address``). Serve with ``.start()`` (a background thread) or
+        ``.serve_forever()``; ``.stop()`` ends it, and ``with root.serve(...)
+        as server:`` does both.
 
         Raises:
             InsecureBindError: ``host`` is not loopback and there is no token.
+            NoTokenOffLoopbackError: ``no_token`` off loopback.
+            TokenFileError: the token file is missing, empty or readable by others.
             ActionsNeedTokenError: ``actions`` without a token.
             UsageError: the address cannot be bound.
         """
         from loopx.api._serve import StatusServer  # noqa: PLC0415 - lazy group
 
+        token = StatusServer.resolve_token(
+            self.layout, host=host, env=env, token_file=token_file, no_token=no_token
+        )
         return StatusServer(
             self.layout,
             host=host,
             port=port,
-            token=token or StatusServer.env_token(env),
+            token=token,
             actions=actions,
             refresh_interval_s=refresh_interval_s,
             ttl_s=ttl_s,
+            allowed_hosts=allowed_hosts,
         )
 
     @property

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from loopx import environ
 from loopx.root import Layout
-from loopx.status import serving
+from loopx.web import serving
 
 if TYPE_CHECKING:
-    from loopx.status import server as http
+    from loopx.web import server as http
+    from loopx.web.token import ServeToken
 
 
 class StatusServer:
@@ -27,7 +29,7 @@ class StatusServer:
     DEFAULT_PORT: ClassVar[int] = serving.DEFAULT_PORT  # `--port` default (0 picks a free port)
     REFRESH_S: ClassVar[float] = serving.SERVE_REFRESH_S  # `--refresh-interval-seconds` default
     TTL_S: ClassVar[float] = serving.SERVE_TTL_S  # `--status-projection-cache-ttl-seconds` default
-    TOKEN_ENV: ClassVar[str] = environ.SERVE_TOKEN  # the variable `--token` defaults to
+    TOKEN_ENV: ClassVar[str] = environ.SERVE_TOKEN  # the variable the token may come from
 
     def __init__(
         self,
@@ -35,23 +37,28 @@ class StatusServer:
         *,
         host: str,
         port: int,
-        token: str | None,
+        token: ServeToken,
         actions: bool,
         refresh_interval_s: float,
         ttl_s: float,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
-        from loopx.status import server as http  # noqa: PLC0415 - the HTTP stack, only to serve
+        from loopx.web import server as http  # noqa: PLC0415 - the HTTP stack, only to serve
 
-        self._server: http.StatusServer = http.make_server(
+        self._server: http.HttpServer = http.make_server(
             layout,
             host=host,
             port=port,
-            token=token,
+            token=token.value,
             ttl_s=ttl_s,
             refresh_interval_s=refresh_interval_s,
             actions=actions,
+            allowed_hosts=allowed_hosts,
         )
         self.actions = actions
+        self.token: str | None = token.value
+        self.token_source: str = token.source.value  # none, file, env, stored, created
+        self.token_path: Path | None = token.path
         self._thread: threading.Thread | None = None
         self._serving = threading.Event()
         self._stopped = threading.Event()
@@ -62,6 +69,52 @@ class StatusServer:
         return environ.text(environ.SERVE_TOKEN, os.environ if env is None else env)
 
     @staticmethod
+    def resolve_token(
+        layout: Layout,
+        *,
+        host: str,
+        env: Mapping[str, str] | None = None,
+        token_file: Path | None = None,
+        no_token: bool = False,
+    ) -> ServeToken:
+        """The token `loopx serve` serves with: ``--no-token``, ``--token-file``, the variable, or the root's.
+
+        Raises:
+            NoTokenOffLoopbackError: ``no_token`` off loopback.
+            TokenFileError: the token file is missing, empty or readable by others.
+        """
+        from loopx.web.token import resolve_token  # noqa: PLC0415 - only the serving API needs it
+
+        return resolve_token(
+            layout,
+            host=host,
+            env_token=StatusServer.env_token(env),
+            token_path=token_file,
+            no_token=no_token,
+        )
+
+    @staticmethod
+    def refuse_token_in_argv() -> None:
+        """`loopx serve --token T`: refused, with the ways that keep the token out of ``ps``.
+
+        Raises:
+            TokenInArgvError: always.
+        """
+        from loopx.web.bind import TokenInArgvError  # noqa: PLC0415 - only the serving API needs it
+
+        raise TokenInArgvError
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header a client of this server sends (none without a token)."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    @property
+    def page_url(self) -> str:
+        """The dashboard's URL with the token in its fragment (never sent to a server or a log)."""
+        return f"{self.url}#token={self.token}" if self.token else self.url
+
+    @staticmethod
     def check_bind(host: str, token: str | None, *, actions: bool = False) -> None:
         """Refuse a bind `loopx serve` refuses, before anything is opened.
 
@@ -69,7 +122,7 @@ class StatusServer:
             InsecureBindError: ``host`` is not loopback and there is no token.
             ActionsNeedTokenError: ``actions`` without a token.
         """
-        from loopx.status.bind import check_bind  # noqa: PLC0415 - only the serving API needs it
+        from loopx.web.bind import check_bind  # noqa: PLC0415 - only the serving API needs it
 
         check_bind(host, token, actions=actions)
 
@@ -88,7 +141,7 @@ class StatusServer:
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`stop` (from another thread) or Ctrl-C; then close."""
         self._serving.set()
-        from loopx.status.server import serve  # noqa: PLC0415 - imported by __init__ already
+        from loopx.web.server import serve  # noqa: PLC0415 - imported by __init__ already
 
         try:
             serve(self._server)
@@ -118,8 +171,7 @@ class StatusServer:
             self._server.shutdown()  # serve_forever closes everything on its way out
             self._stopped.wait()
             return
-        self._server.service.stop()  # bound, never served
-        self._server.server_close()
+        self._server.server_close()  # bound, never served
         self._stopped.set()
 
     def __enter__(self) -> Self:

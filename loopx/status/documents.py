@@ -85,6 +85,7 @@ class Health(Record):
     checked_at: UtcDatetime
     goals: int
     degraded: str | None = None  # why the root cannot take writes now (disk full...), if so
+    refresh_error: str | None = None  # why `loopx serve` cannot refresh (ok is then false)
 
 
 class ErrorReply(Record):

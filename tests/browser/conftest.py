@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from loopx.root import Layout
-from loopx.status.server import make_server
+from loopx.web.server import make_server
 
 CHROMIUM = os.environ.get("LOOPX_CHROMIUM", "/usr/bin/chromium")
 # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start. The rest keep a
@@ -90,14 +90,11 @@ def with_token(tab: Tab, token: str = TOKEN) -> None:
 def served(layout: Layout, **options: Any) -> Iterator[str]:
     """``loopx serve`` on a free loopback port; yields the dashboard's URL."""
     server = make_server(layout, host="127.0.0.1", port=0, **options)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
     finally:
         server.shutdown()
-        server.service.stop()
         server.server_close()
         thread.join(timeout=10)

@@ -18,9 +18,9 @@ import pytest
 from loopx.model import utcnow
 from loopx.registry.goals import open_gate
 from loopx.state import load_state
-from loopx.status.actions import audit_file
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import make_root
+from loopx.web.actions import audit_file
 from tests.browser.conftest import TOKEN, served, with_token
 from tests.turnkit import cli_env, demo_goal, loopx
 

@@ -5,16 +5,34 @@
 "use strict";
 
 const TOKEN_KEY = "loopx-token";
+const DRAFTS_KEY = "loopx-drafts";
 const PAGE_ROWS = 50;
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || "",
   actions: false,
   seq: 0,
-  filter: { actor: "", reason: "", q: "" },
+  filter: { actor: "", reason: "", q: "", sort: "" },
+  selected: new Set(),  // goal ids ticked in the table, for the bulk buttons
   offset: 0,
   route: null,
   pending: null,
+  // Typed gate answers by "goal/gate", kept through live refreshes, refusals and reloads (this tab).
+  drafts: JSON.parse(sessionStorage.getItem(DRAFTS_KEY) || "{}"),
+  inflight: new Set(),  // "goal/action" requests on their way: a second click is ignored
 };
+
+function saveDrafts() {
+  sessionStorage.setItem(DRAFTS_KEY, JSON.stringify(state.drafts));
+}
+
+// `loopx serve` prints the page's URL with the token in the fragment (never sent to the server).
+function takeTokenFromUrl() {
+  const m = location.hash.match(/^#token=([^&]+)$/);
+  if (!m) return;
+  state.token = decodeURIComponent(m[1]);
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  history.replaceState(null, "", `${location.pathname}${location.search}#/`);
+}
 const REASONS = ["crash_loop", "quarantined", "failing", "gate_pending", "paused", "running",
   "ready", "quota_exhausted", "waiting", "done"];
 
@@ -90,16 +108,24 @@ async function api(path, options) {
   }
   if (!resp.ok) {
     const msg = doc && doc.error ? doc.error + (doc.hint ? ` (${doc.hint})` : "") : `HTTP ${resp.status}`;
-    throw new Error(msg);
+    const err = new Error(msg);
+    err.status = resp.status;
+    err.doc = doc;
+    throw err;
   }
   return doc;
 }
 
-async function act(goalId, action, body) {
+// One action; `button` (if any) is disabled while it is on its way, and a second click is ignored.
+async function act(goalId, action, body, button) {
   if (!state.token) {
     showTokenForm("Actions need the server's token.");
     return false;
   }
+  const key = `${goalId}/${action}`;
+  if (state.inflight.has(key)) return false;
+  state.inflight.add(key);
+  if (button) button.disabled = true;
   try {
     await api(`/api/goals/${encodeURIComponent(goalId)}/${action}`, {
       method: "POST",
@@ -107,12 +133,32 @@ async function act(goalId, action, body) {
       body: JSON.stringify(body || {}),
     });
     notice("");
-    await render();
     return true;
   } catch (e) {
-    notice(`${goalId}: ${action} refused: ${e.message}`);
+    refused(goalId, action, body, e);
     return false;
+  } finally {
+    state.inflight.delete(key);
+    if (button) button.disabled = false;
+    await render();
   }
+}
+
+// A refused answer keeps its text. When the gate closed or changed (409), the text moves to the
+// box of the question the goal asks now, to be read against it and sent again, or not.
+function refused(goalId, action, body, e) {
+  const conflict = e.status === 409 && e.doc && "current_gate" in e.doc;
+  if (conflict && body && body.gate_id !== undefined) {
+    const draft = state.drafts[`${goalId}/${body.gate_id}`];
+    const now = e.doc.current_gate;
+    if (draft !== undefined && now) {
+      const target = `${goalId}/${now.id}`;
+      if (!state.drafts[target]) state.drafts[target] = draft;
+      delete state.drafts[`${goalId}/${body.gate_id}`];
+      saveDrafts();
+    }
+  }
+  notice(`${goalId}: ${action.replace("-", " ")} refused: ${e.message}`);
 }
 
 // --- header: fleet, counts, live indicator, token ----------------------------------------------
@@ -138,10 +184,19 @@ function showHeader(counts, fleet) {
 
 function setActor(actor, ev) {
   if (ev) ev.preventDefault();
-  state.filter = { actor, reason: "", q: "" };
-  state.offset = 0;
-  if (parseRoute().goal) location.hash = "#/";
-  else render();
+  go({ actor, reason: "", q: "", sort: state.filter.sort }, 0);
+}
+
+// The table's filters, search, sort and page live in the URL (#/?actor=&reason=&q=&sort=&offset=),
+// so a reload, a bookmark or a link shows the same view.
+function go(filter, offset) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(filter)) if (v) q.set(k, v);
+  if (offset) q.set("offset", offset);
+  const hash = `#/${q.toString() ? "?" + q : ""}`;
+  // pushState, not location.hash: no hashchange, so the focus stays where the person is.
+  if (location.hash !== hash) history.pushState(null, "", hash);
+  render();
 }
 
 function showTokenForm(message) {
@@ -249,6 +304,10 @@ function refresh(changed) {
 function parseRoute() {
   const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+))?$/);
   if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? Number(m[2]) : null };
+  const list = location.hash.match(/^#\/\?(.*)$/);
+  const q = new URLSearchParams(list ? list[1] : "");
+  state.filter = { actor: q.get("actor") || "", reason: q.get("reason") || "", q: q.get("q") || "", sort: q.get("sort") || "" };
+  state.offset = Number(q.get("offset")) || 0;
   return { goal: null, run: null };
 }
 
@@ -283,7 +342,7 @@ async function render(live) {
 
 // While a person types into an answer box, refresh every part of the page but that form.
 function patchAround(main, view) {
-  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel"]) {
+  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
     const old = document.getElementById(id);
     const fresh = view.querySelector(`#${id}`);
     if (old && fresh) old.replaceWith(fresh);
@@ -296,7 +355,9 @@ async function overviewView() {
   if (f.actor) q.set("actor", f.actor);
   if (f.reason) q.set("reason", f.reason);
   if (f.q) q.set("q", f.q);
-  const [ov, page] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`)]);
+  if (f.sort) q.set("sort", f.sort);
+  const [ov, page, audit] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`),
+    api("/api/audit?limit=20").catch(() => null)]);
   state.actions = ov.actions;
   if (!state.seq) state.seq = ov.seq;
   showHeader(ov.counts, ov.fleet);
@@ -309,7 +370,24 @@ async function overviewView() {
         : el("p", { class: "muted" }, "No goal is ready for an agent.")),
     fleetPanel(ov),
     goalsPanel(page),
+    audit ? auditPanel(audit) : null,
   );
+}
+
+// Who did what from this dashboard, when, and how it ended (logs/audit.jsonl, newest first).
+function auditPanel(doc) {
+  const rows = doc.records.map((r) => el("tr", { class: `o-${r.outcome}` },
+    el("td", { "data-label": "when" }, when(r.at)),
+    el("td", { "data-label": "goal" }, el("a", { href: `#/goal/${encodeURIComponent(r.goal_id)}` }, r.goal_id)),
+    el("td", { "data-label": "action" }, r.action),
+    el("td", { "data-label": "outcome" }, badge(r.outcome)),
+    el("td", { "data-label": "detail", class: "why" }, r.answer ? `“${r.answer}” · ${r.detail}` : r.detail),
+    el("td", { "data-label": "client", class: "wide mono" }, r.client)));
+  return el("section", { class: "panel wide-panel", id: "audit-panel", "aria-labelledby": "h-audit" },
+    el("h2", { id: "h-audit" }, "Audit log"),
+    rows.length ? el("table", { class: "table" },
+      el("thead", {}, el("tr", {}, ["When", "Goal", "Action", "Outcome", "Detail", "Client"].map((h, i) => el("th", { class: i === 5 ? "wide" : "" }, h)))),
+      el("tbody", {}, rows)) : el("p", { class: "muted" }, "No action has been tried from the dashboard."));
 }
 
 function attentionPanel(ov) {
@@ -333,27 +411,38 @@ function humanCard(g, actions) {
       ? el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}/run/${g.last_turn_seq}` },
         `Run log of turn ${g.last_turn_seq}`), " ", el("span", { class: "muted" }, when(g.last_turn_at))) : null,
   );
-  if (actions && g.reason === "gate_pending") card.append(answerForm(g.goal_id, null));
+  if (actions && g.reason === "gate_pending" && g.gate_id !== null) {
+    card.append(answerForm(g.goal_id, g.gate_id, g.gate_question));
+  }
   if (actions && g.reason === "paused") {
     card.append(el("div", { class: "buttons" },
-      el("button", { type: "button", onclick: () => act(g.goal_id, "resume") }, "Resume")));
+      el("button", { type: "button", onclick: (ev) => act(g.goal_id, "resume", {}, ev.currentTarget) }, "Resume")));
   }
   return card;
 }
 
-function answerForm(goalId, gateId) {
-  const id = `answer-${goalId}${gateId ? "-" + gateId : ""}`;
-  const form = el("form", { class: "answer", "data-goal": goalId },
-    el("label", { for: id, class: "sr" }, `Answer for ${goalId}`),
-    el("input", { id, name: "answer", placeholder: "Your answer", required: true, autocomplete: "off" }),
+// The answer to one gate: it names the gate and the question the person read, so the server
+// refuses it (409) if that gate closed or changed meanwhile.
+function answerForm(goalId, gateId, question) {
+  const id = `answer-${goalId}-${gateId}`;
+  const key = `${goalId}/${gateId}`;
+  const input = el("input", { id, name: "answer", placeholder: "Your answer", required: true, autocomplete: "off",
+    "data-gate": gateId, maxlength: 4000 });
+  input.value = state.drafts[key] || "";
+  input.addEventListener("input", () => {
+    if (input.value) state.drafts[key] = input.value; else delete state.drafts[key];
+    saveDrafts();
+  });
+  const form = el("form", { class: "answer", "data-goal": goalId, "data-gate": gateId },
+    el("label", { for: id, class: "sr" }, `Answer for ${goalId}, gate ${gateId}`),
+    input,
     el("button", { type: "submit" }, "Answer"));
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const answer = form.elements.answer.value.trim();
+    const answer = input.value.trim();
     if (!answer) return;
-    form.querySelector("button").disabled = true;
-    const ok = await act(goalId, "resolve-gate", gateId ? { answer, gate_id: gateId } : { answer });
-    if (!ok) form.querySelector("button").disabled = false;
+    const ok = await act(goalId, "resolve-gate", { answer, gate_id: gateId, question }, form.querySelector("button"));
+    if (ok) { delete state.drafts[key]; saveDrafts(); }
   });
   return form;
 }
@@ -372,7 +461,7 @@ function fleetPanel(ov) {
     el("td", { "data-label": "goal" }, a.goal_id ? [el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}` }, a.goal_id), " ",
       el("a", { href: `#/goal/${encodeURIComponent(a.goal_id)}`, class: "muted", title: "the host's live output" }, "(output)")] : "—"),
     el("td", { "data-label": "turn", class: "mono wide" }, a.turn_key || ""),
-    el("td", { "data-label": "since" }, when(a.turn_since || a.started_at)),
+    el("td", { "data-label": "turn age" }, a.turn_since ? when(a.turn_since) : el("span", { class: "muted" }, "idle")),
     el("td", { "data-label": "heartbeat" }, when(a.beat_at)),
     el("td", { "data-label": "turns", class: "num" }, a.turns_done),
     el("td", { "data-label": "restarts", class: "num" }, a.restarts, a.last_exit ? el("span", { class: "muted" }, ` (${a.last_exit})`) : "")));
@@ -381,7 +470,7 @@ function fleetPanel(ov) {
     el("p", {}, fleet.state ? `Supervisor ${fleet.state} (pid ${fleet.pid}), ${fleet.agents_alive} of ${fleet.agents_wanted} agents alive, ${fleet.restarts} restarts` : "No supervisor has run on this root.",
       fleet.crash_loop_agents.length ? el("strong", { class: "bad" }, ` · crash loop: ${fleet.crash_loop_agents.join(", ")}`) : ""),
     rows.length ? el("table", { class: "table" },
-      el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Since", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
+      el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Turn started", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
       el("tbody", {}, rows)) : null);
 }
 
@@ -392,28 +481,34 @@ function goalsPanel(page) {
   const reason = el("select", { id: "f-reason", name: "reason" },
     ["", ...REASONS].map((r) => el("option", { value: r, selected: r === f.reason }, r ? r.replace("_", " ") : "any status")));
   const text = el("input", { id: "f-q", name: "q", type: "search", value: f.q, placeholder: "Filter by id or objective  ( / )", autocomplete: "off" });
+  const sort = el("select", { id: "f-sort", name: "sort" },
+    [["", "most urgent first"], ["id", "by id"], ["priority", "highest priority"], ["last_turn", "latest turn first"]]
+      .map(([v, label]) => el("option", { value: v, selected: v === (f.sort || "") }, label)));
   const form = el("form", { class: "filters", role: "search" },
     el("label", { for: "f-actor", class: "sr" }, "Actor"), actor,
     el("label", { for: "f-reason", class: "sr" }, "Status"), reason,
+    el("label", { for: "f-sort", class: "sr" }, "Sort"), sort,
     el("label", { for: "f-q", class: "sr" }, "Text"), text,
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    state.filter = { actor: actor.value, reason: reason.value, q: text.value.trim() };
-    state.offset = 0;
-    render();
+    go({ actor: actor.value, reason: reason.value, q: text.value.trim(), sort: sort.value }, 0);
   });
   actor.addEventListener("change", () => form.requestSubmit());
   reason.addEventListener("change", () => form.requestSubmit());
+  sort.addEventListener("change", () => form.requestSubmit());
   const p = page.page;
   const first = p.total ? p.offset + 1 : 0;
   const last = p.offset + page.rows.length;
   const pager = el("nav", { class: "pager", "aria-label": "pages" },
-    el("button", { type: "button", id: "prev", disabled: p.offset === 0, onclick: () => { state.offset = Math.max(0, p.offset - p.limit); render(); } }, "← Previous"),
+    el("button", { type: "button", id: "prev", disabled: p.offset === 0, onclick: () => go(state.filter, Math.max(0, p.offset - p.limit)) }, "← Previous"),
     el("span", { class: "muted", id: "page-info" }, `${first}–${last} of ${p.total.toLocaleString()}`),
-    el("button", { type: "button", id: "next", disabled: p.next_offset === null, onclick: () => { state.offset = p.next_offset; render(); } }, "Next →"));
+    el("button", { type: "button", id: "next", disabled: p.next_offset === null, onclick: () => go(state.filter, p.next_offset) }, "Next →"));
+  const pick = (id) => el("input", { type: "checkbox", class: "pick", "aria-label": `select ${id}`, checked: state.selected.has(id),
+    onchange: (ev) => { if (ev.target.checked) state.selected.add(id); else state.selected.delete(id); } });
   const rows = page.rows.map((g) => el("tr", { "data-goal": g.goal_id },
-    el("td", { "data-label": "goal" }, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
+    el("td", { "data-label": "goal" }, state.actions ? pick(g.goal_id) : null, " ",
+      el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
     el("td", { "data-label": "who" }, badge(g.actor, "actor")),
     el("td", { "data-label": "status" }, badge(g.reason)),
     el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}` : g.explanation),
@@ -423,10 +518,30 @@ function goalsPanel(page) {
   return el("section", { class: "panel wide-panel", id: "goals-panel", "aria-labelledby": "h-goals" },
     el("h2", { id: "h-goals" }, "Goals"),
     form,
+    state.actions ? bulkBar(page) : null,
     el("table", { class: "table goals" },
       el("thead", {}, el("tr", {}, ["Goal", "Who", "Status", "Why / next", "Prio", "Last turn", "Quota"].map((h, i) => el("th", { class: i >= 4 ? "wide" : "" }, h)))),
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No goal matches.")))),
     pager);
+}
+
+// Pause or resume every ticked goal (or, with none ticked, every goal of this page), one request
+// each: each is idempotent and audited like a single click.
+function bulkBar(page) {
+  const run = async (action, button) => {
+    const ids = state.selected.size ? [...state.selected] : page.rows.map((r) => r.goal_id);
+    button.disabled = true;
+    let refused = 0;
+    for (const id of ids) if (!(await act(id, action, {}))) refused += 1;
+    button.disabled = false;
+    state.selected.clear();
+    notice(refused ? `${action}: ${refused} of ${ids.length} refused (see the audit log)` : "");
+    render();
+  };
+  return el("div", { class: "buttons bulk" },
+    el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
+    el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
+    el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume"));
 }
 
 function quotaBar(used) {
@@ -455,16 +570,16 @@ async function goalView(route) {
       el("p", { class: "lead" }, v.explanation),
       v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
       d.actions ? el("div", { class: "buttons" },
-        v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: () => act(v.goal_id, "pause") }, "Pause") : null,
-        v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: () => act(v.goal_id, "resume") }, "Resume") : null,
-        v.goal_status !== "done" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: () => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done"); } }, "Mark done") : null)
-        : el("p", { class: "muted" }, "Read-only: start `loopx serve --actions --token T` to act from here.")),
+        v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
+        v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: (ev) => act(v.goal_id, "resume", {}, ev.currentTarget) }, "Resume") : null,
+        v.goal_status !== "done" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: (ev) => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done", {}, ev.currentTarget); } }, "Mark done") : null)
+        : el("p", { class: "muted" }, "Read-only: start `loopx serve --actions` to act from here.")),
     open.length ? el("section", { class: "panel attention" },
       el("h2", {}, "Open gates"),
       el("ul", { class: "cards" }, open.map((g) => el("li", { class: "card" },
         el("p", { class: "question" }, g.question),
         el("p", { class: "muted" }, "asked ", when(g.opened_at), g.opened_by !== "human" ? ` by turn ${g.opened_by}` : ""),
-        d.actions ? answerForm(v.goal_id, g.id) : null)))) : null,
+        d.actions ? answerForm(v.goal_id, g.id, g.question) : null)))) : null,
     el("div", { class: "grid" },
       el("section", { class: "panel" },
         el("h2", {}, "Objective"),
@@ -479,7 +594,7 @@ async function goalView(route) {
         d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
       el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
     ),
-    v.lease ? livePanel(v.goal_id) : null,
+    v.lease || d.running ? livePanel(v.goal_id) : null,
     log ? runLogPanel(v.goal_id, log) : null,
     turnsPanel(v.goal_id, d),
     resolvedGates(gates.filter((g) => g.answer !== null)),
@@ -651,6 +766,7 @@ window.addEventListener("hashchange", () => {
 });
 
 document.addEventListener("DOMContentLoaded", () => {
+  takeTokenFromUrl();
   setupToken();
   render();
   connect();

@@ -1,15 +1,19 @@
-"""``/metrics``: Prometheus text exposition of what the status cache already knows.
+"""``/metrics``: what the status cache already knows, exposed by prometheus_client.
 
 Everything comes from the cached views and per-goal counters, the fleet
-record and the heartbeats, so a scrape reads no goal file.
+record and the heartbeats, so a scrape reads no goal file. Each scrape
+builds its families afresh and prometheus_client writes the text format
+(imported only by `loopx serve`, like the rest of the HTTP stack).
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.status.cache import StatusCache
@@ -17,40 +21,33 @@ from loopx.status.fleetview import HEARTBEAT_STALE_S
 from loopx.status.view import StatusProjection
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _Families:
+    """The families of one scrape, handed to prometheus_client's exposition as a collector."""
 
-
-_EXACT_INT = 2**53  # floats up to here hold every integer exactly
-
-
-def _format(value: float) -> str:
-    """A sample value with full precision: ``{:g}`` kept 6 digits (a timestamp 45 min off)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < _EXACT_INT:
-        return str(int(value))
-    return repr(value)  # the shortest text that reads back as the same float
-
-
-class _Exposition:
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.families: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
     def metric(
         self, name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], float]]
     ) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            body = f"{name}{{{label_text}}}" if label_text else name
-            self.lines.append(f"{body} {_format(value)}")
+        rows = list(samples)
+        labels = sorted({k for values, _ in rows for k in values})
+        family: Metric
+        if kind == "counter":
+            family = CounterMetricFamily(name, help_text, labels=labels)
+        else:
+            family = GaugeMetricFamily(name, help_text, labels=labels)
+        for values, value in rows:
+            family.add_metric([values.get(k, "") for k in labels], value)
+        self.families.append(family)
 
     def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)  # a collector is anything with collect()
+        return generate_latest(registry).decode()
 
 
 def render_metrics(
@@ -62,7 +59,7 @@ def render_metrics(
     now: datetime,
 ) -> str:
     """The Prometheus text format (version 0.0.4) of the root's status."""
-    out = _Exposition()
+    out = _Families()
     kinds: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
     interrupted = epochs = takeovers = 0

@@ -14,6 +14,7 @@ import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Final, Literal
 
 from pydantic import Field
@@ -24,7 +25,7 @@ from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
-from loopx.state import GoalState, load_state
+from loopx.state import Gate, GoalState, load_state
 from loopx.status.fleetview import HEARTBEAT_STALE_S
 from loopx.status.view import (
     Actor,
@@ -58,6 +59,7 @@ class GoalRow(Record):
     explanation: str
     next_eligible_at: UtcDatetime | None = None
     gate_question: str | None = None
+    gate_id: int | None = None  # the open gate the question is of (the overview's cards only)
     open_gates: int = 0
     agent_id: str | None = None  # the lease holder while running
     last_turn_at: UtcDatetime | None = None
@@ -100,12 +102,22 @@ class PageInfo(Record):
     next_offset: int | None
 
 
+class GoalSort(StrEnum):
+    """How the goals table is ordered."""
+
+    URGENCY = "urgency"  # the attention queue's order: who must act, then why
+    ID = "id"
+    PRIORITY = "priority"  # highest first
+    LAST_TURN = "last_turn"  # most recent first; never-run goals last
+
+
 class GoalFilter(Record):
     """The goals table's filters (all optional)."""
 
     actor: Actor | None = None
     reason: StatusReason | None = None
     q: str | None = None  # case-insensitive substring of the id or the objective
+    sort: GoalSort = GoalSort.URGENCY
 
 
 class GoalsPage(Record):
@@ -180,6 +192,7 @@ class GoalDetail(Record):
     turns: list[TurnRow] = Field(default_factory=list)
     damaged_history_lines: int = 0
     actions: bool = False
+    running: AgentRow | None = None  # the live agent running a turn of this goal now, if any
 
 
 class RunLog(Record):
@@ -213,6 +226,7 @@ def agent_rows(
                 phase=beat.phase.value if beat is not None else None,
                 goal_id=beat.goal_id if beat is not None else None,
                 turn_key=beat.turn_key if beat is not None else None,
+                turn_since=beat.turn_started_at if beat is not None else None,
                 started_at=beat.started_at if beat is not None else None,
                 beat_at=beat.beat_at if beat is not None else None,
                 turns_done=beat.turns_done if beat is not None else 0,
@@ -226,6 +240,24 @@ def agent_rows(
     return rows
 
 
+def oldest_open_gates(layout: Layout, goal_ids: Sequence[str]) -> dict[str, Gate]:
+    """The oldest open gate of each goal that has one (its state read now; damaged ones skipped)."""
+    found: dict[str, Gate] = {}
+    for goal_id in goal_ids:
+        with contextlib.suppress(LoopxError, OSError):
+            gate = next(iter(load_state(layout, goal_id).open_gates), None)
+            if gate is not None:
+                found[goal_id] = gate
+    return found
+
+
+def _with_gate(row: GoalRow, gates: Mapping[str, Gate]) -> GoalRow:
+    gate = gates.get(row.goal_id)
+    if gate is None:
+        return row
+    return row.model_copy(update={"gate_id": gate.id, "gate_question": gate.question})
+
+
 def overview(
     projection: StatusProjection,
     by_id: Mapping[str, int],
@@ -233,13 +265,20 @@ def overview(
     agents: list[AgentRow],
     seq: int,
     actions: bool,
+    gates: Mapping[str, Gate] | None = None,
 ) -> Overview:
-    """The overview document. Pure; costs a slice, not a pass over the goals."""
+    """The overview document. Pure; costs a slice, not a pass over the goals.
+
+    ``gates`` (goal id to its oldest open gate, read from the states) puts on
+    each card the gate an answer is for, with that gate's own question.
+    """
     humans = projection.counts.by_actor.get(Actor.HUMAN.value, 0)
     agent_count = projection.counts.by_actor.get(Actor.AGENT.value, 0)
     goals = projection.goals
 
     def with_turn(row: AgentRow) -> AgentRow:
+        if row.turn_since is not None:  # the agent's heartbeat names its turn and its start
+            return row
         index = by_id.get(row.goal_id) if row.goal_id is not None else None
         lease = goals[index].lease if index is not None else None
         if lease is None or lease.agent_id != row.agent_id:
@@ -254,9 +293,42 @@ def overview(
         counts=projection.counts,
         fleet=projection.fleet,
         agents=[with_turn(a) for a in agents],
-        humans=[goal_row(v) for v in goals[: min(humans, ATTENTION_HUMANS)]],
-        next_up=[goal_row(v) for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]],
+        humans=[_with_gate(goal_row(v), gates or {}) for v in attention_head(projection)],
+        next_up=[
+            with_running(goal_row(v), running_turns(agents))
+            for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]
+        ],
     )
+
+
+def running_turns(agents: Sequence[AgentRow]) -> dict[str, AgentRow]:
+    """The goals a live agent runs a turn of now, by goal id (from the heartbeats). Pure."""
+    return {a.goal_id: a for a in agents if a.alive and a.goal_id and a.turn_key}
+
+
+def with_running(row: GoalRow, running: Mapping[str, AgentRow]) -> GoalRow:
+    """``row`` as ``running`` when a live agent's heartbeat names a turn of it, however short.
+
+    The projection learns of a turn from its lease at the next refresh; a
+    turn shorter than the refresh interval would show as ``ready`` throughout.
+    """
+    agent = running.get(row.goal_id)
+    if agent is None:
+        return row
+    return row.model_copy(
+        update={
+            "actor": Actor.AGENT,
+            "reason": StatusReason.RUNNING,
+            "agent_id": agent.agent_id,
+            "explanation": f"{agent.agent_id} runs turn {agent.turn_key}",
+        }
+    )
+
+
+def attention_head(projection: StatusProjection) -> Sequence[GoalStatusView]:
+    """The goals the overview shows as "needs you" cards: the queue's first humans."""
+    humans = projection.counts.by_actor.get(Actor.HUMAN.value, 0)
+    return projection.goals[: min(humans, ATTENTION_HUMANS)]
 
 
 def parse_filter(query: dict[str, list[str]]) -> GoalFilter:
@@ -271,7 +343,9 @@ def parse_filter(query: dict[str, list[str]]) -> GoalFilter:
         value = query.get(name, [""])[-1].strip()
         return value or None
 
-    actor, reason, text = one("actor"), one("reason"), one("q")
+    actor, reason, text, sort = one("actor"), one("reason"), one("q"), one("sort")
+    if sort is not None and sort not in set(GoalSort):
+        raise ValueError(f"sort must be one of {', '.join(GoalSort)}")
     if actor is not None and actor not in set(Actor):
         raise ValueError(f"actor must be one of {', '.join(Actor)}")
     if reason is not None and reason not in set(StatusReason):
@@ -282,27 +356,53 @@ def parse_filter(query: dict[str, list[str]]) -> GoalFilter:
         actor=Actor(actor) if actor else None,
         reason=StatusReason(reason) if reason else None,
         q=text,
+        sort=GoalSort(sort) if sort else GoalSort.URGENCY,
     )
 
 
 def filtered(goals: Sequence[GoalStatusView], f: GoalFilter) -> Sequence[GoalStatusView]:
-    """The goals matching ``f``, in queue order. Pure; no filter returns ``goals`` itself."""
+    """The goals matching ``f``, in its order. Pure; no filter, queue order returns ``goals``."""
     if f.actor is None and f.reason is None and f.q is None:
-        return goals
+        return _sorted(goals, f.sort)
     needle = f.q.casefold() if f.q else None
-    return [
-        g
-        for g in goals
-        if (f.actor is None or g.actor is f.actor)
-        and (f.reason is None or g.reason is f.reason)
-        and (needle is None or needle in g.goal_id.casefold() or needle in g.objective.casefold())
-    ]
+    return _sorted(
+        [
+            g
+            for g in goals
+            if (f.actor is None or g.actor is f.actor)
+            and (f.reason is None or g.reason is f.reason)
+            and (
+                needle is None or needle in g.goal_id.casefold() or needle in g.objective.casefold()
+            )
+        ],
+        f.sort,
+    )
+
+
+def _sorted(goals: Sequence[GoalStatusView], sort: GoalSort) -> Sequence[GoalStatusView]:
+    if sort is GoalSort.ID:
+        return sorted(goals, key=lambda g: g.goal_id)
+    if sort is GoalSort.PRIORITY:
+        return sorted(goals, key=lambda g: (-g.priority, g.goal_id))
+    if sort is GoalSort.LAST_TURN:
+        ran = [g for g in goals if g.last_turn is not None]
+        never = [g for g in goals if g.last_turn is None]
+        return (
+            sorted(ran, key=lambda g: g.last_turn.ended_at if g.last_turn else 0, reverse=True)
+            + never
+        )
+    return goals
 
 
 def goals_page(
-    goals: Sequence[GoalStatusView], f: GoalFilter, *, offset: int, limit: int
+    goals: Sequence[GoalStatusView],
+    f: GoalFilter,
+    *,
+    offset: int,
+    limit: int,
+    running: Mapping[str, AgentRow] | None = None,
 ) -> GoalsPage:
-    """One page of the table. Pure."""
+    """One page of the table, each row ``running`` that a live agent runs now. Pure."""
     total = len(goals)
     end = offset + limit
     return GoalsPage(
@@ -310,7 +410,7 @@ def goals_page(
         page=PageInfo(
             offset=offset, limit=limit, total=total, next_offset=end if end < total else None
         ),
-        rows=[goal_row(v) for v in goals[offset:end]],
+        rows=[with_running(goal_row(v), running or {}) for v in goals[offset:end]],
     )
 
 

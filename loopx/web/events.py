@@ -3,13 +3,15 @@
 The HTTP server's refresher publishes one :class:`ChangeEvent` per refresh
 that changed something (the goals its change hints and fingerprints led it to
 re-project, or the fleet); each ``/events`` stream waits on the
-:class:`ChangeFeed` and writes the events as Server-Sent Events. A client
+:class:`ChangeFeed` and sends the events as Server-Sent Events. A client
 then fetches only what it shows (a page, one goal), never the whole
 projection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -56,20 +58,21 @@ def change_event(
     )
 
 
-def sse_frame(event: str, data: str, *, event_id: int | None = None) -> bytes:
-    """One Server-Sent Events frame (``data`` is one line of JSON)."""
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {data}\n\n".encode()
-
-
 class ChangeFeed:
-    """A bounded backlog of events that any number of streams wait on."""
+    """A bounded backlog of events that any number of streams of one event loop wait on.
+
+    Published from any thread (the refresher, an action's handler); waited on
+    by the server's event loop, which :meth:`attach` names, so that 500 open
+    streams cost 500 coroutines, not 500 threads.
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._events: deque[ChangeEvent] = deque(maxlen=_BACKLOG)
         self._seq = 0
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
 
     @property
     def seq(self) -> int:
@@ -85,26 +88,51 @@ class ChangeFeed:
         """The sequence number the next published event must carry."""
         return self._seq + 1
 
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wake waiters on ``loop`` (call from inside it, before the first stream)."""
+        self._loop = loop
+        self._wake = asyncio.Event()
+
     def publish(self, event: ChangeEvent) -> None:
         """Add ``event`` and wake every waiting stream."""
-        with self._cond:
+        with self._lock:
             self._events.append(event)
             self._seq = event.seq
-            self._cond.notify_all()
+        self._pulse_threadsafe()
 
     def close(self) -> None:
         """Wake every stream so it ends (server shutdown)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._closed = True
+        self._pulse_threadsafe()
 
-    def wait_after(self, seq: int, timeout: float) -> list[ChangeEvent]:
-        """Events newer than ``seq``, waiting up to ``timeout`` seconds for one.
+    def _pulse_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(self._pulse)
+
+    def _pulse(self) -> None:
+        wake, self._wake = self._wake, asyncio.Event()
+        if wake is not None:
+            wake.set()
+
+    def after(self, seq: int) -> list[ChangeEvent]:
+        """The kept events newer than ``seq``, oldest first.
 
         A stream that fell further behind than the backlog gets the oldest
         kept events; each carries ``counts``, and the gap shows as a jump in
         ``seq`` that tells the client to refetch what it shows.
         """
-        with self._cond:
-            self._cond.wait_for(lambda: self._seq > seq or self._closed, timeout=timeout)
+        with self._lock:
             return [e for e in self._events if e.seq > seq]
+
+    async def wait_after(self, seq: int, timeout: float) -> list[ChangeEvent]:  # noqa: ASYNC109 - bounded by the stream's keep-alive
+        """Events newer than ``seq``, waiting up to ``timeout`` seconds for one (or the close)."""
+        wake = self._wake
+        events = self.after(seq)
+        if events or self._closed or wake is None:
+            return events
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await wake.wait()
+        return self.after(seq)

@@ -1,0 +1,172 @@
+"""``POST /api/goals/<id>/<action>``: answer a gate, pause, resume, done; every attempt audited.
+
+Refused, in this order, before the body is read: a server started without
+actions (403, with the option that enables them), a cross-site request
+(403), a missing or wrong token (401; a cookie never authorises), a body
+that is not ``application/json`` (415) or has no length (411) or is too
+large (413). A body that does not parse is a 400 whose message is a
+sentence naming the field; an answer for a gate that closed or changed is a
+409 carrying the gate open now (:class:`~loopx.web.actions.GateConflict`).
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from loopx.errors import GoalNotFoundError, InvalidPolicyError, LoopxError
+from loopx.model import utcnow
+from loopx.web.actions import (
+    MAX_ACTION_BODY,
+    Action,
+    ActionRequest,
+    AuditRecord,
+    GateConflict,
+    Outcome,
+    StaleGateError,
+    cross_site_reason,
+    perform,
+    record_audit,
+)
+from loopx.web.app import authorized, error_reply, json_reply
+from loopx.web.service import StatusService
+
+_FIELDS = "send answer, gate_id and question (resolve-gate) or {} (pause, resume, done)"
+
+
+def describe_request_error(error: ValidationError) -> str:
+    """One sentence for what is wrong with an action's body. Pure."""
+    problems: list[str] = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "the body"
+        kind = item["type"]
+        ctx = item.get("ctx") or {}
+        if kind == "json_invalid":
+            problems.append("the body is not valid JSON")
+        elif kind == "string_too_long":
+            problems.append(f"{field} is longer than {ctx.get('max_length')} characters")
+        elif kind == "string_too_short":
+            problems.append(f"{field} must not be empty")
+        elif kind == "extra_forbidden":
+            problems.append(f"{field!r} is not a field of an action ({_FIELDS})")
+        elif kind.startswith("int_"):
+            problems.append(f"{field} must be a whole number")
+        elif kind.startswith("string_"):
+            problems.append(f"{field} must be text")
+        elif kind in {"model_type", "dict_type"}:
+            problems.append(f"the body must be a JSON object ({_FIELDS})")
+        else:
+            problems.append(f"{field}: {item['msg']}")
+    return "; ".join(problems) or "the action's body is not valid"
+
+
+def _refusal(request: Request, service: StatusService) -> tuple[HTTPStatus, str] | None:
+    """Why this action request is refused before its body is read, or None."""
+    headers = request.headers
+    reason = cross_site_reason(
+        headers.get("sec-fetch-site"), headers.get("origin"), headers.get("host")
+    )
+    if reason is not None:
+        return HTTPStatus.FORBIDDEN, reason
+    token: str | None = request.app.state.token
+    if not token or not authorized(token, headers.get("authorization")):
+        return HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token (Authorization header)"
+    if headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        return HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "an action's body must be application/json"
+    if "transfer-encoding" in headers:
+        return HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length"
+    raw = headers.get("content-length", "0")
+    if not raw.isdigit() or int(raw) > MAX_ACTION_BODY:
+        return (
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            f"an action's body must be at most {MAX_ACTION_BODY} bytes",
+        )
+    del service
+    return None
+
+
+async def post_action(request: Request) -> Response:
+    """Run one action, audit it, and refresh the snapshot so the page sees it at once."""
+    service: StatusService = request.app.state.service
+    goal_id: str = request.path_params["goal_id"]
+    name: str = request.path_params["action"]
+    if not service.actions:
+        return error_reply(
+            HTTPStatus.FORBIDDEN,
+            "this server is read-only: it was started without --actions",
+            hint="start it with `loopx serve --actions` to answer gates from the page",
+        )
+    client = request.client.host if request.client is not None else "unknown"
+
+    def audit(outcome: Outcome, detail: str, answer: str | None = None) -> None:
+        record = AuditRecord(
+            at=utcnow(),
+            client=client,
+            action=name[:64],
+            goal_id=goal_id[:64],
+            outcome=outcome,
+            detail=detail,
+            answer=answer,
+        )
+        record_audit(service.layout, record)
+
+    refusal = _refusal(request, service)
+    if refusal is not None:
+        status, message = refusal
+        await run_in_threadpool(audit, Outcome.REFUSED, message)
+        return error_reply(status, message, headers={"Connection": "close"})
+    try:
+        body = await request.body()
+    except ClientDisconnect:
+        return Response(status_code=HTTPStatus.BAD_REQUEST)
+    try:
+        action = Action(name)
+    except ValueError:
+        message = f"no action {name!r}; the actions are {', '.join(Action)}"
+        await run_in_threadpool(audit, Outcome.REFUSED, message)
+        return error_reply(HTTPStatus.NOT_FOUND, message)
+    try:
+        asked = ActionRequest.model_validate_json(body or b"{}")
+    except ValidationError as e:
+        message = describe_request_error(e)
+        await run_in_threadpool(audit, Outcome.REFUSED, message)
+        return error_reply(HTTPStatus.BAD_REQUEST, message)
+    return await run_in_threadpool(_apply, service, goal_id, action, asked, audit)
+
+
+def _apply(
+    service: StatusService,
+    goal_id: str,
+    action: Action,
+    asked: ActionRequest,
+    audit: object,
+) -> Response:
+    assert callable(audit)  # noqa: S101 - the closure above
+    try:
+        result = perform(service.layout, goal_id, action, asked, now=utcnow())
+    except StaleGateError as e:
+        audit(Outcome.FAILED, e.message, asked.answer)
+        conflict = GateConflict(
+            error=e.message, hint=e.hint, goal_id=goal_id, gate_id=e.gate_id, current_gate=e.current
+        )
+        return json_reply(conflict, HTTPStatus.CONFLICT)
+    except LoopxError as e:
+        audit(Outcome.FAILED, e.message, asked.answer)
+        status = (
+            HTTPStatus.NOT_FOUND
+            if isinstance(e, GoalNotFoundError)
+            else HTTPStatus.BAD_REQUEST
+            if isinstance(e, InvalidPolicyError)
+            else HTTPStatus.CONFLICT
+        )
+        return error_reply(status, e.message, e.hint)
+    detail = f"gate {result.gate.id}" if result.gate is not None else str(result.goal_status)
+    if result.repeated:
+        detail += " (already so: nothing written)"
+    audit(Outcome.APPLIED, detail, asked.answer)
+    service.tick_now()
+    return json_reply(result)
