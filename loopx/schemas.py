@@ -28,7 +28,6 @@ from loopx.history.runlog import RunReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
-from loopx.quota.snapshot import QuotaSnapshot
 from loopx.registry.archive import ArchiveResult
 from loopx.registry.bulk import ImportReport
 from loopx.registry.goal_index import GoalIndex
@@ -42,7 +41,7 @@ from loopx.status.actions import ActionResult, AuditRecord
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
 from loopx.status.events import ChangeEvent
 from loopx.status.livetail import LiveOutput
-from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
+from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.inspection import JournalInspection, JournalList
@@ -60,14 +59,11 @@ FILES: dict[str, type[BaseModel]] = {
     "goal-index": GoalIndex,
     "state": GoalState,
     "status": StatusProjection,
-    "status-index": StatusIndex,
-    "status-shard": StatusShard,
-    "status-shard-pack": ShardPack,  # the first line of projections/status.d/pack.jsonl
+    "status-index": StatusIndex,  # the meta row of the status database
     "probe": ProbeObservation,
     "host-headroom": HostHeadroom,
     "quota-aggregate": SpendAggregate,
     "quota-decision": QuotaDecision,
-    "quota-snapshot": QuotaSnapshot,  # projections/quota.d/<id>.snapshot
     "spend-record": SpendRecord,
     "envelope": Envelope,
     "result": HostResult,
