@@ -33,10 +33,10 @@ from pathlib import Path
 
 from _fleet import compile_package
 
+from loopx.hints import note_goal_changed
 from loopx.log import configure_logging
 from loopx.model import utcnow
 from loopx.status.cache import StatusCache
-from loopx.status.changes import note_goal_changed
 from loopx.status.current import clear_status_cache
 from loopx.status.server import make_server
 from loopx.testing.status_fixtures import (

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     # The Python API: the names of ``__all__`` below that ``loopx.api`` defines.
     from loopx.api import *  # noqa: F403
-    from loopx.batch.plan import BatchPlan
+    from loopx.archive import ArchiveResult
     from loopx.batch.report import BatchReport, RunSummary
     from loopx.doctor import DoctorReport
     from loopx.errors import (
@@ -41,11 +41,11 @@ if TYPE_CHECKING:
     from loopx.fleet import ScaleResult, SupervisorStarted, SupervisorStatus, SupervisorStopped
     from loopx.ids import validate_goal_id
     from loopx.quota.decision import QuotaDecision, QuotaReport
-    from loopx.quota.policy import QuotaPolicy
-    from loopx.registry.archive import ArchiveResult
     from loopx.registry.bulk import ImportReport
     from loopx.registry.initialise import InitReport
     from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, Registry
+    from loopx.registry.plan import BatchPlan
+    from loopx.registry.quota_policy import QuotaPolicy
     from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
     from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
     from loopx.state import Gate, GoalState, Todo
@@ -82,18 +82,18 @@ _EXPORTS: dict[str, str] = {
         ("Goal", "GoalStatus", "HostKind", "HostSpec", "Registry"),
         "loopx.registry.model",
     ),
-    "QuotaPolicy": "loopx.quota.policy",
+    "QuotaPolicy": "loopx.registry.quota_policy",
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),
     **dict.fromkeys(("Gate", "GoalState", "Todo"), "loopx.state"),
     # the documents the Python API returns (the `--json` outputs)
-    "BatchPlan": "loopx.batch.plan",
+    "BatchPlan": "loopx.registry.plan",
     **dict.fromkeys(("BatchReport", "RunSummary"), "loopx.batch.report"),
     **dict.fromkeys(
         ("ScaleResult", "SupervisorStarted", "SupervisorStatus", "SupervisorStopped"),
         "loopx.fleet",
     ),
     **dict.fromkeys(("QuotaDecision", "QuotaReport"), "loopx.quota.decision"),
-    "ArchiveResult": "loopx.registry.archive",
+    "ArchiveResult": "loopx.archive",
     "ImportReport": "loopx.registry.bulk",
     "DoctorReport": "loopx.doctor",
     "InitReport": "loopx.registry.initialise",

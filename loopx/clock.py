@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+from loopx.goallock import goal_lock
 from loopx.model import current_offset, set_clock_offset
 from loopx.root import Layout
 from loopx.state import GoalState
@@ -95,8 +96,6 @@ def clamp_state(state: GoalState, *, now: datetime) -> GoalState | None:
 
 def repair_future_dated(layout: Layout, goal_ids: list[str], *, now: datetime) -> list[str]:
     """Clamp every future-dated goal state (under its goal's lock); return the goals changed."""
-    from loopx.turn.lease import goal_lock  # noqa: PLC0415 - the turn layer imports this module
-
     changed = []
     for goal_id in goal_ids:
         path = layout.state_file(goal_id)

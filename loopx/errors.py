@@ -57,12 +57,10 @@ class InvalidGoalIdError(UsageError, ValueError):
     validation problem of that file.
     """
 
-    def __init__(self, goal_id: str, problem: str) -> None:
-        from loopx.ids import GOAL_ID_RULE  # noqa: PLC0415 - ids imports errors
-
+    def __init__(self, goal_id: str, problem: str, *, rule: str) -> None:
         super().__init__(
             f"invalid goal id {goal_id!r}: {problem}",
-            hint=f"a goal id must match {GOAL_ID_RULE} and may not be '.' or '..'",
+            hint=f"a goal id must match {rule} and may not be '.' or '..'",
         )
         self.goal_id = goal_id
         self.problem = problem

@@ -23,7 +23,7 @@ def validate_goal_id(goal_id: str) -> str:
             a control character, or is ``.``/``..``.
     """
     if not isinstance(goal_id, str):
-        raise InvalidGoalIdError(repr(goal_id), "not a string")
+        raise InvalidGoalIdError(repr(goal_id), "not a string", rule=GOAL_ID_RULE)
     # The rule alone admits only safe ids (it starts alphanumeric, so never '.' or '..'):
     # one match on the common path, which runs for every goal path built (issue 14).
     if _GOAL_ID.fullmatch(goal_id) is not None:
@@ -40,7 +40,7 @@ def validate_goal_id(goal_id: str) -> str:
         problem = "contains a control character"
     else:
         problem = "contains a character outside [A-Za-z0-9._-] or does not start alphanumeric"
-    raise InvalidGoalIdError(goal_id, problem)
+    raise InvalidGoalIdError(goal_id, problem, rule=GOAL_ID_RULE)
 
 
 def is_valid_goal_id(goal_id: str) -> bool:

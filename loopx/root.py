@@ -326,11 +326,11 @@ def _make_dirs(layout: Layout, resolved: ResolvedRoot) -> None:
 
 
 def _initialise_registry(layout: Layout) -> None:
-    # Lazy: the registry store imports this module. Only the settings file is written
-    # here: an old single-file registry is migrated by its first reader (or `init --upgrade`).
-    from loopx.registry.store import create_settings  # noqa: PLC0415
+    # Lazy: only a new root needs pydantic. Only the settings file is written here: an
+    # old single-file registry is migrated by its first reader (or `init --upgrade`).
+    from loopx.settings import create_settings  # noqa: PLC0415
 
-    create_settings(layout)
+    create_settings(layout.registry, layout.root)
 
 
 def open_root(resolved: ResolvedRoot, *, create: bool) -> Layout:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from loopx.batch.plan import BatchPlan
+from loopx.archive import ArchiveResult
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
@@ -23,18 +23,17 @@ from loopx.fleet import (
     SupervisorStatus,
     SupervisorStopped,
 )
-from loopx.history.line import HistoryLine
-from loopx.history.runlog import RunReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
-from loopx.registry.archive import ArchiveResult
 from loopx.registry.bulk import ImportReport
 from loopx.registry.goal_index import GoalIndex
 from loopx.registry.initialise import InitReport
 from loopx.registry.migrate import MigrationReport, RegistryV1
-from loopx.registry.model import Goal, RegistrySettings
+from loopx.registry.model import Goal
+from loopx.registry.plan import BatchPlan
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
+from loopx.settings import RegistrySettings
 from loopx.state import GoalState
 from loopx.status import dashboard
 from loopx.status.actions import ActionResult, AuditRecord
@@ -44,12 +43,14 @@ from loopx.status.livetail import LiveOutput
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.inspection import JournalInspection, JournalList
 from loopx.turn.journal import TurnJournal
 from loopx.turn.lease import Lease
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
+from loopx.turn.runlog import RunReport
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {

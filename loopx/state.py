@@ -8,9 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from loopx.hints import note_goal_changed
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
-from loopx.status.changes import note_goal_changed
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.locks import locked
 

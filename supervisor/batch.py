@@ -20,7 +20,6 @@ from pathlib import Path
 from types import FrameType
 
 from loopx import exitcodes
-from loopx.batch.plan import BatchPlan
 from loopx.batch.report import (
     BatchReport,
     GoalReport,
@@ -34,6 +33,7 @@ from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
 from loopx.registry.catalog import load_registry
 from loopx.registry.goals import add_goal, build_goal
+from loopx.registry.plan import BatchPlan
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 from loopx.supervisor.child import last_error, log_end, open_log, supervisor_argv

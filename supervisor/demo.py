@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loopx.batch.plan import BatchPlan, PlanGoal
 from loopx.batch.report import BatchReport, Outcome
 from loopx.model import utcnow
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.model import HostKind
+from loopx.registry.plan import BatchPlan, PlanGoal
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_bytes, ensure_dir
 from loopx.supervisor.batch import BatchConfig, BatchRun, Progress, register_plan, write_report

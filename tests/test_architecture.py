@@ -10,11 +10,17 @@ and the Ray back-end gets the agent loop injected by the API); only
 imports the API, the errors, the exit codes and the output models, nothing
 else; nothing but ``loopx/__main__.py`` imports the CLI. Every import counts,
 also one inside a function or under ``TYPE_CHECKING``.
+
+Inside the kernel the packages (and top-level modules) stand in one order,
+``KERNEL_ORDER``, bottom to top: each imports only those below it, so no
+package cycle can form. Every module is walked, through the committed
+symlinks ``loopx/supervisor`` and ``loopx/agents`` too.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 from typing import Final
@@ -43,6 +49,45 @@ FILE_METHODS: Final = frozenset(
 )
 API_GROUPS: Final = frozenset({"goals", "gates", "status", "quota", "turns", "fleet"})
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
+# The kernel's packages and top-level modules, bottom to top: each may import only
+# those before it. A new one must be placed here.
+KERNEL_ORDER: Final = (
+    # mechanism: errors, ids, the environment, processes, faults, logging, files, models
+    "_version",
+    "exitcodes",
+    "errors",
+    "ids",
+    "environ",
+    "pids",
+    "process",
+    "faults",
+    "secrets",
+    "log",
+    "collector",
+    "memo",
+    "storage",
+    "model",
+    # the root, and what every layer above writes through it
+    "settings",
+    "root",
+    "hints",
+    "goallock",
+    "state",
+    "fleet",
+    # the durable layers, each over the ones it reads
+    "registry",
+    "quota",
+    "turn",
+    "history",
+    "clock",
+    "archive",
+    "batch",
+    # the readers of many layers, and the list of every file kind
+    "status",
+    "schedule",
+    "doctor",
+    "schemas",
+)
 
 
 def layer_of(module: str) -> str:
@@ -62,11 +107,16 @@ def module_name(path: Path) -> str:
 
 
 def imported(tree: ast.AST) -> list[tuple[int, str]]:
-    """Every ``loopx`` module a tree imports (also by ``importlib.import_module("loopx...")``)."""
+    """Every ``loopx`` module a tree imports (also by ``importlib.import_module("loopx...")``).
+
+    ``from loopx import environ`` counts as an import of ``loopx.environ``.
+    """
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "loopx" and node.level == 0:
+            found += [(node.lineno, f"loopx.{a.name}") for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.lineno, node.module))
         elif (
@@ -82,8 +132,20 @@ def imported(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def package_files() -> list[Path]:
-    """Every module of the package."""
-    return sorted(PACKAGE.rglob("*.py"))
+    """Every module of the package, also under the symlinked ``supervisor`` and ``agents``."""
+    found = []
+    for directory, subdirs, files in os.walk(PACKAGE, followlinks=True):
+        subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        found += [Path(directory) / name for name in files if name.endswith(".py")]
+    return sorted(found)
+
+
+def kernel_unit(module: str) -> str | None:
+    """The kernel package or top-level module a dotted name is in (None: not the kernel's)."""
+    parts = module.split(".")
+    if layer_of(module) != "kernel" or len(parts) < 2 or module == "loopx.__main__":
+        return None
+    return parts[1]
 
 
 def cli_files() -> list[Path]:
@@ -102,6 +164,41 @@ def test_imports_follow_the_dependency_direction(layer: str) -> None:
         for line, name in imported(ast.parse(path.read_text())):
             if layer_of(name) not in ALLOWED[layer]:
                 offenders.append(f"{module}:{line} imports {name}")
+    assert offenders == []
+
+
+def test_every_module_is_walked() -> None:
+    """The walk sees every module: the kernel's and, through their symlinks, the others'."""
+    real = list(PACKAGE.rglob("*.py"))  # rglob does not follow the symlinked directories
+    for link in (PACKAGE / "supervisor", PACKAGE / "agents"):
+        assert link.is_symlink(), f"{link} is no longer a symlink: count its modules once"
+        real += list(link.resolve().rglob("*.py"))
+    seen = package_files()
+    print(f"test_architecture sees {len(seen)} modules")
+    assert len(seen) == len(real), f"walked {len(seen)} modules, the tree holds {len(real)}"
+    assert {module_name(p) for p in seen} >= {"loopx.supervisor.fleet", "loopx.agents.loop"}
+
+
+def test_the_kernel_order_names_every_kernel_package() -> None:
+    """Each kernel package and top-level module has its place in ``KERNEL_ORDER``, once."""
+    units = {kernel_unit(module_name(p)) for p in package_files()} - {None}
+    assert len(set(KERNEL_ORDER)) == len(KERNEL_ORDER)
+    assert sorted(units) == sorted(KERNEL_ORDER)
+
+
+def test_kernel_imports_follow_the_kernel_order() -> None:
+    """A kernel module imports only its own package and those below it: no package cycle."""
+    rank = {unit: i for i, unit in enumerate(KERNEL_ORDER)}
+    offenders = []
+    for path in package_files():
+        module = module_name(path)
+        unit = kernel_unit(module)
+        if unit is None:
+            continue
+        for line, name in imported(ast.parse(path.read_text())):
+            target = kernel_unit(name)
+            if target is not None and target in rank and rank[target] > rank[unit]:
+                offenders.append(f"{module}:{line} imports {name}, above {unit}")
     assert offenders == []
 
 

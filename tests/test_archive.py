@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from loopx.archive import CrossDeviceArchiveError, LiveLeaseError, archive_goal
 from loopx.errors import GoalStateError, InvalidGoalIdError
 from loopx.model import utcnow
-from loopx.registry.archive import CrossDeviceArchiveError, LiveLeaseError, archive_goal
 from loopx.registry.catalog import load_registry
 from loopx.registry.goals import set_status
 from loopx.registry.model import GoalStatus

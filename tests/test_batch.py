@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from loopx import exitcodes
-from loopx.history.line import HistoryLine
 from loopx.storage.jsonl import read_records
+from loopx.turn.historyline import HistoryLine
 from tests.turnkit import cli_env, demo_runs
 
 

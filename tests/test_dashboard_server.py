@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.registry.goals import get_goal
 from loopx.registry.model import GoalStatus
 from loopx.state import load_state
 from loopx.status.actions import audit_file, cross_site_reason
 from loopx.status.bind import ActionsNeedTokenError
-from loopx.status.changes import note_goal_changed
 from loopx.status.server import StatusServer, make_server
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import append_history, history_line

@@ -289,9 +289,9 @@ def test_history_and_ledger_lines_are_read_or_rejected_with_corrupt_file_error(
     tmp_path: Path,
 ) -> None:
     """Random bytes in history.jsonl / quota.jsonl give records or a CorruptFileError."""
-    from loopx.history.line import HistoryLine
     from loopx.quota.ledger import SpendRecord
     from loopx.storage.jsonl import read_records
+    from loopx.turn.historyline import HistoryLine
 
     path = tmp_path / "lines.jsonl"
     line = st.one_of(json_values.map(json.dumps), st.text(max_size=40))

@@ -6,12 +6,12 @@ import os
 import time
 from datetime import datetime, timedelta
 
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.schedule.index import DEFAULT_DEEP_SWEEP_S, DEFAULT_SWEEP_S, ScheduleIndex
 from loopx.state import GoalState
 from loopx.status.cache import StatusCache
-from loopx.status.changes import note_goal_changed
 from loopx.status.fingerprint import goal_fingerprint
 from loopx.status.watch import RACY_NS, FingerprintMemo
 from loopx.testing.status_fixtures import (

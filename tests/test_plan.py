@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.batch.plan import PlanError, load_plan
 from loopx.registry.model import HostKind
+from loopx.registry.plan import PlanError, load_plan
 
 TOML_PLAN = """
 schema_version = 1

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from loopx.quota.decision import QuotaReason, decide
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendRecord, append_spend, read_spend
-from loopx.quota.policy import QuotaPolicy
 from loopx.quota.usage import Usage
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.status.current import load_status, status_cache
 from loopx.status.metrics import render_metrics
 from loopx.testing.status_fixtures import make_goal, make_root, register_goals

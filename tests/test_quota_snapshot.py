@@ -20,11 +20,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from loopx.quota.quick import print_snapshot, snapshot_file
 
 from loopx.api import Root
 from loopx.cli._quick import parse_should_run
 from loopx.quota.ledger import SpendRecord, append_spend
-from loopx.quota.quick import print_snapshot, snapshot_file
 from loopx.quota.usage import Usage
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus

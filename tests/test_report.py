@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 from loopx import exitcodes
 from loopx.batch.report import Outcome, build_report, exit_code_for, goal_report, render_markdown
-from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
 from loopx.quota.usage import Usage
 from loopx.registry.model import Goal, GoalStatus
 from loopx.state import Gate, GoalState
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.outcome import ResultKind
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

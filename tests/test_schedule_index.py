@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
+from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.registry.model import GoalStatus, QuotaPolicy
 from loopx.root import Layout
@@ -12,7 +13,6 @@ from loopx.schedule.candidates import gather_candidates
 from loopx.schedule.index import ScheduleIndex
 from loopx.schedule.select import select
 from loopx.state import GoalState, update_state
-from loopx.status.changes import note_goal_changed
 from loopx.testing.status_fixtures import (
     make_goal,
     open_gate_state,

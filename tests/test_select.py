@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.schedule.select import Candidate, Ineligible, select, select_one, why_ineligible
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

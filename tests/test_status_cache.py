@@ -7,7 +7,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from loopx.history.line import HistoryLine
+from loopx.hints import note_goal_changed
 from loopx.history.reader import (
     HistoryCounts,
     count_history,
@@ -20,7 +20,6 @@ from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.status.cache import StatusCache
-from loopx.status.changes import note_goal_changed
 from loopx.status.current import clear_status_cache, load_status
 from loopx.status.store import StatusStore, store_file
 from loopx.status.view import Actor, StatusReason
@@ -32,6 +31,7 @@ from loopx.testing.status_fixtures import (
     seed_goal,
     write_lease,
 )
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.outcome import ResultKind
 
 

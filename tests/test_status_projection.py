@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from loopx.fleet import AgentSlot, FleetRecord
-from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import BucketFold, SpendColumns
 from loopx.registry.model import GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.state import GoalState
 from loopx.status.fleetview import fleet_view
 from loopx.status.projection import GoalInputs, project, project_goal

@@ -8,8 +8,8 @@ import pytest
 
 from loopx.history.reader import HistoryCounts, count_history
 from loopx.quota.budget import QuotaView, quota_view, spend_at
-from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import BucketFold, SpendColumns, SpendTotals, WindowSpend, window_of
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.testing.status_fixtures import history_line
 from loopx.turn.outcome import ResultKind
 

@@ -38,7 +38,7 @@ from loopx.agents.hosts.session import (
     turn_tokens,
 )
 from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
-from loopx.hostprogram import require_program, split_program
+from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.root import Layout
 from loopx.state import HostSession

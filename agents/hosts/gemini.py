@@ -37,7 +37,7 @@ from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
 from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
 from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
-from loopx.hostprogram import require_program, split_program
+from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason, TurnFailure

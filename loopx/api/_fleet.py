@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Unpack
 
 from loopx.api._fleetrun import FleetOptions, fleet_config, run_argv, run_child
-from loopx.batch.plan import BatchPlan, load_plan
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.errors import UsageError
 from loopx.fleet import (
@@ -25,6 +24,7 @@ from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.registry.checks import check_program
 from loopx.registry.model import GoalStatus, HostKind
+from loopx.registry.plan import BatchPlan, load_plan
 from loopx.root import Layout
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from loopx.archive import ArchiveResult, archive_goal, parse_archive_root
 from loopx.errors import InvalidPolicyError, UsageError
 from loopx.model import utcnow
-from loopx.registry.archive import ArchiveResult, archive_goal, parse_archive_root
 from loopx.registry.bulk import ImportReport, check_import, import_goals, read_import
 from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status

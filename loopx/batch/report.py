@@ -11,7 +11,6 @@ from pydantic import Field
 
 from loopx import exitcodes
 from loopx.fleet import FleetRecord
-from loopx.history.line import HistoryLine
 from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
 from loopx.quota.ledger import SpendRecord, read_spend
@@ -19,6 +18,7 @@ from loopx.registry.catalog import load_registry
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
+from loopx.turn.historyline import HistoryLine
 
 
 class Outcome(StrEnum):

@@ -13,14 +13,14 @@ from pydantic import BaseModel
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.reliability import check_future_dated
-from loopx.history.line import HistoryLine
-from loopx.history.runlog import RunReport
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.model import Goal
 from loopx.state import GoalState
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.journal import TurnJournal
+from loopx.turn.runlog import RunReport
 
 
 def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:

@@ -11,8 +11,8 @@ import os
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, UnsafePathError
-from loopx.registry.model import RegistrySettings
-from loopx.registry.store import SETTINGS_VERSION, registry_version
+from loopx.registry.store import registry_version
+from loopx.settings import SETTINGS_VERSION, RegistrySettings
 
 
 def check_registry(doc: Checker) -> bool:

@@ -1,6 +1,6 @@
-"""The Run Log and Run History layers.
+"""Reading the Run History: every read of ``history.jsonl`` (tails, counters, the whole file).
 
-``runlog``: one full report per turn (``runs/<seq>.json`` and ``.md``);
-``line``: one compact line per finished turn (``history.jsonl``);
-``reader``: every read of ``history.jsonl`` (tails, counters, the whole file).
+The records themselves are the turn's: :mod:`loopx.turn.historyline` (one
+compact line per finished turn) and :mod:`loopx.turn.runlog` (one full report
+per turn), written by :mod:`loopx.turn.writeback`.
 """

@@ -19,11 +19,11 @@ from typing import Final
 from pydantic import Field, ValidationError
 
 from loopx.errors import CorruptFileError
-from loopx.history.line import HistoryLine
 from loopx.model import Record, trusted
 from loopx.root import Layout
 from loopx.storage.files import open_at
 from loopx.storage.jsonl import read_records
+from loopx.turn.historyline import HistoryLine
 
 HISTORY_TAIL: Final = 8  # lines of history the status projection looks at (newest last)
 HISTORY_NAME: Final = "history.jsonl"  # in the goal's directory (Layout.history_file)

@@ -19,8 +19,8 @@ from typing import Annotated, Final
 from pydantic import Field
 
 from loopx.model import Record, UtcDatetime, as_utc, trusted
-from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import SpendColumns, SpendTotals, WindowSpend, frees_at, window_of
+from loopx.registry.quota_policy import QuotaPolicy
 
 
 class Budget(StrEnum):

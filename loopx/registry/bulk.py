@@ -4,7 +4,7 @@ A JSON Lines file holds one goal per line in the shape of an entry of
 ``loopx goal list --json``'s ``goals`` array; only ``id`` and ``objective``
 are required, so ``loopx goal list --json | jq -c '.goals[]'`` is an import
 file. A ``.toml`` file, or a JSON document with a ``goals`` array, is a batch
-plan (:mod:`loopx.batch.plan`).
+plan (:mod:`loopx.registry.plan`).
 
 The whole file is checked before anything is written (every line valid, no
 id twice, no registered goal with a different policy, and `goal add`'s checks
@@ -29,13 +29,13 @@ from typing import Any, Final, Literal
 from pydantic import ValidationError
 
 from loopx.errors import UsageError
+from loopx.hints import note_goal_changed
 from loopx.model import Record
 from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
 from loopx.registry.checks import GoalSetupError, check_program, check_workdir
 from loopx.registry.model import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
 from loopx.root import Layout
-from loopx.status.changes import note_goal_changed
 from loopx.storage.files import FILE_MODE, describe_validation_error, read_bytes
 
 _TIMESTAMPS: Final = ("created_at", "updated_at")
@@ -103,8 +103,8 @@ def _goal_of(
 
 
 def _plan_goals(path: Path, *, now: datetime) -> list[tuple[int | None, Goal]]:
-    from loopx.batch.plan import load_plan  # noqa: PLC0415 - only plans need it
     from loopx.registry.goals import build_goal  # noqa: PLC0415 - cycle: goals imports store
+    from loopx.registry.plan import load_plan  # noqa: PLC0415 - only plans need it
 
     plan = load_plan(path)
     return [

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
+from loopx.hints import HintCursor, read_hints
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -39,9 +40,9 @@ from loopx.registry.goal_index import (
 )
 from loopx.registry.goal_index import VERSION as INDEX_VERSION
 from loopx.registry.model import Goal, Registry
-from loopx.registry.store import create_settings, read_settings
+from loopx.registry.store import read_settings
 from loopx.root import Layout
-from loopx.status.sources import HintCursor, read_hints
+from loopx.settings import create_settings
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 
 DEFAULT_VERIFY_S: Final = 60.0
@@ -354,7 +355,7 @@ def init_registry(layout: Layout) -> tuple[bool, Registry]:
         NewerRootError: a newer LoopX wrote it.
 
     """
-    created = create_settings(layout)
+    created = create_settings(layout.registry, layout.root)
     return created, load_registry(layout)
 
 

@@ -14,11 +14,11 @@ from loopx.errors import (
     GoalStateError,
     InvalidPolicyError,
 )
-from loopx.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.ids import validate_goal_id
 from loopx.model import Record
-from loopx.quota.policy import QuotaPolicy
+from loopx.registry.hostprogram import DEFAULT_PROGRAMS, require_program
 from loopx.registry.model import Goal, GoalStatus, HostSpec
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, HostSession, update_state

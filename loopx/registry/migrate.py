@@ -23,8 +23,9 @@ from pydantic import Field
 
 from loopx.faults import fault_point
 from loopx.model import Record
-from loopx.registry.model import Goal, RegistrySettings
+from loopx.registry.model import Goal
 from loopx.root import Layout
+from loopx.settings import SETTINGS_VERSION, RegistrySettings
 from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,
@@ -60,7 +61,7 @@ def migrate_registry(layout: Layout) -> MigrationReport:
         CorruptFileError: the old registry is damaged (it is left as it is).
         NewerRootError: a newer LoopX wrote the registry.
     """
-    from loopx.registry.store import SETTINGS_VERSION, registry_version  # noqa: PLC0415 - cycle
+    from loopx.registry.store import registry_version  # noqa: PLC0415 - cycle
 
     path = layout.registry
     with locked(path):

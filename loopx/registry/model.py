@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime
-from loopx.quota.policy import PositiveFloat, QuotaPolicy
+from loopx.registry.quota_policy import PositiveFloat, QuotaPolicy
 
 
 class GoalStatus(StrEnum):
@@ -111,17 +111,6 @@ class Goal(Record):
             msg = f"workdir must be an absolute path, got {value!r}"
             raise ValueError(msg)
         return value
-
-
-class RegistrySettings(Record):
-    """``registry.json``: root-wide settings only; each goal's policy is in ``goals/<id>/goal.json``.
-
-    Version 1 of this file held every goal; :mod:`loopx.registry.migrate`
-    moves such a file's goals into their goal files.
-    """
-
-    schema_version: Literal[2] = 2
-    common_runtime_root: str | None = None
 
 
 class Registry(Record):

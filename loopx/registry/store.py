@@ -3,7 +3,7 @@
 A change to one goal reads and writes that goal's file only, under that
 file's lock, so writers of different goals never wait for each other and a
 change costs the same at ten goals and at a hundred thousand. Every write
-leaves a change hint (:func:`loopx.status.changes.note_goal_changed`) that
+leaves a change hint (:func:`loopx.hints.note_goal_changed`) that
 the goal index, the status cache and the agents' scheduling index follow.
 """
 
@@ -13,16 +13,14 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Final
 
 from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
-from loopx.registry.model import Goal, RegistrySettings
+from loopx.hints import note_goal_changed
+from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.status.changes import note_goal_changed
-from loopx.storage.files import atomic_write_model, fsync_dir, parse_model, read_bytes
+from loopx.settings import SETTINGS_VERSION, RegistrySettings
+from loopx.storage.files import atomic_write_model, parse_model, read_bytes
 from loopx.storage.locks import locked
-
-SETTINGS_VERSION: Final = 2  # RegistrySettings.schema_version; 1 held every goal
 
 # Registry files found current (not an old single-file registry) by this process.
 _CURRENT: set[Path] = set()
@@ -71,33 +69,6 @@ def ensure_current(layout: Layout) -> None:
 
         migrate_registry(layout)
     _CURRENT.add(layout.registry)
-
-
-def create_settings(layout: Layout) -> bool:
-    """Write an empty settings file (``registry.json``) if there is none; True when written.
-
-    A registry outside the root names the root (``common_runtime_root``,
-    relative to the registry file) so that ``--registry`` alone finds it. An
-    existing file, even an old single-file registry, is left as it is. The
-    file is written aside and hard-linked into place, so it appears whole or
-    not at all, and without the registry's lock: no goal write ever takes it.
-    """
-    if layout.registry.exists():
-        return False
-    common = None
-    if layout.registry.parent != layout.root:
-        common = os.path.relpath(layout.root, layout.registry.parent)
-    settings = RegistrySettings(common_runtime_root=common)
-    tmp = layout.registry.with_name(f".{layout.registry.name}.{os.getpid()}.{os.urandom(4).hex()}")
-    atomic_write_model(tmp, settings)
-    try:
-        os.link(tmp, layout.registry)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink()
-    fsync_dir(layout.registry.parent)
-    return True
 
 
 def read_settings(layout: Layout) -> RegistrySettings:

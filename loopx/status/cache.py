@@ -36,13 +36,13 @@ from pydantic_core import SchemaSerializer
 
 from loopx.collector import collector_paused
 from loopx.errors import resource_fault
+from loopx.hints import HintCursor, changes_file, read_hints, reset_hints
 from loopx.log import get_logger
 from loopx.memo import fingerprint as file_fingerprint
 from loopx.memo import private_dir
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
-from loopx.status.changes import changes_file
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.projection import assemble
 from loopx.status.refresh import (
@@ -59,7 +59,6 @@ from loopx.status.refresh import (
     plan_scan,
 )
 from loopx.status.reread import read_shared, reread_goal
-from loopx.status.sources import HintCursor, read_hints, reset_hints
 from loopx.status.store import StatusStore
 from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
 from loopx.status.watch import FingerprintMemo

@@ -14,9 +14,9 @@ from pathlib import Path
 from loopx import memo
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
+from loopx.hints import changes_file
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
-from loopx.status.changes import changes_file
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.sources import current_fleet_keyed
 from loopx.status.store import StatusStore

@@ -20,7 +20,6 @@ from pydantic import Field
 
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord
-from loopx.history.line import HistoryLine
 from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
@@ -35,6 +34,7 @@ from loopx.status.view import (
     StatusProjection,
     StatusReason,
 )
+from loopx.turn.historyline import HistoryLine
 
 ATTENTION_HUMANS: Final = 25
 ATTENTION_AGENTS: Final = 10

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from loopx.history.line import HistoryLine
 from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
@@ -20,6 +19,7 @@ from loopx.status.view import (
     StatusProjection,
     StatusReason,
 )
+from loopx.turn.historyline import HistoryLine
 
 
 class Page(Record):

@@ -36,12 +36,11 @@ from datetime import UTC, datetime
 from typing import Final
 
 from loopx.fleet import AgentHeartbeat, FleetRecord
-from loopx.history.line import HistoryLine
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
-from loopx.quota.policy import QuotaPolicy
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.state import GoalState
 from loopx.status.fleetview import fleet_view, overlay_crash_loop
 from loopx.status.view import (
@@ -56,6 +55,7 @@ from loopx.status.view import (
     StatusReason,
     trusted,
 )
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
 

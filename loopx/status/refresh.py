@@ -21,11 +21,11 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from loopx.hints import HintCursor
 from loopx.history.reader import HistoryCounts
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
 from loopx.status.fingerprint import Fingerprint
-from loopx.status.sources import HintCursor
 from loopx.status.view import FleetView, GoalStatusView, ProbeObservation
 
 HINT_LOG_MAX: Final = 1 << 20  # truncate the change log after a full scan past this size

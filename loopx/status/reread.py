@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from loopx.hints import HintCursor
 from loopx.history.reader import HistoryCounts
 from loopx.memo import fingerprint
 from loopx.registry.model import Goal
@@ -21,7 +22,6 @@ from loopx.status.refresh import CachedGoal, SharedSources, StatusIndex
 from loopx.status.sources import (
     NO_COUNTS,
     READ_NAMES,
-    HintCursor,
     current_fleet,
     gather_goal,
     probes_dir,

@@ -3,8 +3,8 @@
 The shell around the pure :mod:`loopx.status.projection`: fingerprints of a goal's files,
 history tails (:mod:`loopx.history.reader`), the quota window's buckets (from
 the ledger's aggregate, the same reader the quota decision uses),
-the quarantine listing, probe observations, the fleet, and the change-hint log
-that lets a refresh skip the scan of unchanged goals.
+the quarantine listing, probe observations and the fleet (the change hints that let
+a refresh skip the scan of unchanged goals are :mod:`loopx.hints`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Final, TypeVar
 
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
-from loopx.history.line import HistoryLine
+from loopx.hints import note_goal_changed
 from loopx.history.reader import HistoryCounts, tail_and_counts
 from loopx.memo import Fingerprint, fingerprint
 from loopx.quota.ledger import window_buckets_at
@@ -27,7 +27,6 @@ from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal
 from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
-from loopx.status.changes import changes_file, note_goal_changed
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
 from loopx.status.projection import NO_SPEND, GoalInputs
 from loopx.status.view import FleetView, ProbeObservation
@@ -41,6 +40,7 @@ from loopx.storage.files import (
     read_model_or_none,
 )
 from loopx.storage.resources import root_health
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 
 PROBES_DIR: Final = "probes"
@@ -48,50 +48,6 @@ _READ_ORDER: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl"
 READ_NAMES: Final = frozenset(_READ_ORDER)
 NO_COUNTS: Final = HistoryCounts()  # a goal without history (frozen, so shared)
 M = TypeVar("M", GoalState, Lease)
-
-
-# --- change hints (written by loopx.status.changes) -----------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class HintCursor:
-    """Where a reader of the change log stopped: the file's inode and byte offset."""
-
-    inode: int = 0
-    offset: int = 0
-
-
-def read_hints(layout: Layout, cursor: HintCursor) -> tuple[set[str] | None, HintCursor]:
-    """Goal ids noted since ``cursor``; None when the log was replaced (rescan everything).
-
-    The log is truncated by the refresher after a full scan once it grows past
-    a megabyte; a new inode or a shorter file means hints may have been lost.
-    """
-    path = changes_file(layout)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return (set() if cursor.inode == 0 else None), HintCursor()
-    try:
-        st = os.fstat(fd)
-        if cursor.inode not in (0, st.st_ino) or st.st_size < cursor.offset:
-            return None, HintCursor(st.st_ino, st.st_size)
-        end = st.st_size
-        data = os.pread(fd, end - cursor.offset, cursor.offset) if end > cursor.offset else b""
-    finally:
-        os.close(fd)
-    # Only whole lines count; a torn last line is read again next time.
-    cut = data.rfind(b"\n") + 1
-    ids = {line.decode(errors="replace") for line in data[:cut].split(b"\n") if line}
-    return ids, HintCursor(st.st_ino, cursor.offset + cut)
-
-
-def reset_hints(layout: Layout) -> HintCursor:
-    """Start a fresh change log (after a full scan made the old hints moot)."""
-    path = changes_file(layout)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    return HintCursor()
 
 
 # --- goals -------------------------------------------------------------------------------------

@@ -13,10 +13,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from loopx.fleet import AgentHeartbeat, AgentPhase, AgentSlot, ExitKind, ExitStatus, FleetRecord
-from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.model import GoalStatus
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, Todo, TodoStatus
 from loopx.storage.files import atomic_write_bytes, atomic_write_model
@@ -27,6 +26,7 @@ from loopx.testing.status_fixtures import (
     register_goals,
     write_lease,
 )
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.outcome import ResultKind
 
 QUESTIONS = (

@@ -11,16 +11,16 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from loopx.history.line import HistoryLine
 from loopx.quota.ledger import SpendRecord
-from loopx.quota.policy import QuotaPolicy
 from loopx.quota.usage import Usage
 from loopx.registry.model import Goal
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import write_goals
 from loopx.root import Layout
 from loopx.state import Gate, GoalState
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, exclusive_create
 from loopx.storage.jsonl import append_record
+from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
 

@@ -23,6 +23,7 @@ from typing import Final, Literal
 
 from loopx import environ
 from loopx.errors import CorruptFileError, LeaseLostError
+from loopx.goallock import goal_lock
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
@@ -34,7 +35,6 @@ from loopx.storage.files import (
     read_bytes,
     read_model_or_none,
 )
-from loopx.storage.locks import locked
 
 log = get_logger(__name__)
 
@@ -170,14 +170,6 @@ def read_lease(layout: Layout, goal_id: str) -> Lease | None:
 
     """
     return read_model_or_none(layout.lease_file(goal_id), Lease)
-
-
-@contextlib.contextmanager
-def goal_lock(layout: Layout, goal_id: str) -> Iterator[None]:
-    """Hold the goal's lock: claims, takeovers and fenced writes serialise here."""
-    layout.ensure_goal_dirs(goal_id)
-    with locked(layout.epoch_file(goal_id)):
-        yield
 
 
 def claim(

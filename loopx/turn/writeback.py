@@ -19,13 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loopx.faults import fault_point
-from loopx.history.line import history_line
-from loopx.history.runlog import render_markdown, run_report
 from loopx.root import Layout
 from loopx.state import GoalState, Todo, load_state, update_state
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 from loopx.storage.jsonl import append_record
+from loopx.turn.historyline import history_line
 from loopx.turn.journal import TurnJournal
+from loopx.turn.runlog import render_markdown, run_report
 
 
 def _upsert_todos(todos: list[Todo], changes: list[Todo]) -> list[Todo]:

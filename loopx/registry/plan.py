@@ -13,9 +13,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from loopx.errors import UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
-from loopx.quota.policy import QuotaPolicy
 from loopx.registry.goals import GoalChanges
 from loopx.registry.model import HostKind, HostKindName, HostSpec
+from loopx.registry.quota_policy import QuotaPolicy
 from loopx.storage.files import read_bytes
 
 
