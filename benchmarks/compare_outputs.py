@@ -169,8 +169,10 @@ def run_side(python: str, pristine: Path, root: Path, out: Path) -> None:
     }
     for name, argv in COMMANDS:
         done = subprocess.run(
-            ["faketime", "-f", FROZEN, python, "-m", "loopx", "--root", str(root), *argv],
+            # -P and a neutral cwd: the install's own loopx, never one in the current folder.
+            ["faketime", "-f", FROZEN, python, "-P", "-m", "loopx", "--root", str(root), *argv],
             capture_output=True,
+            cwd=out,
             env=env,
             timeout=120,
             check=False,
