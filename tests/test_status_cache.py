@@ -20,7 +20,7 @@ from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.status.cache import StatusCache
-from loopx.status.current import clear_status_cache, load_status
+from loopx.status.current import clear_status_cache, current_status, refresh_status
 from loopx.status.store import StatusStore, store_file
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import (
@@ -242,10 +242,11 @@ def test_entries_read_back_equal_the_ones_built(layout):
 def test_clear_cache_rebuilds(layout):
     """--clear-cache deletes the database; the next load rebuilds it."""
     seeded(layout)
-    load_status(layout, now=utcnow(), ttl_s=0)
+    refresh_status(layout, now=utcnow(), ttl_s=0)
     clear_status_cache(layout)
     assert not store_file(layout).exists()
-    assert load_status(layout, now=utcnow(), ttl_s=0).counts.total == 5
+    refresh_status(layout, now=utcnow(), ttl_s=0)
+    assert current_status(layout, now=utcnow()).counts.total == 5
 
 
 def test_a_damaged_database_is_set_aside_and_rebuilt(layout):

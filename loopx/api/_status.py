@@ -11,7 +11,7 @@ from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S
 from loopx.status.current import (
     clear_status_cache,
-    load_status,
+    current_status,
     refresh_status,
     status_document,
 )
@@ -57,13 +57,11 @@ class Status:
         """
         if clear_cache:
             clear_status_cache(self.layout)
-        projection = load_status(
-            self.layout,
-            now=now or utcnow(),
-            ttl_s=ttl_s,
-            full_scan_after_s=full_scan_after_s,
-            force=force,
+        at = now or utcnow()
+        refresh_status(
+            self.layout, now=at, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force
         )
+        projection = current_status(self.layout, now=at)
         return _filtered(projection, actor, limit)
 
     def document(

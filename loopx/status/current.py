@@ -57,18 +57,9 @@ def refresh_status(
     )
 
 
-def load_status(
-    layout: Layout,
-    *,
-    now: datetime,
-    ttl_s: float = DEFAULT_TTL_S,
-    full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
-    force: bool = False,
-) -> StatusProjection:
-    """The attention queue: the goals hinted since the last call re-read, all past ``ttl_s``."""
-    cache = status_cache(layout)
-    cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force)
-    return _current(cache, now=now)[0]
+def current_status(layout: Layout, *, now: datetime) -> StatusProjection:
+    """The attention queue as the last refresh of this process left it, the fleet read now."""
+    return _current(status_cache(layout), now=now)[0]
 
 
 def _current(
