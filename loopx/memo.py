@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import time
+import zlib
 
 # Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
 TYPE_CHECKING = False
@@ -60,9 +60,10 @@ def host_cache_dir(root: str | os.PathLike[str], *, env: dict[str, str] | None =
     environ = os.environ if env is None else env
     real = os.path.realpath(root)
     st = os.stat(real)
-    key = f"{real}\0{st.st_dev}\0{st.st_ino}".encode()
+    # zlib, not hashlib: importing hashlib (OpenSSL) costs a warm answer milliseconds.
+    name = f"{st.st_dev:x}-{st.st_ino:x}-{zlib.crc32(real.encode()):08x}"
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "loopx", hashlib.sha256(key).hexdigest()[:24])
+    return os.path.join(base, "loopx", name)
 
 
 def private_dir(path: str | os.PathLike[str]) -> None:

@@ -83,11 +83,9 @@ def filler(now: float, host: Host | None = None) -> Callable[[str], bytes | None
     """What each hole of a stored decision holds at ``now`` (epoch seconds).
 
     ``host`` stands for the host's numbers (the store checks a decision with
-    its own); measured on first need otherwise.
+    its own); measured on first need otherwise. Nothing is imported or
+    measured for an answer without holes (the usual "yes (ok)").
     """
-    from datetime import UTC, datetime, timedelta  # noqa: PLC0415 - only for holes
-
-    at = datetime.fromtimestamp(now, UTC)
     measured: list[Host | None] = [host] if host is not None else []
 
     def numbers() -> Host | None:
@@ -100,17 +98,20 @@ def filler(now: float, host: Host | None = None) -> Callable[[str], bytes | None
 
     def fill(hole: str) -> bytes | None:
         name, _, arg = hole.partition(":")
+        if name in _HOST_HOLES:
+            room = numbers()
+            if room is None:
+                return None
+            value = room[_HOST_HOLES[name]]
+            return str(int(value)).encode() if name == "cpus" else _number(value)
+        from datetime import UTC, datetime, timedelta  # noqa: PLC0415 - only for these holes
+
+        at = datetime.fromtimestamp(now, UTC)
         if name == "at":
             return json.dumps(iso_z(at)).encode()
         if name == "since":
             return json.dumps(iso_z(at - timedelta(hours=float(arg)))).encode()
-        if name == "in":
-            return in_phrase(datetime.fromisoformat(arg), at).encode()
-        room = numbers()
-        if room is None or name not in _HOST_HOLES:
-            return None
-        value = room[_HOST_HOLES[name]]
-        return str(int(value)).encode() if name == "cpus" else _number(value)
+        return in_phrase(datetime.fromisoformat(arg), at).encode() if name == "in" else None
 
     return fill
 
