@@ -25,6 +25,7 @@ import heapq
 import os
 import secrets
 import sqlite3
+import time
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from loopx.status.refresh import (
 from loopx.status.reread import read_shared, reread_goal
 from loopx.status.store import StatusStore
 from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
-from loopx.status.watch import FingerprintMemo
+from loopx.status.watch import RACY_NS, FingerprintMemo
 from loopx.storage.files import ensure_dir
 from loopx.storage.locks import locked
 
@@ -98,6 +99,8 @@ class StatusCache:
     # No usable database was loaded: the next write replaces it whole.
     _rebuild: bool = True
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
+    # The database file's fingerprint as this cache last loaded or wrote it.
+    _database: tuple[int, int, int] | None = None
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
 
@@ -112,6 +115,7 @@ class StatusCache:
         self.index = loaded.index if loaded is not None else None
         self.goals = loaded.goals if loaded is not None else {}
         self._rebuild = loaded is None
+        self._database = file_fingerprint(self.store.path) if loaded is not None else None
         self._fresh = {}
         self.registry = None
         self._leased = {g for g, c in self.goals.items() if c.view.lease is not None}
@@ -122,6 +126,11 @@ class StatusCache:
         return loaded is not None
 
     def _in_sync_with_disk(self) -> bool:
+        fp = file_fingerprint(self.store.path)
+        # Nobody wrote since: one stat, not a query (the server asks every second); a file
+        # changed within the last RACY_NS may have been written again in the same mtime tick.
+        if fp == self._database and time.time_ns() - fp[1] > RACY_NS:
+            return True
         disk = self.store.read_index()
         return (
             disk is not None
@@ -320,8 +329,10 @@ class StatusCache:
             fresh.update(zip(missing, view_bytes([goals[g].view for g in missing]), strict=True))
         changed = {g: (goals[g], fresh[g]) for g in fresh}
         with _cache_write(self):
+            self._database = None
             self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
             self._rebuild = False
+            self._database = file_fingerprint(self.store.path)
 
     def _fingerprint(self, goal_dir: str, *, exact: bool) -> Fingerprint:
         if self.memo is None:

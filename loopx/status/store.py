@@ -21,7 +21,6 @@ damaged one is rebuilt from the goal files (a damaged file is set aside as
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
@@ -36,20 +35,21 @@ from loopx.memo import host_cache_dir
 from loopx.model import trusted
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
+from loopx.status.sources import NO_COUNTS
 from loopx.status.view import GoalStatusView
 
 STORE_NAME: Final = "status.db"
-SCHEMA_VERSION: Final = 1  # PRAGMA user_version of a database this code wrote
+SCHEMA_VERSION: Final = 2  # PRAGMA user_version of a database this code wrote
 _SCHEMA: Final = """
 CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), status_index TEXT NOT NULL);
 CREATE TABLE goals (
     goal_id TEXT PRIMARY KEY,
-    fingerprint TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,  -- the numbers, comma-separated
     history TEXT NOT NULL,
     epoch INTEGER NOT NULL,
     recheck_ts REAL,
     view BLOB NOT NULL
-) WITHOUT ROWID;
+);
 """
 _NO_COUNTS_JSON: Final = "{}"
 
@@ -220,13 +220,15 @@ class StatusStore:
         return None
 
 
+_EMPTY_COUNTS: Final = NO_COUNTS  # the instance every entry without history shares
+
+
 def _row(goal_id: str, entry: CachedGoal, view: bytes) -> tuple[object, ...]:
     history = entry.history
-    counts = _NO_COUNTS_JSON if history == HistoryCounts() else history.model_dump_json()
-    return (goal_id, json.dumps(entry.fingerprint), counts, entry.epoch, entry.recheck_ts, view)
-
-
-_EMPTY_COUNTS: Final = HistoryCounts()
+    empty = history is _EMPTY_COUNTS or history == _EMPTY_COUNTS
+    counts = _NO_COUNTS_JSON if empty else history.model_dump_json()
+    fingerprint = ",".join(map(str, entry.fingerprint))
+    return (goal_id, fingerprint, counts, entry.epoch, entry.recheck_ts, view)
 
 
 def _entry(
@@ -235,10 +237,7 @@ def _entry(
     counts = (
         _EMPTY_COUNTS if history == _NO_COUNTS_JSON else HistoryCounts.model_validate_json(history)
     )
-    fp = json.loads(fingerprint)
-    if not isinstance(fp, list) or not all(type(n) is int for n in fp):
-        msg = f"a goal row's fingerprint is not a list of integers: {fingerprint[:80]}"
-        raise ValueError(msg)
+    fp = [int(n) for n in fingerprint.split(",")] if fingerprint else []  # ValueError if damaged
     return trusted(
         CachedGoal,
         {
