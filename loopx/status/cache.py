@@ -62,13 +62,14 @@ from loopx.status.refresh import (
 from loopx.status.reread import read_shared, reread_goal
 from loopx.status.store import StatusStore
 from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
-from loopx.status.watch import RACY_NS, FingerprintMemo
+from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import ensure_dir
 from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
+_SAME_TICK_NS: Final = 50_000_000
 _BUCKETS: Final = 256  # what RefreshReport.shards_written counts in (see there)
 _EMPTY_GOALS: Final = b"[]\n}"
 _GOAL_START: Final = b"    {\n"
@@ -127,9 +128,10 @@ class StatusCache:
 
     def _in_sync_with_disk(self) -> bool:
         fp = file_fingerprint(self.store.path)
-        # Nobody wrote since: one stat, not a query (the server asks every second); a file
-        # changed within the last RACY_NS may have been written again in the same mtime tick.
-        if fp == self._database and time.time_ns() - fp[1] > RACY_NS:
+        # Nobody wrote since: one stat, not a query (the server and the supervisor ask every
+        # second or so); a file changed within _SAME_TICK_NS may have been written again in the
+        # same mtime tick (the kernel's coarse clock moves every few milliseconds).
+        if fp == self._database and time.time_ns() - fp[1] > _SAME_TICK_NS:
             return True
         disk = self.store.read_index()
         return (
