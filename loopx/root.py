@@ -206,11 +206,6 @@ class Layout(_Value):
         return self.root / "supervisor.lock"
 
     @property
-    def status_file(self) -> Path:
-        """``projections/status.json``."""
-        return self.projections_dir / "status.json"
-
-    @property
     def goal_index_file(self) -> Path:
         """``projections/goals.json``: the derived index of every goal's policy."""
         return self.projections_dir / "goals.json"

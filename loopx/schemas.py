@@ -29,7 +29,6 @@ from loopx.fleet import (
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
-from loopx.quota.snapshot import QuotaSnapshot
 from loopx.registry.bulk import ImportReport
 from loopx.registry.goal_index import GoalIndex
 from loopx.registry.initialise import InitReport
@@ -45,7 +44,7 @@ from loopx.rootwatch import RootMovedNote
 from loopx.settings import RegistrySettings
 from loopx.state import GoalState
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
-from loopx.status.refresh import RefreshReport, ShardPack, StatusIndex, StatusShard
+from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.checkpoint import Checkpoint
@@ -73,14 +72,11 @@ FILES: dict[str, type[BaseModel]] = {
     "goal-index": GoalIndex,
     "state": GoalState,
     "status": StatusProjection,
-    "status-index": StatusIndex,
-    "status-shard": StatusShard,
-    "status-shard-pack": ShardPack,  # the first line of projections/status.d/pack.jsonl
+    "status-index": StatusIndex,  # the meta row of the status database
     "probe": ProbeObservation,
     "host-headroom": HostHeadroom,
     "quota-aggregate": SpendAggregate,
     "quota-decision": QuotaDecision,
-    "quota-snapshot": QuotaSnapshot,  # projections/quota.d/<id>.snapshot
     "spend-record": SpendRecord,
     "envelope": Envelope,
     "result": HostResult,

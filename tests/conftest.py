@@ -106,3 +106,15 @@ def cli(root: Path, tmp_path: Path) -> Iterator[Cli]:
     work.mkdir()
     open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
     return Cli(root, work)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Host-local caches (the status database, memos) under this run's temp dir, not ~/.cache."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved

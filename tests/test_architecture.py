@@ -66,7 +66,7 @@ KERNEL_ORDER: Final = (
     "secrets",
     "log",
     "collector",
-    "forked",
+    "memo",
     "storage",
     "model",
     "usage",  # what a turn or a check spent: journals, ledgers and done-checks record it

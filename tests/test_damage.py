@@ -21,6 +21,7 @@ import pytest
 
 from loopx.agents.turn import run_one_turn
 from loopx.root import Layout
+from loopx.status.store import store_file
 from loopx.turn.journal import journal_files
 from tests.turnkit import demo_goal, loopx, loopx_here, make_root
 
@@ -176,23 +177,25 @@ def test_doctor_healthy_root_exits_zero(tmp_path: Path) -> None:
     )
 
 
-def test_doctor_checks_the_stored_quota_decisions(tmp_path: Path) -> None:
-    """A decision `quota should-run` stored is checked; a damaged one is a warning to delete."""
+def test_doctor_checks_the_status_database(tmp_path: Path) -> None:
+    """A damaged status database is a warning whose repair rebuilds it from the goal files."""
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "wd")
     run_one_turn(layout, "g", agent_id="setup")
-    assert loopx_here(layout.root, "quota", "should-run", "g").returncode in (0, 1)
-    stored = layout.projections_dir / "quota.d" / "g.snapshot"
+    assert loopx_here(layout.root, "status", "--json").returncode == 0
+    stored = store_file(layout)
     assert stored.is_file()
     assert doctor(layout.root)[0] == 0
-    stored.write_bytes(stored.read_bytes()[:-10])
+    with stored.open("r+b") as f:
+        f.write(b"not sqlite" * 500)
     code, report = doctor(layout.root)
     findings = [f for f in report["findings"] if f["path"] == str(stored)]
     assert code == 1
     assert [(f["code"], f["severity"]) for f in findings] == [("schema", "warning")]
     follow_repairs(layout.root, report, b"")
-    assert not stored.exists()
     assert doctor(layout.root)[0] == 0
+    done = loopx_here(layout.root, "status", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["counts"]["total"] == 1
 
 
 def test_doctor_reports_stray_temp_and_stale_lease(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from loopx.quota.decision import QuotaReason, decide
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendRecord, append_spend, read_spend
 from loopx.registry.quota_policy import QuotaPolicy
-from loopx.status.current import load_status, status_cache
+from loopx.status.current import current_status, refresh_status, status_cache
 from loopx.testing.status_fixtures import make_goal, make_root, register_goals
 from loopx.usage import Usage
 from loopx.web.metrics import render_metrics
@@ -112,7 +112,8 @@ def test_status_should_run_and_metrics_agree_on_window_spend(
 
             # When should-run, status and /metrics each look at the same instant
             decision = decide(layout, goal, now=now, headroom=room)
-            projection = load_status(layout, now=now, force=True)
+            refresh_status(layout, now=now, force=True)
+            projection = current_status(layout, now=now)
             text = render_metrics(
                 status_cache(layout), projection, fleet=None, heartbeats=[], now=now
             )

@@ -271,7 +271,6 @@ def test_quota_show_text_exits_0_even_when_not_allowed(root, capsys):
         "quota-decision",
         "quota-report",
         "quota-aggregate",
-        "quota-snapshot",
         "spend-record",
         "host-headroom",
     ],

@@ -1,4 +1,4 @@
-"""The warm `loopx quota should-run`: a stored decision printed only while it still holds.
+"""The warm `loopx quota should-run`: a stored decision (a memo) printed only while it still holds.
 
 The CLI runs for real under Debian's ``faketime`` (a frozen clock), so a warm
 answer can be compared byte for byte with what the validated path prints at
@@ -24,7 +24,7 @@ import pytest
 from loopx.api import Root
 from loopx.cli._quick import parse_should_run
 from loopx.quota.ledger import SpendRecord, append_spend
-from loopx.quota.quick import print_snapshot, snapshot_file
+from loopx.quota.warm import memo_path, print_decision
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
@@ -85,6 +85,16 @@ def inode(path: Path) -> int:
     return path.stat().st_ino
 
 
+def memo_file(layout: Layout, *, as_json: bool = False) -> Path:
+    return Path(memo_path(layout, GOAL, as_json=as_json))
+
+
+def header(path: Path) -> dict[str, object]:
+    """A memo's header line."""
+    data: dict[str, object] = json.loads(path.read_bytes().split(b"\n", 1)[0])
+    return data
+
+
 # case -> (goal add flags, set-up, expected exit code, expected reason)
 CASES: dict[str, tuple[tuple[str, ...], Callable[[Layout], None], int, str]] = {
     "allowed": ((), lambda layout: spend(layout, 30.0, T1 - timedelta(hours=2)), 0, "ok"),
@@ -131,7 +141,7 @@ def test_the_warm_answer_is_the_validated_one_byte_for_byte(
     layout = add_goal(tmp_path / "root", *flags)
     set_up(layout)
     json_flag = ("--json",) if as_json else ()
-    stored = snapshot_file(layout, GOAL)
+    stored = memo_file(layout, as_json=as_json)
 
     first = should_run(layout.root, *json_flag, at=T1)
     assert (first.returncode, first.stderr) == (code, b"")
@@ -160,8 +170,9 @@ def test_time_passing_valid_until_decides_again(tmp_path: Path) -> None:
     layout = add_goal(tmp_path / "root", "--quota-compute", "0.001")
     spend(layout, 100.0, T1 - timedelta(minutes=10))
     assert should_run(layout.root, at=T1).returncode == 3
-    stored = snapshot_file(layout, GOAL)
-    until = json.loads(stored.read_bytes())["valid_until"]
+    stored = memo_file(layout)
+    until = header(stored)["valid_until"]
+    assert isinstance(until, float)
     assert until == pytest.approx(
         (T1 - timedelta(minutes=10) + timedelta(days=1)).timestamp(), abs=0.01
     )
@@ -175,14 +186,12 @@ def test_time_passing_valid_until_decides_again(tmp_path: Path) -> None:
 
 def _store(layout: Layout) -> dict[str, object]:
     Root.open(layout.root).quota.should_run(GOAL)
-    snapshot: dict[str, object] = json.loads(snapshot_file(layout, GOAL).read_bytes())
-    return snapshot
+    return header(memo_file(layout))
 
 
 def _warm(layout: Layout, *, now: datetime | None = None, as_json: bool = False) -> int | None:
-    return print_snapshot(
-        layout, GOAL, as_json=as_json, now=now or datetime.now(UTC), out=io.BytesIO()
-    )
+    at = (now or datetime.now(UTC)).timestamp()
+    return print_decision(layout, GOAL, as_json=as_json, now=at, out=io.BytesIO())
 
 
 def _rewrite(path: Path) -> None:
@@ -240,8 +249,7 @@ def test_valid_until_is_the_first_instant_the_answer_may_change(
 ) -> None:
     layout = add_goal(tmp_path / "root")
     set_up(layout)
-    snapshot = _store(layout)
-    until = snapshot["valid_until"]
+    until = _store(layout)["valid_until"]
     assert isinstance(until, float)
     expected = {
         "lease": lambda: json.loads(layout.lease_file(GOAL).read_bytes())["expires_at"],
@@ -266,7 +274,7 @@ def test_valid_until_is_the_first_instant_the_answer_may_change(
         b"{not json",
         b"[]",
         b'{"schema_version": 1}',
-        None,  # the right snapshot of another goal
+        None,  # stored for another registry
         "version",
     ],
     ids=["empty", "torn", "not-an-object", "partial", "foreign", "other-release"],
@@ -275,12 +283,13 @@ def test_a_damaged_or_foreign_snapshot_means_the_validated_path(
     tmp_path: Path, damage: bytes | str | None
 ) -> None:
     layout = add_goal(tmp_path / "root")
-    snapshot = _store(layout)
-    path = snapshot_file(layout, GOAL)
-    if damage is None:
-        path.write_text(json.dumps(snapshot | {"goal_id": "other"}))
-    elif damage == "version":
-        path.write_text(json.dumps(snapshot | {"version": "0.0.1"}))
+    stored = _store(layout)
+    path = memo_file(layout)
+    body = path.read_bytes().split(b"\n", 1)[1]
+    if damage is None or damage == "version":
+        version, registry = str(stored["key"]).split("\0")
+        key = f"{version}\0/elsewhere/registry.json" if damage is None else f"0.0.1\0{registry}"
+        path.write_bytes(json.dumps(stored | {"key": key}).encode() + b"\n" + body)
     else:
         assert isinstance(damage, bytes)
         path.write_bytes(damage)
@@ -297,14 +306,14 @@ def test_a_damaged_or_foreign_snapshot_means_the_validated_path(
 def test_a_goal_with_a_host_guard_is_always_decided_live(tmp_path: Path) -> None:
     layout = add_goal(tmp_path / "root", "--min-free-memory-mb", "1")
     assert Root.open(layout.root).quota.should_run(GOAL).allowed
-    assert not snapshot_file(layout, GOAL).exists()
+    assert not memo_file(layout).exists()
 
 
 def test_a_decision_for_another_instant_is_not_stored(tmp_path: Path) -> None:
     """`should_run(now=...)` answers a what-if; only the real clock's answer is kept."""
     layout = add_goal(tmp_path / "root")
     Root.open(layout.root).quota.should_run(GOAL, now=datetime.now(UTC) + timedelta(days=3))
-    assert not snapshot_file(layout, GOAL).exists()
+    assert not memo_file(layout).exists()
 
 
 @pytest.mark.parametrize(
@@ -334,13 +343,3 @@ def test_only_a_plain_should_run_is_answered_before_argparse(
     argv: list[str], parsed: tuple[str, bool, dict[str, str]] | None
 ) -> None:
     assert parse_should_run(argv) == parsed
-
-
-def test_a_snapshot_behind_a_symlinked_directory_is_not_read(tmp_path: Path) -> None:
-    layout = add_goal(tmp_path / "root")
-    _store(layout)
-    stored = snapshot_file(layout, GOAL).parent
-    elsewhere = tmp_path / "elsewhere"
-    stored.rename(elsewhere)
-    stored.symlink_to(elsewhere)
-    assert _warm(layout) is None

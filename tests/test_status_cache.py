@@ -20,8 +20,8 @@ from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
 from loopx.status.cache import StatusCache
-from loopx.status.current import clear_status_cache, load_status
-from loopx.status.shards import shard_dir
+from loopx.status.current import clear_status_cache, current_status, refresh_status
+from loopx.status.store import StatusStore, store_file
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import (
     append_history,
@@ -55,11 +55,31 @@ def by_id(cache: StatusCache, goal_id: str):
 
 
 def test_cold_refresh_reads_every_goal(layout):
-    """The first refresh projects every registered goal and writes the index and shards."""
+    """The first refresh projects every registered goal and writes them to the database."""
     seeded(layout)
     report = StatusCache(layout).refresh(now=utcnow(), ttl_s=0)
     assert (report.full_scan, report.goals, report.reread) == (True, 5, 5)
-    assert layout.status_file.exists() and any(shard_dir(layout).iterdir())
+    loaded = StatusStore(layout).load()
+    assert loaded is not None and sorted(loaded.goals) == [f"g{i}" for i in range(5)]
+
+
+def test_the_database_is_private_to_this_host_and_user(layout):
+    """The database lives outside the root, in a 0700 directory, as a 0600 file."""
+    seeded(layout)
+    fresh_cache(layout)
+    path = store_file(layout)
+    assert layout.root not in path.parents
+    assert (path.parent.stat().st_mode & 0o777, path.stat().st_mode & 0o777) == (0o700, 0o600)
+
+
+def test_a_hint_inside_the_ttl_is_read_at_once(layout):
+    """A hinted change is shown by the next refresh even inside the TTL (issue 29)."""
+    seeded(layout)
+    cache = fresh_cache(layout)
+    open_gate(layout, "g2", "ship it?", now=utcnow())
+    report = cache.refresh(now=utcnow(), ttl_s=300)
+    assert (report.refreshed, report.full_scan, report.reread) == (True, False, 1)
+    assert by_id(cache, "g2").reason is StatusReason.GATE_PENDING
 
 
 def test_refresh_within_ttl_reads_nothing(layout):
@@ -196,7 +216,7 @@ def test_quarantined_journal_is_listed(layout):
 
 
 def test_another_process_reads_the_cache_without_rereading(layout):
-    """A second cache (another process) loads the shards and, within the TTL, reads no goal."""
+    """A second cache (another process) loads the database and, within the TTL, reads no goal."""
     seeded(layout)
     fresh_cache(layout)
     other = StatusCache(layout)
@@ -205,13 +225,13 @@ def test_another_process_reads_the_cache_without_rereading(layout):
 
 
 def test_entries_read_back_equal_the_ones_built(layout):
-    """Another process loads from the shards the same entries the refresh built in memory."""
+    """Another process loads from the database the same entries the refresh built in memory."""
     # Given goals that ran and goals that never ran (whose entries are built unvalidated)
     now = seeded(layout, n=3)
     never = [make_goal(f"n{i}", now=now, workdir=layout.root) for i in range(3)]
     register_goals(layout, never)
     built = fresh_cache(layout).goals
-    # When another process loads the cache (within the TTL: the never-ran views are rebuilt)
+    # When another process loads the cache (within the TTL)
     other = StatusCache(layout)
     assert not other.refresh(now=utcnow(), ttl_s=60).refreshed
     # Then it holds equal entries, and the never-ran goals were among them
@@ -220,23 +240,28 @@ def test_entries_read_back_equal_the_ones_built(layout):
 
 
 def test_clear_cache_rebuilds(layout):
-    """--clear-cache deletes the index and shards; the next load rebuilds them."""
+    """--clear-cache deletes the database; the next load rebuilds it."""
     seeded(layout)
-    load_status(layout, now=utcnow(), ttl_s=0)
+    refresh_status(layout, now=utcnow(), ttl_s=0)
     clear_status_cache(layout)
-    assert not layout.status_file.exists()
-    assert load_status(layout, now=utcnow(), ttl_s=0).counts.total == 5
+    assert not store_file(layout).exists()
+    refresh_status(layout, now=utcnow(), ttl_s=0)
+    assert current_status(layout, now=utcnow()).counts.total == 5
 
 
-def test_lost_shard_forces_a_rebuild(layout):
-    """A damaged shard is not trusted: the cache is rebuilt from the sources."""
+def test_a_damaged_database_is_set_aside_and_rebuilt(layout):
+    """A damaged database is not trusted: set aside, and the cache rebuilt from the goal files."""
     seeded(layout)
     fresh_cache(layout)
-    victim = next(shard_dir(layout).iterdir())
-    victim.write_text("garbage")
+    path = store_file(layout)
+    with path.open("r+b") as f:  # the header and the first pages
+        f.write(b"garbage" * 2000)
     cache = StatusCache(layout)
     report = cache.refresh(now=utcnow(), ttl_s=60)
     assert (report.full_scan, report.reread) == (True, 5)
+    assert path.with_name("status.db.damaged").exists()
+    loaded = StatusStore(layout).load()
+    assert loaded is not None and len(loaded.goals) == 5
 
 
 def test_history_tail_skips_a_torn_last_line(layout):

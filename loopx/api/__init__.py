@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from loopx.api._quota import Quota
     from loopx.api._root import Root
     from loopx.api._serve import StatusServer
-    from loopx.api._snapshot import prefetch_status_scan, print_status_snapshot
+    from loopx.api._snapshot import print_status_snapshot
     from loopx.api._status import Status
     from loopx.api._turns import Turns
     from loopx.log import configure_logging
@@ -61,7 +61,6 @@ _EXPORTS: dict[str, str] = {
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
     "print_quota_snapshot": "loopx.api._quick",  # a warm `quota should-run`, stdlib only
     "print_status_snapshot": "loopx.api._snapshot",  # a warm `status --json`, stdlib only
-    "prefetch_status_scan": "loopx.api._snapshot",  # a cold one's fingerprints, in a child
 }
 
 
@@ -98,7 +97,6 @@ __all__ = [
     "Turns",
     "add_agent_run_options",
     "configure_logging",
-    "prefetch_status_scan",
     "print_quota_snapshot",
     "print_status_snapshot",
 ]

@@ -1,6 +1,6 @@
 """``print_quota_snapshot``: a warm `loopx quota should-run` without loading the kernel.
 
-Standard library only (with ``loopx.root`` and ``loopx.quota.quick``), so the
+Standard library only (with ``loopx.root`` and ``loopx.quota.warm``), so the
 CLI can try it before it imports pydantic, psutil or structlog (issue 14:
 within 2x of a bare Python start). When it returns None,
 ``Root.open(...).quota.should_run(id)`` decides and stores the next snapshot.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loopx.quota.quick import print_snapshot
+from loopx.quota.warm import print_decision
 from loopx.root import open_root, resolve_root
 
 TYPE_CHECKING = False  # not `typing`: this path must start within 2x of bare Python
@@ -34,7 +34,7 @@ def print_quota_snapshot(
 
     The root is chosen and checked as ``Root.open`` does. The output holds while
     the files the decision read are the same and the clock has not reached the
-    instant they would decide otherwise (:mod:`loopx.quota.quick`). The clock is
+    instant they would decide otherwise (:mod:`loopx.quota.warm`). The clock is
     read directly: a fresh process has no measured clock offset.
 
     Returns:
@@ -46,4 +46,4 @@ def print_quota_snapshot(
     """
     resolved = resolve_root(flag=path, registry=registry, env=env, home=home)
     layout = open_root(resolved, create=False)
-    return print_snapshot(layout, goal_id, as_json=as_json, out=out)
+    return print_decision(layout, goal_id, as_json=as_json, out=out)

@@ -8,8 +8,7 @@ from datetime import datetime, timedelta
 from loopx.model import current_offset, utcnow
 from loopx.quota import decision as rules
 from loopx.quota.decision import QuotaDecision, QuotaReport, quota_report
-from loopx.quota.quick import fingerprints
-from loopx.quota.snapshot import store_snapshot
+from loopx.quota.snapshot import fingerprints, store_snapshot
 from loopx.registry.goals import get_goal
 from loopx.root import Layout
 from loopx.turn.lease import read_lease
@@ -43,7 +42,7 @@ class Quota:
         """`loopx quota should-run`: may the goal run a turn now (``.allowed``), and why.
 
         Decided on the real clock (no ``now``), the decision is also stored for
-        the warm `loopx quota should-run` (:mod:`loopx.quota.quick`).
+        the warm `loopx quota should-run` (:mod:`loopx.quota.warm`).
 
         Raises:
             GoalNotFoundError: no such goal.

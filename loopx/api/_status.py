@@ -6,17 +6,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-from loopx.forked import Forked
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_TTL_S
 from loopx.status.current import (
     clear_status_cache,
-    load_status,
+    current_status,
     refresh_status,
     status_document,
 )
-from loopx.status.prefetch import Fingerprints
 from loopx.status.refresh import RefreshReport
 from loopx.status.view import Actor, StatusProjection
 
@@ -52,19 +50,18 @@ class Status:
     ) -> StatusProjection:
         """`loopx status`: who must act next on each goal, and why.
 
-        The cached projection is used when younger than ``ttl_s``; ``actor``
+        The goals hinted since the last call are read again; all of them when the
+        cache is older than ``ttl_s``; ``actor``
         and ``limit`` filter the goals as ``--actor`` and ``--limit`` do;
         ``force`` re-reads every goal whatever the cache holds.
         """
         if clear_cache:
             clear_status_cache(self.layout)
-        projection = load_status(
-            self.layout,
-            now=now or utcnow(),
-            ttl_s=ttl_s,
-            full_scan_after_s=full_scan_after_s,
-            force=force,
+        at = now or utcnow()
+        refresh_status(
+            self.layout, now=at, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s, force=force
         )
+        projection = current_status(self.layout, now=at)
         return _filtered(projection, actor, limit)
 
     def document(
@@ -73,20 +70,16 @@ class Status:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = 0.0,
         now: datetime | None = None,
-        prefetch: Forked[Fingerprints] | None = None,
     ) -> bytes:
         """`loopx status --json`'s bytes (every goal), kept for the next warm CLI to print as is.
 
-        The same document as ``project()`` serialised with an indent of 2. A
-        refresh that scans every goal takes their fingerprints from ``prefetch``
-        (``loopx.api.prefetch_status_scan``), which the caller closes.
+        The same document as ``project()`` serialised with an indent of 2.
         """
         return status_document(
             self.layout,
             now=now or utcnow(),
             ttl_s=ttl_s,
             full_scan_after_s=full_scan_after_s,
-            prefetch=prefetch,
         )
 
     def clear_cache(self) -> None:

@@ -198,7 +198,7 @@ def _load(args: argparse.Namespace) -> StatusProjection:
 
 
 def _print_document(args: argparse.Namespace) -> None:
-    """Every goal's status as JSON: the stored snapshot while it holds, else from the cache."""
+    """Every goal's status as JSON: the stored memo while it holds, else from the cache."""
     if not args.clear_cache:
         from loopx.api import print_status_snapshot  # noqa: PLC0415 - standard library only
 
@@ -209,30 +209,14 @@ def _print_document(args: argparse.Namespace) -> None:
             out = sys.stdout.buffer
         if print_status_snapshot(args.root, registry=args.registry, ttl_s=args.ttl, out=out):
             return
-    from loopx.api import prefetch_status_scan  # noqa: PLC0415 - standard library only
-
-    # Before the imports below: a child fingerprints every goal meanwhile, on another core.
-    prefetch = prefetch_status_scan(
-        args.root,
-        registry=args.registry,
-        ttl_s=args.ttl,
-        full_scan_after_s=args.full_scan_after,
-        clear_cache=args.clear_cache,
-    )
-    try:
-        # One pass over every goal whose objects all live until the process exits: the
-        # cyclic collector would only rescan them, at exit too (a fifth of a cold run).
-        gc.disable()
-        configure_logging(args)
-        status = root(args).status
-        if args.clear_cache:
-            status.clear_cache()
-        document = status.document(
-            ttl_s=args.ttl, full_scan_after_s=args.full_scan_after, prefetch=prefetch
-        )
-    finally:
-        if prefetch is not None:
-            prefetch.close()
+    # One pass over every goal whose objects all live until the process exits: the
+    # cyclic collector would only rescan them, at exit too (a fifth of a cold run).
+    gc.disable()
+    configure_logging(args)
+    status = root(args).status
+    if args.clear_cache:
+        status.clear_cache()
+    document = status.document(ttl_s=args.ttl, full_scan_after_s=args.full_scan_after)
     sys.stdout.flush()
     sys.stdout.buffer.write(document)
     gc.freeze()

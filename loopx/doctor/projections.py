@@ -6,27 +6,26 @@ import os
 from pathlib import Path
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
-from loopx.errors import CorruptFileError, LoopxError
+from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
-from loopx.quota.quick import SNAPSHOT_DIR
-from loopx.quota.snapshot import QuotaSnapshot
-from loopx.status.refresh import StatusIndex, StatusShard
-from loopx.status.shards import pack_file, parse_pack_line, read_pack
+from loopx.status.store import StatusStore
 from loopx.status.view import ProbeObservation
 from loopx.storage.files import read_bytes
 
 
 def check_projections(doc: Checker) -> None:
-    """The status cache's index and shards, the stored quota decisions and probe observations."""
+    """The status database (in this host's cache directory) and the probe observations."""
     layout = doc.layout
-    clear = "loopx status --clear-cache  (a cache; rebuilt from the durable files)"
-    doc.model(layout.status_file, StatusIndex, clear, severity=Severity.WARNING)
-    for path in listed_files(layout.projections_dir / "status.d", ".json"):
-        doc.model(path, StatusShard, clear, severity=Severity.WARNING)
-    _check_pack(doc, clear)
-    for path in listed_files(layout.projections_dir / SNAPSHOT_DIR, ".snapshot"):
-        decide = f"rm {q(path)}  (a stored decision; `loopx quota should-run` decides again)"
-        doc.model(path, QuotaSnapshot, decide, severity=Severity.WARNING)
+    store = StatusStore(layout)
+    problem = store.problem()
+    if problem is not None:
+        doc.add(
+            Severity.WARNING,
+            FindingCode.SCHEMA,
+            store.path,
+            problem,
+            "loopx status --clear-cache  (a cache; rebuilt from the durable files)",
+        )
     for path in listed_files(layout.projections_dir / "probes", ".json"):
         doc.model(
             path,
@@ -34,20 +33,6 @@ def check_projections(doc: Checker) -> None:
             f"rm {q(path)}  (rerun `loopx probe`)",
             severity=Severity.WARNING,
         )
-
-
-def _check_pack(doc: Checker, repair: str) -> None:
-    """Every line of the status cache's shard pack (``status.d/pack.jsonl``)."""
-    pack = pack_file(doc.layout)
-    if not pack.is_file() or pack.is_symlink():
-        return
-    try:
-        for shard, line in read_pack(doc.layout):
-            parse_pack_line(doc.layout, shard, line)
-    except CorruptFileError as e:
-        doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, e.problem, repair)
-    except (LoopxError, OSError) as e:
-        doc.add(Severity.WARNING, FindingCode.SCHEMA, pack, f"cannot be read: {e}", repair)
 
 
 def check_quarantine(doc: Checker) -> None:

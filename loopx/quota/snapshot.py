@@ -1,96 +1,76 @@
-"""Store a quota decision for the warm ``loopx quota should-run`` (:mod:`loopx.quota.quick`).
+"""Store a quota decision for the warm ``loopx quota should-run`` (:mod:`loopx.quota.warm`).
 
 The validated path calls :func:`store_snapshot` after it decided with the
-real clock. The file is a cache (``projections/quota.d/<id>.snapshot``): written
-atomically but not fsynced, and only when it can be trusted:
+real clock. It stores the decision's ``--json`` document and its line as
+memos (:mod:`loopx.memo`), only when they can be trusted:
 
 * no input file changed while the decision read them (their fingerprints
   before and after agree; the aggregate is taken after, since the decision
   itself may fold new ledger lines into it);
 * the goal has no host guard (its answer moves with the host's memory and load);
-* :func:`loopx.quota.quick.render` reproduces, for the decision's own instant
-  and host numbers, exactly the bytes the validated path prints, with
-  ``--json`` and without.
+* filling the holes (:func:`loopx.quota.warm.filler`) for the decision's own
+  instant and host numbers gives back exactly the bytes the validated path
+  prints, so the two paths print the same bytes.
 """
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
-from typing import Any, Final, Literal
+from typing import Final
 
-from loopx import exitcodes
-from loopx._version import VERSION
-from loopx.errors import LoopxError
-from loopx.model import Record
+from loopx import exitcodes, memo
 from loopx.quota.decision import QuotaDecision
-from loopx.quota.host import HostNumbers
 from loopx.quota.phrases import in_phrase
-from loopx.quota.quick import SCHEMA_VERSION, Fingerprint, fingerprints, render, snapshot_file
+from loopx.quota.warm import filler, input_files, iso_z, memo_key, memo_path
 from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_bytes, ensure_dir
 
 # Stop serving this much before the computed instant: a bucket's leaving time
 # goes through a float-to-microsecond rounding, and early only costs one decision.
 MARGIN: Final = timedelta(milliseconds=1)
 
-
-class QuotaSnapshot(Record):
-    """``projections/quota.d/<id>.snapshot``: a decision and what it holds under."""
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    goal_id: str
-    version: str  # the LoopX that decided; another release decides (and words) anew
-    registry: str  # the registry file the root was opened with
-    files: list[Fingerprint]  # of loopx.quota.quick.input_files, in that order
-    decided_at: float  # epoch seconds
-    valid_until: float | None  # epoch seconds; None: only a file change ends it
-    exit_code: int
-    decision: dict[str, Any]  # the `--json` document as JSON values
-    message_head: str | None = None  # the message before its "(in N s)", if it ends so
+Hole = tuple[int, int, str]
 
 
-def _message_head(decision: QuotaDecision) -> str | None:
-    if decision.next_eligible_at is None:
+def _field(body: bytes, name: str, hole: str) -> Hole | None:
+    """The value of the one ``"name": value`` line of ``body`` as a hole."""
+    key = f'"{name}": '.encode()
+    if body.count(key) != 1:
         return None
-    phrase = in_phrase(decision.next_eligible_at, decision.decided_at)
-    return decision.message.removesuffix(phrase) if decision.message.endswith(phrase) else None
+    start = body.index(key) + len(key)
+    end = body.index(b"\n", start)
+    return start, end - 1 if body[end - 1 : end] == b"," else end, hole
 
 
-def build_snapshot(
-    layout: Layout,
-    goal: Goal,
-    decision: QuotaDecision,
-    *,
-    files: list[Fingerprint],
-    until: float | None,
-) -> QuotaSnapshot | None:
-    """The snapshot of ``decision``, or None when rendering it again would not match."""
-    room = decision.headroom
-    if room is None:
+def _phrase(body: bytes, decision: QuotaDecision, *, tail: bytes) -> list[Hole] | None:
+    """The waiting message's ``(in N s)``, just before ``tail``; [] when it has none."""
+    at = decision.next_eligible_at
+    if at is None:
+        return []
+    phrase = in_phrase(at, decision.decided_at).encode()
+    if not decision.message.endswith(phrase.decode()) or body.count(phrase + tail) != 1:
         return None
-    snapshot = QuotaSnapshot(
-        goal_id=goal.id,
-        version=VERSION,
-        registry=str(layout.registry),
-        files=files,
-        decided_at=decision.decided_at.timestamp(),
-        valid_until=until,
-        exit_code=exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED,
-        decision=decision.model_dump(mode="json"),
-        message_head=_message_head(decision),
-    )
-    stored = json.loads(snapshot.model_dump_json())
-    host = HostNumbers(room.available_memory_mb, room.load_1m, room.cpu_count)
-    at = decision.decided_at
-    if (
-        render(stored, now=at, host=host, as_json=True)
-        != (decision.model_dump_json(indent=2) + "\n").encode()
-        or render(stored, now=at, host=None, as_json=False) != (decision.line() + "\n").encode()
-    ):
+    start = body.index(phrase + tail)
+    return [(start, start + len(phrase), f"in:{at.isoformat()}")]
+
+
+def _holes(body: bytes, decision: QuotaDecision, *, as_json: bool) -> list[Hole] | None:
+    if not as_json:
+        return _phrase(body, decision, tail=b"\n")
+    if decision.window_hours is None:
         return None
-    return snapshot
+    found = [
+        _field(body, "decided_at", "at"),
+        _field(body, "measured_at", "at"),
+        _field(body, "window_start", f"since:{decision.window_hours!r}"),
+        _field(body, "available_memory_mb", "mem"),
+        _field(body, "load_1m", "load"),
+        _field(body, "cpu_count", "cpus"),
+    ]
+    phrase = _phrase(body, decision, tail=b'",\n')
+    if phrase is None or any(h is None for h in found):
+        return None
+    return [h for h in found if h is not None] + phrase
 
 
 def store_snapshot(
@@ -98,31 +78,49 @@ def store_snapshot(
     goal: Goal,
     decision: QuotaDecision,
     *,
-    before: list[Fingerprint],
+    before: dict[str, memo.Fingerprint],
     valid_until: datetime | None,
 ) -> bool:
     """Store ``decision`` for the warm path if it can be trusted (see the module); best effort.
 
-    ``before`` are the input files' fingerprints taken before the decision read
-    them. Returns whether a snapshot was written.
+    ``before`` are the input files' fingerprints taken before the decision
+    read them (:func:`fingerprints`). Returns whether both memos were written.
     """
-    policy = goal.quota
-    if policy.min_free_memory_mb is not None or policy.max_load_per_cpu is not None:
+    policy, room = goal.quota, decision.headroom
+    if policy.min_free_memory_mb is not None or policy.max_load_per_cpu is not None or room is None:
         return False
-    after = fingerprints(layout, goal.id)
-    if after[:-1] != before[:-1]:
-        return False  # something changed while the decision read it: next time
+    files = input_files(layout, goal.id)
+    aggregate = files[-1]
+    checked = {n: fp for n, fp in before.items() if n != aggregate}  # see the module
+    at = decision.decided_at.timestamp()
+    fill = filler(at, (room.available_memory_mb, room.load_1m, room.cpu_count))
     until = None if valid_until is None else (valid_until - MARGIN).timestamp()
-    snapshot = build_snapshot(layout, goal, decision, files=after, until=until)
-    if snapshot is None:
-        return False
-    path = snapshot_file(layout, goal.id)
-    try:
-        ensure_dir(path.parent)
-        atomic_write_bytes(path, snapshot.model_dump_json().encode(), durable=False)
-    except (LoopxError, OSError):
-        return False  # a cache: the next decision writes it again
-    return True
+    code = exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED
+    stored = 0
+    for as_json, body in (
+        (True, (decision.model_dump_json(indent=2) + "\n").encode()),
+        (False, (decision.line() + "\n").encode()),
+    ):
+        holes = _holes(body, decision, as_json=as_json)
+        if holes is None or memo.fill_holes(body, holes, fill) != body:
+            continue
+        stored += memo.store(
+            memo_path(layout, goal.id, as_json=as_json),
+            body,
+            inputs=files,
+            before=checked,
+            computed_at=at,
+            valid_until=until,
+            exit_code=code,
+            holes=holes,
+            key=memo_key(layout),
+        )
+    return stored == 2  # noqa: PLR2004 - the --json document and the line
 
 
-__all__ = ["QuotaSnapshot", "build_snapshot", "store_snapshot"]
+def fingerprints(layout: Layout, goal_id: str) -> dict[str, memo.Fingerprint]:
+    """The fingerprint of each file a decision of ``goal_id`` reads."""
+    return {name: memo.fingerprint(name) for name in input_files(layout, goal_id)}
+
+
+__all__ = ["fingerprints", "iso_z", "store_snapshot"]

@@ -1,48 +1,53 @@
-"""The status projection, cached and refreshed incrementally.
+"""The status projection, cached in one SQLite database and refreshed incrementally.
 
-Layout under ``projections/``:
-
-* ``status.json``: the index (:class:`StatusIndex`): when the sources were
-  last checked, fingerprints of the shared sources, the fleet summary.
-* ``status.d/``: each goal's cached view and the fingerprint of the files it
-  was read from, in 256 shards (:mod:`loopx.status.shards`); a refresh
-  rewrites only the shards of goals that changed, so its cost follows the
-  number of changed goals, not the number of goals.
-* ``changes.log``: hints appended by writers (:func:`note_goal_changed`).
+The database (:mod:`loopx.status.store`, in this host's cache directory)
+holds each goal's view and the fingerprint of the files it was read from,
+and a meta row (:class:`StatusIndex`): when the sources were last checked,
+the shared sources' fingerprints, the fleet summary, the hint cursor. A
+refresh writes the goals that changed in one transaction, so its cost
+follows the number of changed goals, not the number of goals.
 
 A refresh finds changed goals by, in order: the registry's fingerprint (a
-changed policy), the change hints, goals that held a lease at the last
-refresh (every turn's writes happen under a lease, and the release itself is
-a change), goals whose view expires by time (``recheck_at``), and, every
-``full_scan_after_s`` seconds or when hints were lost, a scan of every goal's
-``(inode, mtime_ns, size)`` fingerprint. Only goals whose fingerprint differs are
-re-read, and then only the tail of their history.
+changed policy), the change hints (``projections/changes.log``, read on
+every call, even inside the TTL: a status shows every write made before it,
+issue 29), goals that held a lease at the last refresh (every turn's writes
+happen under a lease, and the release itself is a change), goals whose view
+expires by time (``recheck_at``), and, every ``full_scan_after_s`` seconds or
+when hints were lost, a scan of every goal's fingerprint. Only goals whose
+fingerprint differs are re-read, and then only the tail of their history.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from pydantic import TypeAdapter
+from pydantic_core import SchemaSerializer
+
 from loopx.accounts.views import account_summaries
 from loopx.collector import collector_paused
-from loopx.errors import LoopxError, resource_fault
-from loopx.forked import Forked
-from loopx.hints import HintCursor, read_hints, reset_hints
+from loopx.errors import resource_fault
+from loopx.hints import HintCursor, changes_file, read_hints, reset_hints
 from loopx.log import get_logger
+from loopx.memo import fingerprint as file_fingerprint
+from loopx.memo import private_dir
 from loopx.model import utcnow
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
-from loopx.status.prefetch import Fingerprints
-from loopx.status.projection import assemble, project_unrun
+from loopx.status.projection import assemble
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,
@@ -57,31 +62,20 @@ from loopx.status.refresh import (
     plan_scan,
 )
 from loopx.status.reread import read_shared, reread_goal
-from loopx.status.shards import (
-    SHARDS,
-    ensure_shard_dir,
-    read_shards,
-    remove_others,
-    remove_pack,
-    shard_of,
-    write_pack,
-    write_shard,
-)
-from loopx.status.snapshot import stat_pair
-from loopx.status.unrun import bulk_entry, plain_unrun, unrun_entry
-from loopx.status.view import StatusProjection
+from loopx.status.store import StatusStore
+from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
 from loopx.status.watch import FingerprintMemo
-from loopx.storage.files import (
-    atomic_write_model,
-    ensure_dir,
-    parse_model,
-    read_bytes,
-)
+from loopx.storage.files import ensure_dir
 from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0
 DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
+_SAME_TICK_NS: Final = 50_000_000
+_BUCKETS: Final = 256  # what RefreshReport.shards_written counts in (see there)
+_EMPTY_GOALS: Final = b"[]\n}"
+_GOAL_START: Final = b"    {\n"
+_BETWEEN: Final = b",\n" + _GOAL_START  # between two goals of the document: nothing deeper
 
 log = get_logger(__name__)
 
@@ -91,8 +85,8 @@ class StatusCache:
     """An in-memory copy of the cache that refreshes itself incrementally.
 
     A long-lived holder (the supervisor, ``loopx serve``) keeps it between
-    refreshes and so never reloads the shards; a short-lived one (the CLI)
-    loads them once.
+    refreshes and so never reloads the database; a short-lived one (the CLI)
+    loads it once.
     """
 
     layout: Layout
@@ -100,77 +94,48 @@ class StatusCache:
     goals: dict[str, CachedGoal] = field(default_factory=dict)
     registry: Registry | None = None
     active: dict[str, Goal] = field(default_factory=dict)  # the registry's non-archived goals
+    store: StatusStore = field(init=False)
     _leased: set[str] = field(default_factory=set)  # goals whose cached view holds a lease
     _rechecks: list[tuple[float, str]] = field(default_factory=list)  # heap of (recheck_ts, goal)
-    _members: dict[int, set[str]] = field(default_factory=dict)  # shard -> goal ids
-    # Goals that never ran, by when their view was projected: written compactly.
-    _unrun: dict[str, datetime] = field(default_factory=dict)
-    # Such goals loaded from the shards, not yet rebuilt: their fingerprint, projected at.
-    _pending: dict[str, tuple[list[int], datetime]] = field(default_factory=dict)
-    _files: set[int] = field(default_factory=set)  # shards on disk in a file of their own
-    _packed: set[int] = field(default_factory=set)  # shards with a line in the pack on disk
-    # Rebuilt from the goals' files (no usable cache was loaded): what status.d/ holds is
-    # not known, and the first write leaves only what it writes.
-    _rebuilt: bool = False
+    # The document bytes of the views projected by this process's last refresh.
+    _fresh: dict[str, bytes] = field(default_factory=dict)
+    # No usable database was loaded: the next write replaces it whole.
+    _rebuild: bool = True
     _writer: str = field(default_factory=lambda: secrets.token_hex(8))
+    # The database file's fingerprint as this cache last loaded or wrote it.
+    _database: tuple[int, int, int] | None = None
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
 
+    def __post_init__(self) -> None:
+        self.store = StatusStore(self.layout)
+
     # --- loading ---------------------------------------------------------------------------
 
-    def _disk_index(self) -> StatusIndex | None:
-        path = self.layout.status_file
-        try:
-            return parse_model(path, StatusIndex, read_bytes(path))
-        except FileNotFoundError:
-            return None
-        except (LoopxError, OSError) as e:
-            log.warning("status_cache_unreadable", path=str(path), error=str(e))
-            return None
-
     def load(self) -> bool:
-        """Load the index and every shard from disk; False when there is no usable cache."""
-        index = self._disk_index()
-        read = read_shards(self.layout) if index is not None else None
-        self.index = index if read is not None else None
-        self.goals = read.goals if read is not None else {}
-        self._pending = read.unrun if read is not None else {}
-        self._files = read.files if read is not None else set()
-        self._packed = read.packed if read is not None else set()
-        self._rebuilt = read is None
-        self._unrun = {}
+        """Load the meta row and every goal's row; False when there is no usable database."""
+        loaded = self.store.load()
+        self.index = loaded.index if loaded is not None else None
+        self.goals = loaded.goals if loaded is not None else {}
+        self._rebuild = loaded is None
+        self._database = file_fingerprint(self.store.path) if loaded is not None else None
+        self._fresh = {}
         self.registry = None
-        self._index_memory()
-        return index is not None
-
-    def _rebuild_unrun(self, active: Mapping[str, Goal]) -> list[str]:
-        """Rebuild the views of the loaded goals that never ran; returns those no longer active.
-
-        Those stay pending until the caller drops them (and rewrites their
-        shards). Each is projected from its policy at the time it was first projected, so
-        it is the view that was written. A goal whose ``goal.json`` changed since
-        is rebuilt from the newer policy meanwhile: its fingerprint differs from
-        the stored one, so the usual fingerprint check re-projects it.
-        """
-        pending, self._pending = self._pending, {}
-        gone: list[str] = []
-        for goal_id, (fp, at) in pending.items():
-            goal = active.get(goal_id)
-            if goal is None:
-                gone.append(goal_id)
-                self._pending[goal_id] = fp, at
-                continue
-            self._store(goal_id, unrun_entry(fp, project_unrun(goal, now=at)), projected_at=at)
-        return gone
-
-    def _active_in_catalog(self, now: datetime) -> dict[str, Goal]:
-        """The goal index's active goals, for a cache served without a refresh."""
-        catalog = goal_catalog(self.layout)
-        catalog.refresh(now=now, verify=False)
-        return {g: v for g, v in catalog.goals.items() if v.status is not GoalStatus.ARCHIVED}
+        self._leased = {g for g, c in self.goals.items() if c.view.lease is not None}
+        self._rechecks = [
+            (c.recheck_ts, g) for g, c in self.goals.items() if c.recheck_ts is not None
+        ]
+        heapq.heapify(self._rechecks)
+        return loaded is not None
 
     def _in_sync_with_disk(self) -> bool:
-        disk = self._disk_index()
+        fp = file_fingerprint(self.store.path)
+        # Nobody wrote since: one stat, not a query (the server and the supervisor ask every
+        # second or so); a file changed within _SAME_TICK_NS may have been written again in the
+        # same mtime tick (the kernel's coarse clock moves every few milliseconds).
+        if fp == self._database and time.time_ns() - fp[1] > _SAME_TICK_NS:
+            return True
+        disk = self.store.read_index()
         return (
             disk is not None
             and self.index is not None
@@ -193,6 +158,38 @@ class StatusCache:
             accounts=account_summaries(self.layout, now=utcnow()),
         )
 
+    def document(self, projection: StatusProjection) -> bytes:
+        r"""``json_bytes(projection, indent=2) + b"\n"``: the head, then each goal's stored view bytes.
+
+        ``projection`` is :meth:`projection`'s (its fleet may be replaced): a
+        goal whose view is the cached one is printed as its row holds it; one
+        the crash-loop overlay changed is serialized here.
+        """
+        head = json_bytes(projection.model_copy(update={"goals": []}), indent=2)
+        views = projection.goals
+        if not views:
+            return head + b"\n"
+        goals, fresh = self.goals, self._fresh
+        stored: Mapping[str, bytes] = {}
+        wanted = [v.goal_id for v in views if v.goal_id not in fresh]
+        if wanted:
+            with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S):
+                if self._in_sync_with_disk() and not self._rebuild:
+                    stored = self.store.views(wanted if len(wanted) * 2 < len(views) else None)
+        pieces: list[bytes] = []
+        missing: list[int] = []
+        for view in views:
+            cached = goals.get(view.goal_id)
+            own = cached is not None and cached.view is view
+            piece = (fresh.get(view.goal_id) or stored.get(view.goal_id)) if own else None
+            if piece is None:
+                missing.append(len(pieces))
+                piece = b""
+            pieces.append(piece)
+        for at, piece in zip(missing, view_bytes([views[i] for i in missing]), strict=True):
+            pieces[at] = piece
+        return head[: -len(_EMPTY_GOALS)] + b"[\n" + b",\n".join(pieces) + b"\n  ]\n}\n"
+
     # --- refreshing ------------------------------------------------------------------------
 
     def refresh(
@@ -202,34 +199,32 @@ class StatusCache:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
         force: bool = False,
-        prefetch: Forked[Fingerprints] | None = None,
     ) -> RefreshReport:
         """Bring the cache up to date with the root's files, re-reading only changed goals.
 
-        Nothing is read when the cache was checked less than ``ttl_s`` ago
-        (unless ``force``). ``full_scan_after_s`` bounds how long a change
-        made without a hint (and outside a lease) can stay unseen; 0 scans
-        every goal's fingerprint on every refresh. A scan of every goal
-        takes its fingerprints from ``prefetch`` where it can (the caller
-        closes it).
+        Inside ``ttl_s`` of the last check (and without ``force``) only the
+        change hints are read, and only the goals they name re-read: a write
+        made before this call is always shown (issue 29). ``full_scan_after_s``
+        bounds how long a change made without a hint (and outside a lease)
+        can stay unseen; 0 scans every goal's fingerprint on every refresh
+        past the TTL.
         """
         ensure_dir(self.layout.projections_dir)
-        with locked(self.layout.status_file, timeout=LOCK_TIMEOUT_S), collector_paused():
+        private_dir(self.store.path.parent)
+        with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S), collector_paused():
             reloaded = self.index is not None and not self._in_sync_with_disk()
             if self.index is None or reloaded:
                 self.load()
             index = self.index
-            # A young cache is served as it is, unless the registry changed since:
-            # a damaged registry must be reported, not hidden behind the cache.
-            if (
+            # A young cache is served as it is while no hint came and the registry is the
+            # same: a damaged registry must be reported, not hidden behind the cache.
+            young = (
                 index is not None
                 and not force
                 and (now - index.checked_at).total_seconds() < ttl_s
-                and list(stat_pair(str(self.layout.registry))) == index.registry_fp
-            ):
-                if self._pending:  # loaded just now: the next refresh syncs the goals again
-                    self._rebuild_unrun(self._active_in_catalog(now))
-                changed = None if reloaded else frozenset[str]()
+                and list(file_fingerprint(self.layout.registry)) == index.registry_fp
+            )
+            if young and index is not None and not _hinted_since(self.layout, index):
                 return RefreshReport(
                     refreshed=False,
                     full_scan=False,
@@ -237,23 +232,22 @@ class StatusCache:
                     reread=0,
                     shards_written=0,
                     checked_at=index.checked_at,
-                    changed=changed,
+                    changed=None if reloaded else frozenset[str](),
                 )
             report = self._refresh_locked(
-                now=now, full_scan_after_s=full_scan_after_s, force=force, prefetch=prefetch
+                now=now,
+                full_scan_after_s=float("inf") if young else full_scan_after_s,
+                force=force,
+                hints_only=young,
             )
             return report.model_copy(update={"changed": None}) if reloaded else report
 
     def _refresh_locked(
-        self,
-        *,
-        now: datetime,
-        full_scan_after_s: float,
-        force: bool,
-        prefetch: Forked[Fingerprints] | None = None,
+        self, *, now: datetime, full_scan_after_s: float, force: bool, hints_only: bool
     ) -> RefreshReport:
         layout, index = self.layout, self.index
-        registry_fp = list(stat_pair(str(layout.registry)))
+        self._fresh = {}
+        registry_fp = list(file_fingerprint(layout.registry))
         # A full scan below stats every active goal's goal.json: the goal index need not too.
         scan_all = full_scan_due(index, now=now, full_scan_after_s=full_scan_after_s, force=force)
         removed, dirty = self._sync_goals(now, verify=not scan_all)
@@ -274,16 +268,9 @@ class StatusCache:
         goals_dir = str(layout.goals_dir)
         # Hinted and leased goals are fingerprinted afresh; a full scan's others may be remembered.
         exact = candidates if not full or hinted is None else {*hinted, *self._leased}
-        # Early fingerprints (loopx.status.prefetch) may be older than a hint: they only stand
-        # in for a goal not cached yet (read anyway) or one not hinted or leased.
-        early = (prefetch.result() if prefetch is not None and full else None) or {}
-        fingerprints: dict[str, Fingerprint] = {}
-        cached = self.goals
-        for g in candidates:
-            fp = early.get(g) if g not in exact or g not in cached else None
-            if fp is None:
-                fp = self._fingerprint(os.path.join(goals_dir, g), exact=g in exact)
-            fingerprints[g] = fp
+        fingerprints = {
+            g: self._fingerprint(os.path.join(goals_dir, g), exact=g in exact) for g in candidates
+        }
         if full and scan_all:
             gone, moved = self._confirm_goal_files(fingerprints)
             removed.extend(gone)
@@ -304,32 +291,54 @@ class StatusCache:
             quarantine_before=quarantine_before,
             sources=sources,
         )
-
-        touched = {shard_of(g) for g in removed}
-        touched.update(self._reproject_all(dirty, fingerprints, sources, now=now))
-        with _cache_write():
-            self._write(touched)
+        for goal_id in dirty:
+            self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
+        written = [g for g in dirty if g in self.goals]
+        self._fresh = dict(
+            zip(written, view_bytes([self.goals[g].view for g in written]), strict=True)
+        )
         self.index = next_index(
             index,
             writer=self._writer,
             now=now,
             full=full,
-            views_changed=bool(touched),
+            views_changed=bool(dirty or removed),
             goal_count=len(self.goals),
             sources=sources,
+            checked_at=index.checked_at if hints_only and index is not None else now,
         )
-        with _cache_write():
-            atomic_write_model(layout.status_file, self.index, durable=False, indent=None)
-        log.debug("status_refreshed", full_scan=full, reread=len(dirty), shards=len(touched))
+        self._write(removed)
+        log.debug("status_refreshed", full_scan=full, reread=len(dirty), written=len(written))
         return RefreshReport(
             refreshed=True,
             full_scan=full,
             goals=len(self.goals),
             reread=len(dirty),
-            shards_written=len(touched),
+            shards_written=len({zlib.crc32(g.encode()) % _BUCKETS for g in [*dirty, *removed]}),
             checked_at=now,
             changed=frozenset(dirty.union(removed)),
         )
+
+    def _write(self, removed: Iterable[str]) -> None:
+        """Write the changed rows and the meta row; a disk that refuses is skipped (logged).
+
+        The cache is rebuilt from the durable files, and on a full disk status
+        is what an operator reads to learn why (issue 18). After a refused
+        write the next one replaces the database whole.
+        """
+        if self.index is None:  # pragma: no cover - a refresh always leaves an index
+            return
+        rebuild = self._rebuild
+        goals, fresh = self.goals, self._fresh
+        if rebuild:
+            missing = [g for g in goals if g not in fresh]
+            fresh.update(zip(missing, view_bytes([goals[g].view for g in missing]), strict=True))
+        changed = {g: (goals[g], fresh[g]) for g in fresh}
+        with _cache_write(self):
+            self._database = None
+            self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
+            self._rebuild = False
+            self._database = file_fingerprint(self.store.path)
 
     def _fingerprint(self, goal_dir: str, *, exact: bool) -> Fingerprint:
         if self.memo is None:
@@ -352,9 +361,7 @@ class StatusCache:
             self.active = {
                 g.id: g for g in self.registry.goals.values() if g.status is not GoalStatus.ARCHIVED
             }
-            gone = self._rebuild_unrun(self.active)
             removed, dirty = changed_in_registry(self.active, self.goals)
-            removed.extend(gone)  # their shards are rewritten without them
         else:
             removed, dirty = changed_in_catalog(
                 self.active, self.goals, catalog=catalog.goals, changed=changed_ids
@@ -395,55 +402,16 @@ class StatusCache:
                 out.add(goal_id)
         return out
 
-    def _reproject_all(
-        self,
-        dirty: set[str],
-        fingerprints: Mapping[str, Fingerprint],
-        sources: SharedSources,
-        *,
-        now: datetime,
-    ) -> set[int]:
-        """:meth:`_reproject` every goal of ``dirty``, in its order; returns their shards.
-
-        Goals that never ran and have nothing else to say (most of a cold refresh) get
-        their entry from :mod:`loopx.status.unrun`, the one :meth:`_reproject` would
-        make, without its reads and checks.
-        """
-        cached, active = self.goals, self.active
-        quarantine, probes = sources.quarantine, sources.probes
-        touched: set[int] = set()
-        for goal_id in dirty:
-            shard = shard_of(goal_id)
-            touched.add(shard)
-            fp = fingerprints.get(goal_id)
-            if not plain_unrun(goal_id, fp, cached=cached, quarantine=quarantine, probes=probes):
-                self._reproject(goal_id, fp, sources, now=now)
-                continue
-            assert fp is not None  # noqa: S101 - plain_unrun says so
-            entry, compact = bulk_entry(active[goal_id], fp, now=now)
-            self._store(goal_id, entry, projected_at=now if compact else None)
-        return touched
-
     def _reproject(
         self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
     ) -> None:
         """Read one goal's files again and cache its new view."""
         if fp is None:
             fp = self._fingerprint(os.path.join(str(self.layout.goals_dir), goal_id), exact=True)
-        entry, projected_at = reread_goal(
+        cached = reread_goal(
             self.layout, self.active[goal_id], fp, self.goals.get(goal_id), sources, now=now
         )
-        self._store(goal_id, entry, projected_at=projected_at)
-
-    def _store(
-        self, goal_id: str, cached: CachedGoal, *, projected_at: datetime | None = None
-    ) -> None:
         self.goals[goal_id] = cached
-        if projected_at is not None:
-            self._unrun[goal_id] = projected_at
-        else:
-            self._unrun.pop(goal_id, None)
-        self._members.setdefault(shard_of(goal_id), set()).add(goal_id)
         if cached.view.lease is not None:
             self._leased.add(goal_id)
         else:
@@ -453,74 +421,50 @@ class StatusCache:
 
     def _drop(self, goal_id: str) -> None:
         self.goals.pop(goal_id, None)
-        self._unrun.pop(goal_id, None)
-        self._pending.pop(goal_id, None)
-        self._members.get(shard_of(goal_id), set()).discard(goal_id)
+        self._fresh.pop(goal_id, None)
         self._leased.discard(goal_id)
 
-    def _index_memory(self) -> None:
-        """Rebuild the in-memory helpers (leased set, recheck heap) from ``goals``."""
-        self._leased = {g for g, c in self.goals.items() if c.view.lease is not None}
-        self._rechecks = [
-            (c.recheck_ts, g) for g, c in self.goals.items() if c.recheck_ts is not None
-        ]
-        heapq.heapify(self._rechecks)
-        self._members = {}
-        for goal_id in self.goals:
-            self._members.setdefault(shard_of(goal_id), set()).add(goal_id)
 
-    def _write(self, shards: set[int]) -> None:
-        """Write the shards of ``shards``: in one pack when they are most of them, else each."""
-        if not shards and not self._rebuilt:
-            return
-        layout = self.layout
-        ensure_shard_dir(layout)
-        if len(shards) > SHARDS // 2:  # a cold refresh: one file created, not 256
-            self._packed = write_pack(layout, ((s, *self._shard(s)) for s in range(SHARDS)))
-            self._files, self._rebuilt = set(), False
-            return
-        if self._rebuilt:  # every goal was re-projected, so `shards` names every one with goals
-            remove_others(layout, keep=shards)
-            self._files, self._packed, self._rebuilt = set(), set(), False
-        for s in shards:
-            if write_shard(layout, s, *self._shard(s), shadow=s in self._packed):
-                self._files.add(s)
-            else:
-                self._files.discard(s)
-        if self._packed and self._packed <= self._files:  # no line of the pack is read
-            remove_pack(layout)
-            self._packed = set()
+def _hinted_since(layout: Layout, index: StatusIndex) -> bool:
+    """Whether the change-hint log holds more than the index has read (one ``stat``)."""
+    ino, _mtime, size = file_fingerprint(changes_file(layout))
+    if size < 0:
+        return index.hint_inode != 0
+    return ino != index.hint_inode or size != index.hint_offset
 
-    def _shard(
-        self, shard: int
-    ) -> tuple[dict[str, CachedGoal], dict[str, tuple[list[int], datetime]]]:
-        """One shard's goals as stored: full entries, and goals that never ran (compact)."""
-        goals, unrun = self.goals, self._unrun
-        members: dict[str, CachedGoal] = {}
-        compact: dict[str, tuple[list[int], datetime]] = {}
-        for g in sorted(self._members.get(shard, ())):
-            cached = goals.get(g)
-            if cached is None:
-                continue
-            at = unrun.get(g)
-            if at is None:
-                members[g] = cached
-            else:
-                compact[g] = (cached.fingerprint, at)
-        return members, compact
+
+def view_bytes(views: list[GoalStatusView]) -> list[bytes]:
+    r"""Each view as it stands in ``loopx status --json``: indent 2, moved right by four spaces.
+
+    Serialized in one call as a list (most of a cold status's views), then cut
+    between the goals: a JSON string never holds a raw newline, so ``},\n    {``
+    at the start of a line, four spaces in, is only ever between two goals.
+    """
+    if not views:
+        return []
+    blob = _list_serializer().to_json(views, indent=2).replace(b"\n", b"\n  ")
+    inner = blob[len(b"[\n") : -len(b"\n  ]")]  # "    {" ... "    }"
+    parts = inner.split(_BETWEEN)
+    if len(parts) != len(views):  # pragma: no cover - see above
+        to_json = serializer(GoalStatusView).to_json
+        return [b"    " + to_json(v, indent=2).replace(b"\n", b"\n    ") for v in views]
+    return [parts[0], *(_GOAL_START + p for p in parts[1:])]
+
+
+@functools.cache
+def _list_serializer() -> SchemaSerializer:
+    adapter = TypeAdapter(list[GoalStatusView])
+    adapter.rebuild(_types_namespace={})  # built here, as loopx.status.view.serializer does
+    return adapter.serializer
 
 
 @contextlib.contextmanager
-def _cache_write() -> Iterator[None]:
-    """A cache write the disk refuses (full, read-only) is skipped: status is served from memory.
-
-    The cache is rebuilt from the durable files, and on a full disk status
-    is what an operator reads to learn why (issue 18).
-    """
+def _cache_write(cache: StatusCache) -> Iterator[None]:
     try:
         yield
-    except OSError as e:
-        reason = resource_fault(e)
+    except (OSError, sqlite3.Error) as e:
+        reason = resource_fault(e) if isinstance(e, OSError) else f"status database: {e}"
         if reason is None:
             raise
+        cache._rebuild = True  # noqa: SLF001 - the cache's own helper
         log.warning("status_cache_not_written", reason=reason)

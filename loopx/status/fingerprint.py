@@ -1,13 +1,15 @@
 """A goal's fingerprint: ``(inode, mtime_ns, size)`` of each file its status is read from.
 
-Standard library only: :mod:`loopx.status.prefetch` takes fingerprints in a
-child forked before the CLI imports pydantic.
+Each file's is :func:`loopx.memo.fingerprint`, the project's one spelling of
+"this file changed". Standard library only.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+
+from loopx.memo import ABSENT, fingerprint
 
 # Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
 TYPE_CHECKING = False
@@ -25,10 +27,10 @@ FINGERPRINT_NAMES: Final = (
     "epoch",
     "turns",
 )
-ABSENT_SIZE: Final = -1  # a missing file's size in a fingerprint
+ABSENT_SIZE: Final = ABSENT[2]  # a missing file's size in a fingerprint
 _SLOT: Final = {name: 3 * i for i, name in enumerate(FINGERPRINT_NAMES)}  # offset in a fingerprint
 _FINGERPRINTED: Final = frozenset(FINGERPRINT_NAMES)
-_NO_FILES: Final = (0, 0, ABSENT_SIZE) * len(FINGERPRINT_NAMES)
+_NO_FILES: Final = ABSENT * len(FINGERPRINT_NAMES)
 
 Fingerprint = tuple[int, ...]
 
@@ -47,13 +49,9 @@ def goal_fingerprint(goal_dir: str) -> Fingerprint:
     except FileNotFoundError:
         return ()
     out = list(_NO_FILES)
-    for name in present:
-        try:
-            st = os.stat(f"{goal_dir}/{name}", follow_symlinks=False)
-        except FileNotFoundError:  # removed since the listing
-            continue
+    for name in present:  # one removed since the listing is ABSENT
         at = _SLOT[name]
-        out[at : at + 3] = st.st_ino, st.st_mtime_ns, st.st_size
+        out[at : at + 3] = fingerprint(f"{goal_dir}/{name}")
     return tuple(out)
 
 

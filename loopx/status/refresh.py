@@ -1,6 +1,7 @@
 """What a status refresh re-reads and what it writes. Pure.
 
-The cache's files (:class:`StatusIndex`, :class:`StatusShard`) and the three
+The cache's records (:class:`CachedGoal`, a goal's row; :class:`StatusIndex`, the
+meta row of :mod:`loopx.status.store`) and the three
 decisions :class:`loopx.status.cache.StatusCache` runs between its reads:
 
 1. :func:`plan_scan`: scan every goal's fingerprint, or only the hinted and
@@ -40,48 +41,10 @@ class CachedGoal(Record):
     recheck_ts: float | None = None  # view.recheck_at as POSIX seconds
 
 
-class UnrunGoals(Record):
-    """Goals of a shard that never ran, projected at one instant.
-
-    Such a goal's view is a pure function of its policy and ``projected_at``
-    (:func:`loopx.status.projection.project_goal` of a goal without state,
-    lease, history, ledger or epoch), so it is rebuilt when the shard is loaded
-    instead of stored.
-    """
-
-    projected_at: UtcDatetime
-    # id -> the fingerprints of goal.json and turns/ (the goal's other files are missing)
-    goals: dict[str, list[int]] = Field(default_factory=dict)
-
-
-class StatusShard(Record):
-    """``projections/status.d/NN.json``: the cached goals whose id hashes to NN."""
-
-    # 2: no policy digest (a changed goal file is re-projected); 3: goals that never ran in unrun.
-    schema_version: Literal[3] = 3
-    goals: dict[str, CachedGoal] = Field(default_factory=dict)
-    unrun: list[UnrunGoals] = Field(default_factory=list)
-
-
-class ShardPack(Record):
-    """The first line of ``projections/status.d/pack.jsonl``: the shard each later line holds.
-
-    A write that replaces more than half of the shards puts them all in this
-    one file, each line a :class:`StatusShard` (a cold status creates one
-    file instead of 256); a shard file ``NN.json`` beside it, written by a
-    later refresh, holds its shard instead of the pack's line.
-    """
-
-    schema_version: Literal[1] = 1
-    shards: list[int]
-
-
 class StatusIndex(Record):
-    """``projections/status.json``: the cache's index."""
+    """The status database's meta row (:mod:`loopx.status.store`): what the goals' rows hold under."""
 
-    # 2: the shards may be packed (ShardPack); an older LoopX, which reads only shard
-    # files, rebuilds the cache instead of missing the packed goals.
-    schema_version: Literal[2] = 2
+    schema_version: Literal[3] = 3
     generation: int  # raised by every write; a reader holding another one reloads
     writer: str  # random token of the process that wrote it
     generated_at: UtcDatetime  # when a view last changed
@@ -106,6 +69,8 @@ class RefreshReport(Record):
     full_scan: bool
     goals: int
     reread: int  # goals whose files were read again
+    # The hash buckets (crc32 mod 256) of the goals written: what this field has counted
+    # since the cache's 256 shard files, kept so the document stays the same.
     shards_written: int
     checked_at: UtcDatetime
     # Goals whose view was re-projected or dropped (what `/events` announces); None when this
@@ -236,11 +201,13 @@ def next_index(
     views_changed: bool,
     goal_count: int,
     sources: SharedSources,
+    checked_at: datetime | None = None,
 ) -> StatusIndex:
     """The index written after a refresh that checked the sources at ``now``.
 
     ``generated_at`` moves only when a view or the fleet changed, so a reader
-    can tell how old the newest change is.
+    can tell how old the newest change is. ``checked_at`` (``now`` unless
+    given) stays where it was after a refresh that read only the hints.
     """
     changed = views_changed or previous is None or sources.fleet != previous.fleet
     full_scan_at = now if full or previous is None else previous.full_scan_at
@@ -248,7 +215,7 @@ def next_index(
         generation=(previous.generation + 1) if previous else 1,
         writer=writer,
         generated_at=now if changed or previous is None else previous.generated_at,
-        checked_at=now,
+        checked_at=now if checked_at is None else checked_at,
         full_scan_at=full_scan_at,
         goal_count=goal_count,
         registry_fp=sources.registry_fp,

@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from loopx.hints import HintCursor
+from loopx.history.reader import HistoryCounts
+from loopx.memo import fingerprint
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.status.fingerprint import Fingerprint, absent_files
-from loopx.status.projection import project_goal
+from loopx.status.projection import project_goal, project_unrun
 from loopx.status.refresh import CachedGoal, SharedSources, StatusIndex
-from loopx.status.shards import never_ran
-from loopx.status.snapshot import stat_pair
 from loopx.status.sources import (
     NO_COUNTS,
     READ_NAMES,
@@ -29,8 +29,7 @@ from loopx.status.sources import (
     quarantine_listing,
     read_probes,
 )
-from loopx.status.unrun import bulk_entry, recheck_ts
-from loopx.status.view import trusted
+from loopx.status.view import GoalStatusView, trusted
 
 
 def read_shared(
@@ -49,7 +48,7 @@ def read_shared(
     quarantined_total = index.quarantined_total if index else 0
     if full or index is None or quarantine_fp != index.quarantine_fp:
         quarantine, quarantined_total = quarantine_listing(layout, set(goals))
-    probes_fp = list(stat_pair(str(probes_dir(layout))))
+    probes_fp = list(fingerprint(probes_dir(layout)))
     probes = None
     if full or index is None or probes_fp != index.probes_fp:
         probes = read_probes(layout)
@@ -73,14 +72,8 @@ def reread_goal(
     sources: SharedSources,
     *,
     now: datetime,
-) -> tuple[CachedGoal, datetime | None]:
-    """One goal's cache entry read again from its files (``fp`` their fingerprint).
-
-    Returns:
-        The entry, and when it was projected if it is stored compactly as a
-        goal that never ran (None otherwise).
-
-    """
+) -> CachedGoal:
+    """One goal's cache entry read again from its files (``fp`` their fingerprint)."""
     if sources.probes is not None:
         probe = sources.probes.get(goal.id)
     else:
@@ -90,8 +83,7 @@ def reread_goal(
     if absent >= READ_NAMES and not quarantined and probe is None and not previous:
         # A goal that never ran: nothing to open, nothing to say but its policy (what
         # gather_goal and project_goal would find, without its files).
-        entry, compact = bulk_entry(goal, fp, now=now)
-        return entry, now if compact else None
+        return _entry(fp, project_unrun(goal, now=now), counts=NO_COUNTS, epoch=0)
     inputs, counts = gather_goal(
         layout,
         goal,
@@ -107,15 +99,21 @@ def reread_goal(
         inputs.lease.epoch if inputs.lease else 0,
         previous.epoch if previous else 0,
     )
+    return _entry(fp, view, counts=counts, epoch=epoch)
+
+
+def _entry(
+    fp: Fingerprint, view: GoalStatusView, *, counts: HistoryCounts, epoch: int
+) -> CachedGoal:
+    at = view.recheck_at
     # Every value is validated already (the view, the counts): built as they are.
-    cached = trusted(
+    return trusted(
         CachedGoal,
         {
             "fingerprint": list(fp),
             "view": view,
             "history": counts,
             "epoch": epoch,
-            "recheck_ts": recheck_ts(view),
+            "recheck_ts": at.timestamp() if at is not None else None,
         },
     )
-    return cached, now if never_ran(absent, cached) else None

@@ -21,16 +21,17 @@ from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
 from loopx.hints import note_goal_changed
 from loopx.history.reader import HistoryCounts, tail_and_counts
+from loopx.memo import Fingerprint, fingerprint
 from loopx.model import utcnow
 from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
 from loopx.registry.model import Goal, GoalStatus
+from loopx.retention.policy import RETENTION_FILE
 from loopx.retention.space import root_problem
 from loopx.root import GOALS_NAME, Layout
 from loopx.state import GoalState
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
 from loopx.status.projection import NO_SPEND, GoalInputs
-from loopx.status.snapshot import FleetKey, ProcessCheck, fleet_files, stat_pair
 from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,
@@ -186,7 +187,7 @@ def quarantine_fingerprint(layout: Layout) -> list[int]:
 
     Moves into a subdirectory change only that subdirectory.
     """
-    out = list(stat_pair(str(layout.quarantine_dir)))
+    out = list(fingerprint(layout.quarantine_dir))
     try:
         with os.scandir(layout.quarantine_dir) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
@@ -272,13 +273,7 @@ def read_fleet(layout: Layout) -> tuple[FleetRecord | None, list[AgentHeartbeat]
     with contextlib.suppress(LoopxError, OSError):
         fleet = read_model_or_none(layout.supervisor_file, FleetRecord)
     beats: list[AgentHeartbeat] = []
-    try:
-        names = os.listdir(layout.agents_dir)
-    except FileNotFoundError:
-        names = []
-    for name in sorted(names):
-        if not name.endswith(".json") or name.startswith("."):
-            continue
+    for name in _heartbeat_names(layout):
         with contextlib.suppress(LoopxError, OSError):
             beats.append(
                 parse_model(
@@ -316,28 +311,55 @@ def fleet_liveness(
 
 def current_fleet(layout: Layout, *, now: datetime) -> FleetView:
     """The fleet as it is now: records, heartbeats and process identities read afresh."""
-    return current_fleet_keyed(layout, now=now)[0]
-
-
-def current_fleet_keyed(layout: Layout, *, now: datetime) -> tuple[FleetView, FleetKey]:
-    """:func:`current_fleet`, and what it was computed from (to tell later whether it holds)."""
-    files = fleet_files(layout)  # before reading: a change in between shows as a new key
     fleet, beats = read_fleet(layout)
-    live = fleet_liveness(layout, fleet, beats)
+    return fleet_view(fleet, beats, now=now, live=fleet_liveness(layout, fleet, beats))
+
+
+def current_fleet_keyed(
+    layout: Layout, *, now: datetime
+) -> tuple[FleetView, dict[str, Fingerprint] | None, float | None]:
+    """:func:`current_fleet`, what it was computed from, and when it goes stale by time.
+
+    What it was computed from: the fingerprints, taken before they were read,
+    of ``supervisor.json``, ``agents/`` and each heartbeat file, and of
+    ``/proc/<pid>`` of each process of this host it judged alive or dead
+    (which appears, goes or is replaced with it); None where there is no
+    ``/proc`` to tell. A heartbeat counted fresh goes stale at the time given.
+    """
+    names = [str(layout.supervisor_file), str(layout.agents_dir)]
+    names += [str(layout.agents_dir / name) for name in _heartbeat_names(layout)]
+    names += _account_files(layout)  # the accounts part and its overlay (issue 27)
+    names.append(str(layout.root / RETENTION_FILE))  # the disk limits behind `degraded`
+    inputs: dict[str, Fingerprint] | None = {name: fingerprint(name) for name in names}
+    fleet, beats = read_fleet(layout)
     host = socket.gethostname()
-    checked: list[ProcessCheck] = []
-    if fleet is not None and live.supervisor_alive is not None:
-        checked.append((fleet.pid, fleet.pid_started_at, live.supervisor_alive))
-    checked.extend(
-        (b.pid, b.pid_started_at, live.live_agents is not None and b.agent_id in live.live_agents)
-        for b in beats
-        if b.hostname == host
-    )
+    pids = {b.pid for b in beats if b.hostname == host}
+    if fleet is not None and fleet.hostname == host:
+        pids.add(fleet.pid)
+    if pids and not os.path.isdir("/proc/self"):
+        inputs = None
+    elif inputs is not None:
+        inputs.update((f"/proc/{pid}", fingerprint(f"/proc/{pid}")) for pid in sorted(pids))
+    live = fleet_liveness(layout, fleet, beats)
     stale_at = [b.beat_at.timestamp() + HEARTBEAT_STALE_S for b in beats]
-    key = FleetKey(
-        files=files,
-        processes=checked,
-        degraded=live.degraded,
-        valid_until=min((t for t in stale_at if t > now.timestamp()), default=None),
-    )
-    return fleet_view(fleet, beats, now=now, live=live), key
+    until = min((t for t in stale_at if t > now.timestamp()), default=None)
+    return fleet_view(fleet, beats, now=now, live=live), inputs, until
+
+
+def _account_files(layout: Layout) -> list[str]:
+    """The account files the document's ``accounts`` and its overlay are read from."""
+    folder = layout.root / "accounts"
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return [str(folder)]
+    parts = ("account.json", "state.json", "spend.json", "budget.json")
+    return [str(folder), *(str(folder / name / part) for name in names for part in parts)]
+
+
+def _heartbeat_names(layout: Layout) -> list[str]:
+    try:
+        names = os.listdir(layout.agents_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith(".json") and not n.startswith("."))

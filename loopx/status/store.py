@@ -1,0 +1,253 @@
+"""The status cache's one store: an SQLite database in this host's cache directory.
+
+``<host cache dir>/status.db`` (:func:`loopx.memo.host_cache_dir`: keyed by
+the root's real path, device and inode, ``0700``; the file ``0600``), never
+under the root, which may be a filesystem shared between machines where
+SQLite's locking is unsound. It holds:
+
+* ``goals``: one row per cached goal: its fingerprint, its view as the bytes
+  it has in ``loopx status --json`` (indented for its place there), its
+  history counts, its highest epoch and when its view expires by time;
+* ``meta``: one row, the :class:`~loopx.status.refresh.StatusIndex` (when the
+  sources were checked, the shared sources' fingerprints, the fleet, the
+  hint cursor).
+
+A refresh writes the goals that changed and the meta row in one
+transaction. It is a cache: a missing database, one of another schema or a
+damaged one is rebuilt from the goal files (a damaged file is set aside as
+``status.db.damaged``, never trusted), and ``loopx doctor`` checks it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Final
+
+from pydantic import ValidationError
+
+from loopx.history.reader import HistoryCounts
+from loopx.log import get_logger
+from loopx.memo import host_cache_dir
+from loopx.model import trusted
+from loopx.root import Layout
+from loopx.status.refresh import CachedGoal, StatusIndex
+from loopx.status.sources import NO_COUNTS
+from loopx.status.view import GoalStatusView
+
+STORE_NAME: Final = "status.db"
+SCHEMA_VERSION: Final = 2  # PRAGMA user_version of a database this code wrote
+_SCHEMA: Final = """
+CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), status_index TEXT NOT NULL);
+CREATE TABLE goals (
+    goal_id TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,  -- the numbers, comma-separated
+    history TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    recheck_ts REAL,
+    view BLOB NOT NULL
+);
+"""
+_NO_COUNTS_JSON: Final = "{}"
+
+log = get_logger(__name__)
+
+
+def store_dir(layout: Layout) -> Path:
+    """The private cache directory of the root on this host."""
+    return Path(host_cache_dir(layout.root))
+
+
+def store_file(layout: Layout) -> Path:
+    """``<host cache dir>/status.db``."""
+    return store_dir(layout) / STORE_NAME
+
+
+class Loaded:
+    """What a usable database holds: the index, every goal's entry, and the rows' view bytes."""
+
+    __slots__ = ("goals", "index")
+
+    def __init__(self, index: StatusIndex, goals: dict[str, CachedGoal]) -> None:
+        self.index, self.goals = index, goals
+
+
+class StatusStore:
+    """The database of one root on this host."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.path = store_file(layout)
+        self.lock_path = self.path  # `locked` adds its ".lock"
+
+    @contextlib.contextmanager
+    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection]:
+        if not create and not self.path.exists():
+            raise FileNotFoundError(self.path)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            # The rollback journal, not WAL: a commit moves the database file itself,
+            # whose fingerprint the warm memo holds (loopx.memo).
+            db.execute("PRAGMA journal_mode=DELETE")
+            db.execute("PRAGMA synchronous=OFF")  # a cache: a torn one is rebuilt
+            yield db
+        finally:
+            db.close()
+
+    def _set_aside(self, error: Exception) -> None:
+        """Move a damaged database out of the way; the next refresh rebuilds it."""
+        log.warning("status_store_damaged", path=str(self.path), error=str(error))
+        with contextlib.suppress(OSError):
+            self.path.replace(self.path.with_name(STORE_NAME + ".damaged"))
+        with contextlib.suppress(FileNotFoundError):
+            self.path.with_name(STORE_NAME + "-journal").unlink()
+
+    def read_index(self) -> StatusIndex | None:
+        """The meta row alone (another writer's generation); None when there is none to trust."""
+        try:
+            with self._connect(create=False) as db:
+                row = db.execute("SELECT status_index FROM meta").fetchone()
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+        except FileNotFoundError:
+            return None
+        except sqlite3.DatabaseError:
+            return None  # load() sets it aside
+        if row is None or version != SCHEMA_VERSION:
+            return None
+        try:
+            return StatusIndex.model_validate_json(row[0])
+        except ValidationError:
+            return None
+
+    def load(self) -> Loaded | None:
+        """Every row; None when the database is missing, of another schema, or damaged (set aside)."""
+        try:
+            with self._connect(create=False) as db:
+                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    return None
+                meta = db.execute("SELECT status_index FROM meta").fetchone()
+                if meta is None:
+                    return None
+                index = StatusIndex.model_validate_json(meta[0])
+                rows = db.execute(
+                    "SELECT goal_id, fingerprint, history, epoch, recheck_ts, view FROM goals"
+                ).fetchall()
+        except FileNotFoundError:
+            return None
+        except (sqlite3.DatabaseError, ValidationError, ValueError) as e:
+            self._set_aside(e)
+            return None
+        try:
+            goals = {row[0]: _entry(*row[1:]) for row in rows}
+        except (ValidationError, ValueError) as e:
+            self._set_aside(e)
+            return None
+        return Loaded(index, goals)
+
+    def views(self, goal_ids: Iterable[str] | None = None) -> dict[str, bytes]:
+        """The stored view bytes of ``goal_ids`` (all rows with None)."""
+        with self._connect(create=False) as db:
+            if goal_ids is None:
+                return dict(db.execute("SELECT goal_id, view FROM goals"))
+            wanted = list(goal_ids)
+            out: dict[str, bytes] = {}
+            for at in range(0, len(wanted), 500):
+                chunk = wanted[at : at + 500]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT goal_id, view FROM goals WHERE goal_id IN ({marks})"  # noqa: S608 - placeholders only
+                out.update(db.execute(query, chunk))
+            return out
+
+    def write(
+        self,
+        index: StatusIndex,
+        *,
+        changed: Mapping[str, tuple[CachedGoal, bytes]],
+        removed: Iterable[str],
+        replace_all: bool,
+    ) -> None:
+        """One transaction: the changed goals' rows, the removed goals gone, the meta row.
+
+        ``replace_all`` starts from an empty database (a rebuild).
+        """
+        if replace_all:
+            for name in (STORE_NAME, STORE_NAME + "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path.parent / name).unlink()
+        with self._connect(create=True) as db:
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                db.executescript(
+                    "DROP TABLE IF EXISTS meta; DROP TABLE IF EXISTS goals;"
+                    f"{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};"
+                )
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("DELETE FROM goals WHERE goal_id = ?", ((g,) for g in removed))
+                db.executemany(
+                    "INSERT OR REPLACE INTO goals VALUES (?, ?, ?, ?, ?, ?)",
+                    (_row(goal_id, entry, view) for goal_id, (entry, view) in changed.items()),
+                )
+                db.execute("INSERT OR REPLACE INTO meta VALUES (1, ?)", (index.model_dump_json(),))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def remove(self) -> None:
+        """Delete the database (``--clear-cache``)."""
+        for name in (STORE_NAME, STORE_NAME + "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.path.parent / name).unlink()
+
+    def problem(self) -> str | None:
+        """What is wrong with the database (``loopx doctor``), or None: missing is fine."""
+        if not self.path.exists():
+            return None
+        try:
+            with self._connect(create=False) as db:
+                verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            return f"not a usable SQLite database: {e}"
+        if verdict != "ok":
+            return f"damaged: {verdict}"
+        if version != SCHEMA_VERSION:
+            return f"schema {version}, this LoopX writes {SCHEMA_VERSION}"
+        return None
+
+
+_EMPTY_COUNTS: Final = NO_COUNTS  # the instance every entry without history shares
+
+
+def _row(goal_id: str, entry: CachedGoal, view: bytes) -> tuple[object, ...]:
+    history = entry.history
+    empty = history is _EMPTY_COUNTS or history == _EMPTY_COUNTS
+    counts = _NO_COUNTS_JSON if empty else history.model_dump_json()
+    fingerprint = ",".join(map(str, entry.fingerprint))
+    return (goal_id, fingerprint, counts, entry.epoch, entry.recheck_ts, view)
+
+
+def _entry(
+    fingerprint: str, history: str, epoch: int, recheck_ts: float | None, view: bytes
+) -> CachedGoal:
+    counts = (
+        _EMPTY_COUNTS if history == _NO_COUNTS_JSON else HistoryCounts.model_validate_json(history)
+    )
+    fp = [int(n) for n in fingerprint.split(",")] if fingerprint else []  # ValueError if damaged
+    return trusted(
+        CachedGoal,
+        {
+            "fingerprint": fp,
+            "view": GoalStatusView.model_validate_json(view),
+            "history": counts,
+            "epoch": int(epoch),
+            "recheck_ts": recheck_ts,
+        },
+    )
+
+
+__all__ = ["STORE_NAME", "Loaded", "StatusStore", "store_dir", "store_file"]
