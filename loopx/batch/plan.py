@@ -44,6 +44,9 @@ class PlanGoal(Record):
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None
     max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2
+    # Failed turns in a row after which the batch ends the goal as `failed` (paused in
+    # the registry) instead of retrying it with backoff; None: retry (or --fail-fast's 1).
+    max_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
 
     @field_validator("id")
     @classmethod
