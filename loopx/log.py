@@ -47,6 +47,10 @@ class _DeferredLogger:
                 return _dropped
             import structlog  # noqa: PLC0415 - deferred on purpose (see the module docstring)
 
+            if not _configured and not structlog.is_configured():
+                # A library user who configured nothing: structlog's own default prints
+                # every level, debug included, on stdout (issue 29). Warnings on stderr.
+                configure_logging(level="warning")
             _apply_pending()
             self._logger = structlog.get_logger(self._name)
         return getattr(self._logger, method)
