@@ -59,6 +59,7 @@ class FindingCode(StrEnum):
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
     LEFTOVER_PROCESS = "leftover_process"  # a live process of a turn that is finished
     FUTURE_DATED = "future_dated"  # written by a clock that ran ahead
+    NOT_A_DIRECTORY = "not_a_directory"  # the root (or a directory LoopX makes) is a file
 
 
 class Finding(Record):
