@@ -190,6 +190,7 @@ def attempt_turn(
                 )
             finally:
                 release(layout, lease)
+                structlog.contextvars.unbind_contextvars("turn_key")  # bound once it is known
 
 
 def _claimed_turn(
@@ -219,6 +220,7 @@ def _claimed_turn(
         if pending is not None:
             _kill_goal_processes(layout, goal.id, config.kill_grace_s)
             turn_key = pending.turn_key
+            structlog.contextvars.bind_contextvars(turn_key=turn_key)  # unbound after the release
             journal = pending.model_copy(
                 update={"attempt": pending.attempt + 1, "updated_at": utcnow()}
             )
@@ -234,6 +236,7 @@ def _claimed_turn(
             return _attempt(goal.id, quota=decision, recovered=actions)
         journal = _plan(layout, goal, lease, decision, now=utcnow())
         turn_key = journal.turn_key
+        structlog.contextvars.bind_contextvars(turn_key=turn_key)  # unbound after the release
         create_journal(layout, journal, fence)
         done = execute(layout, goal, journal, fence, terms, stop=stop, console=console)
         return _attempt(goal.id, quota=decision, report=_report(done, actions))

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from loopx.logfile import StdioRotation
 from loopx.secrets import RedactSecrets, secret_values
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ _pending: Callable[[], None] | None = None  # a configuration not applied yet (n
 _pending_level = 0  # that configuration's level: events below it need no structlog at all
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40}
 _LEVELS |= {"critical": 50, "fatal": 50}
+_rotation: StdioRotation | None = None  # set by configure_logging when stderr is LOOPX_LOG_FILE
 
 
 def _dropped(*_args: object, **_kw: object) -> None:
@@ -73,7 +75,11 @@ class TolerantStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        """Write ``text``; 0 when the stream refused it."""
+        """Write ``text``; 0 when the stream refused it. Rotates this process's log file first."""
+        if _rotation is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what is buffered belongs to the file before the rotation
+            _rotation.check()
         try:
             return self._stream.write(text)
         except OSError:
@@ -103,10 +109,11 @@ def configure_logging(
     Context bound with ``structlog.contextvars.bind_contextvars`` (goal_id,
     agent_id, turn_key, epoch) is merged into every event.
     """
-    global _configured, _pending, _pending_level  # noqa: PLW0603 - once per process by design
+    global _configured, _pending, _pending_level, _rotation  # noqa: PLW0603 - once per process by design
     if _configured and not force:
         return
     _configured = True
+    _rotation = StdioRotation.from_env(os.environ)
     _pending_level = _LEVELS.get(level.lower(), 0)
     out = stream if stream is not None else sys.stderr
     secrets = secret_values(os.environ)

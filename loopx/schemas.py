@@ -25,6 +25,7 @@ from loopx.fleet import (
 )
 from loopx.history.line import HistoryLine
 from loopx.history.runlog import RunReport
+from loopx.logs import LogEntry
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
@@ -126,6 +127,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-goal": dashboard.GoalDetail,
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
+    # `loopx logs --json`: one per line (issue 29).
+    "log-entry": LogEntry,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

@@ -31,6 +31,7 @@ from loopx.batch.report import (
 )
 from loopx.errors import LoopxError
 from loopx.log import get_logger
+from loopx.logfile import open_log
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
 from loopx.registry.catalog import load_registry
@@ -39,7 +40,7 @@ from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
-from loopx.supervisor.child import last_error, log_end, open_log, supervisor_argv
+from loopx.supervisor.child import last_error, log_end, log_env, supervisor_argv
 from loopx.supervisor.lock import acquire
 from loopx.supervisor.notify import child_env
 
@@ -183,7 +184,7 @@ class BatchRun:
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
-                env=child_env(os.environ),
+                env=log_env(child_env(os.environ), log_path),
                 preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - one prctl, no lock taken
             )
         finally:

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -140,7 +141,9 @@ class TmuxSession:
         )
         if log_path is not None:
             target = f"{self.name}:{self.window_name(agent_id)}"
-            pipe = f"cat >> {shlex.quote(str(log_path))}"
+            # JSON lines without the terminal's codes, rotated (loopx.supervisor.windowlog).
+            helper = [sys.executable, "-P", "-m", "loopx.supervisor.windowlog"]
+            pipe = shlex.join([*helper, str(log_path), agent_id])
             self._run("pipe-pane", "-t", target, pipe, what=f"log the window of {agent_id}")
         return int(out.splitlines()[-1])
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from loopx.api._fleet import Fleet
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
+    from loopx.api._logs import Logs
     from loopx.api._quota import Quota
     from loopx.api._serve import StatusServer
     from loopx.api._status import Status
@@ -225,6 +226,13 @@ class Root:
             refresh_interval_s=refresh_interval_s,
             ttl_s=ttl_s,
         )
+
+    @property
+    def logs(self) -> Logs:
+        """The agents' and supervisor's logs and each goal's turns (`loopx logs`)."""
+        from loopx.api._logs import Logs  # noqa: PLC0415 - lazy group
+
+        return Logs(self.layout)
 
     @property
     def fleet(self) -> Fleet:

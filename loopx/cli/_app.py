@@ -49,6 +49,7 @@ COMMANDS = {
     "probe": Command("_probe", "run a goal's read-only next_probe command"),
     "turn": Command("_turn", "run turns by hand"),
     "journal": Command("_journal", "list and inspect turn journals"),
+    "logs": Command("_logs", "read and follow the agents' and supervisor's logs"),
     "recover": Command("_recover", "finish interrupted turns from their journals"),
     "demo": Command(
         "_demo", "run demo goals on a fresh root with a headless fleet, then show the status"
