@@ -73,13 +73,16 @@ class TolerantStream:
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self._line_start = True  # rotate only between lines (print writes "\n" on its own)
 
     def write(self, text: str) -> int:
         """Write ``text``; 0 when the stream refused it. Rotates this process's log file first."""
-        if _rotation is not None:
+        if _rotation is not None and self._line_start and text:
             with contextlib.suppress(OSError, ValueError):
                 self._stream.flush()  # what is buffered belongs to the file before the rotation
             _rotation.check()
+        if text:
+            self._line_start = text.endswith("\n")
         try:
             return self._stream.write(text)
         except OSError:
