@@ -42,6 +42,7 @@ def _root(tmp_path: Path) -> Path:
 def _every_log_line_is_json(root: Path) -> int:
     """Parse every line of every log file under the root; return how many."""
     count = 0
+    jq = shutil.which("jq")
     for path in (root / "logs").iterdir():
         data = path.read_bytes()
         assert b"\r" not in data, path
@@ -49,6 +50,14 @@ def _every_log_line_is_json(root: Path) -> int:
         for line in data.decode().splitlines():
             assert isinstance(json.loads(line), dict), (path, line)
             count += 1
+        if jq is not None:  # the operations doc's filter, as a user runs it
+            proc = subprocess.run(
+                [jq, "-c", "select(.event != null)", str(path)],
+                capture_output=True,
+                check=False,
+                timeout=30,
+            )
+            assert proc.returncode == 0, (path, proc.stderr)
     return count
 
 
