@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from loopx import exitcodes
 from loopx.errors import LoopxError
 
 SOCKET_NAME: Final = "tmux.sock"
@@ -34,6 +35,12 @@ class TmuxError(LoopxError):
         )
         self.what = what
         self.detail = detail
+
+
+class TmuxMissingError(TmuxError):
+    """``--visible tmux`` without the tmux program: a setup the command line asked for (exit 2)."""
+
+    exit_code = exitcodes.USAGE  # like a missing host program or workdir (docs/cli.md)
 
 
 def session_name(root: Path) -> str:
@@ -54,7 +61,7 @@ class TmuxSession:
         self.name = session_name(root)
         program = shutil.which("tmux")
         if program is None:
-            raise TmuxError("start", "the tmux program is not on PATH")
+            raise TmuxMissingError("start", "the tmux program is not on PATH")
         self.program = program
 
     def _run(self, *args: str, what: str) -> str:

@@ -249,8 +249,18 @@ class Fleet:
         return Supervisor(self.layout, config, make_agent=Agent).run()
 
     def stop(self, *, timeout_s: float | None = None, force: bool = False) -> SupervisorStopped:
-        """`loopx supervisor stop`: stop the running supervisor and its whole fleet."""
+        """`loopx supervisor stop`: stop the running supervisor and its whole fleet.
+
+        Raises:
+            UsageError: ``timeout_s`` is negative or not finite.
+        """
         from loopx.supervisor.control import stop  # noqa: PLC0415 - heavy
+
+        if timeout_s is not None and not 0 <= timeout_s < float("inf"):
+            raise UsageError(
+                f"--timeout must be 0 or more seconds, got {timeout_s:g}",
+                hint="pass --timeout S with S >= 0 (or leave it out to wait for the grace)",
+            )
 
         return stop(self.layout, timeout_s=timeout_s, force=force)
 
