@@ -42,6 +42,15 @@ def _when(at: datetime | None, now: datetime) -> str:
     return f"{day}{_clock(at)} (in {span:.0f}s)"
 
 
+# Outcomes after which the goal does not run again by itself: "next eligible now" was false.
+_NO_NEXT_TURN = {"completed": "done", "needs_human": "waits for a human (loopx gate resolve)"}
+
+
+def _next(outcome: str, at: datetime | None, now: datetime) -> str:
+    """What comes next for the goal after a turn of ``outcome``. Pure."""
+    return _NO_NEXT_TURN.get(outcome) or f"next eligible {_when(at, now)}"
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -158,6 +167,6 @@ class AgentConsole:
             spend += f", ${cost_usd:.4f}"
         self._write(
             f"{_clock(now)} {self.agent_id} {goal_id} turn {seq}: {outcome} in {wall_s:.1f}s, "
-            f"{spend}; next eligible {_when(next_eligible_at, now)}"
+            f"{spend}; {_next(outcome, next_eligible_at, now)}"
             + (f" - {redact_text(detail, self.secrets)}" if detail else "")
         )
