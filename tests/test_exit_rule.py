@@ -119,3 +119,12 @@ def test_demo_json_reports_the_exit_code_it_returns(tmp_path: Path) -> None:
     """`demo --json`'s exit_code is the command's own."""
     proc = _loopx(tmp_path / "demo-root", "demo", "--json")
     assert json.loads(proc.stdout)["exit_code"] == proc.returncode
+
+
+def test_a_host_flag_starting_with_a_dash_is_a_value(root: Path, tmp_path: Path) -> None:
+    """`--host '--fail'` registers the demo host's flag, as `--host=--fail` does."""
+    proc = _loopx(root, "goal", "add", "d", "--objective", "x", "--workdir", str(tmp_path / "w"),
+                  "--host-kind", "demo", "--host", "--fail")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(_loopx(root, "goal", "show", "d", "--json").stdout)
+    assert "--fail" in json.dumps(shown)
