@@ -119,6 +119,7 @@ def test_demo_json_reports_the_exit_code_it_returns(tmp_path: Path) -> None:
     """`demo --json`'s exit_code is the command's own."""
     proc = _loopx(tmp_path / "demo-root", "demo", "--json")
     assert json.loads(proc.stdout)["exit_code"] == proc.returncode
+    assert "its files stay in" in proc.stderr.splitlines()[-1]  # not left without a word
 
 
 def test_a_host_flag_starting_with_a_dash_is_a_value(root: Path, tmp_path: Path) -> None:
