@@ -230,6 +230,9 @@ def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the mo
             None,
         )
     failure = last.failure if last is not None and last.failure else "unknown reason"
+    if last is not None and last.status == "stopped":
+        # A stop is not a failure (the streak is kept, not raised): name it as what it was.
+        failure = "the last turn was stopped, not failed"
     if failures >= FAILING_HUMAN_AFTER:
         return (
             Actor.HUMAN,
