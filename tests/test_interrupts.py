@@ -107,3 +107,49 @@ def test_a_watch_nobody_reads_still_ends(root: Path) -> None:
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+@pytest.mark.parametrize("moment", [0.0, 0.3, 0.7, 1.5, 3.0])
+def test_ctrl_c_ends_supervisor_run(tmp_path: Path, moment: float) -> None:
+    """SIGINT at ``moment`` after READY: `supervisor run` stops its fleet and exits 0 in its grace."""
+    root, work = tmp_path / "root", tmp_path / "w"
+    work.mkdir()
+    run = [sys.executable, "-m", "loopx", "--root", str(root)]
+    subprocess.run([*run, "init"], check=True, capture_output=True, env=cli_env())
+    subprocess.run(
+        [
+            *run,
+            "goal",
+            "add",
+            "g",
+            "--objective",
+            "x",
+            "--workdir",
+            str(work),
+            "--host-kind",
+            "demo",
+            "--host",
+            "--steps 100 --hang 0.3",
+        ],
+        check=True,
+        capture_output=True,
+        env=cli_env(),
+    )
+    proc = subprocess.Popen(
+        [*run, "supervisor", "run", "--agents", "2", "--stop-grace-seconds", "5"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli_env(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (root / "agents").exists() or not any((root / "agents").glob("*.json")):
+            assert time.monotonic() < deadline, "no agent started"
+            time.sleep(0.02)
+        time.sleep(moment)  # the moment of the signal, not a synchronisation
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=5 + 25) == 0  # --stop-grace-seconds, plus a busy machine
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
