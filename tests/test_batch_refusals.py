@@ -119,8 +119,9 @@ def test_a_hopeless_goal_ends_at_once_as_failed(
     assert wall < (30 if "--fail-fast" in flags else 60) + 25, wall
 
 
-def test_ctrl_c_on_batch_run_exits_130(tmp_path: Path) -> None:
-    """SIGINT while the fleet runs: the report is written and the command exits 130."""
+@pytest.mark.parametrize("moment", [0.0, 0.5, 2.0])
+def test_ctrl_c_on_batch_run_exits_130(tmp_path: Path, moment: float) -> None:
+    """SIGINT while the fleet runs (at ``moment`` after its first turn): report written, exit 130."""
     plan = _plan(
         tmp_path, [{"id": "slow", "objective": "x", "host_kind": "demo", "host": ["--hang", "60"]}]
     )
@@ -139,6 +140,7 @@ def test_ctrl_c_on_batch_run_exits_130(tmp_path: Path) -> None:
         while not (turns.exists() and any(turns.glob("*.json"))):
             assert time.monotonic() < deadline, "no turn started"
             time.sleep(0.05)
+        time.sleep(moment)  # the moment of the signal, not a synchronisation
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == exitcodes.INTERRUPTED, err
