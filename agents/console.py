@@ -14,6 +14,7 @@ and recovery ran it again.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -41,6 +42,42 @@ def _when(at: datetime | None, now: datetime) -> str:
     return f"{day}{_clock(at)} (in {span:.0f}s)"
 
 
+# Outcomes after which the goal does not run again by itself: "next eligible now" was false.
+_NO_NEXT_TURN = {"completed": "done", "needs_human": "waits for a human (loopx gate resolve)"}
+
+
+def _next(outcome: str, at: datetime | None, now: datetime) -> str:
+    """What comes next for the goal after a turn of ``outcome``. Pure."""
+    return _NO_NEXT_TURN.get(outcome) or f"next eligible {_when(at, now)}"
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _json_line(agent_id: str, line: str, now: datetime) -> str:
+    """A console line as a log event, with the goal and turn bound in the context."""
+    import structlog  # noqa: PLC0415 - the agent has it loaded; the console's tests may not
+
+    context = {
+        k: v
+        for k, v in structlog.contextvars.get_contextvars().items()
+        if k in {"goal_id", "turn_key", "epoch"}
+    }
+    doc = {
+        "agent_id": agent_id,
+        **context,
+        "line": line.strip(),
+        "event": "console",
+        "level": "info",
+        "timestamp": now.isoformat().replace("+00:00", "Z"),
+    }
+    return json.dumps(doc, ensure_ascii=False)
+
+
 class AgentConsole:
     """Readable per-turn lines on one stream; called from the agent's turn (one thread)."""
 
@@ -54,6 +91,9 @@ class AgentConsole:
     ) -> None:
         self.agent_id = agent_id
         self.stream = TolerantStream(stream)
+        # Not a terminal (a log file under the root): one JSON object per line, like the
+        # structlog events beside it, so `jq` reads the whole file (issue 29).
+        self.as_json = not _isatty(stream)
         self.secrets = list(secrets)
         self.clock = clock
         self._lock = threading.Lock()
@@ -63,6 +103,8 @@ class AgentConsole:
         self._where = ""
 
     def _write(self, line: str) -> None:
+        if self.as_json:
+            line = _json_line(self.agent_id, line, self.clock())
         with self._lock:
             self.stream.write(line + "\n")
             self.stream.flush()
@@ -125,6 +167,6 @@ class AgentConsole:
             spend += f", ${cost_usd:.4f}"
         self._write(
             f"{_clock(now)} {self.agent_id} {goal_id} turn {seq}: {outcome} in {wall_s:.1f}s, "
-            f"{spend}; next eligible {_when(next_eligible_at, now)}"
+            f"{spend}; {_next(outcome, next_eligible_at, now)}"
             + (f" - {redact_text(detail, self.secrets)}" if detail else "")
         )

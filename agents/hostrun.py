@@ -337,7 +337,10 @@ def run_host(
     if run.error is not None:
         raise run.error
     cpu = rusage.ru_utime + rusage.ru_stime + run.tree.orphan_cpu()
-    peak = max(run.tree.peak_rss, rusage.ru_maxrss * 1024)
+    # The tree's psutil samples only: the host's own ru_maxrss counts the forked
+    # agent's pages before exec (45 MB for a sleeping `sh`, issue 29), so the peak,
+    # the cap (kill_reason) and the report all read one measurement.
+    peak = run.tree.peak_rss
     code = proc.returncode
     return HostRun(
         pid=proc.pid,

@@ -222,6 +222,7 @@ def attempt_turn(
                     release_workdir(layout, workdir.hold)
             finally:
                 release(layout, lease)
+                structlog.contextvars.unbind_contextvars("turn_key")  # bound once it is known
     if goal.auto_merge and attempt.report is not None:  # issue 26: after the lease is released
         auto_merge(layout, goal_id)
     return attempt
@@ -295,6 +296,7 @@ def _claimed_turn(
             return _attempt(goal.id, quota=refusal, recovered=actions)
         journal = _plan(layout, goal, lease, decision, account, now=utcnow())
         turn_key = journal.turn_key
+        structlog.contextvars.bind_contextvars(turn_key=turn_key)  # unbound after the release
         create_journal(layout, journal, fence)
         if on_turn is not None:
             on_turn(turn_key, journal.created_at)
@@ -329,6 +331,7 @@ def _finish_pending(  # noqa: PLR0917 - the claimed turn's own values, passed on
     if held is not None:
         return _attempt(goal.id, quota=held, recovered=actions)
     _kill_goal_processes(layout, goal.id, config.kill_grace_s)
+    structlog.contextvars.bind_contextvars(turn_key=pending.turn_key)  # unbound after the release
     journal = pending.model_copy(update={"attempt": pending.attempt + 1, "updated_at": utcnow()})
     write_journal(layout, journal, fence)
     if on_turn is not None:

@@ -174,6 +174,8 @@ class UnsafePathError(LoopxError):
 class HostMissingError(LoopxError):
     """A goal's host program is not installed or not on PATH."""
 
+    exit_code = exitcodes.USAGE  # one rule with a missing command program or workdir (issue 29)
+
     def __init__(self, program: str, kind: str) -> None:
         where = "is not an executable file" if "/" in program else "was not found on PATH"
         super().__init__(
@@ -213,10 +215,13 @@ class JournalExistsError(LoopxError):
 class HostUnsupportedError(LoopxError):
     """No host adapter is registered for a goal's host kind."""
 
+    exit_code = exitcodes.USAGE  # a kind named on the command line, like a bad value
+
     def __init__(self, kind: str, known: list[str]) -> None:
         super().__init__(
             f"no host adapter for host kind {kind!r} (known: {', '.join(known) or 'none'})",
-            hint="change the goal's host with `loopx goal add ID --update --host-kind ...`",
+            hint=f"pass --host-kind with one of {', '.join(known) or 'none'}, or install the "
+            "package whose plug-in provides it",
         )
         self.kind = kind
         self.known = known

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from loopx.logfile import StdioRotation
 from loopx.secrets import RedactSecrets, secret_values
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ _pending: Callable[[], None] | None = None  # a configuration not applied yet (n
 _pending_level = 0  # that configuration's level: events below it need no structlog at all
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40}
 _LEVELS |= {"critical": 50, "fatal": 50}
+_rotation: StdioRotation | None = None  # set by configure_logging when stderr is LOOPX_LOG_FILE
 
 
 def _dropped(*_args: object, **_kw: object) -> None:
@@ -47,6 +49,10 @@ class _DeferredLogger:
                 return _dropped
             import structlog  # noqa: PLC0415 - deferred on purpose (see the module docstring)
 
+            if not _configured and not structlog.is_configured():
+                # A library user who configured nothing: structlog's own default prints
+                # every level, debug included, on stdout (issue 29). Warnings on stderr.
+                configure_logging(level="warning")
             _apply_pending()
             self._logger = structlog.get_logger(self._name)
         return getattr(self._logger, method)
@@ -67,9 +73,16 @@ class TolerantStream:
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self._line_start = True  # rotate only between lines (print writes "\n" on its own)
 
     def write(self, text: str) -> int:
-        """Write ``text``; 0 when the stream refused it."""
+        """Write ``text``; 0 when the stream refused it. Rotates this process's log file first."""
+        if _rotation is not None and self._line_start and text:
+            with contextlib.suppress(OSError, ValueError):
+                self._stream.flush()  # what is buffered belongs to the file before the rotation
+            _rotation.check()
+        if text:
+            self._line_start = text.endswith("\n")
         try:
             return self._stream.write(text)
         except OSError:
@@ -99,10 +112,11 @@ def configure_logging(
     Context bound with ``structlog.contextvars.bind_contextvars`` (goal_id,
     agent_id, turn_key, epoch) is merged into every event.
     """
-    global _configured, _pending, _pending_level  # noqa: PLW0603 - once per process by design
+    global _configured, _pending, _pending_level, _rotation  # noqa: PLW0603 - once per process by design
     if _configured and not force:
         return
     _configured = True
+    _rotation = StdioRotation.from_env(os.environ)
     _pending_level = _LEVELS.get(level.lower(), 0)
     out = stream if stream is not None else sys.stderr
     secrets = secret_values(os.environ)

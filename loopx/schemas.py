@@ -26,6 +26,7 @@ from loopx.fleet import (
     SupervisorStatus,
     SupervisorStopped,
 )
+from loopx.logs import LogEntry
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
@@ -160,6 +161,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "account-summary": AccountSummary,
     "dashboard-gate-conflict": GateConflict,
     "dashboard-audit": AuditPage,
+    # `loopx logs --json`: one per line (issue 29).
+    "log-entry": LogEntry,
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

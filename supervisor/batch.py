@@ -13,8 +13,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
@@ -24,20 +24,25 @@ from loopx.accounts.files import check_goal_account
 from loopx.batch.report import (
     BatchReport,
     GoalReport,
+    Outcome,
     build_report,
     gather_goal_reports,
     render_markdown,
 )
 from loopx.errors import LoopxError
 from loopx.log import get_logger
+from loopx.logfile import open_log
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
 from loopx.registry.catalog import load_registry
-from loopx.registry.goals import add_goal, build_goal
+from loopx.registry.goals import add_goal, build_goal, set_status
+from loopx.registry.model import GoalStatus
 from loopx.registry.plan import BatchPlan
 from loopx.root import Layout
+from loopx.state import load_state
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
-from loopx.supervisor.child import last_error, log_end, open_log, supervisor_argv
+from loopx.supervisor.child import last_error, log_end, log_env, supervisor_argv
+from loopx.supervisor.lock import acquire
 from loopx.supervisor.notify import child_env
 
 log = get_logger(__name__)
@@ -58,6 +63,8 @@ class BatchConfig:
     max_wall_s: float | None = None
     idle_horizon_s: float = 60.0
     poll_s: float = 0.5
+    # goal id -> failed turns in a row that end it as `failed` (plan max_failures, --fail-fast)
+    max_failures: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +91,15 @@ def progress_of(reports: list[GoalReport], elapsed_s: float) -> Progress:
     )
 
 
+def check_no_supervisor(layout: Layout) -> None:
+    """Refuse a batch on a root a supervisor runs on, before anything is registered.
+
+    Raises:
+        SupervisorRunningError: one holds ``supervisor.lock`` now.
+    """
+    acquire(layout).release()
+
+
 def register_plan(layout: Layout, plan: BatchPlan, plan_dir: Path, *, now: datetime) -> list[str]:
     """Register the plan's goals; a goal whose policy already matches is left untouched.
 
@@ -102,7 +118,8 @@ def register_plan(layout: Layout, plan: BatchPlan, plan_dir: Path, *, now: datet
             )
     for entry in plan.goals:
         changes = entry.changes(plan_dir)
-        Path(changes.workdir or plan_dir).mkdir(parents=True, exist_ok=True)
+        if entry.workdir is None:  # the default work/<id>; a named one was checked to exist
+            Path(changes.workdir or plan_dir).mkdir(parents=True, exist_ok=True)
         existing = registry.goals.get(entry.id)
         if existing is not None:
             wanted = build_goal(
@@ -132,10 +149,36 @@ class BatchRun:
         self.show = show
         self.stop_requested = False
         self.max_wall_reached = False
+        self.given_up: set[str] = set()  # ended by max_failures: reported as failed
+        # Each limited goal's streak before this batch: a goal resumed by a human gets a turn.
+        self.streak_at_start = {
+            g: load_state(layout, g).consecutive_failures for g in config.max_failures
+        }
 
     def request_stop(self, _signum: int = signal.SIGTERM, _frame: FrameType | None = None) -> None:
         """Signal handler: stop the fleet gracefully at the next poll."""
         self.stop_requested = True
+
+    def _give_up_hopeless(self) -> None:
+        """Pause each goal whose failure streak reached its ``max_failures``: no more retries.
+
+        Pausing is what makes the fleet idle at once instead of after the backoff
+        rounds (one always-failing goal made a batch take 96 s, issue 29).
+        """
+        for goal_id, limit in self.config.max_failures.items():
+            if goal_id in self.given_up:
+                continue
+            streak = load_state(self.layout, goal_id).consecutive_failures
+            if streak < limit:
+                continue
+            goal = load_registry(self.layout).goals.get(goal_id)
+            fresh = streak > self.streak_at_start.get(goal_id, 0)
+            if goal is None or not (fresh or goal.status is GoalStatus.PAUSED):
+                continue
+            if goal.status is GoalStatus.ACTIVE:
+                set_status(self.layout, goal_id, GoalStatus.PAUSED, now=utcnow())
+                log.info("batch_goal_failed", goal_id=goal_id, failures=streak, limit=limit)
+            self.given_up.add(goal_id)
 
     def _spawn_fleet(self, log_path: Path) -> subprocess.Popen[bytes]:
         options = [
@@ -150,7 +193,7 @@ class BatchRun:
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,
-                env=child_env(os.environ),
+                env=log_env(child_env(os.environ), log_path),
                 preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - one prctl, no lock taken
             )
         finally:
@@ -165,6 +208,7 @@ class BatchRun:
         terminated_at: float | None = None
         try:
             while fleet.poll() is None:
+                self._give_up_hopeless()
                 elapsed = time.monotonic() - started
                 self.show(progress_of(gather_goal_reports(self.layout, self.goal_ids), elapsed))
                 over_time = self.config.max_wall_s is not None and elapsed > self.config.max_wall_s
@@ -182,7 +226,13 @@ class BatchRun:
             if fleet.poll() is None:
                 fleet.kill()
                 fleet.wait()
-        reports = gather_goal_reports(self.layout, self.goal_ids)
+        self._give_up_hopeless()
+        reports = [
+            r.model_copy(update={"outcome": Outcome.FAILED})
+            if r.goal_id in self.given_up and r.outcome is Outcome.PAUSED
+            else r
+            for r in gather_goal_reports(self.layout, self.goal_ids)
+        ]
         self.show(progress_of(reports, time.monotonic() - started))
         ended = (exitcodes.OK, exitcodes.FAILURE, exitcodes.NEEDS_HUMAN)  # --until-idle verdicts
         if fleet.returncode not in ended and terminated_at is None:

@@ -8,11 +8,11 @@ child is started as, and how its failure is told, is defined here once.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from loopx import environ
 from loopx.root import Layout
 
 ERROR_PREFIX = "loopx: error: "  # how the CLI prints a LoopxError (loopx/cli/_app.py)
@@ -29,9 +29,9 @@ def supervisor_argv(layout: Layout, options: Sequence[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def open_log(path: Path) -> int:
-    """A descriptor appending to ``path`` (created private; a symlink there is refused)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+def log_env(env: Mapping[str, str], path: Path) -> dict[str, str]:
+    """``env`` naming ``path`` as the child's log file, which the child rotates (loopx.logfile)."""
+    return {**env, environ.LOG_FILE: str(path)}
 
 
 def log_end(path: Path) -> int:

@@ -15,8 +15,9 @@ from typing import IO
 import psutil
 
 from loopx import environ
+from loopx.logfile import open_log
 from loopx.process import find_by_env, signals_blocked
-from loopx.supervisor.child import open_log
+from loopx.supervisor.child import log_env
 
 
 def spawn(
@@ -34,6 +35,7 @@ def spawn(
     out: IO[bytes] | int = subprocess.DEVNULL
     if log_path is not None:
         out = os.fdopen(open_log(log_path), "ab", buffering=0)
+        env = log_env(env, log_path)  # the child rotates it (loopx.logfile)
     try:
         with signals_blocked():
             return subprocess.Popen(

@@ -186,7 +186,8 @@ class LocalRunner:
     def fleet_argv(self) -> list[str]:
         """The ``fleet`` window's command: the live status table of this root."""
         return [
-            self.spec.python, "-m", "loopx", "status", "--watch",
+            # -P as for the agents: a `loopx/` folder in the cwd killed this window (issue 29)
+            self.spec.python, "-P", "-m", "loopx", "status", "--watch",
             "--root", str(self.layout.root), "--registry", str(self.layout.registry),
         ]  # fmt: skip
 

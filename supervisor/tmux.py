@@ -14,10 +14,12 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from loopx import exitcodes
 from loopx.errors import LoopxError
 
 SOCKET_NAME: Final = "tmux.sock"
@@ -33,6 +35,12 @@ class TmuxError(LoopxError):
         )
         self.what = what
         self.detail = detail
+
+
+class TmuxMissingError(TmuxError):
+    """``--visible tmux`` without the tmux program: a setup the command line asked for (exit 2)."""
+
+    exit_code = exitcodes.USAGE  # like a missing host program or workdir (docs/cli.md)
 
 
 def session_name(root: Path) -> str:
@@ -53,7 +61,7 @@ class TmuxSession:
         self.name = session_name(root)
         program = shutil.which("tmux")
         if program is None:
-            raise TmuxError("start", "the tmux program is not on PATH")
+            raise TmuxMissingError("start", "the tmux program is not on PATH")
         self.program = program
 
     def _run(self, *args: str, what: str) -> str:
@@ -140,7 +148,9 @@ class TmuxSession:
         )
         if log_path is not None:
             target = f"{self.name}:{self.window_name(agent_id)}"
-            pipe = f"cat >> {shlex.quote(str(log_path))}"
+            # JSON lines without the terminal's codes, rotated (loopx.supervisor.windowlog).
+            helper = [sys.executable, "-P", "-m", "loopx.supervisor.windowlog"]
+            pipe = shlex.join([*helper, str(log_path), agent_id])
             self._run("pipe-pane", "-t", target, pipe, what=f"log the window of {agent_id}")
         return int(out.splitlines()[-1])
 

@@ -172,3 +172,26 @@ def test_the_heartbeat_names_the_turn_in_flight_and_its_start(root: Path, tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "says"),
+    [
+        ("completed", "; done"),
+        ("needs_human", "; waits for a human"),
+        ("progress", "next eligible"),
+    ],
+)
+def test_the_outcome_line_says_what_comes_next(outcome: str, says: str) -> None:
+    """After completed or needs_human the line no longer claims "next eligible now" (issue 29)."""
+    import io
+
+    from loopx.agents.console import AgentConsole
+
+    out = io.StringIO()
+    console = AgentConsole("agent-1", out, [])
+    console.finished(goal_id="g", seq=1, outcome=outcome, wall_s=1.0, cpu_s=0.1, tokens=0,
+                     cost_usd=0.0, next_eligible_at=None)  # fmt: skip
+    line = json.loads(out.getvalue().splitlines()[-1])["line"]
+    assert says in line
+    assert (outcome == "progress") == ("next eligible" in line)

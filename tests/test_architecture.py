@@ -64,6 +64,7 @@ KERNEL_ORDER: Final = (
     "process",
     "faults",
     "secrets",
+    "logfile",  # log files under logs/, rotated by size
     "log",
     "collector",
     "memo",
@@ -74,6 +75,7 @@ KERNEL_ORDER: Final = (
     # the root, and what every layer above writes through it
     "settings",
     "root",
+    "logs",  # `loopx logs`: reading the logs under the root across their rotation
     "rootwatch",  # the root held by directory descriptor, and what a moved root leaves
     "dropbox",  # where hosts write their result: a private tmpfs folder outside the root
     "hints",

@@ -148,6 +148,8 @@ def test_batch_resumes_after_sigkill_without_repeating_a_committed_turn(tmp_path
             for i in range(3)
         ],
     )
+    for i in range(3):
+        (tmp_path / "w" / f"g{i}").mkdir(parents=True)  # a named workdir must exist (issue 29)
     root = tmp_path / "root"
     first = subprocess.Popen(
         [

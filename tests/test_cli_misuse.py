@@ -82,6 +82,7 @@ COMMANDS: dict[str, list[str]] = {
     "turn run-once": ["g"],
     "journal list": ["g"],
     "journal inspect": ["g", "k"],
+    "logs": [],
     "recover": [],
     "demo": [],
     "replay": ["g"],

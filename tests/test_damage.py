@@ -277,3 +277,33 @@ def test_replay_repair_refuses_unfinished_journals(tmp_path: Path) -> None:
     done = loopx(layout.root, "replay", "g", "--repair")
     assert done.returncode == 1 and "loopx recover" in done.stderr
     shutil.rmtree(layout.root)
+
+
+def test_doctor_reports_directories_the_cli_cannot_write(tmp_path: Path) -> None:
+    """goals/ and projections/ at 0500 are errors with a chmod repair, not a healthy root."""
+    layout = make_root(tmp_path / "root")
+    demo_goal(layout, "g", tmp_path / "wd")
+    try:
+        for path in (layout.goals_dir, layout.projections_dir):
+            path.mkdir(exist_ok=True)
+            path.chmod(0o500)
+        code, report = doctor(layout.root)
+        by_path = {f["path"]: f for f in report["findings"] if f["code"] == "permissions"}
+        assert code == 1
+        for path in (layout.goals_dir, layout.projections_dir):
+            assert by_path[str(path)]["severity"] == "error"
+            assert by_path[str(path)]["repair"] == f"chmod 700 {path}"
+        follow_repairs(layout.root, report, b"")
+        assert doctor(layout.root)[0] == 0
+    finally:
+        for path in (layout.goals_dir, layout.projections_dir):
+            path.chmod(0o700)
+
+
+def test_doctor_on_a_root_that_is_a_file(tmp_path: Path) -> None:
+    """A root that is a regular file is reported as not a directory, not as a symlink."""
+    root = tmp_path / "root"
+    root.write_text("")
+    code, report = doctor(root)
+    assert code == 1
+    assert [f["code"] for f in report["findings"]] == ["not_a_directory"]

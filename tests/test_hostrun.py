@@ -203,3 +203,18 @@ def test_descendants_left_after_exit_are_killed(tmp_path):
     while alive(pid):
         assert time.monotonic() < deadline, "child survived its host"
         time.sleep(0.02)
+
+
+def test_peak_rss_of_a_sleeping_sh_is_the_hosts_not_the_agents(tmp_path):
+    """A `sh` that only sleeps is recorded under 10 MB (not the forked agent's ~45 MB)."""
+    run = _run(tmp_path, ["sh", "-c", "sleep 0.5"])
+    assert run.exit_code == 0
+    assert 0 < run.usage.peak_rss_mb < 10, run.usage
+
+
+def test_a_100_mb_host_is_stopped_past_a_30_mb_cap(tmp_path):
+    """A host holding 100 MB under max_rss_mb=30 is killed as over its cap; its peak is above it."""
+    code = "b=bytearray(100*1024*1024)\nfor i in range(0,len(b),4096): b[i]=1\nimport time;time.sleep(30)\n"
+    run = _run(tmp_path, _py(code), limits=Limits(timeout_s=30, max_rss_mb=30, kill_grace_s=0.5))
+    assert run.killed is FailureReason.QUOTA_MEMORY_EXCEEDED
+    assert run.usage.peak_rss_mb > 30

@@ -33,6 +33,7 @@ pytestmark = pytest.mark.timeout(300)
 # Every command that takes --json, and the schema name of what it prints.
 JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("init",): "init",
+    ("logs",): "log-entry",  # one per line
     ("goal", "add"): "goal",
     ("goal", "import"): "goal-import",
     ("goal", "list"): "goal-list",
@@ -251,8 +252,18 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"goals": [{"id": "b1", "objective": "x", "host_kind": "demo"}]}))
     check(("batch", "run"), str(plan), "--agents", "1")
+    seen.add(_check_logs(cli.root))
     check(("demo",), "--agents", "2", "--root", str(tmp_path / "demo-root"))
     assert seen == set(JSON_OUTPUT_OF)
+
+
+def _check_logs(root: Path) -> tuple[str, ...]:
+    """`logs --json` prints one entry per line: each validates, and the goal's turns are there."""
+    logs = loopx_here(root, "logs", "g1", "--json")
+    assert logs.returncode == 0, logs.stderr
+    entries = [_validated("log-entry", line) for line in logs.stdout.splitlines()]
+    assert any(e.event == "turn" for e in entries)  # type: ignore[attr-defined]
+    return ("logs",)
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:

@@ -369,3 +369,13 @@ def test_every_reason_code_has_a_rank(reason):
     from loopx.status.projection import _REASON_RANK
 
     assert reason in _REASON_RANK
+
+
+def test_a_stop_after_a_failure_is_not_named_a_failure():
+    """A stopped last turn after one failure does not read "latest: stopped" (issue 29)."""
+    state = GoalState(goal_id="g1", consecutive_failures=1)
+    stopped = history_line("g1", 2, ended_at=NOW, kind=None, status="stopped", failure="stopped")
+    v = view(GoalInputs(goal=goal(), state=state, history=[stopped]))
+    assert v.reason is StatusReason.FAILING
+    assert "latest: stopped" not in v.explanation
+    assert "stopped, not failed" in v.explanation

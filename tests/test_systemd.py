@@ -137,3 +137,39 @@ def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
             proc.kill()
             proc.communicate()
         sock.close()
+
+
+@needs_analyze
+def test_system_unit_exposure_is_at_most_4(tmp_path: Path) -> None:
+    """`systemd-analyze security --offline=true` rates the system unit 4.0 or less (issue 29)."""
+    assert ANALYZE is not None
+    proc = subprocess.run(
+        [ANALYZE, "security", "--offline=true", str(UNITS / "loopx-supervisor.service")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    line = next(s for s in proc.stdout.splitlines() if "Overall exposure level" in s)
+    exposure = float(line.split(": ")[1].split()[0])
+    assert exposure <= 4.0, line  # the issue's bound
+    docs = (UNITS.parent / "docs" / "operations.md").read_text()
+    assert f"rates the unit {exposure}" in docs, "docs/operations.md states the figure"
+
+
+def test_units_do_not_restart_a_usage_error() -> None:
+    """Exit 2 (a usage error) is never restarted: RestartPreventExitStatus=2 in both units."""
+    for unit in (UNITS / "loopx-supervisor.service", UNITS / "user" / "loopx-supervisor.service"):
+        assert "RestartPreventExitStatus=2" in unit.read_text().splitlines()
+
+
+def test_documentation_exists_after_the_documented_install() -> None:
+    """Documentation= names the file the wheel installs under <prefix>/share/doc/loopx."""
+    text = (UNITS / "loopx-supervisor.service").read_text()
+    docs = [s.split("=", 1)[1] for s in text.splitlines() if s.startswith("Documentation=file:")]
+    assert docs == ["file:/opt/loopx/venv/share/doc/loopx/operations.md"]
+    pyproject = (UNITS.parent / "pyproject.toml").read_text()
+    assert '"share/doc/loopx" = ["docs/*.md"]' in pyproject
+    installed = Path(sys.prefix) / "share" / "doc" / "loopx" / "operations.md"
+    if installed.exists():  # a non-editable install (the wheel); editable ones skip data files
+        assert installed.read_text() == (UNITS.parent / "docs" / "operations.md").read_text()

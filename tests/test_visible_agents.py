@@ -180,3 +180,41 @@ def test_console_bounds_a_chatty_host(tmp_path: Path) -> None:
     assert f"line {MAX_LINES_PER_TURN}\n" not in text
     assert "6 more lines of host output in goals/g/runs/4.md" in text
     assert "g turn 4: progress in 1.0s, CPU 0.50s, 1,200 tokens, $0.0100" in text
+
+
+def test_the_fleet_window_lives_when_the_cwd_holds_a_loopx_folder(tmp_path: Path) -> None:
+    """A `loopx/` folder in the supervisor's cwd does not shadow ours in the fleet window (-P)."""
+    root, _ = _root(tmp_path)
+    here = tmp_path / "here"
+    (here / "loopx").mkdir(parents=True)
+    (here / "loopx" / "__init__.py").write_text("raise SystemExit('the wrong loopx')\n")
+    with (tmp_path / "sup.log").open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "loopx",
+                "--root",
+                str(root),
+                "supervisor",
+                "run",
+                "--agents",
+                "1",
+                "--visible",
+                "tmux",
+            ],
+            env=clean_env(),
+            cwd=here,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    try:
+        wait_for(
+            "the status table in the fleet window",
+            lambda: "agents alive" in _pane(root, "fleet"),
+            timeout=60,
+        )
+        assert sigterm_and_wait(proc) == 0
+    finally:
+        kill_everything(root, proc)

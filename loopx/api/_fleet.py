@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,9 +22,9 @@ from loopx.fleet import (
 from loopx.ids import validate_goal_id
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
-from loopx.registry.checks import check_program
+from loopx.registry.checks import GoalSetupError, check_program, check_workdir
 from loopx.registry.model import GoalStatus, HostKind
-from loopx.registry.plan import BatchPlan, load_plan
+from loopx.registry.plan import BatchPlan, PlanError, load_plan
 from loopx.root import Layout
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class Fleet:
         idle_horizon_s: float = 60.0,
         progress: Callable[[Progress], None] = _ignore,
         stop: threading.Event | None = None,
+        max_failures: Mapping[str, int] | None = None,
     ) -> BatchReport:
         """Run a fleet of ``agents`` until no goal can progress; report on ``goal_ids``.
 
@@ -60,7 +61,9 @@ class Fleet:
         owns its signals, so this works from any thread), killed if this call
         is interrupted. ``goal_ids`` defaults to every goal not archived. Setting
         ``stop`` (from another thread or a signal handler) stops the fleet
-        gracefully; the report then covers what was done.
+        gracefully; the report then covers what was done. A goal named in
+        ``max_failures`` whose failed turns in a row reach its number is paused
+        at once and reported ``failed``.
 
         Raises:
             UsageError: ``agents`` is below 1.
@@ -73,7 +76,12 @@ class Fleet:
         if goal_ids is None:
             goals = load_registry(self.layout).goals.values()
             goal_ids = [g.id for g in goals if g.status is not GoalStatus.ARCHIVED]
-        config = BatchConfig(agents=agents, max_wall_s=max_wall_s, idle_horizon_s=idle_horizon_s)
+        config = BatchConfig(
+            agents=agents,
+            max_wall_s=max_wall_s,
+            idle_horizon_s=idle_horizon_s,
+            max_failures=dict(max_failures or {}),
+        )
         return BatchRun(self.layout, list(goal_ids), config, progress, stop).run()
 
     @staticmethod
@@ -88,10 +96,21 @@ class Fleet:
         """
         plan_path = Path(plan).resolve()
         loaded = load_plan(plan_path)
-        for entry in loaded.goals:
-            host = entry.host_spec()
-            if host.kind == HostKind.COMMAND:
-                check_program(host.argv[0], entry.workdir_path(plan_path.parent))
+        for i, entry in enumerate(loaded.goals):
+            where = f"goals[{i}] (id {entry.id!r})"
+            workdir = entry.workdir_path(plan_path.parent)
+            try:
+                # A named workdir must exist, as for `goal add`: a typo would run the
+                # agent in an empty folder and come back green (issue 29). The default
+                # work/<id> beside the plan is LoopX's own, made at registration.
+                if entry.workdir is not None:
+                    check_workdir(workdir)
+                host = entry.host_spec()
+                if host.kind == HostKind.COMMAND:
+                    check_program(host.argv[0], workdir)
+            except GoalSetupError as e:
+                field = "workdir" if entry.workdir is not None and "workdir" in e.what else "host"
+                raise PlanError(plan_path, f"{where}.{field}", f"{e.what}: {e.problem}") from e
         return loaded
 
     def run_plan(
@@ -104,22 +123,32 @@ class Fleet:
         idle_horizon_s: float = 60.0,
         progress: Callable[[Progress], None] = _ignore,
         stop: threading.Event | None = None,
+        fail_fast: bool = False,
         now: datetime | None = None,
     ) -> BatchReport:
         """`loopx batch run`: register a plan's goals, run until idle, write and return the report.
 
         The report goes to :meth:`report_dir` (``report.json`` and ``report.md``).
+        A goal's ``max_failures`` (``fail_fast``: 1 for every goal without one)
+        ends it as ``failed`` after that many failed turns in a row.
 
         Raises:
-            PlanError: the plan is malformed (nothing is registered then).
+            PlanError: the plan is malformed, names a missing workdir or host program
+                (nothing is registered or created then).
+            SupervisorRunningError: a supervisor already runs on the root (nothing registered).
             BatchError: the fleet could not run.
         """
-        from loopx.supervisor.batch import register_plan, write_report  # noqa: PLC0415 - heavy
+        from loopx.supervisor.batch import (  # noqa: PLC0415 - heavy
+            check_no_supervisor,
+            register_plan,
+            write_report,
+        )
 
         if agents < 1:
             raise UsageError(f"--agents must be at least 1, got {agents}", hint="pass --agents N")
         plan_path = Path(plan).resolve()
         loaded = self.check_plan(plan_path)
+        check_no_supervisor(self.layout)  # before registering: a running fleet would take them
         goal_ids = register_plan(self.layout, loaded, plan_path.parent, now=now or utcnow())
         report = self.run_until_idle(
             goal_ids,
@@ -128,6 +157,11 @@ class Fleet:
             idle_horizon_s=idle_horizon_s,
             progress=progress,
             stop=stop,
+            max_failures={
+                g.id: g.max_failures or 1
+                for g in loaded.goals
+                if g.max_failures is not None or fail_fast
+            },
         )
         write_report(report, self.report_dir(report, report_dir))
         return report
@@ -215,8 +249,18 @@ class Fleet:
         return Supervisor(self.layout, config, make_agent=Agent).run()
 
     def stop(self, *, timeout_s: float | None = None, force: bool = False) -> SupervisorStopped:
-        """`loopx supervisor stop`: stop the running supervisor and its whole fleet."""
+        """`loopx supervisor stop`: stop the running supervisor and its whole fleet.
+
+        Raises:
+            UsageError: ``timeout_s`` is negative or not finite.
+        """
         from loopx.supervisor.control import stop  # noqa: PLC0415 - heavy
+
+        if timeout_s is not None and not 0 <= timeout_s < float("inf"):
+            raise UsageError(
+                f"--timeout must be 0 or more seconds, got {timeout_s:g}",
+                hint="pass --timeout S with S >= 0 (or leave it out to wait for the grace)",
+            )
 
         return stop(self.layout, timeout_s=timeout_s, force=force)
 

@@ -20,10 +20,11 @@ from pydantic import ValidationError
 from loopx.batch.report import RunSummary
 from loopx.errors import LoopxError, UsageError
 from loopx.fleet import Backend, Visibility
+from loopx.logfile import open_log
 from loopx.process import set_parent_death_signal
 from loopx.root import Layout
 from loopx.storage.files import ensure_dir
-from loopx.supervisor.child import last_error, log_end, open_log, supervisor_argv
+from loopx.supervisor.child import last_error, log_end, log_env, supervisor_argv
 from loopx.supervisor.notify import child_env
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ def run_child(layout: Layout, config: SupervisorConfig, stop: threading.Event | 
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,  # the summary: one small JSON document at the end
             stderr=fd,
-            env=child_env(os.environ),
+            env=log_env(child_env(os.environ), log_path),
             preexec_fn=set_parent_death_signal,  # noqa: PLW1509 - one prctl, no lock taken
         )
     finally:

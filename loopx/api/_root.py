@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from loopx.api._fleet import Fleet
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
+    from loopx.api._logs import Logs
     from loopx.api._quota import Quota
     from loopx.api._retention import Retention
     from loopx.api._serve import StatusServer
@@ -252,6 +253,13 @@ class Root:
             ttl_s=ttl_s,
             allowed_hosts=allowed_hosts,
         )
+
+    @property
+    def logs(self) -> Logs:
+        """The agents' and supervisor's logs and each goal's turns (`loopx logs`)."""
+        from loopx.api._logs import Logs  # noqa: PLC0415 - lazy group
+
+        return Logs(self.layout)
 
     @property
     def fleet(self) -> Fleet:

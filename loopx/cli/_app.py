@@ -50,6 +50,7 @@ COMMANDS = {
     "probe": Command("_probe", "run a goal's read-only next_probe command"),
     "turn": Command("_turn", "run turns by hand"),
     "journal": Command("_journal", "list and inspect turn journals"),
+    "logs": Command("_logs", "read and follow the agents' and supervisor's logs"),
     "recover": Command("_recover", "finish interrupted turns from their journals"),
     "demo": Command(
         "_demo", "run demo goals on a fresh root with a headless fleet, then show the status"
@@ -122,9 +123,33 @@ def build_parser(argv: Sequence[str] | None = None) -> Parser:
     return parser
 
 
+# Options whose value may itself start with "-": a host's own flags (`--host '--fail'`).
+_DASH_VALUED = frozenset({"--host", "--next-probe"})
+
+
+def dash_values(argv: list[str]) -> list[str]:
+    """``--host -x`` as ``--host=-x``: argparse takes a lone ``-x`` for an option. Pure.
+
+    (`--host '--fail'` was refused with "expected one argument", issue 29.)
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        if arg in _DASH_VALUED and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `loopx` console script; returns the exit code."""
-    args_in = list(sys.argv[1:] if argv is None else argv)
+    args_in = dash_values(list(sys.argv[1:] if argv is None else argv))
     args: argparse.Namespace | None = None
     try:
         parser = build_parser(args_in)

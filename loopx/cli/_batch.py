@@ -7,6 +7,7 @@ import signal
 import threading
 from pathlib import Path
 
+from loopx import exitcodes
 from loopx.cli._common import (
     Subparsers,
     add_agent_options,
@@ -41,6 +42,11 @@ def register(sub: Subparsers) -> None:
         help="a goal that may run again within S seconds (a retry after a failure, a wait) "
         "still counts as progressing (default 60)",
     )
+    run.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="end a goal as failed at its first failed turn (a plan's max_failures overrides)",
+    )
     run.add_argument("--json", action="store_true", help="print report.json instead of a summary")
     run.set_defaults(func=run_batch)
 
@@ -48,7 +54,8 @@ def register(sub: Subparsers) -> None:
 def run_batch(args: argparse.Namespace) -> int:
     """Validate the plan, register it, run until idle, write and summarise the report.
 
-    Exit 0 when every goal completed, 4 (``NEEDS_HUMAN``) when some need a human, 1 otherwise.
+    Exit 0 when every goal completed, 4 (``NEEDS_HUMAN``) when some need a human, 1 otherwise;
+    130 when Ctrl-C stopped it (after the report is written).
     """
     from loopx.api import Fleet  # noqa: PLC0415 - not needed by `batch run --help`
     from loopx.cli._display import display_for  # noqa: PLC0415 - rich, only to run
@@ -57,8 +64,14 @@ def run_batch(args: argparse.Namespace) -> int:
     Fleet.check_plan(args.plan)  # a malformed plan is rejected before the root is created
     fleet = root(args, create=True).fleet
     stop = threading.Event()
+    interrupted = threading.Event()  # Ctrl-C: the report is written, the exit code is 130
+
+    def on_sigint(*_: object) -> None:
+        interrupted.set()
+        stop.set()
+
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, on_sigint)
     with display_for() as show:
         report = fleet.run_plan(
             args.plan,
@@ -68,6 +81,7 @@ def run_batch(args: argparse.Namespace) -> int:
             idle_horizon_s=args.idle_horizon,
             progress=show,
             stop=stop,
+            fail_fast=args.fail_fast,
         )
     if args.json:
         print_json(report)
@@ -77,4 +91,4 @@ def run_batch(args: argparse.Namespace) -> int:
                 f"{g.goal_id:<24} {g.outcome:<12} {g.turns:>4} turns  {g.cpu_s:8.2f} CPU s  {g.wall_s:8.2f} wall s"
             )
         print(f"report: {fleet.report_dir(report, args.report) / 'report.md'} (and report.json)")
-    return report.exit_code
+    return exitcodes.INTERRUPTED if interrupted.is_set() else report.exit_code

@@ -39,9 +39,17 @@ def run(args: argparse.Namespace) -> int:
         )
     with display_for() as show:
         result = demo.run(agents=args.agents, progress=show)
+    code = exitcodes.OK if result.as_designed else exitcodes.FAILURE
+    # The demo's files stay for the next commands to try; say where, and how they go.
+    print(
+        f"loopx demo: its files stay in {demo.home} (remove with `rm -rf {demo.home}`)",
+        file=sys.stderr,
+    )
     if args.json:
-        print_json(result.report)
-        return exitcodes.OK if result.as_designed else exitcodes.FAILURE
+        # The document's exit_code is this command's, not the plan's `batch run` verdict
+        # (which is 1 while `throttled` waits for its quota, issue 29).
+        print_json(result.report.model_copy(update={"exit_code": code}))
+        return code
     print()
     _print_status(demo.status.project(ttl_s=0.0, force=True))
     print(f"\nreport: {result.report_dir / 'report.md'}")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
+import os
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -245,24 +246,62 @@ def run_status(args: argparse.Namespace) -> int:
     return _watch(args)
 
 
+WATCH_GRACE_S = 5.0  # after Ctrl-C, the frame being drawn has this long to finish
+
+
+class _WatchStop:
+    """Ctrl-C on `status --watch` records intent; the loop ends after the frame it is drawing.
+
+    A KeyboardInterrupt raised mid-frame (inside a status refresh, or a write to a
+    full pipe that nobody reads any more) could leave the process unable to exit:
+    the race behind test_watch_redraws_until_interrupted's timeouts (issue 29). The
+    first signal arms a timer: a frame still unfinished after WATCH_GRACE_S (a
+    write blocked for good) ends the process at once; a second Ctrl-C does too.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def handle_signal(self, _signum: int, _frame: object) -> None:
+        """SIGINT/SIGTERM: stop after this frame; the second one stops now."""
+        if self.requested:
+            os._exit(exitcodes.OK)
+        self.requested = True
+        signal.setitimer(signal.ITIMER_REAL, WATCH_GRACE_S)
+
+    def install(self) -> None:
+        """Own SIGINT and SIGTERM; SIGALRM is the grace's end."""
+        signal.signal(signal.SIGINT, self.handle_signal)
+        signal.signal(signal.SIGTERM, self.handle_signal)
+        signal.signal(signal.SIGALRM, lambda *_: os._exit(exitcodes.OK))
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until a stop is requested."""
+        deadline = time.monotonic() + seconds
+        while not self.requested and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.05))
+
+
 def _watch(args: argparse.Namespace) -> int:
     interval = max(0.2, args.watch)
-    try:
-        if sys.stdout.isatty() and not args.json:
-            return _watch_live(args, interval)
-        while True:
-            projection = _load(args)
-            if args.json:
-                sys.stdout.write(projection.model_dump_json() + "\n")
-            else:
-                print(render_plain(projection, utcnow()) + "\n")
-            sys.stdout.flush()
-            time.sleep(interval)
-    except KeyboardInterrupt:
-        return exitcodes.OK
+    stop = _WatchStop()
+    stop.install()
+    if sys.stdout.isatty() and not args.json:
+        return _watch_live(args, interval, stop)
+    while not stop.requested:
+        projection = _load(args)
+        if stop.requested:
+            break
+        if args.json:
+            sys.stdout.write(projection.model_dump_json() + "\n")
+        else:
+            print(render_plain(projection, utcnow()) + "\n")
+        sys.stdout.flush()
+        stop.sleep(interval)
+    return exitcodes.OK
 
 
-def _watch_live(args: argparse.Namespace, interval: float) -> int:
+def _watch_live(args: argparse.Namespace, interval: float, stop: _WatchStop) -> int:
     """Redraw the table in place; on Ctrl-C erase the live region and print the last one once.
 
     (Stopping a non-transient Live mid-redraw left a second header behind.)
@@ -271,12 +310,11 @@ def _watch_live(args: argparse.Namespace, interval: float) -> int:
     from rich.live import Live  # noqa: PLC0415
 
     shown = render_table(_load(args), utcnow())
-    with (
-        contextlib.suppress(KeyboardInterrupt),
-        Live(shown, auto_refresh=False, screen=False, transient=True) as live,
-    ):
-        while True:
-            time.sleep(interval)
+    with Live(shown, auto_refresh=False, screen=False, transient=True) as live:
+        while not stop.requested:
+            stop.sleep(interval)
+            if stop.requested:
+                break
             shown = render_table(_load(args), utcnow())
             live.update(shown, refresh=True)
     Console().print(shown)

@@ -33,13 +33,21 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
             "the runtime root does not exist",
             f"loopx init --root {q(root)}",
         )
-    elif root.is_symlink() or not root.is_dir():
+    elif root.is_symlink():
         doctor.add(
             Severity.ERROR,
             FindingCode.SYMLINK,
             root,
-            "the runtime root is a symlink or not a directory; LoopX refuses it",
+            f"the runtime root is a symlink (to {os.readlink(root)!r}); LoopX refuses it",
             "point --root at the real directory",
+        )
+    elif not root.is_dir():
+        doctor.add(
+            Severity.ERROR,
+            FindingCode.NOT_A_DIRECTORY,
+            root,
+            "the runtime root is a file, not a directory; LoopX refuses it",
+            "point --root at a directory (or move the file away and `loopx init` there)",
         )
     elif not layout.registry.exists():
         doctor.add(

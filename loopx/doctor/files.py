@@ -14,6 +14,7 @@ from loopx.doctor.findings import Checker, FindingCode, Severity, q
 
 # A temp file of a live writer younger than this is an atomic write in flight.
 TEMP_IN_FLIGHT: Final = timedelta(hours=1)
+_OWNER_WX: Final = stat.S_IWUSR | stat.S_IXUSR  # what a directory's owner needs to write in it
 
 
 def mode_problem(mode: int, *, is_dir: bool) -> tuple[Severity, str] | None:
@@ -65,6 +66,18 @@ def check_entry(doc: Checker, path: Path, st: os.stat_result) -> None:
         return  # sockets (tmux.sock) and the like are not LoopX's durable files
     if not is_dir:
         doc.files += 1
+    elif st.st_mode & _OWNER_WX != _OWNER_WX or not os.access(path, os.W_OK | os.X_OK):
+        # A root whose goals/ or projections/ is 0500 passed as healthy while every
+        # write under it failed (issue 29). By the mode bits too: root's own access
+        # check passes any mode, the service user's does not.
+        doc.add(
+            Severity.ERROR,
+            FindingCode.PERMISSIONS,
+            path,
+            f"mode {stat.S_IMODE(st.st_mode):o}: its owner cannot write here, so commands "
+            "that write under it fail (want 700)",
+            f"chmod 700 {q(path)}",
+        )
     if (
         not is_dir
         and path.parent.name == "results"

@@ -62,6 +62,7 @@ class FindingCode(StrEnum):
     # issue 28
     CLOCK_BEHIND = "clock_behind"  # this clock is behind the files the fleet just wrote
     NO_FREE_INODES = "no_free_inodes"  # the root's filesystem has no inode left
+    NOT_A_DIRECTORY = "not_a_directory"  # the root (or a directory LoopX makes) is a file
 
 
 class Finding(Record):

@@ -60,6 +60,9 @@ class PlanGoal(Record):
     account: str | None = None
     on_limit: Literal["wait", "gate", "stop"] | None = None
     max_limit_waits: Annotated[int, Field(ge=0)] | None = None
+    # Failed turns in a row after which the batch ends the goal as `failed` (paused in
+    # the registry) instead of retrying it with backoff; None: retry (or --fail-fast's 1).
+    max_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
 
     @field_validator("id")
     @classmethod

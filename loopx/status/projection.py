@@ -189,7 +189,7 @@ def _warnings(inputs: GoalInputs, state: GoalState, now: datetime) -> list[str]:
     return out
 
 
-def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the module docstring
+def _decide(  # noqa: C901, PLR0911, PLR0912 - one branch per rule of the table in the module docstring
     inputs: GoalInputs, state: GoalState, quota: QuotaView, now: datetime
 ) -> tuple[Actor, StatusReason, str, datetime | None]:
     goal, lease, failures = inputs.goal, inputs.lease, state.consecutive_failures
@@ -250,6 +250,9 @@ def _decide(  # noqa: C901, PLR0911 - one branch per rule of the table in the mo
     if inputs.workdir_wait is not None:  # issue 26: one turn per workdir
         return Actor.NONE, StatusReason.WAITING, inputs.workdir_wait.describe(), None
     failure = last.failure if last is not None and last.failure else "unknown reason"
+    if last is not None and last.status == "stopped":
+        # A stop is not a failure (the streak is kept, not raised): name it as what it was.
+        failure = "the last turn was stopped, not failed"
     if failures >= FAILING_HUMAN_AFTER:
         return (
             Actor.HUMAN,
