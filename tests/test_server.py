@@ -287,3 +287,33 @@ def test_serve_cli_serves(layout, cli):
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_metrics_show_each_accounts_state_waiting_goals_and_spend():
+    """/metrics names each account's state, when it reopens, the goals it holds and its spend."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from loopx.accounts.model import AccountSummary, Condition, WindowTotals
+    from loopx.web.metrics import _account_metrics, _Families
+
+    until = datetime(2026, 12, 1, 19, 5, 59, tzinfo=UTC)
+    accounts = [
+        AccountSummary(name="work", host_kind="codex", state=Condition.LIMITED, until=until,
+                       waiting=["g1", "g2"], spend=WindowTotals(tokens=1200, cost_usd=0.5)),
+        AccountSummary(name="default-demo", host_kind="demo", default=True, state=Condition.OK),
+    ]  # fmt: skip
+    out = _Families()
+    _account_metrics(out, SimpleNamespace(accounts=accounts))
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(out.text())
+        for s in family.samples
+    }
+    assert samples[("loopx_account_state", (("account", "work"), ("state", "limited")))] == 1.0
+    assert samples[("loopx_account_until_seconds", (("account", "work"),))] == until.timestamp()
+    assert samples[("loopx_account_waiting_goals", (("account", "work"),))] == 2.0
+    assert samples[("loopx_account_spend_tokens", (("account", "work"),))] == 1200.0
+    assert ("loopx_account_until_seconds", (("account", "default-demo"),)) not in samples

@@ -50,6 +50,46 @@ class _Families:
         return generate_latest(registry).decode()
 
 
+def _account_metrics(out: _Families, projection: StatusProjection) -> None:
+    """Each account's state, the goals it holds back and its window's spend (issue 27)."""
+    accounts = [a for a in projection.accounts if a.host_kind is not None]
+    out.metric(
+        "loopx_account_state",
+        "gauge",
+        "1 for each account's state now (ok, limited, overloaded, budget_spent, needs_human).",
+        [({"account": a.name, "state": str(a.state)}, 1.0) for a in accounts],
+    )
+    out.metric(
+        "loopx_account_until_seconds",
+        "gauge",
+        "When a limited or overloaded account takes turns again (Unix time).",
+        [({"account": a.name}, a.until.timestamp()) for a in accounts if a.until is not None],
+    )
+    out.metric(
+        "loopx_account_waiting_goals",
+        "gauge",
+        "Goals each account holds back now.",
+        [({"account": a.name}, float(len(a.waiting))) for a in accounts],
+    )
+    spent = [a for a in projection.accounts if a.spend is not None]
+    out.metric(
+        "loopx_account_spend_tokens",
+        "gauge",
+        "Tokens spent inside each budgeted account's window (the root's budget: account '').",
+        [
+            ({"account": a.name if a.host_kind else ""}, float(a.spend.tokens))
+            for a in spent
+            if a.spend
+        ],
+    )
+    out.metric(
+        "loopx_account_spend_cost_usd",
+        "gauge",
+        "Cost spent inside each budgeted account's window (estimated where the host gave none).",
+        [({"account": a.name if a.host_kind else ""}, a.spend.cost_usd) for a in spent if a.spend],
+    )
+
+
 def render_metrics(
     cache: StatusCache,
     projection: StatusProjection,
@@ -175,6 +215,7 @@ def render_metrics(
         "1 while the root cannot take writes (disk full, read-only), with the reason.",
         [({"reason": degraded or ""}, 1.0 if degraded else 0.0)],
     )
+    _account_metrics(out, projection)
     out.metric(
         "loopx_status_checked_timestamp_seconds",
         "gauge",
