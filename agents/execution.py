@@ -305,12 +305,26 @@ def execute(
     journal = settle(journal.model_copy(update={"outcome": outcome, "usage": usage}), now=utcnow())
     # Park the account before the journal records the outcome: a crash in between leaves the
     # account parked, so no other goal runs into the limit (loopx.turn.accounting).
-    apply_turn(layout, journal)
+    _park_account(layout, journal)
     if journal.check_due():  # issue 26: the done_check phase, before any effect
         journal = check_then(layout, journal, fence, terms, stop=stop)
         if not journal.done(Phase.DONE_CHECK):
             return journal  # a stop ended the check: the next claim runs it again
     return _after_host(layout, journal, fence, result_file, renew=terms.renew, stop=stop)
+
+
+def _park_account(layout: Layout, journal: TurnJournal) -> None:
+    """The turn's effect on its account, early; a refused write leaves it to scheduler_apply.
+
+    A full or read-only root must not cost the host's outcome: the outcome write waits the
+    fault out, and scheduler_apply applies the account's update again (it is idempotent).
+    """
+    try:
+        apply_turn(layout, journal)
+    except OSError as e:
+        if resource_fault(e) is None:
+            raise
+        log.warning("account_update_deferred", reason=resource_fault(e))
 
 
 def _failed_before_host(  # noqa: PLR0917 - the turn's own values, passed on

@@ -22,6 +22,7 @@ import os
 import pkgutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from types import FrameType
@@ -94,6 +95,8 @@ def main() -> None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+        # nobody's own cache, as a real user has (the suite's XDG_CACHE_HOME is root's).
+        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="loopx-misuse-cache-")
     os.environ.pop("LOOPX_ROOT", None)
     results = [run_case(list(argv)) for argv in request["cases"]]
     sys.__stdout__.write(json.dumps(results))  # type: ignore[union-attr]

@@ -449,3 +449,15 @@ def test_the_folded_state_equals_a_replay_of_the_same_journals(api: loopx.Root) 
     spent = [r.model_dump_json() for j in journals if (r := spend_record(j)) is not None]
     assert fold_state(None, journals) == GoalState.model_validate_json(rebuilt.files["state.json"])
     assert spent == rebuilt.files["quota.jsonl"].decode().splitlines()
+
+
+def test_the_default_floor_is_64_mb_or_a_tenth_of_a_small_disk() -> None:
+    """No floor set: 64 MB on a big disk, a tenth of a small one; a set floor is taken as given."""
+    from loopx.retention.space import floor_bytes
+
+    mib = 1024 * 1024
+    assert (
+        floor_bytes(RetentionSettings(), 100_000 * mib),
+        floor_bytes(RetentionSettings(), 32 * mib),
+        floor_bytes(RetentionSettings(min_free_disk_mb=5), 32 * mib),
+    ) == (64 * mib, 32 * mib // 10, 5 * mib)

@@ -155,7 +155,6 @@ SYMLINK_PLACES = [
     "goals/g",
     "goals",
     "agents",
-    "projections/status.json",
     "projections",
     "quarantine",
     "logs",

@@ -57,7 +57,9 @@ def _print_settings(settings: RetentionSettings) -> None:
         f"failed or gated turns {keep.keep_failed_days:g} days"
     )
     quota = f"{settings.max_root_mb} MB" if settings.max_root_mb is not None else "none"
-    print(f"root size quota: {quota}; free-space floor: {settings.min_free_disk_mb} MB")
+    floor = settings.min_free_disk_mb
+    floor_text = f"{floor} MB" if floor is not None else "64 MB, or a tenth of the disk if less"
+    print(f"root size quota: {quota}; free-space floor: {floor_text}")
     for goal_id, override in sorted(settings.goals.items()):
         fields = ", ".join(f"{k}={v:g}" for k, v in override.model_dump(exclude_none=True).items())
         print(f"goal {goal_id}: {fields or 'the root policy'}")

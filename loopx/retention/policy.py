@@ -29,8 +29,8 @@ RETENTION_FILE: Final = "retention.json"
 DEFAULT_KEEP_TURNS: Final = 200
 DEFAULT_KEEP_DAYS: Final = 7.0
 DEFAULT_KEEP_FAILED_DAYS: Final = 30.0
-# Below this much free space on the root's filesystem no new turn starts: room for the turns
-# in flight to commit and for the logs, yet low enough for a small disk or a CI machine.
+# Below this much free space on the root's filesystem no new turn starts (or below a tenth of
+# the filesystem, if that is less): room for the turns in flight to commit and for the logs.
 DEFAULT_MIN_FREE_DISK_MB: Final = 64
 
 KeepTurns = Annotated[int, Field(ge=1, le=10_000_000)]
@@ -59,7 +59,8 @@ class RetentionSettings(Record):
     schema_version: Literal[1] = 1
     keep: KeepPolicy = Field(default_factory=KeepPolicy)
     max_root_mb: Annotated[int, Field(ge=1)] | None = None  # no size quota by default
-    min_free_disk_mb: Annotated[int, Field(ge=0)] = DEFAULT_MIN_FREE_DISK_MB
+    # None: 64 MB, or a tenth of the filesystem if that is less (loopx.retention.space).
+    min_free_disk_mb: Annotated[int, Field(ge=0)] | None = None
     goals: dict[str, GoalOverride] = Field(default_factory=dict)
 
     def for_goal(self, goal_id: str) -> KeepPolicy:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 from datetime import datetime, timedelta
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
-from loopx.retention.policy import RetentionSettings, load_settings
+from loopx.retention.policy import DEFAULT_MIN_FREE_DISK_MB, RetentionSettings, load_settings
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import root_health
@@ -37,18 +37,28 @@ class SpaceReading(Record):
     measured_at: UtcDatetime
 
 
+def floor_bytes(settings: RetentionSettings, total_bytes: int) -> int:
+    """The free-space floor: the one set, else 64 MB or a tenth of the filesystem if smaller. Pure.
+
+    The tenth keeps a small disk (a 32 MB tmpfs, a CI machine's scratch volume) usable.
+    """
+    if settings.min_free_disk_mb is not None:
+        return settings.min_free_disk_mb * MIB
+    return min(DEFAULT_MIN_FREE_DISK_MB * MIB, total_bytes // 10)
+
+
 def space_problem(
-    settings: RetentionSettings, *, free_bytes: int | None, reading: SpaceReading | None
+    settings: RetentionSettings, *, disk: DiskSpace | None, reading: SpaceReading | None
 ) -> str | None:
     """Why no new turn may start for lack of space, with the figures; None if space is fine. Pure.
 
     Refusals in precedence order: the free-space floor, then the root's size quota.
     """
-    floor = settings.min_free_disk_mb * MIB
-    if free_bytes is not None and free_bytes < floor:
+    floor = floor_bytes(settings, disk.total) if disk is not None else 0
+    if disk is not None and disk.free < floor:
         return (
-            f"free space on the root's filesystem is {free_bytes / MIB:.0f} MB, below the floor "
-            f"of {settings.min_free_disk_mb} MB; no new turn starts until space is freed "
+            f"free space on the root's filesystem is {disk.free / MIB:.0f} MB, below the floor "
+            f"of {floor / MIB:.0f} MB; no new turn starts until space is freed "
             "(`loopx gc`, or `loopx retention set --min-free-disk-mb N`)"
         )
     quota = settings.max_root_mb
@@ -61,13 +71,20 @@ def space_problem(
     return None
 
 
-def free_bytes(layout: Layout) -> int | None:
-    """Free space for unprivileged writers on the root's filesystem; None if unreadable."""
+class DiskSpace(NamedTuple):
+    """The root's filesystem: bytes free for unprivileged writers, and its size."""
+
+    free: int
+    total: int
+
+
+def disk_space(layout: Layout) -> DiskSpace | None:
+    """The root filesystem's free space and size (one ``statvfs``); None if unreadable."""
     try:
         st = os.statvfs(layout.root)
     except OSError:
         return None
-    return st.f_bavail * st.f_frsize
+    return DiskSpace(free=st.f_bavail * st.f_frsize, total=st.f_blocks * st.f_frsize)
 
 
 def measure(layout: Layout, *, now: datetime) -> SpaceReading:
@@ -122,7 +139,7 @@ def check_space(layout: Layout, *, now: datetime) -> str | None:
         log.warning("retention_settings_unreadable", error=str(e))
         settings = RetentionSettings()
     reading = current_reading(layout, now=now) if settings.max_root_mb is not None else None
-    return space_problem(settings, free_bytes=free_bytes(layout), reading=reading)
+    return space_problem(settings, disk=disk_space(layout), reading=reading)
 
 
 def root_problem(layout: Layout, *, now: datetime) -> str | None:
@@ -131,10 +148,12 @@ def root_problem(layout: Layout, *, now: datetime) -> str | None:
 
 
 __all__ = [
+    "DiskSpace",
     "SpaceReading",
     "check_space",
     "current_reading",
-    "free_bytes",
+    "disk_space",
+    "floor_bytes",
     "measure",
     "read_reading",
     "root_problem",
