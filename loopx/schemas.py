@@ -25,6 +25,9 @@ from loopx.fleet import (
 )
 from loopx.history.line import HistoryLine
 from loopx.history.runlog import RunReport
+from loopx.notify.config import NotifyConfig
+from loopx.notify.outbox import Outbox
+from loopx.notify.views import NotifyList, NotifyTestReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
@@ -84,6 +87,8 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
+    "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
+    "notify-outbox": Outbox,  # notify.d/outbox.json
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -128,6 +133,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-action": ActionResult,
     "dashboard-gate-conflict": GateConflict,
     "dashboard-audit": AuditPage,
+    "notify-list": NotifyList,  # `notify list|add|remove --json`
+    "notify-test": NotifyTestReport,  # `notify test --json`
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from loopx import exitcodes, process
 from loopx.errors import CorruptFileError, resource_fault
@@ -51,6 +51,9 @@ from loopx.supervisor.runner import AgentRunner
 from loopx.supervisor.scale import read_scale, scale_file
 from loopx.supervisor.slot import Slot, resize
 from loopx.turn.recovery import recover
+
+if TYPE_CHECKING:
+    from loopx.notify.deliver import NotifyDuty
 
 log = get_logger(__name__)
 
@@ -112,6 +115,7 @@ class Supervisor:
         self._record_failures = 0
         self._record_retry_at: float | None = None
         self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
+        self._notify: NotifyDuty | None = None  # notifications, sent off the main thread
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -197,6 +201,24 @@ class Supervisor:
             self._goals = report.goals
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))
+            return
+        self._notify_duty()
+
+    def _notify_duty(self) -> None:
+        """Hand the fresh projection to the notifications, which send from a background thread."""
+        from loopx.notify.deliver import NotifyDuty  # noqa: PLC0415 - only with notifications
+        from loopx.status.current import load_status  # noqa: PLC0415 - heavy
+
+        if not NotifyDuty.wanted(self.layout):
+            return
+        try:
+            if self._notify is None:
+                self._notify = NotifyDuty(self.layout)
+            # Just refreshed: the cached projection answers without a scan.
+            projection = load_status(self.layout, now=utcnow(), ttl_s=3600.0)
+            self._notify.kick(projection, utcnow())
+        except Exception as e:  # noqa: BLE001 - notifications must never stop the fleet
+            log.warning("notify_duty_failed", error=str(e))
 
     # --- agents ---------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import argparse
 import http.client
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -59,6 +59,10 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("supervisor", "status"): "supervisor-status",
     ("supervisor", "run"): "supervisor-run",
     ("supervisor", "scale"): "supervisor-scale",
+    ("notify", "add"): "notify-list",
+    ("notify", "list"): "notify-list",
+    ("notify", "remove"): "notify-list",
+    ("notify", "test"): "notify-test",
 }
 
 HTTP_OUTPUT_OF: dict[str, str] = {
@@ -137,6 +141,13 @@ def _validated(name: str, stdout: str) -> BaseModel:
     return SCHEMAS[name].model_validate_json(stdout)
 
 
+def _check_notify(check: Callable[..., BaseModel]) -> None:
+    check(("notify", "add"), "json://127.0.0.1:9/hook", "--events", "gate")  # port 9: refused
+    check(("notify", "list"))
+    check(("notify", "test"), codes=(1,))
+    check(("notify", "remove"), "json://127.0.0.1:9/hook")
+
+
 def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:
     """Run every --json command on a demo root; each output parses with its model."""
     seen: set[tuple[str, ...]] = set()
@@ -181,6 +192,7 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:
     check(("goal", "resume"), "g2")
     check(("goal", "done"), "g2")
     check(("archive",), "g2")
+    _check_notify(check)
     check(("doctor",), codes=(0, 1))
     check(("supervisor", "start"), "--agents", "1")
     check(("supervisor", "status"))

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from loopx.api._fleet import Fleet
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
+    from loopx.api._notify import Notify
     from loopx.api._quota import Quota
     from loopx.api._serve import StatusServer
     from loopx.api._status import Status
@@ -183,6 +184,13 @@ class Root:
         from loopx.api._quota import Quota  # noqa: PLC0415 - lazy group
 
         return Quota(self.layout)
+
+    @property
+    def notify(self) -> Notify:
+        """Notification targets (`loopx notify ...`)."""
+        from loopx.api._notify import Notify  # noqa: PLC0415 - lazy group
+
+        return Notify(self.layout)
 
     @property
     def turns(self) -> Turns:

@@ -235,8 +235,17 @@ def run_status(args: argparse.Namespace) -> int:
             Console().print(render_table(projection, utcnow()))
         else:
             print(render_plain(projection, utcnow()))
+        if not args.json:
+            _print_notify_line(args)
         return exitcodes.OK
     return _watch(args)
+
+
+def _print_notify_line(args: argparse.Namespace) -> None:
+    """The notifications' delivery, when it fails (docs/notifications.md): one line under the table."""
+    line = root(args).notify.status_line()
+    if line is not None:
+        print(line)
 
 
 def _watch(args: argparse.Namespace) -> int:
