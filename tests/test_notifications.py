@@ -183,6 +183,12 @@ def test_a_failing_receiver_is_retried_and_shows_in_status(
     assert listing["delivery"]["pending"] == 1
     assert "[REDACTED]" in listing["targets"][0]["url"]
     assert len(receiver.bodies) == 1
+    # The URL's path (where a webhook keeps its secret) is in no log and no status.
+    log = (root.parent / "supervisor.log").read_text()
+    assert "notify_failed" in log
+    assert "/hook" not in log
+    assert "/hook" not in status.stdout
+    assert "/hook" not in json.dumps(listing)
 
 
 def test_many_events_at_once_are_one_message(
@@ -284,3 +290,45 @@ def test_the_outbox_baselines_then_records_and_retries() -> None:
     assert sent.pending == []
     assert sent.failing_targets == []
     assert [s.event_id for s in sent.sent] == ["done:b"]
+
+
+def test_serve_sends_when_no_supervisor_runs_and_its_link_opens_the_gate(
+    root: Path, tmp_path: Path, receiver: Receiver
+) -> None:
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.fleet_helpers import clean_env
+
+    add_demo_goal(root, "g1", tmp_path / "wd", "--steps", "1000")
+    assert cli(root, "notify", "add", receiver.url, "--events", "gate").returncode == 0
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "loopx", "--root", str(root), "serve", "--no-token", "--port", "0",
+         "--refresh-interval-seconds", "0.2", "--status-projection-cache-ttl-seconds", "0"],
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        base = wait_for(
+            "serve's recorded address",
+            lambda: (p := root / "notify.d" / "serve.url").exists() and p.read_text().strip(),
+            timeout=30,
+        )
+        gate = _gate(root, "g1", "which region?")
+        wait_for("the notification", lambda: receiver.bodies, timeout=10)
+        body = receiver.bodies[0]["message"]
+        link = f"{base}#/goal/g1"
+        assert link in body
+        # The link's page is the dashboard; the goal's document it loads holds the gate.
+        with urllib.request.urlopen(link.split("#", maxsplit=1)[0], timeout=10) as page:
+            assert page.status == 200
+        with urllib.request.urlopen(f"{base}api/goals/g1", timeout=10) as reply:
+            detail = json.loads(reply.read())
+        gates = [g for g in detail["state"]["gates"] if g["answer"] is None]
+        assert [(g["id"], g["question"]) for g in gates] == [(gate, "which region?")]
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
+    assert len(receiver.bodies) == 1

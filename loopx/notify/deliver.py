@@ -99,6 +99,16 @@ def send_message(url: str, title: str, body: str) -> str | None:
         return _send(url, title, body)
 
 
+def _quiet_apprise() -> None:
+    """Apprise's own log lines may quote a URL (a secret): they go nowhere; ours are redacted."""
+    import logging  # noqa: PLC0415 - with apprise
+
+    logger = logging.getLogger("apprise")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+
+
 def _send(url: str, title: str, body: str) -> str | None:
     import apprise  # noqa: PLC0415 - only to send (issue 14: the CLI starts without it)
     from tenacity import (  # noqa: PLC0415 - with apprise
@@ -109,6 +119,7 @@ def _send(url: str, title: str, body: str) -> str | None:
         wait_exponential,
     )
 
+    _quiet_apprise()
     client = apprise.Apprise()
     if not client.add(url):
         return f"Apprise does not know the URL {redact_url(url)}"
