@@ -325,6 +325,8 @@ class Supervisor:
         kill_leftovers(self.layout, self.me.pid, expected=clean)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
+        if self._notify is not None:
+            self._notify.join(2.0)  # a send in flight may finish; the outbox resends it if not
         self.state = FleetState.STOPPED
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK
