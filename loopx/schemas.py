@@ -27,6 +27,9 @@ from loopx.fleet import (
     SupervisorStopped,
 )
 from loopx.logs import LogEntry
+from loopx.notify.config import NotifyConfig
+from loopx.notify.outbox import Outbox
+from loopx.notify.views import NotifyList, NotifyTestReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
@@ -110,6 +113,8 @@ FILES: dict[str, type[BaseModel]] = {
     "account-spend": AccountSpend,
     "root-budget": RootBudget,
     "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped (issue 28)
+    "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
+    "notify-outbox": Outbox,  # notify.d/outbox.json
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -163,6 +168,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-audit": AuditPage,
     # `loopx logs --json`: one per line (issue 29).
     "log-entry": LogEntry,
+    "notify-list": NotifyList,  # `notify list|add|remove --json`
+    "notify-test": NotifyTestReport,  # `notify test --json`
 }
 
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS

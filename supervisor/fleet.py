@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from datetime import timedelta
 from types import FrameType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from loopx import exitcodes, process
 from loopx.errors import CorruptFileError, resource_fault
@@ -54,6 +54,9 @@ from loopx.supervisor.runner import AgentRunner
 from loopx.supervisor.scale import read_scale, scale_file
 from loopx.supervisor.slot import Slot, resize
 from loopx.turn.recovery import recover
+
+if TYPE_CHECKING:
+    from loopx.notify.deliver import NotifyDuty
 
 log = get_logger(__name__)
 
@@ -127,6 +130,7 @@ class Supervisor:
         self._root: RootHandle | None = None
         self._next_root_check = 0.0
         self._root_moved = False
+        self._notify: NotifyDuty | None = None  # notifications, sent off the main thread
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -252,6 +256,24 @@ class Supervisor:
                 return_freed_memory()  # the views it replaced, freed between the live ones
         except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
             log.warning("status_refresh_failed", error=str(e))
+            return
+        self._notify_duty()
+
+    def _notify_duty(self) -> None:
+        """Hand the fresh projection to the notifications, which send from a background thread."""
+        from loopx.notify.deliver import NotifyDuty  # noqa: PLC0415 - only with notifications
+        from loopx.status.current import current_status  # noqa: PLC0415 - heavy
+
+        if not NotifyDuty.wanted(self.layout):
+            return
+        try:
+            if self._notify is None:
+                self._notify = NotifyDuty(self.layout)
+            # Just refreshed: the cached projection answers without a scan.
+            projection = current_status(self.layout, now=utcnow())
+            self._notify.kick(projection, utcnow())
+        except Exception as e:  # noqa: BLE001 - notifications must never stop the fleet
+            log.warning("notify_duty_failed", error=str(e))
 
     # --- agents ---------------------------------------------------------------------------------
 
@@ -358,6 +380,8 @@ class Supervisor:
         kill_leftovers(self.layout, self.me.pid, expected=clean)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
+        if self._notify is not None:
+            self._notify.join(2.0)  # a send in flight may finish; the outbox resends it if not
         self.state = FleetState.STOPPED
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK

@@ -96,6 +96,7 @@ KERNEL_ORDER: Final = (
     "worktree",  # makes a goal's worktree at its claim (fenced by the lease) and merges it
     # the readers of many layers, and the list of every file kind
     "status",
+    "notify",  # notifications of what the status projection shows, each sent once
     "web",  # the HTTP server and dashboard over the status projection (`loopx serve`)
     "schedule",
     "doctor",

@@ -90,6 +90,10 @@ COMMANDS: dict[str, list[str]] = {
     "retention show": [],
     "gc": ["--dry-run"],
     "doctor": [],
+    "notify add": ["json://127.0.0.1:9/hook", "--events", "gate"],
+    "notify list": [],
+    "notify remove": ["0123456789"],
+    "notify test": [],
 }
 ROOTLESS = {"schema"}  # reads no root
 # These make the root they are given (a missing or empty directory is fine for them).
@@ -132,6 +136,10 @@ BAD_FLAGS: dict[str, tuple[list[str], int, str]] = {
         "nosuch",
     ),
     # case: (argv, exit code, a phrase of the error)
+    "notify-no-scheme": (["notify", "add", "hook"], 2, "no scheme"),
+    "notify-bad-event": (["notify", "add", "json://h/x", "--events", "gate,oops"], 2, "oops"),
+    "notify-bad-link-base": (["notify", "add", "json://h/x", "--link-base", "ftp://h"], 2, "http"),
+    "notify-unknown-target": (["notify", "remove", "nope"], 2, "'nope'"),
     "agents-zero": (["supervisor", "run", "--agents", "0", "--until-idle"], 2, "at least 1"),
     "agents-huge": (["supervisor", "start", "--agents", "100000"], 2, "is more than"),
     "batch-agents-zero": (["batch", "run", "{base}/plan.json", "--agents", "0"], 2, "at least 1"),

@@ -12,7 +12,7 @@ import http.client
 import json
 import shlex
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,10 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("supervisor", "status"): "supervisor-status",
     ("supervisor", "run"): "supervisor-run",
     ("supervisor", "scale"): "supervisor-scale",
+    ("notify", "add"): "notify-list",
+    ("notify", "list"): "notify-list",
+    ("notify", "remove"): "notify-list",
+    ("notify", "test"): "notify-test",
 }
 
 HTTP_OUTPUT_OF: dict[str, str] = {
@@ -151,6 +155,13 @@ def test_schema_command_prints_each_listed_schema(cli: Cli) -> None:
 
 def _validated(name: str, stdout: str) -> BaseModel:
     return SCHEMAS[name].model_validate_json(stdout)
+
+
+def _check_notify(check: Callable[..., BaseModel]) -> None:
+    check(("notify", "add"), "json://127.0.0.1:9/hook", "--events", "gate")  # port 9: refused
+    check(("notify", "list"))
+    check(("notify", "test"), codes=(1,))
+    check(("notify", "remove"), "json://127.0.0.1:9/hook")
 
 
 def _check_accounts(check: Any, root: Path) -> None:
@@ -243,6 +254,7 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa:
     check(("archive",), "g2")
     for command, *args in _worktree_commands(tmp_path):
         check(command, *args)
+    _check_notify(check)
     check(("doctor",), codes=(0, 1))
     check(("supervisor", "start"), "--agents", "1")
     check(("supervisor", "status"))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
     from loopx.api._logs import Logs
+    from loopx.api._notify import Notify
     from loopx.api._quota import Quota
     from loopx.api._retention import Retention
     from loopx.api._serve import StatusServer
@@ -200,6 +201,13 @@ class Root:
         from loopx.api._accounts import Accounts  # noqa: PLC0415 - lazy group
 
         return Accounts(self.layout)
+
+    @property
+    def notify(self) -> Notify:
+        """Notification targets (`loopx notify ...`)."""
+        from loopx.api._notify import Notify  # noqa: PLC0415 - lazy group
+
+        return Notify(self.layout)
 
     @property
     def turns(self) -> Turns:

@@ -56,6 +56,7 @@ class StatusServer:
             allowed_hosts=allowed_hosts,
         )
         self.actions = actions
+        self._layout = layout
         self.token: str | None = token.value
         self.token_source: str = token.source.value  # none, file, env, stored, created
         self.token_path: Path | None = token.path
@@ -141,7 +142,15 @@ class StatusServer:
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`stop` (from another thread) or Ctrl-C; then close."""
         self._serving.set()
+        from loopx.notify.deliver import record_serve_url  # noqa: PLC0415 - small
         from loopx.web.server import serve  # noqa: PLC0415 - imported by __init__ already
+
+        try:
+            record_serve_url(self._layout, self.url)  # the notifications' links point here
+        except OSError as e:
+            from loopx.log import get_logger  # noqa: PLC0415 - rare
+
+            get_logger(__name__).warning("serve_url_not_recorded", error=str(e))
 
         try:
             serve(self._server)

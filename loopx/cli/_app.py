@@ -46,6 +46,7 @@ COMMANDS = {
     "status": Command("_status", "who must act next on each goal, and why"),
     "refresh": Command("_status", "refresh the cached status projection now"),
     "serve": Command("_serve", "serve the dashboard, status, goals and metrics over HTTP"),
+    "notify": Command("_notify", "send gates, failures and other events to chat, mail or webhooks"),
     "archive": Command("_archive", "move a goal's files aside and mark it archived"),
     "probe": Command("_probe", "run a goal's read-only next_probe command"),
     "turn": Command("_turn", "run turns by hand"),

@@ -242,6 +242,8 @@ def run_status(args: argparse.Namespace) -> int:
             Console().print(render_table(projection, utcnow()))
         else:
             print(render_plain(projection, utcnow()))
+        if not args.json:
+            _print_notify_line(args)
         return exitcodes.OK
     return _watch(args)
 
@@ -280,6 +282,13 @@ class _WatchStop:
         deadline = time.monotonic() + seconds
         while not self.requested and (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, 0.05))
+
+
+def _print_notify_line(args: argparse.Namespace) -> None:
+    """The notifications' delivery, when it fails (docs/notifications.md): one line under the table."""
+    line = root(args).notify.status_line()
+    if line is not None:
+        print(line)
 
 
 def _watch(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from loopx.errors import LoopxError
 from loopx.log import get_logger
@@ -30,6 +31,9 @@ from loopx.root import Layout
 from loopx.status.cache import StatusCache
 from loopx.status.view import StatusProjection
 from loopx.web.events import ChangeFeed, change_event
+
+if TYPE_CHECKING:
+    from loopx.notify.deliver import NotifyDuty
 
 log = get_logger(__name__)
 MAX_CACHED_REPLIES = 1024  # per generation: bounds what a crawler of query strings can pin
@@ -75,6 +79,7 @@ class StatusService:
         self._snapshot: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._notify: NotifyDuty | None = None  # sends notifications when no supervisor runs
         self._log = log.bind(root=str(layout.root))  # binding imports structlog now, not mid-storm
 
     def refresh_once(self, *, now_please: bool = False) -> None:
@@ -190,6 +195,21 @@ class StatusService:
     def _loop(self) -> None:
         while not self._stop.wait(self.refresh_interval_s):
             self.tick()
+            self.notify_tick()
+
+    def notify_tick(self) -> None:
+        """Send the notifications when no supervisor does (it sends them while it runs); never raises."""
+        from loopx.notify.deliver import NotifyDuty, supervisor_alive  # noqa: PLC0415 - rare
+
+        try:
+            snap = self._snapshot
+            if snap is None or not NotifyDuty.wanted(self.layout) or supervisor_alive(self.layout):
+                return
+            if self._notify is None:
+                self._notify = NotifyDuty(self.layout)
+            self._notify.kick(snap.projection, utcnow())
+        except Exception as e:  # noqa: BLE001 - notifications must never stop the server
+            self._log_safely("notify_duty_failed", f"{type(e).__name__}: {e}")
 
     def cached(self, key: str, build: Callable[[Snapshot], bytes]) -> bytes:
         """A reply body cached per snapshot generation."""

@@ -1,0 +1,161 @@
+"""What happened between two status projections, as notification events. Pure.
+
+A *condition* is something true in one projection that a person should hear
+about once (a goal waits on gate 3, a goal fails, the fleet is low on disk);
+an *event* is a condition of the current projection that the previous one did
+not have. Conditions have stable ids, so the outbox can tell a restart's
+re-derived event from a new one. ``REASON_EVENTS`` maps the status reasons to
+event kinds: a new reason (issue 27's accounts: a usage limit, a budget) is one
+line there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from loopx.model import Record, UtcDatetime
+from loopx.notify.config import EventKind
+from loopx.status.view import StatusProjection, StatusReason
+
+# The status reasons that are notification events, by reason code (a string, so a
+# reason another branch adds maps here before the enum has it).
+REASON_EVENTS: Final[Mapping[str, EventKind]] = {
+    StatusReason.GATE_PENDING.value: EventKind.GATE,
+    StatusReason.FAILING.value: EventKind.FAILING,
+    StatusReason.CRASH_LOOP.value: EventKind.CRASH_LOOP,
+    StatusReason.QUOTA_EXHAUSTED.value: EventKind.LIMIT,
+    StatusReason.DONE.value: EventKind.DONE,
+}
+# An account's state (issue 27) that is a notification event: a limit, or a spent budget.
+ACCOUNT_EVENTS: Final[Mapping[str, EventKind]] = {
+    "limited": EventKind.LIMIT,
+    "budget_spent": EventKind.BUDGET,
+}
+# The fleet's `degraded` text of the disk guards (issue 31).
+DISK_PHRASES: Final = ("below the floor", "over its quota")
+
+
+class NotifyEvent(Record):
+    """One thing to tell people, with the id that makes it sent once."""
+
+    id: str  # kind:goal[:gate id] or kind:fleet[:agent]
+    kind: EventKind
+    goal_id: str | None = None
+    gate_id: int | None = None
+    title: str
+    body: str
+    path: str  # the dashboard's fragment that answers it: "#/goal/<id>"
+    since: UtcDatetime  # when the projection first showed it
+
+
+def _goal_path(goal_id: str) -> str:
+    from urllib.parse import quote  # noqa: PLC0415 - small, only here
+
+    return f"#/goal/{quote(goal_id, safe='')}"
+
+
+def conditions(
+    projection: StatusProjection,
+    open_gates: Mapping[str, Iterable[tuple[int, str]]] | None = None,
+) -> dict[str, NotifyEvent]:
+    """Every condition of ``projection`` worth a notification, by id. Pure.
+
+    ``open_gates`` gives a gate-pending goal's open gates as ``(id, question)``
+    (from its state); without them the projection's oldest question stands
+    for the goal's gates.
+    """
+    since = projection.generated_at
+    found: dict[str, NotifyEvent] = {}
+    for goal in projection.goals:
+        kind = REASON_EVENTS.get(str(goal.reason))
+        if kind is None:
+            continue
+        path = _goal_path(goal.goal_id)
+        if kind is EventKind.GATE:
+            gates = list((open_gates or {}).get(goal.goal_id, ()))
+            if not gates:
+                gates = [(0, goal.gate_question or "a gate is open")]
+            for gate_id, question in gates:
+                ident = f"gate:{goal.goal_id}:{gate_id}"
+                found[ident] = NotifyEvent(
+                    id=ident,
+                    kind=kind,
+                    goal_id=goal.goal_id,
+                    gate_id=gate_id or None,
+                    title=f"{goal.goal_id}: gate {gate_id} asks you",
+                    body=question,
+                    path=path,
+                    since=since,
+                )
+            continue
+        ident = f"{kind.value}:{goal.goal_id}"
+        found[ident] = NotifyEvent(
+            id=ident,
+            kind=kind,
+            goal_id=goal.goal_id,
+            title=f"{goal.goal_id}: {goal.reason}",
+            body=goal.explanation,
+            path=path,
+            since=since,
+        )
+    fleet = projection.fleet
+    for agent in fleet.crash_loop_agents:
+        ident = f"crash_loop:agent:{agent}"
+        found[ident] = NotifyEvent(
+            id=ident,
+            kind=EventKind.CRASH_LOOP,
+            title=f"agent {agent} is in a crash loop",
+            body=f"the supervisor stopped restarting agent {agent}",
+            path="#/",
+            since=since,
+        )
+    for account in projection.accounts:
+        kind = ACCOUNT_EVENTS.get(str(account.state))
+        if kind is None:
+            continue
+        ident = f"{kind.value}:account:{account.name}"
+        found[ident] = NotifyEvent(
+            id=ident,
+            kind=kind,
+            title=f"account {account.name}: {account.state}",
+            body=account.message or f"account {account.name} holds its goals back",
+            path="#/",
+            since=since,
+        )
+    if fleet.degraded and any(p in fleet.degraded for p in DISK_PHRASES):
+        found["disk:fleet"] = NotifyEvent(
+            id="disk:fleet",
+            kind=EventKind.DISK,
+            title="the fleet is degraded: disk",
+            body=fleet.degraded,
+            path="#/",
+            since=since,
+        )
+    return found
+
+
+def new_events(active: Iterable[str], current: Mapping[str, NotifyEvent]) -> list[NotifyEvent]:
+    """The conditions of ``current`` whose ids are not in ``active``, in a stable order. Pure."""
+    seen = set(active)
+    return [e for ident, e in sorted(current.items()) if ident not in seen]
+
+
+def events_between(
+    previous: StatusProjection | None,
+    current: StatusProjection,
+    open_gates: Mapping[str, Iterable[tuple[int, str]]] | None = None,
+) -> list[NotifyEvent]:
+    """What ``current`` shows that ``previous`` did not (everything when there is none). Pure."""
+    before = conditions(previous, open_gates) if previous is not None else {}
+    return new_events(before, conditions(current, open_gates))
+
+
+def message(events: list[NotifyEvent], link_base: str | None) -> tuple[str, str]:
+    """One message (title, body) for a batch of events, each with its dashboard link. Pure."""
+    title = events[0].title if len(events) == 1 else f"LoopX: {len(events)} need attention"
+    lines = []
+    for e in events:
+        link = f"{link_base.rstrip('/')}/{e.path}" if link_base else e.path
+        lines.append(f"- {e.title}: {e.body}\n  {link}")
+    return title, "\n".join(lines)
