@@ -57,6 +57,14 @@ def test_unknown_schema_version_is_reported_by_name(committed):
     assert "9.9" in view.violations[0].message and "7" in view.violations[0].message
 
 
+@pytest.mark.parametrize("version", [[1], {"v": 1}, True, 1.0, "1", None])
+def test_a_schema_version_of_the_wrong_type_is_a_violation_not_a_crash(committed, version):
+    """A list (unhashable), a bool equal to 1 or a float is an unsupported version."""
+    view = _view({**committed, "schema_version": version})
+    assert [v.code for v in view.violations] == [ViolationCode.UNSUPPORTED_VERSION]
+    assert view.recovery_decision is RecoveryDecision.QUARANTINE
+
+
 def test_phases_out_of_order_is_a_violation(committed):
     """Completed phases that skip one are not an ordered prefix."""
     phases = [p.value for p in PHASES]

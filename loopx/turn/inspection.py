@@ -183,7 +183,8 @@ def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
             goal_id, turn_key, Violation(code=ViolationCode.NOT_JSON, message="not a JSON object")
         )
     version = document.get("schema_version")
-    if version not in KNOWN_SCHEMA_VERSIONS:
+    # A hostile file may hold any JSON here (a list is unhashable, true equals 1).
+    if type(version) is not int or version not in KNOWN_SCHEMA_VERSIONS:
         writer = document.get("loopx_version", "an unknown LoopX version")
         return _invalid(
             goal_id,
