@@ -2,7 +2,7 @@
 
 The turn dates what it records by the filesystem's clock when its own
 disagrees (:mod:`loopx.clock`). The offset clock is Debian's ``faketime``
-(``.ci/setup.d/reliability.sh`` installs it); without it the test is skipped.
+(``.ci/setup.d/debian.sh`` installs it); without it the test is skipped.
 """
 
 from __future__ import annotations

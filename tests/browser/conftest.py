@@ -1,6 +1,6 @@
 """Headless Chromium (Debian's package) driven by Playwright, and a served root per test.
 
-Skipped with a reason when Chromium or Playwright is missing; `.ci/setup.d/browser.sh`
+Skipped with a reason when Chromium or Playwright is missing; `.ci/setup.d/debian.sh`
 installs Chromium. Screenshots go to ``$LOOPX_BROWSER_ARTIFACTS/<test>/`` (else tmp_path).
 """
 
@@ -38,7 +38,7 @@ TOKEN = "browser-token"
 def browser() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
         pytest.skip(
-            f"no Chromium at {CHROMIUM}: run .ci/setup.d/browser.sh (apt-get install chromium)"
+            f"no Chromium at {CHROMIUM}: run .ci/setup.d/debian.sh (apt-get install chromium)"
         )
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="Playwright is missing: pip install -e '.[test]'"
