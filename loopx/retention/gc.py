@@ -31,7 +31,6 @@ from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
 from loopx.retention.settle import Tally, expire, notable, settle, unsettled
 from loopx.root import Layout
-from loopx.state import GoalState
 from loopx.storage.files import (
     atomic_write_model,
     read_bytes,
@@ -45,12 +44,11 @@ from loopx.turn.checkpoint import (
     read_checkpoint,
     sealed,
 )
+from loopx.turn.fold import fold_state
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
 from loopx.turn.lease import claim, fence_of, release
-from loopx.turn.phases import schedule, spend_record
-from loopx.turn.replay import HUMAN_FIELDS
-from loopx.turn.writeback import apply_patch
+from loopx.turn.phases import spend_record
 
 log = get_logger(__name__)
 
@@ -158,26 +156,6 @@ def _counts(previous: FoldedCounts, journals: list[TurnJournal]) -> FoldedCounts
     )
 
 
-def fold_state(state: GoalState | None, journals: list[TurnJournal]) -> GoalState:
-    """The goal state after ``journals`` (oldest first), from ``state`` (None: the first's plan).
-
-    Pure, and the same functions replay runs: each turn starts from the state
-    before it with the human-owned fields of its plan's snapshot, then its
-    writeback patch (``apply_patch``) and the scheduler's effects (``schedule``).
-    """
-    for journal in journals:
-        planned = journal.plan.envelope.state
-        if state is None:
-            base = planned
-        else:
-            base = state.model_copy(update={n: getattr(planned, n) for n in HUMAN_FIELDS})
-        state = schedule(apply_patch(base, journal), journal)
-    if state is None:
-        msg = "fold_state needs a state or at least one journal"
-        raise ValueError(msg)
-    return state
-
-
 def build_checkpoint(
     previous: Checkpoint | None,
     folded: list[TurnJournal],
@@ -187,8 +165,8 @@ def build_checkpoint(
 ) -> Checkpoint:
     """The checkpoint after folding ``folded`` (oldest first, their file bytes ``raw``). Pure.
 
-    What replaying them after ``previous`` gives (``tests/test_retention.py`` checks it
-    against a replay in a scratch root). Ledger lines that ended within ``window`` of the
+    What replaying them after ``previous`` gives: the same fold replay runs
+    (:mod:`loopx.turn.fold`). Ledger lines that ended within ``window`` of the
     newest folded turn stay in the checkpoint, since a quota window may still count them.
     """
     last = folded[-1]

@@ -161,6 +161,12 @@ def _invalid(goal_id: str, turn_key: str, violation: Violation) -> JournalInspec
     )
 
 
+def _invalid_pair(
+    goal_id: str, turn_key: str, violation: Violation
+) -> tuple[JournalInspection, None]:
+    return _invalid(goal_id, turn_key, violation), None
+
+
 def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
     """Project a journal and decide its recovery. Pure: no files, clock or processes.
 
@@ -173,20 +179,32 @@ def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
         The projection; never raises for bad input (bad input is a violation).
 
     """
+    return inspect_parsed(raw, goal_id=goal_id, turn_key=turn_key)[0]
+
+
+def inspect_parsed(
+    raw: bytes, *, goal_id: str, turn_key: str
+) -> tuple[JournalInspection, TurnJournal | None]:
+    """:func:`inspect`, with the journal it parsed (None when the file is not one). Pure.
+
+    For a reader of many journals (replay), which would otherwise parse each twice.
+    """
     try:
         document = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         what = "empty" if not raw.strip() else f"truncated or not JSON ({e})"
-        return _invalid(goal_id, turn_key, Violation(code=ViolationCode.NOT_JSON, message=what))
+        return _invalid_pair(
+            goal_id, turn_key, Violation(code=ViolationCode.NOT_JSON, message=what)
+        )
     if not isinstance(document, dict):
-        return _invalid(
+        return _invalid_pair(
             goal_id, turn_key, Violation(code=ViolationCode.NOT_JSON, message="not a JSON object")
         )
     version = document.get("schema_version")
     # A hostile file may hold any JSON here (a list is unhashable, true equals 1).
     if type(version) is not int or version not in KNOWN_SCHEMA_VERSIONS:
         writer = document.get("loopx_version", "an unknown LoopX version")
-        return _invalid(
+        return _invalid_pair(
             goal_id,
             turn_key,
             Violation(
@@ -199,7 +217,7 @@ def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
     if isinstance(phases, list):
         _prefix, ordered = _ordered_prefix([str(p) for p in phases])
         if not ordered:
-            return _invalid(
+            return _invalid_pair(
                 goal_id,
                 turn_key,
                 Violation(
@@ -211,12 +229,12 @@ def inspect(raw: bytes, *, goal_id: str, turn_key: str) -> JournalInspection:
     try:
         journal = TurnJournal.model_validate(document)
     except ValidationError as e:
-        return _invalid(
+        return _invalid_pair(
             goal_id,
             turn_key,
             Violation(code=ViolationCode.SCHEMA, message=describe_validation_error(e)),
         )
-    return inspect_journal(journal, goal_id=goal_id, turn_key=turn_key)
+    return inspect_journal(journal, goal_id=goal_id, turn_key=turn_key), journal
 
 
 def inspect_journal(journal: TurnJournal, *, goal_id: str, turn_key: str) -> JournalInspection:

@@ -2,11 +2,9 @@
 
 The journals are the source of truth of a goal's past; ``state.json``,
 ``history.jsonl``, ``quota.jsonl`` and ``runs/`` are projections of them. This
-module proves it: it runs the very phase functions a live turn runs
-(:func:`~loopx.turn.writeback.durable_writeback`, :func:`~loopx.turn.phases.quota_spend`,
-:func:`~loopx.turn.phases.scheduler_apply`) over every terminal journal, oldest
-turn first, against a scratch root, and compares what they wrote with the
-files on disk.
+module proves it: it folds the very pure functions a live turn's phases write
+through (:mod:`loopx.turn.fold`) over every terminal journal, oldest turn
+first, in memory, and compares the bytes they give with the files on disk.
 
 What a journal does not hold: changes a human made through the CLI (gates
 opened or answered, a reset host session). Each journal's plan carries a
@@ -28,10 +26,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import Field, JsonValue
@@ -40,9 +36,7 @@ from loopx.errors import GoalStateError, UnsafePathError
 from loopx.ids import validate_goal_id
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
-from loopx.quota.ledger import append_spend
-from loopx.root import Layout, ResolvedRoot, RootSource, open_root
-from loopx.state import GoalState, load_state
+from loopx.root import Layout
 from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,
@@ -51,26 +45,15 @@ from loopx.storage.files import (
     read_bytes,
 )
 from loopx.turn.checkpoint import Checkpoint, read_checkpoint
-from loopx.turn.differences import (
-    Difference,
-    DifferenceKind,
-    compare_files,
-    file_order,
-    json_lines,
-)
-from loopx.turn.inspection import RecoveryDecision, inspect
+from loopx.turn.differences import Difference, compare_files, file_order, json_lines
+from loopx.turn.fold import fold
+from loopx.turn.inspection import RecoveryDecision, inspect_parsed
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
 from loopx.turn.lease import claim, fence_of, release
-from loopx.turn.phases import quota_spend, scheduler_apply
-from loopx.turn.writeback import durable_writeback
 
 log = get_logger(__name__)
 
 REPLAY_AGENT_ID: Final = "replay"
-# Fields of the goal state a human changes through the CLI, never a turn alone.
-HUMAN_FIELDS: Final = ("gates", "host_session")
-# Not compared along the chain: set by humans and turns alike.
-_CHAIN_SKIP: Final = frozenset({*HUMAN_FIELDS, "updated_at"})
 
 
 class ReplayReport(Record):
@@ -134,11 +117,11 @@ def _read_journals(layout: Layout, goal_id: str, *, through_seq: int = 0) -> _Jo
         except UnsafePathError:
             out.invalid.append(turn_key)
             continue
-        view = inspect(raw, goal_id=goal_id, turn_key=turn_key)
+        view, journal = inspect_parsed(raw, goal_id=goal_id, turn_key=turn_key)
         if view.recovery_decision is RecoveryDecision.QUARANTINE:
             out.invalid.append(turn_key)
-        elif view.recovery_decision is RecoveryDecision.NONE:
-            out.terminal.append(TurnJournal.model_validate_json(raw))
+        elif view.recovery_decision is RecoveryDecision.NONE and journal is not None:
+            out.terminal.append(journal)
         else:
             out.pending.append(turn_key)
     out.terminal.sort(key=lambda j: (j.seq, j.epoch))
@@ -148,63 +131,9 @@ def _read_journals(layout: Layout, goal_id: str, *, through_seq: int = 0) -> _Jo
 # --- the rebuild -------------------------------------------------------------------------------
 
 
-def _chain_differences(replayed: GoalState, journal: TurnJournal) -> list[Difference]:
-    planned = journal.plan.envelope.state.model_dump(mode="json")
-    rebuilt = replayed.model_dump(mode="json")
-    return [
-        Difference(
-            file=f"turns/{journal.turn_key}.json",
-            key=f"plan.envelope.state.{name}",
-            kind=DifferenceKind.CHAIN,
-            disk=planned.get(name),
-            replayed=rebuilt.get(name),
-        )
-        for name in rebuilt
-        if name not in _CHAIN_SKIP and planned.get(name) != rebuilt.get(name)
-    ]
-
-
-def _seed(scratch: Layout, checkpoint: Checkpoint) -> None:
-    """Write what the checkpoint folded into the scratch root: its state and ledger lines."""
-    atomic_write_model(scratch.state_file(checkpoint.goal_id), checkpoint.state, durable=False)
-    for record in checkpoint.ledger:
-        append_spend(scratch, record)
-
-
-def _replay_into(
-    scratch: Layout,
-    goal_id: str,
-    journals: list[TurnJournal],
-    checkpoint: Checkpoint | None = None,
-) -> list[Difference]:
-    """Apply every journal's effects to the scratch root, with the live turn's functions.
-
-    With ``checkpoint``, the replay starts from the state and ledger it holds.
-    """
-    scratch.ensure_goal_dirs(goal_id)
-    if checkpoint is not None:
-        _seed(scratch, checkpoint)
-    chain: list[Difference] = []
-    for index, journal in enumerate(journals):
-        planned = journal.plan.envelope.state
-        if index == 0 and checkpoint is None:
-            base = planned  # the state before the first journal is exactly its snapshot
-        else:
-            current = load_state(scratch, goal_id)
-            chain += _chain_differences(current, journal)
-            base = current.model_copy(update={n: getattr(planned, n) for n in HUMAN_FIELDS})
-        atomic_write_model(scratch.state_file(goal_id), base, durable=False)
-        durable_writeback(scratch, journal)
-        quota_spend(scratch, journal)
-        scheduler_apply(scratch, journal)
-    if not journals and checkpoint is None:
-        atomic_write_model(scratch.state_file(goal_id), GoalState(goal_id=goal_id), durable=False)
-    return chain
-
-
 @dataclass(frozen=True, slots=True)
 class Rebuilt:
-    """The files the replay wrote, as bytes, keyed by their path relative to the goal directory."""
+    """The files the replay rebuilt, as bytes, keyed by their path relative to the goal directory."""
 
     files: dict[str, bytes]
     journals: _Journals
@@ -213,11 +142,12 @@ class Rebuilt:
 
 
 def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
-    """Rebuild a goal's projections from its journals alone, in a scratch root.
+    """Rebuild a goal's projections from its checkpoint and journals alone, in memory.
 
     Raises:
         InvalidGoalIdError: ``goal_id`` is not a safe id.
         GoalStateError: the goal has no directory under the root.
+        CorruptFileError: the goal's checkpoint is damaged or fails its digest.
 
     """
     validate_goal_id(goal_id)
@@ -242,24 +172,12 @@ def rebuild_from(
     goal_id: str,
     journals: _Journals | None = None,
 ) -> Rebuilt:
-    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` writes."""
+    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` gives. Pure."""
     journals = journals or _Journals(terminal=terminal)
-    with tempfile.TemporaryDirectory(prefix="loopx-replay-") as tmp:
-        scratch_root = Path(tmp) / "root"
-        scratch = open_root(
-            ResolvedRoot(scratch_root, scratch_root / "registry.json", RootSource.FLAG), create=True
-        )
-        chain = _replay_into(scratch, goal_id, journals.terminal, checkpoint)
-        goal_dir = scratch.goal_dir(goal_id)
-        files: dict[str, bytes] = {}
-        for name in ("state.json", "history.jsonl", "quota.jsonl"):
-            path = goal_dir / name
-            if path.exists():
-                files[name] = read_bytes(path)
-        for path in sorted(scratch.runs_dir(goal_id).iterdir()):
-            if not path.name.startswith("."):
-                files[f"runs/{path.name}"] = read_bytes(path)
-    return Rebuilt(files=files, journals=journals, chain=chain, checkpoint=checkpoint)
+    folded = fold(checkpoint, journals.terminal, goal_id=goal_id)
+    return Rebuilt(
+        files=folded.files(), journals=journals, chain=folded.chain, checkpoint=checkpoint
+    )
 
 
 # --- the command -------------------------------------------------------------------------------
