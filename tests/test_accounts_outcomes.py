@@ -3,7 +3,7 @@
 Issue 29 item 11: an auth failure no longer waits for agent retries; it gates
 the account at once and the gate carries the CLI's advice. Issue 27: a budget
 breach opens one gate on the account, no goal fails, and answering it lets the
-goals go on.
+goals go on; the overload gate's N is the one the turn's journal recorded.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from loopx.root import Layout
 from loopx.testing import install_fake_host
+from loopx.turn.accounting import apply_turn
+from loopx.turn.journal import journal_files, read_journal
 from tests.fleet_helpers import cli
 
 pytestmark = pytest.mark.timeout(180)
@@ -117,3 +120,30 @@ def test_on_limit_stop_pauses_the_goal_that_met_the_limit(tmp_path: Path):
     assert ran["report"]["status"] == "committed"
     goal = json.loads((root / "goals" / "s1" / "goal.json").read_text())
     assert goal["status"] == "paused"
+
+
+def test_the_overload_gate_is_decided_by_the_n_its_journal_recorded(tmp_path: Path):
+    """Replaying an overload after `account edit --max-overloads` gives the same gate."""
+    root, env = _root(tmp_path, "claude")
+    added = cli(root, "account", "add", "plan", "--host-kind", "claude", "--max-overloads", "1",
+                **env)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    _goal(root, tmp_path, "o1", "claude", env, "--account", "plan")
+    assert _run(root, "o1", {**env, "FAKE_CLAUDE_MODE": "server_error"})["report"] is not None
+    state_file = root / "accounts" / "plan" / "state.json"
+    before = json.loads(state_file.read_text())
+    assert (before["condition"], before["overloads"], before["max_overloads"]) == (
+        "needs_human", 1, 1)  # fmt: skip
+    layout = Layout.at(root)
+    (path,) = journal_files(layout, "o1")
+    journal = read_journal(path)
+    assert journal.plan.max_overloads == 1
+    # Someone raises N afterwards; the account's record is replayed from the journal alone.
+    edited = cli(root, "account", "edit", "plan", "--max-overloads", "5", **env)
+    assert edited.returncode == 0, edited.stderr
+    state_file.unlink()
+    apply_turn(layout, journal)
+    after = json.loads(state_file.read_text())
+    assert {k: v for k, v in after.items() if k != "updated_at"} == {
+        k: v for k, v in before.items() if k != "updated_at"
+    }

@@ -59,6 +59,10 @@ def limited_message(name: str, state: AccountState) -> str:
     return f"account {name} limited{until}{seen}"
 
 
+def _of_gate(state: AccountState) -> str:
+    return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
+
+
 def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # noqa: PLR0911 - one return per refusal of the module's order
     """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
 
@@ -79,7 +83,7 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
         return Admission(
             allowed=False,
             message=f"account {name} overloaded until {_clock(state.until)} UTC "
-            f"({state.overloads} in a row)",
+            f"({state.overloads} in a row{_of_gate(state)})",
             until=state.until,
         )
     if state.condition is not Condition.OK or not state.proven:
@@ -168,6 +172,7 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
                 "until": None,
                 "proven": True,
                 "overloads": 0,
+                "max_overloads": None,
                 "limit_hits": 0,
                 "limit_waits": 0,
             }
@@ -229,6 +234,7 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
                 "until": turn.at + _backoff(OVERLOAD_BASE_S, OVERLOAD_MAX_S, overloads),
                 "reason": turn.message,
                 "overloads": overloads,
+                "max_overloads": turn.max_overloads,
             }
         )
         if overloads >= turn.max_overloads and state.gate is None:
@@ -271,6 +277,7 @@ def resolved(state: AccountState, *, now: datetime) -> AccountState:
             "condition": Condition.OK,
             "until": None,
             "overloads": 0,
+            "max_overloads": None,
             "limit_waits": 0,
             "proven": False,
             "probe_goal": None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from loopx.accounts.files import read_account, read_state
+from loopx.accounts.files import read_state
 from loopx.accounts.model import OnLimit, Signal, TurnSignal, account_of
 from loopx.accounts.store import apply_signal
 from loopx.errors import GoalNotFoundError
@@ -70,6 +70,7 @@ def turn_signal(journal: TurnJournal) -> TurnSignal:
         message=message[:500],
         on_limit=OnLimit(plan.on_limit),
         max_limit_waits=plan.max_limit_waits,
+        max_overloads=plan.max_overloads,
         input_tokens=journal.usage.input_tokens,
         output_tokens=journal.usage.output_tokens,
         cost_usd=journal.usage.cost_usd,
@@ -83,8 +84,6 @@ def apply_turn(layout: Layout, journal: TurnJournal) -> None:
     already paused goal is a no-op.
     """
     turn = turn_signal(journal)
-    if turn.signal is Signal.OVERLOAD and (policy := read_account(layout, turn.account)):
-        turn = turn.model_copy(update={"max_overloads": policy.max_overloads})
     if turn.signal is Signal.LIMIT and turn.on_limit is OnLimit.STOP:
         fresh = turn.turn_key not in read_state(layout, turn.account).applied
         if fresh:
