@@ -9,6 +9,7 @@ goals go on; the overload gate's N is the one the turn's journal recorded.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,28 @@ def test_the_overload_gate_is_decided_by_the_n_its_journal_recorded(tmp_path: Pa
     assert {k: v for k, v in after.items() if k != "updated_at"} == {
         k: v for k, v in before.items() if k != "updated_at"
     }
+
+
+def test_a_429_without_a_reset_parks_the_account_a_minute_not_half_an_hour(tmp_path: Path):
+    """A bare 429: the account is rate limited for 60 s (not 30 min), shown as such, durably."""
+    root, env = _root(tmp_path, "claude")
+    for goal_id in ("r1", "r2"):
+        _goal(root, tmp_path, goal_id, "claude", env)
+    hit = _run(root, "r1", {**env, "FAKE_CLAUDE_MODE": "rate_limit_429"})
+    assert hit["report"]["status"] == "committed"
+    journal = json.loads(next((root / "goals" / "r1" / "turns").glob("*.json")).read_text())
+    ended = datetime.fromisoformat(journal["updated_at"])
+    state = json.loads((root / "accounts" / "default-claude" / "state.json").read_text())
+    assert (state["condition"], state["reset_unknown"], state["limit_hits"]) == ("limited", True, 1)
+    until = datetime.fromisoformat(state["until"])
+    assert timedelta(seconds=55) <= until - ended <= timedelta(seconds=65)
+    # The goal that met it looks again after the same minute, not after the old 30 minutes.
+    goal_state = json.loads((root / "goals" / "r1" / "state.json").read_text())
+    assert datetime.fromisoformat(goal_state["next_eligible_at"]) - ended <= timedelta(seconds=65)
+    held = _run(root, "r2", env)
+    assert (held["report"], held["quota"]["reason"]) == (None, "account_waiting")
+    assert held["quota"]["message"].startswith("account default-claude rate limited, retry at ")
+    views = {v["goal_id"]: v for v in _status(root, env)["goals"]}
+    assert "rate limited, retry at" in views["r2"]["explanation"]
+    (account,) = [a for a in _status(root, env)["accounts"] if a["name"] == "default-claude"]
+    assert (account["state"], account["waiting"]) == ("limited", ["r1", "r2"])

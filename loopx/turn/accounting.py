@@ -19,7 +19,7 @@ from loopx.errors import GoalNotFoundError
 from loopx.registry.goals import get_goal, set_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
-from loopx.turn.failures import FailureReason
+from loopx.turn.failures import RESET_UNKNOWN, FailureReason
 from loopx.turn.journal import TurnJournal
 
 _EVIDENCE = {
@@ -56,8 +56,13 @@ def turn_signal(journal: TurnJournal) -> TurnSignal:
     plan = journal.plan
     signal, message = _signal(journal)
     reset_at = None
-    if signal is Signal.LIMIT and journal.result is not None:
-        # As the adapter measured it (diagnosis.rate_limited): from the turn's start.
+    if (
+        signal is Signal.LIMIT
+        and journal.result is not None
+        and RESET_UNKNOWN not in journal.result.evidence
+    ):
+        # As the adapter measured it (diagnosis.rate_limited): from the turn's start. Without
+        # a reset the account backs off by itself (reset_at None, loopx.accounts.rules).
         started = plan.envelope.deadline_at - timedelta(seconds=plan.envelope.turn_timeout_s)
         reset_at = started + timedelta(seconds=journal.result.wait_seconds or 0)
     return TurnSignal(
