@@ -31,6 +31,7 @@ import structlog
 from loopx import __version__, environ
 from loopx.accounts.files import load_account
 from loopx.accounts.model import Account, account_of
+from loopx.accounts.rules import OVERLOADS_FOR_GATE
 from loopx.accounts.store import admit_turn, refused_by_account
 from loopx.agents.console import AgentConsole
 from loopx.agents.execution import HostTerms, execute, finish_checked
@@ -486,6 +487,7 @@ def _plan(
         max_limit_waits=goal.max_limit_waits
         if goal.max_limit_waits is not None
         else (account.max_limit_waits if account is not None else None),
+        max_overloads=account.max_overloads if account is not None else OVERLOADS_FOR_GATE,
     )
     return TurnJournal(
         loopx_version=__version__,

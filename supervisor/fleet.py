@@ -41,7 +41,7 @@ from loopx.rootwatch import RootHandle, take_note
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
 from loopx.supervisor.config import SupervisorConfig, make_runner
-from loopx.supervisor.exits import log_exit, settle_exit
+from loopx.supervisor.exits import log_exit, settle_exit, working_on
 from loopx.supervisor.gcduty import GcDuty
 from loopx.supervisor.idle import idle_verdict
 from loopx.supervisor.leftovers import kill_leftovers, reap_previous
@@ -297,9 +297,10 @@ class Supervisor:
         return min(since_spawn, (utcnow() - beat.beat_at).total_seconds())
 
     def _ended(self, slot: Slot, how: ExitStatus, now: float) -> None:
-        log_exit(slot, how, self.layout.logs_dir / f"agent-{slot.index}.log")
+        about = working_on(self.layout.agent_file(slot.agent_id), slot.ref)
+        log_exit(slot, how, self.layout.logs_dir / f"agent-{slot.index}.log", about)
         restart = self.state is FleetState.RUNNING and not slot.retiring
-        settle_exit(slot, how, self.config.restart, now=now, restart=restart)
+        settle_exit(slot, how, self.config.restart, now=now, restart=restart, about=about)
 
     def _check_slots(self, now: float) -> bool:
         """Reap, restart, kill stalled agents; returns whether anything changed."""
@@ -310,7 +311,12 @@ class Supervisor:
                 if how is None and self.state is FleetState.RUNNING:
                     age = self._heartbeat_age(slot)
                     if age > self.config.stall_s:
-                        log.error("agent_stalled", agent_id=slot.agent_id, silent_s=round(age, 1))
+                        log.error(
+                            "agent_stalled",
+                            agent_id=slot.agent_id,
+                            silent_s=round(age, 1),
+                            **working_on(self.layout.agent_file(slot.agent_id), slot.ref),
+                        )
                         slot.agent.kill(grace_s=STALL_KILL_GRACE_S)
                         how = ExitStatus(
                             kind=ExitKind.STALLED, detail=f"heartbeat silent for {age:.0f}s"

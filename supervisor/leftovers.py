@@ -9,11 +9,12 @@ agent detached) are killed as a tree.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from typing import Final
 
 import psutil
 
-from loopx import process
+from loopx import environ, process
 from loopx.fleet import FleetRecord
 from loopx.log import get_logger
 from loopx.root import Layout
@@ -41,6 +42,7 @@ def reap_previous(
     procs.pop(me_pid, None)
     if procs:
         log.warning("reaping_previous_fleet", pids=sorted(procs))
+        _log_turns("previous_fleet_host_reaped", procs.values(), warn=True)
         survivors = process.kill_tree(list(procs.values()), grace_s=min(REAP_GRACE_S, grace_s))
         if survivors:
             log.error("previous_fleet_survivors", pids=[p.pid for p in survivors])
@@ -48,6 +50,26 @@ def reap_previous(
         with contextlib.suppress(Exception):
             TmuxSession(layout.root).kill_server()
     reap_orphans()
+
+
+def _log_turns(event: str, procs: Iterable[psutil.Process], *, warn: bool) -> None:
+    """One line per goal's turn whose host processes are among ``procs``, naming goal and turn.
+
+    A host's environment names them (``LOOPX_GOAL_ID``, ``LOOPX_TURN_KEY``); an agent's does not.
+    """
+    turns: dict[tuple[str, str | None], list[int]] = {}
+    for proc in procs:
+        try:
+            env = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        goal_id = env.get(environ.GOAL_ID)
+        if goal_id:
+            turns.setdefault((goal_id, env.get(environ.TURN_KEY)), []).append(proc.pid)
+    for (goal_id, turn_key), pids in sorted(turns.items(), key=lambda t: (t[0][0], t[0][1] or "")):
+        (log.warning if warn else log.info)(
+            event, goal_id=goal_id, turn_key=turn_key, pids=sorted(pids)
+        )
 
 
 def kill_leftovers(layout: Layout, me_pid: int, *, expected: bool) -> None:
@@ -62,5 +84,6 @@ def kill_leftovers(layout: Layout, me_pid: int, *, expected: bool) -> None:
     leftovers.pop(me_pid, None)
     if leftovers:
         (log.info if expected else log.warning)("killing_leftovers", pids=sorted(leftovers))
+        _log_turns("leftover_host_killed", leftovers.values(), warn=not expected)
         process.kill_tree(list(leftovers.values()), grace_s=0)
     reap_orphans()

@@ -92,6 +92,37 @@ def test_a_probe_meeting_the_limit_again_parks_with_a_backoff():
     assert again.probe_goal is None
 
 
+def test_a_limit_without_a_reset_backs_off_briefly_growing_to_a_cap_with_a_probe_each_time():
+    """A bare 429: 60 s, doubling per probe that meets it again, at most 15 min; one probe each."""
+    state, waits = _proven(), []
+    for n in range(1, 8):
+        goal = f"g{n}"
+        at = state.until or NOW
+        if n > 1:  # the backoff ran out: one goal goes first, the others wait for it
+            first = rules.admit(state, goal, now=at)
+            assert first.take_probe, first
+            state = rules.taken(state, first, goal, now=at, turn_timeout_s=60)
+            held = rules.admit(state, "other", now=at)
+            assert not held.allowed
+            assert held.message == f"account plan: goal {goal} goes first as a probe"
+        state = rules.observe(state, _turn(Signal.LIMIT, key=f"{goal}-1-1#1", goal=goal, at=at))
+        assert state.until is not None
+        waits.append((state.until - at).total_seconds())
+        refusal = rules.admit(state, "other", now=at)
+        assert refusal.message == (
+            f"account plan rate limited, retry at {state.until:%H:%M:%S} UTC "
+            f"(seen by goal {goal}, turn {goal}-1-1#1)"
+        )
+    assert waits == [60, 120, 240, 480, 900, 900, 900]
+    # The provider answering again ends the backoff: the next 429 starts at 60 s once more.
+    at = state.until
+    state = rules.taken(state, rules.admit(state, "g9", now=at), "g9", now=at, turn_timeout_s=60)
+    state = rules.observe(state, _turn(Signal.THROUGH, key="g9-1-1#1", goal="g9", at=at))
+    assert (state.condition, state.reset_unknown, state.limit_hits) == (Condition.OK, False, 0)
+    again = rules.observe(state, _turn(Signal.LIMIT, key="g9-2-1#1", goal="g9", at=at))
+    assert again.until == at + timedelta(seconds=rules.RATE_LIMIT_BASE_S)
+
+
 def test_a_turn_in_flight_when_the_account_parked_does_not_reopen_it():
     """A turn that got through before the limit, or met it too, leaves the account parked."""
     reset = NOW + timedelta(minutes=2)

@@ -102,3 +102,28 @@ def test_a_crash_around_parking_converges_and_nothing_runs_before_the_reset(
     assert {t["goal_id"] for t in turns} == {"g1"}  # g2 never started one
     # A turn whose host outcome was never recorded waits, in progress, to retry after the reset.
     assert all(t["status"] == "committed" or t["outcome"] is None for t in turns), turns
+
+
+@pytest.mark.parametrize(
+    "point", ["account:before_update", "account:after_update", "before:scheduler_apply"]
+)
+def test_a_crash_around_a_429_without_a_reset_converges_to_one_backoff(
+    tmp_path: Path, point: str
+) -> None:
+    """A bare 429, killed at ``point``, recovered: one 60 s backoff on the account, none early."""
+    root, env = _root(tmp_path)
+    (tmp_path / "limit").write_text("2000-01-01T00:00:00+00:00")  # no usage window: a bare 429
+    bare = {**env, "FAKE_CODEX_MODE": "too_many_requests"}
+    crashed = cli(root, "turn", "run-once", "g1", LOOPX_FAULT=point, **bare)
+    assert crashed.returncode == 137, crashed.stderr
+    assert cli(root, "recover", **env).returncode == 0
+    cli(root, "turn", "run-once", "g1", "--json", **bare)  # a host retry meets it once more
+    state = _account(root)
+    assert (state["condition"], state["reset_unknown"], state["limit_hits"]) == (
+        "limited", True, 1)  # fmt: skip
+    left = datetime.fromisoformat(state["until"]) - datetime.now(UTC)
+    assert timedelta(0) < left <= timedelta(seconds=60)
+    for goal_id in ("g1", "g2"):
+        attempt = _refused(root, goal_id, env)
+        if goal_id == "g2":
+            assert attempt["quota"]["message"].startswith("account plan rate limited, retry at ")

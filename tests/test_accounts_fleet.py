@@ -3,7 +3,9 @@
 Three goals on account ``plan`` (whose provider limit the fake reads from a
 file its environment names) and one on account ``other``: exactly one turn
 meets the limit, no other goal of ``plan`` starts before the reset, ``other``
-runs on, and every goal of ``plan`` resumes within 90 s after the reset.
+runs on, and every goal of ``plan`` resumes within 90 s after the reset. The
+same fleet with a budget on ``plan``: its breach opens one gate (the
+account's), no goal fails, ``other`` runs on, and `raise N` lets them go on.
 """
 
 from __future__ import annotations
@@ -159,3 +161,62 @@ def test_the_account_environment_reaches_the_host(root: Path, tmp_path: Path) ->
     assert lines == [f"a1 {SECRET}", "b1 none"]
     assert SECRET not in ran.stdout
     assert os.environ.get("OPENAI_API_KEY") != SECRET
+
+
+def test_a_budget_breach_under_a_fleet_opens_one_gate_and_raising_it_lets_the_goals_go_on(
+    root: Path, tmp_path: Path
+) -> None:
+    """2 agents, 3 goals of a budgeted account and 1 of another: one gate, no failure, `raise`."""
+    env, _limit = _setup(root, tmp_path)
+    edited = cli(root, "account", "edit", "plan", "--max-tokens", "2000", **env)  # 1,200 a turn
+    assert edited.returncode == 0, edited.stderr
+    proc = start_supervisor(root, "--agents", "2", **env)
+    try:
+        state = wait_for(
+            "account plan's budget to be spent",
+            lambda: (s := _state(root)) and s["condition"] == "budget_spent" and s,
+            timeout=90,
+        )
+        opened = _at(state["gate"]["opened_at"])
+
+        def after(goal_id: str, since: datetime) -> list[dict[str, Any]]:
+            return [j for j in journals(root, goal_id) if _at(j["created_at"]) > since]
+
+        wait_for(
+            "the other account's goal to run on",
+            lambda: any(j["status"] == "committed" for j in after("b1", opened)),
+            timeout=60,
+        )
+        status = json.loads(cli(root, "status", "--json", **env).stdout)
+        views = {v["goal_id"]: v for v in status["goals"]}
+        for goal_id in PLAN:
+            assert (views[goal_id]["actor"], views[goal_id]["reason"]) == ("human", "waiting")
+            assert "account plan is spent: account plan spent " in views[goal_id]["explanation"]
+        assert views["b1"]["actor"] != "human"
+        assert "spent" not in views["b1"]["explanation"]  # its own account holds it at most briefly
+        accounts = {a["name"]: a for a in status["accounts"]}
+        assert accounts["plan"]["state"] == "budget_spent"
+        assert accounts["other"]["state"] == "ok"
+        # An admission just before the gate opened may start its turn a moment after.
+        late = opened + timedelta(seconds=1)
+        assert [j["turn_key"] for g in PLAN for j in after(g, late)] == []
+        answered = cli(root, "account", "resolve", "plan", "--answer", "raise 100000", **env)
+        assert answered.returncode == 0, answered.stderr
+        raised_at = datetime.now(UTC)
+        wait_for(
+            "every goal of plan to go on after the raise",
+            lambda: all(any(j["status"] == "committed" for j in after(g, raised_at)) for g in PLAN),
+            timeout=90,
+            every=0.5,
+        )
+    finally:
+        kill_everything(root, proc)
+    # One gate, the account's: no goal failed, none has a gate of its own, all still active.
+    for goal_id in (*PLAN, "b1"):
+        goal_state = json.loads((root / "goals" / goal_id / "state.json").read_text())
+        assert (goal_state["consecutive_failures"], goal_state["gates"]) == (0, []), goal_id
+        goal = json.loads((root / "goals" / goal_id / "goal.json").read_text())
+        assert goal["status"] == "active", goal_id
+        assert not [j for j in journals(root, goal_id) if j["status"] == "failed"], goal_id
+    account = json.loads((root / "accounts" / "plan" / "account.json").read_text())
+    assert account["budget"]["max_tokens"] == 100000

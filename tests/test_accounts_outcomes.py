@@ -3,18 +3,22 @@
 Issue 29 item 11: an auth failure no longer waits for agent retries; it gates
 the account at once and the gate carries the CLI's advice. Issue 27: a budget
 breach opens one gate on the account, no goal fails, and answering it lets the
-goals go on.
+goals go on; the overload gate's N is the one the turn's journal recorded.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loopx.root import Layout
 from loopx.testing import install_fake_host
+from loopx.turn.accounting import apply_turn
+from loopx.turn.journal import journal_files, read_journal
 from tests.fleet_helpers import cli
 
 pytestmark = pytest.mark.timeout(180)
@@ -117,3 +121,55 @@ def test_on_limit_stop_pauses_the_goal_that_met_the_limit(tmp_path: Path):
     assert ran["report"]["status"] == "committed"
     goal = json.loads((root / "goals" / "s1" / "goal.json").read_text())
     assert goal["status"] == "paused"
+
+
+def test_the_overload_gate_is_decided_by_the_n_its_journal_recorded(tmp_path: Path):
+    """Replaying an overload after `account edit --max-overloads` gives the same gate."""
+    root, env = _root(tmp_path, "claude")
+    added = cli(root, "account", "add", "plan", "--host-kind", "claude", "--max-overloads", "1",
+                **env)  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    _goal(root, tmp_path, "o1", "claude", env, "--account", "plan")
+    assert _run(root, "o1", {**env, "FAKE_CLAUDE_MODE": "server_error"})["report"] is not None
+    state_file = root / "accounts" / "plan" / "state.json"
+    before = json.loads(state_file.read_text())
+    assert (before["condition"], before["overloads"], before["max_overloads"]) == (
+        "needs_human", 1, 1)  # fmt: skip
+    layout = Layout.at(root)
+    (path,) = journal_files(layout, "o1")
+    journal = read_journal(path)
+    assert journal.plan.max_overloads == 1
+    # Someone raises N afterwards; the account's record is replayed from the journal alone.
+    edited = cli(root, "account", "edit", "plan", "--max-overloads", "5", **env)
+    assert edited.returncode == 0, edited.stderr
+    state_file.unlink()
+    apply_turn(layout, journal)
+    after = json.loads(state_file.read_text())
+    assert {k: v for k, v in after.items() if k != "updated_at"} == {
+        k: v for k, v in before.items() if k != "updated_at"
+    }
+
+
+def test_a_429_without_a_reset_parks_the_account_a_minute_not_half_an_hour(tmp_path: Path):
+    """A bare 429: the account is rate limited for 60 s (not 30 min), shown as such, durably."""
+    root, env = _root(tmp_path, "claude")
+    for goal_id in ("r1", "r2"):
+        _goal(root, tmp_path, goal_id, "claude", env)
+    hit = _run(root, "r1", {**env, "FAKE_CLAUDE_MODE": "rate_limit_429"})
+    assert hit["report"]["status"] == "committed"
+    journal = json.loads(next((root / "goals" / "r1" / "turns").glob("*.json")).read_text())
+    ended = datetime.fromisoformat(journal["updated_at"])
+    state = json.loads((root / "accounts" / "default-claude" / "state.json").read_text())
+    assert (state["condition"], state["reset_unknown"], state["limit_hits"]) == ("limited", True, 1)
+    until = datetime.fromisoformat(state["until"])
+    assert timedelta(seconds=55) <= until - ended <= timedelta(seconds=65)
+    # The goal that met it looks again after the same minute, not after the old 30 minutes.
+    goal_state = json.loads((root / "goals" / "r1" / "state.json").read_text())
+    assert datetime.fromisoformat(goal_state["next_eligible_at"]) - ended <= timedelta(seconds=65)
+    held = _run(root, "r2", env)
+    assert (held["report"], held["quota"]["reason"]) == (None, "account_waiting")
+    assert held["quota"]["message"].startswith("account default-claude rate limited, retry at ")
+    views = {v["goal_id"]: v for v in _status(root, env)["goals"]}
+    assert "rate limited, retry at" in views["r2"]["explanation"]
+    (account,) = [a for a in _status(root, env)["accounts"] if a["name"] == "default-claude"]
+    assert (account["state"], account["waiting"]) == ("limited", ["r1", "r2"])

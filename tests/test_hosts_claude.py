@@ -14,7 +14,7 @@ from loopx.errors import HostMissingError
 from loopx.model import utcnow
 from loopx.registry.model import HostKind
 from loopx.state import HostSession
-from loopx.turn.failures import FailureReason
+from loopx.turn.failures import RESET_UNKNOWN, FailureReason
 from loopx.turn.outcome import ResultKind
 from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
 
@@ -168,12 +168,15 @@ def test_usage_limit_with_reset_epoch_becomes_wait_until_the_reset(tmp_path, mon
     assert 7100 < out.result.wait_seconds <= 7300
 
 
-def test_http_429_becomes_a_default_wait(tmp_path, monkeypatch, fake):
-    """api_error_status 429 without a reset time waits the default 30 minutes."""
+def test_http_429_without_a_reset_is_a_short_wait_the_account_backs_off(
+    tmp_path, monkeypatch, fake
+):
+    """api_error_status 429 without a reset time: the minimum wait, marked for the account."""
     _, out = turn(tmp_path, monkeypatch, "rate_limit_429")
     assert out.result is not None
     assert out.result.kind is ResultKind.WAIT
-    assert out.result.wait_seconds == 1800
+    assert out.result.wait_seconds == 60
+    assert out.result.evidence == ["host_rate_limited", RESET_UNKNOWN]
 
 
 # --- interpret, pure ----------------------------------------------------------------------------

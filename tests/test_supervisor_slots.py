@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
-from loopx.fleet import ExitKind, ExitStatus
+from structlog.testing import capture_logs
+
+from loopx import process
+from loopx.fleet import AgentHeartbeat, AgentPhase, ExitKind, ExitStatus
+from loopx.storage.files import atomic_write_model
 from loopx.supervisor.backoff import RestartPolicy
 from loopx.supervisor.child import last_error, log_end
-from loopx.supervisor.exits import last_lines, settle_exit
+from loopx.supervisor.exits import last_lines, settle_exit, working_on
 from loopx.supervisor.slot import Slot, resize
 
 CRASH = ExitStatus(kind=ExitKind.EXITED, code=1)
@@ -42,6 +47,27 @@ def test_a_crash_counts_toward_a_crash_loop_and_a_clean_exit_does_not() -> None:
     settle_exit(slot, CLEAN, policy, now=13.0, restart=True)
     assert slot.next_start == 13.0 + 1.0
     assert slot.last_exit == CLEAN
+
+
+def test_the_crash_loop_line_names_the_goal_and_turn_the_agent_was_on(tmp_path: Path) -> None:
+    """The agent's heartbeat named a turn: the crash loop's line carries its goal_id, turn_key."""
+    slot = Slot(1, "agent-1")
+    me = process.ProcessIdentity.current()
+    beat = tmp_path / "agent-1.json"
+    now = datetime.now(UTC)
+    atomic_write_model(beat, AgentHeartbeat(agent_id="agent-1", pid=me.pid,
+        pid_started_at=me.started_at, hostname="h", phase=AgentPhase.RUNNING, goal_id="fix-ci",
+        turn_key="fix-ci-t000003-e2", started_at=now, beat_at=now))  # fmt: skip
+    about = working_on(beat, me)
+    assert about == {"goal_id": "fix-ci", "turn_key": "fix-ci-t000003-e2"}
+    policy = RestartPolicy(crash_loop_restarts=2)
+    with capture_logs() as logs:
+        for now_s in (1.0, 2.0):
+            settle_exit(slot, CRASH, policy, now=now_s, restart=True, about=about)
+    (loop,) = [e for e in logs if e["event"] == "agent_crash_loop"]
+    assert (loop["goal_id"], loop["turn_key"]) == ("fix-ci", "fix-ci-t000003-e2")
+    # The heartbeat of another process (not the agent that ended) names nothing.
+    assert working_on(beat, process.ProcessIdentity(me.pid + 1, me.started_at)) == {}
 
 
 def test_no_restart_while_stopping() -> None:

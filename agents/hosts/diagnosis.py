@@ -15,11 +15,12 @@ from enum import StrEnum
 from typing import Final
 
 from loopx.agents.hosts.resettime import retry_after_s
-from loopx.turn.failures import FailureReason, TurnFailure
+from loopx.turn.failures import RESET_UNKNOWN, FailureReason, TurnFailure
 from loopx.turn.outcome import ResultKind
 from loopx.turn.protocol import Envelope, HostResult
 
-DEFAULT_RATE_LIMIT_WAIT_S: Final = 1800.0  # no reset time given: look again in 30 minutes
+# No reset time given: the goal looks again after the minimum; its account backs off from 60 s
+# doubling to 15 minutes and holds every goal of it meanwhile (loopx.accounts.rules).
 MIN_RATE_LIMIT_WAIT_S: Final = 60.0
 # A reset further away than this is read as a misreading: weekly limits are the longest the
 # CLIs have (docs/hosts.md); the goal looks again after this at the latest.
@@ -118,15 +119,18 @@ def rate_limited(
     """
     started = turn_started_at(envelope)
     wait = retry_after_s(message, started, local)
-    seconds = DEFAULT_RATE_LIMIT_WAIT_S if wait is None else wait
+    seconds = MIN_RATE_LIMIT_WAIT_S if wait is None else wait
     seconds = min(max(seconds, MIN_RATE_LIMIT_WAIT_S), MAX_RATE_LIMIT_WAIT_S)
     retry_at = started + timedelta(seconds=seconds)
+    evidence = [FailureReason.HOST_RATE_LIMITED.value]
+    if wait is None:
+        evidence.append(RESET_UNKNOWN)
+    when = "no reset given" if wait is None else f"retrying after {retry_at:%Y-%m-%d %H:%M} UTC"
     return HostResult(
         kind=ResultKind.WAIT,
-        summary=f"{host} is rate limited; retrying after {retry_at:%Y-%m-%d %H:%M} UTC: "
-        f"{message.strip()[:300]}",
+        summary=f"{host} is rate limited; {when}: {message.strip()[:300]}",
         wait_seconds=seconds,
-        evidence=[FailureReason.HOST_RATE_LIMITED.value],
+        evidence=evidence,
         turn_key=envelope.turn_key,
         goal_id=envelope.goal_id,
     )

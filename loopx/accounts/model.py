@@ -151,8 +151,12 @@ class AccountState(Record):
     seen_by_goal: str | None = None
     seen_by_turn: str | None = None
     limit_hits: int = 0  # usage limits in a row (a probe hitting it again backs off)
+    reset_unknown: bool = False  # limited by LoopX's own backoff: the provider gave no reset
     limit_waits: int = 0  # resets waited for since a human last looked
     overloads: int = 0  # overloads in a row
+    # The N in force when the latest overload was judged (from its journal's plan): with
+    # ``overloads`` it is what the gate decision used, kept so a reader sees the same.
+    max_overloads: int | None = None
     proven: bool = False  # a turn got through since the account was added or reset
     probe_goal: str | None = None  # the goal whose turn goes first after a reset
     probe_until: UtcDatetime | None = None  # the probe's hold ends (its turn died) then

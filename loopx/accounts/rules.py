@@ -5,7 +5,9 @@
 1. ``needs a human``: the account has an open gate (auth failure, N overloads
    in a row, a limit under the ``gate`` policy, too many limit waits, a spent
    budget); no time clears it.
-2. ``limited``: a usage limit, until its reset.
+2. ``limited``: a usage limit, until its reset; a limit without one (a bare
+   429) until a backoff of ``RATE_LIMIT_BASE_S`` doubling per hit in a row to
+   ``RATE_LIMIT_MAX_S``.
 3. ``overloaded``: the model server's overload, until a short backoff ends.
 4. ``probing``: after a reset (or before the account's first turn got
    through) one goal goes first; the others wait for its turn to end, or for
@@ -42,6 +44,11 @@ OVERLOAD_MAX_S: Final = 300.0  # ... to at most this
 OVERLOADS_FOR_GATE: Final = 5  # overloads in a row that open a gate (the account's default)
 LIMIT_BACKOFF_BASE_S: Final = 60.0  # a probe hitting the limit again waits at least this, doubling
 LIMIT_BACKOFF_MAX_S: Final = 3600.0
+# A limit without a reset (a bare 429): the account backs off this long, doubling per hit in a
+# row, to at most RATE_LIMIT_MAX_S. Short, since it is often a request rate, not a usage window;
+# bounded, so twenty goals overnight lose at most that long once it clears, at one probe a try.
+RATE_LIMIT_BASE_S: Final = 60.0
+RATE_LIMIT_MAX_S: Final = 900.0
 
 
 def _clock(at: datetime) -> str:
@@ -49,14 +56,23 @@ def _clock(at: datetime) -> str:
 
 
 def limited_message(name: str, state: AccountState) -> str:
-    """The words of a limit: ``account NAME limited until 19:05:34 UTC (seen by goal G, turn T)``."""
-    until = f" until {_clock(state.until)} UTC" if state.until is not None else ""
+    """The words of a limit: ``account NAME limited until 19:05:34 UTC (seen by goal G, turn T)``.
+
+    Without a reset from the provider: ``account NAME rate limited, retry at 19:05:34 UTC (...)``.
+    """
+    clock = f"{_clock(state.until)} UTC" if state.until is not None else ""
     seen = (
         f" (seen by goal {state.seen_by_goal}, turn {state.seen_by_turn})"
         if state.seen_by_goal
         else ""
     )
-    return f"account {name} limited{until}{seen}"
+    if state.reset_unknown:
+        return f"account {name} rate limited{', retry at ' + clock if clock else ''}{seen}"
+    return f"account {name} limited{' until ' + clock if clock else ''}{seen}"
+
+
+def _of_gate(state: AccountState) -> str:
+    return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
 
 
 def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # noqa: PLR0911 - one return per refusal of the module's order
@@ -79,7 +95,7 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
         return Admission(
             allowed=False,
             message=f"account {name} overloaded until {_clock(state.until)} UTC "
-            f"({state.overloads} in a row)",
+            f"({state.overloads} in a row{_of_gate(state)})",
             until=state.until,
         )
     if state.condition is not Condition.OK or not state.proven:
@@ -168,18 +184,26 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
                 "until": None,
                 "proven": True,
                 "overloads": 0,
+                "max_overloads": None,
                 "limit_hits": 0,
                 "limit_waits": 0,
+                "reset_unknown": False,
             }
         )
     if turn.signal is Signal.LIMIT:
+        unknown = turn.reset_at is None
         until = turn.reset_at or turn.at
         if state.condition is Condition.LIMITED and not probe:
             # Another turn in flight met the same limit: the account is parked already.
-            later = max(until, state.until or until)
-            return state.model_copy(update={"applied": applied, "until": later})
+            if state.until is not None and state.until >= until:
+                return state.model_copy(update={"applied": applied})
+            return state.model_copy(
+                update={"applied": applied, "until": until, "reset_unknown": unknown}
+            )
         hits = state.limit_hits + 1
-        if hits > 1:  # the probe met the limit again: wait at least the backoff
+        if unknown:  # no reset to wait for: LoopX's own short backoff, growing per hit in a row
+            until = turn.at + _backoff(RATE_LIMIT_BASE_S, RATE_LIMIT_MAX_S, hits)
+        elif hits > 1:  # the probe met the limit again: wait at least the backoff
             until = max(
                 until, turn.at + _backoff(LIMIT_BACKOFF_BASE_S, LIMIT_BACKOFF_MAX_S, hits - 1)
             )
@@ -193,6 +217,7 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
                 "reason": turn.message,
                 "limit_hits": hits,
                 "limit_waits": waits,
+                "reset_unknown": unknown,
                 "stagger_until": None,
                 "next_start_at": None,
             }
@@ -200,7 +225,8 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
         question = None
         if turn.on_limit is OnLimit.GATE:
             question = (
-                f"account {state.name} hit its usage limit (goal {turn.goal_id}); it resets at "
+                f"account {state.name} hit its usage limit (goal {turn.goal_id}); "
+                f"{'no reset given, retry at' if unknown else 'it resets at'} "
                 f"{iso_utc(until, 'seconds')}: resolve to let its goals go on"
             )
         elif turn.max_limit_waits is not None and waits > turn.max_limit_waits:
@@ -229,6 +255,7 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
                 "until": turn.at + _backoff(OVERLOAD_BASE_S, OVERLOAD_MAX_S, overloads),
                 "reason": turn.message,
                 "overloads": overloads,
+                "max_overloads": turn.max_overloads,
             }
         )
         if overloads >= turn.max_overloads and state.gate is None:
@@ -271,6 +298,7 @@ def resolved(state: AccountState, *, now: datetime) -> AccountState:
             "condition": Condition.OK,
             "until": None,
             "overloads": 0,
+            "max_overloads": None,
             "limit_waits": 0,
             "proven": False,
             "probe_goal": None,

@@ -43,12 +43,15 @@ from loopx.accounts.model import (
 )
 from loopx.faults import fault_point
 from loopx.hints import note_goal_changed
+from loopx.log import get_logger
 from loopx.quota.decision import QuotaDecision, QuotaReason
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, ensure_dir
 from loopx.storage.locks import locked
 
 BUDGET_GATE: Final = "budget"  # the opened_by of a budget's gate
+
+log = get_logger(__name__)
 
 
 # --- policy files -------------------------------------------------------------------------------
@@ -126,11 +129,36 @@ def apply_signal(layout: Layout, turn: TurnSignal) -> AccountState:
     """
     fault_point("account:before_update")
     record_spend(layout, turn)
-    state = update_state(
-        layout, turn.account, lambda s: rules.observe(s, turn), hint_goal=turn.goal_id
-    )
+    before: list[AccountState] = []
+
+    def observe(state: AccountState) -> AccountState:
+        before.append(state)
+        return rules.observe(state, turn)
+
+    state = update_state(layout, turn.account, observe, hint_goal=turn.goal_id)
+    if before and _parking(before[-1]) != _parking(state):
+        _log_parking(state, turn)
     fault_point("account:after_update")
     return state
+
+
+def _parking(state: AccountState) -> tuple[object, ...]:
+    return state.condition, state.until, state.gate
+
+
+def _log_parking(state: AccountState, turn: TurnSignal) -> None:
+    """One line when a turn parks, re-parks or reopens its account, naming the goal and turn."""
+    turn_key, _, attempt = turn.turn_key.rpartition("#")  # the fence key: turn key#attempt
+    (log.warning if state.condition is Condition.NEEDS_HUMAN else log.info)(
+        "account_parked" if state.condition is not Condition.OK else "account_reopened",
+        account=state.name,
+        condition=state.condition.value,
+        until=state.until.isoformat() if state.until is not None else None,
+        goal_id=turn.goal_id,
+        turn_key=turn_key or turn.turn_key,
+        attempt=int(attempt) if attempt.isdigit() else None,
+        signal=turn.signal.value,
+    )
 
 
 def resolve_gate(layout: Layout, name: str, *, now: datetime) -> AccountState:

@@ -179,13 +179,26 @@ def deliver_due(
         error = send_message(target.url, title, body)
         fault_point(FAULT_SENT)
         ids = {e.id for e in events}
-        if error is None:
-            log.info("notify_sent", target=target.id, events=len(events))
-        else:
-            log.warning("notify_failed", target=target.id, events=len(events), error=error)
+        # One line per event, so each carries the goal it is about (jq 'select(.goal_id == G)').
+        for event in events:
+            about = _about(event)
+            if error is None:
+                log.info("notify_sent", target=target.id, batch=len(events), **about)
+            else:
+                log.warning(
+                    "notify_failed", target=target.id, batch=len(events), error=error, **about
+                )
         outbox = record_result(outbox, target.id, ids, error=error, now=now)
         save_outbox(layout, outbox)
     return outbox
+
+
+def _about(event: NotifyEvent) -> dict[str, object]:
+    """An event's fields for its log line: its id and kind, and its goal when it has one."""
+    about: dict[str, object] = {"event_id": event.id, "kind": event.kind.value}
+    if event.goal_id is not None:
+        about["goal_id"] = event.goal_id
+    return about
 
 
 def run_notify(
@@ -212,8 +225,8 @@ def run_notify(
             kinds = {t.id: {k.value for k in t.events} for t in config.targets}
             outbox, new = record_events(load_outbox(layout), current, kinds, now=now)
             save_outbox(layout, outbox)
-            if new:
-                log.info("notify_recorded", events=len(new))
+            for event in new:
+                log.info("notify_recorded", **_about(event))
             fault_point(FAULT_RECORDED)
             return deliver_due(layout, outbox, config.targets, link_base(layout, config), now=now)
     except LockTimeoutError:

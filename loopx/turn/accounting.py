@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from loopx.accounts.files import read_account, read_state
+from loopx.accounts.files import read_state
 from loopx.accounts.model import OnLimit, Signal, TurnSignal, account_of
 from loopx.accounts.store import apply_signal
 from loopx.errors import GoalNotFoundError
 from loopx.registry.goals import get_goal, set_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
-from loopx.turn.failures import FailureReason
+from loopx.turn.failures import RESET_UNKNOWN, FailureReason
 from loopx.turn.journal import TurnJournal
 
 _EVIDENCE = {
@@ -56,8 +56,13 @@ def turn_signal(journal: TurnJournal) -> TurnSignal:
     plan = journal.plan
     signal, message = _signal(journal)
     reset_at = None
-    if signal is Signal.LIMIT and journal.result is not None:
-        # As the adapter measured it (diagnosis.rate_limited): from the turn's start.
+    if (
+        signal is Signal.LIMIT
+        and journal.result is not None
+        and RESET_UNKNOWN not in journal.result.evidence
+    ):
+        # As the adapter measured it (diagnosis.rate_limited): from the turn's start. Without
+        # a reset the account backs off by itself (reset_at None, loopx.accounts.rules).
         started = plan.envelope.deadline_at - timedelta(seconds=plan.envelope.turn_timeout_s)
         reset_at = started + timedelta(seconds=journal.result.wait_seconds or 0)
     return TurnSignal(
@@ -70,6 +75,7 @@ def turn_signal(journal: TurnJournal) -> TurnSignal:
         message=message[:500],
         on_limit=OnLimit(plan.on_limit),
         max_limit_waits=plan.max_limit_waits,
+        max_overloads=plan.max_overloads,
         input_tokens=journal.usage.input_tokens,
         output_tokens=journal.usage.output_tokens,
         cost_usd=journal.usage.cost_usd,
@@ -83,8 +89,6 @@ def apply_turn(layout: Layout, journal: TurnJournal) -> None:
     already paused goal is a no-op.
     """
     turn = turn_signal(journal)
-    if turn.signal is Signal.OVERLOAD and (policy := read_account(layout, turn.account)):
-        turn = turn.model_copy(update={"max_overloads": policy.max_overloads})
     if turn.signal is Signal.LIMIT and turn.on_limit is OnLimit.STOP:
         fresh = turn.turn_key not in read_state(layout, turn.account).applied
         if fresh:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Final
 
 from loopx.model import Record, UtcDatetime
+
+# Evidence beside ``host_rate_limited`` when the provider said no reset time (a bare 429): the
+# account backs off by itself (loopx.accounts.rules) instead of waiting for a reset.
+RESET_UNKNOWN: Final = "rate_limit_reset_unknown"
 
 
 class FailureReason(StrEnum):

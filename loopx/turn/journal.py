@@ -95,6 +95,9 @@ class TurnPlan(Record):
     account: str | None = None
     on_limit: Literal["wait", "gate", "stop"] = "wait"
     max_limit_waits: Annotated[int, Field(ge=0)] | None = None
+    # The account's --max-overloads when the turn was planned: the gate after N overloads in a
+    # row is decided from the journal, so editing the account later never changes a replay.
+    max_overloads: Annotated[int, Field(ge=1, le=1000)] = 5
 
 
 class HostOutcome(Record):

@@ -208,7 +208,9 @@ def claim(
         except CorruptFileError as e:
             if damaged_lease_blocks_until(path, now=now, ttl_s=ttl_s, grace_s=grace_s):
                 return ClaimResult(lease=None)
-            log.warning("damaged_lease_taken_over", path=str(path), problem=e.problem)
+            log.warning(
+                "damaged_lease_taken_over", goal_id=goal_id, path=str(path), problem=e.problem
+            )
             current, damaged = None, True
         took_over = None
         if current is not None:
@@ -336,7 +338,7 @@ def clear_dead_lease(layout: Layout, goal_id: str, *, now: datetime | None = Non
                 path, now=now, ttl_s=lease_ttl_s(), grace_s=lease_grace_s()
             ):
                 return False
-            log.warning("damaged_lease_cleared", path=str(path))
+            log.warning("damaged_lease_cleared", goal_id=goal_id, path=str(path))
             path.unlink(missing_ok=True)
             return True
         if (

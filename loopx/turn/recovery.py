@@ -123,7 +123,13 @@ def quarantine(layout: Layout, path: Path, inspection: JournalInspection, *, now
     os.replace(path, target)
     fsync_dir(path.parent)
     fsync_dir(target_dir)
-    log.warning("journal_quarantined", path=str(path), to=str(target))
+    log.warning(
+        "journal_quarantined",
+        goal_id=inspection.goal_id,
+        turn_key=inspection.turn_key,
+        path=str(path),
+        to=str(target),
+    )
     return target
 
 
@@ -194,7 +200,13 @@ def recover_journal(
     if decision is RecoveryDecision.FAIL:
         journal = interrupted(journal, now=now)
     done = finish(layout, journal, fence, now=now)
-    log.info("journal_recovered", turn_key=turn_key, decision=decision, status=done.status)
+    log.info(
+        "journal_recovered",
+        goal_id=goal_id,
+        turn_key=turn_key,
+        decision=decision,
+        status=done.status,
+    )
     return RecoveryAction(
         goal_id=goal_id,
         turn_key=turn_key,

@@ -235,7 +235,9 @@ def _take_exact(
             took = current
         atomic_write_model(path, hold, durable=False)
     if took is not None:
-        log.warning("workdir_hold_taken_over", path=hold.path, previous=took.goal_id)
+        log.warning(
+            "workdir_hold_taken_over", goal_id=hold.goal_id, path=hold.path, previous=took.goal_id
+        )
         _wake_waiters(layout, took.path)
     return WorkdirClaim(hold=hold, took_over=took)
 
