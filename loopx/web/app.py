@@ -453,6 +453,20 @@ def api_run(request: Request) -> Response:
 
 
 @handled
+def api_latest_run(request: Request) -> Response:
+    """``/api/goals/<id>/runs/latest``: the newest turn's markdown report (a failing goal's link)."""
+    goal_id = _known(request)
+    if goal_id is None:
+        return _no_goal(request)
+    layout = _service(request).layout
+    seq = dashboard.latest_run_seq(layout, goal_id)
+    log_doc = dashboard.run_log(layout, goal_id, seq) if seq is not None else None
+    if log_doc is None:
+        return error_reply(HTTPStatus.NOT_FOUND, f"goal {goal_id!r} has no run log yet")
+    return json_reply(log_doc)
+
+
+@handled
 def audit(request: Request) -> Response:
     """``/api/audit?limit=100``: who did what, when, applied or refused; newest first."""
     limit = _number(request, "limit", 100, 1000)
@@ -531,6 +545,7 @@ def build_app(
         Route("/api/goals", api_goals, methods=["GET"]),
         Route("/api/goals/{goal_id}", api_goal, methods=["GET"]),
         Route("/api/goals/{goal_id}/live", api_live, methods=["GET"]),
+        Route("/api/goals/{goal_id}/runs/latest", api_latest_run, methods=["GET"]),
         Route("/api/goals/{goal_id}/runs/{seq:int}", api_run, methods=["GET"]),
         Route("/api/goals/{goal_id}/{action}", post_action, methods=["POST"]),
     ]

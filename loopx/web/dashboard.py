@@ -65,6 +65,8 @@ class GoalRow(Record):
     last_turn_at: UtcDatetime | None = None
     last_turn_seq: int | None = None
     last_turn_status: str | None = None
+    last_failure: str | None = None  # the last turn's failure reason code, when it failed
+    failure_message: str = ""  # and its message (the host's or LoopX's words), shown on the card
     consecutive_failures: int = 0
     quota_used: float = 0.0  # spent / allowance of the wall budget, 0..1+
 
@@ -88,6 +90,8 @@ def goal_row(view: GoalStatusView) -> GoalRow:
         last_turn_at=last.ended_at if last is not None else None,
         last_turn_seq=last.seq if last is not None else None,
         last_turn_status=last.status if last is not None else None,
+        last_failure=str(last.failure) if last is not None and last.failure else None,
+        failure_message=last.failure_message if last is not None else "",
         consecutive_failures=view.consecutive_failures,
         quota_used=q.spent_wall_s / q.allowance_wall_s if q.allowance_wall_s > 0 else 0.0,
     )
@@ -470,6 +474,11 @@ def goal_detail(
         damaged_history_lines=damaged,
         actions=actions,
     )
+
+
+def latest_run_seq(layout: Layout, goal_id: str) -> int | None:
+    """The newest turn of the goal that has a run log (one listing of ``runs/``), or None."""
+    return max(_run_seqs(layout, goal_id), default=None)
 
 
 def run_log(layout: Layout, goal_id: str, seq: int) -> RunLog | None:

@@ -302,8 +302,8 @@ function refresh(changed) {
 // --- views ------------------------------------------------------------------------------------
 
 function parseRoute() {
-  const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+))?$/);
-  if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? Number(m[2]) : null };
+  const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+|latest))?$/);
+  if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? (m[2] === "latest" ? "latest" : Number(m[2])) : null };
   const list = location.hash.match(/^#\/\?(.*)$/);
   const q = new URLSearchParams(list ? list[1] : "");
   state.filter = { actor: q.get("actor") || "", reason: q.get("reason") || "", q: q.get("q") || "", sort: q.get("sort") || "" };
@@ -406,7 +406,9 @@ function humanCard(g, actions) {
     el("div", { class: "card-head" },
       el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id),
       badge(g.reason)),
-    g.gate_question ? el("p", { class: "question" }, g.gate_question) : el("p", {}, g.explanation),
+    g.gate_question ? el("p", { class: "question" }, g.gate_question)
+      : g.failure_message && g.reason !== "paused" ? failureLine(g.last_turn_seq, g.last_failure, g.failure_message)
+        : el("p", {}, g.explanation),
     g.last_turn_seq && g.reason !== "gate_pending"
       ? el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}/run/${g.last_turn_seq}` },
         `Run log of turn ${g.last_turn_seq}`), " ", el("span", { class: "muted" }, when(g.last_turn_at))) : null,
@@ -445,6 +447,13 @@ function answerForm(goalId, gateId, question) {
     if (ok) { delete state.drafts[key]; saveDrafts(); }
   });
   return form;
+}
+
+// A failed turn's reason in its own words (the host's exit and stderr, a timeout, ...), which the
+// status view's explanation only names by its code.
+function failureLine(seq, code, message) {
+  return el("p", { class: "failure" }, el("strong", {}, `Turn ${seq} failed`, code ? ` (${code})` : "", ": "),
+    el("span", { class: "failure-message" }, message));
 }
 
 function nextRow(g) {
@@ -511,7 +520,8 @@ function goalsPanel(page) {
       el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
     el("td", { "data-label": "who" }, badge(g.actor, "actor")),
     el("td", { "data-label": "status" }, badge(g.reason)),
-    el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}` : g.explanation),
+    el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}`
+      : g.reason === "failing" && g.failure_message ? `${g.last_failure || "failed"}: ${g.failure_message}` : g.explanation),
     el("td", { "data-label": "priority", class: "num wide" }, g.priority),
     el("td", { "data-label": "last turn", class: "wide" }, g.last_turn_at ? when(g.last_turn_at) : "—"),
     el("td", { "data-label": "quota", class: "wide" }, quotaBar(g.quota_used))));
@@ -569,6 +579,7 @@ async function goalView(route) {
       el("h1", {}, v.goal_id, " ", badge(v.actor, "actor"), " ", badge(v.reason)),
       el("p", { class: "lead" }, v.explanation),
       v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
+      lastFailure(v),
       d.actions ? el("div", { class: "buttons" },
         v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
         v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: (ev) => act(v.goal_id, "resume", {}, ev.currentTarget) }, "Resume") : null,
@@ -599,6 +610,16 @@ async function goalView(route) {
     turnsPanel(v.goal_id, d),
     resolvedGates(gates.filter((g) => g.answer !== null)),
   );
+}
+
+// The last turn's failure, when it failed: its message and a link to its run log on this page.
+function lastFailure(v) {
+  const t = v.last_turn;
+  if (!t || t.status !== "failed") return null;
+  return el("div", { id: "last-failure", class: "failure-box" },
+    failureLine(t.seq, t.failure, t.failure_message || "(no message recorded)"),
+    el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(v.goal_id)}/run/${t.seq}`, id: "failure-log" },
+      `Run log of turn ${t.seq}`), " ", el("span", { class: "muted" }, when(t.ended_at))));
 }
 
 // Issue 26: the goal's newest done-check, with the tail of its output when it failed.

@@ -1,0 +1,141 @@
+"""The dashboard's later panels over HTTP: failures, accounts, worktrees, bulk answers, timeline.
+
+Issue 30 items 5 and 6, issue 27 item 7. Every route here is also refused without the token
+and with a foreign ``Host``, and hostile text comes back as JSON text, never markup.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.state import GoalState
+from loopx.storage.files import atomic_write_bytes
+from loopx.testing.status_fixtures import append_history, make_goal, register_goals, write_state
+from loopx.turn.historyline import HistoryLine
+from loopx.usage import Usage
+from loopx.web.server import HttpServer, make_server
+from tests.test_server import running
+from tests.turnkit import demo_goal, loopx
+
+TOKEN = "panel-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+JSON_AUTH = {**AUTH, "Content-Type": "application/json"}
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+
+
+def call(server: HttpServer, method: str, path: str, headers=None, body=None):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        kind = resp.getheader("Content-Type") or ""
+        doc = json.loads(data) if data and kind.startswith("application/json") else data
+        return resp.status, doc, kind
+    finally:
+        conn.close()
+
+
+def failed_line(goal_id: str, seq: int, *, message: str, minutes_ago: float = 5) -> HistoryLine:
+    end = utcnow() - timedelta(minutes=minutes_ago)
+    return HistoryLine(
+        turn_key=f"{goal_id}-{seq:06d}-{seq}",
+        goal_id=goal_id,
+        seq=seq,
+        epoch=seq,
+        agent_id="agent-1",
+        status="failed",
+        failure="host_exit",
+        failure_message=message,
+        usage=Usage(wall_s=30.0, cpu_s=1.0),
+        started_at=end - timedelta(seconds=30),
+        ended_at=end,
+    )
+
+
+def seed_failing(layout: Layout, goal_id: str, workdir: Path, *, message: str) -> None:
+    """A goal whose last three turns failed with ``message``, each with a run log."""
+    register_goals(layout, [make_goal(goal_id, now=utcnow(), workdir=workdir, objective=HOSTILE)])
+    append_history(
+        layout, [failed_line(goal_id, s, message=message, minutes_ago=30 - s) for s in (1, 2, 3)]
+    )
+    write_state(
+        layout,
+        GoalState(goal_id=goal_id, turn_seq=3, consecutive_failures=3, updated_at=utcnow()),
+    )
+    for seq in (1, 3):
+        text = f"# {goal_id} turn {seq}\n\n- failure: `host_exit`: {message}\n"
+        atomic_write_bytes(layout.runs_dir(goal_id) / f"{seq}.md", text.encode())
+
+
+@pytest.fixture
+def server(layout: Layout, tmp_path: Path) -> Iterator[HttpServer]:
+    seed_failing(layout, "broken", tmp_path, message=f"the host exited with code 3: {HOSTILE}")
+    yield from running(
+        make_server(layout, port=0, token=TOKEN, actions=True, refresh_interval_s=0.2, ttl_s=0.0)
+    )
+
+
+# --- item 1: a failing goal's message and run log ---------------------------------------------
+
+
+def test_status_json_carries_the_failing_turns_message(layout, tmp_path):
+    """A real failed turn: `status --json` has its message in last_turn.failure_message."""
+    demo_goal(layout, "f", tmp_path / "work", "--fail")
+    loopx(layout.root, "turn", "run-once", "f")
+    status = loopx(layout.root, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    [view] = [g for g in json.loads(status.stdout)["goals"] if g["goal_id"] == "f"]
+    last = view["last_turn"]
+    assert (last["status"], last["failure"]) == ("failed", "host_exit")
+    assert "exit" in last["failure_message"]
+    assert "failing on purpose" in last["failure_message"]  # the host's own stderr words
+    warm = loopx(layout.root, "status", "--json")  # replayed from the memo: the same field
+    assert json.loads(warm.stdout)["goals"][0]["last_turn"] == last
+
+
+def test_the_failing_card_carries_the_message_as_text(server):
+    """The overview's card and the table row carry the failure's message, as JSON text."""
+    status, doc, _ = call(server, "GET", "/api/overview", AUTH)
+    assert status == 200
+    [card] = [g for g in doc["humans"] if g["goal_id"] == "broken"]
+    assert card["reason"] == "failing"
+    assert card["last_failure"] == "host_exit"
+    assert card["failure_message"] == f"the host exited with code 3: {HOSTILE}"
+    assert card["last_turn_seq"] == 3
+    _, page, _ = call(server, "GET", "/api/goals?q=broken", AUTH)
+    assert page["rows"][0]["failure_message"].endswith(HOSTILE)
+
+
+def test_the_latest_run_log_is_served_as_json_text(server):
+    """`/api/goals/<id>/runs/latest` is the newest run log, JSON-encoded, with the usual headers."""
+    status, doc, kind = call(server, "GET", "/api/goals/broken/runs/latest", AUTH)
+    assert (status, kind) == (200, "application/json")
+    assert doc["seq"] == 3
+    assert HOSTILE in doc["markdown"]  # text inside JSON; the page renders it as text nodes
+    status, doc, _ = call(server, "GET", "/api/goals/nope/runs/latest", AUTH)
+    assert status == 404
+
+
+def test_the_latest_run_log_of_a_goal_without_one_is_404(server, layout, tmp_path):
+    """A goal that never ran has no run log: 404 with a sentence."""
+    register_goals(layout, [make_goal("fresh", now=utcnow(), workdir=tmp_path)])
+    call(server, "POST", "/api/goals/fresh/pause", JSON_AUTH, b"{}")  # refreshes the snapshot
+    status, doc, _ = call(server, "GET", "/api/goals/fresh/runs/latest", AUTH)
+    assert (status, doc["error"]) == (404, "goal 'fresh' has no run log yet")
+
+
+@pytest.mark.parametrize("path", ["/api/goals/broken/runs/latest", "/api/goals/broken/runs/3"])
+def test_run_logs_need_the_token_and_a_known_host(server, path):
+    """Run logs are refused without the token (401) and for a foreign Host (421)."""
+    assert call(server, "GET", path)[0] == 401
+    assert call(server, "GET", path, {**AUTH, "Host": "evil.example:8765"})[0] == 421
