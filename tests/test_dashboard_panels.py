@@ -6,6 +6,7 @@ and with a foreign ``Host``, and hostile text comes back as JSON text, never mar
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 from collections.abc import Iterator
@@ -77,12 +78,18 @@ def seed_failing(layout: Layout, goal_id: str, workdir: Path, *, message: str) -
         atomic_write_bytes(layout.runs_dir(goal_id) / f"{seq}.md", text.encode())
 
 
-@pytest.fixture
-def server(layout: Layout, tmp_path: Path) -> Iterator[HttpServer]:
-    seed_failing(layout, "broken", tmp_path, message=f"the host exited with code 3: {HOSTILE}")
+@contextlib.contextmanager
+def _served(layout: Layout) -> Iterator[HttpServer]:
     yield from running(
         make_server(layout, port=0, token=TOKEN, actions=True, refresh_interval_s=0.2, ttl_s=0.0)
     )
+
+
+@pytest.fixture
+def server(layout: Layout, tmp_path: Path) -> Iterator[HttpServer]:
+    seed_failing(layout, "broken", tmp_path, message=f"the host exited with code 3: {HOSTILE}")
+    with _served(layout) as served:
+        yield served
 
 
 # --- item 1: a failing goal's message and run log ---------------------------------------------
@@ -139,3 +146,95 @@ def test_run_logs_need_the_token_and_a_known_host(server, path):
     """Run logs are refused without the token (401) and for a foreign Host (421)."""
     assert call(server, "GET", path)[0] == 401
     assert call(server, "GET", path, {**AUTH, "Host": "evil.example:8765"})[0] == 421
+
+
+# --- item 2: accounts -------------------------------------------------------------------------
+
+
+def seed_accounts(layout: Layout, workdir: Path) -> None:
+    """`work` limited for two minutes (3 goals wait), `metered` with an estimated spend, and
+    `authy` needing a human, its question carrying hostile text."""
+    from loopx.accounts.files import state_file
+    from loopx.accounts.model import (
+        Account,
+        AccountBudget,
+        AccountGate,
+        AccountState,
+        Condition,
+        Signal,
+        TurnSignal,
+    )
+    from loopx.accounts.store import record_spend, write_account
+    from loopx.storage.files import atomic_write_model
+
+    now = utcnow()
+    for name, extra in (
+        ("work", {}),
+        (
+            "metered",
+            {
+                "budget": AccountBudget(max_tokens=1_000_000, window_hours=24),
+                "price_in_per_mtok": 3.0,
+                "price_out_per_mtok": 15.0,
+            },
+        ),
+        ("authy", {}),
+    ):
+        write_account(
+            layout, Account(name=name, host_kind="demo", created_at=now, updated_at=now, **extra)
+        )
+    limited = AccountState(
+        name="work",
+        condition=Condition.LIMITED,
+        until=now + timedelta(minutes=2),
+        seen_by_goal="w0",
+        seen_by_turn="w0-000001-1",
+        proven=True,
+    )
+    atomic_write_model(state_file(layout, "work"), limited)
+    gate = AccountGate(question=f"log in again: {HOSTILE}", opened_at=now, opened_by="a0-1-1")
+    needs = AccountState(name="authy", condition=Condition.NEEDS_HUMAN, gate=gate, proven=True)
+    atomic_write_model(state_file(layout, "authy"), needs)
+    goals = [make_goal(f"w{i}", now=now, workdir=workdir, account="work") for i in range(3)]
+    goals += [make_goal("m0", now=now, workdir=workdir, account="metered")]
+    goals += [make_goal("a0", now=now, workdir=workdir, account="authy")]
+    register_goals(layout, goals)
+    turn = TurnSignal(
+        account="metered",
+        goal_id="m0",
+        turn_key="m0-000001-1",
+        signal=Signal.THROUGH,
+        at=now,
+        input_tokens=100_000,
+        output_tokens=20_000,
+    )
+    record_spend(layout, turn)
+
+
+def test_the_overview_shows_each_accounts_state_spend_and_waiting_goals(layout, tmp_path):
+    """Limited until T with its waiting goals; an estimated spend flagged; a human's question."""
+    seed_accounts(layout, tmp_path)
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(_served(layout))
+        status, doc, _ = call(server, "GET", "/api/overview", AUTH)
+    assert status == 200
+    rows = {a["name"]: a for a in doc["accounts"]}
+    work, metered, authy = rows["work"], rows["metered"], rows["authy"]
+    assert (work["state"], work["goals"], work["waiting"]) == ("limited", 3, 3)
+    assert work["waiting_ids"] == ["w0", "w1", "w2"]
+    assert work["until"] is not None and "limited until" in work["message"]
+    assert metered["spend"]["tokens"] == 120_000
+    assert metered["cost_estimated"] is True
+    assert metered["spend"]["estimated_usd"] == pytest.approx(0.6)  # 0.1 M in x 3 + 0.02 M out x 15
+    assert metered["budget"]["max_tokens"] == 1_000_000
+    assert (authy["state"], authy["question"]) == ("needs_human", f"log in again: {HOSTILE}")
+
+
+def test_an_account_row_names_at_most_twenty_waiting_goals():
+    """An account holding 500 goals back costs the overview 20 ids and a count."""
+    from loopx.accounts.model import AccountSummary, Condition
+    from loopx.web.panels import account_row
+
+    ids = [f"g{i:03d}" for i in range(500)]
+    row = account_row(AccountSummary(name="big", state=Condition.LIMITED, goals=ids, waiting=ids))
+    assert (row.goals, row.waiting, row.waiting_ids) == (500, 500, ids[:20])

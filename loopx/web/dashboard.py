@@ -37,6 +37,7 @@ from loopx.status.view import (
 )
 from loopx.storage.files import open_regular
 from loopx.turn.historyline import HistoryLine
+from loopx.web.panels import AccountRow, WorktreePanel, account_row, worktree_panel
 
 ATTENTION_HUMANS: Final = 25
 ATTENTION_AGENTS: Final = 10
@@ -163,6 +164,7 @@ class Overview(Record):
     agents: list[AgentRow]
     humans: list[GoalRow]  # needs a person: gates, failing, paused, quarantined, crash loops
     next_up: list[GoalRow]  # what agents run now or next
+    accounts: list[AccountRow] = Field(default_factory=list)  # issue 27 item 7
 
 
 class TurnRow(Record):
@@ -197,6 +199,7 @@ class GoalDetail(Record):
     damaged_history_lines: int = 0
     actions: bool = False
     running: AgentRow | None = None  # the live agent running a turn of this goal now, if any
+    worktree: WorktreePanel | None = None  # a --worktree goal's branch, folder and merge
 
 
 class RunLog(Record):
@@ -302,6 +305,7 @@ def overview(
             with_running(goal_row(v), running_turns(agents))
             for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]
         ],
+        accounts=[account_row(a) for a in projection.accounts],
     )
 
 
@@ -473,6 +477,7 @@ def goal_detail(
         turns=turns,
         damaged_history_lines=damaged,
         actions=actions,
+        worktree=worktree_panel(layout, goal),
     )
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.browser.conftest import TOKEN, served, with_token
-from tests.test_dashboard_panels import HOSTILE, seed_failing
+from tests.test_dashboard_panels import HOSTILE, seed_accounts, seed_failing
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -49,5 +49,33 @@ def test_a_failing_goal_shows_its_message_and_opens_its_run_log(layout, tmp_path
         page.screenshot(path=artifacts / "failing-run-log.png", full_page=True)
         page.goto(f"{url}#/goal/broken/run/latest")
         wait_until(lambda: "turn 3" in page.inner_text("#run-log h2"), 10, "the latest run log")
+        not_pwned(page)
+    assert tab.errors == []
+
+
+def test_the_accounts_panel_shows_state_spend_and_waiting_goals(layout, tmp_path, tab, artifacts):
+    """Each account: limited until T with the goals it holds, an estimated spend, a question."""
+    seed_accounts(layout, tmp_path)
+    with_token(tab)
+    with served(layout, token=TOKEN) as url:
+        page = tab.page
+        page.goto(url)
+        panel = page.locator("#accounts-panel")
+        panel.wait_for()
+        work = panel.locator("tr[data-account='work']")
+        assert "limited until in 2m" in work.inner_text() or "limited until in 1m" in (
+            work.inner_text()
+        )
+        assert work.locator("td.waiting a").all_inner_texts() == ["w0", "w1", "w2"]
+        metered = panel.locator("tr[data-account='metered']")
+        assert "120,000 of 1,000,000 tokens, $0.60 in 24h" in metered.inner_text()
+        assert metered.locator(".badge.estimate").inner_text() == "estimate"
+        authy = panel.locator("tr[data-account='authy']")
+        assert "needs a human" in authy.inner_text()
+        assert authy.locator(".question").inner_text() == f"log in again: {HOSTILE}"
+        page.screenshot(path=artifacts / "accounts.png", full_page=True)
+        work.locator("td.waiting a", has_text="w1").click()
+        page.wait_for_selector("h1")
+        assert page.evaluate("location.hash") == "#/goal/w1"
         not_pwned(page)
     assert tab.errors == []

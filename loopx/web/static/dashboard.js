@@ -342,7 +342,7 @@ async function render(live) {
 
 // While a person types into an answer box, refresh every part of the page but that form.
 function patchAround(main, view) {
-  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
+  for (const id of ["fleet-panel", "accounts-panel", "timeline-panel", "worktree-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
     const old = document.getElementById(id);
     const fresh = view.querySelector(`#${id}`);
     if (old && fresh) old.replaceWith(fresh);
@@ -369,6 +369,7 @@ async function overviewView() {
       ov.next_up.length ? el("ul", { class: "list" }, ov.next_up.map(nextRow))
         : el("p", { class: "muted" }, "No goal is ready for an agent.")),
     fleetPanel(ov),
+    accountsPanel(ov.accounts || []),
     goalsPanel(page),
     audit ? auditPanel(audit) : null,
   );
@@ -481,6 +482,40 @@ function fleetPanel(ov) {
     rows.length ? el("table", { class: "table" },
       el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Turn started", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
       el("tbody", {}, rows)) : null);
+}
+
+// Issue 27: each provider account (and the root's budget), what holds it back, its window's
+// spend against its budget (a cost estimated from the account's prices says so), its goals.
+const ACCOUNT_STATES = { ok: "ok", limited: "limited", overloaded: "overloaded", budget_spent: "budget spent", needs_human: "needs a human" };
+
+function spendText(a) {
+  const s = a.spend;
+  if (!s) return el("span", { class: "muted" }, "not counted (no budget)");
+  const b = a.budget || {};
+  const tokens = `${s.tokens.toLocaleString()}${b.max_tokens ? ` of ${b.max_tokens.toLocaleString()}` : ""} tokens`;
+  const cost = `$${s.cost_usd.toFixed(2)}${b.max_cost_usd ? ` of $${b.max_cost_usd.toFixed(2)}` : ""}`;
+  return el("span", { class: "spend-text" }, `${tokens}, ${cost} in ${s.window_hours}h`,
+    a.cost_estimated ? el("span", { class: "badge estimate", title: `$${s.estimated_usd.toFixed(2)} of it estimated from the account's prices` }, "estimate") : "");
+}
+
+function accountsPanel(accounts) {
+  if (!accounts.length) return null;
+  const rows = accounts.map((a) => el("tr", { "data-account": a.name, class: `a-${a.state}` },
+    el("td", { "data-label": "account" }, el("strong", {}, a.name), " ",
+      el("span", { class: "muted" }, a.host_kind ? `${a.host_kind}${a.default ? ", default" : ""}` : "whole root")),
+    el("td", { "data-label": "state" }, el("span", { class: `badge b-acct-${a.state}` }, ACCOUNT_STATES[a.state] || a.state),
+      a.until ? [" until ", when(a.until)] : ""),
+    el("td", { "data-label": "why", class: "why" }, a.question ? el("span", { class: "question" }, a.question) : a.message || "—"),
+    el("td", { "data-label": "spend" }, spendText(a)),
+    el("td", { "data-label": "goals", class: "num" }, a.goals),
+    el("td", { "data-label": "waiting", class: "waiting" }, a.waiting ? [`${a.waiting}: `,
+      ...a.waiting_ids.flatMap((id, i) => [i ? ", " : "", el("a", { href: `#/goal/${encodeURIComponent(id)}` }, id)]),
+      a.waiting > a.waiting_ids.length ? ` and ${a.waiting - a.waiting_ids.length} more` : ""] : "none")));
+  return el("section", { class: "panel wide-panel", id: "accounts-panel", "aria-labelledby": "h-accounts" },
+    el("h2", { id: "h-accounts" }, "Accounts"),
+    el("table", { class: "table" },
+      el("thead", {}, el("tr", {}, ["Account", "State", "Why", "Spend in window", "Goals", "Waiting on it"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)));
 }
 
 function goalsPanel(page) {
