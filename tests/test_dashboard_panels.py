@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -238,3 +239,62 @@ def test_an_account_row_names_at_most_twenty_waiting_goals():
     ids = [f"g{i:03d}" for i in range(500)]
     row = account_row(AccountSummary(name="big", state=Condition.LIMITED, goals=ids, waiting=ids))
     assert (row.goals, row.waiting, row.waiting_ids) == (500, 500, ids[:20])
+
+
+# --- item 3: worktrees ------------------------------------------------------------------------
+
+
+def git(where: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(where), "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def worktree_goal(layout: Layout, tmp_path: Path, *, merge: bool) -> Path:
+    """A --worktree goal run once by the real CLI, one commit made on its branch, merged or not."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "init")
+    add = loopx(
+        layout.root, "goal", "add", "wt", "--objective", "count", "--workdir", str(repo),
+        "--host-kind", "demo", "--host", "--steps 1", "--worktree",
+    )  # fmt: skip
+    assert add.returncode == 0, add.stderr
+    assert loopx(layout.root, "turn", "run-once", "wt").returncode == 0
+    tree = layout.root / "worktrees" / "wt"
+    (tree / "feature.txt").write_text("the work\n")
+    git(tree, "add", "feature.txt")
+    git(tree, "commit", "-q", "-m", "the work")
+    if merge:
+        merged = loopx(layout.root, "goal", "merge", "wt")
+        assert merged.returncode == 0, merged.stderr
+    return tree
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_worktree_goal_shows_its_branch_folder_and_merge(layout, tmp_path, merge):
+    """The goal page's worktree: branch loopx/<id>, its folder, commits ahead, the last merge."""
+    tree = worktree_goal(layout, tmp_path, merge=merge)
+    register_goals(layout, [make_goal("plain", now=utcnow(), workdir=tmp_path)])
+    with _served(layout) as server:
+        status, doc, _ = call(server, "GET", "/api/goals/wt", AUTH)
+        _, plain, _ = call(server, "GET", "/api/goals/plain", AUTH)
+    assert status == 200
+    view = doc["worktree"]["view"]
+    assert (view["branch"], view["path"], view["base"], view["exists"]) == (
+        "loopx/wt",
+        str(tree),
+        "main",
+        True,
+    )
+    merged = doc["worktree"]["merge"]
+    if merge:
+        assert (merged["outcome"], merged["step"]) == ("merged", "finished")
+        assert view["ahead"] == 0  # the base holds the branch's commit now
+    else:
+        assert merged is None
+        assert view["ahead"] == 1
+    assert plain["worktree"] is None

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.browser.conftest import TOKEN, served, with_token
-from tests.test_dashboard_panels import HOSTILE, seed_accounts, seed_failing
+from tests.test_dashboard_panels import HOSTILE, seed_accounts, seed_failing, worktree_goal
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -78,4 +78,20 @@ def test_the_accounts_panel_shows_state_spend_and_waiting_goals(layout, tmp_path
         page.wait_for_selector("h1")
         assert page.evaluate("location.hash") == "#/goal/w1"
         not_pwned(page)
+    assert tab.errors == []
+
+
+def test_a_worktree_goal_page_shows_its_branch_and_merge(layout, tmp_path, tab, artifacts):
+    """The goal page of a merged --worktree goal names its branch, folder and the merge."""
+    tree = worktree_goal(layout, tmp_path, merge=True)
+    with_token(tab)
+    with served(layout, token=TOKEN) as url:
+        page = tab.page
+        page.goto(f"{url}#/goal/wt")
+        panel = page.locator("#worktree-panel")
+        panel.wait_for()
+        text = panel.inner_text()
+        assert "loopx/wt" in text and str(tree) in text
+        assert panel.locator(".merge.m-merged").inner_text() == "merged"
+        page.screenshot(path=artifacts / "worktree.png", full_page=True)
     assert tab.errors == []

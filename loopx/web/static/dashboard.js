@@ -640,6 +640,7 @@ async function goalView(route) {
         d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
       el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
     ),
+    d.worktree ? worktreePanel(d.worktree) : null,
     v.lease || d.running ? livePanel(v.goal_id) : null,
     log ? runLogPanel(v.goal_id, log) : null,
     turnsPanel(v.goal_id, d),
@@ -655,6 +656,35 @@ function lastFailure(v) {
     failureLine(t.seq, t.failure, t.failure_message || "(no message recorded)"),
     el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(v.goal_id)}/run/${t.seq}`, id: "failure-log" },
       `Run log of turn ${t.seq}`), " ", el("span", { class: "muted" }, when(t.ended_at))));
+}
+
+// Issue 26: a --worktree goal's own branch and folder, how far it is from its base, its last merge.
+const MERGE_OUTCOMES = { pending: "in progress", merged: "merged", up_to_date: "already in the base",
+  conflict: "conflict: the base is untouched", check_failed: "done-check failed on the merged tree: the base is untouched",
+  base_moved: "the base moved meanwhile: untouched" };
+
+function worktreePanel(w) {
+  const v = w.view;
+  const m = w.merge;
+  const facts = v ? [
+    ["Branch", el("code", {}, v.branch), ` from ${v.base}`],
+    ["Folder", el("code", {}, v.path), v.exists ? "" : el("span", { class: "muted" }, v.phase ? " (not there now)" : " (made at its first turn)")],
+    ["Commits", `${v.ahead} ahead of ${v.base}, ${v.behind} behind`],
+    ["Uncommitted", v.dirty ? `${v.changes.length} path(s): ${v.changes.slice(0, 5).join(", ")}${v.changes.length > 5 ? ", …" : ""}` : "none"],
+  ] : [];
+  if (m) {
+    facts.push(["Last merge", el("span", { class: `merge m-${m.outcome}` }, MERGE_OUTCOMES[m.outcome] || m.outcome),
+      m.merged_commit ? [" as ", el("code", {}, m.merged_commit.slice(0, 12))] : "",
+      m.step !== "finished" ? ` (at step ${m.step})` : "",
+      m.conflicts.length ? ` in ${m.conflicts.join(", ")}` : "",
+      m.gate_id !== null ? ` · gate ${m.gate_id} opened` : "", " ", when(m.updated_at)]);
+  } else if (v) {
+    facts.push(["Last merge", v.ahead ? el("span", { class: "warn" }, `not merged (${v.ahead} commit(s) only on ${v.branch})`) : "nothing to merge"]);
+  }
+  return el("section", { class: "panel", id: "worktree-panel" },
+    el("h2", {}, "Worktree"),
+    w.error ? el("p", { class: "bad" }, w.error) : null,
+    el("dl", { class: "facts" }, facts.map(([k, ...rest]) => [el("dt", {}, k), el("dd", {}, ...rest)]).flat()));
 }
 
 // Issue 26: the goal's newest done-check, with the tail of its output when it failed.
