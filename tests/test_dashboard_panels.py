@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -298,3 +299,114 @@ def test_a_worktree_goal_shows_its_branch_folder_and_merge(layout, tmp_path, mer
         assert merged is None
         assert view["ahead"] == 1
     assert plain["worktree"] is None
+
+
+# --- item 4: one answer for several gates -----------------------------------------------------
+
+
+def gated_goals(layout: Layout, workdir: Path) -> dict[str, int]:
+    """g-a and g-b with one open gate each; g-c whose gate 1 was answered and gate 2 is open."""
+    from loopx.registry.goals import open_gate, resolve_gate
+
+    now = utcnow()
+    register_goals(layout, [make_goal(g, now=now, workdir=workdir) for g in ("g-a", "g-b", "g-c")])
+    ids = {g: open_gate(layout, g, f"Ship {g}? {HOSTILE}", now=now).id for g in ("g-a", "g-b")}
+    stale = open_gate(layout, "g-c", "Ship g-c?", now=now)
+    open_gate(layout, "g-c", "Email the customers?", now=now)
+    resolve_gate(layout, "g-c", "no", now=now, gate_id=stale.id)
+    return {**ids, "g-c": stale.id}
+
+
+def seen_rows(server, path: str, wanted: set[str]) -> dict[str, dict]:
+    """The rows of ``path`` once the server's refresher has seen every goal of ``wanted``."""
+    deadline = time.monotonic() + 10
+    while True:
+        _, page, _ = call(server, "GET", path, AUTH)
+        rows = {r["goal_id"]: r for r in page["rows"]}
+        if wanted <= rows.keys():
+            return rows
+        assert time.monotonic() < deadline, f"the server never showed {wanted - rows.keys()}"
+        time.sleep(0.1)
+
+
+def bulk(server, doc, headers=JSON_AUTH):
+    return call(server, "POST", "/api/answers", headers, json.dumps(doc).encode())
+
+
+def test_one_answer_lands_on_each_gate_and_a_stale_one_gets_its_own_409(server, layout, tmp_path):
+    """Three gates, one answer: two applied, the stale one refused with the question asked now."""
+    from loopx.state import load_state
+    from loopx.web.actions import audit_file
+
+    ids = gated_goals(layout, tmp_path)
+    rows = seen_rows(server, "/api/goals?reason=gate_pending&sort=id", {"g-a", "g-b", "g-c"})
+    assert (rows["g-a"]["gate_id"], rows["g-b"]["gate_id"]) == (ids["g-a"], ids["g-b"])
+    items = [
+        {"goal_id": g, "gate_id": rows[g]["gate_id"], "question": rows[g]["gate_question"]}
+        for g in ("g-a", "g-b")
+    ] + [{"goal_id": "g-c", "gate_id": ids["g-c"], "question": "Ship g-c?"}]
+    status, doc, _ = bulk(server, {"answer": "yes, ship", "gates": items})
+    assert status == 200
+    assert [(r["goal_id"], r["status"], r["outcome"]) for r in doc["results"]] == [
+        ("g-a", 200, "applied"),
+        ("g-b", 200, "applied"),
+        ("g-c", 409, "stale"),
+    ]
+    assert (doc["applied"], doc["refused"]) == (2, 1)
+    assert doc["results"][2]["current_gate"]["question"] == "Email the customers?"
+    assert [load_state(layout, g).gates[0].answer for g in ("g-a", "g-b", "g-c")] == [
+        "yes, ship",
+        "yes, ship",
+        "no",
+    ]
+    audit = [json.loads(x) for x in audit_file(layout).read_text().splitlines()]
+    assert [(r["goal_id"], r["outcome"]) for r in audit] == [
+        ("g-a", "applied"),
+        ("g-b", "applied"),
+        ("g-c", "failed"),
+    ]
+    again = bulk(server, {"answer": "yes, ship", "gates": items[:2]})[1]
+    assert [r["outcome"] for r in again["results"]] == ["repeated", "repeated"]
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        ({"answer": "yes", "gates": []}, "gates must not be empty"),
+        ({"answer": "yes"}, "gates is missing"),
+        ({"answer": "", "gates": [{"goal_id": "g-a", "gate_id": 1}]}, "answer must not be empty"),
+        (
+            {"answer": "y", "gates": [{"goal_id": "g", "gate_id": 1}] * 101},
+            "gates has more than 100 items",
+        ),
+        ({"answer": "y", "gates": [{"goal_id": "g", "gate_id": "one"}]}, "must be a whole number"),
+    ],
+)
+def test_a_bad_bulk_answer_is_a_sentence(server, doc, words):
+    """A malformed bulk answer is a 400 naming the problem; nothing is answered."""
+    status, reply, _ = bulk(server, doc)
+    assert status == 400
+    assert words in reply["error"]
+
+
+def test_bulk_answers_are_refused_like_single_ones(server, layout, tmp_path):
+    """No token 401, cross-site 403, foreign Host 421, oversized 413; a read-only server 403."""
+    from loopx.state import load_state
+
+    ids = gated_goals(layout, tmp_path)
+    doc = {"answer": "yes", "gates": [{"goal_id": "g-a", "gate_id": ids["g-a"]}]}
+    headers = {"Content-Type": "application/json"}
+    assert bulk(server, doc, headers)[0] == 401
+    assert bulk(server, doc, {**JSON_AUTH, "Origin": "https://evil.example"})[0] == 403
+    assert bulk(server, doc, {**JSON_AUTH, "Host": "evil.example"})[0] == 421
+    big = {
+        "answer": "y" * 4000,
+        "gates": [{"goal_id": "g-a", "gate_id": 1, "question": "q" * 4000}] * 20,
+    }
+    assert bulk(server, big)[0] == 413
+    assert load_state(layout, "g-a").gates[0].answer is None
+    readonly = make_server(layout, port=0, refresh_interval_s=0.2, ttl_s=0.0)
+    with contextlib.ExitStack() as stack:
+        ro = stack.enter_context(contextlib.contextmanager(lambda: running(readonly))())
+        status, reply, _ = bulk(ro, doc, headers)
+    assert (status, "--actions" in reply["hint"]) == (403, True)

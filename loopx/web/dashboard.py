@@ -60,7 +60,7 @@ class GoalRow(Record):
     explanation: str
     next_eligible_at: UtcDatetime | None = None
     gate_question: str | None = None
-    gate_id: int | None = None  # the open gate the question is of (the overview's cards only)
+    gate_id: int | None = None  # the oldest open gate, whose question gate_question then is
     open_gates: int = 0
     agent_id: str | None = None  # the lease holder while running
     last_turn_at: UtcDatetime | None = None
@@ -409,8 +409,12 @@ def goals_page(
     offset: int,
     limit: int,
     running: Mapping[str, AgentRow] | None = None,
+    gates: Mapping[str, Gate] | None = None,
 ) -> GoalsPage:
-    """One page of the table, each row ``running`` that a live agent runs now. Pure."""
+    """One page of the table, each row ``running`` that a live agent runs now. Pure.
+
+    ``gates`` (a goal's oldest open gate) names on its row the gate a bulk answer is for.
+    """
     total = len(goals)
     end = offset + limit
     return GoalsPage(
@@ -418,7 +422,10 @@ def goals_page(
         page=PageInfo(
             offset=offset, limit=limit, total=total, next_offset=end if end < total else None
         ),
-        rows=[with_running(goal_row(v), running or {}) for v in goals[offset:end]],
+        rows=[
+            _with_gate(with_running(goal_row(v), running or {}), gates or {})
+            for v in goals[offset:end]
+        ],
     )
 
 

@@ -7,7 +7,13 @@ import time
 import pytest
 
 from tests.browser.conftest import TOKEN, served, with_token
-from tests.test_dashboard_panels import HOSTILE, seed_accounts, seed_failing, worktree_goal
+from tests.test_dashboard_panels import (
+    HOSTILE,
+    gated_goals,
+    seed_accounts,
+    seed_failing,
+    worktree_goal,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -94,4 +100,41 @@ def test_a_worktree_goal_page_shows_its_branch_and_merge(layout, tmp_path, tab, 
         assert "loopx/wt" in text and str(tree) in text
         assert panel.locator(".merge.m-merged").inner_text() == "merged"
         page.screenshot(path=artifacts / "worktree.png", full_page=True)
+    assert tab.errors == []
+
+
+def test_one_answer_for_two_gates_of_two_goals_reports_each(layout, tmp_path, tab, artifacts):
+    """Tick three gated goals, one answer: two land, the one answered meanwhile is refused."""
+    from loopx.model import utcnow
+    from loopx.registry.goals import resolve_gate
+    from loopx.state import load_state
+
+    gated_goals(layout, tmp_path)
+    with_token(tab)
+    # No refresh for an hour: the page keeps showing g-c's gate 2 after the CLI answers it.
+    with served(layout, token=TOKEN, actions=True, refresh_interval_s=3600) as url:
+        page = tab.page
+        page.goto(f"{url}#/?reason=gate_pending&sort=id")
+        page.wait_for_selector("#goals-panel tr[data-goal='g-c']")
+        for goal in ("g-a", "g-b", "g-c"):
+            page.check(f"#goals-panel tr[data-goal='{goal}'] input.pick")
+        current = load_state(layout, "g-c").open_gates[0]
+        resolve_gate(layout, "g-c", "not now", now=utcnow(), gate_id=current.id)
+        page.fill("#bulk-answer-text", "yes, ship it")
+        page.click("#bulk-answer")
+        results = page.locator("#bulk-results li")
+        wait_until(lambda: results.count() == 3, 15, "three results")
+        outcomes = dict(
+            zip(
+                results.evaluate_all("rs => rs.map(r => r.dataset.goal)"),
+                results.locator(".bulk-outcome").all_inner_texts(),
+                strict=True,
+            )
+        )
+        assert outcomes == {"g-a": "answered", "g-b": "answered", "g-c": "refused (409)"}
+        assert "already answered" in page.inner_text("#bulk-results li[data-goal='g-c']")
+        page.screenshot(path=artifacts / "bulk-answer.png", full_page=True)
+        not_pwned(page)
+    assert [load_state(layout, g).gates[0].answer for g in ("g-a", "g-b")] == ["yes, ship it"] * 2
+    assert load_state(layout, "g-c").gates[-1].answer == "not now"
     assert tab.errors == []

@@ -19,6 +19,7 @@ const state = {
   // Typed gate answers by "goal/gate", kept through live refreshes, refusals and reloads (this tab).
   drafts: JSON.parse(sessionStorage.getItem(DRAFTS_KEY) || "{}"),
   inflight: new Set(),  // "goal/action" requests on their way: a second click is ignored
+  bulkResults: null,  // the last bulk answer's reply, listed until dismissed
 };
 
 function saveDrafts() {
@@ -345,7 +346,7 @@ function patchAround(main, view) {
   for (const id of ["fleet-panel", "accounts-panel", "timeline-panel", "worktree-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
     const old = document.getElementById(id);
     const fresh = view.querySelector(`#${id}`);
-    if (old && fresh) old.replaceWith(fresh);
+    if (old && fresh && !old.contains(document.activeElement)) old.replaceWith(fresh);
   }
 }
 
@@ -583,10 +584,71 @@ function bulkBar(page) {
     notice(refused ? `${action}: ${refused} of ${ids.length} refused (see the audit log)` : "");
     render();
   };
-  return el("div", { class: "buttons bulk" },
-    el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
-    el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
-    el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume"));
+  return el("div", { class: "bulk-bar" },
+    el("div", { class: "buttons bulk" },
+      el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
+      el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
+      el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume")),
+    page.rows.some((r) => r.gate_id !== null) ? bulkAnswerForm(page) : null,
+    bulkResults());
+}
+
+// One answer for the open gate of every ticked goal (or of every goal of this page with one):
+// each item names its own gate and question, so a gate that closed or changed meanwhile is
+// refused on its own (409) and the others are applied; the page lists how each one ended.
+function bulkAnswerForm(page) {
+  const input = el("input", { id: "bulk-answer-text", name: "answer", placeholder: "One answer for these gates", autocomplete: "off", maxlength: 4000 });
+  input.value = state.drafts.bulk || "";
+  input.addEventListener("input", () => {
+    if (input.value) state.drafts.bulk = input.value; else delete state.drafts.bulk;
+    saveDrafts();
+  });
+  const button = el("button", { type: "submit", id: "bulk-answer" }, "Answer gates");
+  const form = el("form", { class: "answer bulk-answer" },
+    el("label", { for: "bulk-answer-text", class: "sr" }, "One answer for the gates of the ticked goals"), input, button);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const answer = input.value.trim();
+    if (!answer || state.inflight.has("bulk-answer")) return;
+    const picked = page.rows.filter((r) => r.gate_id !== null && (!state.selected.size || state.selected.has(r.goal_id)));
+    if (!picked.length) { notice("None of the ticked goals has an open gate."); return; }
+    if (!state.token) { showTokenForm("Actions need the server's token."); return; }
+    state.inflight.add("bulk-answer");
+    button.disabled = true;
+    try {
+      const doc = await api("/api/answers", {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify({ answer, gates: picked.map((r) => ({ goal_id: r.goal_id, gate_id: r.gate_id, question: r.gate_question })) }),
+      });
+      state.bulkResults = doc;
+      if (!doc.refused) { delete state.drafts.bulk; saveDrafts(); }
+      state.selected.clear();
+      notice(doc.refused ? `Answer: ${doc.refused} of ${doc.results.length} refused (listed below the buttons)` : "");
+    } catch (e) {
+      notice(`bulk answer refused: ${e.message}`);
+    } finally {
+      state.inflight.delete("bulk-answer");
+      button.disabled = false;
+      render();
+    }
+  });
+  return form;
+}
+
+const BULK_OUTCOMES = { applied: "answered", repeated: "already had this answer", stale: "refused (409)", failed: "refused" };
+
+function bulkResults() {
+  const doc = state.bulkResults;
+  if (!doc) return null;
+  return el("div", { id: "bulk-results", class: "bulk-results" },
+    el("p", {}, el("strong", {}, `“${doc.answer}”: ${doc.applied} answered, ${doc.refused} refused `),
+      el("button", { type: "button", class: "ghost", onclick: () => { state.bulkResults = null; render(); } }, "Dismiss")),
+    el("ul", { class: "list" }, doc.results.map((r) => el("li", { class: `bulk-${r.outcome}`, "data-goal": r.goal_id, "data-gate": r.gate_id },
+      el("a", { href: `#/goal/${encodeURIComponent(r.goal_id)}` }, r.goal_id), ` gate ${r.gate_id}: `,
+      el("span", { class: "bulk-outcome" }, BULK_OUTCOMES[r.outcome] || r.outcome),
+      r.error ? el("span", { class: "muted" }, ` — ${r.error}`) : "",
+      r.current_gate ? el("span", { class: "muted" }, ` (it asks now: ${r.current_gate.question})`) : ""))));
 }
 
 function quotaBar(used) {
