@@ -94,6 +94,7 @@ HTTP_OUTPUT_OF: dict[str, str] = {
     "/api/goals/g1/runs/1": "dashboard-run-log",
     "/api/goals/g1/runs/latest": "dashboard-run-log",
     "/api/audit": "dashboard-audit",
+    "/api/timeline": "dashboard-timeline",
 }
 
 # Outputs no GET of a plain JSON route returns: the SSE stream's events and the token-only

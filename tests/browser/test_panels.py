@@ -138,3 +138,41 @@ def test_one_answer_for_two_gates_of_two_goals_reports_each(layout, tmp_path, ta
     assert [load_state(layout, g).gates[0].answer for g in ("g-a", "g-b")] == ["yes, ship it"] * 2
     assert load_state(layout, "g-c").gates[-1].answer == "not now"
     assert tab.errors == []
+
+
+def test_the_timeline_draws_each_agents_turns_as_bars(layout, tmp_path, tab, artifacts):
+    """One row per agent, a bar per turn coloured by outcome; a bar opens its run log."""
+    from loopx.fleet import AgentHeartbeat, AgentPhase
+    from loopx.model import utcnow
+    from loopx.storage.files import atomic_write_model
+    from loopx.testing.dashboard_fixtures import seed_fleet_root
+
+    now = utcnow()
+    seed_fleet_root(layout, 20, now=now, workdir=tmp_path)
+    beat = AgentHeartbeat(
+        agent_id="agent-3", pid=1, pid_started_at=0.0, hostname="h", phase=AgentPhase.RUNNING,
+        goal_id="goal-00003", turn_key="goal-00003-000004-5", turn_started_at=now,
+        started_at=now, beat_at=now,
+    )  # fmt: skip
+    atomic_write_model(layout.agent_file("agent-3"), beat)
+    with_token(tab)
+    with served(layout, token=TOKEN) as url:
+        page = tab.page
+        page.goto(url)
+        panel = page.locator("#timeline-panel")
+        panel.wait_for()
+        rows = panel.locator("g.tl-row").evaluate_all("gs => gs.map(g => g.dataset.agent)")
+        assert rows == ["agent-1", "agent-2", "agent-3", "agent-4"]
+        agent1 = panel.locator("g.tl-row[data-agent='agent-1'] rect.tl-bar")
+        assert agent1.count() == 60
+        widths = agent1.evaluate_all("rs => rs.map(r => r.getBoundingClientRect().width)")
+        assert all(w >= 2 for w in widths)
+        assert panel.locator("rect.tl-failed").count() == 3  # goal-00005's three failed turns
+        assert panel.locator("g.tl-row[data-agent='agent-3'] rect.tl-running").count() == 1
+        panel.screenshot(path=artifacts / "timeline.png")
+        # The fixture's turns overlap on one agent (a real agent's never do): open it by keyboard.
+        panel.locator("a.tl-link:has(rect[data-turn='goal-00005-000003-3'])").focus()
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#run-log")
+        assert page.evaluate("location.hash") == "#/goal/goal-00005/run/3"
+    assert tab.errors == []

@@ -357,8 +357,8 @@ async function overviewView() {
   if (f.reason) q.set("reason", f.reason);
   if (f.q) q.set("q", f.q);
   if (f.sort) q.set("sort", f.sort);
-  const [ov, page, audit] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`),
-    api("/api/audit?limit=20").catch(() => null)]);
+  const [ov, page, audit, tl] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`),
+    api("/api/audit?limit=20").catch(() => null), api("/api/timeline").catch(() => null)]);
   state.actions = ov.actions;
   if (!state.seq) state.seq = ov.seq;
   showHeader(ov.counts, ov.fleet);
@@ -370,6 +370,7 @@ async function overviewView() {
       ov.next_up.length ? el("ul", { class: "list" }, ov.next_up.map(nextRow))
         : el("p", { class: "muted" }, "No goal is ready for an agent.")),
     fleetPanel(ov),
+    tl ? timelinePanel(tl) : null,
     accountsPanel(ov.accounts || []),
     goalsPanel(page),
     audit ? auditPanel(audit) : null,
@@ -483,6 +484,42 @@ function fleetPanel(ov) {
     rows.length ? el("table", { class: "table" },
       el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Turn started", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
       el("tbody", {}, rows)) : null);
+}
+
+// The last hour of each agent: one bar per turn from its start to its end, coloured by outcome;
+// a bar opens the turn's run log (a running one, the goal's page with its live output).
+function timelinePanel(tl) {
+  const start = Date.parse(tl.start), end = Date.parse(tl.end);
+  const W = 1000, L = 110, R = 8, ROW = 22, TOP = 18;
+  const X = (t) => L + ((Math.min(Math.max(t, start), end) - start) / (end - start)) * (W - L - R);
+  const rows = tl.agents.filter((a) => a.turns.length || a.alive);
+  const H = TOP + rows.length * ROW + 4;
+  const ticks = [60, 45, 30, 15, 0].map((m) => svg("g", {},
+    svg("line", { x1: X(end - m * 60000), y1: TOP - 4, x2: X(end - m * 60000), y2: H, class: "tick" }),
+    svg("text", { x: X(end - m * 60000), y: TOP - 6, "text-anchor": m === 60 ? "start" : m === 0 ? "end" : "middle", class: "label" }, m ? `-${m}m` : "now")));
+  const bars = rows.map((a, i) => {
+    const y = TOP + i * ROW;
+    return svg("g", { class: "tl-row", "data-agent": a.agent_id },
+      svg("text", { x: 0, y: y + ROW - 7, class: `label agent-name${a.alive ? "" : " down"}` }, a.agent_id),
+      a.turns.map((t) => {
+        const x1 = X(Date.parse(t.started_at));
+        const x2 = t.ended_at ? X(Date.parse(t.ended_at)) : X(end);
+        const href = t.seq !== null ? `#/goal/${encodeURIComponent(t.goal_id)}/run/${t.seq}` : `#/goal/${encodeURIComponent(t.goal_id)}`;
+        const took = secs(((t.ended_at ? Date.parse(t.ended_at) : end) - Date.parse(t.started_at)) / 1000);
+        const what = t.status === "running" ? "running" : t.status === "committed" ? (t.kind || "committed") : `${t.status}${t.failure ? ` (${t.failure})` : ""}`;
+        return svg("a", { href, class: "tl-link" },
+          svg("rect", { x: x1.toFixed(1), y: y + 3, width: Math.max(x2 - x1, 2).toFixed(1), height: ROW - 8, rx: 2,
+            class: `tl-bar tl-${t.status}${t.kind ? ` tl-k-${t.kind}` : ""}`, "data-goal": t.goal_id, "data-turn": t.turn_key },
+            svg("title", {}, `${t.goal_id} turn ${t.seq !== null ? t.seq : "(in flight)"}: ${what}, ${took}`)));
+      }));
+  });
+  return el("section", { class: "panel wide-panel", id: "timeline-panel", "aria-labelledby": "h-timeline" },
+    el("h2", { id: "h-timeline" }, "Last hour ", el("span", { class: "muted" }, `(${tl.turns.toLocaleString()} turns`,
+      tl.truncated ? ", the newest only" : "", ")")),
+    rows.length ? svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "timeline", role: "img", "aria-label": "each agent's turns over the last hour" },
+      ticks, bars) : el("p", { class: "muted" }, "No agent ran a turn in the last hour."),
+    rows.length ? el("p", { class: "legend muted" },
+      ["committed", "completed", "failed", "stopped", "running"].map((k) => el("span", { class: `key key-${k}` }, k))) : null);
 }
 
 // Issue 27: each provider account (and the root's budget), what holds it back, its window's
