@@ -479,3 +479,21 @@ def test_the_timeline_of_two_thousand_busy_goals_reads_a_bounded_part(layout, tm
     assert status == 200
     assert (doc["goals_read"], doc["truncated"], doc["turns"]) == (MAX_GOALS, True, 3 * MAX_GOALS)
     assert cold < 5.0  # generous for a loaded 2-core machine; measured figures in the report
+
+
+def test_the_turn_reader_rereads_a_goal_only_when_its_newest_turn_changed(layout, tmp_path):
+    """Unchanged goals are served from what was read; a goal with a new turn is read again."""
+    from loopx.web.timeline import TurnReader
+
+    register_goals(layout, [make_goal(g, now=utcnow(), workdir=tmp_path) for g in ("a", "b")])
+    for goal in ("a", "b"):
+        append_history(layout, [failed_line(goal, 1, message="m", minutes_ago=10)])
+    reader = TurnReader(layout)
+    start = utcnow() - timedelta(hours=1)
+    keys = [("a", "a-000001-1"), ("b", "b-000001-1")]
+    first, _ = reader.read(keys, start)
+    layout.history_file("a").write_bytes(b"")  # unchanged key: the kept lines are used
+    append_history(layout, [failed_line("b", 2, message="m", minutes_ago=5)])
+    again, _ = reader.read([("a", "a-000001-1"), ("b", "b-000002-2")], start)
+    assert [(x.goal_id, x.seq) for x in first] == [("a", 1), ("b", 1)]
+    assert [(x.goal_id, x.seq) for x in again] == [("a", 1), ("b", 2), ("b", 1)]

@@ -83,7 +83,7 @@ def _turn(line: HistoryLine) -> TimelineTurn:
         goal_id=line.goal_id,
         seq=line.seq,
         turn_key=line.turn_key,
-        status=str(line.status),  # type: ignore[arg-type] # a TurnStatus: committed, failed, stopped
+        status=str(line.status),  # a TurnStatus: committed, failed or stopped
         kind=str(line.kind) if line.kind is not None else None,
         failure=str(line.failure) if line.failure is not None else None,
         started_at=line.started_at,

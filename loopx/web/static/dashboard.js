@@ -410,7 +410,7 @@ function humanCard(g, actions) {
       el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id),
       badge(g.reason)),
     g.gate_question ? el("p", { class: "question" }, g.gate_question)
-      : g.failure_message && g.reason !== "paused" ? failureLine(g.last_turn_seq, g.last_failure, g.failure_message)
+      : g.failure_message && g.reason === "failing" ? failureLine(g.last_turn_seq, g.last_failure, g.failure_message)
         : el("p", {}, g.explanation),
     g.last_turn_seq && g.reason !== "gate_pending"
       ? el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}/run/${g.last_turn_seq}` },
