@@ -191,7 +191,7 @@ def not_allowed() -> Response:
     """405: only GET and HEAD (POST on the action routes)."""
     return error_reply(
         HTTPStatus.METHOD_NOT_ALLOWED,
-        "only GET is allowed here (POST only on /api/goals/<id>/<action>)",
+        "only GET is allowed here (POST only on /api/goals/<id>/<action> and /api/answers)",
         headers={"Allow": "GET, HEAD", "Connection": "close"},
     )
 
