@@ -63,8 +63,10 @@ from loopx.turn.runlog import RunReport
 from loopx.turn.workdir import WorkdirHold, WorkdirWait
 from loopx.web import dashboard
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
+from loopx.web.bulk import BulkAnswerResult
 from loopx.web.events import ChangeEvent
 from loopx.web.livetail import LiveOutput
+from loopx.web.timeline import Timeline
 from loopx.worktree.mergejournal import MergeJournal
 from loopx.worktree.view import WorktreeView
 
@@ -166,6 +168,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "account-summary": AccountSummary,
     "dashboard-gate-conflict": GateConflict,
     "dashboard-audit": AuditPage,
+    "dashboard-bulk-answer": BulkAnswerResult,  # POST /api/answers
+    "dashboard-timeline": Timeline,  # GET /api/timeline
     # `loopx logs --json`: one per line (issue 29).
     "log-entry": LogEntry,
     "notify-list": NotifyList,  # `notify list|add|remove --json`

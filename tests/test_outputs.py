@@ -92,12 +92,19 @@ HTTP_OUTPUT_OF: dict[str, str] = {
     "/api/goals": "dashboard-goals",
     "/api/goals/g1": "dashboard-goal",
     "/api/goals/g1/runs/1": "dashboard-run-log",
+    "/api/goals/g1/runs/latest": "dashboard-run-log",
     "/api/audit": "dashboard-audit",
+    "/api/timeline": "dashboard-timeline",
 }
 
 # Outputs no GET of a plain JSON route returns: the SSE stream's events and the token-only
 # POST actions (the dashboard's own tests drive those).
-NOT_A_GET_REPLY = {"change-event", "dashboard-action", "dashboard-gate-conflict"}
+NOT_A_GET_REPLY = {
+    "change-event",
+    "dashboard-action",
+    "dashboard-gate-conflict",
+    "dashboard-bulk-answer",
+}
 
 
 def _json_commands(

@@ -161,6 +161,7 @@ def _last_turn(history: Sequence[HistoryLine]) -> LastTurn | None:
             "summary": _clip(h.summary, _SUMMARY_CHARS),
             "next_action": h.next_action,
             "ended_at": h.ended_at,
+            "failure_message": h.failure_message,
         },
     )
 

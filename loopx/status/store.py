@@ -39,7 +39,9 @@ from loopx.status.sources import NO_COUNTS
 from loopx.status.view import GoalStatusView
 
 STORE_NAME: Final = "status.db"
-SCHEMA_VERSION: Final = 2  # PRAGMA user_version of a database this code wrote
+SCHEMA_VERSION: Final = (
+    3  # PRAGMA user_version of a database this code wrote (3: last_turn.failure_message)
+)
 _SCHEMA: Final = """
 CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), status_index TEXT NOT NULL);
 CREATE TABLE goals (

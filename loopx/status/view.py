@@ -125,6 +125,9 @@ class LastTurn(Record):
     summary: str
     next_action: str | None
     ended_at: UtcDatetime
+    # Why a failed turn failed, in the host's or LoopX's words (at most 300 characters, as in
+    # the history line); its run log has the rest. Empty for a committed turn.
+    failure_message: str = ""
 
 
 class GoalStatusView(Record):

@@ -48,7 +48,7 @@ from loopx.web.actions import read_audit
 from loopx.web.bind import host_allowed
 from loopx.web.livetail import read_live
 from loopx.web.metrics import render_metrics
-from loopx.web.service import StatusService
+from loopx.web.service import Snapshot, StatusService
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -191,7 +191,7 @@ def not_allowed() -> Response:
     """405: only GET and HEAD (POST on the action routes)."""
     return error_reply(
         HTTPStatus.METHOD_NOT_ALLOWED,
-        "only GET is allowed here (POST only on /api/goals/<id>/<action>)",
+        "only GET is allowed here (POST only on /api/goals/<id>/<action> and /api/answers)",
         headers={"Allow": "GET, HEAD", "Connection": "close"},
     )
 
@@ -391,18 +391,16 @@ def api_goals(request: Request) -> Response:
     service = _service(request)
     running = _running(service)
     now_running = ",".join(f"{g}={a.turn_key}" for g, a in sorted(running.items()))
-    body = service.cached(
-        f"api-goals:{offset}:{limit}:{f.model_dump_json()}:{now_running}",
-        lambda s: dumps(
-            dashboard.goals_page(
-                dashboard.filtered(s.projection.goals, f),
-                f,
-                offset=offset,
-                limit=limit,
-                running=running,
-            )
-        ),
-    )
+
+    def build(snap: Snapshot) -> bytes:
+        goals = dashboard.filtered(snap.projection.goals, f)
+        gated = [g.goal_id for g in goals[offset : offset + limit] if g.open_gates]
+        gates = dashboard.oldest_open_gates(service.layout, gated)  # a page's states at most
+        return dumps(
+            dashboard.goals_page(goals, f, offset=offset, limit=limit, running=running, gates=gates)
+        )
+
+    body = service.cached(f"api-goals:{offset}:{limit}:{f.model_dump_json()}:{now_running}", build)
     return Response(body, media_type="application/json")
 
 
@@ -514,7 +512,14 @@ def build_app(
     service: StatusService, *, token: str | None, allowed_hosts: frozenset[str] | None
 ) -> ASGIApp:
     """The whole application: :class:`Guard` around the routes of ``service``."""
-    from loopx.web.routes_actions import post_action  # noqa: PLC0415 - routes of their own module
+    from loopx.web.routes_actions import (  # noqa: PLC0415 - routes of their own module
+        post_action,
+        post_answers,
+    )
+    from loopx.web.routes_panels import (  # noqa: PLC0415 - routes of their own module
+        api_latest_run,
+        api_timeline,
+    )
 
     routes = [
         Route("/", page, methods=["GET"]),
@@ -528,11 +533,14 @@ def build_app(
         Route("/events", events, methods=["GET"]),
         Route("/api/overview", overview, methods=["GET"]),
         Route("/api/audit", audit, methods=["GET"]),
+        Route("/api/timeline", api_timeline, methods=["GET"]),
         Route("/api/goals", api_goals, methods=["GET"]),
         Route("/api/goals/{goal_id}", api_goal, methods=["GET"]),
         Route("/api/goals/{goal_id}/live", api_live, methods=["GET"]),
+        Route("/api/goals/{goal_id}/runs/latest", api_latest_run, methods=["GET"]),
         Route("/api/goals/{goal_id}/runs/{seq:int}", api_run, methods=["GET"]),
         Route("/api/goals/{goal_id}/{action}", post_action, methods=["POST"]),
+        Route("/api/answers", post_answers, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.service = service

@@ -37,6 +37,7 @@ from loopx.status.view import (
 )
 from loopx.storage.files import open_regular
 from loopx.turn.historyline import HistoryLine
+from loopx.web.panels import AccountRow, WorktreePanel, account_row, worktree_panel
 
 ATTENTION_HUMANS: Final = 25
 ATTENTION_AGENTS: Final = 10
@@ -59,12 +60,14 @@ class GoalRow(Record):
     explanation: str
     next_eligible_at: UtcDatetime | None = None
     gate_question: str | None = None
-    gate_id: int | None = None  # the open gate the question is of (the overview's cards only)
+    gate_id: int | None = None  # the oldest open gate, whose question gate_question then is
     open_gates: int = 0
     agent_id: str | None = None  # the lease holder while running
     last_turn_at: UtcDatetime | None = None
     last_turn_seq: int | None = None
     last_turn_status: str | None = None
+    last_failure: str | None = None  # the last turn's failure reason code, when it failed
+    failure_message: str = ""  # and its message (the host's or LoopX's words), shown on the card
     consecutive_failures: int = 0
     quota_used: float = 0.0  # spent / allowance of the wall budget, 0..1+
 
@@ -88,6 +91,8 @@ def goal_row(view: GoalStatusView) -> GoalRow:
         last_turn_at=last.ended_at if last is not None else None,
         last_turn_seq=last.seq if last is not None else None,
         last_turn_status=last.status if last is not None else None,
+        last_failure=str(last.failure) if last is not None and last.failure else None,
+        failure_message=last.failure_message if last is not None else "",
         consecutive_failures=view.consecutive_failures,
         quota_used=q.spent_wall_s / q.allowance_wall_s if q.allowance_wall_s > 0 else 0.0,
     )
@@ -159,6 +164,7 @@ class Overview(Record):
     agents: list[AgentRow]
     humans: list[GoalRow]  # needs a person: gates, failing, paused, quarantined, crash loops
     next_up: list[GoalRow]  # what agents run now or next
+    accounts: list[AccountRow] = Field(default_factory=list)  # issue 27 item 7
 
 
 class TurnRow(Record):
@@ -193,6 +199,7 @@ class GoalDetail(Record):
     damaged_history_lines: int = 0
     actions: bool = False
     running: AgentRow | None = None  # the live agent running a turn of this goal now, if any
+    worktree: WorktreePanel | None = None  # a --worktree goal's branch, folder and merge
 
 
 class RunLog(Record):
@@ -298,6 +305,7 @@ def overview(
             with_running(goal_row(v), running_turns(agents))
             for v in goals[humans : humans + min(agent_count, ATTENTION_AGENTS)]
         ],
+        accounts=[account_row(a) for a in projection.accounts],
     )
 
 
@@ -401,8 +409,12 @@ def goals_page(
     offset: int,
     limit: int,
     running: Mapping[str, AgentRow] | None = None,
+    gates: Mapping[str, Gate] | None = None,
 ) -> GoalsPage:
-    """One page of the table, each row ``running`` that a live agent runs now. Pure."""
+    """One page of the table, each row ``running`` that a live agent runs now. Pure.
+
+    ``gates`` (a goal's oldest open gate) names on its row the gate a bulk answer is for.
+    """
     total = len(goals)
     end = offset + limit
     return GoalsPage(
@@ -410,7 +422,10 @@ def goals_page(
         page=PageInfo(
             offset=offset, limit=limit, total=total, next_offset=end if end < total else None
         ),
-        rows=[with_running(goal_row(v), running or {}) for v in goals[offset:end]],
+        rows=[
+            _with_gate(with_running(goal_row(v), running or {}), gates or {})
+            for v in goals[offset:end]
+        ],
     )
 
 
@@ -469,7 +484,13 @@ def goal_detail(
         turns=turns,
         damaged_history_lines=damaged,
         actions=actions,
+        worktree=worktree_panel(layout, goal),
     )
+
+
+def latest_run_seq(layout: Layout, goal_id: str) -> int | None:
+    """The newest turn of the goal that has a run log (one listing of ``runs/``), or None."""
+    return max(_run_seqs(layout, goal_id), default=None)
 
 
 def run_log(layout: Layout, goal_id: str, seq: int) -> RunLog | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from http import HTTPStatus
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -33,38 +34,47 @@ from loopx.web.actions import (
     record_audit,
 )
 from loopx.web.app import authorized, error_reply, json_reply
+from loopx.web.bulk import MAX_BULK_BODY, BulkAnswerRequest, answer_each
 from loopx.web.service import StatusService
 
 _FIELDS = "send answer, gate_id and question (resolve-gate) or {} (pause, resume, done)"
+_BULK_FIELDS = "send answer and gates: [{goal_id, gate_id, question}, ...], at most 100"
 
 
-def describe_request_error(error: ValidationError) -> str:
+def describe_request_error(error: ValidationError, fields: str = _FIELDS) -> str:
     """One sentence for what is wrong with an action's body. Pure."""
-    problems: list[str] = []
-    for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "the body"
-        kind = item["type"]
-        ctx = item.get("ctx") or {}
-        if kind == "json_invalid":
-            problems.append("the body is not valid JSON")
-        elif kind == "string_too_long":
-            problems.append(f"{field} is longer than {ctx.get('max_length')} characters")
-        elif kind == "string_too_short":
-            problems.append(f"{field} must not be empty")
-        elif kind == "extra_forbidden":
-            problems.append(f"{field!r} is not a field of an action ({_FIELDS})")
-        elif kind.startswith("int_"):
-            problems.append(f"{field} must be a whole number")
-        elif kind.startswith("string_"):
-            problems.append(f"{field} must be text")
-        elif kind in {"model_type", "dict_type"}:
-            problems.append(f"the body must be a JSON object ({_FIELDS})")
-        else:
-            problems.append(f"{field}: {item['msg']}")
+    problems = [_problem(item, fields) for item in error.errors()]
     return "; ".join(problems) or "the action's body is not valid"
 
 
-def _refusal(request: Request, service: StatusService) -> tuple[HTTPStatus, str] | None:
+def _problem(item: ErrorDetails, fields: str) -> str:
+    field = ".".join(str(p) for p in item["loc"]) or "the body"
+    kind: str = item["type"]
+    ctx = item.get("ctx") or {}
+    simple = {
+        "json_invalid": "the body is not valid JSON",
+        "string_too_short": f"{field} must not be empty",
+        "too_short": f"{field} must not be empty",
+        "string_too_long": f"{field} is longer than {ctx.get('max_length')} characters",
+        "too_long": f"{field} has more than {ctx.get('max_length')} items",
+        "missing": f"{field} is missing ({fields})",
+        "list_type": f"{field} must be a list",
+        "extra_forbidden": f"{field!r} is not a field of an action ({fields})",
+        "model_type": f"the body must be a JSON object ({fields})",
+        "dict_type": f"the body must be a JSON object ({fields})",
+    }
+    if kind in simple:
+        return simple[kind]
+    if kind.startswith("int_"):
+        return f"{field} must be a whole number"
+    if kind.startswith("string_"):
+        return f"{field} must be text"
+    return f"{field}: {item['msg']}"
+
+
+def _refusal(
+    request: Request, service: StatusService, max_body: int = MAX_ACTION_BODY
+) -> tuple[HTTPStatus, str] | None:
     """Why this action request is refused before its body is read, or None."""
     headers = request.headers
     reason = cross_site_reason(
@@ -80,10 +90,10 @@ def _refusal(request: Request, service: StatusService) -> tuple[HTTPStatus, str]
     if "transfer-encoding" in headers:
         return HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length"
     raw = headers.get("content-length", "0")
-    if not raw.isdigit() or int(raw) > MAX_ACTION_BODY:
+    if not raw.isdigit() or int(raw) > max_body:
         return (
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-            f"an action's body must be at most {MAX_ACTION_BODY} bytes",
+            f"an action's body must be at most {max_body} bytes",
         )
     del service
     return None
@@ -136,6 +146,54 @@ async def post_action(request: Request) -> Response:
         await run_in_threadpool(audit, Outcome.REFUSED, message)
         return error_reply(HTTPStatus.BAD_REQUEST, message)
     return await run_in_threadpool(_apply, service, goal_id, action, asked, audit)
+
+
+async def post_answers(request: Request) -> Response:
+    """``POST /api/answers``: one answer for several gates, each judged and audited on its own."""
+    service: StatusService = request.app.state.service
+    if not service.actions:
+        return error_reply(
+            HTTPStatus.FORBIDDEN,
+            "this server is read-only: it was started without --actions",
+            hint="start it with `loopx serve --actions` to answer gates from the page",
+        )
+    client = request.client.host if request.client is not None else "unknown"
+
+    def audit(goal_id: str, outcome: Outcome, detail: str, answer: str | None = None) -> None:
+        record = AuditRecord(
+            at=utcnow(),
+            client=client,
+            action=Action.RESOLVE_GATE.value,
+            goal_id=goal_id[:64],
+            outcome=outcome,
+            detail=detail,
+            answer=answer,
+        )
+        record_audit(service.layout, record)
+
+    refusal = _refusal(request, service, MAX_BULK_BODY)
+    if refusal is not None:
+        status, message = refusal
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        return error_reply(status, message, headers={"Connection": "close"})
+    try:
+        body = await request.body()
+    except ClientDisconnect:
+        return Response(status_code=HTTPStatus.BAD_REQUEST)
+    try:
+        asked = BulkAnswerRequest.model_validate_json(body or b"{}")
+    except ValidationError as e:
+        message = describe_request_error(e, fields=_BULK_FIELDS)
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        return error_reply(HTTPStatus.BAD_REQUEST, message)
+
+    def run() -> Response:
+        result = answer_each(service.layout, asked, now=utcnow(), audit=audit)
+        if result.applied:
+            service.tick_now()
+        return json_reply(result)
+
+    return await run_in_threadpool(run)
 
 
 def _apply(

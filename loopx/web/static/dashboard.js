@@ -19,6 +19,7 @@ const state = {
   // Typed gate answers by "goal/gate", kept through live refreshes, refusals and reloads (this tab).
   drafts: JSON.parse(sessionStorage.getItem(DRAFTS_KEY) || "{}"),
   inflight: new Set(),  // "goal/action" requests on their way: a second click is ignored
+  bulkResults: null,  // the last bulk answer's reply, listed until dismissed
 };
 
 function saveDrafts() {
@@ -302,8 +303,8 @@ function refresh(changed) {
 // --- views ------------------------------------------------------------------------------------
 
 function parseRoute() {
-  const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+))?$/);
-  if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? Number(m[2]) : null };
+  const m = location.hash.match(/^#\/goal\/([^/]+)(?:\/run\/(\d+|latest))?$/);
+  if (m) return { goal: decodeURIComponent(m[1]), run: m[2] ? (m[2] === "latest" ? "latest" : Number(m[2])) : null };
   const list = location.hash.match(/^#\/\?(.*)$/);
   const q = new URLSearchParams(list ? list[1] : "");
   state.filter = { actor: q.get("actor") || "", reason: q.get("reason") || "", q: q.get("q") || "", sort: q.get("sort") || "" };
@@ -342,10 +343,10 @@ async function render(live) {
 
 // While a person types into an answer box, refresh every part of the page but that form.
 function patchAround(main, view) {
-  for (const id of ["fleet-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
+  for (const id of ["fleet-panel", "accounts-panel", "timeline-panel", "worktree-panel", "goals-panel", "agents-next", "turns-panel", "chart-panel", "live-panel", "audit-panel"]) {
     const old = document.getElementById(id);
     const fresh = view.querySelector(`#${id}`);
-    if (old && fresh) old.replaceWith(fresh);
+    if (old && fresh && !old.contains(document.activeElement)) old.replaceWith(fresh);
   }
 }
 
@@ -356,8 +357,8 @@ async function overviewView() {
   if (f.reason) q.set("reason", f.reason);
   if (f.q) q.set("q", f.q);
   if (f.sort) q.set("sort", f.sort);
-  const [ov, page, audit] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`),
-    api("/api/audit?limit=20").catch(() => null)]);
+  const [ov, page, audit, tl] = await Promise.all([api("/api/overview"), api(`/api/goals?${q}`),
+    api("/api/audit?limit=20").catch(() => null), api("/api/timeline").catch(() => null)]);
   state.actions = ov.actions;
   if (!state.seq) state.seq = ov.seq;
   showHeader(ov.counts, ov.fleet);
@@ -369,6 +370,8 @@ async function overviewView() {
       ov.next_up.length ? el("ul", { class: "list" }, ov.next_up.map(nextRow))
         : el("p", { class: "muted" }, "No goal is ready for an agent.")),
     fleetPanel(ov),
+    tl ? timelinePanel(tl) : null,
+    accountsPanel(ov.accounts || []),
     goalsPanel(page),
     audit ? auditPanel(audit) : null,
   );
@@ -406,7 +409,9 @@ function humanCard(g, actions) {
     el("div", { class: "card-head" },
       el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id),
       badge(g.reason)),
-    g.gate_question ? el("p", { class: "question" }, g.gate_question) : el("p", {}, g.explanation),
+    g.gate_question ? el("p", { class: "question" }, g.gate_question)
+      : g.failure_message && g.reason === "failing" ? failureLine(g.last_turn_seq, g.last_failure, g.failure_message)
+        : el("p", {}, g.explanation),
     g.last_turn_seq && g.reason !== "gate_pending"
       ? el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}/run/${g.last_turn_seq}` },
         `Run log of turn ${g.last_turn_seq}`), " ", el("span", { class: "muted" }, when(g.last_turn_at))) : null,
@@ -447,6 +452,13 @@ function answerForm(goalId, gateId, question) {
   return form;
 }
 
+// A failed turn's reason in its own words (the host's exit and stderr, a timeout, ...), which the
+// status view's explanation only names by its code.
+function failureLine(seq, code, message) {
+  return el("p", { class: "failure" }, el("strong", {}, `Turn ${seq} failed`, code ? ` (${code})` : "", ": "),
+    el("span", { class: "failure-message" }, message));
+}
+
 function nextRow(g) {
   return el("li", {},
     el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id), " ",
@@ -472,6 +484,76 @@ function fleetPanel(ov) {
     rows.length ? el("table", { class: "table" },
       el("thead", {}, el("tr", {}, ["Agent", "State", "Goal", "Turn", "Turn started", "Heartbeat", "Turns", "Restarts"].map((h, i) => el("th", { class: i === 3 ? "wide" : "" }, h)))),
       el("tbody", {}, rows)) : null);
+}
+
+// The last hour of each agent: one bar per turn from its start to its end, coloured by outcome;
+// a bar opens the turn's run log (a running one, the goal's page with its live output).
+function timelinePanel(tl) {
+  const start = Date.parse(tl.start), end = Date.parse(tl.end);
+  const W = 1000, L = 110, R = 8, ROW = 22, TOP = 18;
+  const X = (t) => L + ((Math.min(Math.max(t, start), end) - start) / (end - start)) * (W - L - R);
+  const rows = tl.agents.filter((a) => a.turns.length || a.alive);
+  const H = TOP + rows.length * ROW + 4;
+  const ticks = [60, 45, 30, 15, 0].map((m) => svg("g", {},
+    svg("line", { x1: X(end - m * 60000), y1: TOP - 4, x2: X(end - m * 60000), y2: H, class: "tick" }),
+    svg("text", { x: X(end - m * 60000), y: TOP - 6, "text-anchor": m === 60 ? "start" : m === 0 ? "end" : "middle", class: "label" }, m ? `-${m}m` : "now")));
+  const bars = rows.map((a, i) => {
+    const y = TOP + i * ROW;
+    return svg("g", { class: "tl-row", "data-agent": a.agent_id },
+      svg("text", { x: 0, y: y + ROW - 7, class: `label agent-name${a.alive ? "" : " down"}` }, a.agent_id),
+      a.turns.map((t) => {
+        const x1 = X(Date.parse(t.started_at));
+        const x2 = t.ended_at ? X(Date.parse(t.ended_at)) : X(end);
+        const href = t.seq !== null ? `#/goal/${encodeURIComponent(t.goal_id)}/run/${t.seq}` : `#/goal/${encodeURIComponent(t.goal_id)}`;
+        const took = secs(((t.ended_at ? Date.parse(t.ended_at) : end) - Date.parse(t.started_at)) / 1000);
+        const what = t.status === "running" ? "running" : t.status === "committed" ? (t.kind || "committed") : `${t.status}${t.failure ? ` (${t.failure})` : ""}`;
+        return svg("a", { href, class: "tl-link" },
+          svg("rect", { x: x1.toFixed(1), y: y + 3, width: Math.max(x2 - x1, 2).toFixed(1), height: ROW - 8, rx: 2,
+            class: `tl-bar tl-${t.status}${t.kind ? ` tl-k-${t.kind}` : ""}`, "data-goal": t.goal_id, "data-turn": t.turn_key },
+            svg("title", {}, `${t.goal_id} turn ${t.seq !== null ? t.seq : "(in flight)"}: ${what}, ${took}`)));
+      }));
+  });
+  return el("section", { class: "panel wide-panel", id: "timeline-panel", "aria-labelledby": "h-timeline" },
+    el("h2", { id: "h-timeline" }, "Last hour ", el("span", { class: "muted" }, `(${tl.turns.toLocaleString()} turns`,
+      tl.truncated ? ", the newest only" : "", ")")),
+    rows.length ? svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "timeline", role: "img", "aria-label": "each agent's turns over the last hour" },
+      ticks, bars) : el("p", { class: "muted" }, "No agent ran a turn in the last hour."),
+    rows.length ? el("p", { class: "legend muted" },
+      ["committed", "completed", "failed", "stopped", "running"].map((k) => el("span", { class: `key key-${k}` }, k))) : null);
+}
+
+// Issue 27: each provider account (and the root's budget), what holds it back, its window's
+// spend against its budget (a cost estimated from the account's prices says so), its goals.
+const ACCOUNT_STATES = { ok: "ok", limited: "limited", overloaded: "overloaded", budget_spent: "budget spent", needs_human: "needs a human" };
+
+function spendText(a) {
+  const s = a.spend;
+  if (!s) return el("span", { class: "muted" }, "not counted (no budget)");
+  const b = a.budget || {};
+  const tokens = `${s.tokens.toLocaleString()}${b.max_tokens ? ` of ${b.max_tokens.toLocaleString()}` : ""} tokens`;
+  const cost = `$${s.cost_usd.toFixed(2)}${b.max_cost_usd ? ` of $${b.max_cost_usd.toFixed(2)}` : ""}`;
+  return el("span", { class: "spend-text" }, `${tokens}, ${cost} in ${s.window_hours}h`,
+    a.cost_estimated ? el("span", { class: "badge estimate", title: `$${s.estimated_usd.toFixed(2)} of it estimated from the account's prices` }, "estimate") : "");
+}
+
+function accountsPanel(accounts) {
+  if (!accounts.length) return null;
+  const rows = accounts.map((a) => el("tr", { "data-account": a.name, class: `a-${a.state}` },
+    el("td", { "data-label": "account" }, el("strong", {}, a.name), " ",
+      el("span", { class: "muted" }, a.host_kind ? `${a.host_kind}${a.default ? ", default" : ""}` : "whole root")),
+    el("td", { "data-label": "state" }, el("span", { class: `badge b-acct-${a.state}` }, ACCOUNT_STATES[a.state] || a.state),
+      a.until ? [" until ", when(a.until)] : ""),
+    el("td", { "data-label": "why", class: "why" }, a.question ? el("span", { class: "question" }, a.question) : a.message || "—"),
+    el("td", { "data-label": "spend" }, spendText(a)),
+    el("td", { "data-label": "goals", class: "num" }, a.goals),
+    el("td", { "data-label": "waiting", class: "waiting" }, a.waiting ? [`${a.waiting}: `,
+      ...a.waiting_ids.flatMap((id, i) => [i ? ", " : "", el("a", { href: `#/goal/${encodeURIComponent(id)}` }, id)]),
+      a.waiting > a.waiting_ids.length ? ` and ${a.waiting - a.waiting_ids.length} more` : ""] : "none")));
+  return el("section", { class: "panel wide-panel", id: "accounts-panel", "aria-labelledby": "h-accounts" },
+    el("h2", { id: "h-accounts" }, "Accounts"),
+    el("table", { class: "table" },
+      el("thead", {}, el("tr", {}, ["Account", "State", "Why", "Spend in window", "Goals", "Waiting on it"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)));
 }
 
 function goalsPanel(page) {
@@ -511,7 +593,8 @@ function goalsPanel(page) {
       el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
     el("td", { "data-label": "who" }, badge(g.actor, "actor")),
     el("td", { "data-label": "status" }, badge(g.reason)),
-    el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}` : g.explanation),
+    el("td", { "data-label": "why", class: "why" }, g.gate_question ? `Gate: ${g.gate_question}`
+      : g.reason === "failing" && g.failure_message ? `${g.last_failure || "failed"}: ${g.failure_message}` : g.explanation),
     el("td", { "data-label": "priority", class: "num wide" }, g.priority),
     el("td", { "data-label": "last turn", class: "wide" }, g.last_turn_at ? when(g.last_turn_at) : "—"),
     el("td", { "data-label": "quota", class: "wide" }, quotaBar(g.quota_used))));
@@ -538,10 +621,71 @@ function bulkBar(page) {
     notice(refused ? `${action}: ${refused} of ${ids.length} refused (see the audit log)` : "");
     render();
   };
-  return el("div", { class: "buttons bulk" },
-    el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
-    el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
-    el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume"));
+  return el("div", { class: "bulk-bar" },
+    el("div", { class: "buttons bulk" },
+      el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
+      el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
+      el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume")),
+    page.rows.some((r) => r.gate_id !== null) ? bulkAnswerForm(page) : null,
+    bulkResults());
+}
+
+// One answer for the open gate of every ticked goal (or of every goal of this page with one):
+// each item names its own gate and question, so a gate that closed or changed meanwhile is
+// refused on its own (409) and the others are applied; the page lists how each one ended.
+function bulkAnswerForm(page) {
+  const input = el("input", { id: "bulk-answer-text", name: "answer", placeholder: "One answer for these gates", autocomplete: "off", maxlength: 4000 });
+  input.value = state.drafts.bulk || "";
+  input.addEventListener("input", () => {
+    if (input.value) state.drafts.bulk = input.value; else delete state.drafts.bulk;
+    saveDrafts();
+  });
+  const button = el("button", { type: "submit", id: "bulk-answer" }, "Answer gates");
+  const form = el("form", { class: "answer bulk-answer" },
+    el("label", { for: "bulk-answer-text", class: "sr" }, "One answer for the gates of the ticked goals"), input, button);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const answer = input.value.trim();
+    if (!answer || state.inflight.has("bulk-answer")) return;
+    const picked = page.rows.filter((r) => r.gate_id !== null && (!state.selected.size || state.selected.has(r.goal_id)));
+    if (!picked.length) { notice("None of the ticked goals has an open gate."); return; }
+    if (!state.token) { showTokenForm("Actions need the server's token."); return; }
+    state.inflight.add("bulk-answer");
+    button.disabled = true;
+    try {
+      const doc = await api("/api/answers", {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify({ answer, gates: picked.map((r) => ({ goal_id: r.goal_id, gate_id: r.gate_id, question: r.gate_question })) }),
+      });
+      state.bulkResults = doc;
+      if (!doc.refused) { delete state.drafts.bulk; saveDrafts(); }
+      state.selected.clear();
+      notice(doc.refused ? `Answer: ${doc.refused} of ${doc.results.length} refused (listed below the buttons)` : "");
+    } catch (e) {
+      notice(`bulk answer refused: ${e.message}`);
+    } finally {
+      state.inflight.delete("bulk-answer");
+      button.disabled = false;
+      render();
+    }
+  });
+  return form;
+}
+
+const BULK_OUTCOMES = { applied: "answered", repeated: "already had this answer", stale: "refused (409)", failed: "refused" };
+
+function bulkResults() {
+  const doc = state.bulkResults;
+  if (!doc) return null;
+  return el("div", { id: "bulk-results", class: "bulk-results" },
+    el("p", {}, el("strong", {}, `“${doc.answer}”: ${doc.applied} answered, ${doc.refused} refused `),
+      el("button", { type: "button", class: "ghost", onclick: () => { state.bulkResults = null; render(); } }, "Dismiss")),
+    el("ul", { class: "list" }, doc.results.map((r) => el("li", { class: `bulk-${r.outcome}`, "data-goal": r.goal_id, "data-gate": r.gate_id },
+      el("a", { href: `#/goal/${encodeURIComponent(r.goal_id)}` }, r.goal_id), ` gate ${r.gate_id}: `,
+      el("span", { class: "bulk-outcome" }, BULK_OUTCOMES[r.outcome] || r.outcome),
+      r.error ? el("span", { class: "muted" }, ` — ${r.error}`) : "",
+      r.current_gate ? el("span", { class: "muted" }, ` (it asks now: ${r.current_gate.question})`) : ""))));
 }
 
 function quotaBar(used) {
@@ -569,6 +713,7 @@ async function goalView(route) {
       el("h1", {}, v.goal_id, " ", badge(v.actor, "actor"), " ", badge(v.reason)),
       el("p", { class: "lead" }, v.explanation),
       v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
+      lastFailure(v),
       d.actions ? el("div", { class: "buttons" },
         v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
         v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: (ev) => act(v.goal_id, "resume", {}, ev.currentTarget) }, "Resume") : null,
@@ -594,11 +739,51 @@ async function goalView(route) {
         d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
       el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
     ),
+    d.worktree ? worktreePanel(d.worktree) : null,
     v.lease || d.running ? livePanel(v.goal_id) : null,
     log ? runLogPanel(v.goal_id, log) : null,
     turnsPanel(v.goal_id, d),
     resolvedGates(gates.filter((g) => g.answer !== null)),
   );
+}
+
+// The last turn's failure, when it failed: its message and a link to its run log on this page.
+function lastFailure(v) {
+  const t = v.last_turn;
+  if (!t || t.status !== "failed") return null;
+  return el("div", { id: "last-failure", class: "failure-box" },
+    failureLine(t.seq, t.failure, t.failure_message || "(no message recorded)"),
+    el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(v.goal_id)}/run/${t.seq}`, id: "failure-log" },
+      `Run log of turn ${t.seq}`), " ", el("span", { class: "muted" }, when(t.ended_at))));
+}
+
+// Issue 26: a --worktree goal's own branch and folder, how far it is from its base, its last merge.
+const MERGE_OUTCOMES = { pending: "in progress", merged: "merged", up_to_date: "already in the base",
+  conflict: "conflict: the base is untouched", check_failed: "done-check failed on the merged tree: the base is untouched",
+  base_moved: "the base moved meanwhile: untouched" };
+
+function worktreePanel(w) {
+  const v = w.view;
+  const m = w.merge;
+  const facts = v ? [
+    ["Branch", el("code", {}, v.branch), ` from ${v.base}`],
+    ["Folder", el("code", {}, v.path), v.exists ? "" : el("span", { class: "muted" }, v.phase ? " (not there now)" : " (made at its first turn)")],
+    ["Commits", `${v.ahead} ahead of ${v.base}, ${v.behind} behind`],
+    ["Uncommitted", v.dirty ? `${v.changes.length} path(s): ${v.changes.slice(0, 5).join(", ")}${v.changes.length > 5 ? ", …" : ""}` : "none"],
+  ] : [];
+  if (m) {
+    facts.push(["Last merge", el("span", { class: `merge m-${m.outcome}` }, MERGE_OUTCOMES[m.outcome] || m.outcome),
+      m.merged_commit ? [" as ", el("code", {}, m.merged_commit.slice(0, 12))] : "",
+      m.step !== "finished" ? ` (at step ${m.step})` : "",
+      m.conflicts.length ? ` in ${m.conflicts.join(", ")}` : "",
+      m.gate_id !== null ? ` · gate ${m.gate_id} opened` : "", " ", when(m.updated_at)]);
+  } else if (v) {
+    facts.push(["Last merge", v.ahead ? el("span", { class: "warn" }, `not merged (${v.ahead} commit(s) only on ${v.branch})`) : "nothing to merge"]);
+  }
+  return el("section", { class: "panel", id: "worktree-panel" },
+    el("h2", {}, "Worktree"),
+    w.error ? el("p", { class: "bad" }, w.error) : null,
+    el("dl", { class: "facts" }, facts.map(([k, ...rest]) => [el("dt", {}, k), el("dd", {}, ...rest)]).flat()));
 }
 
 // Issue 26: the goal's newest done-check, with the tail of its output when it failed.
