@@ -12,13 +12,14 @@ import os
 import secrets
 from datetime import datetime
 from enum import StrEnum
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Final, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field
 
-from loopx.errors import GoalStateError, InvalidPolicyError, LoopxError
+from loopx.errors import GoalNotFoundError, GoalStateError, InvalidPolicyError, LoopxError
 from loopx.model import Record, UtcDatetime
 from loopx.registry.goals import get_goal, resolve_gate, set_status
 from loopx.registry.model import GoalStatus
@@ -112,6 +113,15 @@ class StaleGateError(LoopxError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return type(self), (self.goal_id, self.gate_id, self.why, self.current)
+
+
+def refusal_status(e: LoopxError) -> HTTPStatus:
+    """The HTTP status of an action the library refused: 404 no such goal, 400 a bad value, else 409."""
+    if isinstance(e, GoalNotFoundError):
+        return HTTPStatus.NOT_FOUND
+    if isinstance(e, InvalidPolicyError):
+        return HTTPStatus.BAD_REQUEST
+    return HTTPStatus.CONFLICT
 
 
 class AuditRecord(Record):

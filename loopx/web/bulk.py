@@ -16,7 +16,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
-from loopx.errors import GoalNotFoundError, InvalidPolicyError, LoopxError
+from loopx.errors import LoopxError
 from loopx.model import Record
 from loopx.root import Layout
 from loopx.state import Gate
@@ -27,6 +27,7 @@ from loopx.web.actions import (
     Outcome,
     StaleGateError,
     perform,
+    refusal_status,
 )
 
 MAX_GATES: Final = 100  # items per request; the page sends at most a page of rows
@@ -101,13 +102,7 @@ def _one(layout: Layout, ref: GateRef, answer: str, *, now: datetime, audit: Aud
         )
     except LoopxError as e:
         audit(ref.goal_id, Outcome.FAILED, f"{e.message} (bulk answer)", answer)
-        status = (
-            HTTPStatus.NOT_FOUND
-            if isinstance(e, GoalNotFoundError)
-            else HTTPStatus.BAD_REQUEST
-            if isinstance(e, InvalidPolicyError)
-            else HTTPStatus.CONFLICT
-        )
+        status = refusal_status(e)
         return GateAnswer(**base, status=status, outcome="failed", error=e.message, hint=e.hint)
     detail = f"gate {ref.gate_id} (bulk answer)"
     if result.repeated:

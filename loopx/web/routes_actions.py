@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from loopx.errors import GoalNotFoundError, InvalidPolicyError, LoopxError
+from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.web.actions import (
     MAX_ACTION_BODY,
@@ -32,6 +32,7 @@ from loopx.web.actions import (
     cross_site_reason,
     perform,
     record_audit,
+    refusal_status,
 )
 from loopx.web.app import authorized, error_reply, json_reply
 from loopx.web.bulk import MAX_BULK_BODY, BulkAnswerRequest, answer_each
@@ -99,17 +100,21 @@ def _refusal(
     return None
 
 
+def _read_only() -> Response:
+    return error_reply(
+        HTTPStatus.FORBIDDEN,
+        "this server is read-only: it was started without --actions",
+        hint="start it with `loopx serve --actions` to answer gates from the page",
+    )
+
+
 async def post_action(request: Request) -> Response:
     """Run one action, audit it, and refresh the snapshot so the page sees it at once."""
     service: StatusService = request.app.state.service
     goal_id: str = request.path_params["goal_id"]
     name: str = request.path_params["action"]
     if not service.actions:
-        return error_reply(
-            HTTPStatus.FORBIDDEN,
-            "this server is read-only: it was started without --actions",
-            hint="start it with `loopx serve --actions` to answer gates from the page",
-        )
+        return _read_only()
     client = request.client.host if request.client is not None else "unknown"
 
     def audit(outcome: Outcome, detail: str, answer: str | None = None) -> None:
@@ -152,11 +157,7 @@ async def post_answers(request: Request) -> Response:
     """``POST /api/answers``: one answer for several gates, each judged and audited on its own."""
     service: StatusService = request.app.state.service
     if not service.actions:
-        return error_reply(
-            HTTPStatus.FORBIDDEN,
-            "this server is read-only: it was started without --actions",
-            hint="start it with `loopx serve --actions` to answer gates from the page",
-        )
+        return _read_only()
     client = request.client.host if request.client is not None else "unknown"
 
     def audit(goal_id: str, outcome: Outcome, detail: str, answer: str | None = None) -> None:
@@ -214,13 +215,7 @@ def _apply(
         return json_reply(conflict, HTTPStatus.CONFLICT)
     except LoopxError as e:
         audit(Outcome.FAILED, e.message, asked.answer)
-        status = (
-            HTTPStatus.NOT_FOUND
-            if isinstance(e, GoalNotFoundError)
-            else HTTPStatus.BAD_REQUEST
-            if isinstance(e, InvalidPolicyError)
-            else HTTPStatus.CONFLICT
-        )
+        status = refusal_status(e)
         return error_reply(status, e.message, e.hint)
     detail = f"gate {result.gate.id}" if result.gate is not None else str(result.goal_status)
     if result.repeated:
