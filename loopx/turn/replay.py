@@ -13,7 +13,9 @@ opened or answered, a reset host session). Each journal's plan carries a
 snapshot of the goal state taken when the turn was planned, so those
 human-owned fields are taken from that snapshot before the turn is replayed.
 Human changes made after the last turn show up as differences of ``gates``,
-``host_session`` or ``updated_at`` only. The same snapshot lets replay check
+``host_session`` or ``updated_at`` only. What ``doctor --repair`` does to a
+future-dated state is recorded beside the journals (``clock-shifts.jsonl``)
+and replayed after the turn it followed. The same snapshot lets replay check
 the chain: the turn-owned fields the replay rebuilt before a turn must equal
 the snapshot that turn was planned from (a ``chain`` difference otherwise,
 e.g. when an earlier journal was lost or quarantined).
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -51,6 +54,7 @@ from loopx.storage.files import (
     read_bytes,
 )
 from loopx.turn.checkpoint import Checkpoint, read_checkpoint
+from loopx.turn.clockshift import ClockShift, apply_shifts, read_shifts
 from loopx.turn.differences import (
     Difference,
     DifferenceKind,
@@ -176,14 +180,18 @@ def _replay_into(
     goal_id: str,
     journals: list[TurnJournal],
     checkpoint: Checkpoint | None = None,
+    shifts: Sequence[ClockShift] = (),
 ) -> list[Difference]:
     """Apply every journal's effects to the scratch root, with the live turn's functions.
 
     With ``checkpoint``, the replay starts from the state and ledger it holds.
+    After each turn (and the checkpoint), the ``shifts`` ``doctor --repair`` made
+    of the state that turn left are applied (:mod:`loopx.turn.clockshift`).
     """
     scratch.ensure_goal_dirs(goal_id)
     if checkpoint is not None:
         _seed(scratch, checkpoint)
+        _shift(scratch, goal_id, shifts)
     chain: list[Difference] = []
     for index, journal in enumerate(journals):
         planned = journal.plan.envelope.state
@@ -197,9 +205,20 @@ def _replay_into(
         durable_writeback(scratch, journal)
         quota_spend(scratch, journal)
         scheduler_apply(scratch, journal)
+        _shift(scratch, goal_id, shifts)
     if not journals and checkpoint is None:
         atomic_write_model(scratch.state_file(goal_id), GoalState(goal_id=goal_id), durable=False)
     return chain
+
+
+def _shift(scratch: Layout, goal_id: str, shifts: Sequence[ClockShift]) -> None:
+    """Apply the ``doctor --repair`` shifts made from the scratch state as it is now."""
+    if not shifts:
+        return
+    state = load_state(scratch, goal_id)
+    after = apply_shifts(state, list(shifts))
+    if after is not state:
+        atomic_write_model(scratch.state_file(goal_id), after, durable=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +251,13 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
     journals = _read_journals(
         layout, goal_id, through_seq=checkpoint.through_seq if checkpoint else 0
     )
-    return rebuild_from(checkpoint, journals.terminal, goal_id=goal_id, journals=journals)
+    return rebuild_from(
+        checkpoint,
+        journals.terminal,
+        goal_id=goal_id,
+        journals=journals,
+        shifts=read_shifts(layout, goal_id),
+    )
 
 
 def rebuild_from(
@@ -241,15 +266,16 @@ def rebuild_from(
     *,
     goal_id: str,
     journals: _Journals | None = None,
+    shifts: Sequence[ClockShift] = (),
 ) -> Rebuilt:
-    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` writes."""
+    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` writes (and ``shifts``)."""
     journals = journals or _Journals(terminal=terminal)
     with tempfile.TemporaryDirectory(prefix="loopx-replay-") as tmp:
         scratch_root = Path(tmp) / "root"
         scratch = open_root(
             ResolvedRoot(scratch_root, scratch_root / "registry.json", RootSource.FLAG), create=True
         )
-        chain = _replay_into(scratch, goal_id, journals.terminal, checkpoint)
+        chain = _replay_into(scratch, goal_id, journals.terminal, checkpoint, shifts)
         goal_dir = scratch.goal_dir(goal_id)
         files: dict[str, bytes] = {}
         for name in ("state.json", "history.jsonl", "quota.jsonl"):
