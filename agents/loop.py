@@ -29,6 +29,7 @@ import structlog
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
 from loopx.clock import calibrate
+from loopx.duties import Duties
 from loopx.errors import LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
@@ -116,6 +117,8 @@ class Agent:
         self._since_beat = 0.0
         self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
         self.space_blocked: str | None = None  # why no new turn starts (disk limits), if so
+        # The step and the heartbeat a resource error (EMFILE, MemoryError...) stops now.
+        self.duties = Duties("agent")
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
 
@@ -160,6 +163,7 @@ class Agent:
                 turns_done=self.turns_done,
                 started_at=self._started_at,
                 beat_at=utcnow(),
+                degraded=self.degraded_reason,
             )
             # Not fsynced: a heartbeat tells live processes about a live agent; after
             # a power cut there is no agent left for it to describe.
@@ -184,6 +188,12 @@ class Agent:
                 log.info("agent_recovered", was=self.degraded)
             self.degraded = reason
 
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the agent is degraded now: refused writes, then failing duties."""
+        parts = [p for p in (self.degraded, self.duties.reason) if p]
+        return "; ".join(parts) or None
+
     def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
         """Change the phase the next beat publishes, without writing now."""
         with self._beat_lock:
@@ -207,16 +217,20 @@ class Agent:
     def _beat_forever(self) -> None:
         interval = max(0.1, self.config.heartbeat_s)
         while not self._beats_done.wait(min(interval, PARENT_GONE_CHECK_S)):
-            if self._parent_gone():
-                log.warning("agent_parent_gone", parent_pid=self.config.parent_pid)
-                self.request_stop()
-            self._since_beat += min(interval, PARENT_GONE_CHECK_S)
-            if self._since_beat >= interval:
-                self._since_beat = 0.0
-                try:
-                    self.beat()
-                except (LoopxError, OSError) as e:
-                    log.warning("heartbeat_failed", error=str(e))
+            try:
+                self.duties.run("beat", lambda: self._beat_pass(interval))
+            except (LoopxError, OSError) as e:
+                log.warning("heartbeat_failed", error=str(e))
+
+    def _beat_pass(self, interval: float) -> None:
+        """One pass of the heartbeat thread: is the parent alive, is a beat due."""
+        if self._parent_gone():
+            log.warning("agent_parent_gone", parent_pid=self.config.parent_pid)
+            self.request_stop()
+        self._since_beat += min(interval, PARENT_GONE_CHECK_S)
+        if self._since_beat >= interval:
+            self._since_beat = 0.0
+            self.beat()
 
     def start_heartbeat(self) -> None:
         """Beat now and then every ``heartbeat_s`` from a background thread (also during turns)."""
@@ -383,7 +397,10 @@ class Agent:
         log.info("agent_started", pid=os.getpid())
         try:
             while not self.done():
-                step = self.run_once()
+                step = self.duties.run("step", self.run_once)
+                if step is None:  # a resource error: back off like an idle step
+                    self.idle_streak += 1
+                    step = Step.IDLE
                 if self.config.once:
                     break
                 if step is Step.IDLE:
