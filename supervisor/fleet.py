@@ -18,14 +18,14 @@ import os
 import select
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from loopx import exitcodes, process
 from loopx.duties import Duties
-from loopx.errors import CorruptFileError, loop_fault, resource_fault
+from loopx.errors import CorruptFileError, LoopxError, loop_fault, resource_fault
 from loopx.fleet import (
     AgentHeartbeat,
     AgentLoopFactory,
@@ -70,6 +70,7 @@ STATUS_SCAN_RATE: Final = 200.0
 # How often the root's path is checked against the directory the supervisor opened.
 _ROOT_CHECK_S: Final = 2.0
 _SPAWN_RETRY_S: Final = 1.0
+T = TypeVar("T")
 
 
 class Supervisor:
@@ -429,7 +430,7 @@ class Supervisor:
         if self.stop_requests and self.state is FleetState.RUNNING:
             self._begin_stop(now)
         if self.state is FleetState.STOPPING:
-            self.duties.run("slots", lambda: self._check_slots(now))
+            self._duty("slots", lambda: self._check_slots(now))
             forced = self.stop_requests > 1 or now >= self._stop_deadline
             if forced or not self._live():
                 return self._finish()
@@ -443,7 +444,7 @@ class Supervisor:
         # A Ray actor's pid becomes known after its spawn: publish it then too.
         retry_due = self._record_retry_at is not None and now >= self._record_retry_at
         degraded = self.duties.reason
-        changed = self.duties.run("slots", lambda: self._check_slots(now))
+        changed = self._duty("slots", lambda: self._check_slots(now))
         if changed or self._pids() != self._published_pids or retry_due:
             self._write_record()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
@@ -456,6 +457,21 @@ class Supervisor:
             self.notifier.status(status)
         return None
 
+    def _duty(self, name: str, step: Callable[[], T]) -> T | None:
+        """One duty's pass; a failure because the root moved away stops the fleet, saying why.
+
+        A spawn or a read under a root renamed or swapped away fails with
+        ``FileNotFoundError`` (or a symlink refusal) before the 2-second root
+        check sees it; that used to end the supervisor with a traceback and no
+        record (issue 28 item 4).
+        """
+        try:
+            return self.duties.run(name, step)
+        except (OSError, LoopxError):
+            if self._check_root():
+                return None
+            raise
+
     def _run_duties(self, now: float, degraded: str | None) -> None:
         """The periodic duties, each weathering resource errors (``self.duties``)."""
         if now >= self._next_root_check:
@@ -463,12 +479,12 @@ class Supervisor:
             self.duties.run("root", self._check_root)
         if now >= self._next_refresh:
             self._next_refresh = now + self.config.refresh_interval_s
-            self.duties.run("refresh", self._refresh_status)
+            self._duty("refresh", self._refresh_status)
         if self.config.until_idle and now >= self._next_idle_check:
-            self.duties.run("idle", lambda: self._check_idle(now))
+            self._duty("idle", lambda: self._check_idle(now))
         if self.gc.due(now):
             agents = [s.agent_id for s in self._live()]
-            self.duties.run("gc", lambda: self.gc.step(now, wall=utcnow(), agents=agents))
+            self._duty("gc", lambda: self.gc.step(now, wall=utcnow(), agents=agents))
         if self.duties.reason != degraded and self._record_retry_at is None:
             self._write_record()  # a duty began or stopped failing: the record says so
 
