@@ -29,6 +29,7 @@ import structlog
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
 from loopx.clock import calibrate
+from loopx.duties import Duties
 from loopx.errors import LoopxError, resource_fault
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
@@ -42,6 +43,7 @@ from loopx.process import (
 from loopx.registry.model import Goal
 from loopx.retention.space import check_space
 from loopx.root import Layout
+from loopx.rootwatch import RootHandle
 from loopx.schedule.index import ScheduleIndex
 from loopx.secrets import secret_values
 from loopx.state import load_state
@@ -116,6 +118,12 @@ class Agent:
         self._since_beat = 0.0
         self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
         self.space_blocked: str | None = None  # why no new turn starts (disk limits), if so
+        # The step and the heartbeat a resource error (EMFILE, MemoryError...) stops now.
+        self.duties = Duties("agent")
+        # The root by directory descriptor while `run` loops: a moved root stops the agent,
+        # saying why, instead of a traceback at its next write (issue 28 item 4).
+        self._root: RootHandle | None = None
+        self.root_moved: str | None = None
 
     # --- intent (called from signal handlers and tests) ---------------------------------------
 
@@ -160,6 +168,7 @@ class Agent:
                 turns_done=self.turns_done,
                 started_at=self._started_at,
                 beat_at=utcnow(),
+                degraded=self.degraded_reason,
             )
             # Not fsynced: a heartbeat tells live processes about a live agent; after
             # a power cut there is no agent left for it to describe.
@@ -184,6 +193,12 @@ class Agent:
                 log.info("agent_recovered", was=self.degraded)
             self.degraded = reason
 
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the agent is degraded now: refused writes, then failing duties."""
+        parts = [p for p in (self.degraded, self.duties.reason) if p]
+        return "; ".join(parts) or None
+
     def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
         """Change the phase the next beat publishes, without writing now."""
         with self._beat_lock:
@@ -207,16 +222,44 @@ class Agent:
     def _beat_forever(self) -> None:
         interval = max(0.1, self.config.heartbeat_s)
         while not self._beats_done.wait(min(interval, PARENT_GONE_CHECK_S)):
-            if self._parent_gone():
-                log.warning("agent_parent_gone", parent_pid=self.config.parent_pid)
-                self.request_stop()
-            self._since_beat += min(interval, PARENT_GONE_CHECK_S)
-            if self._since_beat >= interval:
-                self._since_beat = 0.0
-                try:
-                    self.beat()
-                except (LoopxError, OSError) as e:
+            try:
+                self.duties.run("beat", lambda: self._beat_pass(interval))
+            except (LoopxError, OSError) as e:
+                if not self.check_root():
                     log.warning("heartbeat_failed", error=str(e))
+
+    def _beat_pass(self, interval: float) -> None:
+        """One pass of the heartbeat thread: is the parent alive, is a beat due."""
+        if self._parent_gone():
+            log.warning("agent_parent_gone", parent_pid=self.config.parent_pid)
+            self.request_stop()
+        self._since_beat += min(interval, PARENT_GONE_CHECK_S)
+        if self._since_beat >= interval:
+            self._since_beat = 0.0
+            self.beat()
+
+    def check_root(self) -> bool:
+        """Whether the root's path no longer names the directory opened; the first time, stop.
+
+        Logs ``agent_root_moved`` (error) once, to the agent's log, which is
+        already open and so travels with the root, and asks the loop to stop;
+        ``run`` then exits 1. The supervisor, which checks the same, records
+        the stop in the root (``root-moved.json``) and exits for its unit to restart.
+        """
+        if self.root_moved is not None:
+            return True
+        if self._root is None:
+            return False
+        try:
+            problem = self._root.problem()
+        except OSError:
+            return False  # a resource error says nothing about the root; the duty degrades
+        if problem is None:
+            return False
+        self.root_moved = problem
+        log.error("agent_root_moved", path=str(self.layout.root), problem=problem)
+        self.request_stop()
+        return True
 
     def start_heartbeat(self) -> None:
         """Beat now and then every ``heartbeat_s`` from a background thread (also during turns)."""
@@ -379,11 +422,20 @@ class Agent:
     def run(self) -> int:
         """Loop until stopped (or ``max_turns``/``once``); returns the exit code (0)."""
         structlog.contextvars.bind_contextvars(agent_id=self.config.agent_id)
+        self._root = RootHandle(self.layout.root)
         self.start_heartbeat()
         log.info("agent_started", pid=os.getpid())
         try:
-            while not self.done():
-                step = self.run_once()
+            while not self.done() and not self.check_root():
+                try:
+                    step = self.duties.run("step", self.run_once)
+                except (LoopxError, OSError):
+                    if self.check_root():
+                        break  # said why; not a traceback
+                    raise
+                if step is None:  # a resource error: back off like an idle step
+                    self.idle_streak += 1
+                    step = Step.IDLE
                 if self.config.once:
                     break
                 if step is Step.IDLE:
@@ -393,9 +445,19 @@ class Agent:
                     self._idle_wait()
         finally:
             self.stop_heartbeat()
+            self._final_beat()
+            if self._root is not None:
+                self._root.close()
+            log.info("agent_stopped", turns_done=self.turns_done, root_moved=self.root_moved)
+        return exitcodes.OK if self.root_moved is None else exitcodes.FAILURE
+
+    def _final_beat(self) -> None:
+        """Publish ``stopping``, unless the root moved away (there is nowhere to publish it)."""
+        try:
             self.beat(AgentPhase.STOPPING)
-            log.info("agent_stopped", turns_done=self.turns_done)
-        return exitcodes.OK
+        except (LoopxError, OSError):
+            if not self.check_root():
+                raise
 
 
 def outcome_words(report: TurnReport) -> str:

@@ -26,6 +26,7 @@ from loopx.model import current_offset, set_clock_offset
 from loopx.root import Layout
 from loopx.state import GoalState
 from loopx.storage.files import atomic_write_model, read_model_or_none
+from loopx.turn.clockshift import read_shifts, record_shift, recorded_shift, shifted
 
 # Up to this much disagreement is accepted as it is (coarse mtimes, slow writes).
 MAX_SKEW_S: Final = 2.0
@@ -87,24 +88,29 @@ def clamp_state(state: GoalState, *, now: datetime) -> GoalState | None:
     """
     if state.updated_at is None or state.updated_at <= now + FUTURE_TOLERANCE:
         return None
-    shift = state.updated_at - now
-    update: dict[str, object] = {"updated_at": now}
-    if state.next_eligible_at is not None:
-        update["next_eligible_at"] = state.next_eligible_at - shift
-    return state.model_copy(update=update)
+    return shifted(state, now)
 
 
 def repair_future_dated(layout: Layout, goal_ids: list[str], *, now: datetime) -> list[str]:
-    """Clamp every future-dated goal state (under its goal's lock); return the goals changed."""
+    """Clamp every future-dated goal state (under its goal's lock); return the goals changed.
+
+    Each shift is recorded in the goal's ``clock-shifts.jsonl`` before the state
+    is rewritten, so ``loopx replay`` derives the same state from the journals
+    (:mod:`loopx.turn.clockshift`); a shift recorded by a repair that died before
+    its state write is finished with the instant it recorded.
+    """
     changed = []
     for goal_id in goal_ids:
         path = layout.state_file(goal_id)
         with goal_lock(layout, goal_id):
             state = read_model_or_none(path, GoalState)
-            clamped = clamp_state(state, now=now) if state is not None else None
-            if clamped is None:
+            if state is None or clamp_state(state, now=now) is None:
                 continue
-            atomic_write_model(path, clamped)
+            done = recorded_shift(read_shifts(layout, goal_id), state)
+            to = done.to_updated_at if done is not None else now
+            if done is None:
+                record_shift(layout, state, to, now=now)
+            atomic_write_model(path, shifted(state, to))
         changed.append(goal_id)
     return changed
 

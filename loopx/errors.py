@@ -290,6 +290,18 @@ def resource_fault(error: BaseException) -> str | None:
     return None
 
 
+def loop_fault(error: BaseException) -> str | None:
+    """The reason when ``error`` is a resource error a long-running loop weathers, else None.
+
+    :func:`resource_fault`'s faults, and ``MemoryError``: an allocation the
+    machine refused is as passing as a full disk, and no loop of the
+    supervisor, agents or server may die of it (issue 28).
+    """
+    if isinstance(error, MemoryError):
+        return "out of memory"
+    return resource_fault(error)
+
+
 # Issue 26: a git worktree per goal and merges that wait for the check (loopx/worktree/).
 class WorktreeError(UsageError):
     """A goal's git worktree cannot be made, shown or removed as asked (nothing was changed)."""

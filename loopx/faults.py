@@ -11,6 +11,14 @@
   second to fourth write of a lease. :func:`inject_io_errors` does the same
   inside one process.
 
+* ``LOOPX_FAULT=loop:<point>:<ERROR>@<first>[-[<last>]]``: the passes number
+  ``first`` to ``last`` of a long-running loop's point (:func:`loop_fault_point`)
+  raise ``ERROR``: ``MemoryError``, or an errno name (``OSError``), for the
+  resource errors a test cannot make for real (ENOMEM, EIO):
+  ``loop:agent:step:MemoryError@1-3``. Points: ``supervisor:slots``,
+  ``supervisor:refresh``, ``supervisor:root``, ``supervisor:idle``, ``supervisor:gc``,
+  ``agent:step``, ``agent:beat``, ``serve:refresh``.
+
 Entries are separated by commas. Without the variable a point is one
 dictionary lookup.
 """
@@ -34,6 +42,7 @@ if TYPE_CHECKING:
 FAULT_EXIT_CODE: Final = exitcodes.FAULT
 FAULT_ENV: Final = environ.FAULT
 _IO_PREFIX: Final = "io:"
+_LOOP_PREFIX: Final = "loop:"
 
 
 def fault_point(name: str) -> None:
@@ -157,3 +166,47 @@ def inject_io_errors(spec: str) -> Iterator[IoFault]:
         with _INJECTOR.lock:
             _INJECTOR.in_process.remove(fault)
             _INJECTOR.counts.pop(fault, None)
+
+
+# --- loop faults ---------------------------------------------------------------------------------
+
+_loop_lock = threading.Lock()
+_loop_counts: dict[str, int] = {}
+
+
+def _loop_error(name: str) -> BaseException:
+    if name == "MemoryError":
+        return MemoryError("out of memory (injected)")
+    code = getattr(errno, name, None)
+    if not isinstance(code, int):
+        raise UsageError(
+            f"{FAULT_ENV}: {name!r} is no error a loop fault can raise",
+            hint="write MemoryError or an errno name: loop:agent:step:EMFILE@1-3",
+        )
+    return OSError(code, f"{os.strerror(code)} (injected)")
+
+
+def loop_fault_point(point: str) -> None:
+    """Raise the injected error if this pass of ``point`` is one that must fail.
+
+    Called once per pass of a long-running loop's duty, inside the guard that
+    must weather it (``LOOPX_FAULT=loop:<point>:<ERROR>@<first>[-[<last>]]``).
+
+    Raises:
+        MemoryError | OSError: an injected fault.
+        UsageError: the spec is malformed.
+
+    """
+    text = os.environ.get(FAULT_ENV)
+    if not text or _LOOP_PREFIX not in text:
+        return
+    for entry in text.split(","):
+        head, _, rest = entry.removeprefix(_LOOP_PREFIX).rpartition(":")
+        if not entry.startswith(_LOOP_PREFIX) or head != point:
+            continue
+        name, _, span = rest.partition("@")
+        fault = parse_io_fault(f"io:EIO@{span}")  # the same span syntax
+        with _loop_lock:
+            n = _loop_counts[entry] = _loop_counts.get(entry, 0) + 1
+        if fault.hits(n):
+            raise _loop_error(name)

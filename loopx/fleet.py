@@ -81,6 +81,8 @@ class AgentHeartbeat(Record):
     turns_done: int = 0
     started_at: UtcDatetime
     beat_at: UtcDatetime
+    # What a resource error stops now (refused writes, a failing step), if anything.
+    degraded: str | None = None
 
 
 class ExitKind(StrEnum):
@@ -180,6 +182,8 @@ class FleetRecord(Record):
     started_at: UtcDatetime
     updated_at: UtcDatetime
     slots: list[AgentSlot] = Field(default_factory=list)
+    # Its duties a resource error stops now ("refresh: too many open files"), if any.
+    degraded: str | None = None
 
     @property
     def crash_loop(self) -> bool:

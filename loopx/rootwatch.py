@@ -23,6 +23,7 @@ import secrets
 from pathlib import Path
 from typing import Final
 
+from loopx.errors import resource_fault
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.storage.files import FILE_MODE, read_bytes
 
@@ -56,6 +57,8 @@ class RootHandle:
         except FileNotFoundError:
             return "nothing: the root was moved or removed"
         except OSError as e:
+            if resource_fault(e) is not None:
+                raise  # no memory or descriptor for a stat says nothing about the root
             return f"nothing readable ({e.strerror})"
         if (st.st_dev, st.st_ino) != self.identity:
             return (

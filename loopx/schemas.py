@@ -52,6 +52,7 @@ from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.view import ProbeObservation, StatusProjection
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.checkpoint import Checkpoint
+from loopx.turn.clockshift import ClockShift
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.inspection import JournalInspection, JournalList
 from loopx.turn.journal import TurnJournal
@@ -92,6 +93,7 @@ FILES: dict[str, type[BaseModel]] = {
     "history": HistoryLine,
     "quarantine-note": QuarantineNote,
     "set-aside-note": SetAsideNote,
+    "clock-shift": ClockShift,  # clock-shifts.jsonl: a future-dated state dated back by doctor
     "supervisor": FleetRecord,
     "heartbeat": AgentHeartbeat,
     "scale-request": ScaleRequest,

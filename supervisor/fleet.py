@@ -18,13 +18,14 @@ import os
 import select
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from loopx import exitcodes, process
-from loopx.errors import CorruptFileError, resource_fault
+from loopx.duties import Duties
+from loopx.errors import CorruptFileError, LoopxError, loop_fault, resource_fault
 from loopx.fleet import (
     AgentHeartbeat,
     AgentLoopFactory,
@@ -68,6 +69,8 @@ STATUS_FULL_SCAN_S: Final = 60.0
 STATUS_SCAN_RATE: Final = 200.0
 # How often the root's path is checked against the directory the supervisor opened.
 _ROOT_CHECK_S: Final = 2.0
+_SPAWN_RETRY_S: Final = 1.0
+T = TypeVar("T")
 
 
 class Supervisor:
@@ -131,6 +134,8 @@ class Supervisor:
         self._next_root_check = 0.0
         self._root_moved = False
         self._notify: NotifyDuty | None = None  # notifications, sent off the main thread
+        # Duties a resource error (EMFILE, MemoryError...) stopped, retried each tick (issue 28).
+        self.duties = Duties("supervisor")
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
 
@@ -180,7 +185,7 @@ class Supervisor:
         process.become_subreaper()
         reap_previous(self.layout, previous, self.me.pid, self.config.stop_grace_s)
         self._recover()
-        self._refresh_status()
+        self.duties.run("refresh", self._refresh_status)
         self.runner.open()
         self.slots = [Slot(i, f"agent-{i}") for i in range(1, self.wanted + 1)]
         now = time.monotonic()
@@ -254,7 +259,9 @@ class Supervisor:
             self._goals = report.goals
             if report.reread >= TRIM_AFTER_REREAD:
                 return_freed_memory()  # the views it replaced, freed between the live ones
-        except Exception as e:  # noqa: BLE001 - a broken projection must not stop the fleet
+        except Exception as e:
+            if loop_fault(e) is not None:
+                raise  # the refresh duty is degraded, said in the status line and record
             log.warning("status_refresh_failed", error=str(e))
             return
         self._notify_duty()
@@ -278,6 +285,9 @@ class Supervisor:
     # --- agents ---------------------------------------------------------------------------------
 
     def _spawn(self, slot: Slot, now: float) -> None:
+        # A spawn a resource error refuses (no descriptor for the pipe or the log) is
+        # tried again in a second, not at every wake-up.
+        slot.next_start = now + _SPAWN_RETRY_S
         slot.agent = self.runner.spawn(slot.index, slot.agent_id)
         slot.spawned_at = now
         slot.next_start = None
@@ -421,12 +431,12 @@ class Supervisor:
 
     # --- one step -------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> int | None:  # noqa: C901 - one line per duty, in order
+    def tick(self, now: float) -> int | None:
         """One step of the supervisor at monotonic time ``now``; the exit code once stopped."""
         if self.stop_requests and self.state is FleetState.RUNNING:
             self._begin_stop(now)
         if self.state is FleetState.STOPPING:
-            self._check_slots(now)
+            self._duty("slots", lambda: self._check_slots(now))
             forced = self.stop_requests > 1 or now >= self._stop_deadline
             if forced or not self._live():
                 return self._finish()
@@ -439,26 +449,50 @@ class Supervisor:
             self._write_record()
         # A Ray actor's pid becomes known after its spawn: publish it then too.
         retry_due = self._record_retry_at is not None and now >= self._record_retry_at
-        if self._check_slots(now) or self._pids() != self._published_pids or retry_due:
+        degraded = self.duties.reason
+        changed = self._duty("slots", lambda: self._check_slots(now))
+        if changed or self._pids() != self._published_pids or retry_due:
             self._write_record()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
             self._next_watchdog = now + self.notifier.watchdog_s
-        if now >= self._next_root_check:
-            self._next_root_check = now + _ROOT_CHECK_S
-            self._check_root()
-        if now >= self._next_refresh:
-            self._next_refresh = now + self.config.refresh_interval_s
-            self._refresh_status()
-        if self.config.until_idle and now >= self._next_idle_check:
-            self._check_idle(now)
-        if self.gc.due(now):
-            self.gc.step(now, wall=utcnow(), agents=[s.agent_id for s in self._live()])
+        self._run_duties(now, degraded)
         status = self._status_line()
         if status != self._last_status:
             self._last_status = status
             self.notifier.status(status)
         return None
+
+    def _duty(self, name: str, step: Callable[[], T]) -> T | None:
+        """One duty's pass; a failure because the root moved away stops the fleet, saying why.
+
+        A spawn or a read under a root renamed or swapped away fails with
+        ``FileNotFoundError`` (or a symlink refusal) before the 2-second root
+        check sees it; that used to end the supervisor with a traceback and no
+        record (issue 28 item 4).
+        """
+        try:
+            return self.duties.run(name, step)
+        except (OSError, LoopxError):
+            if self._check_root():
+                return None
+            raise
+
+    def _run_duties(self, now: float, degraded: str | None) -> None:
+        """The periodic duties, each weathering resource errors (``self.duties``)."""
+        if now >= self._next_root_check:
+            self._next_root_check = now + _ROOT_CHECK_S
+            self.duties.run("root", self._check_root)
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.config.refresh_interval_s
+            self._duty("refresh", self._refresh_status)
+        if self.config.until_idle and now >= self._next_idle_check:
+            self._duty("idle", lambda: self._check_idle(now))
+        if self.gc.due(now):
+            agents = [s.agent_id for s in self._live()]
+            self._duty("gc", lambda: self.gc.step(now, wall=utcnow(), agents=agents))
+        if self.duties.reason != degraded and self._record_retry_at is None:
+            self._write_record()  # a duty began or stopped failing: the record says so
 
     def next_wait(self, now: float) -> float:
         """How long the loop may sleep before the next tick is due."""
@@ -481,7 +515,14 @@ class Supervisor:
         text += f", {loops} in crash loop" if loops else ""
         if self._goals is not None:
             text += f", {self._goals} goals"
-        return text + (f"; degraded: {self.degraded}" if self.degraded else "")
+        degraded = self.degraded_reason
+        return text + (f"; degraded: {degraded}" if degraded else "")
+
+    @property
+    def degraded_reason(self) -> str | None:
+        """Why the supervisor is degraded now: refused record writes, then failing duties."""
+        parts = [p for p in (self.degraded, self.duties.reason) if p]
+        return "; ".join(parts) or None
 
     def _pids(self) -> list[int | None]:
         return [r.pid if (r := s.ref) is not None else None for s in self.slots]
@@ -504,11 +545,12 @@ class Supervisor:
             started_at=self._started_wall,
             updated_at=utcnow(),
             slots=[s.record() for s in self.slots],
+            degraded=self.duties.reason,
         )
         try:
             atomic_write_model(self.layout.supervisor_file, record)
-        except OSError as e:
-            reason = resource_fault(e)
+        except (OSError, MemoryError) as e:
+            reason = loop_fault(e)
             if reason is None:
                 if self._check_root():
                     return  # the root moved away: the fleet stops, saying why

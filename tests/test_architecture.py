@@ -66,6 +66,7 @@ KERNEL_ORDER: Final = (
     "secrets",
     "logfile",  # log files under logs/, rotated by size
     "log",
+    "duties",  # a long-running loop's duties: a resource error degrades one, never ends the loop
     "collector",
     "memo",
     "storage",

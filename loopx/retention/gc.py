@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, Literal
@@ -44,6 +45,7 @@ from loopx.turn.checkpoint import (
     read_checkpoint,
     sealed,
 )
+from loopx.turn.clockshift import ClockShift, read_shifts
 from loopx.turn.fold import fold_state
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
@@ -162,6 +164,7 @@ def build_checkpoint(
     raw: list[bytes],
     *,
     window: timedelta,
+    shifts: Sequence[ClockShift] = (),
 ) -> Checkpoint:
     """The checkpoint after folding ``folded`` (oldest first, their file bytes ``raw``). Pure.
 
@@ -170,7 +173,7 @@ def build_checkpoint(
     newest folded turn stay in the checkpoint, since a quota window may still count them.
     """
     last = folded[-1]
-    state = fold_state(previous.state if previous else None, folded)
+    state = fold_state(previous.state if previous else None, folded, shifts)
     since = (last.ended_at or last.turn_end) - max(window, _MIN_LEDGER_WINDOW)
     spent = [r for j in folded if (r := spend_record(j)) is not None]
     ledger = [r for r in [*(previous.ledger if previous else []), *spent] if r.ended_at > since]
@@ -240,7 +243,11 @@ def collect_goal(
                 ]
                 fault_point("gc:before_checkpoint")
                 checkpoint = build_checkpoint(
-                    checkpoint, folded, raw, window=_window(layout, goal_id)
+                    checkpoint,
+                    folded,
+                    raw,
+                    window=_window(layout, goal_id),
+                    shifts=read_shifts(layout, goal_id),
                 )
                 atomic_write_model(layout.goal_dir(goal_id) / CHECKPOINT_NAME, checkpoint)
                 fault_point("gc:checkpoint_written")

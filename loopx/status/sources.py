@@ -305,8 +305,25 @@ def fleet_liveness(
     return FleetLiveness(
         supervisor_alive=supervisor_alive,
         live_agents=live,
-        degraded=root_problem(layout, now=utcnow()),
+        degraded=root_problem(layout, now=utcnow())
+        or fleet_degraded(fleet if supervisor_alive else None, beats, live),
     )
+
+
+def fleet_degraded(
+    fleet: FleetRecord | None, beats: list[AgentHeartbeat], live: frozenset[str]
+) -> str | None:
+    """What a resource error stops in the running supervisor or a live agent, if anything. Pure.
+
+    Each publishes its failing duties (issue 28: EMFILE, ENOMEM, EIO...) in its
+    record or heartbeat; the first one named is shown.
+    """
+    if fleet is not None and fleet.degraded:
+        return f"supervisor: {fleet.degraded}"
+    for beat in sorted(beats, key=lambda b: b.agent_id):
+        if beat.agent_id in live and beat.degraded:
+            return f"{beat.agent_id}: {beat.degraded}"
+    return None
 
 
 def current_fleet(layout: Layout, *, now: datetime) -> FleetView:

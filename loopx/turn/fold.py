@@ -18,12 +18,14 @@ it (a ``chain`` difference otherwise: an earlier journal was lost).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from loopx.quota.ledger import SpendRecord
 from loopx.state import GoalState
 from loopx.turn.checkpoint import Checkpoint
+from loopx.turn.clockshift import ClockShift, apply_shifts
 from loopx.turn.differences import Difference, DifferenceKind
 from loopx.turn.historyline import HistoryLine, history_line
 from loopx.turn.journal import TurnJournal
@@ -54,8 +56,13 @@ def apply_turn_state(state: GoalState | None, journal: TurnJournal) -> GoalState
     return schedule(patched, journal) if patched.turn_seq <= journal.seq else patched
 
 
-def fold_state(state: GoalState | None, journals: list[TurnJournal]) -> GoalState:
+def fold_state(
+    state: GoalState | None, journals: list[TurnJournal], shifts: Sequence[ClockShift] = ()
+) -> GoalState:
     """The goal state after ``journals`` (oldest first), from ``state`` (None: the first's plan).
+
+    After each turn, the ``shifts`` ``doctor --repair`` made of the state it left
+    are applied (:mod:`loopx.turn.clockshift`), as replay applies them.
 
     Raises:
         ValueError: neither a state nor a journal to start from.
@@ -63,6 +70,8 @@ def fold_state(state: GoalState | None, journals: list[TurnJournal]) -> GoalStat
     """
     for journal in journals:
         state = apply_turn_state(state, journal)
+        if shifts:
+            state = apply_shifts(state, list(shifts))
     if state is None:
         msg = "fold_state needs a state or at least one journal"
         raise ValueError(msg)
@@ -123,13 +132,23 @@ def _line(model: HistoryLine | SpendRecord) -> bytes:
     return model.model_dump_json().encode() + b"\n"  # as append_record writes it
 
 
-def fold(checkpoint: Checkpoint | None, journals: list[TurnJournal], *, goal_id: str) -> Folded:
+def fold(
+    checkpoint: Checkpoint | None,
+    journals: list[TurnJournal],
+    *,
+    goal_id: str,
+    shifts: Sequence[ClockShift] = (),
+) -> Folded:
     """The projections of ``journals`` (oldest first) applied after ``checkpoint``. Pure.
 
     With ``checkpoint``, the fold starts from its state and ledger lines; the
-    history of folded turns is gone with their journals.
+    history of folded turns is gone with their journals. After the checkpoint
+    and after each turn, the ``shifts`` ``doctor --repair`` made of the state
+    then are applied (:mod:`loopx.turn.clockshift`).
     """
     state = checkpoint.state if checkpoint is not None else None
+    if state is not None and shifts:
+        state = apply_shifts(state, list(shifts))
     out = Folded(
         state=GoalState(goal_id=goal_id),
         ledger=list(checkpoint.ledger) if checkpoint is not None else [],
@@ -140,6 +159,8 @@ def fold(checkpoint: Checkpoint | None, journals: list[TurnJournal], *, goal_id:
         if state is not None:
             out.chain += chain_differences(state, journal)
         state = apply_turn_state(state, journal)
+        if shifts:
+            state = apply_shifts(state, list(shifts))
         out.runs[journal.seq] = run_report(journal)
         # Keyed appends: a repeated turn key is skipped, as append_record does.
         if journal.turn_key not in logged:

@@ -11,7 +11,9 @@ opened or answered, a reset host session). Each journal's plan carries a
 snapshot of the goal state taken when the turn was planned, so those
 human-owned fields are taken from that snapshot before the turn is replayed.
 Human changes made after the last turn show up as differences of ``gates``,
-``host_session`` or ``updated_at`` only. The same snapshot lets replay check
+``host_session`` or ``updated_at`` only. What ``doctor --repair`` does to a
+future-dated state is recorded beside the journals (``clock-shifts.jsonl``)
+and replayed after the turn it followed. The same snapshot lets replay check
 the chain: the turn-owned fields the replay rebuilt before a turn must equal
 the snapshot that turn was planned from (a ``chain`` difference otherwise,
 e.g. when an earlier journal was lost or quarantined).
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -45,6 +48,7 @@ from loopx.storage.files import (
     read_bytes,
 )
 from loopx.turn.checkpoint import Checkpoint, read_checkpoint
+from loopx.turn.clockshift import ClockShift, read_shifts
 from loopx.turn.differences import Difference, compare_files, file_order, json_lines
 from loopx.turn.fold import fold
 from loopx.turn.inspection import RecoveryDecision, inspect_parsed
@@ -162,7 +166,13 @@ def rebuild(layout: Layout, goal_id: str) -> Rebuilt:
     journals = _read_journals(
         layout, goal_id, through_seq=checkpoint.through_seq if checkpoint else 0
     )
-    return rebuild_from(checkpoint, journals.terminal, goal_id=goal_id, journals=journals)
+    return rebuild_from(
+        checkpoint,
+        journals.terminal,
+        goal_id=goal_id,
+        journals=journals,
+        shifts=read_shifts(layout, goal_id),
+    )
 
 
 def rebuild_from(
@@ -171,10 +181,11 @@ def rebuild_from(
     *,
     goal_id: str,
     journals: _Journals | None = None,
+    shifts: Sequence[ClockShift] = (),
 ) -> Rebuilt:
-    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` gives. Pure."""
+    """The files replaying ``terminal`` (oldest first) after ``checkpoint`` (and ``shifts``) gives. Pure."""
     journals = journals or _Journals(terminal=terminal)
-    folded = fold(checkpoint, journals.terminal, goal_id=goal_id)
+    folded = fold(checkpoint, journals.terminal, goal_id=goal_id, shifts=shifts)
     return Rebuilt(
         files=folded.files(), journals=journals, chain=folded.chain, checkpoint=checkpoint
     )

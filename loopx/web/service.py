@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from loopx.errors import LoopxError
+from loopx.faults import loop_fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.model import Goal
@@ -128,6 +129,7 @@ class StatusService:
     def tick(self) -> None:
         """One refresh; a failure is recorded (and logged once), never raised."""
         try:
+            loop_fault_point("serve:refresh")
             self.refresh_once()
         except Exception as e:  # noqa: BLE001 - the refresher must outlive any one failure
             error = f"{type(e).__name__}: {e}"
