@@ -20,9 +20,7 @@ from pathlib import Path
 
 from loopx._version import VERSION
 from loopx.memo import recall, remember
-from loopx.quota.warm import print_decision
 from loopx.root import Layout, open_root, resolve_root
-from loopx.status.warm import print_document
 
 # Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
 TYPE_CHECKING = False
@@ -63,6 +61,8 @@ def print_status_snapshot(
     Raises:
         RootError: the root is missing, uninitialised, shared or not ours.
     """
+    from loopx.status.warm import print_document  # noqa: PLC0415 - a warm quota answer needs none
+
     return print_document(_layout(path, registry, env, home), ttl_s=ttl_s, out=out)
 
 
@@ -90,6 +90,8 @@ def print_quota_snapshot(
     Raises:
         RootError: the root is missing, uninitialised, shared or not ours.
     """
+    from loopx.quota.warm import print_decision  # noqa: PLC0415 - a warm status needs none
+
     layout = _layout(path, registry, env, home)
     return print_decision(layout, goal_id, as_json=as_json, out=out)
 
