@@ -85,22 +85,6 @@ class StatusReason(StrEnum):
     WAITING = "waiting"
 
 
-class ProbeObservation(Record):
-    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    command: str
-    cwd: str
-    exit_code: int | None  # None when killed at the deadline
-    timed_out: bool = False
-    stdout: str = ""
-    stderr: str = ""
-    truncated: bool = False  # output was cut at the byte limit
-    started_at: UtcDatetime
-    duration_s: float
-
-
 class LeaseView(Record):
     """Who holds a goal's lease."""
 
@@ -125,6 +109,22 @@ class LastTurn(Record):
     summary: str
     next_action: str | None
     ended_at: UtcDatetime
+
+
+class ProbeObservation(Record):
+    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    command: str
+    cwd: str
+    exit_code: int | None  # None when killed at the deadline
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False  # output was cut at the byte limit
+    started_at: UtcDatetime
+    duration_s: float
 
 
 class GoalStatusView(Record):
