@@ -9,6 +9,11 @@ time, an exit code and, where a part of the answer moves with the clock
 the clock is before the valid-until time; otherwise it misses. A missing,
 damaged or foreign memo is a miss, never an error: it is a cache.
 
+A remembered call (:func:`remember`, :func:`recall`) is a small JSON object
+kept under a key: the CLI keeps there, under its exact command line, the
+arguments argparse gave the call that tries a memo, so the next run of the
+same line tries it without parsing anything (:mod:`loopx.api._warm`).
+
 Standard library only, and no :mod:`typing` at run time: a warm CLI answers
 from here before it imports pydantic, argparse or structlog (issue 14). The
 one fingerprint function of the project lives here too.
@@ -57,13 +62,18 @@ def host_cache_dir(root: str | os.PathLike[str], *, env: dict[str, str] | None =
     a filesystem shared between machines (the Ray back-end) where SQLite's
     locking is unsound and another host's processes are not ours to judge.
     """
-    environ = os.environ if env is None else env
     real = os.path.realpath(root)
     st = os.stat(real)
     # zlib, not hashlib: importing hashlib (OpenSSL) costs a warm answer milliseconds.
     name = f"{st.st_dev:x}-{st.st_ino:x}-{zlib.crc32(real.encode()):08x}"
+    return os.path.join(cache_base(env), name)
+
+
+def cache_base(env: dict[str, str] | None = None) -> str:
+    """``$XDG_CACHE_HOME/loopx`` (``~/.cache/loopx`` without it): this user's LoopX caches."""
+    environ = os.environ if env is None else env
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "loopx", name)
+    return os.path.join(base, "loopx")
 
 
 def private_dir(path: str | os.PathLike[str]) -> None:
@@ -109,13 +119,22 @@ def store(
         "exit_code": exit_code,
         "holes": [list(h) for h in sorted(holes)],
     }
+    return _write_file(path, _dumps(header) + b"\n", body)
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _write_file(path: str, *chunks: bytes) -> bool:
+    """Write ``path`` atomically (``0600``, its directory made private), not fsynced; whether it was."""
     tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         private_dir(os.path.dirname(path))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(header, separators=(",", ":")).encode() + b"\n")
-            f.write(body)
+            for chunk in chunks:
+                f.write(chunk)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -243,6 +262,43 @@ def _filled(
     return b"".join(pieces)
 
 
+def _call_path(key: str, env: dict[str, str] | None) -> str:
+    return os.path.join(cache_base(env), "calls", f"{zlib.crc32(key.encode()):08x}.json")
+
+
+def remember(key: str, call: dict[str, object], *, env: dict[str, str] | None = None) -> bool:
+    """Keep ``call`` (a JSON object) under ``key`` for :func:`recall`; best effort.
+
+    One small file in the cache base, named by a checksum of ``key`` and
+    holding ``key`` whole (another key with the same checksum replaces it).
+    An unchanged one is not written again. Returns whether ``call`` is kept.
+    """
+    path = _call_path(key, env)
+    body = _dumps({"schema_version": SCHEMA_VERSION, "key": key, "call": call})
+    return _read(path, len(body) + 1) == body or _write_file(path, body)
+
+
+def _read(path: str, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of ``path`` (not followed if a link), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit)
+
+
+def recall(key: str, *, env: dict[str, str] | None = None) -> dict[str, object] | None:
+    """The call :func:`remember` kept under ``key``, or None (missing, damaged, another key's)."""
+    try:
+        kept = json.loads(_read(_call_path(key, env), _MAX_HEADER) or b"null")
+        ok = kept["schema_version"] == SCHEMA_VERSION and kept["key"] == key
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    call = kept["call"]
+    return call if ok and isinstance(call, dict) else None
+
+
 def remove(path: str) -> None:
     """Delete a memo (``--clear-cache``); a missing one is fine."""
     with contextlib.suppress(FileNotFoundError):
@@ -252,10 +308,13 @@ def remove(path: str) -> None:
 __all__ = [
     "ABSENT",
     "Fingerprint",
+    "cache_base",
     "fill_holes",
     "fingerprint",
     "host_cache_dir",
     "private_dir",
+    "recall",
+    "remember",
     "remove",
     "replay",
     "store",

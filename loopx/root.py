@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections import namedtuple
 from enum import StrEnum
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from loopx.storage.files import ensure_dir, note_root, read_bytes
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Final
+    from typing import Final, NamedTuple
 
 REGISTRY_NAME: Final = "registry.json"
 GOALS_NAME: Final = "goals"
@@ -31,51 +32,29 @@ class RootSource(StrEnum):
     DEFAULT = "default"  # $XDG_STATE_HOME/loopx or ~/.local/state/loopx
 
 
-class _Value:
-    """Immutable, compared and hashed by its fields (a dataclass costs a warm CLI 10 ms)."""
+# Immutable records compared and hashed by their fields: namedtuples, not dataclasses
+# (`import dataclasses` pulls in `inspect`: about 10 ms of a warm CLI answer), nor
+# typing.NamedTuple (importing `typing` costs a warm answer too); the checker is shown the same.
+if TYPE_CHECKING:
 
-    __slots__ = ()
-    _fields: tuple[str, ...] = ()  # in constructor order
+    class _ResolvedFields(NamedTuple):
+        root: Path
+        registry: Path
+        source: RootSource
 
-    def __init__(self, *values: object) -> None:
-        for name, value in zip(self._fields, values, strict=True):
-            object.__setattr__(self, name, value)
+    class _LayoutFields(NamedTuple):
+        root: Path
+        registry: Path
 
-    def _values(self) -> tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._fields)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        msg = f"cannot assign to field {name!r}"
-        raise AttributeError(msg)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Value) and (type(other), other._values()) == (
-            type(self),
-            self._values(),
-        )
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __reduce__(self) -> tuple[type[_Value], tuple[object, ...]]:
-        return type(self), self._values()  # pickled (to Ray workers) and copied by its fields
-
-    def __repr__(self) -> str:
-        pairs = zip(self._fields, self._values(), strict=True)
-        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in pairs)})"
+else:
+    _ResolvedFields = namedtuple("_ResolvedFields", ("root", "registry", "source"))  # noqa: PYI024 - see above
+    _LayoutFields = namedtuple("_LayoutFields", ("root", "registry"))  # noqa: PYI024 - see above
 
 
-class ResolvedRoot(_Value):
+class ResolvedRoot(_ResolvedFields):
     """Where the runtime root is, which registry file it uses, and why."""
 
-    __slots__ = ("registry", "root", "source")
-    _fields = ("root", "registry", "source")
-    root: Path
-    registry: Path
-    source: RootSource
-
-    def __init__(self, root: Path, registry: Path, source: RootSource) -> None:
-        super().__init__(root, registry, source)
+    __slots__ = ()
 
 
 def _registry_common_root(registry: Path) -> Path | None:
@@ -142,16 +121,10 @@ def resolve_root(
     return ResolvedRoot(root, registry_path or root / REGISTRY_NAME, source)
 
 
-class Layout(_Value):
+class Layout(_LayoutFields):
     """Every path under a runtime root. Goal paths validate the id first."""
 
-    __slots__ = ("registry", "root")
-    _fields = ("root", "registry")
-    root: Path
-    registry: Path
-
-    def __init__(self, root: Path, registry: Path) -> None:
-        super().__init__(root, registry)
+    __slots__ = ()
 
     @classmethod
     def of(cls, resolved: ResolvedRoot) -> Layout:

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from loopx.api import Root
-from loopx.cli._quick import parse_should_run
 from loopx.quota.ledger import SpendRecord, append_spend
 from loopx.quota.warm import memo_path, print_decision
 from loopx.registry.goals import open_gate, set_status
@@ -314,32 +313,3 @@ def test_a_decision_for_another_instant_is_not_stored(tmp_path: Path) -> None:
     layout = add_goal(tmp_path / "root")
     Root.open(layout.root).quota.should_run(GOAL, now=datetime.now(UTC) + timedelta(days=3))
     assert not memo_file(layout).exists()
-
-
-@pytest.mark.parametrize(
-    ("argv", "parsed"),
-    [
-        (["quota", "should-run", "g"], ("g", False, {})),
-        (["--root", "r", "quota", "should-run", "g", "--json"], ("g", True, {"root": "r"})),
-        (
-            ["quota", "--registry=x.json", "should-run", "--log-level", "info", "g"],
-            ("g", False, {"registry": "x.json"}),
-        ),
-        (["quota", "should-run", "g", "--runtime-root", "r"], ("g", False, {"root": "r"})),
-        (["quota", "--json", "should-run", "g"], None),  # argparse refuses it there
-        (["quota", "should-run", "g", "--js"], None),  # an abbreviation: argparse's to judge
-        (["quota", "should-run", "g", "--json", "--json"], None),
-        (["--root", "a", "quota", "should-run", "g", "--root", "b"], None),
-        (["--root", "-x", "quota", "should-run", "g"], None),
-        (["--log-level", "loud", "quota", "should-run", "g"], None),
-        (["quota", "should-run", "g", "-h"], None),
-        (["quota", "should-run"], None),
-        (["quota", "should-run", "g", "h"], None),
-        (["quota", "show", "g"], None),
-        (["quota", "should-run", "--", "g"], None),
-    ],
-)
-def test_only_a_plain_should_run_is_answered_before_argparse(
-    argv: list[str], parsed: tuple[str, bool, dict[str, str]] | None
-) -> None:
-    assert parse_should_run(argv) == parsed

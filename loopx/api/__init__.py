@@ -30,13 +30,18 @@ if TYPE_CHECKING:
     from loopx.api._fleetrun import FleetOptions, SupervisorRunError
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
-    from loopx.api._quick import print_quota_snapshot
     from loopx.api._quota import Quota
     from loopx.api._root import Root
     from loopx.api._serve import StatusServer
-    from loopx.api._snapshot import print_status_snapshot
     from loopx.api._status import Status
     from loopx.api._turns import Turns
+    from loopx.api._warm import (
+        print_quota_snapshot,
+        print_status_snapshot,
+        remember_answer,
+        replay_answer,
+        warm_call,
+    )
     from loopx.log import configure_logging
     from loopx.supervisor.batch import Progress
     from loopx.supervisor.demo import DemoResult
@@ -59,8 +64,12 @@ _EXPORTS: dict[str, str] = {
     "Turns": "loopx.api._turns",
     "add_agent_run_options": "loopx.agents.options",  # `loopx agent run` = the agent process
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
-    "print_quota_snapshot": "loopx.api._quick",  # a warm `quota should-run`, stdlib only
-    "print_status_snapshot": "loopx.api._snapshot",  # a warm `status --json`, stdlib only
+    # The warm answers, standard library only (`quota should-run`, `status --json`).
+    "print_quota_snapshot": "loopx.api._warm",
+    "print_status_snapshot": "loopx.api._warm",
+    "remember_answer": "loopx.api._warm",
+    "replay_answer": "loopx.api._warm",
+    "warm_call": "loopx.api._warm",
 }
 
 
@@ -99,4 +108,7 @@ __all__ = [
     "configure_logging",
     "print_quota_snapshot",
     "print_status_snapshot",
+    "remember_answer",
+    "replay_answer",
+    "warm_call",
 ]

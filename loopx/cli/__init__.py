@@ -5,18 +5,20 @@ import sys
 
 # Set by a command whose objects only the operating system needs to free (leave_heap_to_os).
 _heap_to_os = False
+# Answered by argparse itself, so never remembered (`loopx.api.replay_answer`): not looked up.
+_PARSER_OWN = frozenset({"-h", "--help", "--version"})
 
 
 def run() -> None:
     """Console-script entry: a Ctrl-C while the CLI is still importing exits 130 quietly.
 
-    A warm `loopx quota should-run` is answered before argparse (``_quick``).
+    A warm `status --json` or `quota should-run` is answered before argparse
+    (:func:`warm_answer`).
     """
     try:
-        if "should-run" in sys.argv:
-            from loopx.cli._quick import warm_should_run  # noqa: PLC0415 - see above
-
-            code = warm_should_run(sys.argv[1:])
+        argv = sys.argv[1:]
+        if argv and _PARSER_OWN.isdisjoint(argv):
+            code = warm_answer(argv)
             if code is not None:
                 sys.exit(code)
         from loopx.cli._app import main  # noqa: PLC0415 - inside the Ctrl-C guard
@@ -27,6 +29,25 @@ def run() -> None:
     if _heap_to_os:
         _exit_now(code)
     sys.exit(code)
+
+
+def warm_answer(argv: list[str]) -> int | None:
+    """Print the stored answer this exact command line gave last time while it holds; its exit code.
+
+    The call a warm command made is remembered by the words of its command
+    line (``args.warm``, kept by ``_app.main``), so this parses nothing; None
+    (nothing written) sends the command through argparse as usual.
+    """
+    if (sys.stdout.encoding or "").lower().replace("-", "") != "utf8":
+        return None  # the stored bytes are UTF-8, as print() writes them on a UTF-8 stdout
+    from loopx.api import replay_answer  # noqa: PLC0415 - standard library only
+
+    sys.stdout.flush()
+    try:
+        out = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file: argparse's path writes through Python
+        return None
+    return replay_answer(argv, out=out)
 
 
 def leave_heap_to_os() -> None:

@@ -150,7 +150,8 @@ def dash_values(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `loopx` console script; returns the exit code."""
-    args_in = dash_values(list(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args_in = dash_values(words)
     args: argparse.Namespace | None = None
     try:
         parser = build_parser(args_in)
@@ -158,6 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "configures_logging", False):
             configure_logging(args)
         code: int = args.func(args)
+        if getattr(args, "warm", None):
+            from loopx.api import remember_answer  # noqa: PLC0415 - only for a warm command
+
+            # The same words try the same memo next time, before argparse (loopx.cli.run).
+            call, arguments = args.warm
+            remember_answer(words, call, **arguments)
     except KeyboardInterrupt:
         from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
 

@@ -10,7 +10,7 @@ import sys
 # Not `from typing import ...`: `loopx --help` imports only argparse (issue 14).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn, TypeAlias
+    from typing import Any, BinaryIO, NoReturn, TypeAlias
 
     from pydantic import BaseModel
 
@@ -131,6 +131,25 @@ def root(args: argparse.Namespace, *, create: bool = False) -> Root:
     from loopx.api import Root  # noqa: PLC0415 - `loopx --help` must not need pydantic
 
     return Root.open(args.root, create=create, registry=args.registry)
+
+
+def stored_answer(
+    args: argparse.Namespace, call: str, **arguments: str | float | None
+) -> int | None:
+    """Print the stored answer ``call`` finds (``loopx.api.warm_call``); its exit code, or None.
+
+    The call is also set as ``args.warm``: the CLI remembers it under this
+    command line, whose next run makes it before argparse (``loopx.cli.warm_answer``).
+    """
+    from loopx.api import warm_call  # noqa: PLC0415 - standard library only
+
+    args.warm = (call, arguments)
+    sys.stdout.flush()
+    try:
+        out: int | BinaryIO = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): write through Python
+        out = sys.stdout.buffer
+    return warm_call(call, arguments, out=out)
 
 
 def configure_logging(args: argparse.Namespace) -> None:

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from loopx import exitcodes
-from loopx.cli._common import Subparsers, add_command, configure_logging, print_json, root
+from loopx.cli._common import (
+    Subparsers,
+    add_command,
+    configure_logging,
+    print_json,
+    root,
+    stored_answer,
+)
 
 # A warm `loopx quota should-run` prints a stored decision with the standard library
 # only (issue 14: within 2x of a bare Python start); the rest is imported when needed.
@@ -84,17 +91,9 @@ def run_should_run(args: argparse.Namespace) -> int:
 
     The decision stored by the last one is printed while it still holds.
     """
-    from loopx.api import print_quota_snapshot  # noqa: PLC0415 - standard library only
-
     if (sys.stdout.encoding or "").lower().replace("-", "") == "utf8":  # the stored bytes' own
-        sys.stdout.flush()
-        try:
-            out: int | BinaryIO = sys.stdout.fileno()
-        except (OSError, ValueError):  # not a file (a test's capture): write through Python
-            out = sys.stdout.buffer
-        code = print_quota_snapshot(
-            args.goal_id, args.root, registry=args.registry, as_json=args.json, out=out
-        )
+        where = {"path": args.root, "registry": args.registry}
+        code = stored_answer(args, "quota", goal_id=args.goal_id, **where, as_json=args.json)
         if code is not None:
             return code
     configure_logging(args)

@@ -12,14 +12,14 @@ from datetime import UTC, datetime
 
 from loopx import exitcodes
 from loopx.cli import leave_heap_to_os
-from loopx.cli._common import Subparsers, add_command, configure_logging, root
+from loopx.cli._common import Subparsers, add_command, configure_logging, root, stored_answer
 
 # `loopx status --json` on a warm cache prints a stored document with the standard
 # library only (issue 14: within 3x of a bare Python start), not even `typing`; the
 # rest is imported when a command needs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO
+    from typing import Any
 
     from rich.console import Group
 
@@ -200,16 +200,9 @@ def _load(args: argparse.Namespace) -> StatusProjection:
 
 def _print_document(args: argparse.Namespace) -> None:
     """Every goal's status as JSON: the stored memo while it holds, else from the cache."""
-    if not args.clear_cache:
-        from loopx.api import print_status_snapshot  # noqa: PLC0415 - standard library only
-
-        sys.stdout.flush()
-        try:
-            out: int | BinaryIO = sys.stdout.fileno()
-        except (OSError, ValueError):  # not a file (a test's capture): write through Python
-            out = sys.stdout.buffer
-        if print_status_snapshot(args.root, registry=args.registry, ttl_s=args.ttl, out=out):
-            return
+    where = {"path": args.root, "registry": args.registry}
+    if not args.clear_cache and stored_answer(args, "status", **where, ttl_s=args.ttl) is not None:
+        return
     # One pass over every goal whose objects all live until the process exits: the
     # cyclic collector would only rescan them, at exit too (a fifth of a cold run).
     gc.disable()

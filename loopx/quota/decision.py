@@ -355,25 +355,23 @@ def decide(
     Raises:
         CorruptFileError: the goal's state or a ledger line is damaged.
     """
+    return _decided(layout, goal, now=now, leased=leased, headroom=headroom)[0]
+
+
+def _decided(
+    layout: Layout, goal: Goal, *, now: datetime, leased: bool, headroom: HostHeadroom | None
+) -> tuple[QuotaDecision, WindowSpend]:
     state, spend, room = gather_inputs(layout, goal, now=now, headroom=headroom)
-    return should_run(goal, state, spend, room, leased=leased, now=now)
+    return should_run(goal, state, spend, room, leased=leased, now=now), spend
 
 
-def quota_report(
-    layout: Layout,
-    goal: Goal,
-    *,
-    now: datetime,
-    leased: bool = False,
-    headroom: HostHeadroom | None = None,
-) -> QuotaReport:
+def quota_report(layout: Layout, goal: Goal, *, now: datetime, leased: bool = False) -> QuotaReport:
     """Everything `loopx quota show` prints: policy, window, spend, remaining and the decision.
 
     Raises:
         CorruptFileError: the goal's state or a ledger line is damaged.
     """
-    state, spend, room = gather_inputs(layout, goal, now=now, headroom=headroom)
-    decision = should_run(goal, state, spend, room, leased=leased, now=now)
+    decision, spend = _decided(layout, goal, now=now, leased=leased, headroom=None)
     return QuotaReport(
         goal_id=goal.id,
         policy=goal.quota,

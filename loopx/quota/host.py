@@ -13,26 +13,32 @@ answers None and the caller asks psutil.
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it
 if TYPE_CHECKING:
-    from typing import Final
+    from typing import Final, NamedTuple
 
 _MEMINFO: Final = "/proc/meminfo"
 _MB: Final = 1024 * 1024
 
 
-class HostNumbers:
-    """What the host has for one more turn, now."""
+# A namedtuple: no `typing` (nor `dataclasses`, which pulls in `inspect`) on the warm path;
+# the checker is shown the same fields.
+if TYPE_CHECKING:
 
-    __slots__ = ("available_memory_mb", "cpu_count", "load_1m")
+    class HostNumbers(NamedTuple):
+        """What the host has for one more turn, now."""
 
-    def __init__(self, available_memory_mb: float, load_1m: float, cpu_count: int) -> None:
-        self.available_memory_mb, self.load_1m, self.cpu_count = (
-            available_memory_mb,
-            load_1m,
-            cpu_count,
-        )
+        available_memory_mb: float
+        load_1m: float
+        cpu_count: int
+
+else:
+    HostNumbers = namedtuple(  # noqa: PYI024 - see above
+        "HostNumbers", ("available_memory_mb", "load_1m", "cpu_count")
+    )
+    HostNumbers.__doc__ = "What the host has for one more turn, now."
 
 
 def _available_bytes() -> int | None:

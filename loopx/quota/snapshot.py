@@ -20,6 +20,7 @@ from typing import Final
 
 from loopx import exitcodes, memo
 from loopx.quota.decision import QuotaDecision
+from loopx.quota.host import HostNumbers
 from loopx.quota.phrases import in_phrase
 from loopx.quota.warm import filler, input_files, iso_z, memo_key, memo_path
 from loopx.registry.model import Goal
@@ -93,7 +94,7 @@ def store_snapshot(
     aggregate = files[-1]
     checked = {n: fp for n, fp in before.items() if n != aggregate}  # see the module
     at = decision.decided_at.timestamp()
-    fill = filler(at, (room.available_memory_mb, room.load_1m, room.cpu_count))
+    fill = filler(at, HostNumbers(room.available_memory_mb, room.load_1m, room.cpu_count))
     until = None if valid_until is None else (valid_until - MARGIN).timestamp()
     code = exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED
     stored = 0

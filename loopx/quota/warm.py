@@ -23,7 +23,7 @@ import time
 from loopx._version import VERSION
 from loopx.ids import validate_goal_id
 from loopx.memo import host_cache_dir, replay
-from loopx.quota.host import host_numbers
+from loopx.quota.host import HostNumbers, host_numbers
 from loopx.quota.phrases import in_phrase
 
 TYPE_CHECKING = False  # not `typing`: this path must start within 2x of bare Python
@@ -34,11 +34,9 @@ if TYPE_CHECKING:
 
     from loopx.root import Layout
 
-    Host = tuple[float, float, int]  # available memory (MB), 1-minute load, CPUs
-
 # json.dumps and pydantic spell a float alike between these (1e-05 vs 0.00001 outside).
 _PLAIN_FLOATS: Final = (1e-4, 1e15)
-_HOST_HOLES: Final = {"mem": 0, "load": 1, "cpus": 2}  # their place in a Host
+_HOST_HOLES: Final = {"mem": 0, "load": 1, "cpus": 2}  # their place in HostNumbers
 
 
 def memo_path(layout: Layout, goal_id: str, *, as_json: bool) -> str:
@@ -79,21 +77,18 @@ def _number(value: float) -> bytes | None:
     return json.dumps(value).encode()
 
 
-def filler(now: float, host: Host | None = None) -> Callable[[str], bytes | None]:
+def filler(now: float, host: HostNumbers | None = None) -> Callable[[str], bytes | None]:
     """What each hole of a stored decision holds at ``now`` (epoch seconds).
 
     ``host`` stands for the host's numbers (the store checks a decision with
     its own); measured on first need otherwise. Nothing is imported or
     measured for an answer without holes (the usual "yes (ok)").
     """
-    measured: list[Host | None] = [host] if host is not None else []
+    measured: list[HostNumbers | None] = [host] if host is not None else []
 
-    def numbers() -> Host | None:
+    def numbers() -> HostNumbers | None:
         if not measured:
-            got = host_numbers()
-            measured.append(
-                None if got is None else (got.available_memory_mb, got.load_1m, got.cpu_count)
-            )
+            measured.append(host_numbers())
         return measured[0]
 
     def fill(hole: str) -> bytes | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Final, NamedTuple
 
@@ -60,6 +60,9 @@ class SpendBucket(NamedTuple):
     turns: int
 
 
+COLUMNS: Final = SpendBucket._fields  # SpendColumns' fields, in order: a bucket's own
+
+
 class SpendColumns(Record):
     """Minute buckets as parallel columns, ordered by minute (hence by ``last_end``).
 
@@ -79,7 +82,7 @@ class SpendColumns(Record):
     @model_validator(mode="after")
     def _aligned_and_ordered(self) -> SpendColumns:
         n = len(self.minute)
-        if any(len(c) != n for c in self._columns()):
+        if any(len(c) != n for c in self.lists()):
             msg = "bucket columns have different lengths"
             raise ValueError(msg)
         if self.minute != sorted(set(self.minute)):
@@ -87,25 +90,21 @@ class SpendColumns(Record):
             raise ValueError(msg)
         return self
 
-    def _columns(
-        self,
-    ) -> tuple[list[int], list[float], list[float], list[float], list[int], list[float], list[int]]:
-        return (
-            self.minute,
-            self.last_end,
-            self.wall_s,
-            self.cpu_s,
-            self.tokens,
-            self.cost_usd,
-            self.turns,
-        )
+    def lists(self) -> list[list[Any]]:
+        """The columns in field order (:data:`COLUMNS`), as they are (not copies)."""
+        return [getattr(self, name) for name in COLUMNS]
+
+    @classmethod
+    def of(cls, columns: Iterable[list[Any]]) -> SpendColumns:
+        """Columns in field order, unchecked: cut or folded from valid ones (:meth:`lists`)."""
+        return cls.model_construct(None, **dict(zip(COLUMNS, columns, strict=True)))
 
     def __len__(self) -> int:
         return len(self.minute)
 
     def rows(self) -> list[SpendBucket]:
         """The buckets as tuples, oldest first."""
-        return [SpendBucket(*row) for row in zip(*self._columns(), strict=True)]
+        return [SpendBucket(*row) for row in zip(*self.lists(), strict=True)]
 
 
 class WindowSpend(Record):
@@ -151,7 +150,7 @@ class BucketFold:
     ) -> None:
         self.kept_minute = kept_minute
         source = buckets if buckets is not None else SpendColumns()
-        self.cols: list[list[Any]] = [list(c) for c in source._columns()]  # noqa: SLF001
+        self.cols: list[list[Any]] = [list(c) for c in source.lists()]
         self.lifetime = lifetime if lifetime is not None else SpendTotals()
 
     def add(
@@ -196,16 +195,7 @@ class BucketFold:
 
     def columns(self) -> SpendColumns:
         """The buckets folded so far."""
-        minute, last_end, wall, cpu, tok, cost, turns = (list(c) for c in self.cols)
-        return SpendColumns.model_construct(
-            minute=minute,
-            last_end=last_end,
-            wall_s=wall,
-            cpu_s=cpu,
-            tokens=tok,
-            cost_usd=cost,
-            turns=turns,
-        )
+        return SpendColumns.of(list(c) for c in self.cols)
 
 
 def in_window(buckets: SpendColumns, *, window_start: datetime) -> SpendColumns:
@@ -214,15 +204,7 @@ def in_window(buckets: SpendColumns, *, window_start: datetime) -> SpendColumns:
     i = bisect_right(buckets.last_end, window_start.timestamp())
     if i == 0:  # nothing cut off (the usual case): the frozen buckets serve as they are
         return buckets
-    return SpendColumns.model_construct(
-        minute=buckets.minute[i:],
-        last_end=buckets.last_end[i:],
-        wall_s=buckets.wall_s[i:],
-        cpu_s=buckets.cpu_s[i:],
-        tokens=buckets.tokens[i:],
-        cost_usd=buckets.cost_usd[i:],
-        turns=buckets.turns[i:],
-    )
+    return SpendColumns.of(c[i:] for c in buckets.lists())
 
 
 def window_of(

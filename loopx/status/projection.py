@@ -387,6 +387,23 @@ def _shared_unrun(key: tuple[object, ...], goal_id: str) -> GoalStatusView | Non
     )
 
 
+def _head(
+    goal: Goal, decided: tuple[Actor, StatusReason, str, datetime | None]
+) -> dict[str, object]:
+    """A view's first fields: the goal's own, then who acts and why (``_decide``'s answer)."""
+    actor, reason, explanation, eligible = decided
+    return {
+        "goal_id": goal.id,
+        "objective": _clip(goal.objective, _OBJECTIVE_CHARS),
+        "goal_status": goal.status,
+        "priority": goal.priority,
+        "actor": actor,
+        "reason": reason,
+        "explanation": explanation,
+        "next_eligible_at": eligible,
+    }
+
+
 def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
     """:func:`project_goal` of a goal that never ran, from facts that are validated already.
 
@@ -404,16 +421,8 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         if view is not None:
             return view
     account = _unspent(goal.quota, now)
-    actor, reason, explanation, eligible = _decide(inputs, _FRESH_STATE, account.quota, now)
-    fields: dict[str, object] = {
-        "goal_id": goal.id,
-        "objective": _clip(goal.objective, _OBJECTIVE_CHARS),
-        "goal_status": goal.status,
-        "priority": goal.priority,
-        "actor": actor,
-        "reason": reason,
-        "explanation": explanation,
-        "next_eligible_at": eligible,
+    decided = _decide(inputs, _FRESH_STATE, account.quota, now)
+    fields = _head(goal, decided) | {
         "lease": None,
         "last_turn": None,
         "quota": account.quota,
@@ -429,7 +438,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "last_check": None,
         "account": account_of(goal.account, goal.host.kind),
     }
-    if key is not None and goal.id not in explanation:
+    if key is not None and goal.id not in decided[2]:  # the explanation names no goal
         if len(_PLAIN_UNRUN) >= _PLAIN_UNRUN_MAX:
             _PLAIN_UNRUN.clear()
         _PLAIN_UNRUN[key] = fields
@@ -454,21 +463,13 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
     else:
         spend = spend_at(goal.quota, inputs.spend, now=now)
         quota = quota_view(goal.quota, spend, now=now)
-    actor, reason, explanation, eligible = _decide(inputs, state, quota, now)
     gates = state.open_gates
     # Every value comes from a validated record or is computed here with its field's type:
     # assembled as it is, like a never-ran goal's view (tests compare it with a validated twin).
     return trusted(
         GoalStatusView,
-        {
-            "goal_id": goal.id,
-            "objective": _clip(goal.objective, _OBJECTIVE_CHARS),
-            "goal_status": goal.status,
-            "priority": goal.priority,
-            "actor": actor,
-            "reason": reason,
-            "explanation": explanation,
-            "next_eligible_at": eligible,
+        _head(goal, _decide(inputs, state, quota, now))
+        | {
             "lease": _lease_view(inputs.lease, now) if inputs.lease is not None else None,
             "last_turn": _last_turn(inputs.history),
             "quota": quota,
@@ -556,15 +557,14 @@ def assemble(
     for (actor, reason), n in pairs.items():
         actors[actor] += n
         reasons[reason] += n
-    counts = StatusCounts(
-        total=len(ordered),
-        by_actor={a.value: actors[a] for a in Actor},
-        by_reason={r.value: reasons[r] for r in StatusReason},
-    )
     return StatusProjection(
         generated_at=generated_at,
         checked_at=checked_at,
-        counts=counts,
+        counts=StatusCounts(
+            total=len(ordered),
+            by_actor={a.value: actors[a] for a in Actor},
+            by_reason={r.value: reasons[r] for r in StatusReason},
+        ),
         fleet=fleet,
         quarantined_total=quarantined_total,
         accounts=summaries,

@@ -85,22 +85,6 @@ class StatusReason(StrEnum):
     WAITING = "waiting"
 
 
-class ProbeObservation(Record):
-    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    command: str
-    cwd: str
-    exit_code: int | None  # None when killed at the deadline
-    timed_out: bool = False
-    stdout: str = ""
-    stderr: str = ""
-    truncated: bool = False  # output was cut at the byte limit
-    started_at: UtcDatetime
-    duration_s: float
-
-
 class LeaseView(Record):
     """Who holds a goal's lease."""
 
@@ -128,6 +112,22 @@ class LastTurn(Record):
     # Why a failed turn failed, in the host's or LoopX's words (at most 300 characters, as in
     # the history line); its run log has the rest. Empty for a committed turn.
     failure_message: str = ""
+
+
+class ProbeObservation(Record):
+    """What a goal's ``next_probe`` command printed (``loopx probe``); kept in projections/."""
+
+    schema_version: Literal[1] = 1
+    goal_id: str
+    command: str
+    cwd: str
+    exit_code: int | None  # None when killed at the deadline
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    truncated: bool = False  # output was cut at the byte limit
+    started_at: UtcDatetime
+    duration_s: float
 
 
 class GoalStatusView(Record):
