@@ -7,12 +7,21 @@ a benchmark all happen within minutes, so the passes judge age on a clock a
 fortnight ahead: ``keep_days`` then never binds and ``keep_turns`` (200 a
 goal) is what keeps the level, as it would for goals turning every few minutes.
 
+Two more bounds fill at their own pace: a goal's quota ledger keeps every
+line inside its quota window (24 h by default), and each log file keeps up to
+six files of ``LOOPX_LOG_MAX_BYTES`` (10 MiB). A run that packs months of
+turns into an hour packs those too: ``--quota-window-hours`` and
+``--log-max-bytes`` scale them down by about as much, so that every bound is
+reached within the first 20,000 turns (the defaults keep the product's values).
+
 Prints, every ``--sample-every`` turns: turns so far, the root's size and file
 count, and the fleet's turns/s since the previous sample; then gc's cost per
 turn folded, and the cold ``status --json`` and warm ``quota should-run``
 times at the start and the end (the reference each end figure is compared with).
 
     python benchmarks/retention.py --goals 100 --turns 100000 --agents 4
+    python benchmarks/retention.py --goals 100 --turns 100000 --agents 3 \
+        --quota-window-hours 0.05 --log-max-bytes 1000000
 """
 
 from __future__ import annotations
@@ -49,6 +58,26 @@ def total_turns(root: Path) -> int:
     return total
 
 
+def _bytes(paths: list[Path]) -> float:
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue
+    return total / 2**20
+
+
+def breakdown(root: Path) -> tuple[float, float, float]:
+    """MB under ``goals/``, of it the quota ledgers and checkpoints, and under ``logs/``."""
+    goals = _bytes([p for p in (root / "goals").rglob("*") if p.is_file()])
+    ledger = _bytes(
+        [*(root / "goals").glob("*/quota.jsonl"), *(root / "goals").glob("*/checkpoint.json")]
+    )
+    logs = _bytes([p for p in (root / "logs").rglob("*") if p.is_file()])
+    return goals, ledger, logs
+
+
 def cli_time(root: Path, *args: str) -> float:
     argv = [sys.executable, "-m", "loopx", "--root", str(root), *args]
 
@@ -65,16 +94,35 @@ def main() -> None:  # noqa: PLR0915 - one run read top to bottom
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--sample-every", type=int, default=5_000)
     parser.add_argument("--gc-every-s", type=float, default=5.0)
+    parser.add_argument("--quota-window-hours", type=float, default=24.0)
+    parser.add_argument("--log-max-bytes", type=int, default=None)
+    parser.add_argument("--no-verify", action="store_true", help="skip replay --verify at the end")
     args = parser.parse_args()
     configure_logging(level="warning")
     compile_package()
     base = Path(tempfile.mkdtemp(prefix="loopx-retention-"))
     root = base / "root"
-    init_root(root, base / "work", args.goals, ["--host", f"sh -c '{SH_SCRIPT}'"])
+    host = ["--host", f"sh -c '{SH_SCRIPT}'"]
+    init_root(
+        root,
+        base / "work",
+        args.goals,
+        [*host, "--quota-window-hours", str(args.quota_window_hours)],
+    )
     layout = Layout.at(root)
-    proc, _sup = start_fleet(root, args.agents, "--log-level", "warning")
-    print(f"root {root}; {args.goals} goals, {args.agents} agents, default retention policy")
-    print(f"{'turns':>8} {'root MB':>8} {'files':>7} {'turns/s':>8}")
+    env = dict(ENV)
+    if args.log_max_bytes is not None:
+        env["LOOPX_LOG_MAX_BYTES"] = str(args.log_max_bytes)
+    proc, _sup = start_fleet(root, args.agents, "--log-level", "warning", env=env)
+    print(
+        f"root {root}; {args.goals} goals, {args.agents} agents, default retention policy, "
+        f"quota window {args.quota_window_hours} h, log files of "
+        f"{args.log_max_bytes or 'the default'} bytes"
+    )
+    print(
+        f"{'turns':>8} {'root MB':>8} {'files':>7} {'turns/s':>8} {'goals MB':>9} "
+        f"{'ledger MB':>9} {'logs MB':>8}"
+    )
     samples: list[tuple[int, float, int, float]] = []
     gc_seconds = 0.0
     folded = 0
@@ -97,8 +145,11 @@ def main() -> None:  # noqa: PLR0915 - one run read top to bottom
             reading = measure(layout, now=utcnow())
             rate = (done - last_turns) / (now - last_t)
             samples.append((done, reading.root_bytes / 2**20, reading.root_files, rate))
+            goals_mb, ledger_mb, logs_mb = breakdown(root)
             print(
-                f"{done:>8} {samples[-1][1]:>8.1f} {reading.root_files:>7} {rate:>8.1f}", flush=True
+                f"{done:>8} {samples[-1][1]:>8.1f} {reading.root_files:>7} {rate:>8.1f} "
+                f"{goals_mb:>9.1f} {ledger_mb:>9.1f} {logs_mb:>8.1f}",
+                flush=True,
             )
             if len(samples) == 1:
                 figures["status_start"] = (cli_time(root, "status", "--json", "--clear-cache"), 0.0)
@@ -131,6 +182,8 @@ def main() -> None:  # noqa: PLR0915 - one run read top to bottom
         f"{start_should * 1e3:.0f} ms, end {should_end * 1e3:.0f} ms "
         f"({should_end / start_should:.2f}x)"
     )
+    if args.no_verify:
+        return
     verify = [
         subprocess.run(
             [sys.executable, "-m", "loopx", "--root", str(root), "replay", f"g{i}", "--verify"],

@@ -56,7 +56,8 @@ log = get_logger(__name__)
 
 GC_AGENT_ID: Final = "gc"
 DEFAULT_TURNS_PER_GOAL: Final = 1000  # one pass folds at most this many turns of a goal
-_MIN_LEDGER_WINDOW: Final = timedelta(hours=24)
+# A goal whose policy cannot be read keeps the default window's lines.
+_DEFAULT_LEDGER_WINDOW: Final = timedelta(hours=24)
 _NEVER: Final = datetime.max.replace(tzinfo=UTC)
 
 
@@ -174,7 +175,7 @@ def build_checkpoint(
     """
     last = folded[-1]
     state = fold_state(previous.state if previous else None, folded, shifts)
-    since = (last.ended_at or last.turn_end) - max(window, _MIN_LEDGER_WINDOW)
+    since = (last.ended_at or last.turn_end) - window
     spent = [r for j in folded if (r := spend_record(j)) is not None]
     ledger = [r for r in [*(previous.ledger if previous else []), *spent] if r.ended_at > since]
     return sealed(
@@ -198,7 +199,7 @@ def _window(layout: Layout, goal_id: str) -> timedelta:
     try:
         return timedelta(hours=get_goal(layout, goal_id).quota.window_hours)
     except (LoopxError, OSError):
-        return _MIN_LEDGER_WINDOW
+        return _DEFAULT_LEDGER_WINDOW
 
 
 def collect_goal(
