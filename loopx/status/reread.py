@@ -29,7 +29,7 @@ from loopx.status.sources import (
     quarantine_listing,
     read_probes,
 )
-from loopx.status.view import GoalStatusView, trusted
+from loopx.status.view import GoalStatusView, share_values, trusted
 
 
 def read_shared(
@@ -111,7 +111,7 @@ def _entry(
         CachedGoal,
         {
             "fingerprint": list(fp),
-            "view": view,
+            "view": share_values(view),
             "history": counts,
             "epoch": epoch,
             "recheck_ts": at.timestamp() if at is not None else None,

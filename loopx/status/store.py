@@ -36,7 +36,7 @@ from loopx.model import trusted
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
 from loopx.status.sources import NO_COUNTS
-from loopx.status.view import GoalStatusView
+from loopx.status.view import GoalStatusView, share_values
 
 STORE_NAME: Final = "status.db"
 SCHEMA_VERSION: Final = 2  # PRAGMA user_version of a database this code wrote
@@ -242,7 +242,7 @@ def _entry(
         CachedGoal,
         {
             "fingerprint": fp,
-            "view": GoalStatusView.model_validate_json(view),
+            "view": share_values(GoalStatusView.model_validate_json(view)),
             "history": counts,
             "epoch": int(epoch),
             "recheck_ts": recheck_ts,

@@ -7,8 +7,9 @@ only says what they hold.
 from __future__ import annotations
 
 import functools
+import math
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
@@ -35,6 +36,7 @@ __all__ = [
     "StatusReason",
     "json_bytes",
     "serializer",
+    "share_values",
     "trusted",
 ]
 
@@ -194,3 +196,38 @@ class StatusProjection(Record):
     # Each account: its state, spend in its window, the goals waiting on it (issue 27).
     accounts: list[AccountSummary] = Field(default_factory=list)
     goals: list[GoalStatusView] = Field(default_factory=list)
+
+
+# Quota views many cached views hold equal (goals of one policy with nothing spent, projected
+# at the same ``now``), one instance each: 760 bytes a goal in a long-lived cache (issue 25).
+# Cleared when full, so a long-lived process keeps at most this many.
+_QUOTAS: dict[tuple[object, ...], QuotaView] = {}
+_QUOTAS_MAX: Final = 4096
+
+
+def _exact(value: object) -> object:
+    # Equal values that print differently (1 and 1.0, 0.0 and -0.0) must not be shared.
+    if type(value) is float and value == 0.0:
+        return (float, math.copysign(1.0, value))
+    return (type(value), value)
+
+
+def share_values(view: GoalStatusView) -> GoalStatusView:
+    """``view`` holding an equal quota view already held, if any, instead of its own.
+
+    Only equal values are swapped, so the view's JSON and equality are
+    unchanged. For the views a long-lived cache keeps for every goal.
+    """
+    quota = view.quota
+    key = tuple(map(_exact, quota.__dict__.values()))
+    known = _QUOTAS.get(key)
+    if known is None:
+        if len(_QUOTAS) >= _QUOTAS_MAX:
+            _QUOTAS.clear()
+        _QUOTAS[key] = quota
+    elif known is not quota:
+        view.__dict__["quota"] = known  # an equal value: nobody holding the view can tell
+    at, eligible = view.recheck_at, view.next_eligible_at
+    if at is not None and at is not eligible and at == eligible:
+        view.__dict__["recheck_at"] = eligible  # one datetime, where the two are the same
+    return view
