@@ -110,7 +110,7 @@ def _entry(
     return trusted(
         CachedGoal,
         {
-            "fingerprint": list(fp),
+            "fingerprint": fp,
             "view": share_values(view),
             "history": counts,
             "epoch": epoch,

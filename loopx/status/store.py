@@ -237,7 +237,7 @@ def _entry(
     counts = (
         _EMPTY_COUNTS if history == _NO_COUNTS_JSON else HistoryCounts.model_validate_json(history)
     )
-    fp = [int(n) for n in fingerprint.split(",")] if fingerprint else []  # ValueError if damaged
+    fp = tuple(map(int, fingerprint.split(","))) if fingerprint else ()  # ValueError if damaged
     return trusted(
         CachedGoal,
         {

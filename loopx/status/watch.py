@@ -55,12 +55,15 @@ class FingerprintMemo:
         self._deep_ns = int(deep_after_s * 1e9)
         self._seen: dict[str, tuple[DirStat, Fingerprint, int]] = {}  # dir -> (stat, fp, until)
 
-    def fingerprint(self, goal_dir: str, *, exact: bool = False) -> Fingerprint:
+    def fingerprint(
+        self, goal_dir: str, *, exact: bool = False, known: Fingerprint | None = None
+    ) -> Fingerprint:
         """The goal's fingerprint: a remembered one while its directory has not moved.
 
         ``exact`` reads it afresh whatever the directory says (a hinted or
         leased goal, whose appends during a turn move no directory) and
-        remembers the answer.
+        remembers the answer. ``known`` is the caller's copy: remembered and
+        returned instead of an equal one read, so the two hold one tuple.
         """
         stat = dir_stat(goal_dir)
         seen = self._seen.get(goal_dir)
@@ -68,6 +71,8 @@ class FingerprintMemo:
         if not exact and seen is not None and stat == seen[0] and now_ns < seen[2]:
             return seen[1]
         fp = goal_fingerprint(goal_dir)
+        if fp == known and known is not None:
+            fp = known
         if stat is None:
             self._seen.pop(goal_dir, None)
         else:
