@@ -343,3 +343,16 @@ def test_views_share_equal_quota_views_without_changing_their_json(layout):
     second = share_values(trusted(GoalStatusView, {**view.__dict__, "quota": negative}))
     assert second.quota is not first.quota
     assert second.model_dump_json() != first.model_dump_json()
+
+
+def test_a_cache_that_keeps_no_view_bytes_prints_the_same_document(layout):
+    """The supervisor's cache drops the written views' bytes; a document reads the rows back."""
+    from loopx.status.view import json_bytes
+
+    seeded(layout, n=3, history=2)
+    lean = StatusCache(layout, keep_fresh=False)
+    report = lean.refresh(now=utcnow(), ttl_s=0)
+    assert report.reread == 3
+    assert lean._fresh == {}  # what the flag saves
+    projection = lean.projection()
+    assert lean.document(projection) == json_bytes(projection, indent=2) + b"\n"
