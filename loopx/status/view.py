@@ -198,11 +198,13 @@ class StatusProjection(Record):
     goals: list[GoalStatusView] = Field(default_factory=list)
 
 
-# Quota views many cached views hold equal (goals of one policy with nothing spent, projected
-# at the same ``now``), one instance each: 760 bytes a goal in a long-lived cache (issue 25).
-# Cleared when full, so a long-lived process keeps at most this many.
-_QUOTAS: dict[tuple[object, ...], QuotaView] = {}
-_QUOTAS_MAX: Final = 4096
+# Values many cached views hold equal (the quota view of goals of one policy with nothing spent,
+# projected at the same ``now``; "waiting until <the same time>"; the default account's name),
+# one instance each in a long-lived cache: about 900 bytes a goal (issue 25). Cleared when
+# full, so a long-lived process keeps at most this many.
+_SHARED: dict[object, object] = {}
+_SHARED_MAX: Final = 8192
+_SHARED_FIELDS: Final = ("explanation", "next_eligible_at", "account")
 
 
 def _exact(value: object) -> object:
@@ -212,22 +214,29 @@ def _exact(value: object) -> object:
     return (type(value), value)
 
 
+def _shared(key: object, value: object) -> object:
+    known = _SHARED.get(key)
+    if known is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[key] = known = value
+    return known
+
+
 def share_values(view: GoalStatusView) -> GoalStatusView:
-    """``view`` holding an equal quota view already held, if any, instead of its own.
+    """``view`` holding equal values already held, if any, instead of its own.
 
     Only equal values are swapped, so the view's JSON and equality are
     unchanged. For the views a long-lived cache keeps for every goal.
     """
-    quota = view.quota
-    key = tuple(map(_exact, quota.__dict__.values()))
-    known = _QUOTAS.get(key)
-    if known is None:
-        if len(_QUOTAS) >= _QUOTAS_MAX:
-            _QUOTAS.clear()
-        _QUOTAS[key] = quota
-    elif known is not quota:
-        view.__dict__["quota"] = known  # an equal value: nobody holding the view can tell
-    at, eligible = view.recheck_at, view.next_eligible_at
-    if at is not None and at is not eligible and at == eligible:
-        view.__dict__["recheck_at"] = eligible  # one datetime, where the two are the same
+    fields = view.__dict__  # swapped in place: an equal value, nobody holding the view can tell
+    quota = fields["quota"]
+    fields["quota"] = _shared((QuotaView, *map(_exact, quota.__dict__.values())), quota)
+    for name in _SHARED_FIELDS:
+        value = fields[name]
+        if value is not None:
+            fields[name] = _shared((type(value), value), value)
+    at = fields["recheck_at"]
+    if at is not None and at == fields["next_eligible_at"]:
+        fields["recheck_at"] = fields["next_eligible_at"]  # one datetime where the two are equal
     return view
