@@ -351,7 +351,7 @@ class StatusCache:
             return goal_fingerprint(goal_dir)
         cached = self.goals.get(goal_id)
         known = cached.fingerprint if cached is not None else None
-        return self.memo.fingerprint(goal_dir, exact=exact, known=known)
+        return self.memo.fingerprint(goal_dir, exact=exact, known=known, key=goal_id)
 
     def _sync_goals(self, now: datetime, *, verify: bool) -> tuple[list[str], set[str]]:
         """Goals removed, and goals new or with a changed policy, from the goal index.
