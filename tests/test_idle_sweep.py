@@ -124,6 +124,22 @@ def test_the_memo_answers_by_one_stat_until_the_directory_moves(layout: Layout) 
     assert memo.fingerprint(goal_dir) == goal_fingerprint(goal_dir)
 
 
+def test_the_memo_holds_the_callers_equal_fingerprint(layout: Layout) -> None:
+    """An equal fingerprint the caller holds is the one remembered and returned; a stale one is not."""
+    now = utcnow()
+    waiting_root(layout, 1, now=now)
+    settle(layout)
+    goal_dir = str(layout.goals_dir / "g0")
+    read = goal_fingerprint(goal_dir)
+    known = tuple(map(int, map(str, read)))  # equal, another tuple, as the database loads it
+    memo = FingerprintMemo()
+    assert memo.fingerprint(goal_dir, known=known) is known
+    assert memo.fingerprint(goal_dir) is known  # remembered
+    stale = (*read[:-1], read[-1] + 1)
+    assert memo.fingerprint(goal_dir, exact=True, known=stale) == read
+    assert memo.fingerprint(goal_dir, exact=True, known=stale) is not stale
+
+
 def test_a_refresh_with_the_memo_still_sees_a_hinted_append(layout: Layout) -> None:
     """The supervisor's memo never hides a hinted change (a turn's history append)."""
     now = utcnow()

@@ -321,3 +321,38 @@ def test_journal_quarantined_by_recovery_is_seen_without_a_full_scan(layout):
     assert report.full_scan is False
     assert by_id(cache, "g0").quarantined == ["t1.json", "t2.json"]
     assert cache.projection().quarantined_total == 2
+
+
+def test_views_share_equal_quota_views_without_changing_their_json(layout):
+    """Goals of one policy with nothing spent hold one quota view, loaded or projected; -0.0 is not 0.0."""
+    from loopx.status.view import GoalStatusView, share_values, trusted
+
+    seeded(layout, n=4, history=0)
+    cache = fresh_cache(layout)
+    quotas = {id(c.view.quota) for c in cache.goals.values()}
+    assert len(quotas) == 1, "one refresh's equal quota views are one instance"
+    loaded = StatusCache(layout)
+    assert loaded.load()
+    assert len({id(c.view.quota) for c in loaded.goals.values()}) == 1
+    for goal_id, cached in loaded.goals.items():
+        assert cached.view == cache.goals[goal_id].view
+    view = cache.goals["g0"].view
+    zero = trusted(type(view.quota), {**view.quota.__dict__, "spent_wall_s": 0.0})
+    negative = trusted(type(view.quota), {**view.quota.__dict__, "spent_wall_s": -0.0})
+    first = share_values(trusted(GoalStatusView, {**view.__dict__, "quota": zero}))
+    second = share_values(trusted(GoalStatusView, {**view.__dict__, "quota": negative}))
+    assert second.quota is not first.quota
+    assert second.model_dump_json() != first.model_dump_json()
+
+
+def test_a_cache_that_keeps_no_view_bytes_prints_the_same_document(layout):
+    """The supervisor's cache drops the written views' bytes; a document reads the rows back."""
+    from loopx.status.view import json_bytes
+
+    seeded(layout, n=3, history=2)
+    lean = StatusCache(layout, keep_fresh=False)
+    report = lean.refresh(now=utcnow(), ttl_s=0)
+    assert report.reread == 3
+    assert lean._fresh == {}  # what the flag saves
+    projection = lean.projection()
+    assert lean.document(projection) == json_bytes(projection, indent=2) + b"\n"

@@ -31,12 +31,19 @@ from loopx.status.view import FleetView, GoalStatusView, ProbeObservation
 HINT_LOG_MAX: Final = 1 << 20  # truncate the change log after a full scan past this size
 
 
-class CachedGoal(Record):
-    """One goal's cached view and what it was computed from."""
+@dataclass(frozen=True, slots=True)
+class CachedGoal:
+    """One goal's cached view and what it was computed from (its database row, parsed).
 
-    fingerprint: list[int]  # goal.json's (inode, mtime_ns, size) first: a new policy moves it
+    Slots, not a model: a long-lived cache holds one per goal, and a model's
+    ``__dict__`` and fields set cost 190 bytes more each (issue 25).
+    """
+
+    # goal.json's (inode, mtime_ns, size) first: a new policy moves it. A tuple, the very one
+    # the supervisor's FingerprintMemo holds: 100,000 goals' numbers are held once.
+    fingerprint: Fingerprint
     view: GoalStatusView
-    history: HistoryCounts = Field(default_factory=HistoryCounts)
+    history: HistoryCounts
     epoch: int = 0  # the highest epoch seen (lease or history): claims so far
     recheck_ts: float | None = None  # view.recheck_at as POSIX seconds
 
@@ -177,9 +184,7 @@ def goals_to_reread(
     A goal is re-read when its fingerprint differs from the cached one, its
     view expired by time, its quarantine entries or its probe changed.
     """
-    dirty = {
-        g for g, fp in fingerprints.items() if g not in cached or tuple(cached[g].fingerprint) != fp
-    }
+    dirty = {g for g, fp in fingerprints.items() if g not in cached or cached[g].fingerprint != fp}
     dirty.update(expired)
     after = sources.quarantine
     dirty.update(g for g in set(quarantine_before) ^ set(after) if g in goals)

@@ -29,7 +29,7 @@ from loopx.status.sources import (
     quarantine_listing,
     read_probes,
 )
-from loopx.status.view import GoalStatusView, trusted
+from loopx.status.view import GoalStatusView, share_values
 
 
 def read_shared(
@@ -106,14 +106,10 @@ def _entry(
     fp: Fingerprint, view: GoalStatusView, *, counts: HistoryCounts, epoch: int
 ) -> CachedGoal:
     at = view.recheck_at
-    # Every value is validated already (the view, the counts): built as they are.
-    return trusted(
-        CachedGoal,
-        {
-            "fingerprint": list(fp),
-            "view": view,
-            "history": counts,
-            "epoch": epoch,
-            "recheck_ts": at.timestamp() if at is not None else None,
-        },
+    return CachedGoal(
+        fingerprint=fp,
+        view=share_values(view),
+        history=counts,
+        epoch=epoch,
+        recheck_ts=at.timestamp() if at is not None else None,
     )

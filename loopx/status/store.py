@@ -32,11 +32,10 @@ from pydantic import ValidationError
 from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.memo import host_cache_dir
-from loopx.model import trusted
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
 from loopx.status.sources import NO_COUNTS
-from loopx.status.view import GoalStatusView
+from loopx.status.view import GoalStatusView, share_values
 
 STORE_NAME: Final = "status.db"
 SCHEMA_VERSION: Final = (
@@ -239,17 +238,9 @@ def _entry(
     counts = (
         _EMPTY_COUNTS if history == _NO_COUNTS_JSON else HistoryCounts.model_validate_json(history)
     )
-    fp = [int(n) for n in fingerprint.split(",")] if fingerprint else []  # ValueError if damaged
-    return trusted(
-        CachedGoal,
-        {
-            "fingerprint": fp,
-            "view": GoalStatusView.model_validate_json(view),
-            "history": counts,
-            "epoch": int(epoch),
-            "recheck_ts": recheck_ts,
-        },
-    )
+    fp = tuple(map(int, fingerprint.split(","))) if fingerprint else ()  # ValueError if damaged
+    view_record = share_values(GoalStatusView.model_validate_json(view))
+    return CachedGoal(fp, view_record, counts, int(epoch), recheck_ts)
 
 
 __all__ = ["STORE_NAME", "Loaded", "StatusStore", "store_dir", "store_file"]

@@ -7,8 +7,9 @@ only says what they hold.
 from __future__ import annotations
 
 import functools
+import math
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
@@ -35,6 +36,7 @@ __all__ = [
     "StatusReason",
     "json_bytes",
     "serializer",
+    "share_values",
     "trusted",
 ]
 
@@ -197,3 +199,47 @@ class StatusProjection(Record):
     # Each account: its state, spend in its window, the goals waiting on it (issue 27).
     accounts: list[AccountSummary] = Field(default_factory=list)
     goals: list[GoalStatusView] = Field(default_factory=list)
+
+
+# Values many cached views hold equal (the quota view of goals of one policy with nothing spent,
+# projected at the same ``now``; "waiting until <the same time>"; the default account's name),
+# one instance each in a long-lived cache: about 900 bytes a goal (issue 25). Cleared when
+# full, so a long-lived process keeps at most this many.
+_SHARED: dict[object, object] = {}
+_SHARED_MAX: Final = 8192
+_SHARED_FIELDS: Final = ("explanation", "next_eligible_at", "account")
+
+
+def _exact(value: object) -> object:
+    # Equal values that print differently (1 and 1.0, 0.0 and -0.0) must not be shared.
+    if type(value) is float and value == 0.0:
+        return (float, math.copysign(1.0, value))
+    return (type(value), value)
+
+
+def _shared(key: object, value: object) -> object:
+    known = _SHARED.get(key)
+    if known is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[key] = known = value
+    return known
+
+
+def share_values(view: GoalStatusView) -> GoalStatusView:
+    """``view`` holding equal values already held, if any, instead of its own.
+
+    Only equal values are swapped, so the view's JSON and equality are
+    unchanged. For the views a long-lived cache keeps for every goal.
+    """
+    fields = view.__dict__  # swapped in place: an equal value, nobody holding the view can tell
+    quota = fields["quota"]
+    fields["quota"] = _shared((QuotaView, *map(_exact, quota.__dict__.values())), quota)
+    for name in _SHARED_FIELDS:
+        value = fields[name]
+        if value is not None:
+            fields[name] = _shared((type(value), value), value)
+    at = fields["recheck_at"]
+    if at is not None and at == fields["next_eligible_at"]:
+        fields["recheck_at"] = fields["next_eligible_at"]  # one datetime where the two are equal
+    return view

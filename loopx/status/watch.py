@@ -53,24 +53,44 @@ class FingerprintMemo:
 
     def __init__(self, *, deep_after_s: float = DEFAULT_DEEP_S) -> None:
         self._deep_ns = int(deep_after_s * 1e9)
-        self._seen: dict[str, tuple[DirStat, Fingerprint, int]] = {}  # dir -> (stat, fp, until)
+        # key -> (inode, mtime_ns, fp, until): flat, one tuple a goal (100,000 in a supervisor)
+        self._seen: dict[str, tuple[int, int, Fingerprint, int]] = {}
 
-    def fingerprint(self, goal_dir: str, *, exact: bool = False) -> Fingerprint:
+    def fingerprint(
+        self,
+        goal_dir: str,
+        *,
+        exact: bool = False,
+        known: Fingerprint | None = None,
+        key: str | None = None,
+    ) -> Fingerprint:
         """The goal's fingerprint: a remembered one while its directory has not moved.
 
         ``exact`` reads it afresh whatever the directory says (a hinted or
         leased goal, whose appends during a turn move no directory) and
-        remembers the answer.
+        remembers the answer. ``known`` is the caller's copy: remembered and
+        returned instead of an equal one read, so the two hold one tuple. ``key``
+        (default ``goal_dir``) names the entry: the caller's goal id, a string it holds anyway.
         """
+        key = goal_dir if key is None else key
         stat = dir_stat(goal_dir)
-        seen = self._seen.get(goal_dir)
+        seen = self._seen.get(key)
         now_ns = time.time_ns()
-        if not exact and seen is not None and stat == seen[0] and now_ns < seen[2]:
-            return seen[1]
+        if (
+            not exact
+            and seen is not None
+            and stat is not None
+            and stat[0] == seen[0]
+            and stat[1] == seen[1]
+            and now_ns < seen[3]
+        ):
+            return seen[2]
         fp = goal_fingerprint(goal_dir)
+        if fp == known and known is not None:
+            fp = known
         if stat is None:
-            self._seen.pop(goal_dir, None)
+            self._seen.pop(key, None)
         else:
             until = now_ns + int(self._deep_ns * random.uniform(0.5, 1.0))  # noqa: S311 - spread
-            self._seen[goal_dir] = (stat, fp, until)
+            self._seen[key] = (stat[0], stat[1], fp, until)
         return fp
