@@ -13,9 +13,9 @@ import pytest
 from loopx.agents.turn import attempt_turn
 from loopx.model import utcnow
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
+from loopx.registry.model import Goal, HostKind, HostSpec
 from loopx.turn.lease import claim, release
-from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir
+from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir, shared_workdirs
 from tests.fleet_helpers import journals, kill_everything, leftovers, start_supervisor
 from tests.turnkit import loopx_here, make_root
 
@@ -157,3 +157,31 @@ def test_goal_add_and_import_warn_about_a_shared_workdir(cli, tmp_path):
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)["shared_workdir"] == {"d": ["a", "b"]}
     assert "warning: goal d shares its workdir with goal(s) a, b" in imported.stderr
+
+
+def _goal(goal_id: str, workdir: str) -> Goal:
+    now = utcnow()
+    return Goal(
+        id=goal_id,
+        objective="o",
+        workdir=workdir,
+        host=HostSpec(kind=HostKind.DEMO),
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def test_shared_workdirs_name_overlaps_only_and_at_most_ten_a_goal():
+    """Same folder, inside, above: named; a sibling prefix is not; 5,000 in one folder cost 10 ids each."""
+    goals = [_goal("a", "/w/a"), _goal("b", "/w/a/b"), _goal("c", "/w/ab"), _goal("r", "/w")]
+    assert shared_workdirs(goals, []) == {
+        "a": ["b", "r"],
+        "b": ["a", "r"],
+        "c": ["r"],
+        "r": ["a", "b", "c"],
+    }
+    crowd = [_goal(f"g{i:04}", "/one") for i in range(5000)]
+    shared = shared_workdirs(crowd, [])
+    assert len(shared) == 5000
+    assert {len(ids) for ids in shared.values()} == {10}
+    assert shared["g0000"] == [f"g{i:04}" for i in range(1, 11)]

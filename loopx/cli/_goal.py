@@ -253,13 +253,23 @@ def run_add(args: argparse.Namespace) -> int:
 
 def _warn_shared(shared: dict[str, list[str]]) -> None:
     """Issue 26: say on stderr which goals share a workdir (their turns run one at a time)."""
-    for goal_id, others in shared.items():
+    items = list(shared.items())
+    for goal_id, others in items[:_SHARED_WARNINGS]:
         print(
             f"warning: goal {goal_id} shares its workdir with goal(s) {', '.join(others)}: "
             "their turns run one at a time (one turn per workdir); give each its own "
             "directory or worktree to run them side by side (docs/work.md)",
             file=sys.stderr,
         )
+    if len(items) > _SHARED_WARNINGS:
+        print(
+            f"warning: {len(items) - _SHARED_WARNINGS} more goal(s) share a workdir "
+            "(`shared_workdir` in --json names them)",
+            file=sys.stderr,
+        )
+
+
+_SHARED_WARNINGS = 5  # lines, then one line for the rest: an import of 10,000 is not 10,000 lines
 
 
 def _describe_host(goal: Goal) -> str:

@@ -33,9 +33,10 @@ import hashlib
 import os
 import socket
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 from typing import Final, Literal
 
@@ -111,13 +112,19 @@ def has_worktree(goal: Goal) -> bool:
     return goal.worktree is not None
 
 
-def shared_workdirs(new: Iterable[Goal], registered: Iterable[Goal]) -> dict[str, list[str]]:
-    """For each new goal without a worktree, the other goals whose workdir overlaps its own. Pure.
+SHARED_NAMED: Final = 10  # ids named per goal: 10,000 goals in one folder are not 10,000 lists
+
+
+def shared_workdirs(
+    new: Iterable[Goal], registered: Iterable[Goal], *, limit: int = SHARED_NAMED
+) -> dict[str, list[str]]:
+    """For each new goal without a worktree, up to ``limit`` other goals whose workdir overlaps. Pure.
 
     Overlap: the same directory, or one inside the other (workdirs are stored
     resolved, so no path is looked up). Goals with a worktree of their own,
     and archived ones, share nothing. Costs one sort of the workdirs and a
-    bisection per new goal, not a comparison of every pair.
+    bisection per new goal, and at most ``limit`` ids a goal: the ones in the
+    same directory first, then those inside it, then those above it, each by id.
     """
     new = [g for g in new if not has_worktree(g)]
     ids = {g.id for g in new}
@@ -129,19 +136,28 @@ def shared_workdirs(new: Iterable[Goal], registered: Iterable[Goal]) -> dict[str
     paths = [p for p, _ in pool]
     out: dict[str, list[str]] = {}
     for goal in new:
-        mine = goal.workdir.rstrip("/") or "/"
-        found = {pool[i][1] for i in _equal(paths, mine)}  # the same directory
-        inside = mine.rstrip("/") + "/"
-        i = bisect_left(paths, inside)
-        while i < len(paths) and paths[i].startswith(inside):  # the ones inside it
-            found.add(pool[i][1])
-            i += 1
-        for ancestor in _ancestors(mine):  # the ones above it
-            found.update(pool[j][1] for j in _equal(paths, ancestor))
-        found.discard(goal.id)
+        found = list(islice(_overlapping(pool, paths, goal), limit))
         if found:
             out[goal.id] = sorted(found)
     return out
+
+
+def _overlapping(pool: list[tuple[str, str]], paths: list[str], goal: Goal) -> Iterator[str]:
+    """The ids of the other goals whose workdir overlaps ``goal``'s, lazily, each once."""
+    mine = goal.workdir.rstrip("/") or "/"
+    seen = {goal.id}
+    # The paths inside it sort between "<mine>/" and "<mine>0" ("0" follows "/").
+    inside = range(
+        bisect_left(paths, mine.rstrip("/") + "/"), bisect_left(paths, mine.rstrip("/") + "0")
+    )
+    ranges = [_equal(paths, mine), inside]
+    ranges += [_equal(paths, ancestor) for ancestor in _ancestors(mine)]
+    for positions in ranges:
+        for i in positions:
+            goal_id = pool[i][1]
+            if goal_id not in seen:
+                seen.add(goal_id)
+                yield goal_id
 
 
 def _equal(paths: list[str], path: str) -> range:
