@@ -139,6 +139,10 @@ def run_one_turn(
     return attempt_turn(layout, goal_id, agent_id=agent_id, stop=stop, config=config).report
 
 
+# Goals whose turn this process runs now (the API may run turns from several threads).
+_IN_FLIGHT: set[str] = set()
+
+
 def attempt_turn(
     layout: Layout,
     goal_id: str,
@@ -194,11 +198,14 @@ def attempt_turn(
                 now=utcnow(),
                 ttl_s=config.lease_ttl_s,
                 grace_s=config.lease_grace_s,
+                # No turn of this goal runs in this process: a lease of ours is one an error left.
+                reclaim_own=goal_id not in _IN_FLIGHT,
             )
         if claimed.lease is None:
             blocking = claimed.blocking.agent_id if claimed.blocking else None
             return TurnAttempt(goal_id=goal_id, claimed=False, blocking_agent=blocking)
         lease = claimed.lease
+        _IN_FLIGHT.add(goal_id)
         with structlog.contextvars.bound_contextvars(epoch=lease.epoch):
             if claimed.took_over is not None:
                 log.warning("lease_taken_over", previous=claimed.took_over.agent_id)
@@ -222,6 +229,7 @@ def attempt_turn(
                 finally:
                     release_workdir(layout, workdir.hold)
             finally:
+                _IN_FLIGHT.discard(goal_id)
                 release(layout, lease)
                 structlog.contextvars.unbind_contextvars("turn_key")  # bound once it is known
     if goal.auto_merge and attempt.report is not None:  # issue 26: after the lease is released

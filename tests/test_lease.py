@@ -75,6 +75,17 @@ def test_second_claim_is_blocked_and_release_frees(tmp_path):
     assert second.lease is not None and second.lease.epoch == first.lease.epoch + 1
 
 
+def test_a_lease_this_process_left_is_reclaimed_at_once_only_when_asked(tmp_path):
+    """A turn a resource error cut short leaves our own lease: reclaim_own takes it, epoch raised."""
+    layout = make_root(tmp_path / "root")
+    left = claim(layout, "g", agent_id="a", now=utcnow())
+    assert left.lease is not None
+    assert claim(layout, "g", agent_id="a", now=utcnow()).lease is None  # live holder: us
+    again = claim(layout, "g", agent_id="a", now=utcnow(), reclaim_own=True)
+    assert again.lease is not None and again.lease.epoch == left.lease.epoch + 1
+    assert again.took_over is not None and again.took_over.epoch == left.lease.epoch
+
+
 def test_stale_fence_refuses_and_renew_fails(tmp_path):
     """After a takeover the old holder's fence and renewal raise LeaseLostError."""
     layout = make_root(tmp_path / "root")

@@ -144,6 +144,12 @@ def holder_state(lease: Lease, *, hostname: str) -> Holder:
     return Holder.ALIVE if alive else Holder.DEAD
 
 
+def _held_by_this_process(lease: Lease, hostname: str, pid: int) -> bool:
+    return (lease.hostname, lease.pid) == (hostname, pid) and lease.pid_started_at == (
+        started_at(pid) or 0.0
+    )
+
+
 def read_epoch(layout: Layout, goal_id: str) -> int:
     """The goal's fencing counter (0 before the first claim).
 
@@ -181,8 +187,14 @@ def claim(
     ttl_s: float | None = None,
     grace_s: float | None = None,
     turn_key: str | None = None,
+    reclaim_own: bool = False,
 ) -> ClaimResult:
     """Claim the goal's lease for this process, taking over a dead or long-expired one.
+
+    With ``reclaim_own`` (the caller runs no turn of this goal now), a lease
+    this very process holds is taken over at once too: a resource error
+    (EMFILE) cut its turn short before the release, and waiting for it to
+    expire would stall the goal for a lease's length.
 
     A lease file that cannot be read is taken over once
     :func:`damaged_lease_free_at` says so (an empty one at once), with the
@@ -214,7 +226,8 @@ def claim(
             current, damaged = None, True
         took_over = None
         if current is not None:
-            if not takeover_allowed(
+            own = reclaim_own and _held_by_this_process(current, hostname, pid)
+            if not own and not takeover_allowed(
                 current, holder_state(current, hostname=hostname), now=now, grace_s=grace_s
             ):
                 return ClaimResult(lease=None, blocking=current)
