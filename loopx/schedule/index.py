@@ -191,29 +191,35 @@ class ScheduleIndex:
         # The catalog's own stat of every goal file is left to the deep sweep: the
         # directory sweep below sees a replaced goal file sooner and cheaper.
         verify_s = self._deep.period(len(self._order))
-        changed = self._catalog.refresh(now=now, verify_after_s=verify_s)
-        if not self._built or self._catalog.hints_lost:
-            # First build, or the hint log was replaced (hints may be lost): look at all.
-            self._built = True
-            recheck = set(self._catalog.goals)
-            self._sweep.restart(ts)
-            self._deep.restart(ts)
-        else:
-            recheck = changed | self._touched | self._leased | self._due(now)
-            recheck |= self._safety_net(ts)
-        recheck |= self._account_moves()
-        self._touched = set()
-        if changed or len(self._order) != len(self._catalog.goals):
-            self._order = sorted(self._catalog.goals)
-        headroom: HostHeadroom | None = None
-        for goal_id in recheck:
-            goal = self._catalog.goals.get(goal_id)
-            self._note_dir(goal_id)
-            if goal is None or goal.status is not GoalStatus.ACTIVE or not self._accept(goal):
-                self._drop(goal_id)
-                continue
-            headroom = headroom or measure_headroom(now=now)
-            self._update(goal, now=now, headroom=headroom)
+        try:
+            changed = self._catalog.refresh(now=now, verify_after_s=verify_s)
+            if not self._built or self._catalog.hints_lost:
+                # First build, or the hint log was replaced (hints may be lost): look at all.
+                self._built = True
+                recheck = set(self._catalog.goals)
+                self._sweep.restart(ts)
+                self._deep.restart(ts)
+            else:
+                recheck = changed | self._touched | self._leased | self._due(now)
+                recheck |= self._safety_net(ts)
+            recheck |= self._account_moves()
+            self._touched = set()
+            if changed or len(self._order) != len(self._catalog.goals):
+                self._order = sorted(self._catalog.goals)
+            headroom: HostHeadroom | None = None
+            for goal_id in recheck:
+                goal = self._catalog.goals.get(goal_id)
+                self._note_dir(goal_id)
+                if goal is None or goal.status is not GoalStatus.ACTIVE or not self._accept(goal):
+                    self._drop(goal_id)
+                    continue
+                headroom = headroom or measure_headroom(now=now)
+                self._update(goal, now=now, headroom=headroom)
+        except BaseException:
+            # Cut short (EMFILE, MemoryError): the goals it had taken off its lists (the
+            # touched, the hinted) are looked at again, all of them, at the next refresh.
+            self._built = False
+            raise
         self._hint_stat = self._stat_hints()
         return len(recheck)
 
