@@ -159,7 +159,7 @@ def test_goal_add_and_import_warn_about_a_shared_workdir(cli, tmp_path):
     assert "warning: goal d shares its workdir with goal(s) a, b" in imported.stderr
 
 
-def _goal(goal_id: str, workdir: str) -> Goal:
+def _registered(goal_id: str, workdir: str) -> Goal:
     now = utcnow()
     return Goal(
         id=goal_id,
@@ -173,14 +173,19 @@ def _goal(goal_id: str, workdir: str) -> Goal:
 
 def test_shared_workdirs_name_overlaps_only_and_at_most_ten_a_goal():
     """Same folder, inside, above: named; a sibling prefix is not; 5,000 in one folder cost 10 ids each."""
-    goals = [_goal("a", "/w/a"), _goal("b", "/w/a/b"), _goal("c", "/w/ab"), _goal("r", "/w")]
+    goals = [
+        _registered("a", "/w/a"),
+        _registered("b", "/w/a/b"),
+        _registered("c", "/w/ab"),
+        _registered("r", "/w"),
+    ]
     assert shared_workdirs(goals, []) == {
         "a": ["b", "r"],
         "b": ["a", "r"],
         "c": ["r"],
         "r": ["a", "b", "c"],
     }
-    crowd = [_goal(f"g{i:04}", "/one") for i in range(5000)]
+    crowd = [_registered(f"g{i:04}", "/one") for i in range(5000)]
     shared = shared_workdirs(crowd, [])
     assert len(shared) == 5000
     assert {len(ids) for ids in shared.values()} == {10}
