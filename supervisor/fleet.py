@@ -249,7 +249,7 @@ class Supervisor:
             if cache.memo is None:
                 # The once-a-minute full scan costs a stat per unchanged goal (issue 14).
                 cache.memo = FingerprintMemo()
-                cache.keep_fresh = False  # the views' bytes are in the database; it prints none
+                cache.keep_views = False  # the rows hold them; it prints none
             scan_s = max(STATUS_FULL_SCAN_S, (self._goals or 0) / STATUS_SCAN_RATE)
             report = refresh_status(
                 self.layout,

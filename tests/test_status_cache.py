@@ -350,9 +350,48 @@ def test_a_cache_that_keeps_no_view_bytes_prints_the_same_document(layout):
     from loopx.status.view import json_bytes
 
     seeded(layout, n=3, history=2)
-    lean = StatusCache(layout, keep_fresh=False)
+    lean = StatusCache(layout, keep_views=False)
     report = lean.refresh(now=utcnow(), ttl_s=0)
     assert report.reread == 3
     assert lean._fresh == {}  # what the flag saves
     projection = lean.projection()
     assert lean.document(projection) == json_bytes(projection, indent=2) + b"\n"
+
+
+def test_a_cache_that_keeps_no_views_refreshes_from_its_rows_alone(layout):
+    """The supervisor's cache holds no views once written; it still sees leases and changes.
+
+    Asked for a projection, it loads the views and keeps them: the same document as a
+    cache that kept them all along.
+    """
+    from loopx.status.view import json_bytes
+
+    now = seeded(layout, n=4, history=2)
+    write_lease(layout, "g1", now=now)
+    lean = StatusCache(layout, keep_views=False)
+    assert lean.refresh(now=utcnow(), ttl_s=0).reread == 4
+    assert all(c.view is None for c in lean.goals.values())
+    assert {g for g, c in lean.goals.items() if c.leased} == {"g1"}
+    # Another holder of no views loads the rows without their views, leases included.
+    other = StatusCache(layout, keep_views=False)
+    assert other.load()
+    assert all(c.view is None for c in other.goals.values())
+    assert {g for g, c in other.goals.items() if c.leased} == {"g1"}
+    # A released lease and a new gate are seen by the lean cache's next refresh.
+    layout.lease_file("g1").unlink()
+    open_gate(layout, "g2", "ship it?", now=utcnow())
+    report = lean.refresh(now=utcnow(), ttl_s=0)
+    assert report.changed is not None and {"g1", "g2"} <= report.changed
+    assert not any(c.leased for c in lean.goals.values())
+    # Its projection loads the views written, and equals one of a cache that kept them.
+    projection = lean.projection()
+    assert projection is not None and lean.keep_views
+    assert all(c.view is not None for c in lean.goals.values())
+    full = fresh_cache(layout)  # a later check: its own timestamps
+    expected = full.projection()
+    assert expected is not None
+    assert [json_bytes(v, indent=2) for v in projection.goals] == [
+        json_bytes(v, indent=2) for v in expected.goals
+    ]
+    assert lean.document(projection) == json_bytes(projection, indent=2) + b"\n"
+    assert by_id(lean, "g2").reason is StatusReason.GATE_PENDING

@@ -20,6 +20,7 @@ fingerprint differs are re-read, and then only the tail of their history.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import heapq
 import os
@@ -37,7 +38,7 @@ from pydantic_core import SchemaSerializer
 
 from loopx.accounts.views import account_summaries
 from loopx.collector import collector_paused
-from loopx.errors import resource_fault
+from loopx.errors import LoopxError, resource_fault
 from loopx.hints import HintCursor, changes_file, read_hints, reset_hints
 from loopx.log import get_logger
 from loopx.memo import fingerprint as file_fingerprint
@@ -106,9 +107,10 @@ class StatusCache:
     _database: tuple[int, int, int] | None = None
     # A long-lived refresher (the supervisor) remembers fingerprints between full scans.
     memo: FingerprintMemo | None = None
-    # Keep the written views' bytes for the next document (the CLI prints one right after its
-    # refresh). The supervisor prints none: 150 MB after its first refresh at 100,000 goals.
-    keep_fresh: bool = True
+    # Keep the views, and the written views' bytes for the next document (the CLI prints one
+    # right after its refresh). The supervisor prints none and keeps neither once a row is
+    # written (issue 25: about 1.4 KB a goal); asked for a projection, it loads them for good.
+    keep_views: bool = True
 
     def __post_init__(self) -> None:
         self.store = StatusStore(self.layout)
@@ -117,14 +119,14 @@ class StatusCache:
 
     def load(self) -> bool:
         """Load the meta row and every goal's row; False when there is no usable database."""
-        loaded = self.store.load()
+        loaded = self.store.load(views=self.keep_views)
         self.index = loaded.index if loaded is not None else None
         self.goals = loaded.goals if loaded is not None else {}
         self._rebuild = loaded is None
         self._database = file_fingerprint(self.store.path) if loaded is not None else None
         self._fresh = {}
         self.registry = None
-        self._leased = {g for g, c in self.goals.items() if c.view.lease is not None}
+        self._leased = {g for g, c in self.goals.items() if c.leased}
         self._rechecks = [
             (c.recheck_ts, g) for g, c in self.goals.items() if c.recheck_ts is not None
         ]
@@ -151,8 +153,17 @@ class StatusCache:
         """The assembled attention queue from memory (None before the first refresh)."""
         if self.index is None:
             return None
+        if not self.keep_views:
+            # A holder of no views asked for them: from now on it keeps them.
+            self.keep_views = True
+            with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S):
+                self.load()
+            if self.index is None:  # the database went since the refresh: project afresh
+                self.refresh(now=utcnow(), force=True)
+            if self.index is None:  # pragma: no cover - a refresh always leaves an index
+                return None
         return assemble(
-            (c.view for c in self.goals.values()),
+            (c.view for c in self.goals.values() if c.view is not None),
             fleet=self.index.fleet,
             generated_at=self.index.generated_at,
             checked_at=self.index.checked_at,
@@ -298,9 +309,7 @@ class StatusCache:
         for goal_id in dirty:
             self._reproject(goal_id, fingerprints.get(goal_id), sources, now=now)
         written = [g for g in dirty if g in self.goals]
-        self._fresh = dict(
-            zip(written, view_bytes([self.goals[g].view for g in written]), strict=True)
-        )
+        self._fresh = dict(zip(written, view_bytes(self._views(written)), strict=True))
         self.index = next_index(
             index,
             writer=self._writer,
@@ -312,8 +321,11 @@ class StatusCache:
             checked_at=index.checked_at if hints_only and index is not None else now,
         )
         self._write(removed)
-        if not self.keep_fresh:
-            self._fresh = {}  # document() reads the rows back instead
+        if not self.keep_views and not self._rebuild:  # written: the rows hold the views
+            self._fresh = {}
+            entries = self.goals
+            for goal_id in written:
+                entries[goal_id] = dataclasses.replace(entries[goal_id], view=None)
         log.debug("status_refreshed", full_scan=full, reread=len(dirty), written=len(written))
         return RefreshReport(
             refreshed=True,
@@ -338,13 +350,27 @@ class StatusCache:
         goals, fresh = self.goals, self._fresh
         if rebuild:
             missing = [g for g in goals if g not in fresh]
-            fresh.update(zip(missing, view_bytes([goals[g].view for g in missing]), strict=True))
+            fresh.update(zip(missing, view_bytes(self._views(missing)), strict=True))
         changed = {g: (goals[g], fresh[g]) for g in fresh}
         with _cache_write(self):
             self._database = None
             self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
             self._rebuild = False
             self._database = file_fingerprint(self.store.path)
+
+    def _views(self, goal_ids: list[str]) -> list[GoalStatusView]:
+        """The views of ``goal_ids`` to write, each projected by this process or loaded."""
+        out = []
+        for goal_id in goal_ids:
+            view = self.goals[goal_id].view
+            if view is None:  # pragma: no cover - a view is dropped only once its row is written
+                msg = (
+                    f"status cache: goal {goal_id!r} has no view in memory to write; "
+                    "run `loopx status --clear-cache` and report this"
+                )
+                raise LoopxError(msg)
+            out.append(view)
+        return out
 
     def _fingerprint(self, goal_dir: str, goal_id: str, *, exact: bool) -> Fingerprint:
         if self.memo is None:
@@ -422,7 +448,7 @@ class StatusCache:
             self.layout, self.active[goal_id], fp, self.goals.get(goal_id), sources, now=now
         )
         self.goals[goal_id] = cached
-        if cached.view.lease is not None:
+        if cached.leased:
             self._leased.add(goal_id)
         else:
             self._leased.discard(goal_id)

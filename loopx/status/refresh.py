@@ -42,10 +42,13 @@ class CachedGoal:
     # goal.json's (inode, mtime_ns, size) first: a new policy moves it. A tuple, the very one
     # the supervisor's FingerprintMemo holds: 100,000 goals' numbers are held once.
     fingerprint: Fingerprint
-    view: GoalStatusView
+    # None in a cache that keeps no views once written (the supervisor's): its row holds it.
+    view: GoalStatusView | None
     history: HistoryCounts
     epoch: int = 0  # the highest epoch seen (lease or history): claims so far
     recheck_ts: float | None = None  # view.recheck_at as POSIX seconds
+    leased: bool = False  # view.lease is not None
+    probe: ProbeObservation | None = None  # view.probe
 
 
 class StatusIndex(Record):
@@ -192,7 +195,7 @@ def goals_to_reread(
     if sources.probes is not None:
         probes = sources.probes
         dirty.update(
-            g for g in goals if (cached[g].view.probe if g in cached else None) != probes.get(g)
+            g for g in goals if (cached[g].probe if g in cached else None) != probes.get(g)
         )
     return dirty
 

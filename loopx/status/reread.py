@@ -77,7 +77,7 @@ def reread_goal(
     if sources.probes is not None:
         probe = sources.probes.get(goal.id)
     else:
-        probe = previous.view.probe if previous else None
+        probe = previous.probe if previous else None
     quarantined = sources.quarantine.get(goal.id, ())
     absent = absent_files(fp)
     if absent >= READ_NAMES and not quarantined and probe is None and not previous:
@@ -112,4 +112,6 @@ def _entry(
         history=counts,
         epoch=epoch,
         recheck_ts=at.timestamp() if at is not None else None,
+        leased=view.lease is not None,
+        probe=view.probe,
     )

@@ -7,7 +7,9 @@ SQLite's locking is unsound. It holds:
 
 * ``goals``: one row per cached goal: its fingerprint, its view as the bytes
   it has in ``loopx status --json`` (indented for its place there), its
-  history counts, its highest epoch and when its view expires by time;
+  history counts, its highest epoch, when its view expires by time, and the
+  two fields of the view a refresh needs (whether it holds a lease, its
+  probe), so that a holder that keeps no views (the supervisor) loads none;
 * ``meta``: one row, the :class:`~loopx.status.refresh.StatusIndex` (when the
   sources were checked, the shared sources' fingerprints, the fleet, the
   hint cursor).
@@ -35,12 +37,12 @@ from loopx.memo import host_cache_dir
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
 from loopx.status.sources import NO_COUNTS
-from loopx.status.view import GoalStatusView, share_values
+from loopx.status.view import GoalStatusView, ProbeObservation, share_values
 
 STORE_NAME: Final = "status.db"
-SCHEMA_VERSION: Final = (
-    3  # PRAGMA user_version of a database this code wrote (3: last_turn.failure_message)
-)
+# PRAGMA user_version of a database this code wrote (3: last_turn.failure_message;
+# 4: the leased and probe columns, so a holder of no views loads none).
+SCHEMA_VERSION: Final = 4
 _SCHEMA: Final = """
 CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), status_index TEXT NOT NULL);
 CREATE TABLE goals (
@@ -49,6 +51,8 @@ CREATE TABLE goals (
     history TEXT NOT NULL,
     epoch INTEGER NOT NULL,
     recheck_ts REAL,
+    leased INTEGER NOT NULL,  -- the view holds a lease
+    probe TEXT,  -- the view's probe observation, JSON
     view BLOB NOT NULL
 );
 """
@@ -124,8 +128,11 @@ class StatusStore:
         except ValidationError:
             return None
 
-    def load(self) -> Loaded | None:
-        """Every row; None when the database is missing, of another schema, or damaged (set aside)."""
+    def load(self, *, views: bool = True) -> Loaded | None:
+        """Every row; None when the database is missing, of another schema, or damaged (set aside).
+
+        Without ``views`` the entries hold none (their bytes stay in the rows).
+        """
         try:
             with self._connect(create=False) as db:
                 if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
@@ -134,16 +141,16 @@ class StatusStore:
                 if meta is None:
                     return None
                 index = StatusIndex.model_validate_json(meta[0])
-                rows = db.execute(
-                    "SELECT goal_id, fingerprint, history, epoch, recheck_ts, view FROM goals"
-                ).fetchall()
+                columns = "goal_id, fingerprint, history, epoch, recheck_ts, leased, probe, "
+                columns += "view" if views else "NULL"
+                rows = db.execute(f"SELECT {columns} FROM goals").fetchall()  # noqa: S608 - ours
         except FileNotFoundError:
             return None
         except (sqlite3.DatabaseError, ValidationError, ValueError) as e:
             self._set_aside(e)
             return None
         try:
-            goals = {row[0]: _entry(*row[1:]) for row in rows}
+            goals = {row[0]: _entry(row[1:]) for row in rows}
         except (ValidationError, ValueError) as e:
             self._set_aside(e)
             return None
@@ -189,7 +196,7 @@ class StatusStore:
             try:
                 db.executemany("DELETE FROM goals WHERE goal_id = ?", ((g,) for g in removed))
                 db.executemany(
-                    "INSERT OR REPLACE INTO goals VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO goals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (_row(goal_id, entry, view) for goal_id, (entry, view) in changed.items()),
                 )
                 db.execute("INSERT OR REPLACE INTO meta VALUES (1, ?)", (index.model_dump_json(),))
@@ -229,18 +236,29 @@ def _row(goal_id: str, entry: CachedGoal, view: bytes) -> tuple[object, ...]:
     empty = history is _EMPTY_COUNTS or history == _EMPTY_COUNTS
     counts = _NO_COUNTS_JSON if empty else history.model_dump_json()
     fingerprint = ",".join(map(str, entry.fingerprint))
-    return (goal_id, fingerprint, counts, entry.epoch, entry.recheck_ts, view)
+    probe = entry.probe.model_dump_json() if entry.probe is not None else None
+    return (goal_id, fingerprint, counts, entry.epoch, entry.recheck_ts, entry.leased, probe, view)
 
 
-def _entry(
-    fingerprint: str, history: str, epoch: int, recheck_ts: float | None, view: bytes
-) -> CachedGoal:
+def _entry(row: tuple[str, str, int, float | None, int, str | None, bytes | None]) -> CachedGoal:
+    """A row's entry (its columns after the goal id); the view None when not selected."""
+    fingerprint, history, epoch, recheck_ts, leased, probe, view = row
     counts = (
         _EMPTY_COUNTS if history == _NO_COUNTS_JSON else HistoryCounts.model_validate_json(history)
     )
     fp = tuple(map(int, fingerprint.split(","))) if fingerprint else ()  # ValueError if damaged
-    view_record = share_values(GoalStatusView.model_validate_json(view))
-    return CachedGoal(fp, view_record, counts, int(epoch), recheck_ts)
+    view_record = (
+        share_values(GoalStatusView.model_validate_json(view)) if view is not None else None
+    )
+    return CachedGoal(
+        fingerprint=fp,
+        view=view_record,
+        history=counts,
+        epoch=int(epoch),
+        recheck_ts=recheck_ts,
+        leased=bool(leased),
+        probe=ProbeObservation.model_validate_json(probe) if probe is not None else None,
+    )
 
 
 __all__ = ["STORE_NAME", "Loaded", "StatusStore", "store_dir", "store_file"]

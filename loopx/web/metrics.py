@@ -111,7 +111,7 @@ def render_metrics(
         # Each claim raises the epoch once and each finished turn writes one
         # history line; claims that left no line (beyond a lease held now)
         # were taken over or abandoned.
-        running = 1 if cached.view.lease is not None else 0
+        running = 1 if cached.leased else 0
         takeovers += max(0, cached.epoch - cached.history.lines - running)
     out.metric(
         "loopx_goals",
