@@ -501,3 +501,37 @@ def test_an_old_goals_warm_should_run_replays_after_a_gc_fold(
     first = ask()
     second = ask()
     assert (first[:2], second) == (("ok", True), ("ok", False, first[2]))
+
+
+def test_after_a_fold_the_next_decision_reads_the_aggregate_not_the_whole_ledger(
+    api: loopx.Root, tmp_path: Path
+) -> None:
+    """gc rebuilds the aggregate its ledger rewrite removed, for the ledger's own window.
+
+    Run on a clock 14 days ahead (as benchmarks/retention.py runs it), the
+    aggregate still serves the real clock's decisions: the next one neither
+    rebuilds nor rewrites it (a rebuild reads every line retention keeps), and
+    sums the window as a rebuild from the ledger does.
+    """
+    layout = api.layout
+    api.goals.add("s", objective="count", workdir=tmp_path / "w", host_kind="demo",
+                  host=["--steps", "1000"])  # fmt: skip
+    run_turns(layout, "s", 12)
+    api.goals.update("s", quota={"window_hours": 0.1 / 3600})
+    keep(layout, keep_turns=3, keep_days=0)
+    ledger, aggregate = layout.quota_file("s"), layout.quota_aggregate_file("s")
+    before = ledger.stat().st_ino
+    assert api.retention.gc(goals=["s"], now=utcnow() + timedelta(days=14)).folded == 9
+    assert ledger.stat().st_ino != before  # rewritten without the folded lines
+    agg = json.loads(aggregate.read_bytes())
+    assert (agg["ledger_inode"], agg["ledger_offset"]) == (
+        ledger.stat().st_ino,
+        ledger.stat().st_size,
+    )
+    built = aggregate.stat().st_ino
+    decision = api.quota.should_run("s")
+    assert aggregate.stat().st_ino == built
+    served = decision.model_dump(include={"spent_wall_s", "spent_turns", "spent_cpu_s"})
+    aggregate.unlink()
+    rebuilt = api.quota.should_run("s", now=decision.decided_at)
+    assert rebuilt.model_dump(include={"spent_wall_s", "spent_turns", "spent_cpu_s"}) == served
