@@ -18,6 +18,7 @@ import loopx
 from loopx.agents.turn import attempt_turn
 from loopx.errors import CorruptFileError
 from loopx.model import utcnow
+from loopx.quota.warm import memo_path
 from loopx.retention.fold import TurnMeta, plan_fold
 from loopx.retention.policy import (
     KeepPolicy,
@@ -461,3 +462,76 @@ def test_the_default_floor_is_64_mb_or_a_tenth_of_a_small_disk() -> None:
         floor_bytes(RetentionSettings(), 32 * mib),
         floor_bytes(RetentionSettings(min_free_disk_mb=5), 32 * mib),
     ) == (64 * mib, 32 * mib // 10, 5 * mib)
+
+
+def test_an_old_goals_warm_should_run_replays_after_a_gc_fold(
+    api: loopx.Root, tmp_path: Path
+) -> None:
+    """After gc folds a goal's turns and rewrites its ledger, the next decision is stored and replayed.
+
+    The goal's quota window (0.1 s, set after its turns) is shorter than its turns, so the fold drops
+    ledger lines and rewrites the ledger (and removes its aggregate). The first
+    `quota should-run` after it decides and stores; the second replays (its
+    memo is not rewritten and the process never imports pydantic), as for a
+    young goal: the checkpoint and the rewritten ledger cost the warm answer
+    nothing (issue 31: the figure at the end of months equals the start's).
+    """
+    layout = api.layout
+    api.goals.add("s", objective="count", workdir=tmp_path / "w", host_kind="demo",
+                  host=["--steps", "1000"])  # fmt: skip
+    run_turns(layout, "s", 12)
+    api.goals.update("s", quota={"window_hours": 0.1 / 3600})
+    argv = [sys.executable, "-X", "importtime", "-m", "loopx", "--root", str(layout.root)]
+    argv += ["quota", "should-run", "s", "--json"]
+    memo = Path(memo_path(layout, "s", as_json=True))
+
+    def ask() -> tuple[str, bool, float]:
+        done = subprocess.run(argv, capture_output=True, check=False, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        stored = json.loads(memo.read_bytes().split(b"\n", 1)[0])["computed_at"]
+        return json.loads(done.stdout)["reason"], b"pydantic" in done.stderr, stored
+
+    assert ask()[0] == "ok"
+    ledger = layout.quota_file("s")
+    lines = len(ledger.read_bytes().splitlines())
+    keep(layout, keep_turns=3, keep_days=0)
+    assert api.retention.gc(goals=["s"]).folded == 9
+    assert read_checkpoint(layout, "s") is not None
+    assert len(ledger.read_bytes().splitlines()) < lines  # rewritten without the folded lines
+    first = ask()
+    second = ask()
+    assert (first[:2], second) == (("ok", True), ("ok", False, first[2]))
+
+
+def test_after_a_fold_the_next_decision_reads_the_aggregate_not_the_whole_ledger(
+    api: loopx.Root, tmp_path: Path
+) -> None:
+    """gc rebuilds the aggregate its ledger rewrite removed, for the ledger's own window.
+
+    Run on a clock 14 days ahead (as benchmarks/retention.py runs it), the
+    aggregate still serves the real clock's decisions: the next one neither
+    rebuilds nor rewrites it (a rebuild reads every line retention keeps), and
+    sums the window as a rebuild from the ledger does.
+    """
+    layout = api.layout
+    api.goals.add("s", objective="count", workdir=tmp_path / "w", host_kind="demo",
+                  host=["--steps", "1000"])  # fmt: skip
+    run_turns(layout, "s", 12)
+    api.goals.update("s", quota={"window_hours": 0.1 / 3600})
+    keep(layout, keep_turns=3, keep_days=0)
+    ledger, aggregate = layout.quota_file("s"), layout.quota_aggregate_file("s")
+    before = ledger.stat().st_ino
+    assert api.retention.gc(goals=["s"], now=utcnow() + timedelta(days=14)).folded == 9
+    assert ledger.stat().st_ino != before  # rewritten without the folded lines
+    agg = json.loads(aggregate.read_bytes())
+    assert (agg["ledger_inode"], agg["ledger_offset"]) == (
+        ledger.stat().st_ino,
+        ledger.stat().st_size,
+    )
+    built = aggregate.stat().st_ino
+    decision = api.quota.should_run("s")
+    assert aggregate.stat().st_ino == built
+    served = decision.model_dump(include={"spent_wall_s", "spent_turns", "spent_cpu_s"})
+    aggregate.unlink()
+    rebuilt = api.quota.should_run("s", now=decision.decided_at)
+    assert rebuilt.model_dump(include={"spent_wall_s", "spent_turns", "spent_cpu_s"}) == served

@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Final, Literal
 
@@ -37,6 +37,7 @@ from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.quota.window import (
+    COLUMNS,
     BucketFold,
     SpendColumns,
     SpendTotals,
@@ -228,6 +229,42 @@ def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -
     finally:
         os.close(fd)
     assert agg is not None  # a rebuild always produces a fresh aggregate  # noqa: S101
+    _write_aggregate(layout.quota_aggregate_file(goal_id), agg)
+    return agg
+
+
+def refold_aggregate(layout: Layout, goal_id: str, *, window: timedelta) -> SpendAggregate | None:
+    """Rebuild a goal's aggregate after its ledger was rewritten (gc's settle), on any clock.
+
+    Keeps the buckets any window ending at or after the ledger's newest line
+    needs (``window`` and :data:`PRUNE_SLACK` before it), so the decisions
+    that follow read only the aggregate instead of each rebuilding it from the
+    whole ledger: a cold decision's cost stays bounded by the window, not by
+    how much of a goal's past retention keeps. Judged by the ledger's own
+    times, not the caller's clock (gc may run on one ahead). The caller holds
+    the goal's lease, so no turn appends meanwhile.
+
+    Returns:
+        The aggregate written, or None when the goal has no ledger.
+
+    Raises:
+        CorruptFileError: a ledger line is not a spend record of this goal.
+    """
+    ledger = layout.quota_file(goal_id)
+    try:
+        fd = _open_ledger(ledger)
+    except FileNotFoundError:
+        return None
+    try:
+        fold, agg = _fold_ledger(fd, ledger, goal_id, None, kept_minute=None)
+    finally:
+        os.close(fd)
+    assert agg is not None  # a rebuild always produces a fresh aggregate  # noqa: S101
+    ends = fold.cols[COLUMNS.index("last_end")]
+    if ends:
+        newest = datetime.fromtimestamp(max(ends), UTC)
+        fold.prune(minute_of(newest - window - PRUNE_SLACK))
+        agg = agg.model_copy(update={"kept_minute": fold.kept_minute, "buckets": fold.columns()})
     _write_aggregate(layout.quota_aggregate_file(goal_id), agg)
     return agg
 

@@ -27,6 +27,7 @@ from loopx.hints import note_goal_changed
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record
+from loopx.quota.ledger import refold_aggregate
 from loopx.registry.goals import get_goal
 from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
@@ -202,6 +203,20 @@ def _window(layout: Layout, goal_id: str) -> timedelta:
         return _DEFAULT_LEDGER_WINDOW
 
 
+def _refold(layout: Layout, goal_id: str) -> None:
+    """Rebuild the aggregate a ledger rewrite removed, under the lease; best effort (only a cache).
+
+    Otherwise the next decision would rebuild it from the whole ledger, which
+    keeps every line of ``keep_turns`` and ``keep_days``, not only the window's.
+    """
+    if layout.quota_aggregate_file(goal_id).exists():
+        return  # the ledger was not rewritten: its aggregate is caught up by the next read
+    try:
+        refold_aggregate(layout, goal_id, window=_window(layout, goal_id))
+    except (LoopxError, OSError) as e:
+        log.warning("quota_aggregate_not_refolded", goal_id=goal_id, error=str(e))
+
+
 def collect_goal(
     layout: Layout,
     goal_id: str,
@@ -256,6 +271,7 @@ def collect_goal(
                 tally.files, tally.bytes = tally.files + more.files, tally.bytes + more.bytes
                 tally.kept += more.kept
             expire(layout, goal_id, plan.expired, tally)
+            _refold(layout, goal_id)
     finally:
         release(layout, claimed.lease)
     note_goal_changed(layout, goal_id)
