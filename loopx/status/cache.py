@@ -109,7 +109,7 @@ class StatusCache:
     memo: FingerprintMemo | None = None
     # Keep the views, and the written views' bytes for the next document (the CLI prints one
     # right after its refresh). The supervisor prints none and keeps neither once a row is
-    # written (issue 25: about 1.4 KB a goal); asked for a projection, it loads them for good.
+    # written (issue 25: about 1 KB a goal live); asked for a projection, it loads them for good.
     keep_views: bool = True
 
     def __post_init__(self) -> None:
