@@ -262,15 +262,22 @@ def _filled(
     return b"".join(pieces)
 
 
+# The remembered calls share this many files: the folder stays under a megabyte however many
+# command lines (a should-run per goal, per root) are run. Two lines in one slot take turns.
+CALL_SLOTS: Final = 4096
+
+
 def _call_path(key: str, env: dict[str, str] | None) -> str:
-    return os.path.join(cache_base(env), "calls", f"{zlib.crc32(key.encode()):08x}.json")
+    slot = zlib.crc32(key.encode()) % CALL_SLOTS
+    return os.path.join(cache_base(env), "calls", f"{slot:03x}.json")
 
 
 def remember(key: str, call: dict[str, object], *, env: dict[str, str] | None = None) -> bool:
     """Keep ``call`` (a JSON object) under ``key`` for :func:`recall`; best effort.
 
-    One small file in the cache base, named by a checksum of ``key`` and
-    holding ``key`` whole (another key with the same checksum replaces it).
+    One small file in the cache base, one of :data:`CALL_SLOTS` chosen by a
+    checksum of ``key``, holding ``key`` whole (another key of the same slot
+    replaces it, and is a miss for this one until it is kept again).
     An unchanged one is not written again. Returns whether ``call`` is kept.
     """
     path = _call_path(key, env)

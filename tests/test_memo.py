@@ -93,3 +93,19 @@ def test_an_input_changed_while_computing_leaves_no_memo(tmp_path: Path) -> None
         path, b"x", inputs=[str(source)], before=before, computed_at=time.time(), valid_until=None
     )
     assert not Path(path).exists()
+
+
+def test_remembered_calls_share_a_bounded_set_of_files(tmp_path: Path) -> None:
+    """Every command line a user runs is remembered, in at most CALL_SLOTS files."""
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    keys = [f"v\0--root\0/r\0quota\0should-run\0g{i:05d}" for i in range(2 * memo.CALL_SLOTS)]
+    for key in keys:
+        assert memo.remember(key, {"line": key}, env=env)
+    kept = list((tmp_path / "loopx" / "calls").iterdir())
+    assert 0 < len(kept) <= memo.CALL_SLOTS
+    recalled = [memo.recall(key, env=env) for key in keys]
+    assert recalled[-1] == {"line": keys[-1]}  # the newest of its slot
+    # A key whose slot another took since is a miss (its next run keeps it again), never the
+    # other key's call.
+    assert all(call in (None, {"line": key}) for key, call in zip(keys, recalled, strict=True))
+    assert recalled.count(None) >= len(keys) - memo.CALL_SLOTS
