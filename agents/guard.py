@@ -5,21 +5,24 @@ real CLIs (node, the native codex binary) ran on with ppid 1, edited the
 workdir and wrote the result a retry would use. ``PR_SET_PDEATHSIG`` reaches
 only the direct child, and a host that ``setsid``s leaves its group.
 
-So every host run has a guard: a tiny process (``python -I -S guard.py``,
-standard library only: it starts in tens of milliseconds) in its own
-session, started by the agent before the host with a pipe as its stdin. The
-agent writes ``pid <host pid>`` once the host started and ``done`` once the
-run is over and swept. When the pipe closes without ``done`` (the agent
-died, by any signal), the guard ends every process of the run: the host's
+So every agent has a guard: a tiny process (``python -I -S guard.py``,
+standard library only) in its own session, started by the agent before its
+first host with a pipe as its stdin, and kept for every run after (starting
+one per run cost a host turn 20 ms). For each run the agent writes
+``run <run id> <grace s>`` before the host starts, ``pid <host pid>`` once it
+started and ``done`` once the run is over and swept. When the pipe closes
+during a run (the agent died, by any signal), the guard ends every process
+of the run: the host's
 process group while its leader is the one it was told of, every process of
 that group started after it, and every process carrying this run's
 ``LOOPX_HOST_RUN`` (inherited through ``setsid``, double forks and exec),
-SIGTERM first, SIGKILL after a grace, in rounds until none is left.
+SIGTERM first, SIGKILL after a grace, in rounds until none is left. When it
+closes between runs (the agent exited), the guard exits.
 
 It is run as a script, never imported by LoopX: nothing here may import
 ``loopx`` (the interpreter runs isolated, without site-packages).
 
-Usage: ``python -I -S guard.py RUN_ID [GRACE_S]``.
+Usage: ``python -I -S guard.py`` (the runs arrive on stdin).
 """
 
 from __future__ import annotations
@@ -101,14 +104,30 @@ def end_run(run_id: str, leader: tuple[int, int] | None, grace_s: float) -> int:
     return len(seen)
 
 
+_Run = tuple[str, float, tuple[int, int] | None]  # run id, grace, the host leader (pid, start)
+
+
+def _heard(run: _Run | None, line: bytes) -> _Run | None:
+    """The run being guarded after the agent's ``line``."""
+    if line.startswith(b"run "):
+        _, run_id, grace = line.decode().split()
+        return run_id, float(grace), None
+    if line.startswith(b"pid ") and run is not None:
+        pid = int(line[4:])
+        st = _stat(pid)
+        return run[0], run[1], (pid, st[2]) if st is not None else None
+    if line == b"done":
+        return None
+    return run
+
+
 def main(argv: list[str]) -> int:
-    """Wait for the agent's word on stdin; end the run if the pipe closes without ``done``."""
+    """Follow the agent's runs on stdin; end the current one if the pipe closes before its ``done``."""
+    del argv
     # Signals the agent's terminal or session may send are not the agent's death.
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(signum, signal.SIG_IGN)
-    run_id = argv[1]
-    grace_s = float(argv[2]) if len(argv) > 2 else 2.0  # noqa: PLR2004 - argv[2] is optional
-    leader: tuple[int, int] | None = None
+    run: _Run | None = None
     buffer = b""
     while True:
         try:
@@ -122,13 +141,9 @@ def main(argv: list[str]) -> int:
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
-            if line == b"done":
-                return 0
-            if line.startswith(b"pid "):
-                pid = int(line[4:])
-                st = _stat(pid)
-                leader = (pid, st[2]) if st is not None else None
-    end_run(run_id, leader, grace_s)
+            run = _heard(run, line)
+    if run is not None:
+        end_run(run[0], run[2], run[1])
     return 0
 
 

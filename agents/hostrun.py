@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from loopx import environ
-from loopx.agents.hostguard import HostGuard
+from loopx.agents.hostguard import HostGuard, guard_for_run
 from loopx.agents.hosttree import Tree, leftovers, own_children, sweep
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -308,8 +308,8 @@ def run_host(
     """
     started = utcnow()
     run_id = secrets.token_hex(8)
-    # Started before the subreaper's census, so the guard is never taken for a leftover.
-    guard = HostGuard.start(run_id, grace_s=limits.kill_grace_s)
+    # Before the subreaper's census, so the guard is never taken for a leftover.
+    guard = guard_for_run(run_id, grace_s=limits.kill_grace_s)
     with subreaper() as reaping, _released(guard):
         before = own_children() if reaping else None
         try:
@@ -358,7 +358,7 @@ def run_host(
 
 @contextlib.contextmanager
 def _released(guard: HostGuard) -> Iterator[None]:
-    """Release ``guard`` when the run is over (swept, reaped), however the block ends."""
+    """Tell ``guard`` the run is over (swept, reaped), however the block ends."""
     try:
         yield
     finally:

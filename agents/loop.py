@@ -28,6 +28,7 @@ import structlog
 
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
+from loopx.agents.hostguard import stop_guard
 from loopx.clock import calibrate
 from loopx.duties import Duties
 from loopx.errors import LoopxError, resource_fault
@@ -525,4 +526,7 @@ def run_agent(layout: Layout, config: AgentConfig) -> int:
     if config.parent_pid is not None and agent._parent_gone():  # noqa: SLF001 - same module
         log.warning("agent_parent_gone_at_start", parent_pid=config.parent_pid)
         return exitcodes.OK
-    return agent.run()
+    try:
+        return agent.run()
+    finally:
+        stop_guard()  # between runs: it exits, and is reaped here
