@@ -126,10 +126,12 @@ def import_goals(base: Path, root: Path, n: int) -> float:
     source = base / "goals.jsonl"
     with source.open("w") as f:
         for i in range(n):
+            # A workdir each: goals sharing one take turns (one turn per workdir, issue 26).
+            (work / f"g{i:06d}").mkdir(exist_ok=True)
             entry = {
                 "id": f"g{i:06d}",
                 "objective": "bench",
-                "workdir": str(work),
+                "workdir": str(work / f"g{i:06d}"),
                 "host": {"kind": "command", "argv": ["/bin/sh", "-c", SH_SCRIPT]},
             }
             f.write(json.dumps(entry) + "\n")
