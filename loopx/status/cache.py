@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import functools
 import heapq
-import os
 import secrets
 import sqlite3
 import time
@@ -48,6 +47,7 @@ from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
+from loopx.status.prefetch import Fingerprints, Prefetch
 from loopx.status.projection import assemble
 from loopx.status.refresh import (
     HINT_LOG_MAX,
@@ -111,6 +111,8 @@ class StatusCache:
     # right after its refresh). The supervisor prints none and keeps neither once a row is
     # written (issue 25: about 1 KB a goal live); asked for a projection, it loads them for good.
     keep_views: bool = True
+    # A forked child's fingerprints for the next full scan (a cold CLI's; loopx.status.prefetch).
+    prefetch: Prefetch | None = None
 
     def __post_init__(self) -> None:
         self.store = StatusStore(self.layout)
@@ -279,13 +281,14 @@ class StatusCache:
             full_scan_after_s=full_scan_after_s,
             force=force,
         )
-        goals_dir = str(layout.goals_dir)
-        # Hinted and leased goals are fingerprinted afresh; a full scan's others may be remembered.
+        # Hinted and leased goals are fingerprinted afresh; a full scan's others may be
+        # remembered, or taken by the prefetch.
         exact = candidates if not full or hinted is None else {*hinted, *self._leased}
-        fingerprints = {
-            g: self._fingerprint(os.path.join(goals_dir, g), g, exact=g in exact)
-            for g in candidates
-        }
+        taken = (self._prefetched() if full else None) or {}
+        fingerprints = {}
+        for g in candidates:
+            fp = None if g in exact else taken.get(g)
+            fingerprints[g] = fp if fp is not None else self._fingerprint(g, exact=g in exact)
         if full and scan_all:
             gone, moved = self._confirm_goal_files(fingerprints)
             removed.extend(gone)
@@ -372,7 +375,13 @@ class StatusCache:
             out.append(view)
         return out
 
-    def _fingerprint(self, goal_dir: str, goal_id: str, *, exact: bool) -> Fingerprint:
+    def _prefetched(self) -> Fingerprints | None:
+        """The prefetch's fingerprints, once: a later refresh must take its own."""
+        prefetch, self.prefetch = self.prefetch, None
+        return prefetch.fingerprints() if prefetch is not None else None
+
+    def _fingerprint(self, goal_id: str, *, exact: bool = True) -> Fingerprint:
+        goal_dir = f"{self.layout.goals_dir}/{goal_id}"
         if self.memo is None:
             return goal_fingerprint(goal_dir)
         cached = self.goals.get(goal_id)
@@ -441,9 +450,7 @@ class StatusCache:
     ) -> None:
         """Read one goal's files again and cache its new view."""
         if fp is None:
-            fp = self._fingerprint(
-                os.path.join(str(self.layout.goals_dir), goal_id), goal_id, exact=True
-            )
+            fp = self._fingerprint(goal_id)
         cached = reread_goal(
             self.layout, self.active[goal_id], fp, self.goals.get(goal_id), sources, now=now
         )

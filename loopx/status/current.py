@@ -17,6 +17,7 @@ from loopx.errors import LoopxError
 from loopx.hints import changes_file
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
+from loopx.status.prefetch import Prefetch
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.sources import current_fleet_keyed
 from loopx.status.store import StatusStore
@@ -81,19 +82,25 @@ def status_document(
     now: datetime,
     ttl_s: float = DEFAULT_TTL_S,
     full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
+    prefetch: Prefetch | None = None,
 ) -> bytes:
     """``loopx status --json``'s bytes, assembled from the cache and kept as a memo.
 
     The memo (:mod:`loopx.status.warm`) lets the next warm CLI print the same
     bytes without loading the cache while nothing it shows changed. The hint
     log's and the registry's fingerprints are taken before the refresh reads
-    them: a write during this call leaves no memo that hides it.
+    them: a write during this call leaves no memo that hides it. A full scan
+    takes ``prefetch``'s fingerprints (the caller closes it).
     """
     cache = status_cache(layout)
+    cache.prefetch = prefetch
     hints, registry = str(changes_file(layout)), str(layout.registry)
     before = {hints: memo.fingerprint(hints), registry: memo.fingerprint(registry)}
     with collector_paused():
-        cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s)
+        try:
+            cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s)
+        finally:
+            cache.prefetch = None
         database = str(cache.store.path)
         before[database] = memo.fingerprint(database)  # as the refresh left it
         projection, index, fleet, until = _current(cache, now=now)

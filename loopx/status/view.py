@@ -217,11 +217,17 @@ def _exact(value: object) -> object:
     return (type(value), value)
 
 
+# The ids of the quota views in _SHARED: a view that holds one already (goals of one policy
+# projected together share theirs) skips building its key.
+_SHARED_QUOTAS: dict[int, object] = {}
+
+
 def _shared(key: object, value: object) -> object:
     known = _SHARED.get(key)
     if known is None:
         if len(_SHARED) >= _SHARED_MAX:
             _SHARED.clear()
+            _SHARED_QUOTAS.clear()
         _SHARED[key] = known = value
     return known
 
@@ -234,7 +240,9 @@ def share_values(view: GoalStatusView) -> GoalStatusView:
     """
     fields = view.__dict__  # swapped in place: an equal value, nobody holding the view can tell
     quota = fields["quota"]
-    fields["quota"] = _shared((QuotaView, *map(_exact, quota.__dict__.values())), quota)
+    if _SHARED_QUOTAS.get(id(quota)) is not quota:
+        quota = _shared((QuotaView, *map(_exact, quota.__dict__.values())), quota)
+        fields["quota"] = _SHARED_QUOTAS[id(quota)] = quota
     for name in _SHARED_FIELDS:
         value = fields[name]
         if value is not None:

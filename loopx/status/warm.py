@@ -26,11 +26,17 @@ if TYPE_CHECKING:
     from loopx.root import Layout
 
 MEMO_NAME: Final = "status.memo"
+STORE_NAME: Final = "status.db"  # loopx.status.store's database, beside the memo
 
 
 def memo_path(layout: Layout) -> str:
     """``<host cache dir>/status.memo``."""
     return os.path.join(host_cache_dir(layout.root), MEMO_NAME)
+
+
+def store_path(layout: Layout) -> str:
+    """``<host cache dir>/status.db``: the status database (:mod:`loopx.status.store`)."""
+    return os.path.join(host_cache_dir(layout.root), STORE_NAME)
 
 
 def memo_key(layout: Layout) -> str:
@@ -43,4 +49,4 @@ def print_document(layout: Layout, *, ttl_s: float, out: int | BinaryIO) -> bool
     return replay(memo_path(layout), out, max_age=ttl_s, key=memo_key(layout)) is not None
 
 
-__all__ = ["MEMO_NAME", "memo_key", "memo_path", "print_document"]
+__all__ = ["MEMO_NAME", "STORE_NAME", "memo_key", "memo_path", "print_document", "store_path"]
