@@ -77,3 +77,11 @@ def test_probe_cli_json(layout, tmp_path, cli):
     probe_goal(layout, tmp_path, "echo hi")
     doc = cli.json("probe", "g1")
     assert (doc["stdout"], doc["exit_code"], doc["goal_id"]) == ("hi\n", 0, "g1")
+
+
+def test_the_api_defaults_are_the_probe_defaults() -> None:
+    """`loopx probe`'s defaults are spelled in the API too, so `goal add` does not import probing."""
+    from loopx.api import Goals
+    from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S
+
+    assert (Goals.PROBE_TIMEOUT_S, Goals.PROBE_MAX_BYTES) == (DEFAULT_TIMEOUT_S, DEFAULT_MAX_BYTES)

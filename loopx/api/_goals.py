@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from loopx.accounts.files import check_goal_account
 from loopx.api._work import (
@@ -18,7 +18,6 @@ from loopx.api._work import (
     show_worktree,
     worktree_of,
 )
-from loopx.archive import ArchiveResult, archive_goal, parse_archive_root
 from loopx.donecheck import DoneCheckSpec, done_check_spec
 from loopx.errors import GoalNotFoundError, InvalidPolicyError, UsageError
 from loopx.model import utcnow
@@ -41,11 +40,19 @@ from loopx.registry.views import (
     goal_view,
 )
 from loopx.root import Layout
-from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, run_probe
-from loopx.status.view import ProbeObservation
 from loopx.turn.workdir import shared_workdirs
-from loopx.worktree.mergejournal import MergeJournal, MergeMode
-from loopx.worktree.view import WorktreeView
+
+# Imported where used: archiving, probing and merging cost `goal add` a fifth of its start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from loopx.archive import ArchiveResult
+    from loopx.status.view import ProbeObservation
+    from loopx.worktree.mergejournal import MergeJournal, MergeMode
+    from loopx.worktree.view import WorktreeView
+
+# loopx.status.probe's DEFAULT_TIMEOUT_S and DEFAULT_MAX_BYTES (a test checks they agree).
+_PROBE_TIMEOUT_S: Final = 30.0
+_PROBE_MAX_BYTES: Final = 64 * 1024
 
 
 def host_spec(
@@ -105,8 +112,8 @@ class Goals:
     """The goals of one root."""
 
     layout: Layout
-    PROBE_TIMEOUT_S: ClassVar[float] = DEFAULT_TIMEOUT_S  # `loopx probe --timeout` default
-    PROBE_MAX_BYTES: ClassVar[int] = DEFAULT_MAX_BYTES  # `loopx probe --max-bytes` default
+    PROBE_TIMEOUT_S: ClassVar[float] = _PROBE_TIMEOUT_S  # `loopx probe --timeout` default
+    PROBE_MAX_BYTES: ClassVar[int] = _PROBE_MAX_BYTES  # `loopx probe --max-bytes` default
 
     def add(
         self,
@@ -305,6 +312,8 @@ class Goals:
             MergeRefusedError: not a done worktree goal, a dirty base checkout or worktree,
                 or ``ff`` cannot fast-forward; nothing moved.
         """
+        from loopx.worktree.mergejournal import MergeMode  # noqa: PLC0415
+
         chosen = None if mode is None else MergeMode(mode)
         return merge_worktree(self.layout, goal_id, mode=chosen, now=now)
 
@@ -348,8 +357,8 @@ class Goals:
         self,
         goal_id: str,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        timeout_s: float = _PROBE_TIMEOUT_S,
+        max_bytes: int = _PROBE_MAX_BYTES,
         now: datetime | None = None,
     ) -> ProbeObservation:
         """`loopx probe`: run the goal's read-only ``next_probe`` and record what it saw.
@@ -358,6 +367,8 @@ class Goals:
             GoalNotFoundError: no such goal.
             UsageError: the goal has no ``next_probe``.
         """
+        from loopx.status.probe import run_probe  # noqa: PLC0415
+
         goal = get_goal(self.layout, goal_id)
         return run_probe(
             self.layout, goal, now=now or utcnow(), timeout_s=timeout_s, max_bytes=max_bytes
@@ -374,6 +385,8 @@ class Goals:
         now: datetime | None = None,
     ) -> ArchiveResult:
         """`loopx archive`: move a goal's files aside and mark it archived."""
+        from loopx.archive import archive_goal, parse_archive_root  # noqa: PLC0415
+
         where = (
             parse_archive_root(archive_root)
             if isinstance(archive_root, str) or archive_root is None
