@@ -63,6 +63,7 @@ KERNEL_ORDER: Final = (
     "pids",
     "process",
     "faults",
+    "forking",  # a child process doing a piece of a command's work on the other core
     "secrets",
     "logfile",  # log files under logs/, rotated by size
     "log",

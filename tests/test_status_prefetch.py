@@ -14,7 +14,7 @@ from loopx.registry.goals import open_gate
 from loopx.root import Layout
 from loopx.status.cache import StatusCache
 from loopx.status.fingerprint import goal_fingerprint
-from loopx.status.prefetch import Prefetch
+from loopx.status.prefetch import Prefetch, start
 from loopx.status.store import StatusStore
 from loopx.testing.status_fixtures import make_goal, register_goals, seed_goal
 
@@ -30,19 +30,25 @@ def seeded(layout, n: int = 6):
     return [g.id for g in [*ran, *fresh]]
 
 
+def started(goals_dir) -> Prefetch:
+    prefetch = start(str(goals_dir))
+    assert prefetch is not None  # pytest runs no other thread: this process may fork
+    return prefetch
+
+
 def test_the_child_fingerprints_every_goal_as_the_refresh_would(layout):
     ids = seeded(layout)
-    taken = Prefetch(str(layout.goals_dir)).fingerprints()
+    taken = started(layout.goals_dir).fingerprints()
     assert taken == {g: goal_fingerprint(f"{layout.goals_dir}/{g}") for g in ids}
     assert any(fp != taken["new0"] for fp in taken.values())  # the two kinds differ
 
 
 def test_a_failed_child_answers_none_and_the_refresh_fingerprints_itself(layout):
     seeded(layout)
-    missing = Prefetch(str(layout.root / "no-such-dir"))
+    missing = started(layout.root / "no-such-dir")
     assert missing.fingerprints() is None
     assert missing.fingerprints() is None  # read once: a later refresh takes its own
-    cache = StatusCache(layout, prefetch=Prefetch(str(layout.root / "no-such-dir")))
+    cache = StatusCache(layout, prefetch=started(layout.root / "no-such-dir"))
     report = cache.refresh(now=utcnow(), ttl_s=0)
     assert report.reread == 12
     assert cache.prefetch is None
@@ -53,7 +59,7 @@ def test_a_failed_child_answers_none_and_the_refresh_fingerprints_itself(layout)
 
 def test_closing_an_unread_prefetch_stops_and_reaps_the_child(layout):
     seeded(layout)
-    prefetch = Prefetch(str(layout.goals_dir))
+    prefetch = started(layout.goals_dir)
     pid = prefetch.pid
     assert pid is not None
     prefetch.close()
@@ -67,7 +73,7 @@ def test_a_change_hinted_after_the_prefetch_is_shown(layout):
     seeded(layout)
     status = Root.open(layout.root).status
     status.document()  # a database: the next refresh compares fingerprints with its rows
-    taken = Prefetch(str(layout.goals_dir))
+    taken = started(layout.goals_dir)
     child = psutil.Process(taken.pid)
     deadline = time.monotonic() + 30
     while child.status() != psutil.STATUS_ZOMBIE:  # its answer is in the pipe: it scanned

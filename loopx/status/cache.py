@@ -23,6 +23,8 @@ import contextlib
 import dataclasses
 import functools
 import heapq
+import json
+import operator
 import secrets
 import sqlite3
 import time
@@ -63,7 +65,7 @@ from loopx.status.refresh import (
     plan_scan,
 )
 from loopx.status.reread import read_shared, reread_goal
-from loopx.status.store import StatusStore
+from loopx.status.store import BehindWrite, StatusStore
 from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.files import ensure_dir
@@ -74,6 +76,9 @@ DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
 _SAME_TICK_NS: Final = 50_000_000
 _BUCKETS: Final = 256  # what RefreshReport.shards_written counts in (see there)
+# A rebuild of fewer goals is written in the process: at 1,000 goals a fork cost as much CPU
+# (copies of the pages either process then writes) as it saved time.
+_BEHIND_MIN_GOALS: Final = 5000
 _EMPTY_GOALS: Final = b"[]\n}"
 _GOAL_START: Final = b"    {\n"
 _BETWEEN: Final = b",\n" + _GOAL_START  # between two goals of the document: nothing deeper
@@ -113,6 +118,10 @@ class StatusCache:
     keep_views: bool = True
     # A forked child's fingerprints for the next full scan (a cold CLI's; loopx.status.prefetch).
     prefetch: Prefetch | None = None
+    # A rebuild of many goals is written by a forked child while this process goes on; the
+    # caller then calls finish_write (a cold CLI assembling its document meanwhile).
+    write_behind: bool = False
+    _behind: BehindWrite | None = None
 
     def __post_init__(self) -> None:
         self.store = StatusStore(self.layout)
@@ -189,6 +198,7 @@ class StatusCache:
         stored: Mapping[str, bytes] = {}
         wanted = [v.goal_id for v in views if v.goal_id not in fresh]
         if wanted:
+            self.finish_write()
             with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S):
                 if self._in_sync_with_disk() and not self._rebuild:
                     stored = self.store.views(wanted if len(wanted) * 2 < len(views) else None)
@@ -227,6 +237,7 @@ class StatusCache:
         """
         ensure_dir(self.layout.projections_dir)
         private_dir(self.store.path.parent)
+        self.finish_write()
         with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S), collector_paused():
             reloaded = self.index is not None and not self._in_sync_with_disk()
             if self.index is None or reloaded:
@@ -357,9 +368,32 @@ class StatusCache:
         changed = {g: (goals[g], fresh[g]) for g in fresh}
         with _cache_write(self):
             self._database = None
-            self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
+            if rebuild and self.write_behind and len(changed) >= _BEHIND_MIN_GOALS:
+                self._behind = self.store.rebuild_behind(self.index, changed=changed)
+            if self._behind is None:
+                self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
+                self._database = file_fingerprint(self.store.path)
             self._rebuild = False
+
+    @property
+    def writing_behind(self) -> bool:
+        """Whether a write behind is under way (:meth:`finish_write` ends it)."""
+        return self._behind is not None
+
+    def finish_write(self) -> bool:
+        """Wait for a write behind (:attr:`write_behind`) and put it in place; whether it is.
+
+        False when none is under way, when it failed (the next write rebuilds
+        the database), or when another process wrote the database meanwhile.
+        """
+        behind, self._behind = self._behind, None
+        if behind is None:
+            return False
+        if behind.finish(timeout=LOCK_TIMEOUT_S):
             self._database = file_fingerprint(self.store.path)
+            return True
+        self._rebuild = not self.store.path.exists()
+        return False
 
     def _views(self, goal_ids: list[str]) -> list[GoalStatusView]:
         """The views of ``goal_ids`` to write, each projected by this process or loaded."""
@@ -479,16 +513,71 @@ def _hinted_since(layout: Layout, index: StatusIndex) -> bool:
 def view_bytes(views: list[GoalStatusView]) -> list[bytes]:
     r"""Each view as it stands in ``loopx status --json``: indent 2, moved right by four spaces.
 
-    Serialized in one call as a list (most of a cold status's views), then cut
-    between the goals: a JSON string never holds a raw newline, so ``},\n    {``
-    at the start of a line, four spaces in, is only ever between two goals.
+    Views that hold the very same value objects but their goal id (goals that
+    never ran, of one policy: :func:`loopx.status.projection.project_unrun`
+    builds them from one set of values) are serialized once and the others'
+    bytes made from it: at 10,000 such goals that was most of a cold status's
+    serialization. The rest are serialized in one call as a list, then cut
+    between the goals: a JSON string never holds a raw newline, so
+    ``},\n    {`` at the start of a line, four spaces in, is only ever
+    between two goals.
     """
+    first_of: dict[tuple[int, ...], int] = {}
+    alike: list[tuple[int, int]] = []  # (a view, the first view holding its values)
+    for at, view in enumerate(views):
+        fields = view.__dict__
+        # Ids are only compared while the views (and so their values) live: none is reused.
+        # A view with warnings or quarantined journals holds lists of its own: keyed alone.
+        key = (
+            (-1, at)
+            if fields["warnings"] or fields["quarantined"]
+            else tuple(map(id, _ALL_BUT_ID(fields)))
+        )
+        first = first_of.setdefault(key, at)
+        if first != at:
+            alike.append((at, first))
+    distinct = list(first_of.values())
+    out = dict(zip(distinct, _serialized([views[i] for i in distinct]), strict=True))
+    tails: dict[int, bytes] = {}
+    for at, first in alike:
+        tail = tails.get(first)
+        if tail is None:
+            tail = tails[first] = _after_id(out[first], views[first].goal_id)
+        out[at] = _ID_AT + _json_id(views[at].goal_id) + tail
+    return [out[at] for at in range(len(views))]
+
+
+# A view's values but its goal id and its two lists (empty where this is used: they print []).
+_ALL_BUT_ID: Final = operator.itemgetter(
+    *(n for n in GoalStatusView.model_fields if n not in {"goal_id", "warnings", "quarantined"})
+)
+_ID_AT: Final = b'    {\n      "goal_id": '  # a view's bytes begin so, its id next
+
+
+def _json_id(goal_id: str) -> bytes:
+    """``goal_id`` as a JSON string (a valid id has nothing to escape)."""
+    if goal_id.isprintable() and '"' not in goal_id and "\\" not in goal_id:
+        return b'"' + goal_id.encode() + b'"'
+    return json.dumps(goal_id, ensure_ascii=False).encode()  # pragma: no cover - ids are checked
+
+
+def _after_id(piece: bytes, goal_id: str) -> bytes:
+    """What follows the goal id in ``piece``, the view of ``goal_id``."""
+    head = _ID_AT + _json_id(goal_id)
+    if not piece.startswith(head):  # pragma: no cover - a view's first field is its id
+        msg = f"status cache: the view of {goal_id!r} does not begin with its id"
+        raise LoopxError(msg)
+    return piece[len(head) :]
+
+
+def _serialized(views: list[GoalStatusView]) -> list[bytes]:
+    """Each of ``views`` serialized in one call (see :func:`view_bytes`)."""
     if not views:
         return []
     blob = _list_serializer().to_json(views, indent=2).replace(b"\n", b"\n  ")
     inner = blob[len(b"[\n") : -len(b"\n  ]")]  # "    {" ... "    }"
     parts = inner.split(_BETWEEN)
-    if len(parts) != len(views):  # pragma: no cover - see above
+    if len(parts) != len(views):  # pragma: no cover - see view_bytes
         to_json = serializer(GoalStatusView).to_json
         return [b"    " + to_json(v, indent=2).replace(b"\n", b"\n    ") for v in views]
     return [parts[0], *(_GOAL_START + p for p in parts[1:])]

@@ -90,22 +90,30 @@ def status_document(
     bytes without loading the cache while nothing it shows changed. The hint
     log's and the registry's fingerprints are taken before the refresh reads
     them: a write during this call leaves no memo that hides it. A full scan
-    takes ``prefetch``'s fingerprints (the caller closes it).
+    takes ``prefetch``'s fingerprints (the caller closes it); a rebuild's
+    database is written by a forked child while the document is assembled.
     """
     cache = status_cache(layout)
-    cache.prefetch = prefetch
+    cache.prefetch, cache.write_behind = prefetch, True
     hints, registry = str(changes_file(layout)), str(layout.registry)
     before = {hints: memo.fingerprint(hints), registry: memo.fingerprint(registry)}
+    database = str(cache.store.path)
     with collector_paused():
         try:
             cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s)
+            # A rebuild's database may be written by a child meanwhile (write_behind).
+            behind = cache.writing_behind
+            written = None if behind else memo.fingerprint(database)  # as the refresh left it
+            projection, index, fleet, until = _current(cache, now=now)
+            document = cache.document(projection)
+            if behind and cache.finish_write():
+                written = memo.fingerprint(database)  # as the child wrote it
         finally:
-            cache.prefetch = None
-        database = str(cache.store.path)
-        before[database] = memo.fingerprint(database)  # as the refresh left it
-        projection, index, fleet, until = _current(cache, now=now)
-        document = cache.document(projection)
-    if fleet is not None:
+            cache.prefetch, cache.write_behind = None, False
+            cache.finish_write()  # after an error: the child's database is not left unplaced
+    # No memo over a database another process wrote: it may show more than this document.
+    if fleet is not None and written is not None:
+        before[database] = written
         memo.store(
             memo_path(layout),
             document,

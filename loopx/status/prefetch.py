@@ -23,39 +23,19 @@ import contextlib
 import marshal
 import os
 import signal
-import sys
 
+from loopx.forking import exited_ok, fork
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
-
-# Not `from typing import ...`: imported before the heavy modules (issue 14).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import NoReturn
 
 Fingerprints = dict[str, Fingerprint]
 
 _CHUNK = 1 << 20
-# The parent's handlers (a supervisor's shutdown, a child reaper) are not the child's: it
-# dies of these signals instead.
-_DEFAULT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGCHLD", "SIGUSR1", "SIGUSR2")
-
-
-def can_fork() -> bool:
-    """POSIX, and no thread but this one: a fork copies the calling thread alone."""
-    threading = sys.modules.get("threading")  # not imported: no other thread
-    return hasattr(os, "fork") and (threading is None or threading.active_count() == 1)
 
 
 class Prefetch:
     """A forked child fingerprinting every directory of ``goals_dir``; read or close it once."""
 
-    def __init__(self, goals_dir: str) -> None:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_end)
-            _child(goals_dir, write_end)
-        os.close(write_end)
+    def __init__(self, pid: int, read_end: int) -> None:
         self.pid: int | None = pid  # None once reaped
         self._fd = read_end
 
@@ -69,9 +49,9 @@ class Prefetch:
                 chunks.append(chunk)
         finally:
             os.close(self._fd)
-            _, status = os.waitpid(self.pid, 0)
+            ok = exited_ok(self.pid)
             self.pid = None
-        if os.waitstatus_to_exitcode(status) != 0:
+        if not ok:
             return None
         try:
             out = marshal.loads(b"".join(chunks))  # noqa: S302 - our own child, our own pipe
@@ -91,12 +71,23 @@ class Prefetch:
 
 def start(goals_dir: str) -> Prefetch | None:
     """A prefetch of ``goals_dir``'s fingerprints, or None where this process may not fork."""
-    if not can_fork():
-        return None
     try:
-        return Prefetch(goals_dir)
-    except OSError:  # no fork or pipe left (EAGAIN, EMFILE): the refresh does it itself
+        read_end, write_end = os.pipe()
+    except OSError:  # no descriptor left (EMFILE): the refresh does it itself
         return None
+
+    def send() -> None:
+        os.close(read_end)
+        data = memoryview(marshal.dumps(_scan(goals_dir)))
+        while data:
+            data = data[os.write(write_end, data) :]
+
+    pid = fork(send)
+    os.close(write_end)
+    if pid is None:
+        os.close(read_end)
+        return None
+    return Prefetch(pid, read_end)
 
 
 def _scan(goals_dir: str) -> Fingerprints:
@@ -106,17 +97,3 @@ def _scan(goals_dir: str) -> Fingerprints:
         with contextlib.suppress(OSError):
             out[name] = goal_fingerprint(f"{goals_dir}/{name}")
     return out
-
-
-def _child(goals_dir: str, fd: int) -> NoReturn:
-    """Fingerprint, write, and exit without Python's teardown or a flush of inherited buffers."""
-    code = 1
-    try:
-        for name in _DEFAULT_SIGNALS:
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
-        data = memoryview(marshal.dumps(_scan(goals_dir)))
-        while data:
-            data = data[os.write(fd, data) :]
-        code = 0
-    finally:
-        os._exit(code)

@@ -64,6 +64,7 @@ from loopx.status.view import (
     StatusCounts,
     StatusProjection,
     StatusReason,
+    share_values,
     trusted,
 )
 from loopx.turn.historyline import HistoryLine
@@ -438,15 +439,22 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "last_check": None,
         "account": account_of(goal.account, goal.host.kind),
     }
+    # Its values shared (in place: ``fields`` is the view's), so the views made from them
+    # hold shared values already (share_values: a long-lived cache's memory).
+    view = share_values(trusted(GoalStatusView, fields))
     if key is not None and goal.id not in decided[2]:  # the explanation names no goal
         if len(_PLAIN_UNRUN) >= _PLAIN_UNRUN_MAX:
             _PLAIN_UNRUN.clear()
         _PLAIN_UNRUN[key] = fields
-    return trusted(GoalStatusView, fields)
+    return view
 
 
 def project_unrun(goal: Goal, *, now: datetime) -> GoalStatusView:
-    """:func:`project_goal` of a goal without files but its goal file, and no quarantine or probe."""
+    """:func:`project_goal` of a goal without files but its goal file, and no quarantine or probe.
+
+    Its values are shared (:func:`loopx.status.view.share_values`), as are a
+    never-ran view's from :func:`project_goal`.
+    """
     view = _shared_unrun(_unrun_key(goal, now), goal.id)
     return view if view is not None else _project_unrun(GoalInputs(goal=goal), now)
 
@@ -505,6 +513,8 @@ def overlay_accounts(
     Only ``ready`` and ``waiting`` goals are overlaid: a running, gated,
     paused, failing or done goal says so first.
     """
+    if not accounts:  # no account to show or to hold a goal back: the views as they are
+        return list(views), []
     holding = {a.name: a for a in accounts if a.message}
     goals: dict[str, list[str]] = {a.name: [] for a in accounts}
     waiting: dict[str, list[str]] = {a.name: [] for a in accounts}

@@ -83,7 +83,7 @@ def reread_goal(
     if absent >= READ_NAMES and not quarantined and probe is None and not previous:
         # A goal that never ran: nothing to open, nothing to say but its policy (what
         # gather_goal and project_goal would find, without its files).
-        return _entry(fp, project_unrun(goal, now=now), counts=NO_COUNTS, epoch=0)
+        return _entry(fp, project_unrun(goal, now=now), counts=NO_COUNTS, epoch=0, shared=True)
     inputs, counts = gather_goal(
         layout,
         goal,
@@ -103,12 +103,18 @@ def reread_goal(
 
 
 def _entry(
-    fp: Fingerprint, view: GoalStatusView, *, counts: HistoryCounts, epoch: int
+    fp: Fingerprint,
+    view: GoalStatusView,
+    *,
+    counts: HistoryCounts,
+    epoch: int,
+    shared: bool = False,
 ) -> CachedGoal:
+    """The cache entry of ``view``, its values shared unless they are (``shared``)."""
     at = view.recheck_at
     return CachedGoal(
         fingerprint=fp,
-        view=share_values(view),
+        view=view if shared else share_values(view),
         history=counts,
         epoch=epoch,
         recheck_ts=at.timestamp() if at is not None else None,
