@@ -13,7 +13,9 @@ document and every ``--json`` output are byte-identical to 811387a's. This scrip
    host), asked a human (``gate open`` and the demo's ``--ask``), answered gates, waits, quota
    spent (CPU cap and wall share), paused, archived, probed (passing and failing probes), a
    quarantined journal, a damaged ``state.json``, a custom resource, priorities, one turn still
-   running (a live ``turn run-once`` whose host sleeps, stopped at the end);
+   running (a live ``turn run-once`` whose host sleeps, stopped at the end) and held by an agent
+   that another host's supervisor reports in a crash loop (``supervisor.json`` written with the
+   reference's own models: no CLI makes one);
 3. copies that root (``cp -a``) to one path and, for each side in turn, restores it there and
    runs the same read-only commands (``COMMANDS`` and ``PER_GOAL``: every ``--json`` output the
    reference has that reads a root) with the clock frozen one instant after the build
@@ -132,6 +134,24 @@ LATER: list[Later] = [
 EMBEDDED = re.compile(r"differences\[\]\.(replayed|on_disk)")
 
 FAKE_HOSTS = ("codex", "claude", "gemini")
+# Run by the reference's python after the build: a supervisor of another host whose agent-7
+# (the holder of running-00's lease) crash-loops, so status's crash-loop overlay shows.
+CRASH_LOOP_FLEET = """
+import socket, sys
+from datetime import UTC, datetime
+from loopx.fleet import AgentSlot, FleetRecord
+now = datetime.now(UTC)
+slots = [
+    AgentSlot(index=0, agent_id="agent-7", crash_loop=True, restarts=6, recent_restarts=5),
+    AgentSlot(index=1, agent_id="agent-1"),
+]
+record = FleetRecord(
+    pid=1, pid_started_at=0.0, hostname="not-" + socket.gethostname(), agents_wanted=2,
+    started_at=now, updated_at=now, slots=slots,
+)
+with open(sys.argv[1], "w") as f:
+    f.write(record.model_dump_json(indent=2))
+"""
 
 
 def _fake_bin(build: Path) -> Path:
@@ -292,6 +312,8 @@ def build(cli: BaseCli, build_dir: Path) -> subprocess.Popen[bytes]:  # noqa: C9
         if time.monotonic() > deadline or running.poll() is not None:
             raise SystemExit("building the root: the running-00 turn never started its host")
         time.sleep(0.1)
+    fleet = [str(cli.python), "-P", "-c", CRASH_LOOP_FLEET, str(cli.root / "supervisor.json")]
+    subprocess.run(fleet, check=True, cwd=cli.cwd, env=cli.env, timeout=60)
     goals = json.loads(cli("goal", "list", "--json"))
     count = len(goals["goals"]) if isinstance(goals, dict) else len(goals)
     if count != 40:
