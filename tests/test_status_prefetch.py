@@ -7,6 +7,7 @@ import re
 import time
 
 import psutil
+import pytest
 
 from loopx.api import Root, prefetch_status_scan
 from loopx.model import utcnow
@@ -17,6 +18,8 @@ from loopx.status.fingerprint import goal_fingerprint
 from loopx.status.prefetch import Prefetch, start
 from loopx.status.store import StatusStore
 from loopx.testing.status_fixtures import make_goal, register_goals, seed_goal
+
+pytestmark = pytest.mark.usefixtures("forkable")  # every test here forks, or must
 
 
 def seeded(layout, n: int = 6):
@@ -32,7 +35,7 @@ def seeded(layout, n: int = 6):
 
 def started(goals_dir) -> Prefetch:
     prefetch = start(str(goals_dir))
-    assert prefetch is not None  # pytest runs no other thread: this process may fork
+    assert prefetch is not None  # the forkable fixture saw no other thread
     return prefetch
 
 

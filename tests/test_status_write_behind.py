@@ -20,12 +20,14 @@ from loopx.status.cache import StatusCache
 from loopx.status.store import StatusStore
 from loopx.testing.status_fixtures import make_goal, register_goals, seed_goal
 
+pytestmark = pytest.mark.usefixtures("forkable")  # every test here forks, or must
+
 AT = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 def behind_from_two(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Write behind from two goals on (1,000 outside the tests), so small roots show it."""
+    """Write behind from two goals on (5,000 outside the tests), so small roots show it."""
     monkeypatch.setattr(cache_module, "_BEHIND_MIN_GOALS", 2)
 
 
