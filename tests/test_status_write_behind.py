@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
 import pytest
 
 from loopx.api import Root, print_status_snapshot
@@ -99,6 +104,55 @@ def test_a_child_killed_before_its_commit_leaves_no_database_and_no_memo(
     monkeypatch.delenv("LOOPX_FAULT")
     assert status.document(now=AT) == document
     assert sorted(rows(layout)) == sorted(ids)
+
+
+# A cold status that forks its writer and is SIGKILLed before it moves the database in.
+_KILLED_BEFORE_THE_MOVE = """
+import os, signal, sys
+from pathlib import Path
+from datetime import UTC, datetime
+import psutil
+from loopx.root import Layout
+from loopx.status import cache
+cache._BEHIND_MIN_GOALS = 2
+status = cache.StatusCache(Layout.at(Path(sys.argv[1])), write_behind=True)
+status.refresh(now=datetime(2030, 1, 1, 12, 0, tzinfo=UTC), ttl_s=0)
+assert status.writing_behind
+print(os.getpid(), psutil.Process().children()[0].pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_what_a_killed_status_left_goes_with_the_next_rebuild(layout: Layout) -> None:
+    """Its writer's ``status.db.<pid>.new`` goes once that pid is gone; a running one's stays."""
+    seeded(layout)
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BEFORE_THE_MOVE, str(layout.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr
+    parent, writer = map(int, killed.stdout.split())
+    deadline = time.monotonic() + 30
+    while not _gone(writer):
+        assert time.monotonic() < deadline, "the orphaned writer did not finish"
+        time.sleep(0.02)
+    assert leftovers(layout) == [f"status.db.{parent}.new"]  # written, never moved in
+    running = StatusStore(layout).path.with_name(f"status.db.{os.getpid()}.new")
+    running.write_bytes(b"a status still writing")
+
+    StatusCache(layout).refresh(now=AT, ttl_s=0)  # no database: a rebuild, in this process
+    assert leftovers(layout) == [running.name]
+    assert StatusStore(layout).path.exists()
 
 
 @pytest.mark.usefixtures("behind_from_two")

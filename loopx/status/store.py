@@ -37,6 +37,7 @@ from loopx.forking import exited_ok, fork
 from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.memo import host_cache_dir
+from loopx.pids import pid_held
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
 from loopx.status.sources import NO_COUNTS
@@ -240,10 +241,19 @@ class StatusStore:
                 raise
 
     def remove(self) -> None:
-        """Delete the database (``--clear-cache``, a rebuild)."""
+        """Delete the database (``--clear-cache``, a rebuild), and what killed writers left.
+
+        A cold status killed while its child wrote leaves ``status.db.<pid>.new``;
+        the file of a status still running is its own.
+        """
         for name in (STORE_NAME, STORE_NAME + "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 (self.path.parent / name).unlink()
+        for path in self.path.parent.glob(f"{STORE_NAME}.*.new*"):
+            pid = path.name.removeprefix(f"{STORE_NAME}.").split(".")[0]
+            if pid.isdigit() and not pid_held(int(pid)):  # this host's cache: its pids are ours
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     def problem(self) -> str | None:
         """What is wrong with the database (``loopx doctor``), or None: missing is fine."""
