@@ -11,11 +11,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
 import pytest
 
 from loopx.api import Root, print_status_snapshot
@@ -24,6 +22,7 @@ from loopx.status import cache as cache_module
 from loopx.status.cache import StatusCache
 from loopx.status.store import StatusStore
 from loopx.testing.status_fixtures import make_goal, register_goals, seed_goal
+from tests.fleet_helpers import alive, wait_for
 
 pytestmark = pytest.mark.usefixtures("forkable")  # every test here forks, or must
 
@@ -123,13 +122,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_what_a_killed_status_left_goes_with_the_next_rebuild(layout: Layout) -> None:
     """Its writer's ``status.db.<pid>.new`` goes once that pid is gone; a running one's stays."""
     seeded(layout)
@@ -142,10 +134,7 @@ def test_what_a_killed_status_left_goes_with_the_next_rebuild(layout: Layout) ->
     )
     assert killed.returncode == -9, killed.stderr
     parent, writer = map(int, killed.stdout.split())
-    deadline = time.monotonic() + 30
-    while not _gone(writer):
-        assert time.monotonic() < deadline, "the orphaned writer did not finish"
-        time.sleep(0.02)
+    wait_for("the orphaned writer to finish", lambda: not alive(writer))
     assert leftovers(layout) == [f"status.db.{parent}.new"]  # written, never moved in
     running = StatusStore(layout).path.with_name(f"status.db.{os.getpid()}.new")
     running.write_bytes(b"a status still writing")
