@@ -113,3 +113,15 @@ def interpret_turn(
     goal = make_goal(tmp_path, host.kind)
     envelope = make_envelope(tmp_path, goal, session=session)
     return envelope, host.interpret(envelope, run(host.prepare(goal, envelope), envelope))
+
+
+def waits_until_the_printed_minute(wait_s: float, reset_in: int, started: datetime) -> bool:
+    """Whether a wait from ``started`` ends with the minute a fake printed for ``reset_in``.
+
+    The fake reads its own clock after ``started`` (and the epoch fake truncates it to the
+    second), prints the reset to the minute, and the reader takes that minute's end: the
+    wait lies between ``reset_in`` less a second and ``reset_in`` plus a minute plus the time
+    the run took.
+    """
+    elapsed = (datetime.now(UTC) - started).total_seconds()
+    return reset_in - 1 <= wait_s <= reset_in + 60 + elapsed

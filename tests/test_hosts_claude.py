@@ -16,7 +16,15 @@ from loopx.registry.model import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import RESET_UNKNOWN, FailureReason
 from loopx.turn.outcome import ResultKind
-from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
+from tests.hostkit import (
+    interpret_turn,
+    log_lines,
+    make_envelope,
+    make_goal,
+    run,
+    use_fake_cli,
+    waits_until_the_printed_minute,
+)
 
 HOST = ClaudeHost()
 
@@ -233,12 +241,13 @@ def test_subscriber_limits_wait_until_the_printed_reset(
     monkeypatch.setenv("FAKE_CLAUDE_MODE", mode)
     monkeypatch.setenv("FAKE_CLAUDE_RESET_IN", str(reset_in))
     goal = make_goal(tmp_path, HostKind.CLAUDE)
-    envelope = make_envelope(tmp_path, goal, started=utcnow())
+    started = utcnow()
+    envelope = make_envelope(tmp_path, goal, started=started)
     out = HOST.interpret(envelope, run(HOST.prepare(goal, envelope), envelope))
     assert out.result is not None
     assert out.result.kind is ResultKind.WAIT
     assert out.result.wait_seconds is not None
-    assert abs(out.result.wait_seconds - reset_in) <= 60
+    assert waits_until_the_printed_minute(out.result.wait_seconds, reset_in, started)
 
 
 def test_unreachable_api_is_a_wait(tmp_path, monkeypatch, fake):

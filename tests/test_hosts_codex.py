@@ -16,7 +16,15 @@ from loopx.registry.model import HostKind
 from loopx.state import HostSession, update_state
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind
-from tests.hostkit import interpret_turn, log_lines, make_envelope, make_goal, run, use_fake_cli
+from tests.hostkit import (
+    interpret_turn,
+    log_lines,
+    make_envelope,
+    make_goal,
+    run,
+    use_fake_cli,
+    waits_until_the_printed_minute,
+)
 
 HOST = CodexHost()
 
@@ -215,13 +223,14 @@ def test_rate_limit_waits_until_the_local_clock_codex_printed(
     monkeypatch.setenv("FAKE_CODEX_MODE", "rate_limit")
     monkeypatch.setenv("FAKE_CODEX_RESET_IN", str(reset_in))
     goal = make_goal(tmp_path, HostKind.CODEX)
-    envelope = make_envelope(tmp_path, goal, started=datetime.now(UTC))
+    started = datetime.now(UTC)
+    envelope = make_envelope(tmp_path, goal, started=started)
     out = HOST.interpret(envelope, run(HOST.prepare(goal, envelope), envelope))
     assert out.failure is None
     assert out.result is not None
     assert out.result.kind is ResultKind.WAIT
     assert out.result.wait_seconds is not None
-    assert abs(out.result.wait_seconds - reset_in) <= 60  # codex prints whole minutes
+    assert waits_until_the_printed_minute(out.result.wait_seconds, reset_in, started)
     assert out.result.turn_key == envelope.turn_key
     assert out.session is not None  # the thread is kept for when the limit resets
 
