@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.registry.goal_index import GoalIndex, goals_of
+from loopx.registry.goal_index import GoalIndex, built_goals, fingerprints_of
 from tests.conftest import Cli
 
 
@@ -127,7 +127,8 @@ def test_import_leaves_the_goal_index_current(cli: Cli, tmp_path: Path) -> None:
     for goal_id, entry in index.goals.items():
         st = os.stat(cli.root / "goals" / goal_id / "goal.json")
         assert entry[:3] == (st.st_ino, st.st_mtime_ns, st.st_size)
-    assert {g.objective for g in goals_of(index, path)[0].values()} == {"o"}
+    assert fingerprints_of(index, path) == {g: e[:3] for g, e in index.goals.items()}
+    assert {g.objective for g in built_goals(index).values()} == {"o"}
 
 
 def test_an_import_killed_before_the_link_leaves_a_temp_the_next_import_removes(

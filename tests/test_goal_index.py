@@ -149,7 +149,7 @@ def test_an_index_of_the_previous_schema_version_is_rebuilt(layout: Layout) -> N
 @pytest.mark.parametrize(
     ("damage", "problem"),
     [
-        (lambda e: [*e[:3], 9, *e[4:]], "index out of range"),  # a shape the index lacks
+        (lambda e: [*e[:3], 9, *e[4:]], "shape 9 is not in the index"),  # a shape the index lacks
         (lambda e: [*e[:6], "2026-01-01T00:00:00", *e[7:]], "no timezone"),
         (lambda e: [*e[:5], "relative/dir", *e[6:]], "String should match pattern"),
     ],
@@ -196,6 +196,42 @@ def test_a_save_keeps_only_the_shapes_still_used(layout: Layout) -> None:
     assert reloaded.goals == catalog.goals
     assert reloaded.goals["c"].priority == 3
     assert reloaded.goals["c"].host == reloaded.goals["a"].host
+
+
+def goals_on_disk(layout: Layout) -> dict[str, Goal]:
+    """Every goal as its goal file holds it."""
+    return {
+        d.name: Goal.model_validate_json(layout.goal_file(d.name).read_bytes())
+        for d in layout.goals_dir.iterdir()
+    }
+
+
+def test_a_catalog_that_built_no_goal_answers_and_saves_as_a_built_one(layout: Layout) -> None:
+    """`goal add`'s path: workdirs in use read from the index, and an index saved, unbuilt.
+
+    A goal added, one changed and one removed since the index was written are
+    staged; the workdirs and the saved index are what the goal files give.
+    """
+    now = utcnow()
+    tree = make_goal("tree", now=now, workdir=layout.root, worktree={"base": "main"})
+    register_goals(layout, [*varied_goals(layout), tree])
+    GoalCatalog(layout).refresh(now=now)
+    moved = make_goal("plain", now=now, workdir=layout.root / "moved", host=SHARED_HOST)
+    register_goals(layout, [make_goal("new", now=now, workdir=layout.root / "new"), moved])
+    shutil.rmtree(layout.goal_dir("reordered"))
+
+    catalog = GoalCatalog(layout)
+    assert catalog.refresh(now=now) == {"new", "plain", "reordered"}
+    in_use = catalog.own_workdirs()  # before any goal is built
+
+    on_disk = goals_on_disk(layout)
+    assert sorted(in_use) == sorted(
+        (g.workdir, g.id) for g in on_disk.values() if g.status != "archived" and g.worktree is None
+    )
+    assert {g for _, g in in_use} == {"busy", "busy.twin", "new", "plain"}
+    assert fresh_catalog(layout).goals == on_disk  # the index it saved
+    assert catalog.goals == on_disk  # built now, with what it staged
+    assert sorted(catalog.own_workdirs()) == sorted(in_use)
 
 
 def test_a_copied_root_is_reindexed_once_by_a_cold_status(layout: Layout, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from loopx.registry.bulk import (
     import_goals,
     read_import,
 )
+from loopx.registry.catalog import own_workdirs
 from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
@@ -219,7 +220,7 @@ class Goals:
             now=now or utcnow(),
             validate=lambda goal: check_goal_account(self.layout, goal),
         )
-        shared = shared_workdirs([goal], goal_list(self.layout).goals).get(goal.id, [])
+        shared = shared_workdirs([goal], own_workdirs(self.layout)).get(goal.id, [])
         return GoalDocument(goal=goal, shared_workdir=shared)
 
     def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
@@ -283,7 +284,7 @@ class Goals:
             check_import(source, goals)
         check_worktrees(source, goals)  # issue 26: a repository and its base, even with --no-check
         report = import_goals(self.layout, source, goals)
-        shared = shared_workdirs([g for _, g in goals], goal_list(self.layout).goals)
+        shared = shared_workdirs([g for _, g in goals], own_workdirs(self.layout))
         return report.model_copy(update={"shared_workdir": shared}) if shared else report
 
     def worktree(self, goal_id: str, *, remove: bool = False) -> WorktreeView:

@@ -37,10 +37,12 @@ from loopx.registry.goal_index import (
     Fingerprint,
     GoalIndex,
     IndexWriter,
-    goals_of,
+    built_goals,
+    fingerprints_of,
+    own_workdirs_of,
 )
 from loopx.registry.goal_index import VERSION as INDEX_VERSION
-from loopx.registry.model import Goal, Registry
+from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.registry.store import read_settings
 from loopx.root import Layout
 from loopx.settings import create_settings
@@ -76,16 +78,22 @@ def _stat_fp(path: str) -> Fingerprint:
 class GoalCatalog:
     """A process's copy of the goal index of one root, refreshed incrementally.
 
+    The goals of the index file are put together when first asked for
+    (:attr:`goals`): a caller that needs only the workdirs in use
+    (:meth:`own_workdirs`, ``goal add``'s shared-workdir warning) never pays for
+    10,000 of them. Until then a goal read again or gone waits in ``_staged``.
+
     Attributes:
         layout: the root.
-        goals: every registered goal (archived ones included), by id.
         persist: write the index file when it changed (CLI, status); agents
             keep theirs in memory only.
     """
 
     layout: Layout
     persist: bool = True
-    goals: dict[str, Goal] = field(default_factory=dict)
+    _goals: dict[str, Goal] = field(default_factory=dict)
+    _index: GoalIndex | None = None  # the index file read, until its goals are built into _goals
+    _staged: dict[str, Goal | None] = field(default_factory=dict)  # changes before the build
     _fps: dict[str, Fingerprint] = field(default_factory=dict)
     _cursor: HintCursor = field(default_factory=HintCursor)
     _dir_fp: Fingerprint = ABSENT
@@ -113,18 +121,54 @@ class GoalCatalog:
         try:
             with collector_paused():
                 index = parse_model(path, GoalIndex, data)
-                goals, fps = goals_of(index, path)
+                fps = fingerprints_of(index, path)
         except LoopxError as e:
             _report_unusable(path, data, e)
             return False
-        self.goals = goals
+        self._goals, self._index, self._staged = {}, index, {}
         self._fps = fps
         if self.persist:
-            self._writer = IndexWriter.of(index, goals)
+            self._writer = IndexWriter.of(index)
         self._cursor = HintCursor(index.hint_inode, index.hint_offset)
         self._dir_fp = index.goals_dir_fp
         self._verified_at = index.verified_at
         return True
+
+    @property
+    def goals(self) -> dict[str, Goal]:
+        """Every registered goal (archived ones included), by id."""
+        if self._index is not None:
+            self._goals = self._build(self._index)
+        return self._goals
+
+    def _build(self, index: GoalIndex) -> dict[str, Goal]:
+        """The goals of the index read, with the changes staged since."""
+        with collector_paused():
+            goals = built_goals(index)
+        if self.persist:  # its entries are the index file's: unchanged goals keep theirs
+            self._writer = IndexWriter.of(index, goals)
+        for goal_id, goal in self._staged.items():
+            if goal is None:
+                goals.pop(goal_id, None)
+            else:
+                goals[goal_id] = goal
+        self._index, self._staged = None, {}
+        return goals
+
+    def own_workdirs(self) -> list[tuple[str, str]]:
+        """``(workdir, id)`` of every goal that turns in its own workdir: not archived, no worktree.
+
+        Without building the goals when they are not built yet.
+        """
+        if self._index is None:
+            goals: Iterable[Goal] = self.goals.values()
+            index: list[tuple[str, str]] = []
+        else:
+            goals = (g for g in self._staged.values() if g is not None)
+            index = own_workdirs_of(self._index, skip=self._staged)
+        archived = GoalStatus.ARCHIVED
+        mine = [(g.workdir, g.id) for g in goals if g.status is not archived and g.worktree is None]
+        return index + mine
 
     # --- refreshing ----------------------------------------------------------------------------
 
@@ -166,10 +210,10 @@ class GoalCatalog:
         changed: set[str] = set()
         if full or dir_fp != self._dir_fp:
             names = self._list(goals_dir)
-            for goal_id in [g for g in self.goals if g not in names]:
+            for goal_id in [g for g in self._fps if g not in names]:
                 self._forget(goal_id)
                 changed.add(goal_id)
-            check = names if full else (names - self.goals.keys()) | (hinted or set())
+            check = names if full else (names - self._fps.keys()) | (hinted or set())
         else:
             check = hinted or set()
         changed |= self._reread_each(check)
@@ -219,8 +263,7 @@ class GoalCatalog:
         if not self._loaded:
             self._load()
         for goal_id, (goal, fp) in written.items():
-            self.goals[goal_id] = goal
-            self._fps[goal_id] = fp
+            self._put(goal_id, goal, fp)
         if written:
             self._view = None
 
@@ -235,12 +278,14 @@ class GoalCatalog:
         return [g for g, fp in observed.items() if fps.get(g, ABSENT) != fp]
 
     def _list(self, goals_dir: str) -> set[str]:
+        known = self._fps  # ids already checked: a third of the listing's time at 10,000 goals
         try:
             with os.scandir(goals_dir) as entries:
                 return {
                     e.name
                     for e in entries
-                    if is_valid_goal_id(e.name) and e.is_dir(follow_symlinks=False)
+                    if (e.name in known or is_valid_goal_id(e.name))
+                    and e.is_dir(follow_symlinks=False)
                 }
         except FileNotFoundError:
             return set()
@@ -268,17 +313,29 @@ class GoalCatalog:
             log.warning("goal_file_misnamed", goal_id=goal_id, names=goal.id)
             self._forget(goal_id)
             return True
-        self.goals[goal_id] = goal
-        self._fps[goal_id] = fp
+        self._put(goal_id, goal, fp)
         return True
 
+    def _put(self, goal_id: str, goal: Goal, fp: Fingerprint) -> None:
+        if self._index is not None:
+            self._staged[goal_id] = goal
+        else:
+            self._goals[goal_id] = goal
+        self._fps[goal_id] = fp
+
     def _forget(self, goal_id: str) -> None:
-        self.goals.pop(goal_id, None)
+        if self._index is not None:
+            self._staged[goal_id] = None
+        else:
+            self._goals.pop(goal_id, None)
         self._fps.pop(goal_id, None)
 
     def _save(self) -> None:
         with collector_paused():
-            entries = self._writer.entries(self.goals, self._fps)
+            if self._index is not None:
+                entries = self._writer.entries_changing(self._staged, self._fps)
+            else:
+                entries = self._writer.entries(self._goals, self._fps)
         index = GoalIndex.model_construct(
             hint_inode=self._cursor.inode,
             hint_offset=self._cursor.offset,
@@ -343,6 +400,21 @@ def load_registry(layout: Layout, *, now: datetime | None = None) -> Registry:
     catalog = goal_catalog(layout)
     catalog.refresh(now=now)
     return catalog.registry()
+
+
+def own_workdirs(layout: Layout) -> list[tuple[str, str]]:
+    """``(workdir, id)`` of every goal turning in its own workdir, from the goal index kept current.
+
+    What :func:`loopx.turn.workdir.shared_workdirs` compares a new goal with,
+    without putting every goal together.
+
+    Raises:
+        NewerRootError: a newer LoopX wrote the registry.
+        CorruptFileError: the registry settings are damaged.
+    """
+    catalog = goal_catalog(layout)
+    catalog.refresh()
+    return catalog.own_workdirs()
 
 
 def init_registry(layout: Layout) -> tuple[bool, Registry]:

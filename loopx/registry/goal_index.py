@@ -8,10 +8,13 @@ priority, status, probe, timestamps). At 10,000 goals that is ~130 bytes a
 goal instead of ~700, and loading it validates the shapes once rather than
 every goal's host and quota (issue 14: a cold ``status`` loads this file).
 
-The entries are validated by pydantic as the file is parsed; each goal is
-then put together from its shape and its entry without validating again
-(:func:`goals_of`). What it hands out equals what validating the goal file
-gives.
+The entries are validated by pydantic as the file is parsed, and what
+pydantic leaves (shape numbers, timestamps) when it is read
+(:func:`fingerprints_of`). Each goal is put together from its shape and its
+entry without validating again (:func:`built_goals`), only when a reader asks
+for the goals: ``goal add`` reads the workdirs in use straight from the
+entries (:func:`own_workdirs_of`). What it hands out equals what validating
+the goal file gives.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Container, Mapping
     from pathlib import Path
 
     from pydantic import TypeAdapter
@@ -93,38 +96,63 @@ class GoalIndex(Record):
     goals: dict[GoalId, IndexEntry] = Field(default_factory=dict)
 
 
-def goals_of(index: GoalIndex, path: Path) -> tuple[dict[str, Goal], dict[str, Fingerprint]]:
-    """Every goal of ``index``, each equal to what validating its goal file gives.
-
-    Returns:
-        The goals, and their goal files' fingerprints, by id.
+def fingerprints_of(index: GoalIndex, path: Path) -> dict[str, Fingerprint]:
+    """Every goal file's fingerprint, by id, once the entries :func:`built_goals` reads are sound.
 
     Raises:
         CorruptFileError: an entry names a shape the index lacks, or a timestamp
             is not ISO 8601 with a zone.
     """
+    shapes = len(index.shapes)
+    fps: dict[str, Fingerprint] = {}
+    for goal_id, entry in index.goals.items():
+        if entry[_SHAPE] >= shapes:
+            detail = (
+                f"goal {goal_id!r}: shape {entry[_SHAPE]} is not in the index ({shapes} shapes)"
+            )
+            raise CorruptFileError(path, detail)
+        try:
+            _utc(entry[6])
+            if entry[7] is not None:
+                _utc(entry[7])
+        except ValueError as e:
+            raise CorruptFileError(path, f"goal {goal_id!r}: {e}") from e
+        fps[goal_id] = entry[:3]
+    return fps
+
+
+def built_goals(index: GoalIndex) -> dict[str, Goal]:
+    """Every goal of an index :func:`fingerprints_of` checked, put together from shape and entry."""
     shapes = [shape.__dict__ for shape in index.shapes]
     goals: dict[str, Goal] = {}
-    fps: dict[str, Fingerprint] = {}
-    goal_id = ""
-    try:
-        for goal_id, entry in index.goals.items():
-            _, _, _, shape, objective, workdir, created, updated, priority, status, probe = entry
-            values = shapes[shape].copy()  # in field order, as validation leaves them
-            created_at = _utc(created)
-            values["id"] = goal_id
-            values["objective"] = objective
-            values["workdir"] = workdir
-            values["priority"] = priority
-            values["status"] = status
-            values["next_probe"] = probe
-            values["created_at"] = created_at
-            values["updated_at"] = created_at if updated is None else _utc(updated)
-            goals[goal_id] = _validated_goal(values)
-            fps[goal_id] = entry[:3]
-    except (IndexError, ValueError) as e:
-        raise CorruptFileError(path, f"goal {goal_id!r}: {e}") from e
-    return goals, fps
+    for goal_id, entry in index.goals.items():
+        _, _, _, shape, objective, workdir, created, updated, priority, status, probe = entry
+        values = shapes[shape].copy()  # in field order, as validation leaves them
+        created_at = _utc(created)
+        values["id"] = goal_id
+        values["objective"] = objective
+        values["workdir"] = workdir
+        values["priority"] = priority
+        values["status"] = status
+        values["next_probe"] = probe
+        values["created_at"] = created_at
+        values["updated_at"] = created_at if updated is None else _utc(updated)
+        goals[goal_id] = _validated_goal(values)
+    return goals
+
+
+def own_workdirs_of(index: GoalIndex, skip: Container[str]) -> list[tuple[str, str]]:
+    """``(workdir, id)`` of each goal but ``skip`` that turns in its own workdir, built from no goal.
+
+    Its own workdir: not archived, and no worktree (:func:`loopx.turn.workdir.has_worktree`).
+    """
+    archived = GoalStatus.ARCHIVED
+    own = [shape.worktree is None for shape in index.shapes]
+    return [
+        (entry[5], goal_id)
+        for goal_id, entry in index.goals.items()
+        if own[entry[_SHAPE]] and entry[9] is not archived and goal_id not in skip
+    ]
 
 
 def _utc(text: str) -> datetime:
@@ -175,12 +203,12 @@ class IndexWriter:
     _entries: dict[str, IndexEntry] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, index: GoalIndex, goals: Mapping[str, Goal]) -> IndexWriter:
-        """The writer of an index just read, whose goals :func:`goals_of` built."""
+    def of(cls, index: GoalIndex, goals: Mapping[str, Goal] | None = None) -> IndexWriter:
+        """The writer of an index just read, with the goals :func:`built_goals` made of it, if any."""
         writer = cls(list(index.shapes))
         for number, shape in enumerate(writer.shapes):
             writer._numbers.setdefault(_shape_key(shape), number)
-        writer._goals, writer._entries = dict(goals), index.goals
+        writer._goals, writer._entries = dict(goals or {}), index.goals
         return writer
 
     def entries(
@@ -192,7 +220,7 @@ class IndexWriter:
         fresh: list[str] = []
         for goal_id, goal in goals.items():
             hit = known.get(goal_id)
-            if hit is not None and known_goals[goal_id] is goal and hit[:3] == fps[goal_id]:
+            if hit is not None and known_goals.get(goal_id) is goal and hit[:3] == fps[goal_id]:
                 out[goal_id] = hit
             else:
                 fresh.append(goal_id)
@@ -202,6 +230,23 @@ class IndexWriter:
         if len({entry[_SHAPE] for entry in out.values()}) < len(self.shapes):
             out = self._drop_unused(out)
         self._goals, self._entries = dict(goals), out
+        return out
+
+    def entries_changing(
+        self, changed: Mapping[str, Goal | None], fps: Mapping[str, Fingerprint]
+    ) -> dict[str, IndexEntry]:
+        """The last entries, with those of ``changed`` made again (``None``: the goal is gone).
+
+        For a catalog that has not built its goals: the others' entries are kept as they are.
+        """
+        live = {g: goal for g, goal in changed.items() if goal is not None}
+        made = self._entries_of(live, fps, list(live))
+        out = {g: e for g, e in self._entries.items() if changed.get(g, e) is not None}
+        out |= made
+        if len({entry[_SHAPE] for entry in out.values()}) < len(self.shapes):
+            out = self._drop_unused(out)
+        self._goals = {g: goal for g, goal in self._goals.items() if g not in changed} | live
+        self._entries = out
         return out
 
     def _entries_of(

@@ -44,7 +44,7 @@ from loopx.errors import CorruptFileError
 from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.model import Goal
 from loopx.registry.worktree_record import turn_workdir as worktree_turn_workdir
 from loopx.root import Layout
 from loopx.storage.files import (
@@ -116,23 +116,22 @@ SHARED_NAMED: Final = 10  # ids named per goal: 10,000 goals in one folder are n
 
 
 def shared_workdirs(
-    new: Iterable[Goal], registered: Iterable[Goal], *, limit: int = SHARED_NAMED
+    new: Iterable[Goal], in_use: Iterable[tuple[str, str]], *, limit: int = SHARED_NAMED
 ) -> dict[str, list[str]]:
     """For each new goal without a worktree, up to ``limit`` other goals whose workdir overlaps. Pure.
 
+    ``in_use`` is ``(workdir, id)`` of every registered goal that turns in its
+    own workdir (:meth:`loopx.registry.catalog.GoalCatalog.own_workdirs`: not
+    archived, no worktree); the new goals' own pairs in it are passed over.
     Overlap: the same directory, or one inside the other (workdirs are stored
-    resolved, so no path is looked up). Goals with a worktree of their own,
-    and archived ones, share nothing. Costs one sort of the workdirs and a
+    resolved, so no path is looked up). Costs one sort of the workdirs and a
     bisection per new goal, and at most ``limit`` ids a goal: the ones in the
     same directory first, then those inside it, then those above it, each by id.
     """
     new = [g for g in new if not has_worktree(g)]
     ids = {g.id for g in new}
-    others = [
-        g for g in registered
-        if g.id not in ids and g.status is not GoalStatus.ARCHIVED and not has_worktree(g)
-    ]  # fmt: skip
-    pool = sorted((g.workdir.rstrip("/") or "/", g.id) for g in [*others, *new])
+    pairs = [(w, i) for w, i in in_use if i not in ids] + [(g.workdir, g.id) for g in new]
+    pool = sorted((w.rstrip("/") or "/", i) for w, i in pairs)
     paths = [p for p, _ in pool]
     out: dict[str, list[str]] = {}
     for goal in new:
