@@ -377,13 +377,7 @@ def quota_report(layout: Layout, goal: Goal, *, now: datetime, leased: bool = Fa
         policy=goal.quota,
         window_start=spend.window_start,
         window_end=now,
-        spend=SpendTotals(
-            wall_s=spend.wall_s,
-            cpu_s=spend.cpu_s,
-            tokens=spend.tokens,
-            cost_usd=spend.cost_usd,
-            turns=spend.turns,
-        ),
+        spend=SpendTotals.model_validate(spend, from_attributes=True),  # the window's sums
         lifetime=spend.lifetime,
         remaining=remaining_of(goal.quota, spend),
         decision=decision,

@@ -16,6 +16,7 @@ memos (:mod:`loopx.memo`), only when they can be trusted:
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Final
 
 from loopx import exitcodes, memo
@@ -96,7 +97,15 @@ def store_snapshot(
     at = decision.decided_at.timestamp()
     fill = filler(at, HostNumbers(room.available_memory_mb, room.load_1m, room.cpu_count))
     until = None if valid_until is None else (valid_until - MARGIN).timestamp()
-    code = exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED
+    store = partial(  # what both memos share: the decision's files, instant and exit code
+        memo.store,
+        inputs=files,
+        before=checked,
+        computed_at=at,
+        valid_until=until,
+        exit_code=exitcodes.OK if decision.allowed else exitcodes.NOT_ALLOWED,
+        key=memo_key(layout),
+    )
     stored = 0
     for as_json, body in (
         (True, (decision.model_dump_json(indent=2) + "\n").encode()),
@@ -105,17 +114,7 @@ def store_snapshot(
         holes = _holes(body, decision, as_json=as_json)
         if holes is None or memo.fill_holes(body, holes, fill) != body:
             continue
-        stored += memo.store(
-            memo_path(layout, goal.id, as_json=as_json),
-            body,
-            inputs=files,
-            before=checked,
-            computed_at=at,
-            valid_until=until,
-            exit_code=code,
-            holes=holes,
-            key=memo_key(layout),
-        )
+        stored += store(memo_path(layout, goal.id, as_json=as_json), body, holes=holes)
     return stored == 2  # noqa: PLR2004 - the --json document and the line
 
 
