@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +18,12 @@ import pytest
 import loopx.log
 from loopx.forking import can_fork
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+
+# The tests press Ctrl-C as a terminal does. Run from a script's background job (`pytest &`
+# without job control), this process and every child it starts would inherit SIGINT ignored,
+# and a CLI would not see it until it installs its own handler. A handler is reset on exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
