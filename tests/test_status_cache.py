@@ -343,6 +343,12 @@ def test_views_share_equal_quota_views_without_changing_their_json(layout):
     second = share_values(trusted(GoalStatusView, {**view.__dict__, "quota": negative}))
     assert second.quota is not first.quota
     assert second.model_dump_json() != first.model_dump_json()
+    for spent, other in ((1.0, 0.0), (-1.0, -0.0)):  # a signed zero's key is not another number's
+        one = trusted(type(view.quota), {**view.quota.__dict__, "spent_cpu_s": spent})
+        zero = trusted(type(view.quota), {**view.quota.__dict__, "spent_cpu_s": other})
+        held = share_values(trusted(GoalStatusView, {**view.__dict__, "quota": one}))
+        later = share_values(trusted(GoalStatusView, {**view.__dict__, "quota": zero}))
+        assert (held.quota.spent_cpu_s, later.quota.spent_cpu_s) == (spent, other)
 
 
 def test_a_cache_that_keeps_no_view_bytes_prints_the_same_document(layout):

@@ -212,8 +212,8 @@ _SHARED_FIELDS: Final = ("explanation", "next_eligible_at", "account")
 
 def _exact(value: object) -> object:
     # Equal values that print differently (1 and 1.0, 0.0 and -0.0) must not be shared.
-    if type(value) is float and value == 0.0:
-        return (float, math.copysign(1.0, value))
+    if type(value) is float and value == 0.0:  # the sign apart: (float, 1.0) is 1.0's key
+        return (float, value, math.copysign(1.0, value))
     return (type(value), value)
 
 
