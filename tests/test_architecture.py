@@ -13,8 +13,9 @@ also one inside a function or under ``TYPE_CHECKING``.
 
 Inside the kernel the packages (and top-level modules) stand in one order,
 ``KERNEL_ORDER``, bottom to top: each imports only those below it, so no
-package cycle can form. Every module is walked, through the committed
-symlinks ``loopx/supervisor`` and ``loopx/agents`` too.
+package cycle can form. Every module is walked, once, under the one name Python
+imports it by: the top-level ``supervisor`` and ``agents`` are links into
+``loopx/``, and nothing inside ``loopx/`` is a link.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import ast
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -148,9 +151,9 @@ def imported(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def package_files() -> list[Path]:
-    """Every module of the package, also under the symlinked ``supervisor`` and ``agents``."""
+    """Every module of the package."""
     found = []
-    for directory, subdirs, files in os.walk(PACKAGE, followlinks=True):
+    for directory, subdirs, files in os.walk(PACKAGE):
         subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
         found += [Path(directory) / name for name in files if name.endswith(".py")]
     return sorted(found)
@@ -184,15 +187,49 @@ def test_imports_follow_the_dependency_direction(layer: str) -> None:
 
 
 def test_every_module_is_walked() -> None:
-    """The walk sees every module: the kernel's and, through their symlinks, the others'."""
-    real = list(PACKAGE.rglob("*.py"))  # rglob does not follow the symlinked directories
-    for link in (PACKAGE / "supervisor", PACKAGE / "agents"):
-        assert link.is_symlink(), f"{link} is no longer a symlink: count its modules once"
-        real += list(link.resolve().rglob("*.py"))
+    """The walk sees every module, under the name Python imports it by; no link in the package."""
+    links = [p for p in PACKAGE.rglob("*") if p.is_symlink()]
+    assert links == [], f"links inside the package give a module two names: {links}"
     seen = package_files()
     print(f"test_architecture sees {len(seen)} modules")
-    assert len(seen) == len(real), f"walked {len(seen)} modules, the tree holds {len(real)}"
+    assert len(seen) == len(list(PACKAGE.rglob("*.py")))
     assert {module_name(p) for p in seen} >= {"loopx.supervisor.fleet", "loopx.agents.loop"}
+
+
+def test_the_top_level_shows_the_design_cards_parts_as_links_into_the_package() -> None:
+    """``supervisor`` and ``agents`` at the top are links to the code under ``loopx/``."""
+    top = PACKAGE.parent
+    for name in ("supervisor", "agents"):
+        link = top / name
+        assert link.is_symlink(), f"{link} should be a link to loopx/{name}"
+        assert os.readlink(link) == f"loopx/{name}"
+        assert link.resolve() == (PACKAGE / name).resolve()
+
+
+@pytest.mark.parametrize("name", ["agents", "supervisor"])
+def test_the_repository_roots_links_never_load_a_second_copy(name: str) -> None:
+    """``import agents`` from the repository root refuses, naming the real package."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {name}"],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert f"import loopx.{name}" in proc.stderr
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import loopx.{name}, sys; print(sorted(m for m in sys.modules if m.split('.')[0] == {name!r}))",
+        ],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout.strip() == "[]"
 
 
 def test_the_kernel_order_names_every_kernel_package() -> None:

@@ -1,1 +1,0 @@
-"""The agent worker loop and the host adapters."""

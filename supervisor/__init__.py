@@ -1,1 +1,0 @@
-"""The supervisor process: keeps N agents alive on one runtime root."""
