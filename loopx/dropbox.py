@@ -1,6 +1,6 @@
 """Where a host writes its result: a private directory outside the root, on a memory filesystem.
 
-Issue 28 item 6: the drop box lived in the root, so a host that finished its
+The drop box used to live in the root, so a host that finished its
 work while the root was read-only or out of inodes could not write its result
 and the turn failed ``host_exit``. Now the result file is in a directory of
 this user on a tmpfs (``$XDG_RUNTIME_DIR/loopx/``, else ``/dev/shm/loopx-<uid>/``),

@@ -2,7 +2,7 @@
 
 No loop of the supervisor, the agents or the server may die on a resource
 error (EMFILE, ENFILE, ENOMEM or a ``MemoryError``, ENOSPC, EDQUOT, EROFS,
-EIO; issue 28): each of its duties (the supervisor's slots, status refresh,
+EIO): each of its duties (the supervisor's slots, status refresh,
 idle check and gc; an agent's step and heartbeat) runs through
 :meth:`Duties.run`, which turns such an error into a recorded fault of that
 duty, logs it once, and clears it (logged too) at the duty's first pass

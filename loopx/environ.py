@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final

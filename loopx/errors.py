@@ -7,7 +7,7 @@ from pathlib import Path
 
 from loopx import exitcodes
 
-TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
     from typing import Any, Final
 
@@ -174,7 +174,7 @@ class UnsafePathError(LoopxError):
 class HostMissingError(LoopxError):
     """A goal's host program is not installed or not on PATH."""
 
-    exit_code = exitcodes.USAGE  # one rule with a missing command program or workdir (issue 29)
+    exit_code = exitcodes.USAGE  # the same exit as a missing command program or workdir
 
     def __init__(self, program: str, kind: str) -> None:
         where = "is not an executable file" if "/" in program else "was not found on PATH"
@@ -227,7 +227,7 @@ class HostUnsupportedError(LoopxError):
         self.known = known
 
 
-# --- issue 26: one turn per workdir, the done-check ----------------------------------------
+# --- one turn per workdir, the done-check --------------------------------------------------
 
 
 class CheckPendingError(LoopxError):
@@ -253,7 +253,7 @@ _RESOURCE_REASONS: Final = {
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only filesystem",
     errno.EIO: "I/O error",
-    # issue 28: descriptor and memory exhaustion pass like a full disk; loops wait them out
+    # Descriptor and memory exhaustion pass like a full disk; loops wait them out
     errno.EMFILE: "too many open files in this process",
     errno.ENFILE: "too many open files on this machine",
     errno.ENOMEM: "out of memory",
@@ -285,7 +285,7 @@ def resource_fault(error: BaseException) -> str | None:
         where = f" ({error.filename})" if error.filename else ""
         reason = _RESOURCE_REASONS[error.errno]
         if error.errno == errno.ENOSPC and _no_free_inodes(error.filename):
-            reason = "no free inodes"  # ENOSPC says the same for both (issue 28 item 8)
+            reason = "no free inodes"  # ENOSPC says the same for both: name the one spent
         return f"{reason}{where}"
     return None
 
@@ -295,14 +295,14 @@ def loop_fault(error: BaseException) -> str | None:
 
     :func:`resource_fault`'s faults, and ``MemoryError``: an allocation the
     machine refused is as passing as a full disk, and no loop of the
-    supervisor, agents or server may die of it (issue 28).
+    supervisor, agents or server may die of it.
     """
     if isinstance(error, MemoryError):
         return "out of memory"
     return resource_fault(error)
 
 
-# Issue 26: a git worktree per goal and merges that wait for the check (loopx/worktree/).
+# A git worktree per goal and merges that wait for the check (loopx/worktree/).
 class WorktreeError(UsageError):
     """A goal's git worktree cannot be made, shown or removed as asked (nothing was changed)."""
 
@@ -325,7 +325,7 @@ class MergeRefusedError(LoopxError):
     exit_code = exitcodes.USAGE
 
 
-# --- accounts (issue 27) --------------------------------------------------------------------------
+# --- accounts -------------------------------------------------------------------------------------
 
 
 class AccountNotFoundError(UsageError):
@@ -407,7 +407,7 @@ def _no_free_inodes(filename: object) -> bool:
     return False
 
 
-# --- hostile files: what a host can leave where LoopX reads (issue 28) ----------------------
+# --- hostile files: what a host can leave where LoopX reads ---------------------------------
 
 
 class NotRegularFileError(UnsafePathError):

@@ -6,7 +6,7 @@ it: a usage error (2) is never mistaken for "a human is needed" (4).
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
     from typing import Final
 del TYPE_CHECKING  # every upper-case name here is an exit code

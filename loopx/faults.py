@@ -34,7 +34,7 @@ import threading
 from loopx import environ, exitcodes
 from loopx.errors import UsageError
 
-TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Final
@@ -61,7 +61,7 @@ class IoFault:
     """Writes ``first``..``last`` (None: no end) to paths containing ``path_part`` fail.
 
     A plain class, not a dataclass: every file write imports this module, and
-    ``dataclasses`` costs a warm CLI 10 ms (issue 14).
+    ``dataclasses`` costs a warm CLI 10 ms.
     """
 
     __slots__ = ("code", "first", "last", "path_part")

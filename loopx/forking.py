@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-TYPE_CHECKING = False  # not `typing`: imported before the heavy modules (issue 14)
+TYPE_CHECKING = False  # not `typing`: imported before the heavy modules
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -65,7 +65,7 @@ def read_hints(layout: Layout, cursor: HintCursor) -> tuple[set[str] | None, Hin
     """
     path = changes_file(layout)
     try:
-        fd = open_regular(path)  # no FIFO or device a host planted there (issue 28)
+        fd = open_regular(path)  # no FIFO or device a host planted there
     except FileNotFoundError:
         return (set() if cursor.inode == 0 else None), HintCursor()
     except (UnsafePathError, NotRegularFileError):

@@ -6,7 +6,7 @@ import re
 
 from loopx.errors import InvalidGoalIdError
 
-TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
     from typing import Final
 
@@ -25,7 +25,7 @@ def validate_goal_id(goal_id: str) -> str:
     if not isinstance(goal_id, str):
         raise InvalidGoalIdError(repr(goal_id), "not a string", rule=GOAL_ID_RULE)
     # The rule alone admits only safe ids (it starts alphanumeric, so never '.' or '..'):
-    # one match on the common path, which runs for every goal path built (issue 14).
+    # one match on the common path, which runs for every goal path built.
     if _GOAL_ID.fullmatch(goal_id) is not None:
         return goal_id
     if goal_id == "":

@@ -51,7 +51,7 @@ class _DeferredLogger:
 
             if not _configured and not structlog.is_configured():
                 # A library user who configured nothing: structlog's own default prints
-                # every level, debug included, on stdout (issue 29). Warnings on stderr.
+                # every level, debug included, on stdout. Warnings on stderr.
                 configure_logging(level="warning")
             _apply_pending()
             self._logger = structlog.get_logger(self._name)
@@ -68,7 +68,7 @@ class TolerantStream:
 
     The supervisor's and agents' stderr and stdout are often files under the
     root: when that disk fills, a log or console line must be lost, not the
-    process or the turn that wrote it (issue 18).
+    process or the turn that wrote it.
     """
 
     def __init__(self, stream: TextIO) -> None:

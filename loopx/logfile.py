@@ -5,7 +5,7 @@ started by ``supervisor start`` or ``batch run``) rotates it itself: before a
 write, when the file has passed its size, the older files shift up by one, the
 oldest beyond ``keep`` goes, and a fresh file takes the place of descriptors 1
 and 2 (``dup2``), so every later write of this process, its console included,
-lands in the new file (issue 31: logs were appended to for ever).
+lands in the new file (logs were appended to for ever).
 Readers (:mod:`loopx.logs`) read the rotated files oldest first.
 """
 

@@ -15,7 +15,7 @@ arguments argparse gave the call that tries a memo, so the next run of the
 same line tries it without parsing anything (:mod:`loopx.api._warm`).
 
 Standard library only, and no :mod:`typing` at run time: a warm CLI answers
-from here before it imports pydantic, argparse or structlog (issue 14). The
+from here before it imports pydantic, argparse or structlog. The
 one fingerprint function of the project lives here too.
 """
 
@@ -28,7 +28,7 @@ import os
 import time
 import zlib
 
-# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+# Not `from typing import ...`: a warm `loopx status --json` starts without importing it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

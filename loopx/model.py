@@ -34,8 +34,8 @@ def shared_fields_set(fields: set[str]) -> set[str]:
     """The one set equal to ``fields`` that records share (``fields`` itself the first time).
 
     Pydantic keeps a set of the fields given per instance; for a long-lived
-    process holding 100,000 goals' cached views that was 43% of its memory
-    (issue 25). A frozen record never adds to its own set and ``model_copy``
+    process holding 100,000 goals' cached views that was 43% of its memory.
+    A frozen record never adds to its own set and ``model_copy``
     adds to a copy, so one set serves them all.
     """
     return _FIELDS_SETS.setdefault(frozenset(fields), fields)

@@ -33,7 +33,7 @@ from loopx.pids import pid_held
 
 # psutil and ctypes are imported where they are used: a cold `loopx status` asks only
 # whether a few recorded pids still run, which a dead pid answers without psutil
-# (whose import costs more than the rest of that question; issue 14).
+# (whose import costs more than the rest of that question).
 if TYPE_CHECKING:
     import ctypes
 

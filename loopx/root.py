@@ -14,7 +14,7 @@ from loopx.errors import RootError, UnsafePathError
 from loopx.ids import validate_goal_id
 from loopx.storage.files import ensure_dir, note_root, read_bytes
 
-TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for it (issue 14)
+TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Final, NamedTuple

@@ -1,6 +1,6 @@
 """The runtime root held by directory descriptor, and what happens when its path changes.
 
-Issue 28 item 4: a rename or symlink swap above the root killed the fleet
+Before it, a rename or symlink swap above the root killed the fleet
 silently and for good. The rule now: a supervisor opens its root as a
 directory descriptor at start (:class:`RootHandle`) and checks every few
 seconds that the path still names that directory (same device and inode,

@@ -101,22 +101,22 @@ FILES: dict[str, type[BaseModel]] = {
     "batch-report": BatchReport,
     "audit": AuditRecord,
     "live-output": LiveOutput,
-    # Issue 26: one turn per workdir.
+    # One turn per workdir.
     "workdir-hold": WorkdirHold,  # workdirs/<key>.json
     "workdir-wait": WorkdirWait,  # goals/<id>/turns/.workdir-wait.json
     # Retention (docs/retention.md): the policy, a goal's checkpoint, the root's measured size.
     "retention": RetentionSettings,
     "checkpoint": Checkpoint,
     "space": SpaceReading,
-    # Issue 26: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
+    # Worktrees: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
     "worktree": WorktreeRecord,
     "merge-journal": MergeJournal,
-    # Accounts (issue 27): accounts/<name>/{account,state,spend}.json, accounts/.root/budget.json
+    # Accounts: accounts/<name>/{account,state,spend}.json, accounts/.root/budget.json
     "account": Account,
     "account-state": AccountState,
     "account-spend": AccountSpend,
     "root-budget": RootBudget,
-    "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped (issue 28)
+    "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped
     "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
     "notify-outbox": Outbox,  # notify.d/outbox.json
 }
@@ -162,8 +162,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-goal": dashboard.GoalDetail,
     "dashboard-run-log": dashboard.RunLog,
     "dashboard-action": ActionResult,
-    "goal-worktree": WorktreeView,  # issue 26: `loopx goal worktree --json`
-    # `loopx account ... --json` (issue 27); account-summary is also inside `status --json`.
+    "goal-worktree": WorktreeView,  # `loopx goal worktree --json`
+    # `loopx account ... --json`; account-summary is also inside `status --json`.
     "account-document": AccountDocument,
     "account-list": AccountList,
     "account-show": AccountShow,
@@ -172,7 +172,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-audit": AuditPage,
     "dashboard-bulk-answer": BulkAnswerResult,  # POST /api/answers
     "dashboard-timeline": Timeline,  # GET /api/timeline
-    # `loopx logs --json`: one per line (issue 29).
+    # `loopx logs --json`: one per line.
     "log-entry": LogEntry,
     "notify-list": NotifyList,  # `notify list|add|remove --json`
     "notify-test": NotifyTestReport,  # `notify test --json`

@@ -83,7 +83,7 @@ class GoalState(Record):
     # Set by scheduler_apply: no turn before this time (a `wait` result, failure backoff).
     next_eligible_at: UtcDatetime | None = None
     consecutive_failures: int = 0
-    # Issue 26: the newest recorded done-check (every envelope carries it to the host).
+    # The newest recorded done-check (every envelope carries it to the host).
     last_check: LastCheck | None = None
     updated_at: UtcDatetime | None = None
 
@@ -94,7 +94,7 @@ class GoalState(Record):
         ``now``: a backward step of the system clock) cannot tell how much of
         a recorded wait has passed, and waiting for the recorded instant
         stalled a goal that asked to wait 20 s for as long as the clock was
-        behind (issue 28 item 5). Such a wait counts as served. Pure; the
+        behind. Such a wait counts as served. Pure; the
         instant is stable for every reader, whatever its ``now``, unlike a
         wait counted again from each reader's ``now``. (A process whose clock
         alone is behind the files' corrects it first: :func:`loopx.clock.calibrate`.)

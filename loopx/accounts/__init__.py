@@ -1,7 +1,7 @@
 """Accounts: a host kind plus an environment plus budgets, shared by every goal that uses it.
 
 A usage limit, an overload or an authentication failure belongs to the
-provider account, not to the goal whose turn met it (issue 27): it parks the
+provider account, not to the goal whose turn met it: it parks the
 account, and with it every goal of the account, until the reset or a human.
 
 * :mod:`loopx.accounts.model`: the files (``accounts/<name>/account.json``,

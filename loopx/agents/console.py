@@ -92,7 +92,7 @@ class AgentConsole:
         self.agent_id = agent_id
         self.stream = TolerantStream(stream)
         # Not a terminal (a log file under the root): one JSON object per line, like the
-        # structlog events beside it, so `jq` reads the whole file (issue 29).
+        # structlog events beside it, so `jq` reads the whole file.
         self.as_json = not _isatty(stream)
         self.secrets = list(secrets)
         self.clock = clock

@@ -1,6 +1,6 @@
 """The host guard: ends a host's whole tree when its agent dies, whatever killed the agent.
 
-Issue 28 item 7: after SIGKILL of the supervisor and its agents mid-turn, the
+Without a guard, after SIGKILL of the supervisor and its agents mid-turn, the
 real CLIs (node, the native codex binary) ran on with ppid 1, edited the
 workdir and wrote the result a retry would use. ``PR_SET_PDEATHSIG`` reaches
 only the direct child, and a host that ``setsid``s leaves its group.

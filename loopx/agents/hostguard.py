@@ -1,7 +1,7 @@
 """The agent's side of its host guard (:mod:`loopx.agents.guard`): start it, tell it each run.
 
 The guard ends a host's tree if this process dies before :meth:`HostGuard.release`
-(issue 28 item 7). One guard serves every run of the process; a dead one is
+(even by SIGKILL). One guard serves every run of the process; a dead one is
 started again before the next run. Starting it is best effort: when the
 machine refuses (EMFILE, ENOMEM, EAGAIN) the host still runs, supervised by
 this agent alone, and the agent says so in its log (``host_guard_unavailable``).

@@ -6,7 +6,7 @@ reparented to the agent instead of init. After the host exits, whatever it
 left is therefore among the agent's own children, which the kernel lists in
 ``/proc/self/task/*/children`` at the cost of a few small reads: no scan of
 every process is needed to find a daemon that detached within microseconds
-(issue 18: half of such daemons used to survive their turn).
+(half of such daemons used to survive their turn).
 """
 
 from __future__ import annotations

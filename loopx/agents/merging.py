@@ -1,4 +1,4 @@
-"""The agent's side of issue 26's merges: the done-check on a merged tree, auto-merge, recovery.
+"""The agent's side of worktree merges: the done-check on a merged tree, auto-merge, recovery.
 
 :func:`merge` is :func:`loopx.worktree.merge.merge_goal` with the goal's
 done-check run by the one runner of checks

@@ -1,4 +1,4 @@
-"""``root.accounts``: `loopx account add|list|show|edit|remove|resolve|budget` (issue 27)."""
+"""``root.accounts``: `loopx account add|list|show|edit|remove|resolve|budget`."""
 
 from __future__ import annotations
 

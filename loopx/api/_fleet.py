@@ -101,7 +101,7 @@ class Fleet:
             workdir = entry.workdir_path(plan_path.parent)
             try:
                 # A named workdir must exist, as for `goal add`: a typo would run the
-                # agent in an empty folder and come back green (issue 29). The default
+                # agent in an empty folder and come back green. The default
                 # work/<id> beside the plan is LoopX's own, made at registration.
                 if entry.workdir is not None:
                     check_workdir(workdir)

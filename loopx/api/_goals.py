@@ -282,7 +282,7 @@ class Goals:
                 raise GoalImportError(source, number, e.message, hint=e.hint) from e
         if check:
             check_import(source, goals)
-        check_worktrees(source, goals)  # issue 26: a repository and its base, even with --no-check
+        check_worktrees(source, goals)  # a worktree's repository and base, even with --no-check
         report = import_goals(self.layout, source, goals)
         shared = shared_workdirs([g for _, g in goals], own_workdirs(self.layout))
         return report.model_copy(update={"shared_workdir": shared}) if shared else report

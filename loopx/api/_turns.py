@@ -83,7 +83,7 @@ class Turns:
     def recover(self, *, now: datetime | None = None) -> RecoveryReport:
         """`loopx recover`: finish or quarantine every unfinished journal. Idempotent.
 
-        Then every merge a kill interrupted is finished (`loopx goal merge`, issue 26).
+        Then every merge a kill interrupted is finished (`loopx goal merge`).
         """
         report = recover(self.layout, now=now)
         from loopx.agents.merging import resume_merges  # noqa: PLC0415 - the agents' side is heavy

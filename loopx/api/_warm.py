@@ -2,7 +2,7 @@
 
 Standard library only (with ``loopx.root``, ``loopx.memo`` and the two warm
 modules), so the CLI tries them before it imports argparse, pydantic or
-structlog (issue 14). A function here prints a stored memo while it holds and
+structlog. A function here prints a stored memo while it holds and
 otherwise misses, having written nothing: ``Root.open(...)`` then computes the
 answer and stores the next memo.
 
@@ -23,7 +23,7 @@ from loopx._version import VERSION
 from loopx.memo import recall, remember
 from loopx.root import Layout, open_root, resolve_root
 
-# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+# Not `from typing import ...`: a warm `loopx status --json` starts without importing it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -1,4 +1,4 @@
-"""Issue 26 in the API: `goal add --worktree`'s options, `loopx goal worktree` and `goal merge`."""
+"""Worktrees in the API: `goal add --worktree`'s options, `loopx goal worktree` and `goal merge`."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Only the chosen subcommand's module is imported: ``loopx --help`` and
 ``loopx --version`` start about as fast as Python itself, and each command
-pays only for what it uses (issue 14). The table below is the CLI's surface;
+pays only for what it uses. The table below is the CLI's surface;
 ``tests/test_cli_start.py`` checks it against what the modules register.
 """
 
@@ -14,7 +14,7 @@ import sys
 
 from loopx.cli._common import Parser, common_options, configure_logging
 
-# Not `typing`/`collections.abc`: `loopx --help` imports only argparse (issue 14).
+# Not `typing`/`collections.abc`: `loopx --help` imports only argparse, to start fast.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -131,7 +131,7 @@ _DASH_VALUED = frozenset({"--host", "--next-probe"})
 def dash_values(argv: list[str]) -> list[str]:
     """``--host -x`` as ``--host=-x``: argparse takes a lone ``-x`` for an option. Pure.
 
-    (`--host '--fail'` was refused with "expected one argument", issue 29.)
+    (`--host '--fail'` was refused with "expected one argument".)
     """
     out: list[str] = []
     i = 0

@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 
-# Not `from typing import ...`: `loopx --help` imports only argparse (issue 14).
+# Not `from typing import ...`: `loopx --help` imports only argparse, to start fast.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, BinaryIO, NoReturn, TypeAlias

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.json:
         # The document's exit_code is this command's, not the plan's `batch run` verdict
-        # (which is 1 while `throttled` waits for its quota, issue 29).
+        # (which is 1 while `throttled` waits for its quota).
         print_json(result.report.model_copy(update={"exit_code": code}))
         return code
     print()

@@ -79,9 +79,9 @@ def register(sub: Subparsers) -> None:
         metavar="NAME=AMOUNT",
         help="Ray back-end: a custom resource an agent must hold to run this goal (repeatable)",
     )
-    _add_check_options(add)  # issue 26
-    _add_account_options(add)  # issue 27
-    add_worktree_options(add)  # issue 26
+    _add_check_options(add)  # --done-check ...
+    _add_account_options(add)  # --account ...
+    add_worktree_options(add)  # --worktree ...
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
     add.set_defaults(func=run_add)
@@ -120,7 +120,7 @@ def register(sub: Subparsers) -> None:
         action.add_argument("--json", action="store_true")
         action.set_defaults(func=run_set_status, status=status)
     register_reset_session(actions)
-    register_work(actions)  # issue 26: goal worktree, goal merge
+    register_work(actions)  # goal worktree, goal merge
 
 
 def _add_check_options(add: argparse.ArgumentParser) -> None:
@@ -143,7 +143,9 @@ def _add_check_options(add: argparse.ArgumentParser) -> None:
 def _add_account_options(add: argparse.ArgumentParser) -> None:
     """`goal add`'s account options (`loopx account`)."""
     add.add_argument(
-        "--account", metavar="NAME", help="the provider account its turns run on (issue 27)"
+        "--account",
+        metavar="NAME",
+        help="the provider account its turns run on (see `loopx account`)",
     )
     add.add_argument(
         "--no-account",
@@ -252,7 +254,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def _warn_shared(shared: dict[str, list[str]]) -> None:
-    """Issue 26: say on stderr which goals share a workdir (their turns run one at a time)."""
+    """Say on stderr which goals share a workdir (their turns run one at a time)."""
     items = list(shared.items())
     for goal_id, others in items[:_SHARED_WARNINGS]:
         print(

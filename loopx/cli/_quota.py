@@ -17,7 +17,7 @@ from loopx.cli._common import (
 )
 
 # A warm `loopx quota should-run` prints a stored decision with the standard library
-# only (issue 14: within 2x of a bare Python start); the rest is imported when needed.
+# only (to start within 2x of a bare Python); the rest is imported when needed.
 if TYPE_CHECKING:
     from loopx.quota.decision import QuotaReport
 

@@ -15,7 +15,7 @@ from loopx.cli import leave_heap_to_os
 from loopx.cli._common import Subparsers, add_command, configure_logging, root, stored_answer
 
 # `loopx status --json` on a warm cache prints a stored document with the standard
-# library only (issue 14: within 3x of a bare Python start), not even `typing`; the
+# library only (to start within 3x of a bare Python), not even `typing`; the
 # rest is imported when a command needs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _header(p: StatusProjection) -> str:
 
 
 def _account_lines(p: StatusProjection) -> list[str]:
-    """One line per account that holds goals back or keeps a budget (issue 27)."""
+    """One line per account that holds goals back or keeps a budget."""
     lines = []
     for a in p.accounts:
         if not a.message and a.spend is None:
@@ -168,7 +168,7 @@ def render_table(p: StatusProjection, now: datetime) -> Group:
 
 
 def _why(v: GoalStatusView) -> str:
-    """The explanation, and the last done-check's result when the goal has one (issue 26)."""
+    """The explanation, and the last done-check's result when the goal has one."""
     check = v.last_check
     return v.explanation if check is None else f"{v.explanation}; done-check {check.summary}"
 
@@ -258,7 +258,7 @@ class _WatchStop:
 
     A KeyboardInterrupt raised mid-frame (inside a status refresh, or a write to a
     full pipe that nobody reads any more) could leave the process unable to exit:
-    the race behind test_watch_redraws_until_interrupted's timeouts (issue 29). The
+    the race behind test_watch_redraws_until_interrupted's timeouts. The
     first signal arms a timer: a frame still unfinished after WATCH_GRACE_S (a
     write blocked for good) ends the process at once; a second Ctrl-C does too.
     """

@@ -26,7 +26,7 @@ def run_once(args: argparse.Namespace) -> int:
     report = attempt.report
     if args.json:
         print_json(attempt)
-    elif attempt.workdir_busy is not None:  # issue 26: one turn per workdir
+    elif attempt.workdir_busy is not None:  # one turn per workdir
         print(
             f"{args.goal_id}: not run, workdir busy: goal {attempt.workdir_busy} runs a turn there"
         )

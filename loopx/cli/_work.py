@@ -1,4 +1,4 @@
-"""`goal add --worktree ...` options, `loopx goal worktree` and `loopx goal merge` (issue 26)."""
+"""`goal add --worktree ...` options, `loopx goal worktree` and `loopx goal merge`."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def check_entry(doc: Checker, path: Path, st: os.stat_result) -> None:
         doc.files += 1
     elif st.st_mode & _OWNER_WX != _OWNER_WX or not os.access(path, os.W_OK | os.X_OK):
         # A root whose goals/ or projections/ is 0500 passed as healthy while every
-        # write under it failed (issue 29). By the mode bits too: root's own access
+        # write under it failed. By the mode bits too: root's own access
         # check passes any mode, the service user's does not.
         doc.add(
             Severity.ERROR,

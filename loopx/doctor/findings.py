@@ -59,7 +59,7 @@ class FindingCode(StrEnum):
     MISSING_RECORD = "missing_record"  # a finished turn's history/ledger line or state is absent
     LEFTOVER_PROCESS = "leftover_process"  # a live process of a turn that is finished
     FUTURE_DATED = "future_dated"  # written by a clock that ran ahead
-    # issue 28
+    # the machine's faults: a clock behind, no inodes, a file where a directory belongs
     CLOCK_BEHIND = "clock_behind"  # this clock is behind the files the fleet just wrote
     NO_FREE_INODES = "no_free_inodes"  # the root's filesystem has no inode left
     NOT_A_DIRECTORY = "not_a_directory"  # the root (or a directory LoopX makes) is a file

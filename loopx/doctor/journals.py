@@ -103,7 +103,7 @@ def check_lease_and_journals(doc: Checker, goal_id: str) -> list[TurnJournal]:  
             )
         elif not live and view.recovery_decision is RecoveryDecision.RETRY_HOST:
             # `loopx recover` leaves such a journal in_progress on purpose (running a host
-            # needs an agent), so advising it again looped (issue 28 item 8).
+            # needs an agent), so advising it again looped.
             doc.add(
                 Severity.INFO,
                 FindingCode.ORPHANED_JOURNAL,

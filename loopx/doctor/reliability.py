@@ -84,7 +84,7 @@ def check_future_dated(
     if ahead:
         # Info, not a warning: the ledger is a projection of the journals, so nothing
         # may rewrite it, and a record dated ahead only counts in the quota window
-        # longer; a root repaired by `doctor --repair` is then healthy (issue 28 item 5).
+        # longer; a root repaired by `doctor --repair` is then healthy.
         doc.add(
             Severity.INFO,
             FindingCode.FUTURE_DATED,
@@ -103,7 +103,7 @@ _BEHIND_S: Final = 2.0
 
 
 def check_clock_behind(doc: Checker) -> None:
-    """Compare doctor's clock with the newest heartbeat or supervisor record (issue 28 item 5).
+    """Compare doctor's clock with the newest heartbeat or supervisor record.
 
     Read-only: agents write their heartbeat every few seconds on a clock
     calibrated to the files', so one dated in this clock's future says this

@@ -110,7 +110,7 @@ def _quiet_apprise() -> None:
 
 
 def _send(url: str, title: str, body: str) -> str | None:
-    import apprise  # noqa: PLC0415 - only to send (issue 14: the CLI starts without it)
+    import apprise  # noqa: PLC0415 - only to send (the CLI starts without it)
     from tenacity import (  # noqa: PLC0415 - with apprise
         RetryError,
         retry,

@@ -5,7 +5,7 @@ about once (a goal waits on gate 3, a goal fails, the fleet is low on disk);
 an *event* is a condition of the current projection that the previous one did
 not have. Conditions have stable ids, so the outbox can tell a restart's
 re-derived event from a new one. ``REASON_EVENTS`` maps the status reasons to
-event kinds: a new reason (issue 27's accounts: a usage limit, a budget) is one
+event kinds: a new reason (an account's usage limit, a spent budget) is one
 line there.
 """
 
@@ -27,12 +27,12 @@ REASON_EVENTS: Final[Mapping[str, EventKind]] = {
     StatusReason.QUOTA_EXHAUSTED.value: EventKind.LIMIT,
     StatusReason.DONE.value: EventKind.DONE,
 }
-# An account's state (issue 27) that is a notification event: a limit, or a spent budget.
+# An account's state that is a notification event: a limit, or a spent budget.
 ACCOUNT_EVENTS: Final[Mapping[str, EventKind]] = {
     "limited": EventKind.LIMIT,
     "budget_spent": EventKind.BUDGET,
 }
-# The fleet's `degraded` text of the disk guards (issue 31).
+# The fleet's `degraded` text of the disk guards (retention's floor and quota).
 DISK_PHRASES: Final = ("below the floor", "over its quota")
 
 

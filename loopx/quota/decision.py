@@ -83,7 +83,7 @@ class QuotaReason(StrEnum):
     LEASED = "leased"
     NOT_YET_ELIGIBLE = "not_yet_eligible"
     DONE = "done"
-    # The goal's account refuses (limited, overloaded, probing, needs a human; issue 27):
+    # The goal's account refuses (limited, overloaded, probing, needs a human):
     # decided by loopx.accounts.rules after the goal's own quota allowed the turn.
     ACCOUNT_WAITING = "account_waiting"
 

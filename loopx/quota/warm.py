@@ -10,7 +10,7 @@ headroom's ``measured_at`` (``at``), ``window_start`` (``since:<hours>``), the
 host's memory, load and CPUs as the validated path measures them
 (:func:`loopx.quota.host.host_numbers`), and a waiting message's
 ``(in N s)`` (``in:<instant>``). Standard library only, so a warm
-``should-run`` starts without pydantic, psutil or structlog (issue 14).
+``should-run`` starts without pydantic, psutil or structlog.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class ImportReport(Record):
     total: int  # goals in the file
     added: int  # newly registered
     unchanged: int  # already registered with the same policy
-    # Issue 26: each imported goal without a worktree that shares its workdir -> the others.
+    # Each imported goal without a worktree that shares its workdir -> the others.
     shared_workdir: dict[str, list[str]] = Field(default_factory=dict)
 
 
@@ -169,7 +169,7 @@ def _setup_checks(goal: Goal) -> Iterator[tuple[tuple[str, ...], Callable[[], No
         relative = "/" in program and not program.startswith("/")
         key = ("program", program, goal.workdir if relative else "")
         yield key, lambda: check_program(program, workdir)
-    if goal.done_check is not None:  # issue 26: the done-check's program, like a host's
+    if goal.done_check is not None:  # the done-check's program, like a host's
         check_prog = goal.done_check.argv[0]
         relative = "/" in check_prog and not check_prog.startswith("/")
         key = ("done-check", check_prog, goal.workdir if relative else "")
@@ -235,7 +235,7 @@ def _remove_dead_temps(goal_dir: Path) -> None:
     """Remove the goal file's temp files whose writer is dead; a live writer's stay.
 
     An import killed between temp file and link left ``.goal.json.<pid>.<hex>.tmp``
-    that no later import removed (issue 28 item 8).
+    that no later import removed.
     """
     prefix = ".goal.json."
     with contextlib.suppress(OSError):

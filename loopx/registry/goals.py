@@ -38,11 +38,11 @@ class GoalChanges(Record):
     max_host_attempts: int | None = None
     resources: dict[str, float] | None = None  # replaces all of the goal's resources when given
     quota: dict[str, Any] = Field(default_factory=dict)  # QuotaPolicy fields given
-    done_check: DoneCheckSpec | None = None  # issue 26: replaces the goal's check when given
-    # Issue 26: `--worktree` (checked and its base recorded by loopx.registry.worktree_spec), `--auto-merge`.
+    done_check: DoneCheckSpec | None = None  # replaces the goal's check when given
+    # `--worktree` (checked and its base recorded by loopx.registry.worktree_spec), `--auto-merge`.
     worktree: WorktreeSpec | None = None
     auto_merge: bool | None = None
-    account: str | None = None  # the goal's account (issue 27); "" moves it to the default
+    account: str | None = None  # the goal's account; "" moves it to the default
     on_limit: str | None = None  # its override of the account's --on-limit
     max_limit_waits: int | None = None  # its override of the account's --max-limit-waits
 
@@ -135,7 +135,7 @@ def add_goal(
     """
     validate_goal_id(goal_id)
     if changes.host is not None and changes.host.kind in DEFAULT_PROGRAMS:
-        # Fail now, not at the first turn hours later (issue 8).
+        # Fail now, not at the first turn hours later.
         require_program(changes.host)
 
     def change(existing: Goal | None) -> Goal:

@@ -73,7 +73,7 @@ class HostSpec(Record):
 
 
 class WorktreeSpec(Record):
-    """A goal's own git worktree (issue 26, docs/work.md): made on its first claim.
+    """A goal's own git worktree (docs/work.md): made on its first claim.
 
     The goal's ``workdir`` is the repository (or a folder inside it); its
     turns run in the same folder of a worktree on branch ``loopx/<id>`` made
@@ -118,12 +118,12 @@ class Goal(Record):
     # Ray back-end: custom resources an agent must hold to run this goal's turns
     # (`goal add --resource NAME=AMOUNT`); the local back-end ignores them.
     resources: dict[str, PositiveFloat] = Field(default_factory=dict)
-    # Issue 26: the goal's own check of a `completed` (`goal add --done-check CMD`).
+    # The goal's own check of a `completed` (`goal add --done-check CMD`).
     done_check: DoneCheckSpec | None = None
-    # Issue 26: turns run in a git worktree of their own; a completed goal merges itself.
+    # Turns run in a git worktree of their own; a completed goal merges itself.
     worktree: WorktreeSpec | None = None
     auto_merge: bool = False
-    # Accounts (issue 27): the provider account the goal's turns run on (None: its host kind's
+    # Accounts: the provider account the goal's turns run on (None: its host kind's
     # default account, the supervisor's environment), and its overrides of the account's
     # resume policy on a usage limit (None: the account's).
     account: str | None = None

@@ -46,11 +46,11 @@ class PlanGoal(Record):
     quota: QuotaPolicy = Field(default_factory=QuotaPolicy)
     next_probe: str | None = None
     max_host_attempts: Annotated[int, Field(ge=1, le=100)] = 2
-    # Issue 26: the goal's done-check, a command line (split like a shell) or an argv list.
+    # The goal's done-check, a command line (split like a shell) or an argv list.
     done_check: str | Annotated[list[str], Field(min_length=1)] | None = None
     done_check_timeout_s: Annotated[float, Field(gt=0)] | None = None
     done_check_every_turn: bool = False
-    # Issue 26: a git worktree of its own, as `goal add --worktree` and its options give.
+    # A git worktree of its own, as `goal add --worktree` and its options give.
     worktree: bool = False
     base: str | None = None
     worktree_include: list[str] = Field(default_factory=list)

@@ -18,7 +18,7 @@ class GoalDocument(Record):
 
     schema_version: Literal[1] = 1
     goal: Goal
-    # Issue 26: other goals on the same workdir (or one inside or above it), when this goal
+    # Other goals on the same workdir (or one inside or above it), when this goal
     # has no worktree of its own: their turns run one at a time.
     shared_workdir: list[str] = Field(default_factory=list)
 

@@ -157,7 +157,7 @@ def candidate_and_decision(
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
     if decision.allowed:
-        # A parked account holds its goals until its reset (issue 27): the index's timer
+        # A parked account holds its goals until its reset: the index's timer
         # wakes them then, and an idle poll costs them nothing before.
         name = account_of(goal.account, goal.host.kind)
         for held in (root or read_state(layout, ROOT_BUDGET), account or read_state(layout, name)):

@@ -9,8 +9,8 @@ follows the number of changed goals, not the number of goals.
 
 A refresh finds changed goals by, in order: the registry's fingerprint (a
 changed policy), the change hints (``projections/changes.log``, read on
-every call, even inside the TTL: a status shows every write made before it,
-issue 29), goals that held a lease at the last refresh (every turn's writes
+every call, even inside the TTL: a status shows every write made before it),
+goals that held a lease at the last refresh (every turn's writes
 happen under a lease, and the release itself is a change), goals whose view
 expires by time (``recheck_at``), and, every ``full_scan_after_s`` seconds or
 when hints were lost, a scan of every goal's fingerprint. Only goals whose
@@ -114,7 +114,7 @@ class StatusCache:
     memo: FingerprintMemo | None = None
     # Keep the views, and the written views' bytes for the next document (the CLI prints one
     # right after its refresh). The supervisor prints none and keeps neither once a row is
-    # written (issue 25: about 1 KB a goal live); asked for a projection, it loads them for good.
+    # written (about 1 KB a goal live); asked for a projection, it loads them for good.
     keep_views: bool = True
     # A forked child's fingerprints for the next full scan (a cold CLI's; loopx.status.prefetch).
     prefetch: Prefetch | None = None
@@ -179,7 +179,7 @@ class StatusCache:
             generated_at=self.index.generated_at,
             checked_at=self.index.checked_at,
             quarantined_total=self.index.quarantined_total,
-            # Read at every answer: a parked account shows at once (issue 27).
+            # Read at every answer: a parked account shows at once.
             accounts=account_summaries(self.layout, now=utcnow()),
         )
 
@@ -230,7 +230,7 @@ class StatusCache:
 
         Inside ``ttl_s`` of the last check (and without ``force``) only the
         change hints are read, and only the goals they name re-read: a write
-        made before this call is always shown (issue 29). ``full_scan_after_s``
+        made before this call is always shown. ``full_scan_after_s``
         bounds how long a change made without a hint (and outside a lease)
         can stay unseen; 0 scans every goal's fingerprint on every refresh
         past the TTL.
@@ -355,7 +355,7 @@ class StatusCache:
         """Write the changed rows and the meta row; a disk that refuses is skipped (logged).
 
         The cache is rebuilt from the durable files, and on a full disk status
-        is what an operator reads to learn why (issue 18). After a refused
+        is what an operator reads to learn why. After a refused
         write the next one replaces the database whole.
         """
         if self.index is None:  # pragma: no cover - a refresh always leaves an index

@@ -71,7 +71,7 @@ def _current(
         msg = "status cache has no index after a refresh"
         raise LoopxError(msg)
     # The cache may be a few seconds old, written by a supervisor that has
-    # stopped since: liveness is always read now (issue 16: no stale "running").
+    # stopped since: liveness is always read now (no stale "running").
     fleet, inputs, until = current_fleet_keyed(cache.layout, now=now)
     return projection.model_copy(update={"fleet": fleet}), index, inputs, until
 

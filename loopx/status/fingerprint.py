@@ -11,7 +11,7 @@ import os
 
 from loopx.memo import ABSENT, fingerprint
 
-# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+# Not `from typing import ...`: a warm `loopx status --json` starts without importing it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final

@@ -17,7 +17,7 @@ quarantined         human   a turn journal of the goal is in ``quarantine/``,
 gate_pending        human   a gate is open
 running             agent   a live lease (an expired one is reported too)
 waiting             none    another goal's turn holds the workdir ("workdir busy: goal X
-                            runs a turn there"; ``goals/<id>/turns/.workdir-wait.json``, issue 26)
+                            runs a turn there"; ``goals/<id>/turns/.workdir-wait.json``)
 failing             human   ``consecutive_failures`` >= FAILING_HUMAN_AFTER
 quota_exhausted     none    the window's allowance is spent
 failing             agent   failures below the threshold (retried after backoff)
@@ -29,7 +29,7 @@ ready               agent   none of the above
 agent slot, or every agent slot, is in a crash loop: no agent can make
 progress there until a human looks at the logs.
 
-``waiting`` on an account (issue 27) overlays ``ready``/``waiting`` when the
+``waiting`` on an account overlays ``ready``/``waiting`` when the
 goal's account holds its goals back: ``account NAME limited until 19:05:34
 UTC (seen by goal G, turn T)``, overloaded, probing, staggered (actor none,
 until the account's time), or spent or needing a human (actor human). It is
@@ -116,7 +116,7 @@ class GoalInputs:
     quarantined: Sequence[str] = ()
     damage: Sequence[str] = ()
     probe: ProbeObservation | None = None
-    # Issue 26: the goal waits for another goal's turn in its workdir (goals/<id>/turns/.workdir-wait.json).
+    # The goal waits for another goal's turn in its workdir (goals/<id>/turns/.workdir-wait.json).
     workdir_wait: WorkdirWait | None = None
 
 
@@ -197,7 +197,7 @@ def _decide(  # noqa: C901, PLR0911, PLR0912 - one branch per rule of the table 
     goal, lease, failures = inputs.goal, inputs.lease, state.consecutive_failures
     last = inputs.history[-1] if inputs.history else None
     # A goal made active after its last turn completed (resumed, or a failed merge sent it
-    # back to its agent, issue 26) is not done.
+    # back to its agent) is not done.
     reactivated = last is not None and goal.updated_at > last.ended_at
     completed = last is not None and last.kind is ResultKind.COMPLETED and not reactivated
     if goal.status is GoalStatus.DONE or completed:
@@ -249,7 +249,7 @@ def _decide(  # noqa: C901, PLR0911, PLR0912 - one branch per rule of the table 
             f"agent {lease.agent_id}'s lease expired; another agent takes the goal over",
             None,
         )
-    if inputs.workdir_wait is not None:  # issue 26: one turn per workdir
+    if inputs.workdir_wait is not None:  # one turn per workdir
         return Actor.NONE, StatusReason.WAITING, inputs.workdir_wait.describe(), None
     failure = last.failure if last is not None and last.failure else "unknown reason"
     if last is not None and last.status == "stopped":

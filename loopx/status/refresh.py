@@ -36,7 +36,7 @@ class CachedGoal:
     """One goal's cached view and what it was computed from (its database row, parsed).
 
     Slots, not a model: a long-lived cache holds one per goal, and a model's
-    ``__dict__`` and fields set cost 190 bytes more each (issue 25).
+    ``__dict__`` and fields set cost 190 bytes more each.
     """
 
     # goal.json's (inode, mtime_ns, size) first: a new policy moves it. A tuple, the very one

@@ -137,7 +137,7 @@ def _read_goal_files(
     if "lease.json" not in absent:
         out.lease = _model_at(dir_fd, goal_dir, "lease.json", Lease, out.damage)
     if out.lease is None and goal.status is GoalStatus.ACTIVE:
-        # Issue 26: written and removed with a change hint, so a hint re-reads it.
+        # Written and removed with a change hint, so a hint re-reads it.
         out.workdir_wait = _model_at(dir_fd, goal_dir, WAIT_FILE, WorkdirWait, out.damage)
     if "history.jsonl" not in absent:
         try:
@@ -315,7 +315,7 @@ def fleet_degraded(
 ) -> str | None:
     """What a resource error stops in the running supervisor or a live agent, if anything. Pure.
 
-    Each publishes its failing duties (issue 28: EMFILE, ENOMEM, EIO...) in its
+    Each publishes its failing duties (EMFILE, ENOMEM, EIO...) in its
     record or heartbeat; the first one named is shown.
     """
     if fleet is not None and fleet.degraded:
@@ -345,7 +345,7 @@ def current_fleet_keyed(
     """
     names = [str(layout.supervisor_file), str(layout.agents_dir)]
     names += [str(layout.agents_dir / name) for name in _heartbeat_names(layout)]
-    names += _account_files(layout)  # the accounts part and its overlay (issue 27)
+    names += _account_files(layout)  # the accounts part and its overlay
     names.append(str(layout.root / RETENTION_FILE))  # the disk limits behind `degraded`
     inputs: dict[str, Fingerprint] | None = {name: fingerprint(name) for name in names}
     fleet, beats = read_fleet(layout)

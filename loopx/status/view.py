@@ -157,9 +157,9 @@ class GoalStatusView(Record):
     # The earliest time this view changes by time alone (a wait ends, a lease
     # expires, spend leaves the window); the cache re-projects the goal then.
     recheck_at: UtcDatetime | None = None
-    # Issue 26: the goal's newest recorded done-check (from its state).
+    # The goal's newest recorded done-check (from its state).
     last_check: LastCheck | None = None
-    # The account the goal's turns run on (issue 27; default-<kind> when it names none).
+    # The account the goal's turns run on (default-<kind> when it names none).
     account: str | None = None
 
 
@@ -196,14 +196,14 @@ class StatusProjection(Record):
     counts: StatusCounts
     fleet: FleetView
     quarantined_total: int = 0
-    # Each account: its state, spend in its window, the goals waiting on it (issue 27).
+    # Each account: its state, spend in its window, the goals waiting on it.
     accounts: list[AccountSummary] = Field(default_factory=list)
     goals: list[GoalStatusView] = Field(default_factory=list)
 
 
 # Values many cached views hold equal (the quota view of goals of one policy with nothing spent,
 # projected at the same ``now``; "waiting until <the same time>"; the default account's name),
-# one instance each in a long-lived cache: about 900 bytes a goal (issue 25). Cleared when
+# one instance each in a long-lived cache: about 900 bytes a goal. Cleared when
 # full, so a long-lived process keeps at most this many.
 _SHARED: dict[object, object] = {}
 _SHARED_MAX: Final = 8192

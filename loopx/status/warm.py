@@ -3,11 +3,11 @@
 The document is stored as a memo (:mod:`loopx.memo`) in this host's cache
 directory with the fingerprints of what it was computed from: the status
 database, the registry, the change-hint log (any write a status must show
-leaves a hint, issue 29), ``supervisor.json``, the heartbeats and the
+leaves a hint), ``supervisor.json``, the heartbeats and the
 processes of this host they name; and it is valid until its first fresh
 heartbeat goes stale. Its key holds the program's version, the registry
 file and the root's filesystem health (``degraded``). Standard library
-only, so a warm status starts without pydantic or structlog (issue 14).
+only, so a warm status starts without pydantic or structlog.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from loopx._version import VERSION
 from loopx.memo import host_cache_dir, replay
 from loopx.storage.resources import root_health
 
-# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+# Not `from typing import ...`: a warm `loopx status --json` starts without importing it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO, Final

@@ -34,10 +34,10 @@ FILE_MODE: Final = 0o600
 _READ_CHUNK: Final = 1024 * 1024  # what read_bytes reads at a time past the size it saw
 # The most read_bytes reads of one file when its caller names no smaller cap. Far above any
 # file LoopX writes (a 100,000-goal single-file registry is ~50 MiB), far below what a sparse
-# or planted file can claim: st_size is never trusted for an allocation (issue 28: a sparse
+# or planted file can claim: st_size is never trusted for an allocation (a sparse
 # 100 GiB result crashed the agent with MemoryError).
 MAX_READ_BYTES: Final = 256 * 1024 * 1024
-# Opening never blocks (a FIFO's open waits for a writer for ever: issue 28) and never
+# Opening never blocks (a FIFO's open waits for a writer for ever) and never
 # follows a symlink at the last component; what is opened must then be a regular file.
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 _KINDS: Final = {
@@ -49,8 +49,8 @@ _KINDS: Final = {
 }
 
 # pydantic only for the type checker: `loopx status --json` on a warm cache resolves the
-# root with this module and prints a stored document without importing pydantic (issue 14).
-# Nor `typing` (a warm `quota should-run` opens the root with this module, issue 14).
+# root with this module and prints a stored document without importing pydantic.
+# Nor `typing` (a warm `quota should-run` opens the root with this module).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -90,7 +90,7 @@ def ensure_dir(path: Path) -> Path:
 
 # Runtime roots this process opened (loopx.root.open_root). A missing one was moved or
 # removed under a running fleet; mkdir(parents=True) once recreated a skeleton root of
-# 0755 directories at the old path, which blocked moving the original back (issue 28).
+# 0755 directories at the old path, which blocked moving the original back.
 _OPENED_ROOTS: set[str] = set()
 
 
@@ -289,7 +289,7 @@ def exclusive_create(path: Path, data: bytes, *, durable: bool = True) -> bool:
     except FileExistsError:
         return False
     # A failed write (ENOSPC, EIO) must not leave a partial file that every later
-    # creator would take for a winner's (an empty lease blocked its goal for ever: issue 18).
+    # creator would take for a winner's (an empty lease blocked its goal for ever).
     _fill(fd, data, path, durable=durable, remove=path)
     if durable:
         fsync_dir(path.parent)

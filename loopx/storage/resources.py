@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# Not `from typing import ...`: a warm `loopx status --json` imports no typing (issue 14).
+# Not `from typing import ...`: a warm `loopx status --json` starts without importing it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Final

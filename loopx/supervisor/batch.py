@@ -163,7 +163,7 @@ class BatchRun:
         """Pause each goal whose failure streak reached its ``max_failures``: no more retries.
 
         Pausing is what makes the fleet idle at once instead of after the backoff
-        rounds (one always-failing goal made a batch take 96 s, issue 29).
+        rounds (one always-failing goal made a batch take 96 s).
         """
         for goal_id, limit in self.config.max_failures.items():
             if goal_id in self.given_up:

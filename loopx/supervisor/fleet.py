@@ -129,12 +129,13 @@ class Supervisor:
         self._record_retry_at: float | None = None
         self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
         self.gc = GcDuty(layout)
-        # The root by directory descriptor; its path is checked every few seconds (issue 28).
+        # The root by directory descriptor; its path is checked every few seconds, so a root
+        # moved away stops the fleet with a record (loopx.rootwatch).
         self._root: RootHandle | None = None
         self._next_root_check = 0.0
         self._root_moved = False
         self._notify: NotifyDuty | None = None  # notifications, sent off the main thread
-        # Duties a resource error (EMFILE, MemoryError...) stopped, retried each tick (issue 28).
+        # Duties a resource error (EMFILE, MemoryError...) stopped: retried each tick, never fatal.
         self.duties = Duties("supervisor")
 
     # --- intent (signal handlers and tests) -----------------------------------------------------
@@ -247,7 +248,7 @@ class Supervisor:
         try:
             cache = status_cache(self.layout)
             if cache.memo is None:
-                # The once-a-minute full scan costs a stat per unchanged goal (issue 14).
+                # The once-a-minute full scan costs a stat per unchanged goal.
                 cache.memo = FingerprintMemo()
                 cache.keep_views = False  # the rows hold them; it prints none
             scan_s = max(STATUS_FULL_SCAN_S, (self._goals or 0) / STATUS_SCAN_RATE)
@@ -470,7 +471,7 @@ class Supervisor:
         A spawn or a read under a root renamed or swapped away fails with
         ``FileNotFoundError`` (or a symlink refusal) before the 2-second root
         check sees it; that used to end the supervisor with a traceback and no
-        record (issue 28 item 4).
+        record.
         """
         try:
             return self.duties.run(name, step)

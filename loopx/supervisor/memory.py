@@ -4,7 +4,7 @@ A status refresh that re-reads most goals (the first one after every goal
 changed, 100,000 at a time) frees the views it replaces in place, scattered
 between the live ones; the C allocator keeps those pages, so a long-lived
 supervisor stayed at the peak of that refresh (650 MiB against about 450 MiB
-at 100,000 goals, issue 25). ``malloc_trim`` returns them. Only glibc has it;
+at 100,000 goals). ``malloc_trim`` returns them. Only glibc has it;
 elsewhere this does nothing.
 """
 

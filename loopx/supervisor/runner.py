@@ -186,7 +186,7 @@ class LocalRunner:
     def fleet_argv(self) -> list[str]:
         """The ``fleet`` window's command: the live status table of this root."""
         return [
-            # -P as for the agents: a `loopx/` folder in the cwd killed this window (issue 29)
+            # -P as for the agents: a `loopx/` folder in the cwd once killed this window
             self.spec.python, "-P", "-m", "loopx", "status", "--watch",
             "--root", str(self.layout.root), "--registry", str(self.layout.registry),
         ]  # fmt: skip

@@ -2,7 +2,7 @@
 
 What a window shows is a terminal's stream (ANSI colours, CR LF line ends);
 the log must hold one JSON object per line like every log under the root
-(issue 29), and rotate by size (issue 31). Each line becomes
+(so `loopx logs` and `jq` read it whole), and rotate by size like them. Each line becomes
 ``{"timestamp", "level": "info", "event": "window_line", "agent_id", "line"}``,
 with the terminal's escape sequences and carriage returns removed.
 

@@ -1,4 +1,4 @@
-"""Real git repositories for tests, and a command host that edits and commits (issue 26).
+"""Real git repositories for tests, and a command host that edits and commits.
 
 The host, ``python -m loopx.testing.gitwork``, is a host of the protocol in
 docs/host-protocol.md: each turn it appends a line to ``FILE`` in its working

@@ -44,7 +44,7 @@ class Action(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     DONE = "done"
-    MERGE = "merge"  # issue 26: `loopx goal merge` (docs/work.md), run as a child process
+    MERGE = "merge"  # `loopx goal merge` (docs/work.md), run as a child process
 
 
 _STATUS_OF: Final = {

@@ -164,7 +164,7 @@ class Overview(Record):
     agents: list[AgentRow]
     humans: list[GoalRow]  # needs a person: gates, failing, paused, quarantined, crash loops
     next_up: list[GoalRow]  # what agents run now or next
-    accounts: list[AccountRow] = Field(default_factory=list)  # issue 27 item 7
+    accounts: list[AccountRow] = Field(default_factory=list)  # the accounts panel
 
 
 class TurnRow(Record):

@@ -51,7 +51,7 @@ class _Families:
 
 
 def _account_metrics(out: _Families, projection: StatusProjection) -> None:
-    """Each account's state, the goals it holds back and its window's spend (issue 27)."""
+    """Each account's state, the goals it holds back and its window's spend."""
     accounts = [a for a in projection.accounts if a.host_kind is not None]
     out.metric(
         "loopx_account_state",

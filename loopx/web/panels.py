@@ -1,8 +1,8 @@
 """The dashboard's accounts and worktree panels: rows built from what status and the goal hold.
 
-Accounts (issue 27 item 7) come from the status document's ``accounts``, cut to a
+Accounts come from the status document's ``accounts``, cut to a
 bounded row each, so an account of 100,000 goals costs the overview the same as
-one of ten. A goal's worktree (issue 26) is read for its goal page only: its
+one of ten. A goal's worktree is read for its goal page only: its
 record, its last merge journal and what git says of its branch.
 """
 

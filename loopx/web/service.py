@@ -6,7 +6,7 @@ publishes a change event when something changed; the serialised replies are
 cached per generation, so a request costs a lookup and a socket write, not a
 projection.
 
-The refresher never dies (issue 28 item 3): a refresh that fails for any
+The refresher never dies: a refresh that fails for any
 reason, a resource error above all (EMFILE, ENOMEM, ENOSPC, EIO), is recorded
 as :attr:`StatusService.failure`, which turns ``/healthz`` unhealthy, and the
 next tick tries again; the first refresh that succeeds clears it. The logger

@@ -1,4 +1,4 @@
-"""A git worktree per goal and merges that wait for the done-check (issue 26, docs/work.md).
+"""A git worktree per goal and merges that wait for the done-check (docs/work.md).
 
 Modules: ``git`` (the git CLI), ``spec`` (what `goal add --worktree` checks),
 ``record`` (``goals/<id>/worktree.json`` and the paths), ``creation`` (making

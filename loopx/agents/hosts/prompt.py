@@ -79,7 +79,7 @@ def _bullets(lines: Iterable[str], empty: str) -> str:
 
 
 def _check_section(envelope: Envelope) -> list[str]:
-    """The goal's last done-check, when it failed (issue 26): the agent must make it pass."""
+    """The goal's last done-check, when it failed: the agent must make it pass."""
     check = envelope.state.last_check
     if check is None or check.passed:
         return []

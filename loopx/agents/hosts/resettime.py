@@ -63,10 +63,10 @@ _ISO_AT = re.compile(
 )
 _MAX_HOUR = 23
 # A clock printed to the minute stands for the whole minute: the reset is at its end (a limit
-# resetting at 19:05:34 prints "7:05 PM"; issue 27).
+# resetting at 19:05:34 prints "7:05 PM").
 _MINUTE = timedelta(minutes=1)
 # A clock that passed less than this long ago means the reset is now, not tomorrow: the CLI
-# printed it truncated, or the turn started just after it (issue 27).
+# printed it truncated, or the turn started just after it.
 _RECENTLY = timedelta(hours=1)
 # Intl.DateTimeFormat's short zone names for the US zones Gemini CLI prints (timeZoneName "short").
 _ABBREVIATIONS = {

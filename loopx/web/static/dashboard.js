@@ -522,7 +522,7 @@ function timelinePanel(tl) {
       ["committed", "completed", "failed", "stopped", "running"].map((k) => el("span", { class: `key key-${k}` }, k))) : null);
 }
 
-// Issue 27: each provider account (and the root's budget), what holds it back, its window's
+// Accounts: each provider account (and the root's budget), what holds it back, its window's
 // spend against its budget (a cost estimated from the account's prices says so), its goals.
 const ACCOUNT_STATES = { ok: "ok", limited: "limited", overloaded: "overloaded", budget_spent: "budget spent", needs_human: "needs a human" };
 
@@ -757,7 +757,7 @@ function lastFailure(v) {
       `Run log of turn ${t.seq}`), " ", el("span", { class: "muted" }, when(t.ended_at))));
 }
 
-// Issue 26: a --worktree goal's own branch and folder, how far it is from its base, its last merge.
+// Worktree: a --worktree goal's own branch and folder, how far it is from its base, its last merge.
 const MERGE_OUTCOMES = { pending: "in progress", merged: "merged", up_to_date: "already in the base",
   conflict: "conflict: the base is untouched", check_failed: "done-check failed on the merged tree: the base is untouched",
   base_moved: "the base moved meanwhile: untouched" };
@@ -786,7 +786,7 @@ function worktreePanel(w) {
     el("dl", { class: "facts" }, facts.map(([k, ...rest]) => [el("dt", {}, k), el("dd", {}, ...rest)]).flat()));
 }
 
-// Issue 26: the goal's newest done-check, with the tail of its output when it failed.
+// Done-check: the goal's newest, with the tail of its output when it failed.
 function checkBlock(c) {
   if (!c) return null;
   return el("div", { id: "last-check" }, el("h3", {}, "Done-check"),
