@@ -3,7 +3,7 @@
 Run: /work/venv/bin/python benchmarks/fleet_throughput.py [--seconds 10] [--idle-seconds 30]
      [--agents 1 2 4 8] [--host demo demo-isolated sh]
 
-Goals (issue 5): >= 100 turns/s at 4 agents on a 2-core machine; supervisor
+Targets: >= 100 turns/s at 4 agents on a 2-core machine; supervisor
 RSS <= 60 MB; an idle fleet (supervisor + 4 agents) uses <= 1% of one core.
 
 A turn cannot be cheaper than starting its host, so each row also measures,

@@ -1,7 +1,7 @@
-"""Issue 25's parity check: a root built by 811387a's own CLI, read by 811387a and by this tree.
+"""Output parity: a root built by 811387a's own CLI, read by 811387a and by this tree.
 
-Issue 25's last "Done when" line: on a 40-goal root with every kind of goal, the status
-document and every ``--json`` output are byte-identical to 811387a's. This script:
+The status cache and memo were to change no output: on a 40-goal root with every kind of
+goal, the status document and every ``--json`` output are byte-identical to 811387a's. This script:
 
 1. makes a detached git worktree of the reference (``--base-rev``, 811387a) in a temporary
    folder with its own venv (``pip install -e``) and removes both at the end; or reuses one
@@ -22,7 +22,7 @@ document and every ``--json`` output are byte-identical to 811387a's. This scrip
    (Debian's ``faketime``), ``TZ=UTC``, a fresh ``XDG_CACHE_HOME`` at one path, from a neutral
    folder with ``python -P``;
 4. compares each output with ``cmp``. For each that differs it prints the JSON difference,
-   classifies every difference as a field a later issue added (``LATER``: the field, the issue
+   classifies every difference as a field a later change added (``LATER``: the field, the feature
    and the commit that added it, found with ``git log -S``) or as unexplained, strips exactly
    the ``LATER`` fields from this tree's output, writes it back in the outputs' own format
    (checked: the reference's output re-written that way is its own bytes) and compares again
@@ -32,7 +32,7 @@ The host's free memory and load (measured afresh by each quota decision) are mas
 before any comparison, as ``tests/test_quota_snapshot.py`` does; they are not the root's.
 ``doctor`` runs first, on the root as built: the reference keeps its status cache inside the
 root (``projections/``), so a ``status`` run before it would add files for the reference's
-``files_checked`` only (issue 25 moved the cache to the host's cache directory).
+``files_checked`` only (this tree keeps it in the host's cache directory).
 
     python benchmarks/output_parity.py                      # worktree + venv of 811387a made here
     python benchmarks/output_parity.py --base-tree /tmp/b811 --base-venv /tmp/b811-venv --keep
@@ -40,7 +40,7 @@ root (``projections/``), so a ``status`` run before it would add files for the r
 Exits 0 when every difference is a ``LATER`` one, 1 when any is unexplained. ``--keep`` keeps
 the root and outputs; ``--outputs DIR`` compares a kept run again (after editing ``LATER``);
 ``--reuse DIR`` reads a kept root again (its running turn has ended by then, so doctor then
-sees an orphaned journal, which issue 28 made an ``info`` instead of a ``warning``).
+sees an orphaned journal, an ``info`` here and a ``warning`` in 811387a).
 
 Where the reference's own JSON does not re-write to its bytes (pydantic writes ``0.00001``
 where ``json`` writes ``1e-05``), the stripped output is compared with the reference re-written
@@ -99,36 +99,36 @@ PER_GOAL: list[tuple[str, list[str]]] = [
 
 @dataclass(frozen=True)
 class Later:
-    """A field a later issue added to an output: its path (``a.b[].c``), where it came from."""
+    """A field a later change added to an output: its path (``a.b[].c``), where it came from."""
 
     path: str  # a regex matched whole against the difference's path
-    issue: str
+    feature: str
     commit: str
     what: str
     kind: str = "added"  # "changed": explained but kept (the strip removes only added fields)
 
 
-# Exactly the fields later issues added; the strip removes these and nothing else.
-_I26 = ("issue 26", "751df92 (merged 1d77d58)", "done-check: goal.done_check, state.last_check")
-_I26W = ("issue 26", "f02ec9f (merged 1d77d58)", "worktree per goal: worktree, auto_merge")
-_I27 = ("issue 27", "cb731f4 (merged 6cf65cb)", "accounts: goal.account, on_limit, max_limit_waits")
-_I28 = ("issue 28", "ef236fd (merged 455290e)", "loop duties degrade: degraded")
-_I30 = ("issue 30", "53eae46 (merged ffeeb3b)", "last_turn.failure_message")
-_I30H = ("issue 30", "0530212 (merged 0ebb433)", "heartbeats carry the turn's start")
-_I31 = ("issue 31", "f869405 (merged 2055444)", "retention: replay's checkpoint and folded")
+# Exactly the fields later changes added; the strip removes these and nothing else.
+_CHECK = ("done-check", "751df92 (merged 1d77d58)", "goal.done_check, state.last_check")
+_WORKTREE = ("worktree per goal", "f02ec9f (merged 1d77d58)", "worktree, auto_merge")
+_ACCOUNTS = ("accounts", "cb731f4 (merged 6cf65cb)", "goal.account, on_limit, max_limit_waits")
+_DEGRADED = ("loop duties degrade", "ef236fd (merged 455290e)", "degraded")
+_FAILURE = ("dashboard failures", "53eae46 (merged ffeeb3b)", "last_turn.failure_message")
+_STARTED = ("dashboard timeline", "0530212 (merged 0ebb433)", "heartbeats carry the turn's start")
+_RETENTION = ("retention", "f869405 (merged 2055444)", "replay's checkpoint and folded")
 LATER: list[Later] = [
-    Later(r"(goal|goals\[\])\.done_check", *_I26),
-    Later(r"(state|goals\[\])\.last_check", *_I26),
-    Later(r"differences\[\]\.(replayed|on_disk)>last_check", *_I26),
+    Later(r"(goal|goals\[\])\.done_check", *_CHECK),
+    Later(r"(state|goals\[\])\.last_check", *_CHECK),
+    Later(r"differences\[\]\.(replayed|on_disk)>last_check", *_CHECK),
     # replay's preview of a file is its first 300 characters: state.json's last_check moves them.
-    Later(r"differences\[\]\.(replayed|on_disk)", *_I26, kind="changed"),
-    Later(r"(goal|goals\[\])\.(worktree|auto_merge)", *_I26W),
-    Later(r"(goal|goals\[\])\.(account|on_limit|max_limit_waits)", *_I27),
-    Later(r"accounts", *_I27),
-    Later(r"(supervisor|agents\[\])\.degraded", *_I28),
-    Later(r"goals\[\]\.last_turn\.failure_message", *_I30),
-    Later(r"agents\[\]\.turn_started_at", *_I30H),
-    Later(r"checkpoint|folded", *_I31),
+    Later(r"differences\[\]\.(replayed|on_disk)", *_CHECK, kind="changed"),
+    Later(r"(goal|goals\[\])\.(worktree|auto_merge)", *_WORKTREE),
+    Later(r"(goal|goals\[\])\.(account|on_limit|max_limit_waits)", *_ACCOUNTS),
+    Later(r"accounts", *_ACCOUNTS),
+    Later(r"(supervisor|agents\[\])\.degraded", *_DEGRADED),
+    Later(r"goals\[\]\.last_turn\.failure_message", *_FAILURE),
+    Later(r"agents\[\]\.turn_started_at", *_STARTED),
+    Later(r"checkpoint|folded", *_RETENTION),
 ]
 # Strings of these outputs that hold a whole file's JSON (replay's differences): walked inside.
 EMBEDDED = re.compile(r"differences\[\]\.(replayed|on_disk)")
@@ -534,10 +534,10 @@ def compare(work: Path, ids: list[str]) -> tuple[list[Row], list[str]]:
             row.rewritten += 1
         if cmp(against, stripped):
             row.same_stripped += 1
-    print("\n== differences, by command and field (later issue, or UNEXPLAINED)")
+    print("\n== differences, by command and field (later feature, or UNEXPLAINED)")
     for (cmd, kind, path), where in sorted(seen.items()):
         entry = later_for(kind, path)
-        cause = f"{entry.issue} {entry.commit}: {entry.what}" if entry else "UNEXPLAINED"
+        cause = f"{entry.feature} {entry.commit}: {entry.what}" if entry else "UNEXPLAINED"
         print(f"{cmd}: {kind} {path} ({len(where)} outputs) -- {cause}")
         print(f"    e.g. {where[0]}")
     return list(rows.values()), unexplained

@@ -126,7 +126,7 @@ def import_goals(base: Path, root: Path, n: int) -> float:
     source = base / "goals.jsonl"
     with source.open("w") as f:
         for i in range(n):
-            # A workdir each: goals sharing one take turns (one turn per workdir, issue 26).
+            # A workdir each: goals sharing one take turns (one turn per workdir).
             (work / f"g{i:06d}").mkdir(exist_ok=True)
             entry = {
                 "id": f"g{i:06d}",
@@ -389,7 +389,7 @@ def print_table(sizes: list[int], results: dict[int, dict[str, float]], *, bare:
     print()
     print(
         "against bare python measured beside them "
-        "(issue 14: should-run within 2x, warm status within 3x):"
+        "(targets: should-run within 2x, warm status within 3x):"
     )
     for key in keys:
         ratios = ", ".join(
