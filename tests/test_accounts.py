@@ -1,4 +1,4 @@
-"""Accounts (issue 27): the pure rules, budgets, the files, and bad input refused with exit 2."""
+"""Accounts: the pure rules, budgets, the files, and bad input refused with exit 2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A crash around parking an account converges, and nothing runs before the reset (issue 27).
+"""A crash around parking an account converges, and nothing runs before the reset.
 
 The turn of g1 meets the usage limit of account ``plan`` (the fake codex reads
 the provider's limit from a file the account's environment names) and its

@@ -1,4 +1,4 @@
-"""A usage limit parks its account (issue 27): a fleet of 2 agents, the fake codex CLI.
+"""A usage limit parks its account: a fleet of 2 agents, the fake codex CLI.
 
 Three goals on account ``plan`` (whose provider limit the fake reads from a
 file its environment names) and one on account ``other``: exactly one turn

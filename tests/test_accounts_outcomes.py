@@ -1,7 +1,7 @@
 """What an auth failure and a spent budget do to an account, end to end with the fake CLIs.
 
-Issue 29 item 11: an auth failure no longer waits for agent retries; it gates
-the account at once and the gate carries the CLI's advice. Issue 27: a budget
+An auth failure does not wait for agent retries; it gates
+the account at once and the gate carries the CLI's advice. A budget
 breach opens one gate on the account, no goal fails, and answering it lets the
 goals go on; the overload gate's N is the one the turn's journal recorded.
 """

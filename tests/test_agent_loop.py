@@ -183,7 +183,7 @@ def test_the_heartbeat_names_the_turn_in_flight_and_its_start(root: Path, tmp_pa
     ],
 )
 def test_the_outcome_line_says_what_comes_next(outcome: str, says: str) -> None:
-    """After completed or needs_human the line no longer claims "next eligible now" (issue 29)."""
+    """After completed or needs_human the line no longer claims "next eligible now"."""
     import io
 
     from loopx.agents.console import AgentConsole

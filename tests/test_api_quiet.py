@@ -1,4 +1,4 @@
-"""The Python API in a plain session prints nothing on stdout: no debug logs (issue 29)."""
+"""The Python API in a plain session prints nothing on stdout: no debug logs."""
 
 from __future__ import annotations
 

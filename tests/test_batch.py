@@ -149,7 +149,7 @@ def test_batch_resumes_after_sigkill_without_repeating_a_committed_turn(tmp_path
         ],
     )
     for i in range(3):
-        (tmp_path / "w" / f"g{i}").mkdir(parents=True)  # a named workdir must exist (issue 29)
+        (tmp_path / "w" / f"g{i}").mkdir(parents=True)  # a named workdir must exist
     root = tmp_path / "root"
     first = subprocess.Popen(
         [

@@ -1,4 +1,4 @@
-"""`batch run` refuses a bad plan or a busy root before it registers or creates anything (issue 29).
+"""`batch run` refuses a bad plan or a busy root before it registers or creates anything.
 
 Also: `--fail-fast` and a plan's `max_failures` end a hopeless goal at once, and Ctrl-C exits 130.
 """

@@ -18,7 +18,7 @@ confirms, from the files alone:
 * ``loopx doctor`` finds no error anywhere in the root.
 
 The default run is small (4 goals, a dozen kills). ``@pytest.mark.soak`` runs
-the issue's full size: 20 goals, 200 kills, within about ten minutes on two
+the full size: 20 goals, 200 kills, within about ten minutes on two
 cores. ``LOOPX_CHAOS_SEED`` replays a run.
 """
 

@@ -46,7 +46,7 @@ COMMANDS: dict[str, list[str]] = {
     "goal resume": ["g"],
     "goal done": ["g"],
     "goal reset-session": ["g"],
-    "goal worktree": ["g"],  # issue 26
+    "goal worktree": ["g"],
     "goal merge": ["g"],
     "gate open": ["g", "--question", "ok?"],
     "gate resolve": ["g", "--answer", "yes"],

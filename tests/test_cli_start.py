@@ -182,8 +182,8 @@ WARM_STATUS = ["status", "--json", "--ttl", "300"]
 def test_a_warm_status_json_imports_no_pydantic_psutil_structlog_or_typing(tmp_path: Path) -> None:
     """A `status --json` after a cold one prints the stored document with the standard library only.
 
-    Not even `typing` or argparse: a warm status must stay within 3x of a bare Python start
-    (issue 14); the first run of this command line remembered the call it made.
+    Not even `typing` or argparse: a warm status must stay within 3x of a bare Python start;
+    the first run of this command line remembered the call it made.
     """
     root = tmp_path / "root"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPX_")}

@@ -1,4 +1,4 @@
-"""A clock behind the recorded times does not stall a goal that asked to wait (issue 28 item 5).
+"""A clock behind the recorded times does not stall a goal that asked to wait.
 
 The goal's state was written on the true clock ("wait 20 s"); a fleet whose
 clock is an hour behind (``faketime``) runs it within a minute of when it

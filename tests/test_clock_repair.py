@@ -1,4 +1,4 @@
-"""`doctor --repair` of future-dated states leaves `replay --verify` clean (issue 28 item 5).
+"""`doctor --repair` of future-dated states leaves `replay --verify` clean.
 
 The turns are dated by the true clock; doctor then runs under a clock two
 hours behind (Debian's ``faketime``: the system clock stepped back after the

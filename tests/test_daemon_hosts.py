@@ -3,7 +3,7 @@
 The agent is a child subreaper while a host runs, so a daemon that double
 forks, calls ``setsid``, ignores SIGTERM, points fds 0-2 at /dev/null, scrubs
 its environment and whose parent exits at once is still found and killed
-(issue 18: half of such daemons used to survive).
+(half of such daemons used to survive).
 """
 
 from __future__ import annotations

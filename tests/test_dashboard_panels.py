@@ -1,6 +1,6 @@
 """The dashboard's later panels over HTTP: failures, accounts, worktrees, bulk answers, timeline.
 
-Issue 30 items 5 and 6, issue 27 item 7. Every route here is also refused without the token
+Every route here is also refused without the token
 and with a foreign ``Host``, and hostile text comes back as JSON text, never markup.
 """
 

@@ -272,7 +272,7 @@ def test_committed_turn_arrives_as_an_event(server, layout):
         sock.close()
 
 
-# --- request deadline (issue 18) ---------------------------------------------------------------
+# --- request deadline --------------------------------------------------------------------------
 
 
 def test_trickling_headers_are_cut_at_the_request_deadline(server):
@@ -329,7 +329,7 @@ def test_head_on_events_does_not_stream(server):
     assert (status, body) == (200, b"")
 
 
-# --- answers land on the gate the person saw (issue 30 item 4) ---------------------------------
+# --- answers land on the gate the person saw ---------------------------------------------------
 
 
 def two_gates(layout, goal_id="goal-00003"):

@@ -1,4 +1,4 @@
-"""Doctor and resource faults: 0 free inodes is not healthy and is named as such (issue 28 item 8)."""
+"""Doctor and resource faults: 0 free inodes is not healthy and is named as such."""
 
 from __future__ import annotations
 

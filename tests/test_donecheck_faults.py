@@ -129,7 +129,7 @@ def test_an_agent_killed_while_its_check_runs(tmp_path, undisturbed):
         if agent.poll() is None:
             agent.kill()
             agent.wait()
-    # The host guard (issue 28) ends the check's tree when its agent dies, though the check
+    # The host guard ends the check's tree when its agent dies, though the check
     # runs in a session of its own.
     deadline = time.monotonic() + 10
     while alive(check_pid):

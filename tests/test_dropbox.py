@@ -1,4 +1,4 @@
-"""A host's result survives a root fault: the drop box is outside the root (issue 28 item 6).
+"""A host's result survives a root fault: the drop box is outside the root.
 
 A host that finishes while the root is read-only writes its result to the
 private tmpfs drop box (``loopx.dropbox``); the agent keeps it in memory,

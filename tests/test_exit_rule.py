@@ -1,6 +1,6 @@
 """One rule for exit codes (docs/cli.md): every refusal of a setup the command line names is 2.
 
-Walks the refusal paths issue 29 found disagreeing: a missing workdir or program, a missing
+Walks the refusal paths that once disagreed: a missing workdir or program, a missing
 codex, an unknown host kind with --update, --visible tmux without tmux, a negative
 --timeout; and `demo --json`, whose document says the exit code the command returns.
 """

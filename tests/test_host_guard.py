@@ -1,4 +1,4 @@
-"""No host outlives its agent: a SIGKILLed agent's host tree ends within seconds (issue 28 item 7).
+"""No host outlives its agent: a SIGKILLed agent's host tree ends within seconds.
 
 Each host runs beside a guard (``loopx.agents.guard``) holding a pipe from its
 agent; when the pipe closes without the agent's word, the guard ends the

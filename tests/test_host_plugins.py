@@ -1,4 +1,4 @@
-"""Host kinds as plug-ins: a separately installed package adds a `--host-kind` (issue 15)."""
+"""Host kinds as plug-ins: a separately installed package adds a `--host-kind`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A hostile result path (FIFO, sparse file, device node, directory) ends its turn, never the agent.
 
-Issue 28 items 1 and 2: a FIFO blocked the agent for ever in ``open()``, a
+Once, a FIFO blocked the agent for ever in ``open()``, a
 sparse 100 GiB file crashed it with ``MemoryError``, a device node was read
 without end. Each is now a typed ``invalid_result`` naming what was found, the
 turn ends, and the next turn (of another goal) runs.

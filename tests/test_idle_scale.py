@@ -1,4 +1,4 @@
-"""What keeps an idle fleet cheap at 100,000 goals: paced sweeps and shared field sets (issue 25)."""
+"""What keeps an idle fleet cheap at 100,000 goals: paced sweeps and shared field sets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Agents and hosts never import from the current directory (issue 15, item 4)."""
+"""Agents and hosts never import from the current directory."""
 
 from __future__ import annotations
 

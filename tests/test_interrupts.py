@@ -1,4 +1,4 @@
-"""Ctrl-C (SIGINT) ends a long-running command within its grace, whatever it is doing (issue 29).
+"""Ctrl-C (SIGINT) ends a long-running command within its grace, whatever it is doing.
 
 The signal goes at many moments of the command's loop: mid-refresh, mid-write, asleep.
 """

@@ -1,4 +1,4 @@
-"""`loopx logs` and the log files under the root: JSON lines only, rotated, followed (issues 29, 31)."""
+"""`loopx logs` and the log files under the root: JSON lines only, rotated, followed."""
 
 from __future__ import annotations
 

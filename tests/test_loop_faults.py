@@ -1,4 +1,4 @@
-"""No loop of the supervisor, the agents or the server dies on a resource error (issue 28).
+"""No loop of the supervisor, the agents or the server dies on a resource error.
 
 Each loop meets the error for real where a test can make it (a process's
 RLIMIT_NOFILE lowered under its open descriptors with ``prlimit``, then

@@ -1,4 +1,4 @@
-"""Issue 26 item 4: `goal merge` moves the base only after the check passes on the merged tree."""
+"""`goal merge` moves the base only after the check passes on the merged tree."""
 
 from __future__ import annotations
 

@@ -335,7 +335,7 @@ def test_serve_sends_when_no_supervisor_runs_and_its_link_opens_the_gate(
 
 
 def test_a_limited_account_and_a_spent_budget_are_events() -> None:
-    """An account's limit or spent budget (issue 27) is one event each, keyed by the account."""
+    """An account's limit or spent budget is one event each, keyed by the account."""
     from datetime import UTC, datetime
 
     from loopx.accounts.model import AccountSummary, Condition

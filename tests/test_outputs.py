@@ -42,7 +42,7 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("goal", "resume"): "goal",
     ("goal", "done"): "goal",
     ("goal", "reset-session"): "session-reset",
-    ("goal", "worktree"): "goal-worktree",  # issue 26
+    ("goal", "worktree"): "goal-worktree",
     ("goal", "merge"): "merge-journal",
     ("gate", "open"): "gate",
     ("gate", "resolve"): "gate",
@@ -190,7 +190,7 @@ def _check_accounts(check: Any, root: Path) -> None:
 
 
 def _worktree_commands(tmp_path: Path) -> list[tuple[Any, ...]]:
-    """Issue 26: a worktree goal that commits, completes and merges."""
+    """A worktree goal that commits, completes and merges."""
     repo = make_repo(tmp_path / "repo")
     host = shlex.join(host_argv("notes.txt"))
     return [

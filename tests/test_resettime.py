@@ -1,4 +1,4 @@
-"""Reset clocks read right (issue 27): the minute's end, "now" for a clock just passed, DST, midnight."""
+"""Reset clocks read right: the minute's end, "now" for a clock just passed, DST, midnight."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _reset(message: str, now: datetime, local: ZoneInfo = UTC) -> datetime | Non
 @pytest.mark.parametrize(
     ("message", "now", "local", "reset"),
     [
-        # The issue's case: the limit resets 19:05:34, both CLIs print 19:05. Read before the
+        # The case seen: the limit resets 19:05:34, both CLIs print 19:05. Read before the
         # clock, it is the minute's end, never 34 s early.
         (CODEX.format("7:05 PM"), datetime(2026, 12, 1, 18, 3, 34, tzinfo=BERLIN), BERLIN,
          datetime(2026, 12, 1, 19, 6, tzinfo=BERLIN)),

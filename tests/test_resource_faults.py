@@ -103,7 +103,7 @@ def test_run_once_on_a_full_disk_prints_one_line(tmp_path: Path) -> None:
 def test_descriptor_and_memory_exhaustion_are_weathered_by_a_turn(
     tmp_path: Path, code: str
 ) -> None:
-    """Issue 28: EMFILE, ENFILE and ENOMEM at the outcome's writes wait like a full disk."""
+    """EMFILE, ENFILE and ENOMEM at the outcome's writes wait like a full disk."""
     assert resource_fault(OSError(getattr(errno, code), "x")) is not None
     layout = make_root(tmp_path / "root")
     work = tmp_path / "work"

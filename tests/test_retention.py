@@ -474,7 +474,7 @@ def test_an_old_goals_warm_should_run_replays_after_a_gc_fold(
     `quota should-run` after it decides and stores; the second replays (its
     memo is not rewritten and the process never imports pydantic), as for a
     young goal: the checkpoint and the rewritten ledger cost the warm answer
-    nothing (issue 31: the figure at the end of months equals the start's).
+    nothing (the figure at the end of months equals the start's).
     """
     layout = api.layout
     api.goals.add("s", objective="count", workdir=tmp_path / "w", host_kind="demo",

@@ -1,4 +1,4 @@
-"""A retried turn's prompt says the previous attempt was interrupted (issue 28 item 8)."""
+"""A retried turn's prompt says the previous attempt was interrupted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A root moved away under a running LoopX is never recreated at its old path (issue 28 item 4)."""
+"""A root moved away under a running LoopX is never recreated at its old path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A root renamed under a running fleet: a recorded stop, then a clean restart (issue 28 item 4)."""
+"""A root renamed under a running fleet: a recorded stop, then a clean restart."""
 
 from __future__ import annotations
 

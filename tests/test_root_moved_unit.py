@@ -1,4 +1,4 @@
-"""The root's path changed under a fleet run by the systemd unit (issue 28 item 4).
+"""The root's path changed under a fleet run by the systemd unit.
 
 A symlink swapped above the root leaves a working fleet; a renamed root is a
 recorded stop followed by a restart.

@@ -187,7 +187,7 @@ def test_planted_symlink_is_never_followed(tmp_path: Path, where: str, capsys) -
         assert "Traceback" not in text, text
     assert link.is_symlink(), "the planted link was replaced or removed"
     assert _snapshot(decoy) == before, "the symlink's target was written through"
-    # With the drop box outside the root (loopx.dropbox, issue 28) nothing uses results/.
+    # With the drop box outside the root (loopx.dropbox) nothing uses results/.
     if where != "goals/g/results" or drop_box_base() is None:
         assert any("symlink" in text for text in errors), errors
     doctor = json.loads(loopx(layout.root, "doctor", "--json").stdout)

@@ -148,7 +148,7 @@ def _poll_health(conn, wanted: int, seconds: float) -> dict:
 @pytest.mark.timeout(180)
 def test_serve_survives_descriptor_exhaustion_and_shows_what_came_after(layout, cli, tmp_path):
     """Every descriptor taken by streams: /healthz turns 503 while refreshes fail, 200 after, and
-    a goal added during the storm is served (issue 28 item 3)."""
+    a goal added during the storm is served."""
     seed(layout)
     proc = _serve(cli, "--refresh-interval-seconds", "0.3", preexec=_limit_descriptors)
     port = _port(proc)

@@ -73,7 +73,7 @@ def test_the_database_is_private_to_this_host_and_user(layout):
 
 
 def test_a_hint_inside_the_ttl_is_read_at_once(layout):
-    """A hinted change is shown by the next refresh even inside the TTL (issue 29)."""
+    """A hinted change is shown by the next refresh even inside the TTL."""
     seeded(layout)
     cache = fresh_cache(layout)
     open_gate(layout, "g2", "ship it?", now=utcnow())

@@ -1,4 +1,4 @@
-"""`loopx status` shows every write made before it on this machine, at once (issue 29).
+"""`loopx status` shows every write made before it on this machine, at once.
 
 Each test warms the status memo first (a `status --json` inside the default
 5 s TTL), then writes through the CLI and asks again at once: the answer must

@@ -62,7 +62,7 @@ def test_status_after_a_sigkilled_supervisor_says_dead(tmp_path: Path) -> None:
 
 
 def test_status_right_after_until_idle_is_not_running(tmp_path: Path) -> None:
-    """Once `--until-idle` returned, status says stopped with no agent alive (issue 16 item 5)."""
+    """Once `--until-idle` returned, status says stopped with no agent alive."""
     root = tmp_path / "root"
     assert cli(root, "init").returncode == 0
     add_demo_goal(root, "g", tmp_path / "w")

@@ -372,7 +372,7 @@ def test_every_reason_code_has_a_rank(reason):
 
 
 def test_a_stop_after_a_failure_is_not_named_a_failure():
-    """A stopped last turn after one failure does not read "latest: stopped" (issue 29)."""
+    """A stopped last turn after one failure does not read "latest: stopped"."""
     state = GoalState(goal_id="g1", consecutive_failures=1)
     stopped = history_line("g1", 2, ended_at=NOW, kind=None, status="stopped", failure="stopped")
     v = view(GoalInputs(goal=goal(), state=state, history=[stopped]))

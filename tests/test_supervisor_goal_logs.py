@@ -1,4 +1,4 @@
-"""The supervisor's own log lines about a goal carry its goal_id (issue 29 item 3).
+"""The supervisor's own log lines about a goal carry its goal_id.
 
 A real supervisor on a tmp root: it recovers a turn of goal ``fix-ci`` that a
 crash left half-finished, then the goal's host kills the agent running it (both

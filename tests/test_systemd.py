@@ -141,7 +141,7 @@ def test_supervisor_started_as_execstart_speaks_notify(tmp_path: Path) -> None:
 
 @needs_analyze
 def test_system_unit_exposure_is_at_most_4(tmp_path: Path) -> None:
-    """`systemd-analyze security --offline=true` rates the system unit 4.0 or less (issue 29)."""
+    """`systemd-analyze security --offline=true` rates the system unit 4.0 or less."""
     assert ANALYZE is not None
     proc = subprocess.run(
         [ANALYZE, "security", "--offline=true", str(UNITS / "loopx-supervisor.service")],
@@ -152,7 +152,7 @@ def test_system_unit_exposure_is_at_most_4(tmp_path: Path) -> None:
     )
     line = next(s for s in proc.stdout.splitlines() if "Overall exposure level" in s)
     exposure = float(line.split(": ")[1].split()[0])
-    assert exposure <= 4.0, line  # the issue's bound
+    assert exposure <= 4.0, line  # the bound the unit is held to
     docs = (UNITS.parent / "docs" / "operations.md").read_text()
     assert f"rates the unit {exposure}" in docs, "docs/operations.md states the figure"
 

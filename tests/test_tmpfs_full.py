@@ -2,7 +2,7 @@
 
 The fleet must keep every committed turn, run no host twice, show
 ``degraded`` while the disk is full, and finish the goals by itself once
-space is freed (issue 18). Mounting needs root (CAP_SYS_ADMIN): elsewhere
+space is freed. Mounting needs root (CAP_SYS_ADMIN): elsewhere
 the test is skipped with the reason.
 """
 

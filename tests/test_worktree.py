@@ -1,4 +1,4 @@
-"""Issue 26 item 2: a git worktree per goal, made crash-safely on its first claim."""
+"""A git worktree per goal, made crash-safely on its first claim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Answers land where the person meant: two tabs, stale cards, drafts, double clicks (issue 30)."""
+"""Answers land where the person meant: two tabs, stale cards, drafts, double clicks."""
 
 from __future__ import annotations
 

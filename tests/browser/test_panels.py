@@ -1,4 +1,4 @@
-"""Failures, accounts, worktrees, bulk answers and the timeline in a real Chromium (issues 30, 27)."""
+"""Failures, accounts, worktrees, bulk answers and the timeline in a real Chromium."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def false_then_true_completed(
     cli: Any, env: dict[str, str], mock: Any, tmp_path: Path, *, kind: str, requests: str
 ) -> None:
     """A `completed` with a failing check is progress; the next request carries the check's output."""
-    work = make_repo(tmp_path / "work", {"check.py": CHECK})  # issue 26: in its own worktree
+    work = make_repo(tmp_path / "work", {"check.py": CHECK})  # in its own worktree
     add_goal(cli, env, "d1", kind, work, "--worktree", f"--done-check={sys.executable} check.py")
     tree = cli.root / "worktrees" / "d1"
     mock.model.answer = COMPLETED

@@ -1,6 +1,6 @@
 """A usage limit at minute resolution parks the account, with the real Codex and Claude CLIs.
 
-Issue 27's done-when: 3 goals on one account and 2 agents against the loopback
+The accounts' acceptance case: 3 goals on one account and 2 agents against the loopback
 mock, which answers a usage limit resetting 2 minutes ahead (and then answers
 normally): exactly one turn meets the limit, no other goal of the account
 starts a turn before the reset, every goal resumes within 90 s after it, and

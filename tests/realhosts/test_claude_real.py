@@ -76,7 +76,7 @@ def test_rate_limit_429_is_a_wait(cli, claude_env, mock, tmp_path):
     mock.model.mode = "429"
     add_goal(cli, claude_env, "k1", "claude", tmp_path / "work")
     report = run_once(cli, "k1", claude_env)
-    # No reset in the message: the minimum wait, and the account backs off (issue 27).
+    # No reset in the message: the minimum wait, and the account backs off.
     assert (report["kind"], report["result"]["evidence"]) == (
         "wait",
         ["host_rate_limited", "rate_limit_reset_unknown"],

@@ -75,7 +75,7 @@ def test_rate_limit_429_is_a_wait(cli, codex_env, mock, tmp_path):
     mock.model.mode = "429"
     add_goal(cli, codex_env, "c1", "codex", tmp_path / "work")
     report = run_once(cli, "c1", codex_env)
-    # No reset in the message: the minimum wait, and the account backs off (issue 27).
+    # No reset in the message: the minimum wait, and the account backs off.
     assert (report["kind"], report["result"]["evidence"]) == (
         "wait",
         ["host_rate_limited", "rate_limit_reset_unknown"],

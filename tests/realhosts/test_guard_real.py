@@ -1,4 +1,4 @@
-"""The real CLIs do not outlive a SIGKILLed fleet (issue 28 item 7).
+"""The real CLIs do not outlive a SIGKILLed fleet.
 
 SIGKILL the supervisor and its agents together while the real Codex CLI or
 Claude Code waits on the model (the mock hangs): the host guard ends the
