@@ -423,3 +423,84 @@ def test_cli_modules_import_only_the_api_errors_exit_codes_and_output_models(pat
             if module.split(".")[0] == "loopx" and not _cli_import_allowed(module, names, models)
         ]
     assert offenders == []
+
+
+# --- no tracker numbers in the product ---------------------------------------------------------
+
+# "issue 27", "Issue 28 item 6:", "issues 14/25", "issue #5", "issue-26": a number only the
+# project's tracker knows, which says which change made a line, not why it is there.
+ISSUE_NUMBER: Final = re.compile(r"\b[Ii]ssues?[ -]?#?\d+")
+# A bare "#27" in prose or a comment (not "&#8230;", not a colour in a style sheet).
+BARE_NUMBER: Final = re.compile(r"(?<![\w/&.#-])#\d+\b")
+# Another project's tracker, named with its repository, is a reference a reader can follow:
+# "openai/codex#17539", "openai/codex #21073".
+FOREIGN_NUMBER: Final = re.compile(r"\b[\w.-]+/[\w.-]+ ?#\d+")
+# Files another change is rewriting at the moment, each still holding such numbers. The
+# exemption ends with them: once a file holds none, the test below asks to drop it here.
+ISSUE_NUMBER_PENDING: Final = frozenset(
+    {
+        "loopx/agents/execution.py",
+        "loopx/agents/hostrun.py",
+        "loopx/agents/loop.py",
+        "loopx/agents/turn.py",
+        "loopx/turn/accounting.py",
+        "loopx/turn/attempt.py",
+        "loopx/turn/clockshift.py",
+        "loopx/turn/inspection.py",
+        "loopx/turn/journal.py",
+        "loopx/turn/phases.py",
+        "loopx/turn/protocol.py",
+        "loopx/turn/recovery.py",
+        "loopx/turn/runlog.py",
+        "loopx/turn/workdir.py",
+        "loopx/turn/writeback.py",
+    }
+)
+
+
+def _product_texts() -> list[Path]:
+    """Every file a user or contributor reads as the product: code, web assets, docs."""
+    repo = PACKAGE.parent
+    files = [p for ext in ("py", "js", "html", "css") for p in PACKAGE.rglob(f"*.{ext}")]
+    files += [*(repo / "docs").rglob("*.md"), repo / "README.md"]
+    return sorted(files)
+
+
+def _tracker_numbers(path: Path) -> list[str]:
+    """``file:line: text`` for each line of ``path`` that names an issue by its number."""
+    repo = PACKAGE.parent
+    bare = path.suffix in {".py", ".md"}
+    found = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = FOREIGN_NUMBER.sub("", line)
+        if ISSUE_NUMBER.search(text) or (bare and BARE_NUMBER.search(text)):
+            found.append(f"{path.relative_to(repo)}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_issue_numbers_in_code_help_texts_or_docs() -> None:
+    """No line of loopx/ (code, comments, help texts, messages), docs/ or README names an issue.
+
+    A reader cannot look such a number up, and it says which change, not why: write the
+    reason in the code's own terms instead (or drop the parenthetical when the sentence
+    already says it). Another project's tracker is fine as ``owner/repo#N``.
+    """
+    repo = PACKAGE.parent
+    found = [
+        hit
+        for path in _product_texts()
+        if str(path.relative_to(repo)) not in ISSUE_NUMBER_PENDING
+        for hit in _tracker_numbers(path)
+    ]
+    assert not found, "issue numbers; say why instead:\n" + "\n".join(found)
+
+
+def test_issue_number_exemptions_are_still_needed() -> None:
+    """Each exempted file exists and still holds an issue number; else drop it from the list."""
+    repo = PACKAGE.parent
+    stale = [
+        name
+        for name in sorted(ISSUE_NUMBER_PENDING)
+        if not (repo / name).is_file() or not _tracker_numbers(repo / name)
+    ]
+    assert not stale, f"drop these from ISSUE_NUMBER_PENDING (no issue number left): {stale}"
