@@ -1,7 +1,7 @@
 """The dashboard's later panels over HTTP: failures, accounts, worktrees, bulk answers, timeline.
 
-Every route here is also refused without the token
-and with a foreign ``Host``, and hostile text comes back as JSON text, never markup.
+Every route here is also refused without the token and with a foreign ``Host``, and hostile
+text comes back as JSON text, never markup.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def server(layout: Layout, tmp_path: Path) -> Iterator[HttpServer]:
         yield served
 
 
-# --- item 1: a failing goal's message and run log ---------------------------------------------
+# --- a failing goal's message and run log -----------------------------------------------------
 
 
 def test_status_json_carries_the_failing_turns_message(layout, tmp_path):
@@ -150,7 +150,7 @@ def test_run_logs_need_the_token_and_a_known_host(server, path):
     assert call(server, "GET", path, {**AUTH, "Host": "evil.example:8765"})[0] == 421
 
 
-# --- item 2: accounts -------------------------------------------------------------------------
+# --- accounts ---------------------------------------------------------------------------------
 
 
 def seed_accounts(layout: Layout, workdir: Path) -> None:
@@ -242,7 +242,7 @@ def test_an_account_row_names_at_most_twenty_waiting_goals():
     assert (row.goals, row.waiting, row.waiting_ids) == (500, 500, ids[:20])
 
 
-# --- item 3: worktrees ------------------------------------------------------------------------
+# --- worktrees --------------------------------------------------------------------------------
 
 
 def git(where: Path, *args: str) -> None:
@@ -301,7 +301,7 @@ def test_a_worktree_goal_shows_its_branch_folder_and_merge(layout, tmp_path, mer
     assert plain["worktree"] is None
 
 
-# --- item 4: one answer for several gates -----------------------------------------------------
+# --- one answer for several gates -------------------------------------------------------------
 
 
 def gated_goals(layout: Layout, workdir: Path) -> dict[str, int]:
@@ -412,7 +412,7 @@ def test_bulk_answers_are_refused_like_single_ones(server, layout, tmp_path):
     assert (status, "--actions" in reply["hint"]) == (403, True)
 
 
-# --- item 5: the last hour's turns per agent --------------------------------------------------
+# --- the last hour's turns per agent ----------------------------------------------------------
 
 
 def test_the_timeline_has_each_agents_turns_of_the_last_hour(layout, tmp_path):
