@@ -440,7 +440,6 @@ FOREIGN_NUMBER: Final = re.compile(r"\b[\w.-]+/[\w.-]+ ?#\d+")
 ISSUE_NUMBER_PENDING: Final = frozenset(
     {
         "loopx/agents/execution.py",
-        "loopx/agents/hostrun.py",
         "loopx/agents/loop.py",
         "loopx/agents/turn.py",
         "loopx/turn/accounting.py",
