@@ -26,6 +26,24 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: three workers a core, since most tests wait on processes, signals and deadlines.
+
+    ``LOOPX_TEST_WORKERS`` overrides the count (``-n N`` on the command line does too).
+    """
+    wanted = os.environ.get("LOOPX_TEST_WORKERS")
+    if wanted:
+        return int(wanted)
+    return max(2, 3 * len(os.sched_getaffinity(0)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``serial`` share one xdist worker, so they never run beside each other."""
+    for item in items:
+        if item.get_closest_marker("serial") is not None:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
 @pytest.fixture(autouse=True)
 def _logging_as_it_was() -> Iterator[None]:
     """Undo the logging set-up of a test that ran the CLI's ``main`` in this process.

@@ -13,37 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.turnkit import cli_env
+from tests.turnkit import cli_env, demo_goal, make_root
 
 MOMENTS = [i * 0.037 for i in range(12)]  # spread over two 0.2 s frames of the watch
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Twenty demo goals, registered in this process: what is under test is the watch's signal."""
     base = tmp_path_factory.mktemp("interrupts")
-    root, work = base / "root", base / "w"
-    work.mkdir()
-    run = [sys.executable, "-m", "loopx", "--root", str(root)]
-    subprocess.run([*run, "init"], check=True, capture_output=True, env=cli_env())
+    layout = make_root(base / "root")
     for i in range(20):
-        subprocess.run(
-            [
-                *run,
-                "goal",
-                "add",
-                f"g{i}",
-                "--objective",
-                "x",
-                "--workdir",
-                str(work),
-                "--host-kind",
-                "demo",
-            ],
-            check=True,
-            capture_output=True,
-            env=cli_env(),
-        )
-    return root
+        demo_goal(layout, f"g{i}", base / "w")
+    return layout.root
 
 
 @pytest.mark.parametrize("moment", MOMENTS)
