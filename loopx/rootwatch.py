@@ -75,16 +75,28 @@ class RootHandle:
         note = RootMovedNote(
             path=str(self.path), problem=problem, stopped_at=utcnow(), pid=os.getpid()
         )
-        tmp = f".{NOTE_NAME}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE, dir_fd=self.fd)
+        self.write_file(NOTE_NAME, note.model_dump_json(indent=2).encode() + b"\n")
+        return note
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """Replace the file ``name`` at the top of the directory opened, atomically and durably.
+
+        Through the descriptor, so it lands in the root wherever it went: the
+        path-based writers refuse a root whose path was renamed or swapped.
+        """
+        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE, dir_fd=self.fd
+        )
         try:
-            os.write(fd, note.model_dump_json(indent=2).encode() + b"\n")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(tmp, NOTE_NAME, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         os.fsync(self.fd)
-        return note
 
     def close(self) -> None:
         """Close the descriptor."""

@@ -24,6 +24,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from loopx import exitcodes, process
+from loopx.clock import calibrate
 from loopx.duties import Duties
 from loopx.errors import CorruptFileError, LoopxError, loop_fault, resource_fault
 from loopx.fleet import (
@@ -170,6 +171,8 @@ class Supervisor:
         """
         self._lock = acquire(self.layout)
         self._root = RootHandle(self.layout.root)
+        # Heartbeats and the goals' times are dated on the files' clock; read them on it too.
+        calibrate(self.layout.agents_dir)
         note = take_note(self.layout.root)
         if note is not None:
             log.warning(
@@ -408,6 +411,10 @@ class Supervisor:
 
     def _check_idle(self, now: float) -> None:
         self._next_idle_check = now + self.config.idle_check_s
+        # The goals' next-eligible times are in the fleet's clock (agents calibrate theirs
+        # against the files'); judged by this process's own clock, an hour behind, a goal
+        # waiting 20 s looked an hour away and the run ended as blocked.
+        calibrate(self.layout.agents_dir)
         wall = utcnow()
         live_slots = [s for s in self.slots if not s.retiring]
         fleet_dead = bool(live_slots) and all(s.crash_loop for s in live_slots)
@@ -434,7 +441,23 @@ class Supervisor:
     # --- one step -------------------------------------------------------------------------------
 
     def tick(self, now: float) -> int | None:
-        """One step of the supervisor at monotonic time ``now``; the exit code once stopped."""
+        """One step of the supervisor at monotonic time ``now``; the exit code once stopped.
+
+        A file operation refused because the root was moved or swapped away (its path
+        missing, a symlink now above it) stops the fleet as the periodic root check
+        does, with ``root_moved`` logged and recorded, never with a traceback: the
+        refusal often comes before that check is due.
+        """
+        try:
+            return self._step(now)
+        except (OSError, LoopxError):
+            if not self._check_root():
+                raise
+            if self.state is FleetState.STOPPED:
+                return self.exit_code if self.exit_code is not None else exitcodes.FAILURE
+            return None
+
+    def _step(self, now: float) -> int | None:
         if self.stop_requests and self.state is FleetState.RUNNING:
             self._begin_stop(now)
         if self.state is FleetState.STOPPING:
@@ -551,11 +574,14 @@ class Supervisor:
         )
         try:
             atomic_write_model(self.layout.supervisor_file, record)
-        except (OSError, MemoryError) as e:
-            reason = loop_fault(e)
+        except (OSError, MemoryError, LoopxError) as e:
+            reason = loop_fault(e) if isinstance(e, OSError | MemoryError) else None
             if reason is None:
                 if self._check_root():
-                    return  # the root moved away: the fleet stops, saying why
+                    # The path refuses the write (gone, or a symlink above it now): the
+                    # record goes where the note went, into the directory opened.
+                    self._record_in_moved_root(record)
+                    return
                 raise
             self._record_failures += 1
             delay = retry_delay(self._record_failures)
@@ -567,6 +593,16 @@ class Supervisor:
         if self.degraded is not None:
             log.info("supervisor_recovered", was=self.degraded, failures=self._record_failures)
         self.degraded, self._record_failures, self._record_retry_at = None, 0, None
+
+    def _record_in_moved_root(self, record: FleetRecord) -> None:
+        """Write ``supervisor.json`` through the root's descriptor, so its end is recorded."""
+        if self._root is None:
+            return
+        data = record.model_dump_json(indent=2).encode() + b"\n"
+        try:
+            self._root.write_file(self.layout.supervisor_file.name, data)
+        except OSError as e:
+            log.warning("root_moved_record_failed", error=str(e))
 
     # --- the loop -------------------------------------------------------------------------------
 

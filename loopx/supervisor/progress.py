@@ -11,7 +11,7 @@ from loopx.quota.decision import decide
 from loopx.registry.catalog import load_registry
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
-from loopx.schedule.candidates import lease_expiry
+from loopx.schedule.candidates import held_by_account, lease_expiry
 from loopx.state import load_state
 from loopx.supervisor.idle import GoalProgress
 from loopx.turn.outcome import ResultKind
@@ -29,7 +29,10 @@ def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:
         try:
             state = load_state(layout, goal.id)
             leased_until = lease_expiry(layout, goal.id, now=now)
-            decision = decide(layout, goal, now=now, leased=False)
+            # A goal its account holds (a limit, a gate, a damaged file) waits on the account.
+            decision = held_by_account(
+                layout, goal, decide(layout, goal, now=now, leased=False), now=now
+            )
             last = last_history_line(layout.history_file(goal.id))
         except LoopxError as e:
             log.warning("progress_unreadable", goal_id=goal.id, error=e.message)
@@ -44,7 +47,9 @@ def goal_progress(layout: Layout, *, now: datetime) -> list[GoalProgress]:
                 status=goal.status,
                 open_gates=len(state.open_gates),
                 running=leased_until is not None and leased_until > now,
-                eligible_at=state.next_eligible_at,
+                # As every decision reads it: a wait recorded ahead of this clock counts as
+                # served, never as a far wait that makes the goal look blocked.
+                eligible_at=state.eligible_at(now),
                 quota_allowed=decision.allowed,
                 quota_next_eligible_at=decision.next_eligible_at,
                 last_failed=last_failed or state.consecutive_failures > 0,
