@@ -7,7 +7,7 @@ this user on a tmpfs (``$XDG_RUNTIME_DIR/loopx/``, else ``/dev/shm/loopx-<uid>/`
 one subdirectory per root and goal, every level 0700 and owned by us. A host
 that finished during a root fault keeps its outcome: the agent reads it into
 memory and waits, renewing its lease, until the root takes the journal write
-(:func:`loopx.agents.execution._after_host`).
+(:func:`loopx.turn.steps.committing.commit`).
 
 Where no such directory can be trusted (none exists, or the base is not a
 directory owned by us with mode 0700: another user may have planted it in the

@@ -6,9 +6,9 @@ at the timeout (and whatever it leaves behind swept when it exits), usage
 measured with psutil. Only the tail of its output is kept: a test suite's
 last lines say why it failed.
 
-This is the one runner of a check: the turn's ``done_check`` phase
-(:mod:`loopx.agents.checkphase`) and a merge's check on the merged tree both call
-:func:`run_done_check`.
+This is the one runner of a check: the turn's check step
+(:mod:`loopx.turn.steps.checking`, through :mod:`loopx.agents.turn`) and a
+merge's check on the merged tree both call :func:`run_done_check`.
 """
 
 from __future__ import annotations

@@ -98,6 +98,9 @@ class Agent:
         self.config = config
         self.console = console
         self.stop = threading.Event()  # set: finish at the next safe point; passed to the turn
+        # The goals whose turn this agent runs now: a lease of this process for any other
+        # goal is one an error (EMFILE) left, and its next claim takes it over at once.
+        self.in_flight: set[str] = set()
         self.signals_received = 0
         self.turns_done = 0
         self.idle_streak = 0
@@ -114,7 +117,7 @@ class Agent:
         self._beater: threading.Thread | None = None
         self._beats_done = threading.Event()
         # Which goals may run, kept current from change hints: a step costs
-        # O(changed goals), not O(goals) (issue 14).
+        # O(changed goals), not O(goals).
         self.index = ScheduleIndex(layout, accept=lambda goal: fits(goal, config.resources))
         self._since_beat = 0.0
         self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
@@ -122,7 +125,7 @@ class Agent:
         # The step and the heartbeat a resource error (EMFILE, MemoryError...) stops now.
         self.duties = Duties("agent")
         # The root by directory descriptor while `run` loops: a moved root stops the agent,
-        # saying why, instead of a traceback at its next write (issue 28 item 4).
+        # saying why, instead of a traceback at its next write.
         self._root: RootHandle | None = None
         self.root_moved: str | None = None
 
@@ -291,7 +294,7 @@ class Agent:
         if self.stop.is_set():
             return Step.STOPPING
 
-        # Every step measures this clock against the files' (issue 28 item 5): an idle
+        # Every step measures this clock against the files': an idle
         # agent whose clock is behind would otherwise wait for recorded times by its own.
         calibrate(self.layout.agents_dir)
         now = utcnow()
@@ -338,6 +341,7 @@ class Agent:
                     skip_if_busy=not wait,
                     console=self.console,
                     on_turn=self.on_turn,
+                    in_flight=self.in_flight,
                 )
             except LoopxError as e:
                 # A damaged file or a busy lock of one goal must not stop the others.

@@ -135,6 +135,10 @@ class TurnJournal(Record):
     attempt: Annotated[int, Field(ge=1)] = 1  # host runs started for this turn
     plan: TurnPlan
     completed_phases: list[Phase] = Field(default_factory=list)
+    # The rows of the turn's table of steps (loopx.turn.steps.table) this journal records as
+    # done; a row without a phase of its own is resumed by its name here. Empty in journals
+    # written before the table.
+    completed_steps: list[str] = Field(default_factory=list)
     outcome: HostOutcome | None = None
     result: HostResult | None = None  # set by typed_result
     failure: TurnFailure | None = None
@@ -158,6 +162,12 @@ class TurnJournal(Record):
         return self.model_copy(
             update={"completed_phases": [*self.completed_phases, *added], "updated_at": now}
         )
+
+    def with_step(self, name: str) -> TurnJournal:
+        """A copy recording the step ``name`` as done (durable with the next journal write)."""
+        if name in self.completed_steps:
+            return self
+        return self.model_copy(update={"completed_steps": [*self.completed_steps, name]})
 
     @property
     def turn_end(self) -> datetime:

@@ -117,7 +117,7 @@ def _validate(
     return None
 
 
-# --- done_check (pure part; the check itself runs in loopx.agents.checkphase) -----------------
+# --- done_check (pure part; the check step runs it: loopx.turn.steps.checking) ---------------
 
 
 def record_check(journal: TurnJournal, check: CheckResult, *, now: datetime) -> TurnJournal:
@@ -291,7 +291,7 @@ def finish_held(layout: Layout, journal: TurnJournal, *, now: datetime) -> TurnJ
             fault_point(f"after:{phase}")
     if not journal.done(Phase.DONE_CHECK) and not journal.done(Phase.DURABLE_WRITEBACK):
         if journal.check_due():
-            # The check is a process: the agent runs it (loopx.agents.checkphase)
+            # The check is a process: the check step runs it (loopx.turn.steps.checking)
             # before finishing; recovery leaves such a journal to the next claim.
             raise CheckPendingError(journal.goal_id, journal.turn_key)
         fault_point(f"before:{Phase.DONE_CHECK}")
