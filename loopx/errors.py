@@ -378,6 +378,27 @@ class AccountEnvFileError(UsageError):
         self.problem = problem
 
 
+class AccountDamagedError(CorruptFileError):
+    """A file of one account cannot be read: that account's goals wait, nothing else stops.
+
+    A :class:`CorruptFileError`, so every reader that reports damaged files
+    reports it; the readers that serve the whole root (status, `account list`,
+    the scheduler) catch it and show the account as ``damaged`` instead.
+    """
+
+    def __init__(self, name: str, path: Path, problem: str) -> None:
+        who = "the root's budget" if name.startswith(".") else f"account {name}"
+        LoopxError.__init__(
+            self,
+            f"{who}: {path} is damaged: {problem}",
+            hint="the file was left as it is and the account's goals wait; restore it from a "
+            "backup, or run `loopx doctor` for a repair",
+        )
+        self.name = name
+        self.path = path
+        self.problem = problem
+
+
 class AccountMismatchError(UsageError):
     """A goal names an account of another host kind."""
 

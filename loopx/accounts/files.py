@@ -4,14 +4,22 @@
 taught), ``spend.json`` (a budgeted account's recent spend) and the root's
 ``accounts/.root/``. Status reads these at every answer, so this module
 imports no lock or decision machinery; :mod:`loopx.accounts.store` writes.
+
+A file that cannot be read raises :class:`~loopx.errors.AccountDamagedError`,
+naming the account: one bad file costs its account, never the root. The
+readers serving the whole root (status, `account list`, the scheduler) hold
+that account in :func:`damaged_state` and go on with the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeVar
+
+from pydantic import BaseModel
 
 from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
 from loopx.accounts.envfile import file_secrets, read_env_file
@@ -19,17 +27,30 @@ from loopx.accounts.model import (
     Account,
     AccountBudget,
     AccountState,
+    Condition,
     RootBudget,
     account_of,
     is_default,
     valid_account_name,
 )
-from loopx.errors import AccountMismatchError, AccountNotFoundError, UsageError
+from loopx.errors import (
+    AccountDamagedError,
+    AccountMismatchError,
+    AccountNotFoundError,
+    CorruptFileError,
+    FileTooLargeError,
+    UnsafePathError,
+    UsageError,
+)
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.storage.files import read_model_or_none
 
 ACCOUNTS_NAME: Final = "accounts"
+# The files admission reads, whose change the scheduler looks at an account's goals again for.
+_WATCHED: Final = ("account.json", "state.json", "budget.json")
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def accounts_dir(layout: Layout) -> Path:
@@ -64,11 +85,33 @@ def root_budget_file(layout: Layout) -> Path:
     return accounts_dir(layout) / ROOT_BUDGET / "budget.json"
 
 
+def _read(name: str, path: Path, model: type[M]) -> M | None:
+    """One file of account ``name``; None when it does not exist.
+
+    Raises:
+        AccountDamagedError: it is not its kind's JSON, or not a file LoopX could have written.
+    """
+    try:
+        return read_model_or_none(path, model)
+    except (CorruptFileError, UnsafePathError) as e:
+        raise AccountDamagedError(name, path, e.problem) from e
+    except FileTooLargeError as e:
+        raise AccountDamagedError(
+            name, path, f"it holds {e.size} bytes, more than LoopX writes"
+        ) from e
+    except (PermissionError, IsADirectoryError) as e:
+        raise AccountDamagedError(name, path, f"cannot be read: {e.strerror}") from e
+
+
 def read_account(layout: Layout, name: str) -> Account | None:
-    """The account's policy, or None when it has no file (a default account, or none)."""
+    """The account's policy, or None when it has no file (a default account, or none).
+
+    Raises:
+        AccountDamagedError: its file is damaged.
+    """
     if is_default(name):
         return None
-    return read_model_or_none(account_file(layout, name), Account)
+    return _read(name, account_file(layout, name), Account)
 
 
 def load_account(layout: Layout, name: str) -> Account:
@@ -76,7 +119,7 @@ def load_account(layout: Layout, name: str) -> Account:
 
     Raises:
         AccountNotFoundError: no such account.
-        CorruptFileError: its file is damaged.
+        AccountDamagedError: its file is damaged.
     """
     account = read_account(layout, name)
     if account is None:
@@ -89,32 +132,19 @@ def account_exists(layout: Layout, name: str) -> bool:
     return valid_account_name(name) and account_file(layout, name).is_file()
 
 
-def list_accounts(layout: Layout) -> list[Account]:
-    """Every named account of the root, by name."""
-    folder = accounts_dir(layout)
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in sorted(folder.iterdir()):
-        if valid_account_name(entry.name) and not is_default(entry.name) and entry.is_dir():
-            account = read_model_or_none(entry / "account.json", Account)
-            if account is not None:
-                found.append(account)
-    return found
+def account_names(layout: Layout) -> list[str]:
+    """Every account with a directory under ``accounts/`` (named and default ones), by name.
 
-
-def known_states(layout: Layout) -> list[AccountState]:
-    """Every account state file of the root (named and default accounts)."""
+    Lists names only, reading no file, so a damaged one is listed like the others.
+    """
     folder = accounts_dir(layout)
-    if not folder.is_dir():
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    found = []
-    for entry in sorted(folder.iterdir()):
-        if valid_account_name(entry.name) and entry.is_dir():
-            state = read_model_or_none(entry / "state.json", AccountState)
-            if state is not None:
-                found.append(state)
-    return found
+    return [
+        e.name for e in entries if valid_account_name(e.name) and e.is_dir(follow_symlinks=False)
+    ]
 
 
 class HostEnvironment(NamedTuple):
@@ -171,30 +201,69 @@ def read_state(layout: Layout, name: str) -> AccountState:
     """The account's state (a fresh one when it has none yet).
 
     Raises:
-        CorruptFileError: the state file is damaged.
+        AccountDamagedError: the state file is damaged.
     """
-    return read_model_or_none(state_file(layout, name), AccountState) or fresh_state(name)
+    return _read(name, state_file(layout, name), AccountState) or fresh_state(name)
 
 
-def state_fingerprints(layout: Layout) -> dict[str, tuple[int, int, int]]:
-    """``(inode, mtime_ns, size)`` of every account state file: one ``stat`` per account."""
+def damaged_state(error: AccountDamagedError) -> AccountState:
+    """The state an account with a damaged file is held in: its goals wait for a repair.
+
+    Never written: the damaged file stays as it is for a human (or a backup) to replace.
+    """
+    reason = f"{error.path} is damaged: {error.problem}"
+    return AccountState(name=error.name, condition=Condition.DAMAGED, reason=reason)
+
+
+def held_state(layout: Layout, name: str) -> AccountState:
+    """The account's state as admission reads it, or :func:`damaged_state` when it cannot.
+
+    Reads what :func:`loopx.accounts.store.check_budget` reads (the state, the
+    policy's budget and, when one is capped, the spend), and writes nothing.
+    """
+    try:
+        state = read_state(layout, name)
+        if budget_of(layout, name) is not None:
+            read_spend(layout, name)
+    except AccountDamagedError as e:
+        return damaged_state(e)
+    return state
+
+
+def account_fingerprints(layout: Layout) -> dict[str, tuple[int, ...]]:
+    """``(inode, mtime_ns, size)`` of every account's policy, state and root budget file.
+
+    One ``stat`` per file; an account whose files all are missing is left out.
+    """
     folder = accounts_dir(layout)
-    out: dict[str, tuple[int, int, int]] = {}
+    out: dict[str, tuple[int, ...]] = {}
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in folder.iterdir():
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                st = (entry / "state.json").stat()
-                out[entry.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            prints: tuple[int, ...] = ()
+            for n, part in enumerate(_WATCHED):
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    st = (entry / part).stat()
+                    prints += (n, st.st_ino, st.st_mtime_ns, st.st_size)
+            if prints:
+                out[entry.name] = prints
     return out
 
 
 def read_root_budget(layout: Layout) -> RootBudget | None:
-    """The root's budget, or None when none was set."""
-    return read_model_or_none(root_budget_file(layout), RootBudget)
+    """The root's budget, or None when none was set.
+
+    Raises:
+        AccountDamagedError: its file is damaged.
+    """
+    return _read(ROOT_BUDGET, root_budget_file(layout), RootBudget)
 
 
 def budget_of(layout: Layout, name: str) -> AccountBudget | None:
-    """The capped budget of an account (or of the root, ``.root``); None when nothing is capped."""
+    """The capped budget of an account (or of the root, ``.root``); None when nothing is capped.
+
+    Raises:
+        AccountDamagedError: the account's (or the root's budget) file is damaged.
+    """
     if name == ROOT_BUDGET:
         root = read_root_budget(layout)
         budget = root.budget if root is not None else None
@@ -205,5 +274,9 @@ def budget_of(layout: Layout, name: str) -> AccountBudget | None:
 
 
 def read_spend(layout: Layout, name: str) -> AccountSpend:
-    """The account's (or root's) recorded spend."""
-    return read_model_or_none(spend_file(layout, name), AccountSpend) or AccountSpend(name=name)
+    """The account's (or root's) recorded spend.
+
+    Raises:
+        AccountDamagedError: the spend file is damaged.
+    """
+    return _read(name, spend_file(layout, name), AccountSpend) or AccountSpend(name=name)

@@ -124,6 +124,9 @@ class Condition(StrEnum):
     OVERLOADED = "overloaded"  # the model server is overloaded: no turn before ``until``
     BUDGET_SPENT = "budget_spent"  # a budget of the window is spent: a gate is open
     NEEDS_HUMAN = "needs_human"  # auth failure, too many overloads or limits, policy gate
+    # A file of the account cannot be read: its goals wait until a human repairs it. Only
+    # shown (status, `account list`), never written: a damaged state is not rewritten.
+    DAMAGED = "damaged"
 
 
 class AccountGate(Record):
@@ -216,9 +219,10 @@ class AccountSummary(Record):
     """One account as `loopx status` and `account list|show` show it.
 
     ``state`` is ``ok``, ``limited`` (until ``until``), ``overloaded`` (until
-    ``until``), ``budget_spent`` or ``needs_human``; ``waiting`` lists the
-    active goals the account holds back now; ``spend`` is what its window
-    holds (only for budgeted accounts: spend is kept where a budget counts it).
+    ``until``), ``budget_spent``, ``needs_human`` or ``damaged`` (``damaged_file``
+    cannot be read); ``waiting`` lists the active goals the account holds back
+    now; ``spend`` is what its window holds (only for budgeted accounts: spend
+    is kept where a budget counts it).
     """
 
     schema_version: Literal[1] = 1
@@ -237,6 +241,12 @@ class AccountSummary(Record):
     cost_estimated: bool = False  # some of the cost is estimated from the account's prices
     goals: list[str] = Field(default_factory=list)
     waiting: list[str] = Field(default_factory=list)
+    damaged_file: str | None = None  # the account's file that cannot be read (state ``damaged``)
+
+    @property
+    def whole_root(self) -> bool:
+        """Whether this is the root's own budget (``.root``), not an account."""
+        return self.name.startswith(".")  # no account's name starts with a dot
 
 
 class Admission(Record):

@@ -2,17 +2,21 @@
 
 :func:`admit` refuses, in this order (the first that applies is the answer):
 
-1. ``needs a human``: the account has an open gate (auth failure, N overloads
+1. ``damaged``: a file of the account cannot be read (the state
+   :func:`~loopx.accounts.files.damaged_state` stands for); only a repair
+   clears it, since what the file held (a limit, a gate, a spent budget) is
+   not known.
+2. ``needs a human``: the account has an open gate (auth failure, N overloads
    in a row, a limit under the ``gate`` policy, too many limit waits, a spent
    budget); no time clears it.
-2. ``limited``: a usage limit, until its reset; a limit without one (a bare
+3. ``limited``: a usage limit, until its reset; a limit without one (a bare
    429) until a backoff of ``RATE_LIMIT_BASE_S`` doubling per hit in a row to
    ``RATE_LIMIT_MAX_S``.
-3. ``overloaded``: the model server's overload, until a short backoff ends.
-4. ``probing``: after a reset (or before the account's first turn got
+4. ``overloaded``: the model server's overload, until a short backoff ends.
+5. ``probing``: after a reset (or before the account's first turn got
    through) one goal goes first; the others wait for its turn to end, or for
    its hold to run out if it died.
-5. ``staggered``: after a probe got through, the other goals start one every
+6. ``staggered``: after a probe got through, the other goals start one every
    ``STAGGER_S`` for ``STAGGER_WINDOW_S``.
 
 :func:`observe` applies one turn's :class:`~loopx.accounts.model.TurnSignal`
@@ -71,6 +75,12 @@ def limited_message(name: str, state: AccountState) -> str:
     return f"account {name} limited{' until ' + clock if clock else ''}{seen}"
 
 
+def damaged_message(name: str, state: AccountState) -> str:
+    """The words of a damaged account: ``account NAME waits for a repair: PATH is damaged: ...``."""
+    who = "the root's budget" if name.startswith(".") else f"account {name}"
+    return f"{who} waits for a repair: {state.reason} (see `loopx doctor`)"
+
+
 def _of_gate(state: AccountState) -> str:
     return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
 
@@ -81,6 +91,8 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
     See the module docstring for the order of the refusals.
     """
     name = state.name
+    if state.condition is Condition.DAMAGED:
+        return Admission(allowed=False, message=damaged_message(name, state))
     if state.gate is not None:
         who = "the root's budget" if name.startswith(".") else f"account {name}"
         spent = state.condition is Condition.BUDGET_SPENT

@@ -25,6 +25,7 @@ from loopx.accounts.budget import (
 from loopx.accounts.files import (
     account_file,
     budget_of,
+    damaged_state,
     read_account,
     read_spend,
     read_state,
@@ -41,6 +42,7 @@ from loopx.accounts.model import (
     RootBudget,
     TurnSignal,
 )
+from loopx.errors import AccountDamagedError
 from loopx.faults import fault_point
 from loopx.hints import note_goal_changed
 from loopx.log import get_logger
@@ -103,11 +105,12 @@ def admit_turn(
 
     Most turns read the states and write nothing; taking the probe or a
     staggered start re-decides under the lock, so two agents never both take it.
+    An account with a damaged file refuses (``damaged``): its goals wait for a repair.
     """
-    root = rules.admit(check_budget(layout, ROOT_BUDGET, now=now), goal_id, now=now)
+    root = rules.admit(_checked_state(layout, ROOT_BUDGET, now=now), goal_id, now=now)
     if not root.allowed:
         return root
-    admission = rules.admit(check_budget(layout, name, now=now), goal_id, now=now)
+    admission = rules.admit(_checked_state(layout, name, now=now), goal_id, now=now)
     if not (admission.take_probe or admission.take_stagger):
         return admission
     decided: list[Admission] = []
@@ -118,6 +121,14 @@ def admit_turn(
 
     update_state(layout, name, take)
     return decided[-1]
+
+
+def _checked_state(layout: Layout, name: str, *, now: datetime) -> AccountState:
+    """:func:`check_budget`'s state, or the account held as damaged when a file of it is."""
+    try:
+        return check_budget(layout, name, now=now)
+    except AccountDamagedError as e:
+        return damaged_state(e)
 
 
 def apply_signal(layout: Layout, turn: TurnSignal) -> AccountState:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
 from loopx.accounts.budget import ROOT_BUDGET, totals
 from loopx.accounts.files import (
+    account_file,
+    account_names,
     budget_of,
-    known_states,
-    list_accounts,
+    damaged_state,
     read_account,
-    read_root_budget,
     read_spend,
     read_state,
+    root_budget_file,
+    state_file,
 )
 from loopx.accounts.model import (
     Account,
@@ -25,6 +28,7 @@ from loopx.accounts.model import (
     is_default,
 )
 from loopx.accounts.rules import admit
+from loopx.errors import AccountDamagedError
 from loopx.model import Record
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
@@ -67,15 +71,23 @@ def summarise(
     account: Account | None = None,
     state: AccountState | None = None,
 ) -> AccountSummary:
-    """One account's summary from its files and the goals that use it."""
-    state = state or read_state(layout, name)
-    account = account if account is not None else read_account(layout, name)
+    """One account's summary from its files and the goals that use it.
+
+    An account with a damaged file is summarised as ``damaged`` (naming the
+    file), holding back its active goals; nothing is raised.
+    """
     mine = [g for g in goals if name == ROOT_BUDGET or account_of(g.account, g.host.kind) == name]
     active = [g for g in mine if g.status is GoalStatus.ACTIVE]
+    damaged: str | None = None
+    try:
+        state = state or read_state(layout, name)
+        account = account if account is not None else read_account(layout, name)
+        budget = budget_of(layout, name)
+        spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
+    except AccountDamagedError as e:
+        state, budget, spend, damaged = damaged_state(e), None, None, str(e.path)
     probe = admit(state, "", now=now)  # "" is no goal: what every goal but the probe is told
     holding = not probe.allowed
-    budget = budget_of(layout, name)
-    spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
     kind = account.host_kind if account is not None else None
     if kind is None and is_default(name):
         kind = name.removeprefix("default-")
@@ -95,22 +107,30 @@ def summarise(
         cost_estimated=bool(spend and spend.estimated_usd > 0),
         goals=sorted(g.id for g in mine),
         waiting=sorted(g.id for g in active if holding and g.id != state.probe_goal),
+        damaged_file=damaged,
     )
+
+
+def _shown(layout: Layout, used: Iterable[str] = ()) -> list[str]:
+    """The accounts status shows, by name (the root's budget apart).
+
+    Named ones (with a policy file, damaged or not), and default ones that
+    goals use or that have a state file.
+    """
+    shown = set()
+    for name in account_names(layout):
+        part = state_file(layout, name) if is_default(name) else account_file(layout, name)
+        if os.path.lexists(part):
+            shown.add(name)
+    return sorted(shown | {n for n in used if is_default(n)})
 
 
 def summaries(layout: Layout, goals: list[Goal], *, now: datetime) -> list[AccountSummary]:
     """Every account status shows: named ones, used or known default ones, the root's budget."""
-    named = {a.name: a for a in list_accounts(layout)}
-    states = {s.name: s for s in known_states(layout)}
     used = {account_of(g.account, g.host.kind) for g in goals}
-    names = sorted(named.keys() | {n for n in used | states.keys() if n != ROOT_BUDGET})
-    out = [
-        summarise(layout, n, goals, now=now, account=named.get(n), state=states.get(n))
-        for n in names
-        if n in named or is_default(n)
-    ]
-    if read_root_budget(layout) is not None:
-        out.append(summarise(layout, ROOT_BUDGET, goals, now=now, state=states.get(ROOT_BUDGET)))
+    out = [summarise(layout, n, goals, now=now) for n in _shown(layout, used)]
+    if os.path.lexists(root_budget_file(layout)):  # a damaged one too: it holds every goal
+        out.append(summarise(layout, ROOT_BUDGET, goals, now=now))
     return out
 
 
@@ -132,12 +152,7 @@ def account_summaries(layout: Layout, *, now: datetime) -> list[AccountSummary]:
     Named accounts, default accounts with a state file, and the root's budget
     when one is set: a few small files, read at every status answer.
     """
-    named = {a.name: a for a in list_accounts(layout)}
-    states = {s.name: s for s in known_states(layout)}
-    out = [
-        summarise(layout, n, (), now=now, account=named.get(n), state=states.get(n))
-        for n in sorted(named.keys() | {n for n in states if is_default(n)})
-    ]
-    if read_root_budget(layout) is not None:
+    out = [summarise(layout, n, (), now=now) for n in _shown(layout)]
+    if os.path.lexists(root_budget_file(layout)):  # a damaged one too: it holds every goal
         out.append(summarise(layout, ROOT_BUDGET, (), now=now))
     return out

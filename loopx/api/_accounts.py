@@ -25,6 +25,7 @@ from loopx.accounts.views import (
     summarise,
 )
 from loopx.errors import (
+    AccountDamagedError,
     AccountExistsError,
     AccountInUseError,
     GoalStateError,
@@ -189,10 +190,18 @@ class Accounts:
     def show(self, name: str, *, now: datetime | None = None) -> AccountShow:
         """`loopx account show`: the account's policy and summary.
 
+        An account whose policy file is damaged is shown without its policy,
+        its summary ``damaged`` and naming the file.
+
         Raises:
             AccountNotFoundError: no such account (a default one always exists).
         """
-        account = None if is_default(name) else files.load_account(self.layout, name)
+        account = None
+        if not is_default(name):
+            try:
+                account = files.load_account(self.layout, name)
+            except AccountDamagedError:
+                account = None  # the summary reads it again and says what is damaged
         goals = list(load_registry(self.layout).goals.values())
         summary = summarise(self.layout, name, goals, now=now or utcnow(), account=account)
         return AccountShow(

@@ -145,7 +145,7 @@ def summary_line(summary: AccountSummary) -> str:
         )
     kind = f" ({summary.host_kind})" if summary.host_kind else ""
     waiting = f", {len(summary.waiting)} waiting" if summary.waiting else ""
-    name = summary.name if summary.host_kind else "the root's budget"
+    name = "the root's budget" if summary.whole_root else summary.name
     line = f"{name}{kind}: {state}{spend}; {len(summary.goals)} goal(s){waiting}"
     return line + (f"\n  {summary.message}" if summary.message else "")
 

@@ -132,7 +132,7 @@ def _account_lines(p: StatusProjection) -> list[str]:
             est = " est." if a.cost_estimated else ""
             spend = f", {a.spend.tokens:,} tokens ${a.spend.cost_usd:,.2f}{est} in {a.spend.window_hours:g} h"
         waiting = f", {len(a.waiting)} goal(s) waiting" if a.waiting else ""
-        who = f"account {a.name}" if a.host_kind else "the root's budget"
+        who = "the root's budget" if a.whole_root else f"account {a.name}"
         lines.append(f"{who}{kind}: {a.state}{spend}{waiting}: {a.message or 'ok'}")
     return lines
 

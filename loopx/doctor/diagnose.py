@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
+from loopx.doctor.accounts import check_accounts
 from loopx.doctor.files import walk_root
 from loopx.doctor.findings import Checker, DoctorReport, FindingCode, Severity, q
 from loopx.doctor.fleet import check_fleet
@@ -81,6 +82,7 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
                     "",
                     goal_id,
                 )
+        check_accounts(doctor)
         check_fleet(doctor)
         check_leftover_processes(doctor)
         check_clock_behind(doctor)

@@ -63,6 +63,7 @@ class FindingCode(StrEnum):
     CLOCK_BEHIND = "clock_behind"  # this clock is behind the files the fleet just wrote
     NO_FREE_INODES = "no_free_inodes"  # the root's filesystem has no inode left
     NOT_A_DIRECTORY = "not_a_directory"  # the root (or a directory LoopX makes) is a file
+    ACCOUNT_DAMAGED = "account_damaged"  # an account's file cannot be read: its goals wait
 
 
 class Finding(Record):
@@ -143,18 +144,18 @@ class Checker:
         *,
         severity: Severity = Severity.ERROR,
         goal_id: str | None = None,
+        code: FindingCode = FindingCode.SCHEMA,
+        why: str = "",
     ) -> BaseModel | None:
-        """Read and validate one file; a failure becomes a finding."""
+        """Read and validate one file; a failure becomes a finding (its problem, then ``why``)."""
         try:
             return read_model(path, model)
         except FileNotFoundError:
             return None
         except CorruptFileError as e:
-            self.add(severity, FindingCode.SCHEMA, path, e.problem, repair, goal_id)
+            self.add(severity, code, path, e.problem + why, repair, goal_id)
         except (UnsafePathError, OSError) as e:
-            self.add(
-                Severity.ERROR, FindingCode.SCHEMA, path, f"cannot be read: {e}", repair, goal_id
-            )
+            self.add(Severity.ERROR, code, path, f"cannot be read: {e}{why}", repair, goal_id)
         return None
 
     def lines(

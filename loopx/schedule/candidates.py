@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import read_state
+from loopx.accounts.files import held_state
 from loopx.accounts.model import AccountState, account_of
 from loopx.accounts.rules import admit
 from loopx.accounts.store import refused_by_account
@@ -156,15 +156,9 @@ def candidate_and_decision(
     spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
-    if decision.allowed:
-        # A parked account holds its goals until its reset: the index's timer
-        # wakes them then, and an idle poll costs them nothing before.
-        name = account_of(goal.account, goal.host.kind)
-        for held in (root or read_state(layout, ROOT_BUDGET), account or read_state(layout, name)):
-            admission = admit(held, goal.id, now=now)
-            if not admission.allowed:
-                decision = refused_by_account(decision, admission)
-                break
+    # A parked account holds its goals until its reset: the index's timer wakes
+    # them then, and an idle poll costs them nothing before.
+    decision = held_by_account(layout, goal, decision, now=now, account=account, root=root)
     candidate = Candidate(
         goal=goal,
         open_gates=len(state.open_gates),
@@ -174,6 +168,33 @@ def candidate_and_decision(
         spent_wall_s=decision.spent_wall_s,
     )
     return candidate, decision
+
+
+def held_by_account(
+    layout: Layout,
+    goal: Goal,
+    decision: QuotaDecision,
+    *,
+    now: datetime,
+    account: AccountState | None = None,
+    root: AccountState | None = None,
+) -> QuotaDecision:
+    """``decision``, or the refusal of the root's budget or the goal's account when they hold it.
+
+    ``account`` and ``root``: the states as the caller last read them (read
+    here when not given); an account with a damaged file holds its goals.
+
+    Raises:
+        LoopxError: an account file cannot be opened (a bad name, an unsafe path).
+    """
+    if not decision.allowed:
+        return decision
+    name = account_of(goal.account, goal.host.kind)
+    for held in (root or held_state(layout, ROOT_BUDGET), account or held_state(layout, name)):
+        admission = admit(held, goal.id, now=now)
+        if not admission.allowed:
+            return refused_by_account(decision, admission)
+    return decision
 
 
 def gather_candidates(

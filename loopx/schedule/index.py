@@ -44,8 +44,8 @@ from datetime import UTC, datetime
 from typing import Final
 
 from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import read_state, state_fingerprints
-from loopx.accounts.model import AccountState, account_of
+from loopx.accounts.files import account_fingerprints, held_state
+from loopx.accounts.model import AccountState, Condition, account_of
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
 from loopx.log import get_logger
@@ -170,8 +170,9 @@ class ScheduleIndex:
         self._dirs: dict[str, DirStat | None] = {}
         self._prints: dict[str, Fingerprint] = {}
         # Account states as last read, and their files' stats: a parked account's goals wait
-        # on a timer at its reset, and are looked at again when its state file moves.
-        self._account_prints: dict[str, tuple[int, int, int]] = {}
+        # on a timer at its reset, and are looked at again when its state or policy file moves
+        # (a damaged one repaired).
+        self._account_prints: dict[str, tuple[int, ...]] = {}
         self._accounts: dict[str, AccountState] = {}
 
     # --- keeping current -----------------------------------------------------------------------
@@ -224,11 +225,11 @@ class ScheduleIndex:
         return len(recheck)
 
     def _account_moves(self) -> set[str]:
-        """The goals of every account whose state file changed since the last look.
+        """The goals of every account whose state, policy or budget file changed since the last look.
 
-        One ``stat`` per account each step; the goals are listed only when one moved.
+        A ``stat`` per account file each step; the goals are listed only when one moved.
         """
-        prints = state_fingerprints(self.layout)
+        prints = account_fingerprints(self.layout)
         if prints == self._account_prints:
             return set()
         names = prints.keys() | self._account_prints.keys()
@@ -249,10 +250,13 @@ class ScheduleIndex:
         name = ROOT_BUDGET if goal is None else account_of(goal.account, goal.host.kind)
         if name not in self._accounts:
             try:
-                self._accounts[name] = read_state(self.layout, name)
+                state = held_state(self.layout, name)
             except LoopxError as e:
                 log.warning("account_unreadable", account=name, error=e.message)
                 return None
+            if state.condition is Condition.DAMAGED:  # its goals wait until the file moves
+                log.warning("account_damaged", account=name, error=state.reason)
+            self._accounts[name] = state
         return self._accounts[name]
 
     # --- the safety net for lost hints ---------------------------------------------------------

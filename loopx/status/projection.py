@@ -502,7 +502,9 @@ def order_key(view: GoalStatusView) -> tuple[int, int, int, str]:
 
 
 _HELD_BY_ACCOUNT: Final = frozenset({StatusReason.READY, StatusReason.WAITING})
-_ACCOUNT_NEEDS_HUMAN: Final = frozenset({Condition.NEEDS_HUMAN, Condition.BUDGET_SPENT})
+_ACCOUNT_NEEDS_HUMAN: Final = frozenset(
+    {Condition.NEEDS_HUMAN, Condition.BUDGET_SPENT, Condition.DAMAGED}
+)
 
 
 def overlay_accounts(
@@ -518,7 +520,7 @@ def overlay_accounts(
     holding = {a.name: a for a in accounts if a.message}
     goals: dict[str, list[str]] = {a.name: [] for a in accounts}
     waiting: dict[str, list[str]] = {a.name: [] for a in accounts}
-    root = next((a for a in accounts if a.host_kind is None and a.message), None)
+    root = next((a for a in accounts if a.whole_root and a.message), None)
     out = []
     for view in views:
         name = view.account or ""
@@ -539,7 +541,7 @@ def overlay_accounts(
     summaries = [
         a.model_copy(
             update={
-                "goals": sorted(goals.get(a.name, [])) if a.host_kind is not None else [],
+                "goals": sorted(goals.get(a.name, [])) if not a.whole_root else [],
                 "waiting": sorted(waiting.get(a.name, [])),
             }
         )

@@ -52,11 +52,11 @@ class _Families:
 
 def _account_metrics(out: _Families, projection: StatusProjection) -> None:
     """Each account's state, the goals it holds back and its window's spend."""
-    accounts = [a for a in projection.accounts if a.host_kind is not None]
+    accounts = [a for a in projection.accounts if not a.whole_root]
     out.metric(
         "loopx_account_state",
         "gauge",
-        "1 for each account's state now (ok, limited, overloaded, budget_spent, needs_human).",
+        "1 for each account's state now (ok, limited, overloaded, budget_spent, needs_human, damaged).",
         [({"account": a.name, "state": str(a.state)}, 1.0) for a in accounts],
     )
     out.metric(
@@ -77,7 +77,7 @@ def _account_metrics(out: _Families, projection: StatusProjection) -> None:
         "gauge",
         "Tokens spent inside each budgeted account's window (the root's budget: account '').",
         [
-            ({"account": a.name if a.host_kind else ""}, float(a.spend.tokens))
+            ({"account": "" if a.whole_root else a.name}, float(a.spend.tokens))
             for a in spent
             if a.spend
         ],
@@ -86,7 +86,7 @@ def _account_metrics(out: _Families, projection: StatusProjection) -> None:
         "loopx_account_spend_cost_usd",
         "gauge",
         "Cost spent inside each budgeted account's window (estimated where the host gave none).",
-        [({"account": a.name if a.host_kind else ""}, a.spend.cost_usd) for a in spent if a.spend],
+        [({"account": "" if a.whole_root else a.name}, a.spend.cost_usd) for a in spent if a.spend],
     )
 
 

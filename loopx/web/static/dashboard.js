@@ -524,7 +524,7 @@ function timelinePanel(tl) {
 
 // Accounts: each provider account (and the root's budget), what holds it back, its window's
 // spend against its budget (a cost estimated from the account's prices says so), its goals.
-const ACCOUNT_STATES = { ok: "ok", limited: "limited", overloaded: "overloaded", budget_spent: "budget spent", needs_human: "needs a human" };
+const ACCOUNT_STATES = { ok: "ok", limited: "limited", overloaded: "overloaded", budget_spent: "budget spent", needs_human: "needs a human", damaged: "damaged file" };
 
 function spendText(a) {
   const s = a.spend;
@@ -540,7 +540,7 @@ function accountsPanel(accounts) {
   if (!accounts.length) return null;
   const rows = accounts.map((a) => el("tr", { "data-account": a.name, class: `a-${a.state}` },
     el("td", { "data-label": "account" }, el("strong", {}, a.name), " ",
-      el("span", { class: "muted" }, a.host_kind ? `${a.host_kind}${a.default ? ", default" : ""}` : "whole root")),
+      el("span", { class: "muted" }, a.host_kind ? `${a.host_kind}${a.default ? ", default" : ""}` : a.name === ".root" ? "whole root" : "")),
     el("td", { "data-label": "state" }, el("span", { class: `badge b-acct-${a.state}` }, ACCOUNT_STATES[a.state] || a.state),
       a.until ? [" until ", when(a.until)] : ""),
     el("td", { "data-label": "why", class: "why" }, a.question ? el("span", { class: "question" }, a.question) : a.message || "—"),
