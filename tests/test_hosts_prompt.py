@@ -14,10 +14,10 @@ from loopx.agents.hosts.diagnosis import (
     Diagnosis,
     diagnose,
     rate_limited,
-    retry_after_s,
 )
 from loopx.agents.hosts.extract import find_json_object, parse_result
 from loopx.agents.hosts.prompt import build_prompt, result_schema
+from loopx.agents.hosts.resettime import MAX_RESET_S, retry_after_s
 from loopx.agents.hosts.session import session_after_turn, session_to_resume, turn_tokens
 from loopx.registry.model import HostKind
 from loopx.state import Gate, HostSession, Todo, TodoStatus
@@ -229,8 +229,12 @@ NYC = ZoneInfo("America/New_York")
     ],
 )  # fmt: skip
 def test_reset_moments_in_the_real_wordings(message: str, local: ZoneInfo, reset: datetime):
-    """Local clocks, zoned clocks and dates become the end of the minute they name, in its zone."""
-    assert retry_after_s(message, NOW, local) == (reset - NOW).total_seconds() + 60
+    """Local clocks, zoned clocks and dates become the end of the minute they name, in its zone.
+
+    A date further ahead than MAX_RESET_S (the longest reset believed) is read as that.
+    """
+    wait = (reset - NOW).total_seconds() + 60
+    assert retry_after_s(message, NOW, local) == min(wait, MAX_RESET_S)
 
 
 def test_claude_limit_wordings_are_rate_limits():

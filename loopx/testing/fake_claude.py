@@ -13,11 +13,13 @@ Environment:
         (``usage limit reached|<epoch>``), ``rate_limit_429``
         (``api_error_status: 429``), ``session_limit`` / ``weekly_limit``
         (a subscriber's limit, reset in ``FAKE_CLAUDE_RESET_IN`` seconds, worded
-        as Claude Code 2.1.197 words it), ``server_error`` (500),
+        as Claude Code 2.1.197 words it), ``limit_text`` (a 429 whose words are
+        ``FAKE_CLAUDE_LIMIT_TEXT``: any reset a provider might print), ``server_error`` (500),
         ``unreachable`` (connection refused), ``max_turns``,
         ``execution_error``, ``budget``, ``exit`` (crash without output).
     FAKE_CLAUDE_RESULT: the result JSON the agent answers with.
     FAKE_CLAUDE_RESET_IN: seconds until the fake rate limit resets (default 3600).
+    FAKE_CLAUDE_LIMIT_TEXT: the words of the ``limit_text`` mode's limit.
     FAKE_CLAUDE_LOG: append one JSON line per run: argv, stdin, cwd.
     FAKE_CLAUDE_HOME: where sessions are kept (default: a dir in $TMPDIR).
 """
@@ -126,10 +128,17 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
         "rate_limit_429": RATE_LIMITED,
         "session_limit": LIMIT.format(what="session", when=when),
         "weekly_limit": LIMIT.format(what="weekly", when=when),
+        "limit_text": os.environ.get("FAKE_CLAUDE_LIMIT_TEXT", ""),
         "server_error": SERVER_ERROR,
         "unreachable": UNREACHABLE,
     }
-    status = {"rate_limit_429": 429, "session_limit": 429, "weekly_limit": 429, "server_error": 500}
+    status = {
+        "rate_limit_429": 429,
+        "session_limit": 429,
+        "weekly_limit": 429,
+        "limit_text": 429,
+        "server_error": 500,
+    }
     if mode in texts:
         base["result"] = texts[mode]
         if mode not in ("success", "prose", "invalid", "empty"):

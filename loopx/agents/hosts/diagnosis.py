@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, tzinfo
 from enum import StrEnum
 from typing import Final
 
-from loopx.agents.hosts.resettime import retry_after_s
+from loopx.agents.hosts.resettime import read_reset
 from loopx.turn.failures import RESET_UNKNOWN, FailureReason, TurnFailure
 from loopx.turn.outcome import ResultKind
 from loopx.turn.protocol import Envelope, HostResult
@@ -25,6 +25,9 @@ MIN_RATE_LIMIT_WAIT_S: Final = 60.0
 # A reset further away than this is read as a misreading: weekly limits are the longest the
 # CLIs have (docs/hosts.md); the goal looks again after this at the latest.
 MAX_RATE_LIMIT_WAIT_S: Final = 8 * 24 * 3600.0
+# Evidence beside ``host_rate_limited`` when the reset the CLI named was too far to believe, or
+# past any date LoopX can hold: read as resettime.MAX_RESET_S, and the summary says so.
+RESET_CLAMPED: Final = "rate_limit_reset_clamped"
 # The model server could not be reached: look again after this (docs/hosts.md).
 UNREACHABLE_WAIT_S: Final = 300.0
 # The model server answered 5xx even after the CLI's own retries: look again after this.
@@ -115,17 +118,23 @@ def rate_limited(
 
     A rate limit is the provider asking to come back later, not a failure of
     the goal: it must not count toward failure backoff, so it is a ``wait``.
-    ``local`` is the zone the host printed a clock without a zone in.
+    ``local`` is the zone the host printed a clock without a zone in. A reset
+    past belief (:func:`~loopx.agents.hosts.resettime.read_reset`) is waited
+    for at most MAX_RATE_LIMIT_WAIT_S, with ``RESET_CLAMPED`` and its warning.
+    Never raises, whatever the text.
     """
     started = turn_started_at(envelope)
-    wait = retry_after_s(message, started, local)
-    seconds = MIN_RATE_LIMIT_WAIT_S if wait is None else wait
+    reading = read_reset(message, started, local)
+    seconds = MIN_RATE_LIMIT_WAIT_S if reading is None else reading.seconds
     seconds = min(max(seconds, MIN_RATE_LIMIT_WAIT_S), MAX_RATE_LIMIT_WAIT_S)
     retry_at = started + timedelta(seconds=seconds)
     evidence = [FailureReason.HOST_RATE_LIMITED.value]
-    if wait is None:
+    if reading is None:
         evidence.append(RESET_UNKNOWN)
-    when = "no reset given" if wait is None else f"retrying after {retry_at:%Y-%m-%d %H:%M} UTC"
+    when = "no reset given" if reading is None else f"retrying after {retry_at:%Y-%m-%d %H:%M} UTC"
+    if reading is not None and reading.warning is not None:
+        evidence.append(RESET_CLAMPED)  # the warning, in the result the journal keeps
+        when += f" (warning: {reading.warning})"
     return HostResult(
         kind=ResultKind.WAIT,
         summary=f"{host} is rate limited; {when}: {message.strip()[:300]}",

@@ -20,15 +20,27 @@ clock that passed less than an hour ago means "now" (retry after the minimum
 wait), and a reset lies a day ahead only when the text names the day (a
 date, a weekday, "tomorrow") or the clock is more than an hour behind.
 
+A reset further than :data:`MAX_RESET_S` away, or one no ``datetime`` can
+hold (``resets Dec 31, 9999, 11pm (Pacific/Honolulu)`` is past
+``datetime.max`` in UTC), is read as :data:`MAX_RESET_S` with a warning for
+the turn's record: a text never raises.
+
 Pure functions: "now" and the host's local zone are arguments.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
+from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+# The furthest a reset is believed to be: past the longest limit the CLIs have (a weekly one)
+# with room to spare. A reset further away is a misreading or a provider's mistake.
+MAX_RESET_S: Final = 35 * 24 * 3600.0
 
 _MONTHS = {
     m: i
@@ -92,18 +104,22 @@ def host_zone(environ: dict[str, str] | None = None) -> tzinfo:
 
 
 def _zone(name: str | None, abbr: str | None, local: tzinfo) -> tzinfo | None:
+    """The zone a clock names (None: one no zone can be: ``GMT+99``, ``Mars/Base``)."""
     if abbr:
         upper = abbr.upper()
         if m := _GMT_OFFSET.fullmatch(upper):
             sign = 1 if m.group(1) == "+" else -1
             offset = timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0))
-            return timezone(sign * offset)
+            try:
+                return timezone(sign * offset)
+            except ValueError:  # a day or more: no zone is that far from UTC
+                return None
         return ZoneInfo(_ABBREVIATIONS.get(upper, "UTC"))
     if not name:
         return local
     try:
         return ZoneInfo("UTC" if name.upper() in ("UTC", "GMT") else name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a tzdata directory's name
         return None
 
 
@@ -184,21 +200,68 @@ def _dated(
     return _after(clock, now)
 
 
-def retry_after_s(message: str, now: datetime, local: tzinfo | None = None) -> float | None:
-    """Seconds from ``now`` until the limit in ``message`` resets, or None if it says not. Pure.
+@dataclass(frozen=True, slots=True)
+class ResetReading:
+    """When a limit resets, as a CLI's text says: seconds from now, and why it was clamped."""
+
+    seconds: float  # from now; negative for a reset already past; at most MAX_RESET_S
+    warning: str | None = None  # set when the text's reset was clamped to MAX_RESET_S
+
+
+def read_reset(message: str, now: datetime, local: tzinfo | None = None) -> ResetReading | None:
+    """When the limit in ``message`` resets, or None if it says not. Pure; never raises.
+
+    A reset further than :data:`MAX_RESET_S` away, or one that cannot be
+    represented (past ``datetime.max``, an endless number of seconds), is
+    read as :data:`MAX_RESET_S` with a warning saying so.
 
     Args:
-        message: the CLI's error text.
+        message: the CLI's error text (its JSON and header lines included).
         now: the turn's start (interpreting a journal again gives the same answer).
         local: the zone a clock without a zone is read in (the host's; default UTC).
 
     """
-    local = local or ZoneInfo("UTC")
+    limit = f"{MAX_RESET_S / 86400:g} days"
+    try:
+        seconds = _seconds(message, now, local or ZoneInfo("UTC"))
+    except OverflowError:
+        return ResetReading(
+            MAX_RESET_S, f"the reset it names is past the last date LoopX can hold; read as {limit}"
+        )
+    if seconds is None:
+        return None
+    if not math.isfinite(seconds) or seconds > MAX_RESET_S:
+        far = f"{seconds / 86400:,.0f} days away" if math.isfinite(seconds) else "endless"
+        return ResetReading(
+            MAX_RESET_S, f"the reset it names is {far}, past the limit of {limit}; read as {limit}"
+        )
+    return ResetReading(seconds)
+
+
+def retry_after_s(message: str, now: datetime, local: tzinfo | None = None) -> float | None:
+    """Seconds from ``now`` until the limit in ``message`` resets, or None if it says not. Pure.
+
+    :func:`read_reset`'s seconds (at most :data:`MAX_RESET_S`), without its warning.
+    """
+    reading = read_reset(message, now, local)
+    return None if reading is None else reading.seconds
+
+
+def _seconds(message: str, now: datetime, local: tzinfo) -> float | None:
+    """Seconds until the reset ``message`` names, unbounded (None: it names none).
+
+    Raises:
+        OverflowError: the reset lies past what a ``datetime`` can hold.
+    """
     if m := _EPOCH.search(message):
         return float(m.group(1)) - now.timestamp()
     if m := _ISO_AT.search(message):
-        at = datetime.fromisoformat(m.group(1).replace("Z", "+00:00").replace(" ", "T"))
-        return (at - now).total_seconds()
+        try:
+            at = datetime.fromisoformat(m.group(1).replace("Z", "+00:00").replace(" ", "T"))
+        except ValueError:
+            at = None  # no such date (month 13, February 30): the other forms may still say
+        if at is not None:
+            return (at - now).total_seconds()
     if m := _SECONDS.search(message):
         return float(m.group(1))
     if m := _DURATION.search(message):
