@@ -77,9 +77,29 @@ def cache_base(env: dict[str, str] | None = None) -> str:
 
 
 def private_dir(path: str | os.PathLike[str]) -> None:
-    """Make ``path`` (and its parents) if missing, readable by this user alone (``0700``)."""
-    if not os.path.isdir(path):
-        os.makedirs(path, mode=0o700, exist_ok=True)
+    """Make ``path`` and each missing parent ``0700``, whatever the umask; nothing if it exists.
+
+    Not :func:`os.makedirs`: it makes the parents with the umask's mode (the
+    cache base ``~/.cache/loopx`` came out ``0755``), and its ``mode`` passes
+    through the umask too. A missing ``~/.cache`` is made ``0700`` as well, as
+    the XDG base directory spec asks; an existing directory is left as it is.
+
+    Raises:
+        FileExistsError: ``path`` or a parent is something other than a directory.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if parent != os.path.abspath(path):
+        private_dir(parent)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+        return  # another process made it (and made it private)
+    os.chmod(path, 0o700)  # mkdir's mode passes through the umask
 
 
 def store(
@@ -132,6 +152,7 @@ def _write_file(path: str, *chunks: bytes) -> bool:
     try:
         private_dir(os.path.dirname(path))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # open's mode passes through the umask
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
