@@ -128,6 +128,33 @@ class Root:
         return [layout.state_file(goal_id) for goal_id in repaired]
 
     @staticmethod
+    def repair_worktree_locks(
+        path: str | os.PathLike[str] | None = None,
+        *,
+        registry: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        home: Path | None = None,
+    ) -> list[Path]:
+        """`loopx doctor --repair`: remove worktree goals' git locks whose git process is gone.
+
+        Only git's ``locked`` ("initializing", or naming a dead pid) and
+        ``index.lock`` files of a goal's worktree, each proven ownerless; no
+        tracked file changes, so ``git status`` there stays as it was.
+
+        Returns:
+            The lock files removed.
+
+        Raises:
+            CorruptFileError: the registry cannot be read.
+        """
+        from loopx.doctor.worktrees import repair_worktree_locks  # noqa: PLC0415 - only for --repair
+        from loopx.registry.catalog import load_registry  # noqa: PLC0415
+
+        layout = Layout.of(resolve_root(flag=path, registry=registry, env=env, home=home))
+        goals = sorted(load_registry(layout).goals.values(), key=lambda g: g.id)
+        return repair_worktree_locks(layout, goals)
+
+    @staticmethod
     def demo(path: str | os.PathLike[str] | None = None) -> Demo:
         """`loopx demo`: a fresh demo directory and root (``path``, else inside it), ready to run.
 

@@ -19,7 +19,8 @@ def register(sub: Subparsers) -> None:
     parser.add_argument(
         "--repair",
         action="store_true",
-        help="first shift future-dated goal states back to now (written by a clock that ran ahead)",
+        help="first shift future-dated goal states back to now (written by a clock that ran "
+        "ahead) and remove worktree locks whose git process is gone; never changes a tracked file",
     )
     parser.set_defaults(func=run)
 
@@ -30,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     if args.repair:
         for path in Root.repair_clock(args.root, registry=args.registry):
             print(f"repaired: {path}: dated back to now")
+        for path in Root.repair_worktree_locks(args.root, registry=args.registry):
+            print(f"repaired: {path}: removed (the git process that held it is gone)")
     report = Root.diagnose(args.root, registry=args.registry)
     if args.json:
         print_json(report)

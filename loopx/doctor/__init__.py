@@ -11,8 +11,9 @@ neither errors nor warnings.
 The checks live one module per layer: ``files`` (permissions, owners,
 symlinks, temp files), ``registry``, ``goals`` (state, history, ledger, run
 logs), ``journals`` (lease, epoch, turn journals), ``fleet`` (supervisor and
-heartbeats), ``projections`` (status cache, probes, quarantine); ``diagnose``
-runs them in order and ``findings`` holds what they report.
+heartbeats), ``projections`` (status cache, probes, quarantine), ``worktrees``
+(each worktree goal's worktree as git sees it; ``--repair`` removes its dead
+locks); ``diagnose`` runs them in order and ``findings`` holds what they report.
 """
 
 from __future__ import annotations

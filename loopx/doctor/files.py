@@ -11,6 +11,7 @@ from typing import Final
 import psutil
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
+from loopx.registry.worktree_record import FOLDER_NAME, MERGE_FOLDER
 
 # A temp file of a live writer younger than this is an atomic write in flight.
 TEMP_IN_FLIGHT: Final = timedelta(hours=1)
@@ -37,9 +38,17 @@ def temp_writer_pid(name: str) -> int | None:
 
 
 def walk_root(doc: Checker) -> None:
-    """Check every entry of the root, once."""
+    """Check every entry of the root, once, except what is inside a git worktree.
+
+    The folders under ``worktrees/`` (a goal's worktree, a merge's scratch
+    worktree under ``worktrees/.merge/``) and everything in them are the
+    repository's: git chose their modes and tracks the executable bit, so
+    the root's 0700/0600 rule does not apply there and a ``chmod`` would be a
+    change to commit (:mod:`loopx.doctor.worktrees` checks them as git sees them).
+    """
     root = doc.layout.root
     check_entry(doc, root, root.lstat())
+    git_tops = worktree_tops(root)
     for top, dirs, names in os.walk(root, followlinks=False):
         for name in [*dirs, *names]:
             path = Path(top) / name
@@ -47,7 +56,16 @@ def walk_root(doc: Checker) -> None:
                 st = path.lstat()
             except FileNotFoundError:
                 continue  # removed while we walked
+            if top in git_tops and stat.S_ISDIR(st.st_mode) and name != MERGE_FOLDER:
+                dirs.remove(name)  # a worktree folder: git's, not walked
+                continue
             check_entry(doc, path, st)
+
+
+def worktree_tops(root: Path) -> set[str]:
+    """The directories (as ``os.walk`` names them) whose subfolders are git worktrees. Pure."""
+    folder = os.path.join(root, FOLDER_NAME)
+    return {folder, os.path.join(folder, MERGE_FOLDER)}
 
 
 def check_entry(doc: Checker, path: Path, st: os.stat_result) -> None:

@@ -63,6 +63,10 @@ class FindingCode(StrEnum):
     CLOCK_BEHIND = "clock_behind"  # this clock is behind the files the fleet just wrote
     NO_FREE_INODES = "no_free_inodes"  # the root's filesystem has no inode left
     NOT_A_DIRECTORY = "not_a_directory"  # the root (or a directory LoopX makes) is a file
+    WORKTREE_MISSING = "worktree_missing"  # a ready worktree's folder or repository is gone
+    WORKTREE_UNREGISTERED = "worktree_unregistered"  # git no longer lists the worktree
+    WORKTREE_WRONG_BRANCH = "worktree_wrong_branch"  # not on the goal's loopx/<id> branch
+    WORKTREE_LOCKED = "worktree_locked"  # a worktree lock or index.lock of a git that is gone
     ACCOUNT_DAMAGED = "account_damaged"  # an account's file cannot be read: its goals wait
 
 

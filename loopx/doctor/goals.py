@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.reliability import check_future_dated
+from loopx.doctor.worktrees import check_worktree
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record
@@ -45,8 +46,9 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
         return  # reported by the walk (symlink) or not a goal
     doc.goals += 1
     policy = layout.goal_file(goal_id)
+    goal = None
     if not registered:
-        doc.model(
+        goal = doc.model(
             policy,
             Goal,
             f"restore {q(policy)} from a backup, or register the goal again with "
@@ -82,6 +84,8 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
     finished = [j for j in finished if j.seq > through]
     cross_check(doc, goal_id, finished=finished, state=state, history=history, ledger=ledger)
     check_future_dated(doc, goal_id, state, ledger)
+    if isinstance(goal, Goal):
+        check_worktree(doc, goal)
 
 
 def _checkpoint_through(doc: Checker, goal_id: str) -> int:

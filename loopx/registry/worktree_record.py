@@ -21,6 +21,7 @@ from loopx.storage.files import atomic_write_model, read_model_or_none
 
 RECORD_NAME: Final = "worktree.json"
 FOLDER_NAME: Final = "worktrees"  # under the root, unless the goal names its own folder
+MERGE_FOLDER: Final = ".merge"  # in the root's worktrees folder: merges' scratch worktrees, locks
 BRANCH_PREFIX: Final = "loopx/"
 
 

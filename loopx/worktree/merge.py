@@ -37,7 +37,13 @@ from loopx.log import get_logger
 from loopx.registry.goals import get_goal
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.store import update_goal
-from loopx.registry.worktree_record import FOLDER_NAME, WorktreePhase, branch_of, read_record
+from loopx.registry.worktree_record import (
+    FOLDER_NAME,
+    MERGE_FOLDER,
+    WorktreePhase,
+    branch_of,
+    read_record,
+)
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, update_state
 from loopx.storage.files import ensure_dir
@@ -64,12 +70,12 @@ _IDENTITY: Final = {"user.name": "LoopX", "user.email": "loopx@localhost"}
 def merge_lock_file(layout: Layout, common_dir: Path) -> Path:
     """The lock one repository's merges share: ``<root>/worktrees/.merge/<hash>``."""
     digest = hashlib.sha256(str(common_dir).encode()).hexdigest()[:16]
-    return layout.root / FOLDER_NAME / ".merge" / f"repo-{digest}"
+    return layout.root / FOLDER_NAME / MERGE_FOLDER / f"repo-{digest}"
 
 
 def scratch_path(layout: Layout, goal_id: str) -> Path:
     """The scratch worktree a goal's merge is made in."""
-    return layout.root / FOLDER_NAME / ".merge" / goal_id
+    return layout.root / FOLDER_NAME / MERGE_FOLDER / goal_id
 
 
 def merge_goal(
