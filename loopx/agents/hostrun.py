@@ -8,19 +8,24 @@ the first 1 MiB of each and counting the rest, so a chatty host can neither
 fill memory nor block on a full pipe) and wakes the moment the host exits, so
 a short host costs no polling latency and no thread start-ups. Whether to
 kill the running host is one pure decision (:func:`kill_reason`) over what
-each sample saw; :func:`run_host` is the shell around it.
+the loop knows at each wake-up; :func:`run_host` is the shell around it.
+
+Watching is nearly free: the tree is sampled at intervals that start at
+10 ms and back off to 1 s while it is quiet (:func:`next_period`), each
+sample reading only the tree's own processes (:mod:`loopx.agents.hosttree`),
+so a host that sleeps costs its agent well under 1% of a core, however many
+other processes the machine runs (``benchmarks/host_watch.py``).
 
 Nothing outlives its turn: while the host runs this process is a child
-subreaper (:func:`loopx.process.subreaper`; the tree: :mod:`loopx.agents.hosttree`), so
-whatever the host leaves behind, however fast it detaches, is reparented to us
-and swept when the host exits.
-At enforcement the tree is also found through every process carrying this
-turn's ``LOOPX_TURN_KEY`` and this run's ``LOOPX_HOST_RUN``.
+subreaper (:func:`loopx.process.subreaper`), so whatever the host leaves
+behind, however fast it detaches, is reparented to us and swept when the
+host exits. At enforcement the tree is also found through every process
+carrying this turn's ``LOOPX_TURN_KEY`` and this run's ``LOOPX_HOST_RUN``.
 
 Usage: CPU is the direct child's ``wait4`` rusage (which includes every
 descendant it waited for) plus the last sample of descendants that were
 orphaned (and so never waited for inside the tree); peak RSS is the largest
-summed RSS of a sample, or the rusage maxrss if larger.
+summed RSS of a sample, or any one process's own high-water mark if larger.
 """
 
 from __future__ import annotations
@@ -30,37 +35,43 @@ import functools
 import os
 import resource
 import secrets
-import select
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
 from loopx import environ
 from loopx.agents.hostguard import HostGuard, guard_for_run
+from loopx.agents.hostpipes import Capture, Pipes
 from loopx.agents.hosttree import Tree, leftovers, own_children, sweep
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import child_running, kill_tree, running, subreaper
 from loopx.turn.failures import FailureReason
-from loopx.turn.journal import OUTPUT_LIMIT_BYTES
 from loopx.usage import Usage
 
 log = get_logger(__name__)
 
 DEFAULT_KILL_GRACE_S: Final = 3.0
-_READ_CHUNK: Final = 64 * 1024
 # How long output still held by a pipe is read after the host tree ended.
 _DRAIN_S: Final = 5.0
 _MB: Final = 1024 * 1024
-# Sampling starts fast (short hosts are common) and slows to this period.
+# The tree is looked at first after 10 ms (short hosts are common), then at
+# doubling intervals, up to 0.1 s while it changes and 1 s while it is quiet
+# (:func:`next_period`). A stop request is checked every 50 ms in the host's
+# first second, every 0.25 s after: each check is a wake-up of this process,
+# which costs more than the check (about 0.1 ms on a loaded machine).
 _FIRST_SAMPLE_S: Final = 0.01
-_SAMPLE_PERIOD_S: Final = 0.1
+_BUSY_PERIOD_S: Final = 0.1
+_QUIET_PERIOD_S: Final = 1.0
+_STOP_CHECK_S: Final = 0.05
+_STOP_CHECK_LATER_S: Final = 0.25
+_STOP_CHECK_FAST_FOR_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,36 +81,6 @@ class Limits:
     timeout_s: float
     max_rss_mb: float | None = None
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
-
-
-@dataclass(slots=True)
-class Capture:
-    """One output stream: the first ``limit`` bytes kept, the rest counted.
-
-    ``tee`` and ``echo`` are views and must not raise: a raise here ends the
-    host before its outcome is recorded, and recovery runs it again.
-    """
-
-    limit: int = OUTPUT_LIMIT_BYTES
-    kept: bytearray = field(default_factory=bytearray)
-    dropped: int = 0
-    tee: Callable[[bytes], None] | None = None  # also sees every chunk (the live tail)
-    echo: Callable[[bytes], None] | None = None  # shown live (an agent's console)
-
-    def feed(self, chunk: bytes) -> None:
-        """Keep what fits under the limit, count the rest."""
-        if self.tee is not None:
-            self.tee(chunk)
-        if self.echo is not None:
-            self.echo(chunk)
-        room = self.limit - len(self.kept)
-        if room > 0:
-            self.kept += chunk[:room]
-        self.dropped += max(len(chunk) - max(room, 0), 0)
-
-    def text(self) -> str:
-        """The kept bytes, decoded with replacement."""
-        return self.kept.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,128 +100,9 @@ class HostRun:
     watched: bool = False  # stopped because ``watch`` said its output shows it is stuck
 
 
-class _Pipes:
-    """The host's three pipes, served from one ``select`` loop in the calling thread."""
-
-    def __init__(
-        self, proc: subprocess.Popen[bytes], stdin: bytes, out: Capture, err: Capture
-    ) -> None:
-        # PIPEs were asked for all three.
-        assert proc.stdin is not None  # noqa: S101
-        assert proc.stdout is not None  # noqa: S101
-        assert proc.stderr is not None  # noqa: S101
-        self._pid = proc.pid
-        self._files: list[IO[bytes]] = [proc.stdin, proc.stdout, proc.stderr]
-        self._readers: dict[int, Capture] = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
-        self._stdin_fd: int | None = proc.stdin.fileno()
-        self._stdin = memoryview(stdin)
-        for fd in (self._stdin_fd, *self._readers):
-            os.set_blocking(fd, False)
-        if not stdin:
-            self._close_stdin()
-
-    def serve(self, pidfd: int | None, timeout: float) -> bool:
-        """Move bytes until the host exits (True) or ``timeout`` passes (False); never reaps.
-
-        Without a pidfd (kernels before 5.3) the exit is polled every 5 ms.
-        """
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while True:
-            left = deadline - time.monotonic()
-            waits = [*self._readers] + ([pidfd] if pidfd is not None else [])
-            writes = [self._stdin_fd] if self._stdin_fd is not None else []
-            cap = left if pidfd is not None else min(left, 0.005)
-            try:
-                readable, writable, _ = select.select(waits, writes, [], max(cap, 0.0))
-            except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-                continue
-            if writable:
-                self._feed()
-            for fd in readable:
-                if fd != pidfd:
-                    self._read(fd)
-            exited = pidfd in readable if pidfd is not None else not child_running(self._pid)
-            if exited:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-
-    def held_elsewhere(self) -> bool:
-        """After the host exited: whether another process still holds its stdout or stderr.
-
-        Reads what is buffered; a pipe that is then empty but not at EOF has a
-        writer left, and the host's own descriptors are closed before its
-        pidfd reports the exit, so that writer is a descendant that outlived
-        it (a ``setsid`` grandchild inherits the pipes), found without a scan.
-        """
-        for fd in list(self._readers):
-            while fd in self._readers:
-                try:
-                    chunk = os.read(fd, _READ_CHUNK)
-                except BlockingIOError:
-                    return True
-                except OSError:
-                    chunk = b""
-                if chunk:
-                    self._readers[fd].feed(chunk)
-                else:
-                    del self._readers[fd]
-        return False
-
-    def drain(self, deadline: float) -> None:
-        """After the host exited: read what its pipes still hold until EOF or ``deadline``."""
-        self._close_stdin()
-        while self._readers:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            readable, _, _ = select.select([*self._readers], [], [], left)
-            for fd in readable:
-                self._read(fd)
-
-    def close(self) -> None:
-        """Close our ends of every pipe."""
-        for f in self._files:
-            with contextlib.suppress(OSError):
-                f.close()
-        self._readers.clear()
-        self._stdin_fd = None
-
-    def _read(self, fd: int) -> None:
-        try:
-            chunk = os.read(fd, _READ_CHUNK)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if chunk:
-            self._readers[fd].feed(chunk)
-        else:
-            del self._readers[fd]  # EOF: every writer closed it
-
-    def _feed(self) -> None:
-        # A host that never reads stdin (or exits early) must not fail the turn.
-        try:
-            sent = os.write(self._stdin_fd, self._stdin[:_READ_CHUNK])  # type: ignore[arg-type]
-        except BlockingIOError:
-            return
-        except OSError:  # BrokenPipeError: the host closed its stdin
-            self._close_stdin()
-            return
-        self._stdin = self._stdin[sent:]
-        if not self._stdin:
-            self._close_stdin()
-
-    def _close_stdin(self) -> None:
-        if self._stdin_fd is not None:
-            with contextlib.suppress(OSError):
-                self._files[0].close()
-            self._stdin_fd = None
-
-
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What one sample of a running host saw."""
+    """What the watch loop knows of a running host when it wakes (RSS: the last sample)."""
 
     elapsed_s: float
     rss_bytes: int
@@ -258,13 +120,29 @@ def kill_reason(seen: Observation, limits: Limits) -> FailureReason | None:
     return None
 
 
-def next_wait(period: float, elapsed_s: float, limits: Limits, *, stoppable: bool) -> float:
-    """How long to serve the pipes before the next sample. Pure.
+def next_period(period: float, *, changed: bool, near_cap: bool) -> float:
+    """How long from this sample of the tree to the next. Pure.
 
-    Never past the timeout; at most 50 ms when a stop may be requested.
+    The period doubles: up to 0.1 s while the tree changes (a process came or
+    went, the summed RSS moved by more than an eighth) or holds more than
+    half its memory cap, up to 1 s while it is quiet. A change after a quiet
+    spell brings it back to 0.1 s at once.
     """
-    wait = min(period, max(limits.timeout_s - elapsed_s, 0.0) + 0.001)
-    return min(wait, 0.05) if stoppable else wait
+    return min(period * 2, _BUSY_PERIOD_S if changed or near_cap else _QUIET_PERIOD_S)
+
+
+def next_wait(until_due_s: float, elapsed_s: float, limits: Limits, *, stoppable: bool) -> float:
+    """How long to serve the pipes before looking again. Pure.
+
+    Until the next sample or tick is due (``until_due_s``), never past the
+    timeout; when a stop may be requested, at most 50 ms in the host's first
+    second and 0.25 s after (checking the stop costs a wake-up, not a sample).
+    """
+    wait = min(max(until_due_s, 0.0), max(limits.timeout_s - elapsed_s, 0.0) + 0.001)
+    if not stoppable:
+        return wait
+    fast = elapsed_s < _STOP_CHECK_FAST_FOR_S
+    return min(wait, _STOP_CHECK_S if fast else _STOP_CHECK_LATER_S)
 
 
 def run_host(
@@ -337,9 +215,10 @@ def run_host(
     if run.error is not None:
         raise run.error
     cpu = rusage.ru_utime + rusage.ru_stime + run.tree.orphan_cpu()
-    # The tree's psutil samples only: the host's own ru_maxrss counts the forked
-    # agent's pages before exec (45 MB for a sleeping `sh`, issue 29), so the peak,
-    # the cap (kill_reason) and the report all read one measurement.
+    # The tree's samples only: the host's own ru_maxrss counts the forked agent's
+    # pages before exec (45 MB for a sleeping `sh`), so the peak and the cap
+    # (kill_reason) read one measurement; the peak also holds each process's own
+    # high-water mark, which a spike between two samples leaves behind.
     peak = run.tree.peak_rss
     code = proc.returncode
     return HostRun(
@@ -405,7 +284,7 @@ class _Running:
         if echo is not None:
             self.out.echo = functools.partial(echo, "stdout")
             self.err.echo = functools.partial(echo, "stderr")
-        self.pipes = _Pipes(proc, stdin, self.out, self.err)
+        self.pipes = Pipes(proc, stdin, self.out, self.err)
         try:
             self.pidfd: int | None = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):  # pragma: no cover - old kernels
@@ -428,29 +307,43 @@ class _Running:
         ``stuck`` (the adapter's watch) sees the output at each sample; True
         ends the host without a kill reason (``watched``).
         """
-        next_tick = self.t0 + tick_every_s
+        next_tick = self.t0 + tick_every_s if tick is not None else float("inf")
         period = _FIRST_SAMPLE_S
+        next_sample = self.t0 + period
+        rss = 0
+        cap = self.limits.max_rss_mb * _MB if self.limits.max_rss_mb is not None else None
         killed: FailureReason | None = None
         while killed is None:
-            elapsed = time.monotonic() - self.t0
-            wait = next_wait(period, elapsed, self.limits, stoppable=stop is not None)
-            period = min(period * 2, _SAMPLE_PERIOD_S)
+            now_m = time.monotonic()
+            wait = next_wait(
+                min(next_sample, next_tick) - now_m,
+                now_m - self.t0,
+                self.limits,
+                stoppable=stop is not None,
+            )
             if self.pipes.serve(self.pidfd, wait) or not child_running(self.proc.pid):
                 break
             now_m = time.monotonic()
-            seen = Observation(
+            sampled = now_m >= next_sample
+            if sampled:
+                seen = self.tree.sample()
+                rss = seen.rss_bytes
+                near_cap = cap is not None and rss > cap / 2
+                period = next_period(period, changed=seen.changed, near_cap=near_cap)
+                next_sample = now_m + period
+            observed = Observation(
                 elapsed_s=now_m - self.t0,
-                rss_bytes=self.tree.sample(),
+                rss_bytes=rss,
                 stop_requested=stop is not None and stop.is_set(),
             )
-            killed = kill_reason(seen, self.limits)
+            killed = kill_reason(observed, self.limits)
             if killed is None and tick is not None and now_m >= next_tick:
                 next_tick = now_m + tick_every_s
                 try:
                     tick()
                 except Exception as e:  # noqa: BLE001 - re-raised after the tree is gone
                     self.error, killed = e, FailureReason.LEASE_LOST
-            if killed is None and stuck is not None and stuck(self.out, self.err):
+            if killed is None and sampled and stuck is not None and stuck(self.out, self.err):
                 self.watched = True
                 break
         if killed is not None or self.watched:
