@@ -445,21 +445,7 @@ BARE_NUMBER: Final = re.compile(r"(?<![\w/&.#-])#\d+\b")
 FOREIGN_NUMBER: Final = re.compile(r"\b[\w.-]+/[\w.-]+ ?#\d+")
 # Files another change is rewriting at the moment, each still holding such numbers. The
 # exemption ends with them: once a file holds none, the test below asks to drop it here.
-ISSUE_NUMBER_PENDING: Final = frozenset(
-    {
-        "loopx/turn/accounting.py",
-        "loopx/turn/attempt.py",
-        "loopx/turn/clockshift.py",
-        "loopx/turn/inspection.py",
-        "loopx/turn/journal.py",
-        "loopx/turn/phases.py",
-        "loopx/turn/protocol.py",
-        "loopx/turn/recovery.py",
-        "loopx/turn/runlog.py",
-        "loopx/turn/workdir.py",
-        "loopx/turn/writeback.py",
-    }
-)
+ISSUE_NUMBER_PENDING: Final[frozenset[str]] = frozenset()
 
 
 def _product_texts() -> list[Path]:

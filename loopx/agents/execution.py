@@ -322,18 +322,19 @@ def _outcome(
     secrets: list[str],
 ) -> tuple[HostOutcome, Interpretation | None]:
     """The recorded outcome (secrets redacted), and the adapter's reading of it."""
-    stdout = redact_text(run.stdout.text(), secrets)
-    stderr = redact_text(run.stderr.text(), secrets)
+    output = HostOutput(
+        exit_code=run.exit_code,
+        signal=run.signal,
+        stdout=redact_text(run.stdout.text(), secrets),
+        stderr=redact_text(run.stderr.text(), secrets),
+        stdout_dropped=run.stdout.dropped,
+        stderr_dropped=run.stderr.dropped,
+    )
     base = {
+        **output.model_dump(exclude={"result_file_text"}),
         "attempt": journal.attempt,
         "pid": run.pid or None,
-        "exit_code": run.exit_code,
-        "signal": run.signal,
         "killed": run.killed,
-        "stdout": stdout,
-        "stderr": stderr,
-        "stdout_dropped": run.stdout.dropped,
-        "stderr_dropped": run.stderr.dropped,
         "started_at": run.started_at,
         "ended_at": run.ended_at,
     }
@@ -343,38 +344,19 @@ def _outcome(
     if run.killed is not None:
         return HostOutcome.model_validate(base), None
     text, refused = _read_result_file(result_file)
-    text = redact_text(text, secrets) if text is not None else None
+    base["result_file_text"] = redact_text(text, secrets) if text is not None else None
     if refused is not None and run.exit_code == 0:
         failure = TurnFailure.of(FailureReason.INVALID_RESULT, refused)
-        return HostOutcome.model_validate(
-            {**base, "result_file_text": text, "failure": failure}
-        ), None
-    output = HostOutput(
-        exit_code=run.exit_code,
-        signal=run.signal,
-        stdout=stdout,
-        stderr=stderr,
-        stdout_dropped=run.stdout.dropped,
-        stderr_dropped=run.stderr.dropped,
-        result_file_text=text,
-    )
+        return HostOutcome.model_validate({**base, "failure": failure}), None
     try:
-        reading = host.interpret(envelope, output)
+        reading = host.interpret(
+            envelope, output.model_copy(update={"result_file_text": base["result_file_text"]})
+        )
     except (LoopxError, ValueError) as e:
-        reading_failure = TurnFailure.of(
+        failure = TurnFailure.of(
             FailureReason.MALFORMED_OUTPUT,
             f"the {host.kind} adapter could not read the output: {e}",
         )
-        return HostOutcome.model_validate(
-            {**base, "result_file_text": text, "failure": reading_failure}
-        ), None
-    outcome = HostOutcome.model_validate(
-        {
-            **base,
-            "result_file_text": text,
-            "result": reading.result,
-            "failure": reading.failure,
-            "session": reading.session,
-        }
-    )
-    return outcome, reading
+        return HostOutcome.model_validate({**base, "failure": failure}), None
+    update = {"result": reading.result, "failure": reading.failure, "session": reading.session}
+    return HostOutcome.model_validate({**base, **update}), reading

@@ -1,4 +1,4 @@
-"""What a turn does to its account, derived from the journal alone (issue 27).
+"""What a turn does to its account, derived from the journal alone.
 
 :func:`turn_signal` reads a settled journal (pure); :func:`apply_turn`
 applies it to the account's state, fenced by the turn key and attempt. It

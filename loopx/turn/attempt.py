@@ -50,5 +50,5 @@ class TurnAttempt(Record):
     recovered: list[RecoveryAction] = Field(default_factory=list)
     # Not claimed because the goal's lock was busy and the caller asked not to wait.
     busy: bool = False
-    # Issue 26: not run because another goal's turn holds the workdir (that goal's id).
+    # Not run because another goal's turn holds the workdir (that goal's id).
     workdir_busy: str | None = None

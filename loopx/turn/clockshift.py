@@ -4,8 +4,8 @@ A state dated in the future (a clock that ran ahead, or a system clock
 stepped back after writing) is shifted back to now by ``doctor --repair``,
 keeping the wait it asked for (:func:`loopx.clock.clamp_state`). No journal
 records that, so replay, which rebuilds the state from the journals alone,
-disagreed on ``updated_at`` and ``next_eligible_at`` of every repaired goal
-(issue 28 item 5). The repair therefore appends one :class:`ClockShift` to
+disagreed on ``updated_at`` and ``next_eligible_at`` of every repaired goal.
+The repair therefore appends one :class:`ClockShift` to
 ``goals/<id>/clock-shifts.jsonl`` before it rewrites the state, and replay
 applies each shift after the turn it followed, to the very state it was made
 from (same ``updated_at``), so both derive the same file. A repair that

@@ -54,7 +54,7 @@ class RecoveryDecision(StrEnum):
     NONE = "none"  # terminal: the tombstone stays
     RESUME = "resume"  # host_execute complete: finish the phases from journal data only
     RETRY_HOST = "retry_host"  # the host did not finish; the next claim runs it again
-    # Issue 26: the host finished and its done-check is due but not recorded: the next
+    # The host finished and its done-check is due but not recorded: the next
     # claim runs the check (a process, which the kernel does not start), never the host.
     RUN_CHECK = "run_check"
     FAIL = "fail"  # the host did not finish and no attempt is left: host_interrupted

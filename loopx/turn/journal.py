@@ -43,7 +43,7 @@ class Phase(StrEnum):
     HOST_EXECUTE = "host_execute"
     TYPED_RESULT = "typed_result"
     VALIDATION = "validation"
-    DONE_CHECK = "done_check"  # issue 26: the goal's check; a no-op without one (or not due)
+    DONE_CHECK = "done_check"  # the goal's check; a no-op without one (or not due)
     DURABLE_WRITEBACK = "durable_writeback"
     QUOTA_SPEND = "quota_spend"
     SCHEDULER_APPLY = "scheduler_apply"
@@ -88,9 +88,9 @@ class TurnPlan(Record):
     # The goal's failure streak when the turn was planned: scheduler_apply sets
     # the new streak from it, so replaying the phase never counts twice.
     prior_failures: Annotated[int, Field(ge=0)] = 0
-    # Issue 26: the goal's done-check when the turn was planned (None: the goal has none).
+    # The goal's done-check when the turn was planned (None: the goal has none).
     done_check: DoneCheckSpec | None = None
-    # The account the turn runs on and the resume policy in force (issue 27): what the turn
+    # The account the turn runs on and the resume policy in force: what the turn
     # does to its account is derived from the journal alone. None: the host kind's default.
     account: str | None = None
     on_limit: Literal["wait", "gate", "stop"] = "wait"
@@ -143,7 +143,7 @@ class TurnJournal(Record):
     result: HostResult | None = None  # set by typed_result
     failure: TurnFailure | None = None
     usage: Usage = Field(default_factory=Usage)
-    # Issue 26: what the done_check phase recorded (None: no check ran in this turn).
+    # What the done_check phase recorded (None: no check ran in this turn).
     check: CheckResult | None = None
     # The host's result as it reported it, when a failing check turned its `completed`
     # into `progress` (``result`` then holds the result the turn commits).

@@ -212,26 +212,13 @@ def claim(
     grace_s = lease_grace_s() if grace_s is None else grace_s
     hostname = socket.gethostname()
     pid = os.getpid()
-    path = layout.lease_file(goal_id)
     with goal_lock(layout, goal_id):
-        try:
-            current = read_lease(layout, goal_id)
-            damaged = False
-        except CorruptFileError as e:
-            if damaged_lease_blocks_until(path, now=now, ttl_s=ttl_s, grace_s=grace_s):
-                return ClaimResult(lease=None)
-            log.warning(
-                "damaged_lease_taken_over", goal_id=goal_id, path=str(path), problem=e.problem
-            )
-            current, damaged = None, True
-        took_over = None
-        if current is not None:
-            own = reclaim_own and _held_by_this_process(current, hostname, pid)
-            if not own and not takeover_allowed(
-                current, holder_state(current, hostname=hostname), now=now, grace_s=grace_s
-            ):
-                return ClaimResult(lease=None, blocking=current)
-            took_over = current
+        found = _claimable(
+            layout, goal_id, now=now, ttl_s=ttl_s, grace_s=grace_s, own=reclaim_own, pid=pid
+        )
+        if isinstance(found, ClaimResult):
+            return found
+        current, damaged = found
         epoch = max(read_epoch(layout, goal_id), current.epoch if current else 0) + 1
         # The counter rises before the lease names the epoch: a crash in between
         # wastes an epoch number, never hands one out twice.
@@ -248,16 +235,49 @@ def claim(
             renewed_at=now,
             expires_at=now + timedelta(seconds=ttl_s),
         )
-        data = lease.model_dump_json(indent=2).encode() + b"\n"
+        path = layout.lease_file(goal_id)
         # Only the epoch must survive a power loss: every holder dies with the
         # machine, and a lost or empty lease file reads as "nobody holds it".
-        if took_over is not None or damaged:
+        if current is not None or damaged:
             atomic_write_model(path, lease, durable=False)
         elif not exclusive_create(
-            path, data, durable=False
+            path, lease.model_dump_json(indent=2).encode() + b"\n", durable=False
         ):  # pragma: no cover - we hold the goal lock
             return ClaimResult(lease=None, blocking=read_lease(layout, goal_id))
-    return ClaimResult(lease=lease, took_over=took_over)
+    return ClaimResult(lease=lease, took_over=current)
+
+
+def _claimable(
+    layout: Layout,
+    goal_id: str,
+    *,
+    now: datetime,
+    ttl_s: float,
+    grace_s: float,
+    own: bool,
+    pid: int,
+) -> tuple[Lease | None, bool] | ClaimResult:
+    """The lease a claim replaces (None: none) and whether it was damaged; or what blocks it.
+
+    Called under the goal's lock.
+    """
+    hostname = socket.gethostname()
+    path = layout.lease_file(goal_id)
+    try:
+        current = read_lease(layout, goal_id)
+    except CorruptFileError as e:
+        if damaged_lease_blocks_until(path, now=now, ttl_s=ttl_s, grace_s=grace_s):
+            return ClaimResult(lease=None)
+        log.warning("damaged_lease_taken_over", goal_id=goal_id, path=str(path), problem=e.problem)
+        return None, True
+    if current is None:
+        return None, False
+    mine = own and _held_by_this_process(current, hostname, pid)
+    if not mine and not takeover_allowed(
+        current, holder_state(current, hostname=hostname), now=now, grace_s=grace_s
+    ):
+        return ClaimResult(lease=None, blocking=current)
+    return current, False
 
 
 @dataclass(frozen=True, slots=True)

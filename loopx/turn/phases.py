@@ -131,7 +131,7 @@ def record_check(journal: TurnJournal, check: CheckResult, *, now: datetime) -> 
     used = journal.usage
     update: dict[str, object] = {
         "check": check,
-        # The check's tree is charged to the goal like the host's (issue 26).
+        # The check's tree is charged to the goal like the host's.
         "usage": used.model_copy(
             update={
                 "cpu_s": used.cpu_s + check.usage.cpu_s,
@@ -177,7 +177,7 @@ def schedule(state: GoalState, journal: TurnJournal) -> GoalState:
     update: dict[str, object] = {}
     if failure is not None and failure.reason in (FailureReason.STOPPED, FailureReason.HOST_AUTH):
         # An auth failure belongs to the account, whose gate now holds every goal of it
-        # (loopx.turn.accounting): no failure of the goal, no backoff of its own (issue 27).
+        # (loopx.turn.accounting): no failure of the goal, no backoff of its own.
         update = {"next_eligible_at": None, "consecutive_failures": prior}
     elif failure is not None or (result is not None and result.kind is ResultKind.FAILED):
         streak = prior + 1

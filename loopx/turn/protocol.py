@@ -66,5 +66,5 @@ class Envelope(Record):
     turn_timeout_s: float
     deadline_at: UtcDatetime
     state: GoalState  # includes host_session, answered gates, todos
-    # issue 28: set on attempt N > 1, what the journal knows of attempt N-1's interruption
+    # Set on attempt N > 1: what the journal knows of attempt N-1's interruption
     interrupted: str | None = None

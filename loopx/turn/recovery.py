@@ -80,10 +80,10 @@ class RecoveryReport(Record):
     retry_pending: list[str]  # turn keys whose host the next claim runs again
     check_pending: list[str] = Field(
         default_factory=list
-    )  # turn keys whose done-check the next claim runs (issue 26)
+    )  # turn keys whose done-check the next claim runs
     busy_goals: list[str]  # goals a live agent holds; it finishes its own journals
     errors: list[str]  # goals recovery could not process, with the reason
-    merges: list[str] = Field(default_factory=list)  # issue 26: goals whose killed merge finished
+    merges: list[str] = Field(default_factory=list)  # goals whose killed merge was finished
 
     @property
     def clean(self) -> bool:
@@ -145,6 +145,16 @@ def interrupted(journal: TurnJournal, *, now: datetime) -> TurnJournal:
     )
 
 
+# What recovery leaves as it is, and why: a tombstone, or a journal for the next claim.
+_LEFT: dict[RecoveryDecision, str] = {
+    RecoveryDecision.NONE: "",
+    RecoveryDecision.RETRY_HOST: "host attempt {attempt} of {of} was interrupted; "
+    "the next claim runs it again",
+    RecoveryDecision.RUN_CHECK: "the host finished but its done-check result was not recorded; "
+    "the next claim runs the check (never the host) again",
+}
+
+
 def recover_journal(
     layout: Layout, path: Path, fence: Fence, *, now: datetime
 ) -> tuple[RecoveryAction, TurnJournal | None]:
@@ -175,28 +185,17 @@ def recover_journal(
             quarantined_to=str(moved),
         ), None
     journal = TurnJournal.model_validate_json(raw)
-    if decision is RecoveryDecision.NONE:
-        return RecoveryAction(
-            goal_id=goal_id, turn_key=turn_key, decision=decision, status=journal.status
-        ), None
-    if decision is RecoveryDecision.RETRY_HOST:
-        return RecoveryAction(
+    if decision in _LEFT:
+        action = RecoveryAction(
             goal_id=goal_id,
             turn_key=turn_key,
             decision=decision,
             status=journal.status,
-            detail=f"host attempt {journal.attempt} of {journal.plan.max_host_attempts} "
-            "was interrupted; the next claim runs it again",
-        ), journal
-    if decision is RecoveryDecision.RUN_CHECK:
-        return RecoveryAction(
-            goal_id=goal_id,
-            turn_key=turn_key,
-            decision=decision,
-            status=journal.status,
-            detail="the host finished but its done-check result was not recorded; "
-            "the next claim runs the check (never the host) again",
-        ), journal
+            detail=_LEFT[decision].format(
+                attempt=journal.attempt, of=journal.plan.max_host_attempts
+            ),
+        )
+        return action, None if decision is RecoveryDecision.NONE else journal
     if decision is RecoveryDecision.FAIL:
         journal = interrupted(journal, now=now)
     done = finish(layout, journal, fence, now=now)

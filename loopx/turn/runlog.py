@@ -35,7 +35,7 @@ class RunReport(Record):
     envelope: Envelope
     plan_argv: list[str]
     outcome: HostOutcome | None = None
-    check: CheckResult | None = None  # issue 26: the done-check this turn ran
+    check: CheckResult | None = None  # the done-check this turn ran
     started_at: UtcDatetime
     ended_at: UtcDatetime
 

@@ -1,7 +1,7 @@
 """One turn per workdir: a lock on the directory a turn runs in, taken with the goal's claim.
 
 Two goals whose workdirs resolve (realpath) to the same directory, or one
-inside the other, never run turns at the same time (issue 26). The lock is
+inside the other, never run turns at the same time. The lock is
 ``workdirs/<key>.json`` (``key``: a digest of the real path), created
 exclusively right after the goal's lease, naming the goal and the lease's
 epoch. It lives exactly as long as that lease may: a hold whose goal has no
@@ -100,7 +100,7 @@ class WorkdirClaim:
 def turn_workdir(layout: Layout, goal: Goal) -> str:
     """Where the goal's turns run, and so the directory its lock is on.
 
-    A goal with its own git worktree (issue 26 item 2) runs, and locks, there
+    A goal with its own git worktree runs, and locks, there
     (:func:`loopx.registry.worktree_record.turn_workdir`: a path fixed by the goal, made
     or not); every other goal in its workdir.
     """

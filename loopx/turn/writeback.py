@@ -72,7 +72,7 @@ def apply_patch(state: GoalState, journal: TurnJournal) -> GoalState:
 def _check_fields(
     state: GoalState, journal: TurnJournal, *, next_action_given: bool
 ) -> dict[str, object]:
-    """Issue 26: the recorded check, which the next envelope shows the host. Pure."""
+    """The recorded check, which the next envelope shows the host. Pure."""
     assert journal.check is not None  # noqa: S101 - the caller checked
     out: dict[str, object] = {"last_check": LastCheck.of(journal.turn_key, journal.check)}
     if journal.check.passed and not next_action_given and state.next_action == CHECK_NEXT_ACTION:
