@@ -15,29 +15,30 @@ import itertools
 import os
 import random
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from types import FrameType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import structlog
 
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
+from loopx.agents.heartbeat import Heartbeat, parent_of
 from loopx.agents.hostguard import stop_guard
+from loopx.agents.outcome import show_outcome
+from loopx.agents.signals import install_signal_handlers
 from loopx.clock import calibrate
 from loopx.duties import Duties
-from loopx.errors import LoopxError, resource_fault
+from loopx.errors import LoopxError
 from loopx.faults import fault_point
-from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
+from loopx.fleet import AgentConfig, AgentPhase
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import (
-    ProcessIdentity,
     set_parent_death_signal,
     unblock_handled_signals,
 )
@@ -47,12 +48,6 @@ from loopx.root import Layout
 from loopx.rootwatch import RootHandle
 from loopx.schedule.index import ScheduleIndex
 from loopx.secrets import secret_values
-from loopx.state import load_state
-from loopx.storage.files import atomic_write_model
-from loopx.turn.failures import FailureReason
-
-if TYPE_CHECKING:
-    from loopx.turn.attempt import TurnReport
 
 log = get_logger(__name__)
 
@@ -76,18 +71,6 @@ class Step(StrEnum):
     STOPPING = "stopping"  # a stop was requested before anything started
 
 
-def _parent_of(config: AgentConfig) -> ProcessIdentity | None:
-    """The process the agent watches (``parent_pid``); None when it is gone already.
-
-    Given only a pid, the process holding that pid now.
-    """
-    if config.parent_pid is None:
-        return None
-    if config.parent_started_at is None:
-        return ProcessIdentity.of(config.parent_pid)
-    return ProcessIdentity(config.parent_pid, config.parent_started_at)
-
-
 class Agent:
     """One agent process's loop and its heartbeat."""
 
@@ -102,17 +85,8 @@ class Agent:
         # goal is one an error (EMFILE) left, and its next claim takes it over at once.
         self.in_flight: set[str] = set()
         self.signals_received = 0
-        self.turns_done = 0
         self.idle_streak = 0
-        self._me = ProcessIdentity.current()
-        self._parent = _parent_of(config)
-        self._started_at = utcnow()
-        self._hostname = socket.gethostname()
-        self._beat_lock = threading.Lock()
-        self._phase = AgentPhase.STARTING
-        self._goal_id: str | None = None
-        self._turn_key: str | None = None
-        self._turn_started_at: datetime | None = None
+        self._parent = parent_of(config)
         self._wake = threading.Event()
         self._beater: threading.Thread | None = None
         self._beats_done = threading.Event()
@@ -120,10 +94,10 @@ class Agent:
         # O(changed goals), not O(goals).
         self.index = ScheduleIndex(layout, accept=lambda goal: fits(goal, config.resources))
         self._since_beat = 0.0
-        self.degraded: str | None = None  # why writes are refused now (disk full...), if they are
         self.space_blocked: str | None = None  # why no new turn starts (disk limits), if so
         # The step and the heartbeat a resource error (EMFILE, MemoryError...) stops now.
         self.duties = Duties("agent")
+        self.heartbeat = Heartbeat(layout, config.agent_id, self.duties)
         # The root by directory descriptor while `run` loops: a moved root stops the agent,
         # saying why, instead of a traceback at its next write.
         self._root: RootHandle | None = None
@@ -152,71 +126,18 @@ class Agent:
 
     # --- heartbeat ----------------------------------------------------------------------------
 
-    def beat(self, phase: AgentPhase | None = None, *, goal_id: str | None = None) -> None:
-        """Rewrite ``agents/<id>.json`` atomically (optionally changing the phase first)."""
-        with self._beat_lock:
-            if phase is not None:
-                self._phase = phase
-                self._goal_id = goal_id
-                self._turn_key = None
-                self._turn_started_at = None
-            record = AgentHeartbeat(
-                agent_id=self.config.agent_id,
-                pid=self._me.pid,
-                pid_started_at=self._me.started_at,
-                hostname=self._hostname,
-                phase=self._phase,
-                goal_id=self._goal_id,
-                turn_key=self._turn_key,
-                turn_started_at=self._turn_started_at,
-                turns_done=self.turns_done,
-                started_at=self._started_at,
-                beat_at=utcnow(),
-                degraded=self.degraded_reason,
-            )
-            # Not fsynced: a heartbeat tells live processes about a live agent; after
-            # a power cut there is no agent left for it to describe.
-            try:
-                atomic_write_model(
-                    self.layout.agent_file(self.config.agent_id), record, durable=False
-                )
-            except OSError as e:
-                self._note_fault(e)  # a missed beat; the next one may pass
-                return
-            self._note_fault(None)
-
-    def _note_fault(self, error: OSError | None) -> None:
-        """Track whether writes are refused now; raise errors that are not resource faults."""
-        reason = resource_fault(error) if error is not None else None
-        if error is not None and reason is None:
-            raise error
-        if reason != self.degraded:
-            if reason is not None:
-                log.warning("agent_degraded", reason=reason)
-            else:
-                log.info("agent_recovered", was=self.degraded)
-            self.degraded = reason
-
     @property
-    def degraded_reason(self) -> str | None:
-        """Why the agent is degraded now: refused writes, then failing duties."""
-        parts = [p for p in (self.degraded, self.duties.reason) if p]
-        return "; ".join(parts) or None
+    def turns_done(self) -> int:
+        """The turns this agent ran (published in its heartbeat)."""
+        return self.heartbeat.turns_done
 
-    def _set_phase(self, phase: AgentPhase, goal_id: str | None = None) -> None:
-        """Change the phase the next beat publishes, without writing now."""
-        with self._beat_lock:
-            self._phase = phase
-            self._goal_id = goal_id
-            self._turn_key = None
-            self._turn_started_at = None
+    @turns_done.setter
+    def turns_done(self, value: int) -> None:
+        self.heartbeat.turns_done = value
 
-    def on_turn(self, turn_key: str, started_at: datetime) -> None:
-        """The turn ``turn_key`` began (its journal exists): publish it in a heartbeat now."""
-        with self._beat_lock:
-            self._turn_key = turn_key
-            self._turn_started_at = started_at
-        self.beat()
+    def beat(self, phase: AgentPhase | None = None, *, goal_id: str | None = None) -> None:
+        """Publish the heartbeat now (:meth:`loopx.agents.heartbeat.Heartbeat.beat`)."""
+        self.heartbeat.beat(phase, goal_id=goal_id)
 
     def _parent_gone(self) -> bool:
         if self.config.parent_pid is None:
@@ -340,7 +261,7 @@ class Agent:
                     stop=self.stop,
                     skip_if_busy=not wait,
                     console=self.console,
-                    on_turn=self.on_turn,
+                    on_turn=self.heartbeat.on_turn,
                     in_flight=self.in_flight,
                 )
             except LoopxError as e:
@@ -351,7 +272,7 @@ class Agent:
                 # A full or failing disk: nothing of this turn was committed (a host
                 # that finished waits inside the turn until its writes pass); back
                 # off like an idle step and try again.
-                self._note_fault(e)
+                self.heartbeat.note_fault(e)
                 break
             finally:
                 structlog.contextvars.unbind_contextvars("goal_id")
@@ -361,37 +282,18 @@ class Agent:
                 continue
             report = attempt.report
             if report is not None:
-                self._show_outcome(report)
+                if self.console is not None:
+                    show_outcome(self.console, self.layout, report)
                 self.turns_done += 1
                 self.idle_streak = 0
                 # Idle from now, published by the next step's beat (running again,
                 # or idle when nothing is eligible) or the heartbeat thread: one
                 # heartbeat write per turn instead of two.
-                self._set_phase(AgentPhase.IDLE)
+                self.heartbeat.set_phase(AgentPhase.IDLE)
                 return Step.RAN
         self.idle_streak += 1
         self.beat(AgentPhase.IDLE)
         return Step.IDLE
-
-    def _show_outcome(self, report: TurnReport) -> None:
-        """The turn's one line on the console: what came of it and when the goal runs next."""
-        if self.console is None:
-            return
-        try:
-            next_at = load_state(self.layout, report.goal_id).next_eligible_at
-        except (LoopxError, OSError):
-            next_at = None
-        self.console.finished(
-            goal_id=report.goal_id,
-            seq=report.seq,
-            outcome=outcome_words(report),
-            detail=failure_detail(report),
-            wall_s=report.usage.wall_s,
-            cpu_s=report.usage.cpu_s,
-            tokens=report.usage.tokens,
-            cost_usd=report.usage.cost_usd,
-            next_eligible_at=next_at,
-        )
 
     def idle_delay(self) -> float:
         """The next idle sleep: doubles with each idle step up to ``idle_max_s``, with jitter.
@@ -465,51 +367,6 @@ class Agent:
                 raise
 
 
-def outcome_words(report: TurnReport) -> str:
-    """A turn's outcome in a few words: its result kind, or FAILED with the reason. Pure."""
-    if report.failure is not None:
-        if report.failure.reason is FailureReason.STOPPED:
-            return "stopped"
-        return f"FAILED {report.failure.reason}"
-    return str(report.kind or report.status)
-
-
-def failure_detail(report: TurnReport) -> str:
-    """The first line of a failed turn's message (bounded), or the turn's summary. Pure."""
-    text = report.failure.message if report.failure is not None else report.summary
-    return text.splitlines()[0][:200] if text else ""
-
-
-def install_signal_handlers(agent: Agent) -> None:
-    """Deliver SIGTERM/SIGINT to :meth:`Agent.handle_signal` from a watcher thread; ignore SIGHUP.
-
-    The C-level handler writes the signal number to a wakeup pipe at once,
-    even while the main thread waits inside a turn; the watcher thread reads
-    it and records the intent. The Python-level handler does nothing.
-    """
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _noop_handler)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
-    def watch() -> None:
-        while True:
-            data = os.read(read_fd, 64)
-            if not data:
-                return
-            for signum in data:
-                if signum in (signal.SIGTERM, signal.SIGINT):
-                    agent.handle_signal(signum)
-
-    threading.Thread(target=watch, name="signal-watcher", daemon=True).start()
-
-
-def _noop_handler(_signum: int, _frame: FrameType | None) -> None:
-    """Installed so the signal is caught (and written to the wakeup fd) instead of killing us."""
-
-
 def run_agent(layout: Layout, config: AgentConfig) -> int:
     """Run an agent process's loop with its signal handling; returns the exit code.
 
@@ -523,7 +380,7 @@ def run_agent(layout: Layout, config: AgentConfig) -> int:
     agent = Agent(layout, config, console=console)
     # Handlers first, then unblock: a SIGTERM that arrived during the spawn is
     # pending and must find the handler, not the default action.
-    install_signal_handlers(agent)
+    install_signal_handlers(agent.handle_signal)
     unblock_handled_signals()
     set_parent_death_signal(signal.SIGTERM)
     # The parent may have died before the death signal was armed (a race prctl leaves).
