@@ -97,3 +97,20 @@ def test_killed_at_a_new_rows_fault_points_the_turn_recovers(
     assert durable_snapshot(layout, "g", tmp_path / "wd") == undisturbed
     assert noop_runs(tmp_path / "wd")[-1] == KEY
     assert len(demo_runs(tmp_path / "wd")) == 2
+
+
+def test_a_journal_written_before_the_table_resumes_at_its_first_unrecorded_step(
+    tmp_path: Path, undisturbed: dict[str, object]
+) -> None:
+    """A journal without `completed_steps` (an older LoopX's) resumes by its phases alone."""
+    layout = make_root(tmp_path / "root")
+    demo_goal(layout, "g", tmp_path / "wd")
+    crashed = loopx(layout.root, "turn", "run-once", "g", LOOPX_FAULT="after:journal")
+    assert crashed.returncode == 137, crashed.stderr
+    path = layout.turns_dir("g") / f"{KEY}.json"
+    older = json.loads(path.read_text())
+    del older["completed_steps"]
+    path.write_text(json.dumps(older, indent=2) + "\n")
+    assert loopx(layout.root, "turn", "run-once", "g").returncode == 0  # the host again
+    assert durable_snapshot(layout, "g", tmp_path / "wd") == undisturbed
+    assert len(demo_runs(tmp_path / "wd")) == 1
