@@ -200,7 +200,8 @@ def test_agent_weathers_descriptor_exhaustion(tmp_path: Path) -> None:
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "work", "--steps", "1000")
     log = tmp_path / "agent.log"
-    agent = _agent(layout, log)
+    # A short lease: a turn the fault cut short may leave its lease behind, taken back at expiry.
+    agent = _agent(layout, log, LOOPX_LEASE_TTL_S="6", LOOPX_LEASE_GRACE_S="2")
     try:
         wait_for("a first turn", lambda: _history(layout, "g") >= 1, timeout=60)
         with _no_new_descriptors(agent.pid):
@@ -212,8 +213,7 @@ def test_agent_weathers_descriptor_exhaustion(tmp_path: Path) -> None:
             stalled = _history(layout, "g")
             assert agent.poll() is None
         wait_for("recovered", lambda: _log_has(log, "recovered", "too many open files"), timeout=60)
-        # A turn the fault cut short may leave its lease behind: the agent takes it back
-        # when it expires (a lease's length, 60 s, plus grace), then turns on.
+        # A lease left behind is taken back when it expires (its 6 s plus 2 s of grace).
         wait_for("turns again", lambda: _history(layout, "g") >= stalled + 2, timeout=120)
         assert agent.poll() is None
     finally:
