@@ -46,6 +46,7 @@ def _host(root: Path, code: str) -> Iterator[subprocess.Popen[bytes]]:
         _py(code),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        cwd=root,
         env=_env(root),
         start_new_session=True,
     )
@@ -165,6 +166,7 @@ def test_a_quiet_tree_is_unchanged_and_a_new_child_is_a_change(tmp_path):
     assert (first.changed, again.changed, found_changed) == (True, False, True)
 
 
+# The host answers with the daemon's pid once the daemon's parent has exited.
 DETACH = """
 import os, sys
 for line in sys.stdin:
@@ -173,9 +175,10 @@ for line in sys.stdin:
         pid = os.fork()
         if pid == 0:
             os.execve("/bin/sleep", ["sleep", "60"], {})
-        print(pid, flush=True)
+        open("daemon.pid", "w").write(str(pid))
         os._exit(0)
     os.wait()
+    print(open("daemon.pid").read(), flush=True)
 """
 
 
