@@ -88,7 +88,8 @@ def _start(root: Path, log: Path, *args: str, **env: str) -> subprocess.Popen[by
 def test_an_agent_window_shows_claim_output_and_outcome(tmp_path: Path) -> None:
     """The agent's window: the claim, the host's live lines (redacted), the outcome line."""
     root, _ = _root(tmp_path)
-    proc = _start(root, tmp_path / "sup.log", "--json")
+    # The starting terminal's size is not the panes': the fleet table fills the pane's 200 columns.
+    proc = _start(root, tmp_path / "sup.log", "--json", COLUMNS="80", LINES="24")
     try:
         pane = wait_for(
             "the turn's outcome line in the agent window",

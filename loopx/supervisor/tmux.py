@@ -53,6 +53,16 @@ def socket_path(root: Path) -> Path:
     return root / SOCKET_NAME
 
 
+# The size of the terminal that started the fleet, not of a pane: a window's program
+# that read them (the fleet window's status table) would wrap at the wrong width.
+_TERMINAL_SIZE: Final = ("COLUMNS", "LINES")
+
+
+def _pane_environment() -> dict[str, str]:
+    """The environment the server (and so every window) starts from."""
+    return {k: v for k, v in os.environ.items() if k not in _TERMINAL_SIZE}
+
+
 class TmuxSession:
     """One tmux session on the root's private server."""
 
@@ -71,6 +81,7 @@ class TmuxSession:
             text=True,
             check=False,
             stdin=subprocess.DEVNULL,
+            env=_pane_environment(),
         )
         if proc.returncode != 0:
             raise TmuxError(what, proc.stderr.strip() or f"exit code {proc.returncode}")
