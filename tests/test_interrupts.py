@@ -61,10 +61,8 @@ def test_ctrl_c_ends_status_watch(
             time.sleep(0.01)
         time.sleep(moment)  # the moment of the signal, not a synchronisation
         proc.send_signal(signal.SIGINT)
-        started = time.monotonic()
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=5.0 + 5.0)  # WATCH_GRACE_S, plus a busy machine
         assert proc.returncode == 0, err
-        assert time.monotonic() - started < 5.0 + 5.0  # WATCH_GRACE_S, plus a busy machine
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -42,9 +41,7 @@ def test_sigterm_stops_the_fleet_leaving_nothing(root: Path) -> None:
     """SIGTERM: exit 0 within the grace, every agent gone, record says stopped."""
     with supervisor(root, "--stop-grace-seconds", "10", agents=2) as (proc, rec):
         agents = [psutil.Process(s["pid"]) for s in rec["slots"]]
-        started = time.monotonic()
-        assert sigterm_and_wait(proc) == 0
-        assert time.monotonic() - started < 15
+        assert sigterm_and_wait(proc, timeout=15) == 0  # the grace, plus a busy machine
         assert not [a for a in agents if alive(a)]
         assert leftovers(root) == []
         final = record(root)
