@@ -38,10 +38,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``serial`` share one xdist worker, so they never run beside each other."""
+    """Tests marked ``serial`` share one xdist worker, so they never run beside each other.
+
+    So do the ``ray`` tests: each starts a Ray cluster of several processes and a gigabyte or
+    more, which two workers' clusters at once would starve on a 2-core machine.
+    """
     for item in items:
-        if item.get_closest_marker("serial") is not None:
-            item.add_marker(pytest.mark.xdist_group("serial"))
+        for group in ("serial", "ray"):
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @pytest.fixture(autouse=True)
