@@ -64,7 +64,7 @@ from loopx.turn.runlog import RunReport
 from loopx.turn.workdir import WorkdirHold, WorkdirWait
 from loopx.web import dashboard
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
-from loopx.web.bulk import BulkAnswerResult
+from loopx.web.bulk import BulkActionResult, BulkAnswerResult
 from loopx.web.events import ChangeEvent
 from loopx.web.livetail import LiveOutput
 from loopx.web.timeline import Timeline
@@ -171,6 +171,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-gate-conflict": GateConflict,
     "dashboard-audit": AuditPage,
     "dashboard-bulk-answer": BulkAnswerResult,  # POST /api/answers
+    "dashboard-bulk-action": BulkActionResult,  # POST /api/bulk/<pause|resume>
     "dashboard-timeline": Timeline,  # GET /api/timeline
     # `loopx logs --json`: one per line.
     "log-entry": LogEntry,

@@ -45,6 +45,7 @@ COMMANDS: dict[str, list[str]] = {
     "goal pause": ["g"],
     "goal resume": ["g"],
     "goal done": ["g"],
+    "goal reopen": ["g", "--yes"],
     "goal reset-session": ["g"],
     "goal worktree": ["g"],
     "goal merge": ["g"],
@@ -184,6 +185,7 @@ BAD_FLAGS: dict[str, tuple[list[str], int, str]] = {
         "gate 7 is not open",
     ),
     "schema-name": (["schema", "nope"], 2, "nope"),
+    "reopen-without-yes": (["goal", "reopen", "g"], 2, "runs finished work again"),
 }
 BAD_FILES: dict[str, tuple[list[str], int, str]] = {
     "plan-directory": (["batch", "run", "{base}/plandir.json"], 2, "is a directory"),

@@ -41,6 +41,7 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("goal", "pause"): "goal",
     ("goal", "resume"): "goal",
     ("goal", "done"): "goal",
+    ("goal", "reopen"): "goal",
     ("goal", "reset-session"): "session-reset",
     ("goal", "worktree"): "goal-worktree",
     ("goal", "merge"): "merge-journal",
@@ -104,6 +105,7 @@ NOT_A_GET_REPLY = {
     "dashboard-action",
     "dashboard-gate-conflict",
     "dashboard-bulk-answer",
+    "dashboard-bulk-action",
 }
 
 
@@ -257,6 +259,8 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa:
     check(("status",))
     check(("goal", "pause"), "g2")
     check(("goal", "resume"), "g2")
+    check(("goal", "done"), "g2")
+    check(("goal", "reopen"), "g2", "--yes")
     check(("goal", "done"), "g2")
     check(("archive",), "g2")
     for command, *args in _worktree_commands(tmp_path):

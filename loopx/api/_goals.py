@@ -1,4 +1,4 @@
-"""``root.goals``: `loopx goal add|update|list|show|pause|resume|done|reset-session`, `archive`."""
+"""``root.goals``: `loopx goal add|update|list|show|pause|resume|done|reopen|reset-session`, `archive`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from loopx.registry.bulk import (
 )
 from loopx.registry.catalog import own_workdirs
 from loopx.registry.checks import check_program, check_workdir
-from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session, set_status
+from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session
+from loopx.registry.lifecycle import StatusRequest, change_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
 from loopx.registry.views import (
     GoalDocument,
@@ -329,25 +330,49 @@ class Goals:
     def set_status(
         self, goal_id: str, status: GoalStatus, *, now: datetime | None = None
     ) -> GoalDocument:
-        """Pause, resume or finish a goal.
+        """Pause (``paused``), resume (``active``) or finish (``done``) a goal.
 
         Raises:
             GoalNotFoundError: no such goal.
-            GoalStateError: the goal is archived.
+            GoalStateError: the goal is archived, or done and asked to pause or resume
+                (finished work runs again only by :meth:`reopen`); nothing changed.
+            InvalidPolicyError: ``status`` is not paused, active or done.
         """
-        return GoalDocument(goal=set_status(self.layout, goal_id, status, now=now or utcnow()))
+        requests = {
+            GoalStatus.PAUSED: StatusRequest.PAUSE,
+            GoalStatus.ACTIVE: StatusRequest.RESUME,
+            GoalStatus.DONE: StatusRequest.DONE,
+        }
+        if status not in requests:
+            raise InvalidPolicyError("status", f"must be paused, active or done, not {status}")
+        return self._change(goal_id, requests[status], now=now)
+
+    def _change(
+        self, goal_id: str, request: StatusRequest, *, now: datetime | None
+    ) -> GoalDocument:
+        change = change_status(self.layout, goal_id, request, now=now or utcnow())
+        return GoalDocument(goal=change.goal, repeated=change.repeated)
 
     def pause(self, goal_id: str, *, now: datetime | None = None) -> GoalDocument:
-        """`loopx goal pause`: stop scheduling a goal."""
-        return self.set_status(goal_id, GoalStatus.PAUSED, now=now)
+        """`loopx goal pause`: stop scheduling a goal (refused on a done goal)."""
+        return self._change(goal_id, StatusRequest.PAUSE, now=now)
 
     def resume(self, goal_id: str, *, now: datetime | None = None) -> GoalDocument:
-        """`loopx goal resume`: schedule a paused goal again."""
-        return self.set_status(goal_id, GoalStatus.ACTIVE, now=now)
+        """`loopx goal resume`: schedule a paused goal again (refused on a done goal)."""
+        return self._change(goal_id, StatusRequest.RESUME, now=now)
 
     def done(self, goal_id: str, *, now: datetime | None = None) -> GoalDocument:
         """`loopx goal done`: mark a goal done."""
-        return self.set_status(goal_id, GoalStatus.DONE, now=now)
+        return self._change(goal_id, StatusRequest.DONE, now=now)
+
+    def reopen(self, goal_id: str, *, now: datetime | None = None) -> GoalDocument:
+        """`loopx goal reopen --yes`: make a done goal active again; its agents run more turns.
+
+        Raises:
+            GoalNotFoundError: no such goal.
+            GoalStateError: the goal is archived, or paused (resume it instead).
+        """
+        return self._change(goal_id, StatusRequest.REOPEN, now=now)
 
     def reset_session(self, goal_id: str, *, now: datetime | None = None) -> SessionReset:
         """`loopx goal reset-session`: the next turn starts a fresh host CLI session."""

@@ -1,4 +1,4 @@
-"""`loopx goal add|import|list|show|pause|resume|done`."""
+"""`loopx goal add|import|list|show|reset-session` (pause, resume, done, reopen: _goalstatus)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
+from loopx.cli._goalstatus import register_status
 from loopx.cli._work import add_worktree_options, register_work, worktree_arguments
 from loopx.errors import InvalidPolicyError
-from loopx.registry.model import Goal, GoalStatus, HostKind
+from loopx.registry.model import Goal, HostKind
 from loopx.state import TodoStatus
 
 # CLI flag -> QuotaPolicy field.
@@ -110,15 +111,7 @@ def register(sub: Subparsers) -> None:
     show.add_argument("--json", action="store_true")
     show.set_defaults(func=run_show)
 
-    for name, status, text in (
-        ("pause", GoalStatus.PAUSED, "stop scheduling a goal"),
-        ("resume", GoalStatus.ACTIVE, "schedule a paused goal again"),
-        ("done", GoalStatus.DONE, "mark a goal done"),
-    ):
-        action = add_command(actions, name, help=text)
-        action.add_argument("goal_id", metavar="ID")
-        action.add_argument("--json", action="store_true")
-        action.set_defaults(func=run_set_status, status=status)
+    register_status(actions)  # goal pause, resume, done, reopen
     register_reset_session(actions)
     register_work(actions)  # goal worktree, goal merge
 
@@ -333,15 +326,4 @@ def run_show(args: argparse.Namespace) -> int:
         print(f"  OPEN GATE {gate.id}: {gate.question}")
     for todo in state.todos:
         print(f"  [{'x' if todo.status is TodoStatus.DONE else ' '}] {todo.id}: {todo.text}")
-    return exitcodes.OK
-
-
-def run_set_status(args: argparse.Namespace) -> int:
-    """Pause, resume or finish a goal."""
-    document = root(args).goals.set_status(args.goal_id, args.status)
-    goal = document.goal
-    if args.json:
-        print_json(document)
-    else:
-        print(f"goal {goal.id} is now {goal.status}")
     return exitcodes.OK

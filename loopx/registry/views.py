@@ -14,10 +14,11 @@ from loopx.state import Gate, GoalState, HostSession, load_state
 
 
 class GoalDocument(Record):
-    """`goal add|pause|resume|done --json`: the goal as registered now."""
+    """`goal add|pause|resume|done|reopen --json`: the goal as registered now."""
 
     schema_version: Literal[1] = 1
     goal: Goal
+    repeated: bool = False  # pause, resume, done, reopen: the goal already was so; nothing written
     # Other goals on the same workdir (or one inside or above it), when this goal
     # has no worktree of its own: their turns run one at a time.
     shared_workdir: list[str] = Field(default_factory=list)

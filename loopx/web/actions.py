@@ -1,8 +1,9 @@
-"""Dashboard actions: answer a gate, pause, resume, mark done; each one audited.
+"""Dashboard actions: answer a gate, pause, resume, mark done, reopen; each one audited.
 
 Every action calls the same registry function as the CLI (``loopx gate
-resolve``, ``loopx goal pause|resume|done``), so validation, locks and error
-messages are the CLI's. Every attempt that reaches the server with actions
+resolve``, ``loopx goal pause|resume|done|reopen``), so validation, locks and
+error messages are the CLI's: a done goal is neither paused nor resumed (409,
+"goal X is done; `loopx goal reopen X` runs it again"). Every attempt that reaches the server with actions
 enabled, allowed or refused, is appended to ``logs/audit.jsonl``.
 """
 
@@ -21,7 +22,8 @@ from pydantic import Field
 
 from loopx.errors import GoalNotFoundError, GoalStateError, InvalidPolicyError, LoopxError
 from loopx.model import Record, UtcDatetime
-from loopx.registry.goals import get_goal, resolve_gate, set_status
+from loopx.registry.goals import get_goal, resolve_gate
+from loopx.registry.lifecycle import StatusRequest, change_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state
@@ -44,13 +46,15 @@ class Action(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     DONE = "done"
+    REOPEN = "reopen"  # a done goal runs again; the page asks to confirm first
     MERGE = "merge"  # `loopx goal merge` (docs/work.md), run as a child process
 
 
-_STATUS_OF: Final = {
-    Action.PAUSE: GoalStatus.PAUSED,
-    Action.RESUME: GoalStatus.ACTIVE,
-    Action.DONE: GoalStatus.DONE,
+_REQUEST_OF: Final = {
+    Action.PAUSE: StatusRequest.PAUSE,
+    Action.RESUME: StatusRequest.RESUME,
+    Action.DONE: StatusRequest.DONE,
+    Action.REOPEN: StatusRequest.REOPEN,
 }
 
 
@@ -81,7 +85,7 @@ class ActionResult(Record):
     schema_version: Literal[1] = 1
     goal_id: str
     action: Action
-    goal_status: GoalStatus | None = None  # pause, resume, done
+    goal_status: GoalStatus | None = None  # pause, resume, done, reopen
     gate: Gate | None = None  # resolve-gate
     merge: MergeJournal | None = None  # merge: its journal (outcome, gate opened)
     repeated: bool = False  # the goal already was so (a second click): nothing was written
@@ -194,7 +198,8 @@ def perform(
     Raises:
         GoalNotFoundError: no such goal.
         StaleGateError: the answer's gate closed (with another answer) or changed.
-        GoalStateError: the goal is archived.
+        GoalStateError: the goal is archived; pause or resume of a done goal; reopen of
+            a goal that is not done.
         InvalidPolicyError: a gate answer or its gate id is missing.
 
     """
@@ -202,11 +207,10 @@ def perform(
         return _answer(layout, goal_id, request, now=now)
     if action is Action.MERGE:
         return ActionResult(goal_id=goal_id, action=action, merge=merge_in_child(layout, goal_id))
-    wanted = _STATUS_OF[action]
-    if get_goal(layout, goal_id).status is wanted:  # a second click: already so
-        return ActionResult(goal_id=goal_id, action=action, goal_status=wanted, repeated=True)
-    goal = set_status(layout, goal_id, wanted, now=now)
-    return ActionResult(goal_id=goal_id, action=action, goal_status=goal.status)
+    change = change_status(layout, goal_id, _REQUEST_OF[action], now=now)
+    return ActionResult(
+        goal_id=goal_id, action=action, goal_status=change.goal.status, repeated=change.repeated
+    )
 
 
 def _check_gate(goal_id: str, state: GoalState, request: ActionRequest) -> Gate | None:

@@ -191,7 +191,8 @@ def not_allowed() -> Response:
     """405: only GET and HEAD (POST on the action routes)."""
     return error_reply(
         HTTPStatus.METHOD_NOT_ALLOWED,
-        "only GET is allowed here (POST only on /api/goals/<id>/<action> and /api/answers)",
+        "only GET is allowed here (POST only on /api/goals/<id>/<action>, /api/bulk/<action> "
+        "and /api/answers)",
         headers={"Allow": "GET, HEAD", "Connection": "close"},
     )
 
@@ -515,6 +516,7 @@ def build_app(
     from loopx.web.routes_actions import (  # noqa: PLC0415 - routes of their own module
         post_action,
         post_answers,
+        post_bulk,
     )
     from loopx.web.routes_panels import (  # noqa: PLC0415 - routes of their own module
         api_latest_run,
@@ -541,6 +543,7 @@ def build_app(
         Route("/api/goals/{goal_id}/runs/{seq:int}", api_run, methods=["GET"]),
         Route("/api/goals/{goal_id}/{action}", post_action, methods=["POST"]),
         Route("/api/answers", post_answers, methods=["POST"]),
+        Route("/api/bulk/{action}", post_bulk, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.service = service

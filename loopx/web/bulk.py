@@ -1,4 +1,12 @@
-"""``POST /api/answers``: one answer text for several gates, each judged on its own.
+"""Bulk requests: one answer for several gates, one pause or resume for several goals.
+
+``POST /api/goals/pause`` and ``POST /api/goals/resume`` (body ``{"goal_ids": [...]}``)
+apply one status change to many goals in one request, each through the same
+:func:`~loopx.web.actions.perform` as a single click: a done goal is refused
+on its own (409, naming ``loopx goal reopen``), the others are applied, and
+the page refreshes once. Every item is a line of the audit log.
+
+``POST /api/answers``: one answer text for several gates, each judged on its own.
 
 Each item names its goal, its gate and (optionally) the question the person
 read, exactly as a single answer does, and goes through the same
@@ -18,6 +26,7 @@ from pydantic import Field
 
 from loopx.errors import LoopxError
 from loopx.model import Record
+from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate
 from loopx.web.actions import (
@@ -32,6 +41,39 @@ from loopx.web.actions import (
 
 MAX_GATES: Final = 100  # items per request; the page sends at most a page of rows
 MAX_BULK_BODY: Final = 64 * 1024
+
+
+class BulkActionRequest(Record):
+    """The body of ``POST /api/goals/<pause|resume>``: the goals ticked and shown on the page."""
+
+    goal_ids: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=64)]],
+        Field(min_length=1, max_length=MAX_GATES),
+    ]
+
+
+class GoalOutcome(Record):
+    """How one goal of a bulk pause or resume ended."""
+
+    goal_id: str
+    status: int  # the HTTP status a single click would have had (200, 409, 404)
+    outcome: Literal["applied", "repeated", "failed"]
+    goal_status: GoalStatus | None = None  # after the action, when applied or repeated
+    error: str | None = None
+    hint: str | None = None
+
+
+class BulkActionResult(Record):
+    """The reply to a bulk pause or resume: one result per goal, in the request's order."""
+
+    schema_version: Literal[1] = 1
+    action: Action
+    applied: int  # applied now or already so (repeated)
+    refused: int
+    results: list[GoalOutcome]
+
+
+BULK_ACTIONS: Final = frozenset({Action.PAUSE, Action.RESUME})
 
 
 class GateRef(Record):
@@ -72,6 +114,40 @@ class BulkAnswerResult(Record):
 
 
 Audit = Callable[[str, Outcome, str, str | None], None]  # goal id, outcome, detail, answer
+
+
+def act_each(
+    layout: Layout, action: Action, request: BulkActionRequest, *, now: datetime, audit: Audit
+) -> BulkActionResult:
+    """Apply ``action`` to each goal of ``request`` through :func:`perform`, auditing each."""
+    results = [_act(layout, action, goal_id, now=now, audit=audit) for goal_id in request.goal_ids]
+    applied = sum(r.outcome != "failed" for r in results)
+    return BulkActionResult(
+        action=action, applied=applied, refused=len(results) - applied, results=results
+    )
+
+
+def _act(
+    layout: Layout, action: Action, goal_id: str, *, now: datetime, audit: Audit
+) -> GoalOutcome:
+    try:
+        result = perform(layout, goal_id, action, ActionRequest(), now=now)
+    except LoopxError as e:
+        audit(goal_id, Outcome.FAILED, f"{e.message} (bulk)", None)
+        status = refusal_status(e)
+        return GoalOutcome(
+            goal_id=goal_id, status=status, outcome="failed", error=e.message, hint=e.hint
+        )
+    detail = f"{result.goal_status} (bulk)"
+    if result.repeated:
+        detail += " (already so: nothing written)"
+    audit(goal_id, Outcome.APPLIED, detail, None)
+    return GoalOutcome(
+        goal_id=goal_id,
+        status=HTTPStatus.OK,
+        outcome="repeated" if result.repeated else "applied",
+        goal_status=result.goal_status,
+    )
 
 
 def answer_each(

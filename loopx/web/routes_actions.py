@@ -1,4 +1,4 @@
-"""``POST /api/goals/<id>/<action>``: answer a gate, pause, resume, done; every attempt audited.
+"""``POST /api/goals/<id>/<action>``, ``/api/bulk/<pause|resume>``, ``/api/answers``; all audited.
 
 Refused, in this order, before the body is read: a server started without
 actions (403, with the option that enables them), a cross-site request
@@ -35,10 +35,18 @@ from loopx.web.actions import (
     refusal_status,
 )
 from loopx.web.app import authorized, error_reply, json_reply
-from loopx.web.bulk import MAX_BULK_BODY, BulkAnswerRequest, answer_each
+from loopx.web.bulk import (
+    BULK_ACTIONS,
+    MAX_BULK_BODY,
+    BulkActionRequest,
+    BulkAnswerRequest,
+    act_each,
+    answer_each,
+)
 from loopx.web.service import StatusService
 
-_FIELDS = "send answer, gate_id and question (resolve-gate) or {} (pause, resume, done)"
+_FIELDS = "send answer, gate_id and question (resolve-gate) or {} (pause, resume, done, reopen)"
+_BULK_ACTION_FIELDS = "send goal_ids: [id, ...], at most 100"
 _BULK_FIELDS = "send answer and gates: [{goal_id, gate_id, question}, ...], at most 100"
 
 
@@ -190,6 +198,55 @@ async def post_answers(request: Request) -> Response:
 
     def run() -> Response:
         result = answer_each(service.layout, asked, now=utcnow(), audit=audit)
+        if result.applied:
+            service.tick_now()
+        return json_reply(result)
+
+    return await run_in_threadpool(run)
+
+
+async def post_bulk(request: Request) -> Response:
+    """``POST /api/bulk/<pause|resume>``: one status change for many goals, applied as a batch."""
+    service: StatusService = request.app.state.service
+    name: str = request.path_params["action"]
+    if not service.actions:
+        return _read_only()
+    client = request.client.host if request.client is not None else "unknown"
+
+    def audit(goal_id: str, outcome: Outcome, detail: str, answer: str | None = None) -> None:
+        record = AuditRecord(
+            at=utcnow(),
+            client=client,
+            action=name[:64],
+            goal_id=goal_id[:64],
+            outcome=outcome,
+            detail=detail,
+            answer=answer,
+        )
+        record_audit(service.layout, record)
+
+    refusal = _refusal(request, service, MAX_BULK_BODY)
+    if refusal is not None:
+        status, message = refusal
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        return error_reply(status, message, headers={"Connection": "close"})
+    try:
+        body = await request.body()
+    except ClientDisconnect:
+        return Response(status_code=HTTPStatus.BAD_REQUEST)
+    if name not in BULK_ACTIONS:
+        message = f"no bulk action {name!r}; the bulk actions are {', '.join(sorted(BULK_ACTIONS))}"
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        return error_reply(HTTPStatus.NOT_FOUND, message)
+    try:
+        asked = BulkActionRequest.model_validate_json(body or b"{}")
+    except ValidationError as e:
+        message = describe_request_error(e, fields=_BULK_ACTION_FIELDS)
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        return error_reply(HTTPStatus.BAD_REQUEST, message)
+
+    def run() -> Response:
+        result = act_each(service.layout, Action(name), asked, now=utcnow(), audit=audit)
         if result.applied:
             service.tick_now()
         return json_reply(result)

@@ -150,6 +150,7 @@ def test_bulk_resume_resumes_the_ticked_goals(layout, tmp_path, tab):
     with_token(tab)
     with served(layout, token=TOKEN, actions=True) as url:
         page = tab.page
+        page.on("dialog", lambda dialog: dialog.accept())
         page.goto(f"{url}#/?reason=paused&sort=id")
         page.wait_for_selector("#goals-panel tbody tr[data-goal='p3']")
         page.check("#goals-panel tr[data-goal='p1'] input.pick")
@@ -163,4 +164,93 @@ def test_bulk_resume_resumes_the_ticked_goals(layout, tmp_path, tab):
             15,
             "the two goals to resume",
         )
+    assert tab.errors == []
+
+
+def test_bulk_pause_acts_once_on_the_visible_ticked_goals_after_confirming(layout, tmp_path, tab):
+    """Ticked before a search: left alone; the count is confirmed; one request; buttons wait."""
+    from loopx.registry.goals import set_status
+
+    names = ("api-1", "api-2", "fin-1", "web-1")
+    for name in names:
+        demo_goal(layout, name, tmp_path / name)
+    set_status(layout, "fin-1", GoalStatus.DONE, now=utcnow())
+    asked: list[str] = []
+    held: list = []
+
+    def hold(route) -> None:  # a bound method is no handler for Playwright: a function is
+        held.append(route)
+
+    with_token(tab)
+    with served(layout, token=TOKEN, actions=True) as url:
+        page = tab.page
+        page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+        page.goto(f"{url}#/?sort=id")
+        page.wait_for_selector("#goals-panel tbody tr[data-goal='web-1']")
+        page.check("#goals-panel tr[data-goal='web-1'] input.pick")
+        page.check("#goals-panel tr[data-goal='api-1'] input.pick")
+        page.fill("#f-q", "api")
+        page.press("#f-q", "Enter")
+        page.wait_for_selector("#goals-panel tbody tr[data-goal='api-2']")
+        page.wait_for_function("!document.querySelector(\"#goals-panel tr[data-goal='web-1']\")")
+        page.check("#goals-panel tr[data-goal='api-2'] input.pick")
+        page.click("#bulk-pause")
+        wait_until(lambda: get_goal(layout, "api-2").status is GoalStatus.PAUSED, 10, "api-2")
+        page.wait_for_selector("#bulk-action-results")
+        assert asked[0].startswith("Pause 1 goal (ticked)?")
+        assert [get_goal(layout, n).status for n in ("api-1", "web-1")] == [GoalStatus.ACTIVE] * 2
+
+        # None ticked: the whole page, the finished goal left alone, in one held request.
+        page.route("**/api/bulk/*", hold)
+        page.fill("#f-q", "")
+        page.press("#f-q", "Enter")
+        page.wait_for_selector("#goals-panel tbody tr[data-goal='web-1']")
+        page.click("#bulk-pause")
+        page.wait_for_selector("#bulk-progress")
+        page.evaluate("render()")  # a live refresh while the request is on its way
+        page.wait_for_selector("#bulk-progress")
+        assert page.is_disabled("#bulk-pause")
+        assert page.is_disabled("#bulk-resume")
+        assert len(held) == 1
+        held[0].continue_()
+        page.wait_for_selector("#bulk-action-results")
+        page.wait_for_selector("#bulk-pause:not([disabled])")
+    assert asked[1].startswith("Pause 3 goals (every goal of this page)?")
+    assert "1 finished goal is left alone" in asked[1]
+    assert json.loads(held[0].request.post_data) == {"goal_ids": ["api-1", "api-2", "web-1"]}
+    statuses = [get_goal(layout, n).status for n in names]
+    assert statuses == [GoalStatus.PAUSED, GoalStatus.PAUSED, GoalStatus.DONE, GoalStatus.PAUSED]
+    assert tab.errors == []
+
+
+def test_a_done_goal_offers_reopen_not_pause(layout, tmp_path, tab):
+    """A done goal's page has no Pause or Resume; Reopen asks first and makes it active."""
+    from loopx.registry.goals import set_status
+
+    demo_goal(layout, "fin", tmp_path / "fin")
+    set_status(layout, "fin", GoalStatus.DONE, now=utcnow())
+    asked: list[str] = []
+    replies = [False, True]  # dismiss the first confirmation, accept the second
+
+    def confirm(dialog) -> None:
+        asked.append(dialog.message)
+        if replies.pop(0):
+            dialog.accept()
+        else:
+            dialog.dismiss()
+
+    with_token(tab)
+    with served(layout, token=TOKEN, actions=True) as url:
+        page = tab.page
+        page.on("dialog", confirm)
+        page.goto(f"{url}#/goal/fin")
+        page.wait_for_selector("#act-reopen")
+        assert page.locator("#act-pause, #act-resume, #act-done").count() == 0
+        page.click("#act-reopen")
+        wait_until(lambda: bool(asked), 10, "the confirmation")
+        assert get_goal(layout, "fin").status is GoalStatus.DONE  # dismissed: nothing changed
+        page.click("#act-reopen")
+        wait_until(lambda: get_goal(layout, "fin").status is GoalStatus.ACTIVE, 10, "the reopen")
+        page.wait_for_selector("#act-pause")
+    assert asked[0].startswith("Reopen fin?")
     assert tab.errors == []

@@ -20,6 +20,8 @@ const state = {
   drafts: JSON.parse(sessionStorage.getItem(DRAFTS_KEY) || "{}"),
   inflight: new Set(),  // "goal/action" requests on their way: a second click is ignored
   bulkResults: null,  // the last bulk answer's reply, listed until dismissed
+  bulkDone: null,  // the last bulk pause or resume's reply, listed until dismissed
+  bulkProgress: null,  // what the bulk request on its way does, shown beside its buttons
 };
 
 function saveDrafts() {
@@ -195,6 +197,8 @@ function go(filter, offset) {
   for (const [k, v] of Object.entries(filter)) if (v) q.set(k, v);
   if (offset) q.set("offset", offset);
   const hash = `#/${q.toString() ? "?" + q : ""}`;
+  // Another search, filter or page shows other rows: what was ticked is no longer seen.
+  if (location.hash !== hash) state.selected.clear();
   // pushState, not location.hash: no hashchange, so the focus stays where the person is.
   if (location.hash !== hash) history.pushState(null, "", hash);
   render();
@@ -587,7 +591,11 @@ function goalsPanel(page) {
     el("span", { class: "muted", id: "page-info" }, `${first}–${last} of ${p.total.toLocaleString()}`),
     el("button", { type: "button", id: "next", disabled: p.next_offset === null, onclick: () => go(state.filter, p.next_offset) }, "Next →"));
   const pick = (id) => el("input", { type: "checkbox", class: "pick", "aria-label": `select ${id}`, checked: state.selected.has(id),
-    onchange: (ev) => { if (ev.target.checked) state.selected.add(id); else state.selected.delete(id); } });
+    onchange: (ev) => {
+      if (ev.target.checked) state.selected.add(id); else state.selected.delete(id);
+      const count = document.getElementById("bulk-count");
+      if (count) count.textContent = bulkCountText(page);
+    } });
   const rows = page.rows.map((g) => el("tr", { "data-goal": g.goal_id },
     el("td", { "data-label": "goal" }, state.actions ? pick(g.goal_id) : null, " ",
       el("a", { href: `#/goal/${encodeURIComponent(g.goal_id)}`, class: "goal-link" }, g.goal_id)),
@@ -608,26 +616,81 @@ function goalsPanel(page) {
     pager);
 }
 
-// Pause or resume every ticked goal (or, with none ticked, every goal of this page), one request
-// each: each is idempotent and audited like a single click.
+// The rows a bulk action is for: the ticked goals this page shows or, with none of them
+// ticked, every goal of this page. A goal ticked before a search and hidden now is never acted on.
+function bulkTargets(page) {
+  const ticked = page.rows.filter((r) => state.selected.has(r.goal_id));
+  return { rows: ticked.length ? ticked : page.rows, ticked: ticked.length > 0 };
+}
+
+function bulkCountText(page) {
+  const n = page.rows.filter((r) => state.selected.has(r.goal_id)).length;
+  return n ? `${n} ticked: ` : "None ticked, so every goal of this page: ";
+}
+
+// Pause or resume the goals of bulkTargets in one request the server applies as a batch. The
+// count is confirmed first; finished goals are left alone (the server refuses them too); the
+// buttons stay disabled, with a progress line, until the whole run has ended, however often the
+// page refreshes meanwhile; then each goal's outcome is listed.
 function bulkBar(page) {
-  const run = async (action, button) => {
-    const ids = state.selected.size ? [...state.selected] : page.rows.map((r) => r.goal_id);
-    button.disabled = true;
-    let refused = 0;
-    for (const id of ids) if (!(await act(id, action, {}))) refused += 1;
-    button.disabled = false;
-    state.selected.clear();
-    notice(refused ? `${action}: ${refused} of ${ids.length} refused (see the audit log)` : "");
+  const busy = state.inflight.has("bulk");
+  const run = async (action) => {
+    if (state.inflight.has("bulk")) return;
+    if (!state.token) { showTokenForm("Actions need the server's token."); return; }
+    const { rows, ticked } = bulkTargets(page);
+    const finished = rows.filter((r) => r.goal_status === "done" || r.goal_status === "archived");
+    const ids = rows.filter((r) => !finished.includes(r)).map((r) => r.goal_id);
+    const verb = action === "pause" ? "Pause" : "Resume";
+    if (!ids.length) { notice(`${verb}: none of these goals can be ${action}d (they are finished)`); return; }
+    const shown = ids.slice(0, 10).join(", ") + (ids.length > 10 ? `, and ${ids.length - 10} more` : "");
+    const left = finished.length ? `\n${finished.length} finished goal${finished.length === 1 ? " is" : "s are"} left alone.` : "";
+    if (!confirm(`${verb} ${ids.length} goal${ids.length === 1 ? "" : "s"}${ticked ? " (ticked)" : " (every goal of this page)"}?\n${shown}${left}`)) return;
+    state.inflight.add("bulk");
+    state.bulkProgress = `${action === "pause" ? "Pausing" : "Resuming"} ${ids.length} goal${ids.length === 1 ? "" : "s"}…`;
+    state.bulkDone = null;
     render();
+    try {
+      const doc = await api(`/api/bulk/${action}`, {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify({ goal_ids: ids }),
+      });
+      state.bulkDone = doc;
+      for (const id of ids) state.selected.delete(id);
+      notice(doc.refused ? `${verb}: ${doc.refused} of ${doc.results.length} refused (listed below the buttons)` : "");
+    } catch (e) {
+      notice(`bulk ${action} refused: ${e.message}`);
+    } finally {
+      state.inflight.delete("bulk");
+      state.bulkProgress = null;
+      render();
+    }
   };
   return el("div", { class: "bulk-bar" },
     el("div", { class: "buttons bulk" },
-      el("span", { class: "muted" }, "Ticked goals, or this page when none is ticked: "),
-      el("button", { type: "button", id: "bulk-pause", onclick: (ev) => run("pause", ev.currentTarget) }, "Pause"),
-      el("button", { type: "button", id: "bulk-resume", onclick: (ev) => run("resume", ev.currentTarget) }, "Resume")),
+      el("span", { class: "muted", id: "bulk-count" }, bulkCountText(page)),
+      el("button", { type: "button", id: "bulk-pause", disabled: busy, onclick: () => run("pause") }, "Pause"),
+      el("button", { type: "button", id: "bulk-resume", disabled: busy, onclick: () => run("resume") }, "Resume"),
+      busy ? el("span", { id: "bulk-progress", role: "status" }, el("progress", {}), " ", state.bulkProgress) : null),
     page.rows.some((r) => r.gate_id !== null) ? bulkAnswerForm(page) : null,
+    bulkActionResults(),
     bulkResults());
+}
+
+const BULK_ACTION_OUTCOMES = { applied: "done", repeated: "already so", failed: "refused" };
+
+function bulkActionResults() {
+  const doc = state.bulkDone;
+  if (!doc) return null;
+  const past = doc.action === "pause" ? "paused" : "resumed";
+  const refused = doc.results.filter((r) => r.outcome === "failed");
+  return el("div", { id: "bulk-action-results", class: "bulk-results" },
+    el("p", {}, el("strong", {}, `${doc.applied} ${past}, ${doc.refused} refused `),
+      el("button", { type: "button", class: "ghost", onclick: () => { state.bulkDone = null; render(); } }, "Dismiss")),
+    refused.length ? el("ul", { class: "list" }, refused.map((r) => el("li", { class: "bulk-failed", "data-goal": r.goal_id },
+      el("a", { href: `#/goal/${encodeURIComponent(r.goal_id)}` }, r.goal_id), ": ",
+      el("span", { class: "bulk-outcome" }, BULK_ACTION_OUTCOMES[r.outcome]),
+      r.error ? el("span", { class: "muted" }, ` — ${r.error}`) : ""))) : null);
 }
 
 // One answer for the open gate of every ticked goal (or of every goal of this page with one):
@@ -640,14 +703,14 @@ function bulkAnswerForm(page) {
     if (input.value) state.drafts.bulk = input.value; else delete state.drafts.bulk;
     saveDrafts();
   });
-  const button = el("button", { type: "submit", id: "bulk-answer" }, "Answer gates");
+  const button = el("button", { type: "submit", id: "bulk-answer", disabled: state.inflight.has("bulk-answer") }, "Answer gates");
   const form = el("form", { class: "answer bulk-answer" },
     el("label", { for: "bulk-answer-text", class: "sr" }, "One answer for the gates of the ticked goals"), input, button);
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const answer = input.value.trim();
     if (!answer || state.inflight.has("bulk-answer")) return;
-    const picked = page.rows.filter((r) => r.gate_id !== null && (!state.selected.size || state.selected.has(r.goal_id)));
+    const picked = bulkTargets(page).rows.filter((r) => r.gate_id !== null);
     if (!picked.length) { notice("None of the ticked goals has an open gate."); return; }
     if (!state.token) { showTokenForm("Actions need the server's token."); return; }
     state.inflight.add("bulk-answer");
@@ -715,9 +778,11 @@ async function goalView(route) {
       v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
       lastFailure(v),
       d.actions ? el("div", { class: "buttons" },
-        v.goal_status !== "paused" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
+        v.goal_status === "active" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
         v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: (ev) => act(v.goal_id, "resume", {}, ev.currentTarget) }, "Resume") : null,
-        v.goal_status !== "done" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: (ev) => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done", {}, ev.currentTarget); } }, "Mark done") : null)
+        v.goal_status === "active" || v.goal_status === "paused" ? el("button", { type: "button", id: "act-done", class: "ghost", onclick: (ev) => { if (confirm(`Mark ${v.goal_id} done?`)) act(v.goal_id, "done", {}, ev.currentTarget); } }, "Mark done") : null,
+        // Finished work runs again only when a person says so: Reopen asks first.
+        v.goal_status === "done" ? el("button", { type: "button", id: "act-reopen", class: "ghost", onclick: (ev) => { if (confirm(`Reopen ${v.goal_id}? It becomes active again and its agents run more turns (new cost, new commits).`)) act(v.goal_id, "reopen", {}, ev.currentTarget); } }, "Reopen") : null)
         : el("p", { class: "muted" }, "Read-only: start `loopx serve --actions` to act from here.")),
     open.length ? el("section", { class: "panel attention" },
       el("h2", {}, "Open gates"),
