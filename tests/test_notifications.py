@@ -21,7 +21,7 @@ import pytest
 from loopx.model import utcnow
 from loopx.notify.config import EventKind, redact_url
 from loopx.notify.events import conditions, events_between, message
-from loopx.notify.outbox import Outbox, record_events, record_result
+from loopx.notify.outbox import Outbox, record_events, record_result, record_try
 from loopx.status.view import StatusProjection
 from tests.fleet_helpers import (
     add_demo_goal,
@@ -282,11 +282,13 @@ def test_the_outbox_baselines_then_records_and_retries() -> None:
     outbox, new = record_events(outbox, later, {"t": {"gate"}, "u": {"done"}}, now=now)
     assert [e.id for e in new] == ["done:b"]
     assert [(p.target_id, p.event.id) for p in outbox.pending] == [("u", "done:b")]
-    failed = record_result(outbox, "u", {"done:b"}, error="boom", now=now)
+    keys = {p.event.key for p in outbox.pending}
+    tried, _ = record_try(outbox, "u", list(outbox.pending), now=now)
+    failed = record_result(tried, "u", keys, error="boom", now=now)
     assert failed.pending[0].attempts == 1
     assert failed.pending[0].next_try_at > now
     assert failed.failing_targets == ["u"]
-    sent = record_result(failed, "u", {"done:b"}, error=None, now=now)
+    sent = record_result(failed, "u", keys, error=None, now=now)
     assert sent.pending == []
     assert sent.failing_targets == []
     assert [s.event_id for s in sent.sent] == ["done:b"]

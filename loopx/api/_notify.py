@@ -52,19 +52,29 @@ class Notify:
         *,
         events: str | None = None,
         link_base: str | None = None,
+        read_timeout_s: float | None = None,
         now: datetime | None = None,
     ) -> NotifyTarget:
         """`loopx notify add URL`: send ``events`` (comma-separated kinds; all when None) to ``url``.
 
         What is already true when the first target is added (open gates, done
-        goals) is remembered, not announced.
+        goals) is remembered, not announced. ``read_timeout_s`` is how long its
+        receiver may take to answer (default 15 s).
 
         Raises:
             InvalidNotifyUrlError: ``url`` or ``link_base`` is not a usable URL.
             InvalidEventsError: ``events`` names an unknown kind.
+            InvalidTimeoutError: ``read_timeout_s`` is out of range.
         """
         at = now or utcnow()
-        target = add_target(self.layout, url, parse_events(events), now=at, link_base=link_base)
+        target = add_target(
+            self.layout,
+            url,
+            parse_events(events),
+            now=at,
+            link_base=link_base,
+            read_timeout_s=read_timeout_s,
+        )
         self._baseline(at)
         return target
 
@@ -109,10 +119,15 @@ class Notify:
         base = link_base(self.layout, config) or "(no dashboard address yet: run `loopx serve`)"
         results = []
         for t in targets:
-            error = send_message(
-                t.url, "LoopX test", f"Notifications from LoopX reach you.\n{base}"
+            sent = send_message(
+                t.url,
+                "LoopX test",
+                f"Notifications from LoopX reach you.\n{base}",
+                read_timeout_s=t.read_timeout_s,
             )
             results.append(
-                TestDelivery(id=t.id, url=redact_url(t.url), ok=error is None, error=error)
+                TestDelivery(
+                    id=t.id, url=redact_url(t.url), ok=sent.error is None, error=sent.error
+                )
             )
         return NotifyTestReport(results=results)

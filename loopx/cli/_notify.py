@@ -21,7 +21,13 @@ def register(sub: Subparsers) -> None:
     adder.add_argument("url", metavar="URL", help="an Apprise URL: json://, ntfy://, slack://, ...")
     adder.add_argument("--events", metavar="LIST", help=EVENTS_HELP)
     adder.add_argument(
-        "--link-base", metavar="URL", help="the dashboard's address for links (default: serve's)"
+        "--link-base", metavar="URL", help="the dashboard's address for links (as `notify set`)"
+    )
+    adder.add_argument(
+        "--read-timeout",
+        metavar="S",
+        type=float,
+        help="seconds the receiver may take to answer (default 15; a retry waits 4x longer)",
     )
     adder.add_argument("--json", action="store_true")
     adder.set_defaults(func=run_add)
@@ -44,7 +50,9 @@ def register(sub: Subparsers) -> None:
 def run_add(args: argparse.Namespace) -> int:
     """Add a target."""
     api = root(args).notify
-    target = api.add(args.url, events=args.events, link_base=args.link_base)
+    target = api.add(
+        args.url, events=args.events, link_base=args.link_base, read_timeout_s=args.read_timeout
+    )
     if args.json:
         print_json(api.list())
     else:
@@ -64,7 +72,8 @@ def run_list(args: argparse.Namespace) -> int:
     for t in listing.targets:
         state = " FAILING" if t.failing else ""
         pending = f" {t.pending} pending" if t.pending else ""
-        print(f"{t.id}  {t.url}  {','.join(t.events)}{pending}{state}")
+        timeout = f" timeout {t.read_timeout_s:g}s"
+        print(f"{t.id}  {t.url}  {','.join(t.events)}{timeout}{pending}{state}")
     print(f"links: {listing.link_base or '(none yet: run `loopx serve` or pass --link-base)'}")
     d = listing.delivery
     if d.last_error:

@@ -36,6 +36,11 @@ class EventKind(StrEnum):
 
 
 ALL_EVENTS: Final = tuple(EventKind)
+# How long a target's receiver may take to answer a POST before its fate is unknown. Apprise's
+# own default (4 s) made a receiver that answers in 6 s take every message many times.
+READ_TIMEOUT_S: Final = 15.0
+CONNECT_TIMEOUT_S: Final = 5.0  # a receiver that does not accept in this long did not take it
+MAX_TIMEOUT_S: Final = 300.0
 
 
 class NotifyTarget(Record):
@@ -43,8 +48,15 @@ class NotifyTarget(Record):
 
     id: Annotated[str, Field(min_length=1, max_length=40)]  # short, derived from the URL
     url: Annotated[str, Field(min_length=1, max_length=4000)]
-    events: list[EventKind]
+    # None: every kind, including kinds added after the target was.
+    events: list[EventKind] | None = None
     added_at: UtcDatetime
+    read_timeout_s: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)] = READ_TIMEOUT_S
+
+    @property
+    def kinds(self) -> tuple[EventKind, ...]:
+        """The kinds this target gets."""
+        return ALL_EVENTS if self.events is None else tuple(self.events)
 
 
 class NotifyConfig(Record):
@@ -52,7 +64,7 @@ class NotifyConfig(Record):
 
     schema_version: Literal[1] = 1
     targets: list[NotifyTarget] = Field(default_factory=list)
-    link_base: str | None = None  # `notify add --link-base`; else serve's recorded address
+    link_base: str | None = None  # `notify set --link-base`; else a running serve's address
 
 
 class InvalidNotifyUrlError(UsageError):
@@ -115,14 +127,14 @@ def target_id(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()[:10]
 
 
-def parse_events(text: str | None) -> list[EventKind]:
-    """`--events a,b` as kinds (every kind when None).
+def parse_events(text: str | None) -> list[EventKind] | None:
+    """`--events a,b` as kinds (None, every kind, when ``text`` is None).
 
     Raises:
         InvalidEventsError: an unknown name.
     """
     if text is None:
-        return list(ALL_EVENTS)
+        return None
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in EventKind.__members__.values()]
     if unknown or not names:
@@ -163,23 +175,63 @@ def save_config(layout: Layout, config: NotifyConfig) -> None:
     os.chmod(path, SECRET_MODE)
 
 
+def check_link_base(link_base: str) -> None:
+    """Refuse a dashboard address that is not http(s).
+
+    Raises:
+        InvalidNotifyUrlError: not an http:// or https:// URL.
+    """
+    if not link_base.startswith(("http://", "https://")) or any(c.isspace() for c in link_base):
+        raise InvalidNotifyUrlError(link_base, "--link-base must be an http:// or https:// URL")
+
+
+def check_timeout(seconds: float) -> None:
+    """Refuse a read timeout outside (0, ``MAX_TIMEOUT_S``].
+
+    Raises:
+        InvalidTimeoutError: out of range.
+    """
+    if not 0 < seconds <= MAX_TIMEOUT_S:
+        raise InvalidTimeoutError(seconds)
+
+
+class InvalidTimeoutError(UsageError):
+    """`--read-timeout` out of range."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"--read-timeout {seconds:g} is out of range",
+            hint=f"give seconds in (0, {MAX_TIMEOUT_S:g}]; the default is {READ_TIMEOUT_S:g}",
+        )
+
+
 def add_target(
     layout: Layout,
     url: str,
-    events: list[EventKind],
+    events: list[EventKind] | None,
     *,
     now: datetime,
     link_base: str | None = None,
+    read_timeout_s: float | None = None,
 ) -> NotifyTarget:
     """Add (or replace the events of) the target for ``url``; set ``link_base`` when given.
 
     Raises:
         InvalidNotifyUrlError: ``url`` is not a notification URL.
+        InvalidTimeoutError: ``read_timeout_s`` is out of range.
     """
     check_url(url)
-    if link_base is not None and not link_base.startswith(("http://", "https://")):
-        raise InvalidNotifyUrlError(link_base, "--link-base must be an http:// or https:// URL")
-    target = NotifyTarget(id=target_id(url), url=url, events=events, added_at=now)
+    if link_base is not None:
+        check_link_base(link_base)
+    if read_timeout_s is not None:
+        check_timeout(read_timeout_s)
+    target = NotifyTarget(
+        id=target_id(url),
+        url=url,
+        events=events,
+        added_at=now,
+        read_timeout_s=read_timeout_s or READ_TIMEOUT_S,
+    )
     with locked(config_path(layout)):
         config = load_config(layout)
         others = [t for t in config.targets if t.id != target.id]
@@ -209,3 +261,17 @@ def remove_target(layout: Layout, ident: str) -> NotifyTarget:
         keep = [t for t in config.targets if t.id != found[0].id]
         save_config(layout, config.model_copy(update={"targets": keep}))
     return found[0]
+
+
+def set_link_base(layout: Layout, link_base: str | None) -> NotifyConfig:
+    """Set (or, with None, clear) the dashboard's address the links point at.
+
+    Raises:
+        InvalidNotifyUrlError: not an http:// or https:// URL.
+    """
+    if link_base is not None:
+        check_link_base(link_base)
+    with locked(config_path(layout)):
+        config = load_config(layout).model_copy(update={"link_base": link_base})
+        save_config(layout, config)
+    return config

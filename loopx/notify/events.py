@@ -12,11 +12,12 @@ line there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Final
 
 from loopx.model import Record, UtcDatetime
 from loopx.notify.config import EventKind
-from loopx.status.view import StatusProjection, StatusReason
+from loopx.status.view import GoalStatusView, StatusProjection, StatusReason
 
 # The status reasons that are notification events, by reason code (a string, so a
 # reason another branch adds maps here before the enum has it).
@@ -36,10 +37,37 @@ ACCOUNT_EVENTS: Final[Mapping[str, EventKind]] = {
 DISK_PHRASES: Final = ("below the floor", "over its quota")
 
 
+# A batch longer than this shows its first lines and a count: a phone shows a short message.
+MAX_LINES: Final = 10
+FAILURE_CHARS: Final = 300  # the failure's own text, as the history line keeps it
+
+
+class Severity(StrEnum):
+    """How a message is typed (Apprise's notify types: a chat colours, a phone sorts by it)."""
+
+    SUCCESS = "success"
+    INFO = "info"
+    WARNING = "warning"
+    FAILURE = "failure"
+
+
+# Least to most urgent: a batch is typed by its most urgent event.
+_RANK: Final = {s: i for i, s in enumerate(Severity)}
+SEVERITY: Final[Mapping[EventKind, Severity]] = {
+    EventKind.GATE: Severity.WARNING,
+    EventKind.FAILING: Severity.FAILURE,
+    EventKind.CRASH_LOOP: Severity.FAILURE,
+    EventKind.LIMIT: Severity.WARNING,
+    EventKind.BUDGET: Severity.WARNING,
+    EventKind.DONE: Severity.SUCCESS,
+    EventKind.DISK: Severity.FAILURE,
+}
+
+
 class NotifyEvent(Record):
     """One thing to tell people, with the id that makes it sent once."""
 
-    id: str  # kind:goal[:gate id] or kind:fleet[:agent]
+    id: str  # the condition: kind:goal[:gate id] or kind:fleet[:agent]
     kind: EventKind
     goal_id: str | None = None
     gate_id: int | None = None
@@ -47,6 +75,12 @@ class NotifyEvent(Record):
     body: str
     path: str  # the dashboard's fragment that answers it: "#/goal/<id>"
     since: UtcDatetime  # when the projection first showed it
+    severity: Severity = Severity.INFO
+
+    @property
+    def key(self) -> str:
+        """The event's own id: its condition and when it began (a condition may come back)."""
+        return f"{self.id}@{self.since:%Y%m%dT%H%M%SZ}"
 
 
 def _goal_path(goal_id: str) -> str:
@@ -87,6 +121,7 @@ def conditions(
                     body=question,
                     path=path,
                     since=since,
+                    severity=SEVERITY[kind],
                 )
             continue
         ident = f"{kind.value}:{goal.goal_id}"
@@ -95,9 +130,10 @@ def conditions(
             kind=kind,
             goal_id=goal.goal_id,
             title=f"{goal.goal_id}: {goal.reason}",
-            body=goal.explanation,
+            body=_goal_body(goal),
             path=path,
             since=since,
+            severity=SEVERITY[kind],
         )
     fleet = projection.fleet
     for agent in fleet.crash_loop_agents:
@@ -109,6 +145,7 @@ def conditions(
             body=f"the supervisor stopped restarting agent {agent}",
             path="#/",
             since=since,
+            severity=SEVERITY[EventKind.CRASH_LOOP],
         )
     for account in projection.accounts:
         kind = ACCOUNT_EVENTS.get(str(account.state))
@@ -122,6 +159,7 @@ def conditions(
             body=account.message or f"account {account.name} holds its goals back",
             path="#/",
             since=since,
+            severity=SEVERITY[kind],
         )
     if fleet.degraded and any(p in fleet.degraded for p in DISK_PHRASES):
         found["disk:fleet"] = NotifyEvent(
@@ -131,6 +169,7 @@ def conditions(
             body=fleet.degraded,
             path="#/",
             since=since,
+            severity=SEVERITY[EventKind.DISK],
         )
     return found
 
@@ -151,11 +190,31 @@ def events_between(
     return new_events(before, conditions(current, open_gates))
 
 
+def _goal_body(goal: GoalStatusView) -> str:
+    """A goal's explanation, and for a failed last turn the failure in its own words. Pure."""
+    turn = goal.last_turn
+    if turn is None or not turn.failure_message or goal.reason is not StatusReason.FAILING:
+        return goal.explanation
+    what = f"turn {turn.seq} failed" + (f" ({turn.failure})" if turn.failure else "")
+    return f"{goal.explanation}\n  {what}: {turn.failure_message[:FAILURE_CHARS]}"
+
+
+def severity(events: Iterable[NotifyEvent]) -> Severity:
+    """A batch's type: its most urgent event's. Pure."""
+    return max((e.severity for e in events), key=_RANK.__getitem__, default=Severity.INFO)
+
+
 def message(events: list[NotifyEvent], link_base: str | None) -> tuple[str, str]:
-    """One message (title, body) for a batch of events, each with its dashboard link. Pure."""
+    """One message (title, body) for a batch of events, each with its dashboard link. Pure.
+
+    At most ``MAX_LINES`` events are written out; the rest are counted, with
+    the dashboard's link. The last line names the events' ids, so a person
+    (or a receiver without an idempotency header) can tell a repeat.
+    """
     title = events[0].title if len(events) == 1 else f"LoopX: {len(events)} need attention"
-    lines = []
-    for e in events:
-        link = f"{link_base.rstrip('/')}/{e.path}" if link_base else e.path
-        lines.append(f"- {e.title}: {e.body}\n  {link}")
+    base = link_base.rstrip("/") + "/" if link_base else ""
+    lines = [f"- {e.title}: {e.body}\n  {base}{e.path}" for e in events[:MAX_LINES]]
+    if len(events) > MAX_LINES:
+        lines.append(f"- and {len(events) - MAX_LINES} more: {base}#/")
+    lines.append("ids: " + " ".join(e.key for e in events))
     return title, "\n".join(lines)

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from loopx.model import Record, UtcDatetime
-from loopx.notify.config import EventKind, NotifyConfig, NotifyTarget, redact_url
+from loopx.notify.config import READ_TIMEOUT_S, EventKind, NotifyConfig, NotifyTarget, redact_url
 from loopx.notify.outbox import Outbox
 
 
@@ -20,6 +20,8 @@ class TargetView(Record):
     added_at: UtcDatetime
     failing: bool = False  # its last delivery failed
     pending: int = 0  # events it has not taken yet
+    read_timeout_s: float = READ_TIMEOUT_S  # how long its receiver may take to answer
+    unconfirmed: int = 0  # messages given up after tries with no answer (of the last 200)
 
 
 class DeliveryView(Record):
@@ -63,10 +65,14 @@ def target_view(target: NotifyTarget, outbox: Outbox) -> TargetView:
     return TargetView(
         id=target.id,
         url=redact_url(target.url),
-        events=target.events,
+        events=list(target.kinds),
         added_at=target.added_at,
         failing=target.id in outbox.failing_targets,
         pending=sum(1 for p in outbox.pending if p.target_id == target.id),
+        read_timeout_s=target.read_timeout_s,
+        unconfirmed=len(
+            {s.message_id for s in outbox.sent if s.target_id == target.id and not s.confirmed}
+        ),
     )
 
 
