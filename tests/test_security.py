@@ -288,7 +288,8 @@ def test_server_binds_loopback_by_default_and_is_read_only(serve, request) -> No
     token = request.node.served_token
     assert host == "127.0.0.1"
     assert token
-    assert _http(host, port, "GET", "/healthz") == 401
+    assert _http(host, port, "GET", "/status") == 401
+    assert _http(host, port, "GET", "/healthz") == 200  # a probe's answer: {"ok": true} only
     assert _http(host, port, "GET", "/healthz", token=token) == 200
     for method in ("POST", "PUT", "DELETE", "PATCH"):
         assert _http(host, port, method, "/status", token=token) == 405

@@ -122,77 +122,83 @@ def test_a_second_sigint_stops_at_once(layout, cli):
 
 # --- a descriptor storm ------------------------------------------------------------------------
 
-FD_LIMIT = 160
+FD_LIMIT = 128
 
 
 def _limit_descriptors() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
 
 
-def _health(conn: http.client.HTTPConnection) -> tuple[int, dict]:
-    conn.request("GET", "/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
-    resp = conn.getresponse()
-    return resp.status, json.loads(resp.read())
+def _get(port: int, path: str, *, token: bool = True) -> tuple[int, dict]:
+    """One request on a connection of its own: a server out of descriptors would leave it hanging."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"} if token else {})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
 
 
-def _poll_health(conn, wanted: int, seconds: float) -> dict:
+def _open_stream(port: int) -> tuple[socket.socket, bytes]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+    )
+    return sock, sock.recv(4096)
+
+
+def _poll(check, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
-    while True:
-        status, doc = _health(conn)
-        if status == wanted:
-            return doc
-        assert time.monotonic() < deadline, f"/healthz stayed {status}: {doc}"
-        time.sleep(0.3)  # polling /healthz with a deadline, over a kept-alive connection
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
-@pytest.mark.timeout(180)
-def test_serve_survives_descriptor_exhaustion_and_shows_what_came_after(layout, cli, tmp_path):
-    """Every descriptor taken by streams: /healthz turns 503 while refreshes fail, 200 after, and
-    a goal added during the storm is served."""
+@pytest.mark.timeout(120)
+def test_streams_are_capped_below_the_descriptor_limit_so_healthz_answers(layout, cli, tmp_path):
+    """Under a limit of 128 descriptors, streams past their cap are 503; /healthz (with and
+    without the token) and /status answer on new connections; a goal added meanwhile is served."""
     seed(layout)
     proc = _serve(cli, "--refresh-interval-seconds", "0.3", preexec=_limit_descriptors)
     port = _port(proc)
-    probe = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     streams: list[socket.socket] = []
     try:
-        assert _health(probe)[0] == 200
-        # Open event streams until the server accepts no more: it is out of descriptors.
-        while len(streams) < FD_LIMIT:
-            if len(streams) % 10 == 0:
-                assert _health(probe)[0] == 200  # keeps the probe's connection alive (5 s idle)
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-            streams.append(sock)
-            sock.sendall(
-                f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+        while True:
+            assert len(streams) < FD_LIMIT, (
+                f"{FD_LIMIT} streams accepted under a limit of {FD_LIMIT}"
             )
-            sock.settimeout(2.0)
-            try:
-                if not sock.recv(4096):
-                    break
-            except TimeoutError:
-                break  # queued, never accepted: the limit is reached
-        else:
-            pytest.fail(f"the server accepted {FD_LIMIT} streams under a limit of {FD_LIMIT}")
-        assert _health(probe)[0] in (200, 503)  # keeps the probe's connection alive (5 s idle)
-        # A change it must read files for: the refresh fails for want of a descriptor.
+            sock, head = _open_stream(port)
+            if not head.startswith(b"HTTP/1.1 200"):
+                sock.close()
+                break
+            streams.append(sock)
+        assert head.startswith(b"HTTP/1.1 503"), head
+        assert b"retry-after: 10" in head.lower()
+        assert len(streams) > FD_LIMIT // 2
+        assert _get(port, "/healthz", token=False) == (200, {"ok": True})
+        status, health = _get(port, "/healthz")
+        assert (status, health["ok"], health["refresh_error"]) == (200, True, None)
+        assert _get(port, "/status")[0] == 200
         loopx.Root.open(cli.root).goals.add("after-storm", objective="o", workdir=tmp_path)
-        sick = _poll_health(probe, 503, 30)
-        assert sick["ok"] is False and "Too many open files" in sick["refresh_error"]
-        for sock in streams:
-            sock.close()
-        streams.clear()
-        well = _poll_health(probe, 200, 30)
-        assert well["ok"] is True and well["refresh_error"] is None
-        probe.request("GET", "/goals/after-storm", headers={"Authorization": f"Bearer {TOKEN}"})
-        resp = probe.getresponse()
-        assert (resp.status, json.loads(resp.read())["goal_id"]) == (200, "after-storm")
+        _poll(lambda: _get(port, "/goals/after-storm")[0] == 200, 30, "the new goal")
+        streams.pop().close()
+        _poll(lambda: _open_stream_kept(port, streams), 30, "the slot of the closed stream")
     finally:
         for sock in streams:
             sock.close()
-        probe.close()
         proc.send_signal(signal.SIGINT)
         code, err = _ends_within(proc, 30)
     assert code == 0, err
     assert "Traceback" not in err
     assert Path(cli.root, "serve.token").exists() is False  # the env token was used
+
+
+def _open_stream_kept(port: int, streams: list[socket.socket]) -> bool:
+    sock, head = _open_stream(port)
+    if head.startswith(b"HTTP/1.1 200"):
+        streams.append(sock)
+        return True
+    sock.close()
+    return False

@@ -7,8 +7,12 @@ other than GET, HEAD and POST are a 405. ``/`` and ``/static/<file>`` hold
 no data and are served without the token (the page asks for it); every
 other GET needs it when the server has one. Replies are JSON except
 ``/metrics`` (Prometheus text), ``/events`` (Server-Sent Events) and the
-static files. Actions (``POST /api/goals/<id>/<action>``) are in
-:mod:`loopx.web.routes_actions`.
+static files. ``/healthz`` answers without the token too, with ``{"ok": ...}``
+only (for a systemd or load-balancer probe); with the token it is the full
+health. Event streams are capped (:class:`~loopx.web.events.StreamSlots`): past
+the cap a new stream is a 503, so streams never take the descriptors that
+``/healthz`` and ``/status`` need. Actions (``POST /api/goals/<id>/<action>``)
+are in :mod:`loopx.web.routes_actions`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from starlette.routing import Route
 from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
-from loopx.model import utcnow
+from loopx.model import Record, utcnow
 from loopx.status.documents import (
     ErrorReply,
     Health,
@@ -46,6 +50,7 @@ from loopx.status.view import Actor
 from loopx.web import dashboard
 from loopx.web.actions import read_audit
 from loopx.web.bind import host_allowed
+from loopx.web.events import StreamSlots
 from loopx.web.livetail import read_live
 from loopx.web.metrics import render_metrics
 from loopx.web.service import Snapshot, StatusService
@@ -75,7 +80,9 @@ CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-_PUBLIC_PATHS: Final = frozenset({"/", *(f"/static/{name}" for name in _ASSETS)})
+# /healthz answers these with {"ok": ...} only: a probe holds no token.
+_PUBLIC_PATHS: Final = frozenset({"/", "/healthz", *(f"/static/{name}" for name in _ASSETS)})
+STREAM_RETRY_AFTER_S: Final = 10
 _ALLOWED_METHODS: Final = frozenset({"GET", "HEAD", "POST"})
 
 log = get_logger(__name__)
@@ -272,11 +279,24 @@ def page(request: Request) -> Response:
 # --- the status API ------------------------------------------------------------------------------
 
 
+class Liveness(Record):
+    """``/healthz`` without the token: whether the server refreshes, and nothing else."""
+
+    ok: bool
+
+
 @handled
 def healthz(request: Request) -> Response:
-    """``/healthz``: 200 while the server refreshes; 503 while it cannot (the reason in the body)."""
+    """``/healthz``: 200 while the server refreshes; 503 while it cannot.
+
+    Without the token the body is ``{"ok": true}`` (or false) only; with it,
+    the full health (goals, degraded, the refresh's error).
+    """
     service = _service(request)
     failure = service.failure
+    if not authorized(request.app.state.token, request.headers.get("authorization")):
+        status = HTTPStatus.OK if failure is None else HTTPStatus.SERVICE_UNAVAILABLE
+        return json_reply(Liveness(ok=failure is None), status)
     snap = service.snapshot()
     if failure is None:
         return json_reply(health(snap.projection))
@@ -458,11 +478,38 @@ def audit(request: Request) -> Response:
     return json_reply(read_audit(_service(request).layout, limit))
 
 
+class _CountedStream(EventSourceResponse):
+    """An event stream that gives its slot back however it ends (closed, dropped, shut down)."""
+
+    def __init__(self, *args: Any, slots: StreamSlots, **kwargs: Any) -> None:  # noqa: ANN401 - EventSourceResponse's own
+        super().__init__(*args, **kwargs)
+        self._slots = slots
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream, then release the slot."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._slots.release()
+
+
 async def events(request: Request) -> Response:
-    """``/events``: a ``hello`` frame, then a frame per change, keep-alive comments between."""
+    """``/events``: a ``hello`` frame, then a frame per change, keep-alive comments between.
+
+    Past the server's stream cap a new stream is a 503 with ``Retry-After``.
+    """
     service = _service(request)
     if request.method == "HEAD":
         return Response(b"", media_type="text/event-stream; charset=utf-8")
+    slots: StreamSlots = request.app.state.streams
+    if not slots.take():
+        return error_reply(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"{slots.open} event streams are open, the most this server keeps "
+            "below its descriptor limit",
+            hint="close other dashboard tabs, or raise the limit (LimitNOFILE= in the unit)",
+            headers={"Retry-After": str(STREAM_RETRY_AFTER_S)},
+        )
     feed = service.feed
 
     async def frames() -> AsyncIterator[ServerSentEvent]:
@@ -478,8 +525,9 @@ async def events(request: Request) -> Response:
                 )
                 seq = event.seq
 
-    return EventSourceResponse(
+    return _CountedStream(
         frames(),
+        slots=slots,
         ping=KEEPALIVE_S,
         sep="\n",  # the page splits frames at a blank line, as the SSE spec allows
         ping_message_factory=lambda: ServerSentEvent(comment="keep-alive", sep="\n"),
@@ -510,9 +558,16 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def build_app(
-    service: StatusService, *, token: str | None, allowed_hosts: frozenset[str] | None
+    service: StatusService,
+    *,
+    token: str | None,
+    allowed_hosts: frozenset[str] | None,
+    max_streams: int = 10_000,
 ) -> ASGIApp:
-    """The whole application: :class:`Guard` around the routes of ``service``."""
+    """The whole application: :class:`Guard` around the routes of ``service``.
+
+    ``max_streams``: how many ``/events`` streams may be open at once.
+    """
     from loopx.web.routes_actions import (  # noqa: PLC0415 - routes of their own module
         post_action,
         post_answers,
@@ -548,4 +603,5 @@ def build_app(
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.service = service
     app.state.token = token
+    app.state.streams = StreamSlots(max_streams)
     return Guard(app, token=token, allowed_hosts=allowed_hosts)

@@ -58,6 +58,31 @@ def change_event(
     )
 
 
+class StreamSlots:
+    """How many event streams may be open at once, and how many are.
+
+    Each stream holds a descriptor for as long as it lives; the cap keeps
+    them below the process's descriptor limit, so that ``/healthz``,
+    ``/status`` and the refresher's file reads always find one. Used from the
+    server's event loop only.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(cap, 0)
+        self.open = 0
+
+    def take(self) -> bool:
+        """Take a slot for a new stream; False when every slot is taken."""
+        if self.open >= self.cap:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        """Give back the slot of a stream that ended."""
+        self.open = max(self.open - 1, 0)
+
+
 class ChangeFeed:
     """A bounded backlog of events that any number of streams of one event loop wait on.
 

@@ -8,7 +8,11 @@ headers, body) must arrive within ``request_timeout_s`` however it trickles
 an event stream whose client takes longer than 10 s to take a frame is ended
 (sse-starlette's ``send_timeout``); and TCP keep-alive with a user timeout
 ends a connection whose peer vanished without a FIN. The descriptor limit is
-raised to its hard limit, so that thousands of streams fit.
+raised to its hard limit, so that thousands of streams fit, and both
+connections and event streams are capped below it (:func:`descriptor_budget`):
+a connection past its cap is answered 503 by uvicorn, a stream past its cap is
+a 503 of ``/events``, so ``/healthz`` and ``/status`` answer rather than wait
+for a descriptor that streams hold.
 
 Signals record intent (:meth:`HttpServer.handle_signal`): the first SIGINT or
 SIGTERM stops accepting, ends every event stream and gives the requests in
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import resource
 import signal
 import socket
@@ -26,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import h11
 import uvicorn
@@ -117,6 +122,35 @@ class _Uvicorn(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+class DescriptorBudget(NamedTuple):
+    """How the descriptor limit is shared: connections (each one descriptor), streams among them."""
+
+    connections: int
+    streams: int
+
+
+def descriptor_budget(limit: int, in_use: int) -> DescriptorBudget:
+    """The caps for a descriptor ``limit`` of which ``in_use`` are open before serving. Pure.
+
+    An eighth of the limit (at least 16) is kept for what the server opens
+    besides connections (goal files, the status cache, logs, the event loop);
+    of the connections, a sixteenth (at least 8) is kept from event streams
+    for ``/healthz``, ``/status`` and the page's requests.
+    """
+    files = max(16, limit // 8)
+    connections = max(limit - in_use - files, 2)
+    streams = max(connections - max(8, limit // 16), 1)
+    return DescriptorBudget(connections=connections, streams=streams)
+
+
+def open_descriptors() -> int:
+    """How many descriptors this process holds now (16 when /proc cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 16
+
+
 def raise_descriptor_limit() -> int:
     """Raise this process's soft RLIMIT_NOFILE to its hard limit; the limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -165,13 +199,21 @@ class HttpServer:
         extra_hosts: Iterable[str] = (),
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         grace_s: float = GRACE_S,
+        budget: DescriptorBudget | None = None,
     ) -> None:
         self.socket = sock
         self.service = service
         self.token = token
         host, port = sock.getsockname()[:2]
         self.server_address: tuple[str, int] = (str(host), int(port))
-        app = build_app(service, token=token, allowed_hosts=allowed_hosts(host, port, extra_hosts))
+        budget = budget or descriptor_budget(raise_descriptor_limit(), open_descriptors())
+        self.budget = budget
+        app = build_app(
+            service,
+            token=token,
+            allowed_hosts=allowed_hosts(host, port, extra_hosts),
+            max_streams=budget.streams,
+        )
         config = uvicorn.Config(
             app,
             http=_deadline_protocol(request_timeout_s),
@@ -186,6 +228,7 @@ class HttpServer:
             timeout_graceful_shutdown=int(grace_s) or 1,
             h11_max_incomplete_event_size=MAX_REQUEST_LINE + MAX_HEADER_BYTES,
             backlog=BACKLOG,
+            limit_concurrency=budget.connections,
         )
         self._uvicorn = _Uvicorn(config, service.feed)
         self._done = threading.Event()
@@ -268,7 +311,7 @@ def make_server(
 
     """
     check_bind(host, token, actions=actions)
-    raise_descriptor_limit()
+    limit = raise_descriptor_limit()
     service = StatusService(
         layout, ttl_s=ttl_s, refresh_interval_s=refresh_interval_s, actions=actions
     )
@@ -285,6 +328,7 @@ def make_server(
         extra_hosts=allowed_hosts,
         request_timeout_s=request_timeout_s,
         grace_s=grace_s,
+        budget=descriptor_budget(limit, open_descriptors()),
     )
 
 
