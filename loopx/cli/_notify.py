@@ -7,7 +7,9 @@ import argparse
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 
-EVENTS_HELP = "comma-separated: gate,failing,crash_loop,limit,budget,done,disk (default: all)"
+EVENTS_HELP = (
+    "comma-separated: gate,failing,crash_loop,limit,budget,done,disk,supervisor (default: all)"
+)
 
 
 def register(sub: Subparsers) -> None:

@@ -117,7 +117,7 @@ def _header(p: StatusProjection) -> str:
         f"{p.counts.total} goals: {c.get('human', 0)} need a human, {c.get('agent', 0)} for agents, "
         f"{c.get('none', 0)} quiet | {sup}, {fleet.agents_alive}/{fleet.agents_wanted} agents alive"
         f"{loop} | checked {iso_utc(p.checked_at, 'seconds')}"
-    )
+    ) + "".join(f"\nneeds you: {i.kind}: {i.explanation}" for i in fleet.incidents)
 
 
 def _account_lines(p: StatusProjection) -> list[str]:

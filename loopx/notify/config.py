@@ -33,6 +33,7 @@ class EventKind(StrEnum):
     BUDGET = "budget"  # a budget is spent
     DONE = "done"  # a goal is done
     DISK = "disk"  # the fleet is degraded by a disk floor or quota
+    SUPERVISOR = "supervisor"  # the supervisor is down (its process is gone), or back
 
 
 ALL_EVENTS: Final = tuple(EventKind)

@@ -12,12 +12,14 @@ line there.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
 from loopx.model import Record, UtcDatetime
 from loopx.notify.config import EventKind
-from loopx.status.view import GoalStatusView, StatusProjection, StatusReason
+from loopx.status.fleetview import DISK_PHRASES
+from loopx.status.view import GoalStatusView, IncidentKind, StatusProjection, StatusReason
 
 # The status reasons that are notification events, by reason code (a string, so a
 # reason another branch adds maps here before the enum has it).
@@ -33,8 +35,13 @@ ACCOUNT_EVENTS: Final[Mapping[str, EventKind]] = {
     "limited": EventKind.LIMIT,
     "budget_spent": EventKind.BUDGET,
 }
-# The fleet's `degraded` text of the disk guards (retention's floor and quota).
-DISK_PHRASES: Final = ("below the floor", "over its quota")
+# The conditions that end with a "recovered" message: the fleet's own incidents.
+RECOVERABLE: Final[Mapping[str, EventKind]] = {
+    "supervisor:": EventKind.SUPERVISOR,
+    "crash_loop:agent:": EventKind.CRASH_LOOP,
+    "disk:": EventKind.DISK,
+}
+SUPERVISOR_DOWN: Final = "supervisor:down"
 
 
 # A batch longer than this shows its first lines and a count: a phone shows a short message.
@@ -61,6 +68,7 @@ SEVERITY: Final[Mapping[EventKind, Severity]] = {
     EventKind.BUDGET: Severity.WARNING,
     EventKind.DONE: Severity.SUCCESS,
     EventKind.DISK: Severity.FAILURE,
+    EventKind.SUPERVISOR: Severity.FAILURE,
 }
 
 
@@ -135,6 +143,14 @@ def conditions(
             since=since,
             severity=SEVERITY[kind],
         )
+    found.update(_fleet_conditions(projection))
+    return found
+
+
+def _fleet_conditions(projection: StatusProjection) -> dict[str, NotifyEvent]:
+    """The conditions of the fleet and the accounts, by id. Pure."""
+    since = projection.generated_at
+    found: dict[str, NotifyEvent] = {}
     fleet = projection.fleet
     for agent in fleet.crash_loop_agents:
         ident = f"crash_loop:agent:{agent}"
@@ -171,7 +187,46 @@ def conditions(
             since=since,
             severity=SEVERITY[EventKind.DISK],
         )
+    for incident in fleet.incidents:
+        if incident.kind is IncidentKind.SUPERVISOR_DOWN:
+            found[SUPERVISOR_DOWN] = supervisor_down(incident.explanation, since)
     return found
+
+
+def supervisor_down(body: str, since: datetime) -> NotifyEvent:
+    """The supervisor is down: no turn runs. Pure."""
+    return NotifyEvent(
+        id=SUPERVISOR_DOWN,
+        kind=EventKind.SUPERVISOR,
+        title="the supervisor is down",
+        body=body,
+        path="#/",
+        since=since,
+        severity=SEVERITY[EventKind.SUPERVISOR],
+    )
+
+
+def recovered(ident: str, now: datetime) -> NotifyEvent | None:
+    """The "recovered" event of a fleet incident ``ident`` that ended; None for other conditions. Pure."""
+    kind = next((k for prefix, k in RECOVERABLE.items() if ident.startswith(prefix)), None)
+    if kind is None:
+        return None
+    if kind is EventKind.SUPERVISOR:
+        title, body = "the supervisor is running again", "its agents run the goals again"
+    elif kind is EventKind.CRASH_LOOP:
+        agent = ident.removeprefix("crash_loop:agent:")
+        title, body = f"agent {agent} recovered", "it is no longer in a crash loop"
+    else:
+        title, body = "the disk recovered", "new turns start again"
+    return NotifyEvent(
+        id=f"recovered:{ident}",
+        kind=kind,
+        title=title,
+        body=body,
+        path="#/",
+        since=now,
+        severity=Severity.SUCCESS,
+    )
 
 
 def new_events(active: Iterable[str], current: Mapping[str, NotifyEvent]) -> list[NotifyEvent]:

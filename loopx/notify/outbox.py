@@ -33,7 +33,7 @@ from pydantic import Field
 
 from loopx.model import Record, UtcDatetime
 from loopx.notify.config import EventKind
-from loopx.notify.events import NotifyEvent
+from loopx.notify.events import NotifyEvent, recovered
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, ensure_dir, read_model_or_none
 
@@ -146,9 +146,10 @@ def message_id(target_id: str, events: Iterable[NotifyEvent]) -> str:
     return "loopx-" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _pend(
+def pend(
     events: Iterable[NotifyEvent], targets: Mapping[str, set[str]], now: datetime
 ) -> list[PendingDelivery]:
+    """``events`` pending, due ``now``, for each target (id -> its kinds) that wants them. Pure."""
     return [
         PendingDelivery(event=event, target_id=tid, next_try_at=now)
         for event in events
@@ -167,17 +168,20 @@ def record_events(
     """The outbox with the new conditions of ``current`` pending for every target that wants them. Pure.
 
     ``targets`` maps a target id to the event kinds it gets. Before the first
-    baseline nothing is news: the conditions are only remembered. A flapping
-    condition is counted in its digest instead (see the module's docstring),
-    and a digest whose window ended sends its count. Returns the outbox and
-    the events made pending.
+    baseline nothing is news: the conditions are only remembered. A fleet
+    incident that ended (the supervisor back, an agent out of its crash loop,
+    the disk fine again) is a "recovered" event. A flapping condition is
+    counted in its digest instead (see the module's docstring), and a digest
+    whose window ended sends its count. Returns the outbox and the events
+    made pending.
     """
     if not outbox.baselined:
         return outbox.model_copy(update={"baselined": True, "active": sorted(current)}), []
     seen = set(outbox.active)
     new = [e for ident, e in sorted(current.items()) if ident not in seen]
+    new += [e for ident in outbox.active if ident not in current and (e := recovered(ident, now))]
     digests, send = _digest(outbox.digests, new, now)
-    pending = [*outbox.pending, *_pend(send, targets, now)]
+    pending = [*outbox.pending, *pend(send, targets, now)]
     known = set(targets)
     pending = [p for p in pending if p.target_id in known]  # a removed target's are dropped
     update = {"active": sorted(current), "pending": pending, "digests": digests}

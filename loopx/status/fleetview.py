@@ -1,8 +1,10 @@
 """The fleet's part of the status projection: the supervisor and its agents, summarised. Pure.
 
 :func:`fleet_view` reads the supervisor record and the agents' heartbeats,
-corrected by what the processes say now; :func:`overlay_crash_loop` turns a
-goal no healthy agent can work on into a human's ``crash_loop``.
+corrected by what the processes say now, and names the fleet's incidents
+(:func:`incidents`: the supervisor down, a crash loop, a disk limit);
+:func:`overlay_crash_loop` turns a goal no healthy agent can work on into a
+human's ``crash_loop``.
 """
 
 from __future__ import annotations
@@ -13,9 +15,18 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from loopx.fleet import ACTIVE_STATES, AgentHeartbeat, FleetRecord, FleetState
-from loopx.status.view import Actor, FleetView, GoalStatusView, StatusReason
+from loopx.status.view import (
+    Actor,
+    FleetIncident,
+    FleetView,
+    GoalStatusView,
+    IncidentKind,
+    StatusReason,
+)
 
 HEARTBEAT_STALE_S: Final = 30.0  # an agent whose last beat is older is not counted alive
+# The fleet's `degraded` text of the disk guards (retention's floor and quota).
+DISK_PHRASES: Final = ("below the floor", "over its quota")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +62,12 @@ def fleet_view(
         and (live.live_agents is None or h.agent_id in live.live_agents)
     )
     if fleet is None:
-        return FleetView(agents_alive=alive, degraded=live.degraded)
+        view = FleetView(agents_alive=alive, degraded=live.degraded)
+        return view.model_copy(update={"incidents": incidents(view)})
     state = fleet.state
     if live.supervisor_alive is False and state in ACTIVE_STATES:
         state = FleetState.DEAD
-    return FleetView(
+    view = FleetView(
         state=state,
         pid=fleet.pid,
         degraded=live.degraded,
@@ -65,6 +77,49 @@ def fleet_view(
         crash_loop_agents=[s.agent_id for s in fleet.slots if s.crash_loop],
         updated_at=fleet.updated_at,
     )
+    return view.model_copy(update={"incidents": incidents(view)})
+
+
+def incidents(view: FleetView) -> list[FleetIncident]:
+    """What needs a person about the fleet itself, most urgent first. Pure.
+
+    The supervisor is down when its record says it runs and its process is
+    gone (a SIGKILL, an OOM kill, a crash: a clean stop records ``stopped``);
+    then no turn runs and no notification is sent by it. A crash loop is an
+    agent slot the supervisor stopped restarting; a disk incident is a disk
+    floor or quota that stops new turns.
+    """
+    found: list[FleetIncident] = []
+    if view.state is FleetState.DEAD:
+        last = f" (last heard from at {view.updated_at:%H:%M:%S} UTC)" if view.updated_at else ""
+        found.append(
+            FleetIncident(
+                kind=IncidentKind.SUPERVISOR_DOWN,
+                since=view.updated_at,
+                explanation=f"the supervisor (pid {view.pid}) is down: its process is gone"
+                f"{last} and no turn runs; start it again (`loopx supervisor start`, or "
+                "`systemctl restart` its unit) and see its log for why it ended",
+            )
+        )
+    if view.crash_loop_agents and view.state is not FleetState.DEAD:
+        names = ", ".join(view.crash_loop_agents)
+        found.append(
+            FleetIncident(
+                kind=IncidentKind.CRASH_LOOP,
+                since=view.updated_at,
+                explanation=f"agent(s) {names} crashed in a loop and are no longer restarted; "
+                "see logs/ and `loopx supervisor status`, then restart the supervisor",
+            )
+        )
+    if view.degraded and any(p in view.degraded for p in DISK_PHRASES):
+        found.append(
+            FleetIncident(
+                kind=IncidentKind.DISK,
+                explanation=f"no new turn starts: {view.degraded}; free space or raise the "
+                "limit (docs/retention.md)",
+            )
+        )
+    return found
 
 
 def overlay_crash_loop(view: GoalStatusView, fleet: FleetView) -> GoalStatusView:

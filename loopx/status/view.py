@@ -25,8 +25,10 @@ from loopx.turn.outcome import ResultKind, TurnStatus
 
 __all__ = [
     "Actor",
+    "FleetIncident",
     "FleetView",
     "GoalStatusView",
+    "IncidentKind",
     "LastTurn",
     "LeaseView",
     "ProbeObservation",
@@ -163,6 +165,22 @@ class GoalStatusView(Record):
     account: str | None = None
 
 
+class IncidentKind(StrEnum):
+    """What is wrong with the fleet itself, for a person to act on (status's Needs-you items)."""
+
+    SUPERVISOR_DOWN = "supervisor_down"  # its record says it runs; its process is gone
+    CRASH_LOOP = "crash_loop"  # the supervisor stopped restarting an agent
+    DISK = "disk"  # a disk floor or quota stops new turns
+
+
+class FleetIncident(Record):
+    """One thing wrong with the fleet itself: no goal's reason, a person's to act on."""
+
+    kind: IncidentKind
+    explanation: str  # what is wrong and what to do
+    since: UtcDatetime | None = None  # when it began, as far as the files tell
+
+
 class FleetView(Record):
     """The supervisor and its agents, as far as status needs them."""
 
@@ -177,6 +195,9 @@ class FleetView(Record):
     restarts: int = 0
     crash_loop_agents: list[str] = Field(default_factory=list)
     updated_at: UtcDatetime | None = None
+    # What needs a person about the fleet itself (the supervisor down, a crash loop, a disk
+    # limit), most urgent first: shown above the goals' queue.
+    incidents: list[FleetIncident] = Field(default_factory=list)
 
 
 class StatusCounts(Record):

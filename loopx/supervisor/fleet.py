@@ -28,6 +28,7 @@ from loopx.clock import calibrate
 from loopx.duties import Duties
 from loopx.errors import CorruptFileError, LoopxError, loop_fault, resource_fault
 from loopx.fleet import (
+    ACTIVE_STATES,
     AgentHeartbeat,
     AgentLoopFactory,
     ExitKind,
@@ -188,6 +189,7 @@ class Supervisor:
         scale_file(self.layout).unlink(missing_ok=True)
         process.become_subreaper()
         reap_previous(self.layout, previous, self.me.pid, self.config.stop_grace_s)
+        self._notify_previous_death(previous)
         self._recover()
         self.duties.run("refresh", self._refresh_status)
         self.runner.open()
@@ -270,6 +272,22 @@ class Supervisor:
             log.warning("status_refresh_failed", error=str(e))
             return
         self._notify_duty()
+
+    def _notify_previous_death(self, previous: FleetRecord | None) -> None:
+        """A predecessor that died without a stop: its "down" and "recovered" notifications."""
+        if previous is None or previous.state not in ACTIVE_STATES or previous.pid == self.me.pid:
+            return
+        from loopx.notify.incident import record_restart  # noqa: PLC0415 - only after a death
+
+        try:
+            events = record_restart(
+                self.layout, pid=previous.pid, last_heard=previous.updated_at, now=utcnow()
+            )
+        except Exception as e:  # noqa: BLE001 - notifications must never stop the fleet
+            log.warning("notify_restart_failed", error=str(e))
+            return
+        if events:
+            log.info("notify_previous_death", pid=previous.pid, events=len(events))
 
     def _notify_duty(self) -> None:
         """Hand the fresh projection to the notifications, which send from a background thread."""
