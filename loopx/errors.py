@@ -325,6 +325,23 @@ class MergeRefusedError(LoopxError):
     exit_code = exitcodes.USAGE
 
 
+class MergeBusyError(LoopxError):
+    """A merge a kill interrupted cannot go on yet: a process still holds its repository."""
+
+    def __init__(self, goal_id: str, path: Path, pid: int, holder: str | None = None) -> None:
+        who = holder or f"pid {pid}, started by the interrupted merge, still runs"
+        super().__init__(
+            f"goal {goal_id}: the interrupted merge cannot go on yet: {who} ({path}); "
+            "nothing was removed",
+            hint=f"wait for pid {pid} to end (or end it), then run `loopx goal merge {goal_id}` "
+            f"again, or `loopx goal merge {goal_id} --abort`",
+        )
+        self.goal_id, self.path, self.pid, self.holder = goal_id, path, pid, holder
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.goal_id, self.path, self.pid, self.holder)
+
+
 # --- accounts -------------------------------------------------------------------------------------
 
 

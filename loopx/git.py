@@ -24,7 +24,10 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
     for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR"):
         env.pop(name, None)  # a host's or a hook's repository must not leak into ours
-    env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat"})
+    # GIT_OPTIONAL_LOCKS=0: a `git status` killed mid-way must leave no index.lock behind.
+    env.update(
+        {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0"}
+    )
     env.update(extra or {})
     return env
 
@@ -59,6 +62,28 @@ def run(
     if check and done.returncode != 0:
         raise GitError([GIT, *args], where, done.returncode, done.stderr)
     return done
+
+
+def start(where: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``git -C where args...`` (output piped as text) for a caller that records its pid.
+
+    Raises:
+        WorktreeError: git is not installed.
+    """
+    argv = [GIT, "-C", str(where), *args]
+    try:
+        return subprocess.Popen(  # a fixed program, never a shell
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=_env(env),
+        )
+    except FileNotFoundError as e:
+        raise WorktreeError(
+            "git is not installed (not found on PATH)", hint="install git to use --worktree"
+        ) from e
 
 
 def output(where: Path, *args: str) -> str:

@@ -11,19 +11,20 @@ merge a kill interrupted (`loopx recover`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from loopx import environ
 from loopx.agents.donecheck import run_done_check
-from loopx.errors import GitError, LoopxError, MergeRefusedError
+from loopx.errors import GitError, LoopxError, MergeBusyError, MergeRefusedError
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.goals import get_goal, open_gate
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
-from loopx.worktree.merge import CheckRunner, merge_goal
+from loopx.worktree.merge import CheckRunner, abort_merge, merge_goal
 from loopx.worktree.mergejournal import (
     CHECK_TAIL_CHARS,
     MergeCheck,
@@ -97,15 +98,23 @@ def auto_merge(layout: Layout, goal_id: str) -> MergeJournal | None:
         return None
 
 
-def resume_merges(layout: Layout, *, now: datetime | None = None) -> tuple[list[str], list[str]]:
-    """Finish every merge a kill interrupted.
+@dataclass(slots=True)
+class ResumedMerges:
+    """What :func:`resume_merges` did."""
 
-    Returns:
-        The goals whose merge was finished, and the errors (goal: message) of those that
-        could not be.
+    finished: list[str] = field(default_factory=list)  # goals whose merge was finished
+    cancelled: list[str] = field(default_factory=list)  # goal: why, for merges cancelled
+    waiting: list[str] = field(default_factory=list)  # goal: the live process it waits for
+    errors: list[str] = field(default_factory=list)  # goal: message, for merges left as they are
+
+
+def resume_merges(layout: Layout, *, now: datetime | None = None) -> ResumedMerges:
+    """Finish every merge a kill interrupted; cancel one that cannot be finished.
+
+    A merge whose repository a live process still holds is left for later (``waiting``);
+    one git refuses to finish is aborted (:func:`loopx.worktree.merge.abort_merge`).
     """
-    finished: list[str] = []
-    errors: list[str] = []
+    done = ResumedMerges()
     goals_dir = layout.goals_dir
     for goal_id in sorted(os.listdir(goals_dir)) if goals_dir.is_dir() else []:
         if not is_valid_goal_id(goal_id):
@@ -115,7 +124,15 @@ def resume_merges(layout: Layout, *, now: datetime | None = None) -> tuple[list[
             if journal is None or journal.finished:
                 continue
             merge(layout, goal_id, now=now)
-            finished.append(goal_id)
+            done.finished.append(goal_id)
+        except MergeBusyError as e:
+            done.waiting.append(f"{goal_id}: {e.message}")
         except LoopxError as e:
-            errors.append(f"{goal_id}: {e.message}")
-    return finished, errors
+            try:
+                abort_merge(layout, goal_id)
+            except LoopxError as again:
+                done.errors.append(f"{goal_id}: {e.message}; cancelling failed: {again.message}")
+                continue
+            log.warning("merge_cancelled", goal_id=goal_id, error=e.message)
+            done.cancelled.append(f"{goal_id}: {e.message}")
+    return done

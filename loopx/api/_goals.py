@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Final
 from loopx.accounts.files import check_goal_account
 from loopx.api._work import (
     WorktreeOptions,
+    abort_merge_worktree,
     check_worktrees,
     merge_worktree,
     show_worktree,
@@ -318,6 +319,20 @@ class Goals:
 
         chosen = None if mode is None else MergeMode(mode)
         return merge_worktree(self.layout, goal_id, mode=chosen, now=now)
+
+    def abort_merge(self, goal_id: str) -> MergeJournal:
+        """`loopx goal merge --abort`: cancel the goal's unfinished merge, undoing what it did.
+
+        Returns:
+            The merge's journal, ``aborted``; ``undone`` says what was undone. The base is
+            where the merge found it; the goal stays done.
+
+        Raises:
+            MergeRefusedError: no merge is in progress, or the base moved on after the
+                merge moved it (finish it instead).
+            MergeBusyError: a live process still holds what a killed merge left.
+        """
+        return abort_merge_worktree(self.layout, goal_id)
 
     def show(self, goal_id: str) -> GoalView:
         """`loopx goal show`: a goal's policy and state.

@@ -83,13 +83,21 @@ class Turns:
     def recover(self, *, now: datetime | None = None) -> RecoveryReport:
         """`loopx recover`: finish or quarantine every unfinished journal. Idempotent.
 
-        Then every merge a kill interrupted is finished (`loopx goal merge`).
+        Then every merge a kill interrupted is finished (`loopx goal merge`), or cancelled
+        (`loopx goal merge --abort`) when git refuses to finish it.
         """
         report = recover(self.layout, now=now)
         from loopx.agents.merging import resume_merges  # noqa: PLC0415 - the agents' side is heavy
 
-        finished, errors = resume_merges(self.layout, now=now)
-        return report.model_copy(update={"merges": finished, "errors": [*report.errors, *errors]})
+        merges = resume_merges(self.layout, now=now)
+        return report.model_copy(
+            update={
+                "merges": merges.finished,
+                "merges_cancelled": merges.cancelled,
+                "merges_waiting": merges.waiting,
+                "errors": [*report.errors, *merges.errors],
+            }
+        )
 
     def replay(self, goal_id: str, *, verify: bool = False) -> ReplayReport:
         """`loopx replay [--verify]`: rebuild a goal from its journals (and compare with disk)."""

@@ -105,3 +105,10 @@ def merge_worktree(
     from loopx.agents.merging import merge  # noqa: PLC0415 - the agents' side is heavy
 
     return merge(layout, goal_id, mode=mode, now=now or utcnow())
+
+
+def abort_merge_worktree(layout: Layout, goal_id: str) -> MergeJournal:
+    """`loopx goal merge ID --abort` (see :func:`loopx.worktree.merge.abort_merge`)."""
+    from loopx.worktree.merge import abort_merge  # noqa: PLC0415 - only this command needs it
+
+    return abort_merge(layout, goal_id)

@@ -7,6 +7,10 @@ import argparse
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from loopx.turn.recovery import RecoveryReport
+
 
 def register(sub: Subparsers) -> None:
     """Add `recover`."""
@@ -21,16 +25,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
-        for action in report.actions:
-            print(f"{action.turn_key}: {action.decision} -> {action.status or 'quarantined'}")
-        for path in report.quarantined:
-            print(f"QUARANTINED {path} (see the .reason.json beside it)")
-        for key in report.retry_pending:
-            print(f"{key}: host will run again at the goal's next claim")
-        for goal_id in report.busy_goals:
-            print(f"{goal_id}: skipped, a live agent holds its lease")
-        for error in report.errors:
-            print(f"ERROR {error}")
-        if not (report.actions or report.busy_goals or report.errors):
-            print("nothing to recover")
+        print("\n".join(_lines(report)) or "nothing to recover")
     return exitcodes.OK if report.clean else exitcodes.FAILURE
+
+
+def _lines(report: RecoveryReport) -> list[str]:
+    """The report, one line per thing recovery did or left (none: nothing to recover)."""
+    return [
+        *(f"{a.turn_key}: {a.decision} -> {a.status or 'quarantined'}" for a in report.actions),
+        *(f"QUARANTINED {p} (see the .reason.json beside it)" for p in report.quarantined),
+        *(f"{k}: host will run again at the goal's next claim" for k in report.retry_pending),
+        *(f"{g}: skipped, a live agent holds its lease" for g in report.busy_goals),
+        *(f"{g}: merge finished" for g in report.merges),
+        *(f"merge cancelled: {line}" for line in report.merges_cancelled),
+        *(f"merge waiting: {line}" for line in report.merges_waiting),
+        *(f"ERROR {e}" for e in report.errors),
+    ]

@@ -6,6 +6,7 @@ import argparse
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
+from loopx.errors import UsageError
 from loopx.worktree.mergejournal import MergeMode, MergeOutcome
 
 TYPE_CHECKING = False
@@ -93,6 +94,12 @@ def register_work(actions: Subparsers) -> None:
         choices=[m.value for m in MergeMode],
         help="ff (fast-forward only), merge (a merge commit; the default) or squash",
     )
+    merge.add_argument(
+        "--abort",
+        action="store_true",
+        help="cancel the goal's merge in progress (one a kill interrupted): remove its scratch "
+        "worktree and put a base it moved back; says what it undid",
+    )
     merge.add_argument("--json", action="store_true")
     merge.set_defaults(func=run_merge)
 
@@ -121,8 +128,16 @@ def _describe(view: WorktreeView) -> str:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    """Merge a goal's branch into its base."""
-    journal = root(args).goals.merge(args.goal_id, mode=args.mode)
+    """Merge a goal's branch into its base (or cancel the merge in progress: --abort)."""
+    goals = root(args).goals
+    if args.abort:
+        if args.mode is not None:
+            raise UsageError(
+                "--abort takes no --mode", hint=f"loopx goal merge {args.goal_id} --abort"
+            )
+        journal = goals.abort_merge(args.goal_id)
+    else:
+        journal = goals.merge(args.goal_id, mode=args.mode)
     if args.json:
         print_json(journal)
     else:
@@ -131,15 +146,19 @@ def run_merge(args: argparse.Namespace) -> int:
 
 
 def _merge_line(journal: MergeJournal) -> str:
-    into = f"{journal.branch} into {journal.base}"
+    into, base = f"{journal.branch} into {journal.base}", journal.base
     gate = f"; gate {journal.gate_id} is open on goal {journal.goal_id}"
-    if journal.outcome is MergeOutcome.MERGED:
-        return f"merged {into} ({journal.mode}): {journal.base} is at {journal.merged_commit}"
-    if journal.outcome is MergeOutcome.UP_TO_DATE:
-        return f"{journal.base} already holds every commit of {journal.branch}; nothing moved"
-    if journal.outcome is MergeOutcome.CONFLICT:
-        files = ", ".join(journal.conflicts[:10])
-        return f"merge of {into} conflicts in {files}; {journal.base} unchanged{gate}"
-    if journal.outcome is MergeOutcome.CHECK_FAILED:
-        return f"the done-check failed on the merged tree; {journal.base} unchanged{gate}"
-    return f"{journal.base} moved while merging; unchanged by this merge{gate}"
+    lines = {
+        MergeOutcome.MERGED: f"merged {into} ({journal.mode}): {base} is at {journal.merged_commit}",
+        MergeOutcome.UP_TO_DATE: f"{base} already holds every commit of {journal.branch}; "
+        "nothing moved",
+        MergeOutcome.ALREADY_MERGED: f"already merged: {base} already has every change of "
+        f"{journal.branch}; nothing moved, the goal stays done",
+        MergeOutcome.ABORTED: f"aborted the merge of {into}: {'; '.join(journal.undone)}; "
+        f"{base} is at {journal.base_old}",
+        MergeOutcome.CONFLICT: f"merge of {into} conflicts in {', '.join(journal.conflicts[:10])}; "
+        f"{base} unchanged{gate}",
+        MergeOutcome.CHECK_FAILED: f"the done-check failed on the merged tree; {base} "
+        f"unchanged{gate}",
+    }
+    return lines.get(journal.outcome, f"{base} moved while merging; unchanged by this merge{gate}")

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.doctor.journals import check_lease_and_journals
+from loopx.doctor.merges import check_merge
 from loopx.doctor.reliability import check_future_dated
 from loopx.doctor.worktrees import check_worktree
 from loopx.errors import CorruptFileError, UnsafePathError
@@ -86,6 +87,7 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
     check_future_dated(doc, goal_id, state, ledger)
     if isinstance(goal, Goal):
         check_worktree(doc, goal)
+    check_merge(doc, goal_id)
 
 
 def _checkpoint_through(doc: Checker, goal_id: str) -> int:

@@ -84,6 +84,8 @@ class RecoveryReport(Record):
     busy_goals: list[str]  # goals a live agent holds; it finishes its own journals
     errors: list[str]  # goals recovery could not process, with the reason
     merges: list[str] = Field(default_factory=list)  # goals whose killed merge was finished
+    merges_cancelled: list[str] = Field(default_factory=list)  # "goal: why" of merges cancelled
+    merges_waiting: list[str] = Field(default_factory=list)  # "goal: holder" of merges left
 
     @property
     def clean(self) -> bool:

@@ -3,5 +3,8 @@
 Modules: ``git`` (the git CLI), ``spec`` (what `goal add --worktree` checks),
 ``record`` (``goals/<id>/worktree.json`` and the paths), ``creation`` (making
 it on the first claim), ``view`` (`loopx goal worktree`: show, remove),
-``mergejournal`` and ``merge`` (`loopx goal merge`).
+``mergejournal``, ``mergerun`` (its journaled git commands and what a killed
+one left), ``mergecheckout`` (the base's checkout brought along),
+``mergegates`` (the gate a merge that did not merge opens) and ``merge``
+(`loopx goal merge`, `--abort`).
 """

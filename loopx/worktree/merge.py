@@ -13,16 +13,24 @@ goal active again: it goes back to its agent once the gate is answered.
 
 Each step is recorded in ``goals/<id>/merge.json``
 (:mod:`loopx.worktree.mergejournal`) before the next one starts, with a fault
-point ``merge:<step>`` after it; :func:`merge_goal` on a goal with an
-unfinished journal continues it. The merge commit is dated by the journal, so
-a redone step makes the same commit.
+point ``merge:<step>`` after it, and each git command inside a step is a
+journaled run (:mod:`loopx.worktree.mergerun`); :func:`merge_goal` on a goal
+with an unfinished journal first settles what a killed git left, then redoes
+the step. The merge commit is dated by the journal, so a redone step makes
+the same commit. :func:`abort_merge` (``--abort``) cancels an unfinished merge
+instead: the scratch worktree goes, and a base already moved goes back.
+
+A squash that stages nothing (the base already has every change of the
+branch) ends as ``already_merged``: nothing moves, the goal stays done. A
+base that moved while the merge ran leaves the goal done with a gate saying
+``loopx goal merge ID`` merges it onto the new base; a conflict or a failing
+check makes the goal active again, its gate naming ``loopx gate resolve``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,9 +42,9 @@ from loopx import environ, exitcodes, git
 from loopx.errors import GitError, MergeRefusedError
 from loopx.faults import fault_point
 from loopx.log import get_logger
+from loopx.model import utcnow
 from loopx.registry.goals import get_goal
 from loopx.registry.model import Goal, GoalStatus
-from loopx.registry.store import update_goal
 from loopx.registry.worktree_record import (
     FOLDER_NAME,
     MERGE_FOLDER,
@@ -45,19 +53,20 @@ from loopx.registry.worktree_record import (
     read_record,
 )
 from loopx.root import Layout
-from loopx.state import Gate, GoalState, update_state
 from loopx.storage.files import ensure_dir
 from loopx.storage.locks import locked
+from loopx.worktree.mergecheckout import bring_checkout
+from loopx.worktree.mergegates import answer_merge_gates, gate_question, open_gate_once, reactivate
 from loopx.worktree.mergejournal import (
-    CHECK_TAIL_CHARS,
     MergeCheck,
     MergeJournal,
+    MergeMark,
     MergeMode,
     MergeOutcome,
     MergeStep,
     read_merge_journal,
-    write_merge_journal,
 )
+from loopx.worktree.mergerun import MergeRun
 
 log = get_logger(__name__)
 
@@ -96,38 +105,131 @@ def merge_goal(
     Raises:
         MergeRefusedError: not a worktree goal, not done, nothing made yet, its worktree
             or the base's checkout has uncommitted changes, or ``ff`` cannot fast-forward.
+        MergeBusyError: a process still holds what a killed merge left; nothing changed.
         GitError: git refused a step (the journal says which step completed last).
     """
     goal = get_goal(layout, goal_id)
-    record = read_record(layout, goal_id)
-    if goal.worktree is None or record is None or record.phase is not WorktreePhase.READY:
-        raise MergeRefusedError(
-            f"goal {goal_id!r} has no worktree to merge"
-            + ("" if goal.worktree is None else " yet (it never ran)"),
-            hint="merges take the branch of a `goal add --worktree` goal that has run",
-        )
-    repo = Path(record.repo)
-    common = git.common_dir(repo)
-    lock = merge_lock_file(layout, common)
-    ensure_dir(lock.parent)
-    with locked(lock, timeout=MERGE_LOCK_WAIT_S):
+    repo = _repo_of(layout, goal)
+    with locked(_lock(layout, repo), timeout=MERGE_LOCK_WAIT_S):
         journal = read_merge_journal(layout, goal_id)
         if journal is not None and _already_merged(repo, journal):
             return journal  # a rerun of a finished merge: nothing more to do, the record stays
         if journal is None or journal.finished:
-            journal = _plan(layout, goal, repo, mode or MergeMode.MERGE, now=now)
-            write_merge_journal(layout, journal)
+            run = MergeRun(layout, _plan(layout, goal, repo, mode or MergeMode.MERGE, now=now))
+            run.settle()  # a scratch worktree an older LoopX left
+            run.record(run.journal)
             fault_point("merge:planned")
         else:
             log.info("merge_resumed", goal_id=goal_id, step=journal.step)
-        return _run(layout, goal, journal, run_check, now=now)
+            run = MergeRun(layout, journal)
+            run.settle()
+        return _run(run, goal, run_check)
+
+
+def abort_merge(layout: Layout, goal_id: str) -> MergeJournal:
+    """`loopx goal merge ID --abort`: cancel the goal's unfinished merge, undoing what it did.
+
+    What a killed git left is settled first; the scratch worktree goes; a base the merge
+    already moved goes back to its old commit (compare-and-swap), and its checkout with it.
+    The goal keeps its status (done: `loopx goal merge` starts a new merge).
+
+    Returns:
+        The journal, ``aborted``, its ``undone`` saying what was undone.
+
+    Raises:
+        MergeRefusedError: no merge is in progress, or the base moved on since the merge
+            moved it (nothing undone: finish it with `loopx goal merge`).
+        MergeBusyError: a process still holds what a killed merge left; nothing changed.
+    """
+    goal = get_goal(layout, goal_id)
+    repo = _repo_of(layout, goal)
+    with locked(_lock(layout, repo), timeout=MERGE_LOCK_WAIT_S):
+        journal = read_merge_journal(layout, goal_id)
+        if journal is None or journal.finished:
+            raise MergeRefusedError(
+                f"goal {goal_id!r} has no merge in progress, nothing to abort",
+                hint=f"see its last merge with `loopx goal show {goal_id}`",
+            )
+        run = MergeRun(layout, journal)
+        undone = run.settle()
+        undone += _move_back(run)
+        if run.scratch_left():
+            run.remove_scratch()
+            undone.append(f"removed the scratch worktree {journal.scratch}")
+        done = run.journal.model_copy(
+            update={
+                "step": MergeStep.ABORTED,
+                "outcome": MergeOutcome.ABORTED,
+                "undone": undone or ["nothing: the merge had made nothing yet"],
+            }
+        )
+        log.info("merge_aborted", goal_id=goal_id, undone=done.undone)
+        return run.record(done)
+
+
+_MAY_HAVE_MOVED: Final = (MergeStep.CHECKED, MergeStep.MOVED, MergeStep.SYNCED)
+
+
+def _move_back(run: MergeRun) -> list[str]:
+    """Put the base (and its checkout) back where the merge found it, if the merge moved it.
+
+    A move killed before it was recorded (step ``checked``) is found by the base pointing at
+    the merged commit.
+    """
+    journal = run.journal
+    merged = journal.merged_commit
+    if (
+        merged is None
+        or merged == journal.base_old
+        or journal.step not in _MAY_HAVE_MOVED
+        or journal.outcome not in (MergeOutcome.PENDING, MergeOutcome.MERGED)
+    ):
+        return []
+    repo = Path(journal.repo)
+    at = git.branch_commit(repo, journal.base)
+    undone = []
+    if at == merged:
+        run.git("move_back", repo, "update-ref", "-m", f"loopx: abort merge {journal.branch}",
+                f"refs/heads/{journal.base}", journal.base_old, merged)  # fmt: skip
+        undone.append(f"moved {journal.base} back from {merged[:12]} to {journal.base_old[:12]}")
+    elif at != journal.base_old and journal.outcome is MergeOutcome.MERGED:
+        raise MergeRefusedError(
+            f"goal {journal.goal_id}: {journal.base} moved on from the merged commit "
+            f"{merged[:12]} to {(at or 'nothing')[:12]}; the merge cannot be undone",
+            hint=f"finish it with `loopx goal merge {journal.goal_id}`",
+        )
+    elif at != journal.base_old:
+        return undone  # moved by someone else, never by this merge: its checkout is theirs
+    if bring_checkout(run, merged, journal.base_old, action="unsync"):
+        undone.append(f"brought the checkout {journal.checkout} back to {journal.base_old[:12]}")
+    return undone
+
+
+def _repo_of(layout: Layout, goal: Goal) -> Path:
+    record = read_record(layout, goal.id)
+    if goal.worktree is None or record is None or record.phase is not WorktreePhase.READY:
+        raise MergeRefusedError(
+            f"goal {goal.id!r} has no worktree to merge"
+            + ("" if goal.worktree is None else " yet (it never ran)"),
+            hint="merges take the branch of a `goal add --worktree` goal that has run",
+        )
+    return Path(record.repo)
+
+
+def _lock(layout: Layout, repo: Path) -> Path:
+    lock = merge_lock_file(layout, git.common_dir(repo))
+    ensure_dir(lock.parent)
+    return lock
+
+
+_ENDED_MERGED: Final = (MergeOutcome.MERGED, MergeOutcome.UP_TO_DATE, MergeOutcome.ALREADY_MERGED)
 
 
 def _already_merged(repo: Path, journal: MergeJournal) -> bool:
     """Whether ``journal`` finished merging the branch as it is now."""
     return (
-        journal.finished
-        and journal.outcome in (MergeOutcome.MERGED, MergeOutcome.UP_TO_DATE)
+        journal.step is MergeStep.FINISHED
+        and journal.outcome in _ENDED_MERGED
         and git.branch_commit(repo, journal.branch) == journal.branch_head
     )
 
@@ -185,48 +287,33 @@ def _plan(
         branch_head=head,
         scratch=str(scratch_path(layout, goal.id)),
         checkout=str(checkout.path) if checkout is not None else None,
+        marks=[MergeMark(step=MergeStep.PLANNED, at=now)],
         created_at=now,
         updated_at=now,
     )
 
 
-def _run(
-    layout: Layout, goal: Goal, journal: MergeJournal, run_check: CheckRunner, *, now: datetime
-) -> MergeJournal:
+def _run(run: MergeRun, goal: Goal, run_check: CheckRunner) -> MergeJournal:
     """Every step after the last recorded one: the step list is the code."""
-    steps = (
+    steps: tuple[tuple[MergeStep, Callable[[MergeRun], MergeJournal]], ...] = (
         (MergeStep.PLANNED, _merge),
-        (MergeStep.MERGED, lambda j: _check(goal, j, run_check)),
+        (MergeStep.MERGED, lambda r: _check(goal, r, run_check)),
         (MergeStep.CHECKED, _move),
         (MergeStep.MOVED, _sync),
-        (MergeStep.SYNCED, lambda j: _finish(layout, j, now=now)),
+        (MergeStep.SYNCED, _finish),
     )
     for after, step in steps:
-        if journal.step is not after:
+        if run.journal.step is not after:
             continue
-        journal = step(journal).model_copy(update={"updated_at": now})
-        write_merge_journal(layout, journal)
-        fault_point(f"merge:{journal.step}")
-    log.info("merge_finished", goal_id=goal.id, outcome=journal.outcome)
-    return journal
+        run.record(step(run))
+        fault_point(f"merge:{run.journal.step}")
+    log.info("merge_finished", goal_id=goal.id, outcome=run.journal.outcome)
+    return run.journal
 
 
 def _dated(journal: MergeJournal) -> dict[str, str]:
     at = journal.created_at.isoformat()
     return {"GIT_AUTHOR_DATE": at, "GIT_COMMITTER_DATE": at}
-
-
-def _fresh_scratch(journal: MergeJournal, commit: str) -> Path:
-    """The scratch worktree, made again detached at ``commit`` (it is LoopX's own, never work)."""
-    repo, scratch = Path(journal.repo), Path(journal.scratch)
-    if git.entry_at(repo, scratch) is not None:
-        git.run(repo, "worktree", "remove", "--force", str(scratch))
-    if scratch.exists():
-        shutil.rmtree(scratch)
-    git.run(repo, "worktree", "prune")
-    ensure_dir(scratch.parent)
-    git.run(repo, "worktree", "add", "-q", "--detach", str(scratch), commit)
-    return scratch
 
 
 def _identity(repo: Path) -> list[str]:
@@ -238,7 +325,8 @@ def _identity(repo: Path) -> list[str]:
     return options
 
 
-def _merge(journal: MergeJournal) -> MergeJournal:
+def _merge(run: MergeRun) -> MergeJournal:
+    journal = run.journal
     repo = Path(journal.repo)
     if git.is_ancestor(repo, journal.branch_head, journal.base_old):
         return journal.model_copy(
@@ -248,7 +336,7 @@ def _merge(journal: MergeJournal) -> MergeJournal:
                 "merged_commit": journal.base_old,
             }
         )
-    scratch = _fresh_scratch(journal, journal.base_old)
+    scratch = run.fresh_scratch(journal.base_old)
     who = _identity(repo)
     message = f"Merge {journal.branch} into {journal.base} (loopx goal {journal.goal_id})"
     if journal.mode is MergeMode.FF:
@@ -257,13 +345,13 @@ def _merge(journal: MergeJournal) -> MergeJournal:
         args = ["merge", "-q", "--no-ff", "--no-edit", "-m", message, journal.branch_head]
     else:
         args = ["merge", "-q", "--squash", journal.branch_head]
-    done = git.run(scratch, *who, *args, check=False, env=_dated(journal))
+    done = run.git("merge", scratch, *who, *args, check=False, env=_dated(journal))
     if done.returncode != 0:
-        conflicts = git.conflicted(scratch)
+        conflicts = git.conflicted(scratch) if done.returncode > 0 else []
         if not conflicts:
             raise GitError(["git", *args], scratch, done.returncode, done.stderr + done.stdout)
-        git.run(scratch, "reset", "-q", "--hard")
-        return journal.model_copy(
+        run.git("reset", scratch, "reset", "-q", "--hard")
+        return run.journal.model_copy(
             update={
                 "step": MergeStep.MERGED,
                 "outcome": MergeOutcome.CONFLICT,
@@ -271,136 +359,86 @@ def _merge(journal: MergeJournal) -> MergeJournal:
             }
         )
     if journal.mode is MergeMode.SQUASH:
+        if git.run(scratch, "diff", "--cached", "--quiet", check=False).returncode == 0:
+            return run.journal.model_copy(  # nothing staged: the base has every change already
+                update={
+                    "step": MergeStep.SYNCED,
+                    "outcome": MergeOutcome.ALREADY_MERGED,
+                    "merged_commit": journal.base_old,
+                }
+            )
         squash = f"{journal.branch}: goal {journal.goal_id} (squashed by loopx)"
-        git.run(scratch, *who, "commit", "-q", "--no-verify", "-m", squash, env=_dated(journal))
+        run.git("commit", scratch, *who, "commit", "-q", "--no-verify", "-m", squash,
+                env=_dated(journal))  # fmt: skip
     merged = git.output(scratch, "rev-parse", "HEAD")
-    return journal.model_copy(update={"step": MergeStep.MERGED, "merged_commit": merged})
+    return run.journal.model_copy(update={"step": MergeStep.MERGED, "merged_commit": merged})
 
 
-def _check(goal: Goal, journal: MergeJournal, run_check: CheckRunner) -> MergeJournal:
+def _check(goal: Goal, run: MergeRun, run_check: CheckRunner) -> MergeJournal:
+    journal = run.journal
     if journal.outcome is MergeOutcome.CONFLICT:
         return journal.model_copy(update={"step": MergeStep.SYNCED})  # straight to the gate
     assert journal.merged_commit is not None  # noqa: S101 - recorded with MERGED
     scratch = Path(journal.scratch)
-    if scratch.is_dir() and git.entry_at(Path(journal.repo), scratch) is not None:
-        # A check killed half-way may have left files: start it on the merged tree again.
-        git.run(scratch, "reset", "-q", "--hard", journal.merged_commit)
-        git.run(scratch, "clean", "-q", "-ffdx")
-    else:
-        scratch = _fresh_scratch(journal, journal.merged_commit)
+    if not run.scratch_is_mine:
+        # Made by a killed process (the check may have left files): start on the merged tree.
+        scratch = run.fresh_scratch(journal.merged_commit)
     result = run_check(goal, scratch)
     if result is not None and not result.passed:
-        return journal.model_copy(
+        return run.journal.model_copy(
             update={"step": MergeStep.SYNCED, "outcome": MergeOutcome.CHECK_FAILED, "check": result}
         )
-    return journal.model_copy(update={"step": MergeStep.CHECKED, "check": result})
+    return run.journal.model_copy(update={"step": MergeStep.CHECKED, "check": result})
 
 
-def _move(journal: MergeJournal) -> MergeJournal:
+def _move(run: MergeRun) -> MergeJournal:
     """The one compare-and-swap that moves the base."""
+    journal = run.journal
     assert journal.merged_commit is not None  # noqa: S101 - recorded with MERGED
     repo = Path(journal.repo)
     ref = f"refs/heads/{journal.base}"
     message = f"loopx: merge {journal.branch}"
-    done = git.run(
-        repo, "update-ref", "-m", message, ref, journal.merged_commit, journal.base_old, check=False
-    )
+    done = run.git(
+        "move", repo, "update-ref", "-m", message, ref, journal.merged_commit, journal.base_old,
+        check=False,
+    )  # fmt: skip
     if done.returncode != 0:
         now_at = git.branch_commit(repo, journal.base)
+        if now_at == journal.base_old:  # refused for another reason (killed, a lock): redo
+            raise GitError(["git", *run.journal.runs[-1].argv], repo, done.returncode, done.stderr)
         if now_at != journal.merged_commit:  # not our own move, redone after a kill
             log.warning(
                 "merge_base_moved", base=journal.base, expected=journal.base_old, found=now_at
             )
-            return journal.model_copy(
+            return run.journal.model_copy(
                 update={"step": MergeStep.SYNCED, "outcome": MergeOutcome.BASE_MOVED}
             )
-    return journal.model_copy(update={"step": MergeStep.MOVED, "outcome": MergeOutcome.MERGED})
+    return run.journal.model_copy(update={"step": MergeStep.MOVED, "outcome": MergeOutcome.MERGED})
 
 
-def _sync(journal: MergeJournal) -> MergeJournal:
+def _sync(run: MergeRun) -> MergeJournal:
     """Bring the base's checkout (clean when planned) from the old tree to the merged one."""
+    journal = run.journal
     assert journal.merged_commit is not None  # noqa: S101 - recorded with MERGED
-    if journal.checkout is not None and Path(journal.checkout).is_dir():
-        where = Path(journal.checkout)
-        index_tree = git.output(where, "write-tree")
-        if index_tree != git.tree_of(where, journal.merged_commit):
-            git.run(where, "read-tree", "-m", "-u", journal.base_old, journal.merged_commit)
-    return journal.model_copy(update={"step": MergeStep.SYNCED})
+    bring_checkout(run, journal.base_old, journal.merged_commit, action="sync")
+    return run.journal.model_copy(update={"step": MergeStep.SYNCED})
 
 
-def _finish(layout: Layout, journal: MergeJournal, *, now: datetime) -> MergeJournal:
-    repo, scratch = Path(journal.repo), Path(journal.scratch)
-    if git.entry_at(repo, scratch) is not None:
-        git.run(repo, "worktree", "remove", "--force", str(scratch))
-    if scratch.exists():
-        shutil.rmtree(scratch)
-    git.run(repo, "worktree", "prune")
+def _finish(run: MergeRun) -> MergeJournal:
+    layout = run.layout
+    if run.scratch_left():
+        run.remove_scratch()
+    journal = run.journal
+    now = utcnow()
     gate_id = journal.gate_id
     question = gate_question(journal)
     if question is not None:
-        gate_id = _open_gate_once(layout, journal, question, now=now).id
-        _reactivate(layout, journal.goal_id, now=now)
+        gate_id = open_gate_once(layout, journal, question, now=now).id
+        if journal.outcome is not MergeOutcome.BASE_MOVED:  # the goal's work must change
+            reactivate(layout, journal.goal_id, now=now)
+    elif journal.outcome in _ENDED_MERGED:
+        answer_merge_gates(layout, journal, now=now)
     return journal.model_copy(update={"step": MergeStep.FINISHED, "gate_id": gate_id})
-
-
-def gate_question(journal: MergeJournal) -> str | None:
-    """What the gate a failed merge opens asks (None: no gate is due). Pure."""
-    into = f"merge of {journal.branch} into {journal.base}"
-    after = "; answer this gate and the goal runs again"
-    if journal.outcome is MergeOutcome.CONFLICT:
-        files = ", ".join(journal.conflicts[:50])
-        return (
-            f"{into} conflicts in: {files}. The base is unchanged. Merge {journal.base} into "
-            f"{journal.branch} and resolve them{after}"
-        )
-    if journal.outcome is MergeOutcome.CHECK_FAILED and journal.check is not None:
-        tail = journal.check.output_tail[-CHECK_TAIL_CHARS:]
-        code = "timed out" if journal.check.exit_code is None else f"exit {journal.check.exit_code}"
-        return (
-            f"{into}: the done-check failed on the merged tree ({code}); the base is "
-            f"unchanged. Make it pass{after}. Its output ends:\n{tail}"
-        )
-    if journal.outcome is MergeOutcome.BASE_MOVED:
-        return (
-            f"{into}: {journal.base} moved while the merge ran; the base is unchanged. "
-            f"Run `loopx goal merge {journal.goal_id}` again{after}"
-        )
-    return None
-
-
-def _open_gate_once(layout: Layout, journal: MergeJournal, question: str, *, now: datetime) -> Gate:
-    """Open the merge's gate, or find it opened by this merge before a kill."""
-    opener = f"merge:{journal.created_at.isoformat()}"
-    found: list[Gate] = []
-
-    def change(state: GoalState) -> GoalState:
-        mine = [g for g in state.gates if g.opened_by == opener]
-        if mine:
-            found.append(mine[0])
-            return state
-        gate = Gate(
-            id=max((g.id for g in state.gates), default=0) + 1,
-            question=question[:4000],
-            opened_at=now,
-            opened_by=opener,
-        )
-        found.append(gate)
-        return state.model_copy(update={"gates": [*state.gates, gate], "updated_at": now})
-
-    update_state(layout, journal.goal_id, change)
-    return found[0]
-
-
-def _reactivate(layout: Layout, goal_id: str, *, now: datetime) -> None:
-    """A done goal whose merge failed goes back to its agent (after the gate's answer)."""
-
-    def change(goal: Goal | None) -> Goal:
-        assert goal is not None  # noqa: S101 - the merge read it under the same root
-        if goal.status is not GoalStatus.DONE:
-            return goal
-        return goal.model_copy(update={"status": GoalStatus.ACTIVE, "updated_at": now})
-
-    update_goal(layout, goal_id, change)
 
 
 def merge_in_child(layout: Layout, goal_id: str) -> MergeJournal:

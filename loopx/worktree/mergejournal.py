@@ -6,6 +6,13 @@ continues from the last recorded step. The base branch moves in one
 compare-and-swap (``git update-ref`` with the old commit as the expected
 one), so after a kill it is at its old commit or at the merged one, never
 between.
+
+Every git command that changes something (the scratch worktree's add and
+remove, reset, merge, commit, the ref update, the checkout's sync) is a
+:class:`GitRun` in ``runs``, recorded before it starts, again with its pid and
+start time once it runs, and with its exit once it ends; ``marks`` dates each
+step as it completed. A run with no exit recorded was interrupted: recovery
+(:mod:`loopx.worktree.mergeleftovers`) knows what it leaves behind.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ class MergeStep(StrEnum):
     MOVED = "moved"  # the base branch points at the merged commit
     SYNCED = "synced"  # the checkout of the base (if any) shows the merged tree
     FINISHED = "finished"  # scratch removed, gate opened if one was due: terminal
+    ABORTED = "aborted"  # cancelled (`goal merge --abort`, or recovery): undone, terminal
 
 
 class MergeOutcome(StrEnum):
@@ -52,6 +60,8 @@ class MergeOutcome(StrEnum):
     CONFLICT = "conflict"  # the base is untouched; a gate names the files
     CHECK_FAILED = "check_failed"  # the base is untouched; a gate holds the check's output
     BASE_MOVED = "base_moved"  # the base moved meanwhile; untouched by this merge
+    ALREADY_MERGED = "already_merged"  # a squash found every change already on the base
+    ABORTED = "aborted"  # cancelled before it ended; the base is as it was before it
 
 
 class MergeCheck(Record):
@@ -60,6 +70,33 @@ class MergeCheck(Record):
     exit_code: int | None  # None: it was killed at its timeout
     passed: bool
     output_tail: Annotated[str, Field(max_length=CHECK_TAIL_CHARS)] = ""
+
+
+class GitRun(Record):
+    """One git command of a merge: recorded before it starts, then its process, then its end."""
+
+    action: str  # what it does in the merge: scratch_add, merge, commit, move, sync, ...
+    argv: list[str]  # git's arguments (after ``git -C where``)
+    where: str  # the folder it runs in
+    owner_pid: int  # the `loopx goal merge` process that runs it
+    owner_started: float  # its psutil create_time()
+    pid: int | None = None  # git's pid (None: recorded before it started)
+    started: float | None = None  # git's psutil create_time()
+    started_at: UtcDatetime
+    ended_at: UtcDatetime | None = None
+    exit_code: int | None = None  # None while running, or when it was interrupted
+
+    @property
+    def ended(self) -> bool:
+        """Whether its end was recorded."""
+        return self.ended_at is not None
+
+
+class MergeMark(Record):
+    """When a step of the merge completed."""
+
+    step: MergeStep
+    at: UtcDatetime
 
 
 class MergeJournal(Record):
@@ -81,13 +118,24 @@ class MergeJournal(Record):
     conflicts: list[str] = Field(default_factory=list)
     check: MergeCheck | None = None
     gate_id: int | None = None
+    owner_pid: int | None = None  # the `loopx goal merge` process that last wrote this
+    owner_started: float | None = None  # its psutil create_time()
+    runs: list[GitRun] = Field(default_factory=list)  # its git commands, in order
+    marks: list[MergeMark] = Field(default_factory=list)  # each completed step, dated
+    undone: list[str] = Field(default_factory=list)  # what an abort undid, in words
     created_at: UtcDatetime  # also the merge commit's date, so a redone merge makes the same one
     updated_at: UtcDatetime
 
     @property
     def finished(self) -> bool:
-        """Whether the merge reached its last step."""
-        return self.step is MergeStep.FINISHED
+        """Whether the merge reached its last step (finished or aborted)."""
+        return self.step in (MergeStep.FINISHED, MergeStep.ABORTED)
+
+    @property
+    def interrupted(self) -> GitRun | None:
+        """The git run that was recorded but never ended (its process was killed), or None."""
+        last = self.runs[-1] if self.runs else None
+        return last if last is not None and not last.ended else None
 
 
 def journal_file(layout: Layout, goal_id: str) -> Path:
