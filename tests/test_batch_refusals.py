@@ -65,6 +65,37 @@ def test_a_missing_host_program_names_the_goal(tmp_path: Path) -> None:
     assert not (tmp_path / "root").exists()
 
 
+def test_a_host_kind_typo_exits_2_having_created_nothing(tmp_path: Path) -> None:
+    """A host kind no adapter runs is refused at once, naming the goal and the kinds known."""
+    plan = _plan(
+        tmp_path,
+        [
+            {"id": "ok", "objective": "x", "host_kind": "demo"},
+            {"id": "typo", "objective": "x", "host_kind": "codx"},
+        ],
+    )
+    before = _entries(tmp_path)
+    proc = _loopx(tmp_path / "root", "batch", "run", str(plan), timeout=30)
+    assert proc.returncode == exitcodes.USAGE, proc.stderr
+    first, hint = proc.stderr.splitlines()
+    assert "goals[1] (id 'typo').host_kind: no host adapter for host kind 'codx'" in first
+    assert "codex" in first
+    assert hint == "hint: fix the plan and run again; nothing was registered"
+    assert _entries(tmp_path) == before
+
+
+def test_a_missing_done_check_program_names_the_goal(tmp_path: Path) -> None:
+    """A done-check whose program is not found is refused before anything runs."""
+    plan = _plan(
+        tmp_path,
+        [{"id": "c", "objective": "x", "host_kind": "demo", "done_check": "no-such-check-x"}],
+    )
+    proc = _loopx(tmp_path / "root", "batch", "run", str(plan), timeout=30)
+    assert proc.returncode == exitcodes.USAGE, proc.stderr
+    assert "goals[0] (id 'c').done_check" in proc.stderr
+    assert not (tmp_path / "root").exists()
+
+
 def test_a_running_supervisor_is_refused_before_registering(tmp_path: Path) -> None:
     """With a supervisor holding the root, `batch run` fails and registers no goal of the plan."""
     root = tmp_path / "root"

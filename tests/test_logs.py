@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -14,8 +15,12 @@ from pathlib import Path
 import pytest
 
 from loopx import exitcodes
+from loopx.agents.console import AgentConsole
 from loopx.logfile import RotatingFile, rotated
 from loopx.logs import LogQuery, read
+from loopx.model import utcnow
+from loopx.supervisor.windowlog import pump
+from loopx.testing.status_fixtures import make_goal
 from tests.fleet_helpers import clean_env, cli, kill_everything, sigterm_and_wait, wait_for
 from tests.turnkit import make_root
 
@@ -123,6 +128,57 @@ def test_tmux_window_logs_are_json_lines(tmp_path: Path) -> None:
     finally:
         kill_everything(root, proc)
     assert _every_log_line_is_json(root) > 0
+    # The window's lines of the turn carry its goal: `loopx logs g1` shows them as headless.
+    shown = cli(root, "logs", "g1", "--json")
+    assert shown.returncode == 0, shown.stderr
+    lines = [
+        e["fields"]["line"]
+        for e in map(json.loads, shown.stdout.splitlines())
+        if e["event"] == "window_line"
+    ]
+    assert any("claimed g1: turn" in x for x in lines)
+    assert any("red line" in x for x in lines)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_window_s_turn_lines_carry_their_goal(tmp_path: Path) -> None:
+    """What the agent console shows for a turn, piped through windowlog, is the goal's to read."""
+    layout = make_root(tmp_path / "root")
+    screen = _Terminal()
+    console = AgentConsole("agent-1", screen, secrets=[])
+    screen.write("agent-1 waiting for work\n")
+    console.started(make_goal("g1", now=utcnow(), workdir=tmp_path), seq=3)
+    console.output("stdout", b"\x1b[31mhello\x1b[0m from the host\r\n")
+    console.finished(goal_id="g1", seq=3, outcome="progress", wall_s=1.0, cpu_s=0.1, tokens=0,
+                     cost_usd=0.0, next_eligible_at=None)  # fmt: skip
+    screen.write("agent-1 idle\n")
+    layout.logs_dir.mkdir(exist_ok=True)
+    out = RotatingFile(layout.logs_dir / "agent-1.log")
+    try:
+        pump(io.BytesIO(screen.getvalue().encode()), out, "agent-1")
+    finally:
+        out.close()
+    mine = [(e.fields["line"], e.fields["seq"]) for e in read(layout, LogQuery(goal_id="g1"))]
+    assert [seq for _, seq in mine] == [3, 3, 3]
+    assert "claimed g1: turn 3" in mine[0][0]
+    assert mine[1][0] == "  | hello from the host"
+    assert "g1 turn 3: progress" in mine[2][0]
+    every = read(layout, LogQuery())
+    assert [e.goal_id for e in every] == [None, "g1", "g1", "g1", None]
+
+
+def test_logs_of_an_unknown_goal_is_a_usage_error(tmp_path: Path) -> None:
+    """A goal the root does not know: exit 2 and one line (with its hint), read or followed."""
+    root = _root(tmp_path)
+    for args in (("logs", "nope"), ("logs", "nope", "-f")):
+        proc = cli(root, *args)
+        assert proc.returncode == exitcodes.USAGE, proc.stderr
+        assert proc.stderr.splitlines()[0] == f"loopx: error: no goal 'nope' in {root}"
+        assert proc.stdout == ""
 
 
 def test_a_log_rotates_by_size_and_logs_reads_across(tmp_path: Path) -> None:

@@ -157,6 +157,25 @@ def test_system_unit_exposure_is_at_most_4(tmp_path: Path) -> None:
     assert f"rates the unit {exposure}" in docs, "docs/operations.md states the figure"
 
 
+@needs_analyze
+def test_user_unit_exposure_is_at_most_5_and_stated(tmp_path: Path) -> None:
+    """The user unit is hardened as far as a user manager allows, and the docs say how far."""
+    assert ANALYZE is not None
+    unit = UNITS / "user" / "loopx-supervisor.service"
+    proc = subprocess.run(
+        [ANALYZE, "security", "--offline=true", str(unit)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    line = next(s for s in proc.stdout.splitlines() if "Overall exposure level" in s)
+    exposure = float(line.split(": ")[1].split()[0])
+    assert exposure <= 5.0, line  # the bound the unit is held to
+    docs = (UNITS.parent / "docs" / "operations.md").read_text()
+    assert f"rates the user unit {exposure}" in docs, "docs/operations.md states the figure"
+
+
 def test_units_do_not_restart_a_usage_error() -> None:
     """Exit 2 (a usage error) is never restarted: RestartPreventExitStatus=2 in both units."""
     for unit in (UNITS / "loopx-supervisor.service", UNITS / "user" / "loopx-supervisor.service"):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NoReturn, Unpack
 
 from loopx.api._fleetrun import FleetOptions, fleet_config, run_argv, run_child
 from loopx.batch.report import BatchReport, RunSummary
-from loopx.errors import UsageError
+from loopx.errors import HostUnsupportedError, UsageError
 from loopx.fleet import (
     AgentConfig,
     ScaleResult,
@@ -88,17 +88,25 @@ class Fleet:
     def check_plan(plan: str | os.PathLike[str]) -> BatchPlan:
         """Read and check a batch plan as `loopx batch run` does first; registers nothing.
 
-        Every goal must be valid and every command host's program found.
+        Every goal must be valid, its host kind one an installed adapter
+        runs, and every command host's and done-check's program found: a typo
+        is refused here, before anything is registered or run.
 
         Raises:
-            PlanError: the plan is malformed.
-            GoalSetupError: a command host's program is not found or not executable.
+            PlanError: the plan is malformed, names a host kind no adapter runs, a
+                missing workdir, or a program that is not found or not executable.
         """
+        from loopx.agents.hosts.plugins import require_kind  # noqa: PLC0415 - the adapters are heavy
+
         plan_path = Path(plan).resolve()
         loaded = load_plan(plan_path)
         for i, entry in enumerate(loaded.goals):
             where = f"goals[{i}] (id {entry.id!r})"
             workdir = entry.workdir_path(plan_path.parent)
+            try:
+                require_kind(entry.host_spec().kind)
+            except HostUnsupportedError as e:
+                raise PlanError(plan_path, f"{where}.host_kind", e.message) from e
             try:
                 # A named workdir must exist, as for `goal add`: a typo would run the
                 # agent in an empty folder and come back green. The default
@@ -111,6 +119,13 @@ class Fleet:
             except GoalSetupError as e:
                 field = "workdir" if entry.workdir is not None and "workdir" in e.what else "host"
                 raise PlanError(plan_path, f"{where}.{field}", f"{e.what}: {e.problem}") from e
+            check = entry.done_check_spec()
+            if check is not None and check.argv:
+                try:
+                    check_program(check.argv[0], workdir, role="done-check")
+                except GoalSetupError as e:
+                    problem = f"{e.what}: {e.problem}"
+                    raise PlanError(plan_path, f"{where}.done_check", problem) from e
         return loaded
 
     def run_plan(
