@@ -5,7 +5,7 @@ Each trial adds a worktree goal to one repository (400 files; 2,000 under
 turn, then starts `loopx goal merge` in a mode chosen by the seed and kills,
 at a random moment, the Python process alone, the git child it is running
 (found with psutil) alone, or both together by process group; sometimes the
-rerun is killed too (under ``soak`` two to four merges of each goal are
+rerun is killed too (under ``soak`` three to six merges of each goal are
 killed). Then the same command runs again and `loopx recover`
 runs (in either order): both exit 0, the base's tree is what ``git
 merge-tree`` says an undisturbed merge gives, its parents are the mode's, no
@@ -192,7 +192,7 @@ def test_fifty_kills_inside_merges_leave_no_merge_wedged(tmp_path: Path) -> None
     n = 0
     while sum(tally.kills.values()) < 50 and time.monotonic() < budget:
         n += 1
-        trial(root, repo, f"g{n}", rng, tally, attempts=(2, 3, 4))
+        trial(root, repo, f"g{n}", rng, tally, attempts=(3, 4, 5, 6))
     fsck_clean(repo)
     print(
         f"merge kills: {dict(tally.kills)}, exits {dict(tally.exits)}, {tally.trials} goals merged"
