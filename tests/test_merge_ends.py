@@ -158,3 +158,26 @@ def test_the_journal_dates_each_step_and_records_each_git_run(cli: Cli, tmp_path
     assert all(r["pid"] and r["started"] and r["exit_code"] == 0 for r in journal["runs"])
     times = [r["started_at"] for r in journal["runs"]]
     assert times == sorted(times)
+
+
+def test_recover_cancels_a_merge_git_refuses_to_finish_and_exits_0(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A killed merge whose branch commit git no longer has: recover aborts it, base unchanged."""
+    repo = repo_with_ignored_env(tmp_path / "repo")
+    done_goal(cli.root, repo)
+    old = head(repo)
+    assert merge(cli.root, LOOPX_FAULT="merge:planned")[0] == exitcodes.FAULT
+    path = cli.root / "goals" / "g1" / "merge.json"
+    journal = json.loads(path.read_text())
+    path.write_text(json.dumps({**journal, "branch_head": "0" * 39 + "1"}))  # gone from the repo
+    proc = loopx(cli.root, "recover", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["merges"] == [] and [m.split(":")[0] for m in report["merges_cancelled"]] == [
+        "g1"
+    ]
+    journal = json.loads(path.read_text())
+    assert (journal["step"], journal["outcome"], head(repo)) == ("aborted", "aborted", old)
+    assert _scratch_gone(cli.root, repo)
+    assert loopx(cli.root, "recover").returncode == 0
