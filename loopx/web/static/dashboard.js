@@ -825,7 +825,8 @@ function lastFailure(v) {
 // Worktree: a --worktree goal's own branch and folder, how far it is from its base, its last merge.
 const MERGE_OUTCOMES = { pending: "in progress", merged: "merged", up_to_date: "already in the base",
   conflict: "conflict: the base is untouched", check_failed: "done-check failed on the merged tree: the base is untouched",
-  base_moved: "the base moved meanwhile: untouched" };
+  base_moved: "the base moved meanwhile: untouched", already_merged: "already merged: the base has every change",
+  aborted: "aborted: the base is as it was" };
 
 function worktreePanel(w) {
   const v = w.view;
