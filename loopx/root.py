@@ -12,7 +12,7 @@ from pathlib import Path
 from loopx import environ
 from loopx.errors import RootError, UnsafePathError
 from loopx.ids import validate_goal_id
-from loopx.storage.files import ensure_dir, note_root, read_bytes
+from loopx.storage.files import checked_dirs, ensure_dir, note_root, read_bytes
 
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:
@@ -233,10 +233,17 @@ class Layout(_LayoutFields):
         return self._in_goal(goal_id, "epoch")
 
     def ensure_goal_dirs(self, goal_id: str) -> Path:
-        """Create a goal's directory tree (0700) and return the goal directory."""
-        goal = ensure_dir(self.goal_dir(goal_id))
-        ensure_dir(self.runs_dir(goal_id))
-        ensure_dir(self.turns_dir(goal_id))
+        """Create a goal's directory tree (0700) and return the goal directory.
+
+        Every lock of the goal calls this: once the three directories were
+        checked (since the last claim or host run, :mod:`loopx.storage.files`),
+        they are not looked at again.
+        """
+        goal, runs, turns = self.goal_dir(goal_id), self.runs_dir(goal_id), self.turns_dir(goal_id)
+        if not checked_dirs(goal, runs, turns):
+            ensure_dir(goal)
+            ensure_dir(runs)
+            ensure_dir(turns)
         return goal
 
 

@@ -75,6 +75,8 @@ def ensure_dir(path: Path) -> Path:
         RootMovedError: a runtime root this process opened (or a directory
             above it) is missing: it was moved or removed, and is not recreated.
     """
+    # The directory itself is looked at every time (it may have to be made, or its root
+    # may have moved); the two above it once (_CHECKED_DIRS).
     refuse_symlinked_parents(path)
     try:
         st = path.lstat()
@@ -85,7 +87,29 @@ def ensure_dir(path: Path) -> Path:
         raise UnsafePathError(path, "it is a symlink")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(path, "it is not a directory")
+    _CHECKED_DIRS.add(os.fspath(path))
     return path
+
+
+# Directories this process found to be real directories with no symlink in the two levels
+# checked (the directory and the one above it): each is checked once, not at every file
+# operation under it (a turn made ~180 lstat calls for ~20 files). What could plant a
+# symlink afterwards is code LoopX does not control: a host or a done-check, this agent's
+# or another's. So the set is forgotten when a root is opened, at each claim and after each
+# host or check run (forget_checked_dirs), and every directory is checked again at its
+# next use; between those points a planted symlink meets the same race as the lstat
+# before an open always did.
+_CHECKED_DIRS: set[str] = set()
+
+
+def forget_checked_dirs() -> None:
+    """Check every directory again at its next use (code LoopX does not control may have run)."""
+    _CHECKED_DIRS.clear()
+
+
+def checked_dirs(*paths: Path) -> bool:
+    """Whether :func:`ensure_dir` found every one of ``paths`` since the set was last forgotten."""
+    return all(os.fspath(path) in _CHECKED_DIRS for path in paths)
 
 
 # Runtime roots this process opened (loopx.root.open_root). A missing one was moved or
@@ -97,6 +121,16 @@ _OPENED_ROOTS: set[str] = set()
 def note_root(path: Path) -> None:
     """Remember ``path`` as a runtime root: :func:`ensure_dir` never creates it or above it."""
     _OPENED_ROOTS.add(os.path.abspath(path))
+    forget_checked_dirs()
+
+
+def opened_root_of(path: Path | str) -> str | None:
+    """The runtime root this process opened that holds ``path`` (absolute), or None."""
+    text = os.fspath(path)
+    for root in _OPENED_ROOTS:
+        if text == root or text.startswith(root.rstrip("/") + "/"):
+            return root
+    return None
 
 
 def _make_missing(path: Path) -> None:
@@ -204,9 +238,13 @@ def refuse_symlinked_parents(path: Path) -> None:
     """
     # os.path on strings, not pathlib: this runs on every read and write of a turn.
     parent = os.path.dirname(path)
+    if parent in _CHECKED_DIRS:
+        return
     for directory in (parent, os.path.dirname(parent)):
         if os.path.islink(directory):
             raise UnsafePathError(Path(directory), "it is a symlink")
+    if os.path.isdir(parent):  # not a symlink (above): a real directory, checked once
+        _CHECKED_DIRS.add(parent)
 
 
 # --- whole files -------------------------------------------------------------------------------

@@ -10,14 +10,15 @@ and ends in :class:`~loopx.errors.LockTimeoutError`. On a network filesystem
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from loopx.errors import LockTimeoutError
-from loopx.storage.files import FILE_MODE, refuse_symlink
+from loopx.errors import LockTimeoutError, UnsafePathError
+from loopx.storage.files import FILE_MODE, refuse_symlink, refuse_symlinked_parents
 from loopx.storage.softlock import LockMode, SoftLock, lock_mode_for
 
 # filelock is imported only when a lock is busy (its ``Timeout``) or flock is missing: its
@@ -44,9 +45,12 @@ def locked(path: Path, *, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[N
         LockTimeoutError: the lock stayed busy for ``timeout`` seconds.
     """
     lock_file = lock_path_for(path)
-    refuse_symlink(lock_file)
     # A root on a network filesystem (or LOOPX_LOCK_MODE=soft) uses soft locks: see loopx.storage.softlock.
     soft = lock_mode_for(lock_file) is LockMode.SOFT
+    if soft:
+        refuse_symlink(lock_file)
+    else:  # the lock file itself is opened with O_NOFOLLOW (_Flock.acquire)
+        refuse_symlinked_parents(lock_file)
     lock: filelock.FileLock | SoftLock | _Flock = SoftLock(lock_file) if soft else _Flock(lock_file)
     try:
         lock.acquire(timeout=0)  # the common case, a free lock: no retry machinery
@@ -87,7 +91,12 @@ class _Flock:
         if self._fallback is not None:
             self._fallback.acquire(timeout=0)
             return
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+                raise UnsafePathError(self._path, "it is a symlink") from e
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

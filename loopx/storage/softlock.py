@@ -32,6 +32,7 @@ from typing import Final
 from loopx import environ
 from loopx.errors import UsageError
 from loopx.process import ProcessIdentity
+from loopx.storage.files import opened_root_of
 
 DEFAULT_STALE_S: Final = 20.0
 MOUNTINFO: Final = Path("/proc/self/mountinfo")
@@ -108,11 +109,27 @@ def decide_mode(requested: str | None, fstype: str | None) -> LockMode:
 
 
 _fstype_by_dev: dict[int, str | None] = {}
+# A runtime root is one filesystem: its type is looked up once per root (at its first lock),
+# not with a stat of the lock's directory at every lock.
+_fstype_by_root: dict[str, str | None] = {}
 
 
 def fstype_of(path: Path) -> str | None:
-    """The filesystem type of the directory holding ``path`` (cached per device)."""
-    directory = path.parent
+    """The filesystem type of the directory holding ``path``.
+
+    Looked up once per runtime root this process opened (every lock of a turn
+    is under it), else once per device.
+    """
+    root = opened_root_of(path)
+    if root is None:
+        return _fstype_of_dir(path.parent)
+    if root not in _fstype_by_root:
+        _fstype_by_root[root] = _fstype_of_dir(Path(root))
+    return _fstype_by_root[root]
+
+
+def _fstype_of_dir(directory: Path) -> str | None:
+    """The filesystem type of ``directory`` (cached per device)."""
     try:
         dev = os.stat(directory).st_dev
     except OSError:

@@ -12,6 +12,7 @@ between the check and the write.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Iterator, Mapping
@@ -146,8 +147,18 @@ def holder_state(lease: Lease, *, hostname: str) -> Holder:
 
 def _held_by_this_process(lease: Lease, hostname: str, pid: int) -> bool:
     return (lease.hostname, lease.pid) == (hostname, pid) and lease.pid_started_at == (
-        started_at(pid) or 0.0
+        own_started_at(pid)
     )
+
+
+@functools.cache
+def own_started_at(pid: int) -> float:
+    """The start time of this process (``pid``: its pid, so a forked child asks anew).
+
+    Constant for a process's life: read once, not at every claim (psutil reads
+    ``/proc/<pid>/stat`` and the boot time, about 0.1 ms).
+    """
+    return started_at(pid) or 0.0
 
 
 def read_epoch(layout: Layout, goal_id: str) -> int:
@@ -210,41 +221,91 @@ def claim(
     """
     ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
     grace_s = lease_grace_s() if grace_s is None else grace_s
-    hostname = socket.gethostname()
     pid = os.getpid()
-    with goal_lock(layout, goal_id):
-        found = _claimable(
-            layout, goal_id, now=now, ttl_s=ttl_s, grace_s=grace_s, own=reclaim_own, pid=pid
-        )
-        if isinstance(found, ClaimResult):
-            return found
-        current, damaged = found
-        epoch = max(read_epoch(layout, goal_id), current.epoch if current else 0) + 1
-        # The counter rises before the lease names the epoch: a crash in between
-        # wastes an epoch number, never hands one out twice.
-        atomic_write_bytes(layout.epoch_file(goal_id), f"{epoch}\n".encode())
-        lease = Lease(
+
+    def lease_of(epoch: int) -> Lease:
+        return Lease(
             goal_id=goal_id,
             agent_id=agent_id,
             pid=pid,
-            pid_started_at=started_at(pid) or 0.0,
-            hostname=hostname,
+            pid_started_at=own_started_at(pid),
+            hostname=socket.gethostname(),
             epoch=epoch,
             turn_key=turn_key,
             acquired_at=now,
             renewed_at=now,
             expires_at=now + timedelta(seconds=ttl_s),
         )
-        path = layout.lease_file(goal_id)
-        # Only the epoch must survive a power loss: every holder dies with the
-        # machine, and a lost or empty lease file reads as "nobody holds it".
-        if current is not None or damaged:
-            atomic_write_model(path, lease, durable=False)
-        elif not exclusive_create(
-            path, lease.model_dump_json(indent=2).encode() + b"\n", durable=False
-        ):  # pragma: no cover - we hold the goal lock
-            return ClaimResult(lease=None, blocking=read_lease(layout, goal_id))
+
+    path = layout.lease_file(goal_id)
+    with goal_lock(layout, goal_id):
+        recorded = recorded_epoch(layout, goal_id)
+        # The common case, a free goal: the exclusive create is the check, so the lease
+        # is not read here (the caller read it, without the lock, to skip a held goal).
+        # A crash before the counter rises leaves a lease naming the new epoch, which
+        # the next claim's takeover counts: an epoch number is wasted, never reused.
+        lease = lease_of(recorded + 1)
+        if exclusive_create(path, lease.model_dump_json(indent=2).encode() + b"\n", durable=False):
+            try:
+                _raise_epoch(layout, goal_id, lease.epoch)
+            except BaseException:  # a refused write (ENOSPC): the goal stays free, as before
+                path.unlink(missing_ok=True)
+                raise
+            return ClaimResult(lease=lease)
+        found = _claimable(
+            layout, goal_id, now=now, ttl_s=ttl_s, grace_s=grace_s, own=reclaim_own, pid=pid
+        )
+        if isinstance(found, ClaimResult):
+            return found
+        current = found[0]
+        lease = lease_of(max(recorded, current.epoch if current else 0) + 1)
+        # The counter rises before the lease names the epoch: a crash in between
+        # wastes an epoch number, never hands one out twice.
+        _raise_epoch(layout, goal_id, lease.epoch)
+        atomic_write_model(path, lease, durable=False)
     return ClaimResult(lease=lease, took_over=current)
+
+
+def recorded_epoch(layout: Layout, goal_id: str) -> int:
+    """The highest epoch the goal's files name: its counter, or its newest journal's.
+
+    The counter's rename is made durable by the turn's next fsync of the goal's
+    directory (its writeback), not by the claim: until then the only durable
+    record of the epoch is the journal the holder creates (fsynced, with its
+    directory, before its host runs), whose name ends in ``-e<epoch>``. So a
+    power cut that loses the counter's rename cannot make a claim hand out an
+    epoch any durable file names. Every holder on this machine dies with it;
+    on a network filesystem the server commits a rename before it answers.
+
+    Raises:
+        CorruptFileError: the counter file is damaged.
+    """
+    return max(read_epoch(layout, goal_id), highest_journal_epoch(layout.turns_dir(goal_id)))
+
+
+def highest_journal_epoch(directory: Path) -> int:
+    """The highest epoch a turn journal's name in ``directory`` ends with (0: none).
+
+    Journal names are ``<turn_key>.json`` with keys ``<goal>-t<seq>-e<epoch>``.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0
+    high = 0
+    for name in names:
+        epoch = name.removesuffix(".json").rpartition("-e")[2]
+        if name.endswith(".json") and epoch.isdigit():
+            high = max(high, int(epoch))
+    return high
+
+
+def _raise_epoch(layout: Layout, goal_id: str, epoch: int) -> None:
+    """Write the goal's fencing counter (under the goal's lock): content fsynced, rename not.
+
+    See :func:`recorded_epoch` for why the directory's fsync can wait.
+    """
+    atomic_write_bytes(layout.epoch_file(goal_id), f"{epoch}\n".encode(), sync_dir=False)
 
 
 def _claimable(
@@ -320,17 +381,17 @@ def fence_of(layout: Layout, lease: Lease) -> Fence:
 def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = None) -> Lease:
     """Extend a held lease; refuse if a takeover happened.
 
+    The lease file is rewritten from ``lease``, not read: under the goal's
+    lock, a counter still at the lease's epoch means no claim came after this
+    holder's (every claim raises it), so the file is this holder's.
+
     Raises:
-        LeaseLostError: the epoch moved on, or the lease file is no longer ours.
+        LeaseLostError: the epoch moved on.
 
     """
-    fence = fence_of(layout, lease)
-    with fence.held():
-        current = read_lease(layout, lease.goal_id)
-        if current is None or current.epoch != lease.epoch:
-            raise LeaseLostError(lease.goal_id, lease.epoch, current.epoch if current else -1)
+    with fence_of(layout, lease).held():
         ttl = lease_ttl_s() if ttl_s is None else ttl_s
-        renewed = current.model_copy(
+        renewed = lease.model_copy(
             update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl)}
         )
         atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
@@ -340,14 +401,19 @@ def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = 
 def release(layout: Layout, lease: Lease) -> bool:
     """Remove the lease if it is still ours. Returns whether it was removed.
 
-    The unlink is not fsynced: if it is lost in a crash the lease reappears
-    with a dead holder and is taken over at once.
+    Ours: the goal's counter still names its epoch (every claim raises the
+    counter under the goal's lock, so no other lease can have been made
+    since), which is read instead of the lease itself. The unlink is not
+    fsynced: if it is lost in a crash the lease reappears with a dead holder
+    and is taken over at once.
     """
     with goal_lock(layout, lease.goal_id):
-        current = read_lease(layout, lease.goal_id)
-        if current is None or current.epoch != lease.epoch or current.agent_id != lease.agent_id:
+        if read_epoch(layout, lease.goal_id) != lease.epoch:
             return False
-        layout.lease_file(lease.goal_id).unlink(missing_ok=True)
+        try:
+            layout.lease_file(lease.goal_id).unlink()
+        except FileNotFoundError:
+            return False
     return True
 
 

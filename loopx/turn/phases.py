@@ -20,7 +20,8 @@ process deaths, where nothing written is lost):
   matter, only that all are durable before the terminal journal: each file's
   content is fsynced as it is written, and the directory fsyncs they owe are
   paid once per directory (:func:`loopx.storage.files.dir_sync_batch`) before the
-  terminal rewrite starts.
+  terminal rewrite starts. The goal directory's fsync also makes durable the
+  rename of the epoch counter the claim raised (:func:`loopx.turn.lease.recorded_epoch`).
 * The terminal rewrite fsyncs its content but not the ``turns/`` directory.
   Losing that rename leaves the previous journal, whose host outcome is
   durable: recovery finishes the turn again from it and writes the same

@@ -15,6 +15,7 @@ from __future__ import annotations
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
+from loopx.storage.files import forget_checked_dirs
 from loopx.turn.journal import Phase, write_journal
 from loopx.turn.phases import record_check
 from loopx.turn.steps.context import Stop, StopKind, TurnContext
@@ -47,6 +48,7 @@ def run_check(ctx: TurnContext) -> TurnContext | Stop:
     for point in (*OUTCOME_POINTS, f"before:{Phase.DONE_CHECK}"):
         fault_point(point)
     result = ctx.processes.run_check(ctx, journal)
+    forget_checked_dirs()  # the check may have planted a symlink: check every directory again
     if not result.passed and ctx.options.stopping and not result.timed_out:
         log.info("done_check_stopped", turn_key=journal.turn_key)
         return Stop(StopKind.STOPPED, "check_stopped")

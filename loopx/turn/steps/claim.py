@@ -19,7 +19,7 @@ from loopx.errors import CorruptFileError
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.storage.files import dir_sync_batch
+from loopx.storage.files import forget_checked_dirs
 from loopx.storage.locks import lock_busy
 from loopx.turn.lease import (
     Lease,
@@ -38,27 +38,25 @@ log = get_logger(__name__)
 def claim_lease(ctx: TurnContext) -> TurnContext | Stop:
     """Claim the goal's lease (the epoch raised), or stop: held by a live agent, or busy now."""
     layout, goal_id = ctx.layout, ctx.goal.id
+    forget_checked_dirs()  # hosts ran since the last turn: every directory is checked again
     visible = visibly_held(layout, goal_id, now=utcnow(), grace_s=ctx.config.lease_grace_s)
     if visible is not None:
         return Stop(StopKind.WAIT, "held", claimed=False, blocking_agent=visible.agent_id)
     if ctx.options.skip_if_busy and lock_busy(layout.epoch_file(goal_id)):  # the goal lock's
         return Stop(StopKind.WAIT, "busy", claimed=False, busy=True)
     in_flight = ctx.options.in_flight
-    # The epoch counter and the lease share the goal's directory: one fsync of it
-    # makes both names durable before anything of the turn is written. A power cut
-    # in between may keep the lease without the raised counter; the next claim
-    # takes max(counter, lease epoch) + 1, so no epoch is handed out twice.
-    with dir_sync_batch():
-        claimed = claim(
-            layout,
-            goal_id,
-            agent_id=ctx.agent_id,
-            now=utcnow(),
-            ttl_s=ctx.config.lease_ttl_s,
-            grace_s=ctx.config.lease_grace_s,
-            # No turn of this goal runs in this process: a lease of ours is one an error left.
-            reclaim_own=in_flight is not None and goal_id not in in_flight,
-        )
+    # The claim fsyncs only the raised counter's content; its directory entry is made
+    # durable by the turn's writeback (loopx.turn.lease.recorded_epoch says why).
+    claimed = claim(
+        layout,
+        goal_id,
+        agent_id=ctx.agent_id,
+        now=utcnow(),
+        ttl_s=ctx.config.lease_ttl_s,
+        grace_s=ctx.config.lease_grace_s,
+        # No turn of this goal runs in this process: a lease of ours is one an error left.
+        reclaim_own=in_flight is not None and goal_id not in in_flight,
+    )
     lease = claimed.lease
     if lease is None:
         blocking = claimed.blocking.agent_id if claimed.blocking else None

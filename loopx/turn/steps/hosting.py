@@ -20,6 +20,7 @@ from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
+from loopx.storage.files import forget_checked_dirs
 from loopx.turn.accounting import apply_turn
 from loopx.turn.journal import Phase, TurnJournal
 from loopx.turn.phases import settle
@@ -31,7 +32,9 @@ log = get_logger(__name__)
 def run_host(ctx: TurnContext) -> TurnContext:
     """The journal with the host's outcome and usage (or why it could not start)."""
     fault_point(f"before:{Phase.HOST_EXECUTE}")
-    return ctx.but(journal=ctx.processes.run_host(ctx))
+    journal = ctx.processes.run_host(ctx)
+    forget_checked_dirs()  # the host may have planted a symlink: check every directory again
+    return ctx.but(journal=journal)
 
 
 def settle_outcome(ctx: TurnContext) -> TurnContext:
