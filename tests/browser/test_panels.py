@@ -114,6 +114,8 @@ def test_one_answer_for_two_gates_of_two_goals_reports_each(layout, tmp_path, ta
     # No refresh for an hour: the page keeps showing g-c's gate 2 after the CLI answers it.
     with served(layout, token=TOKEN, actions=True, refresh_interval_s=3600) as url:
         page = tab.page
+        asked: list[str] = []
+        page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
         page.goto(f"{url}#/?reason=gate_pending&sort=id")
         page.wait_for_selector("#goals-panel tr[data-goal='g-c']")
         for goal in ("g-a", "g-b", "g-c"):
@@ -132,6 +134,7 @@ def test_one_answer_for_two_gates_of_two_goals_reports_each(layout, tmp_path, ta
             )
         )
         assert outcomes == {"g-a": "answered", "g-b": "answered", "g-c": "refused (409)"}
+        assert asked == ["Answer 3 gates with “yes, ship it”?\ng-a, g-b, g-c"]
         assert "already answered" in page.inner_text("#bulk-results li[data-goal='g-c']")
         page.screenshot(path=artifacts / "bulk-answer.png", full_page=True)
         not_pwned(page)

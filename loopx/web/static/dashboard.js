@@ -705,7 +705,8 @@ function bulkAnswerForm(page) {
   });
   const button = el("button", { type: "submit", id: "bulk-answer", disabled: state.inflight.has("bulk-answer") }, "Answer gates");
   const form = el("form", { class: "answer bulk-answer" },
-    el("label", { for: "bulk-answer-text", class: "sr" }, "One answer for the gates of the ticked goals"), input, button);
+    el("label", { for: "bulk-answer-text", class: "sr" }, "One answer for the gates of the ticked goals"), input, button,
+    state.inflight.has("bulk-answer") ? el("span", { id: "bulk-answer-progress", role: "status", class: "muted" }, " answering…") : null);
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const answer = input.value.trim();
@@ -713,8 +714,11 @@ function bulkAnswerForm(page) {
     const picked = bulkTargets(page).rows.filter((r) => r.gate_id !== null);
     if (!picked.length) { notice("None of the ticked goals has an open gate."); return; }
     if (!state.token) { showTokenForm("Actions need the server's token."); return; }
+    const named = picked.slice(0, 10).map((r) => r.goal_id).join(", ") + (picked.length > 10 ? `, and ${picked.length - 10} more` : "");
+    if (!confirm(`Answer ${picked.length} gate${picked.length === 1 ? "" : "s"} with “${answer}”?\n${named}`)) return;
     state.inflight.add("bulk-answer");
     button.disabled = true;
+    button.after(el("span", { id: "bulk-answer-progress", role: "status", class: "muted" }, ` answering ${picked.length}…`));
     try {
       const doc = await api("/api/answers", {
         method: "POST",
