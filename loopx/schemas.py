@@ -68,6 +68,7 @@ from loopx.web.bulk import BulkActionResult, BulkAnswerResult
 from loopx.web.events import ChangeEvent
 from loopx.web.livetail import LiveOutput
 from loopx.web.timeline import Timeline
+from loopx.worktree.gitrun import GitRun
 from loopx.worktree.mergejournal import MergeJournal
 from loopx.worktree.view import WorktreeView
 
@@ -111,6 +112,7 @@ FILES: dict[str, type[BaseModel]] = {
     # Worktrees: goals/<id>/worktree.json and goals/<id>/merge.json (`goal merge --json` prints it).
     "worktree": WorktreeRecord,
     "merge-journal": MergeJournal,
+    "worktree-git": GitRun,  # goals/<id>/worktree-git.json: the making's git, pid and start
     # Accounts: accounts/<name>/{account,state,spend}.json, accounts/.root/budget.json
     "account": Account,
     "account-state": AccountState,

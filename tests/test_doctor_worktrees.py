@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from loopx import exitcodes
-from loopx.doctor.worktrees import admin_dir, lock_reason_pid
 from loopx.testing.gitwork import git, make_repo
+from loopx.worktree.gitlocks import admin_dir, lock_reason_pid
 from tests.conftest import Cli
 from tests.gitkit import add_goal, run_turn
 from tests.turnkit import loopx_here

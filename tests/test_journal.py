@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loopx.turn.inspection import RecoveryDecision, ViolationCode, inspect
+from loopx.turn.inspection import RecoveryDecision, ViolationCode, decision_reason, inspect
 from loopx.turn.journal import PHASES, make_turn_key, parse_turn_key
 from tests.turnkit import demo_goal, loopx, make_root
 
@@ -104,3 +104,41 @@ def test_in_progress_decisions(committed, phases, attempt, decision):
     if not phases:
         doc["outcome"] = None
     assert _view(doc).recovery_decision is decision
+
+
+@pytest.mark.parametrize(
+    ("case", "decision", "says"),
+    [
+        (("committed", None, 1), RecoveryDecision.NONE, "tombstone"),
+        (("in_progress", [], 1), RecoveryDecision.RETRY_HOST, "runs it again"),
+        (("in_progress", [], 2), RecoveryDecision.FAIL, "interrupted at every attempt"),
+        (("in_progress", ["host_execute", "typed_result", "validation"], 1),
+         RecoveryDecision.RESUME, "resumed from done_check"),
+    ],
+)  # fmt: skip
+def test_every_decision_carries_its_reason(committed, case, decision, says):
+    """Pure: the reason recovery gives for a decision is never empty (a `fail` says why)."""
+    status, phases, attempt = case
+    doc = {**committed, "status": status, "attempt": attempt}
+    if phases is not None:
+        doc["completed_phases"] = phases
+    if not phases and status == "in_progress":
+        doc["outcome"] = None
+    view = _view(doc)
+    assert view.recovery_decision is decision
+    assert says in decision_reason(view)
+
+
+def test_recover_says_why_it_failed_a_turn_whose_host_runs_were_all_interrupted(tmp_path):
+    """`loopx recover --json`: the `fail` action's detail names the interrupted attempts."""
+    layout = make_root(tmp_path / "root")
+    demo_goal(layout, "g", tmp_path / "wd")
+    assert loopx(layout.root, "turn", "run-once", "g", LOOPX_FAULT="before:host").returncode == 137
+    (path,) = layout.turns_dir("g").glob("*.json")
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "attempt": doc["plan"]["max_host_attempts"]}))
+    done = loopx(layout.root, "recover", "--json")
+    assert done.returncode == 0, done.stderr
+    (action,) = json.loads(done.stdout)["actions"]
+    assert action["decision"] == "fail"
+    assert "interrupted at every attempt" in action["detail"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -14,10 +17,17 @@ from loopx.agents.turn import attempt_turn
 from loopx.model import utcnow
 from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import Goal, HostKind, HostSpec
-from loopx.turn.lease import claim, release
+from loopx.turn.lease import claim, read_epoch, release
 from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir, shared_workdirs
-from tests.fleet_helpers import journals, kill_everything, leftovers, start_supervisor
-from tests.turnkit import loopx_here, make_root
+from tests.fleet_helpers import (
+    journals,
+    kill_everything,
+    leftovers,
+    start_supervisor,
+    supervisor,
+    wait_for,
+)
+from tests.turnkit import cli_env, loopx_here, make_root
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -190,3 +200,78 @@ def test_shared_workdirs_name_overlaps_only_and_at_most_ten_a_goal():
     assert len(shared) == 5000
     assert {len(ids) for ids in shared.values()} == {10}
     assert shared["g0000"] == [f"g{i:04}" for i in range(1, 11)]
+
+
+# One turn: waits until the file ``argv[1]`` exists (at most 60 s; "-": none), then completes.
+HELD_HOST = r"""
+import json, os, sys, time
+deadline = time.monotonic() + 60
+while sys.argv[1] != "-" and not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+json.dump({"kind": "completed", "summary": "s"}, open(os.environ["LOOPX_RESULT_FILE"], "w"))
+"""
+WAITED_S = 5.0  # how long b is watched while a's turn holds the workdir
+
+
+def test_a_goal_waiting_on_a_busy_workdir_is_woken_by_the_release_not_claimed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Goal a's turn holds the workdir (5 s watched): the agent passes goal b over without
+    claiming it (b's epoch stays 0), and runs b's turn once a's turn released the workdir."""
+    root, repo, release = tmp_path / "root", tmp_path / "repo", tmp_path / "release"
+    layout = make_root(root)
+    host = tmp_path / "host.py"
+    host.write_text(HELD_HOST)
+    repo.mkdir()
+    for goal_id, until in (("a", str(release)), ("b", "-")):
+        changes = GoalChanges(
+            objective="edit the checkout",
+            workdir=str(repo),
+            host=HostSpec(kind=HostKind.COMMAND, argv=[sys.executable, str(host), until]),
+        )
+        add_goal(layout, goal_id, changes, update=False, default_workdir=repo, now=utcnow())
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "loopx", "--root", str(root), "turn", "run-once", "a"],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for("a's turn to hold the workdir", lambda: _holder_of(root) == "a", timeout=60)
+        with supervisor(root, agents=1):
+            wait_for("b to wait for the workdir", lambda: read_wait(layout, "b"), timeout=60)
+            epochs: set[int] = set()
+            until = time.monotonic() + WAITED_S
+
+            def watched() -> bool:
+                epochs.add(read_epoch(layout, "b"))
+                return time.monotonic() > until
+
+            wait_for("b watched while it waits", watched, timeout=60, every=0.1)
+            assert _holder_of(root) == "a"
+            assert epochs == {0}  # passed over while a's turn held the workdir: never claimed
+            release.touch()
+            assert holder.wait(timeout=120) == 0
+            wait_for("b's turn", lambda: _committed(root, "b"), timeout=60)
+    finally:
+        release.touch()
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+    assert read_epoch(layout, "b") == 1  # claimed once: for the turn it ran
+    ((_a_start, a_end, _),) = _spans(root, "a")
+    ((b_start, _b_end, _),) = _spans(root, "b")
+    assert a_end <= b_start
+    assert read_wait(layout, "b") is None
+
+
+def _holder_of(root: Path) -> str | None:
+    """The goal whose turn holds the (one) workdir now."""
+    for path in (root / "workdirs").glob("*.json"):
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return str(json.loads(path.read_text())["goal_id"])
+    return None
+
+
+def _committed(root: Path, goal_id: str) -> bool:
+    return any(j["status"] == "committed" for j in journals(root, goal_id))

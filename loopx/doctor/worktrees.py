@@ -15,10 +15,11 @@ doctor checks instead, for each goal with ``--worktree``:
   ends, or a reason that names a pid), or its ``index.lock``.
 
 An "initializing" lock or an ``index.lock`` belongs to a git process; its
-owner is gone when no live git process works in the repository or the
-worktree (psutil, by the process's working directory). A lock whose reason
-names neither is a person's (``git worktree lock --reason``) and is reported
-as information only.
+owner is gone when the git LoopX recorded for the goal's worktree is not
+alive and no process holds the repository: the judgement the claim makes
+before it removes such a lock (:mod:`loopx.worktree.gitlocks`, one rule for
+both). A lock whose reason names neither is a person's (``git worktree lock
+--reason``) and is reported as information only.
 
 Read-only, except :func:`repair_worktree_locks` (``doctor --repair``): it
 removes the locks found dead, and only those created before it looked at the
@@ -29,12 +30,8 @@ processes. A lock is git's administrative file, never a tracked one, so
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 import psutil
 
@@ -49,9 +46,18 @@ from loopx.registry.worktree_record import (
     record_file,
 )
 from loopx.root import Layout
-
-INITIALIZING: Final = "initializing"  # the reason `git worktree add` locks a worktree with
-_PID_IN_REASON: Final = re.compile(r"\bpid\D{0,3}(\d+)", re.IGNORECASE)
+from loopx.worktree.gitlocks import (
+    ADMIN_LOCKS,
+    INITIALIZING,
+    Holder,
+    Processes,
+    admin_dir,
+    lock_reason_pid,
+    older_than,
+    own_git_alive,
+    read_small,
+)
+from loopx.worktree.gitrun import read_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,65 +69,17 @@ class DeadLock:
     repair: str  # the command that removes it by hand
 
 
-@dataclass(slots=True)
-class GitProcesses:
-    """The live git processes and the folders they work in, listed at the first question only."""
-
-    looked_at: float = 0.0  # time.time() when the processes were listed
-    _cwds: list[Path] | None = field(default=None, repr=False)
-
-    def working_in(self, *folders: Path) -> bool:
-        """Whether a live git process works in (or under) any of ``folders``."""
-        if self._cwds is None:
-            self.looked_at = time.time()
-            self._cwds = _git_cwds()
-        wanted = [f.resolve() for f in folders]
-        return any(cwd == f or f in cwd.parents for cwd in self._cwds for f in wanted)
-
-
-def _git_cwds() -> list[Path]:
-    """The working directories of the live git processes (git, git-*) of any user we can see."""
-    cwds = []
-    me = os.getpid()
-    for proc in psutil.process_iter(["name", "cwd", "status"]):
-        info = proc.info
-        name = info.get("name") or ""
-        if proc.pid == me or not (name == "git" or name.startswith("git-")):
-            continue
-        if info.get("status") == psutil.STATUS_ZOMBIE or not info.get("cwd"):
-            continue
-        cwds.append(Path(info["cwd"]))
-    return cwds
-
-
-def lock_reason_pid(reason: str) -> int | None:
-    """The pid a worktree lock's reason names ("held by pid 123"), or None. Pure."""
-    found = _PID_IN_REASON.search(reason)
-    return int(found.group(1)) if found else None
-
-
-def admin_dir(worktree: Path) -> Path | None:
-    """The worktree's own git directory (``<repo>/.git/worktrees/<name>``), from its ``.git`` file."""
-    text = _read_small(worktree / ".git")
-    if text is None:
-        return None  # no .git file: not a linked worktree (or a directory: a repository)
-    first = text.splitlines()[0] if text else ""
-    if not first.startswith("gitdir:"):
-        return None
-    where = Path(first.removeprefix("gitdir:").strip())
-    return where if where.is_absolute() else (worktree / where).resolve()
-
-
 def dead_locks(
-    repo: Path, worktree: Path, gitdir: Path, procs: GitProcesses
+    repo: Path, worktree: Path, gitdir: Path, procs: Processes, own: Holder | None = None
 ) -> tuple[list[DeadLock], str | None]:
     """The locks of one worktree whose owner is gone, and a person's lock reason if it has one.
 
     Args:
         repo: the repository's top folder.
         worktree: the worktree's folder.
-        gitdir: its own git directory (:func:`admin_dir`).
-        procs: the live git processes, looked up at the first question.
+        gitdir: its own git directory (:func:`loopx.worktree.gitlocks.admin_dir`).
+        procs: the live processes, looked up at the first question.
+        own: LoopX's recorded git of the goal's worktree, when it still runs.
 
     Returns:
         The dead locks (each created before ``procs`` was looked at), and the reason of a
@@ -129,60 +87,43 @@ def dead_locks(
     """
     found: list[DeadLock] = []
     person: str | None = None
-    locked, index = gitdir / "locked", gitdir / "index.lock"
-    reason = _read_small(locked)
+    unlock = f"git -C {q(repo)} worktree unlock {q(worktree)}"
+    owned: list[DeadLock] = []  # a git's locks: dead once nothing holds the repository
+    locked = gitdir / "locked"
+    reason = read_small(locked)
     if reason is not None:
         pid = lock_reason_pid(reason)
         if pid is not None:
             if not psutil.pid_exists(pid):
-                found.append(
-                    DeadLock(
-                        locked,
-                        f"locked ({reason!r}) by pid {pid}, which is no longer running",
-                        f"git -C {q(repo)} worktree unlock {q(worktree)}",
-                    )
-                )
+                what = f"locked ({reason!r}) by pid {pid}, which is no longer running"
+                found.append(DeadLock(locked, what, unlock))
         elif reason == INITIALIZING:
-            if not procs.working_in(repo, worktree, gitdir) and _older(locked, procs):
-                found.append(
-                    DeadLock(
-                        locked,
-                        "locked as 'initializing' by a `git worktree add` that is gone (no "
-                        "git process works in the repository)",
-                        f"git -C {q(repo)} worktree unlock {q(worktree)}",
-                    )
-                )
+            what = "locked as 'initializing' by a `git worktree add` that is gone"
+            owned.append(DeadLock(locked, what, unlock))
         else:
             person = reason or "(no reason given)"
-    if index.exists() and not procs.working_in(repo, worktree, gitdir) and _older(index, procs):
-        found.append(
+    for name in ADMIN_LOCKS:
+        path = gitdir / name
+        if path.exists():
+            what = f"git's {name}, left by a git process that is gone"
+            owned.append(DeadLock(path, what, f"rm {q(path)}"))
+    if owned and own is None and not procs.holding(repo, gitdir.parent.parent, worktree):
+        found += [
             DeadLock(
-                index,
-                "git's index.lock, left by a git process that is gone (no git process works "
-                "in the repository); every git command there refuses to run until it goes",
-                f"rm {q(index)}",
+                lock.path,
+                f"{lock.what} (no process holds the repository); every git command there "
+                "refuses to run until it goes",
+                lock.repair,
             )
-        )
+            for lock in owned
+            if older_than(lock.path, procs.looked_at)
+        ]
     return found, person
 
 
-def _read_small(path: Path) -> str | None:
-    """The first 4 KiB of a regular file, stripped; None when there is none (or a FIFO)."""
-    try:
-        if not path.is_file():
-            return None
-        with path.open("rb") as f:
-            return f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-
-
-def _older(path: Path, procs: GitProcesses) -> bool:
-    """Whether ``path`` was made before the git processes were listed (a later one may be live)."""
-    try:
-        return path.stat().st_mtime < procs.looked_at
-    except OSError:
-        return False
+def _own_git(layout: Layout, goal_id: str) -> Holder | None:
+    run = read_run(layout, goal_id)
+    return own_git_alive(run.pid, run.pid_started_at) if run is not None else None
 
 
 def check_worktree(doc: Checker, goal: Goal) -> None:
@@ -229,7 +170,7 @@ def check_worktree(doc: Checker, goal: Goal) -> None:
     gitdir = admin_dir(path) if path.is_dir() else None
     if gitdir is None or not gitdir.is_dir():
         return
-    locks, person = dead_locks(repo, path, gitdir, GitProcesses())
+    locks, person = dead_locks(repo, path, gitdir, Processes(), _own_git(layout, goal.id))
     for lock in locks:
         doc.add(
             Severity.WARNING,
@@ -311,7 +252,7 @@ def repair_worktree_locks(layout: Layout, goals: list[Goal]) -> list[Path]:
     Only git's administrative files go (``locked``, ``index.lock``), and only
     those :func:`dead_locks` finds dead; no tracked file changes.
     """
-    procs = GitProcesses()
+    procs = Processes()
     removed: list[Path] = []
     for goal in goals:
         if goal.worktree is None:
@@ -326,7 +267,8 @@ def repair_worktree_locks(layout: Layout, goals: list[Goal]) -> list[Path]:
         gitdir = admin_dir(path) if path.is_dir() else None
         if gitdir is None or not gitdir.is_dir():
             continue
-        locks, _person = dead_locks(Path(record.repo), path, gitdir, procs)
+        own = _own_git(layout, goal.id)
+        locks, _person = dead_locks(Path(record.repo), path, gitdir, procs, own)
         for lock in locks:
             with contextlib.suppress(FileNotFoundError):
                 lock.path.unlink()
@@ -336,10 +278,7 @@ def repair_worktree_locks(layout: Layout, goals: list[Goal]) -> list[Path]:
 
 __all__ = [
     "DeadLock",
-    "GitProcesses",
-    "admin_dir",
     "check_worktree",
     "dead_locks",
-    "lock_reason_pid",
     "repair_worktree_locks",
 ]

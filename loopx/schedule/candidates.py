@@ -34,6 +34,7 @@ from loopx.turn.lease import (
     read_lease,
     takeover_allowed,
 )
+from loopx.turn.workdir import waits_on_live_hold
 
 log = get_logger(__name__)
 
@@ -153,6 +154,9 @@ def candidate_and_decision(
     """
     state = _read_state(layout, goal.id)
     leased_until = lease_expiry(layout, goal.id, now=now)
+    # Waiting for another goal's turn in its workdir: passed over, never claimed, until
+    # that turn's release removes the wait note and hints the goal.
+    busy_until = waits_on_live_hold(layout, goal.id, now=now, grace_s=lease_grace_s())
     spend = window_spend(layout, goal.id, window_start=goal.quota.window_start(now))
     room = headroom if headroom is not None else measure_headroom(now=now)
     decision = should_run(goal, state, spend, room, leased=False, now=now)
@@ -164,6 +168,7 @@ def candidate_and_decision(
         open_gates=len(state.open_gates),
         next_eligible_at=state.eligible_at(now),
         leased_until=leased_until,
+        workdir_busy_until=busy_until,
         quota_allowed=decision.allowed,
         spent_wall_s=decision.spent_wall_s,
     )

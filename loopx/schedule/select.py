@@ -1,8 +1,9 @@
 """Select: which goal an agent should work on next. Pure: candidates and ``now`` in, a ranking out.
 
 A goal is eligible when its registry status is active, no gate waits for a
-human, no live holder leases it, its quota allows a turn and its
-``next_eligible_at`` has passed. Eligible goals are ranked by priority
+human, no live holder leases it, no other goal's live turn holds its workdir
+(it waits to be woken by that turn's release, not claimed again on a timer),
+its quota allows a turn and its ``next_eligible_at`` has passed. Eligible goals are ranked by priority
 (higher first), then by weighted fair share: the wall time the goal spent in
 its quota window divided by its compute share, lowest first, so that on a busy
 fleet goals of shares 0.6 / 0.3 / 0.1 receive time in those proportions (the
@@ -27,6 +28,7 @@ class Ineligible(StrEnum):
     NOT_ACTIVE = "not_active"
     GATE_PENDING = "gate_pending"
     LEASED = "leased"
+    WORKDIR_BUSY = "workdir_busy"
     QUOTA = "quota"
     NOT_YET_ELIGIBLE = "not_yet_eligible"
 
@@ -40,6 +42,9 @@ class Candidate:
         open_gates: how many gates wait for a human.
         next_eligible_at: no turn before this time (state's scheduler field), or None.
         leased_until: expiry of a lease held by a live holder, or None when unleased.
+        workdir_busy_until: the goal waits for another goal's live turn in its workdir,
+            woken by that turn's release; looked at again by this time at the latest
+            (the holder's lease expiry and grace). None: it does not wait.
         quota_allowed: what the quota decision said for a turn now.
         spent_wall_s: host wall seconds spent in the goal's current quota window.
 
@@ -49,6 +54,7 @@ class Candidate:
     open_gates: int = 0
     next_eligible_at: datetime | None = None
     leased_until: datetime | None = None
+    workdir_busy_until: datetime | None = None
     quota_allowed: bool = True
     spent_wall_s: float = 0.0
 
@@ -58,19 +64,22 @@ class Candidate:
         return self.goal.id
 
 
+def _after(at: datetime | None, now: datetime) -> bool:
+    return at is not None and at > now
+
+
 def why_ineligible(candidate: Candidate, *, now: datetime) -> Ineligible | None:
-    """Why ``candidate`` may not run a turn at ``now``; None when it may."""
-    if candidate.goal.status is not GoalStatus.ACTIVE:
-        return Ineligible.NOT_ACTIVE
-    if candidate.open_gates:
-        return Ineligible.GATE_PENDING
-    if candidate.leased_until is not None and candidate.leased_until > now:
-        return Ineligible.LEASED
-    if not candidate.quota_allowed or candidate.goal.quota.compute <= 0:
-        return Ineligible.QUOTA
-    if candidate.next_eligible_at is not None and candidate.next_eligible_at > now:
-        return Ineligible.NOT_YET_ELIGIBLE
-    return None
+    """Why ``candidate`` may not run a turn at ``now``; None when it may (first reason wins)."""
+    goal = candidate.goal
+    reasons = (
+        (goal.status is not GoalStatus.ACTIVE, Ineligible.NOT_ACTIVE),
+        (candidate.open_gates > 0, Ineligible.GATE_PENDING),
+        (_after(candidate.leased_until, now), Ineligible.LEASED),
+        (_after(candidate.workdir_busy_until, now), Ineligible.WORKDIR_BUSY),
+        (not candidate.quota_allowed or goal.quota.compute <= 0, Ineligible.QUOTA),
+        (_after(candidate.next_eligible_at, now), Ineligible.NOT_YET_ELIGIBLE),
+    )
+    return next((why for applies, why in reasons if applies), None)
 
 
 def wake_at(
@@ -86,20 +95,23 @@ def wake_at(
     a compute share raised): an index waits for that goal's change hint and
     spends nothing on it until then. ``quota_next`` is the quota decision's
     next eligible time (the window sliding); a refusal with none (the host's
-    memory or load) is looked at again after ``host_recheck_s``.
+    memory or load) is looked at again after ``host_recheck_s``. A goal that
+    waits for another goal's turn in its workdir is woken by that turn's
+    release (a hint); its time is only the holder's lease expiry, in case it died.
     """
     why = why_ineligible(candidate, now=now)
+    timed = {
+        Ineligible.LEASED: candidate.leased_until,
+        Ineligible.WORKDIR_BUSY: candidate.workdir_busy_until,
+        Ineligible.NOT_YET_ELIGIBLE: candidate.next_eligible_at,
+    }
     if why is None:
         return now
-    if why is Ineligible.LEASED:
-        return candidate.leased_until
-    if why is Ineligible.NOT_YET_ELIGIBLE:
-        return candidate.next_eligible_at
-    if why is Ineligible.QUOTA:
-        if candidate.goal.quota.compute <= 0:
-            return None
+    if why in timed:
+        return timed[why]
+    if why is Ineligible.QUOTA and candidate.goal.quota.compute > 0:
         return quota_next or now + timedelta(seconds=host_recheck_s)
-    return None  # not active, or a gate waits for a human
+    return None  # not active, no compute share, or a gate waits for a human
 
 
 def fair_share(candidate: Candidate) -> float:

@@ -275,6 +275,30 @@ def inspect_journal(journal: TurnJournal, *, goal_id: str, turn_key: str) -> Jou
     )
 
 
+def decision_reason(view: JournalInspection) -> str:
+    """Why recovery decides what it does with a journal, in words (never empty). Pure."""
+    attempts = f"{view.attempt} of max_host_attempts={view.max_host_attempts}"
+    match view.recovery_decision:
+        case RecoveryDecision.NONE:
+            return f"the journal is {view.status}: its tombstone stays as it is"
+        case RecoveryDecision.RESUME:
+            return f"resumed from {view.next_phase}: the host had finished, so it is not run again"
+        case RecoveryDecision.RETRY_HOST:
+            return f"host attempt {attempts} was interrupted; the next claim runs it again"
+        case RecoveryDecision.RUN_CHECK:
+            return (
+                "the host finished but its done-check result was not recorded; the next "
+                "claim runs the check (never the host) again"
+            )
+        case RecoveryDecision.FAIL:
+            return (
+                f"the host was interrupted at every attempt ({attempts}), so none is left: "
+                "the turn ends failed (host_interrupted)"
+            )
+        case RecoveryDecision.QUARANTINE:
+            return "; ".join(v.message for v in view.violations) or "the journal is invalid"
+
+
 class JournalList(Record):
     """`loopx journal list --json`: the inspection of each of a goal's journals, oldest first."""
 

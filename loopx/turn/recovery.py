@@ -48,6 +48,7 @@ from loopx.turn.inspection import (
     JournalList,
     RecoveryDecision,
     Violation,
+    decision_reason,
     inspect,
 )
 from loopx.turn.journal import Phase, TurnJournal, journal_files
@@ -147,14 +148,10 @@ def interrupted(journal: TurnJournal, *, now: datetime) -> TurnJournal:
     )
 
 
-# What recovery leaves as it is, and why: a tombstone, or a journal for the next claim.
-_LEFT: dict[RecoveryDecision, str] = {
-    RecoveryDecision.NONE: "",
-    RecoveryDecision.RETRY_HOST: "host attempt {attempt} of {of} was interrupted; "
-    "the next claim runs it again",
-    RecoveryDecision.RUN_CHECK: "the host finished but its done-check result was not recorded; "
-    "the next claim runs the check (never the host) again",
-}
+# What recovery leaves as it is: a tombstone, or a journal for the next claim.
+_LEFT: frozenset[RecoveryDecision] = frozenset(
+    {RecoveryDecision.NONE, RecoveryDecision.RETRY_HOST, RecoveryDecision.RUN_CHECK}
+)
 
 
 def recover_journal(
@@ -178,12 +175,11 @@ def recover_journal(
     if decision is RecoveryDecision.QUARANTINE:
         with fence.held():
             moved = quarantine(layout, path, view, now=now)
-        detail = "; ".join(v.message for v in view.violations)
         return RecoveryAction(
             goal_id=goal_id,
             turn_key=turn_key,
             decision=decision,
-            detail=detail,
+            detail=decision_reason(view),
             quarantined_to=str(moved),
         ), None
     journal = TurnJournal.model_validate_json(raw)
@@ -193,9 +189,7 @@ def recover_journal(
             turn_key=turn_key,
             decision=decision,
             status=journal.status,
-            detail=_LEFT[decision].format(
-                attempt=journal.attempt, of=journal.plan.max_host_attempts
-            ),
+            detail=decision_reason(view),
         )
         return action, None if decision is RecoveryDecision.NONE else journal
     if decision is RecoveryDecision.FAIL:
@@ -213,7 +207,7 @@ def recover_journal(
         turn_key=turn_key,
         decision=decision,
         status=done.status,
-        detail=f"resumed from {view.next_phase}" if decision is RecoveryDecision.RESUME else "",
+        detail=decision_reason(view),
     ), None
 
 

@@ -19,11 +19,15 @@ Each claimant first makes its own records, then looks for the other's, so
 two overlapping claims cannot both miss each other (at worst both back off
 and try again).
 
-A claimant that finds the workdir busy leaves ``goals/<id>/turns/.workdir-wait.json``
-(status shows "workdir busy: goal X runs a turn there") and a marker in the
-holder's ``.waiters/``; the holder's release removes both and leaves a change
-hint for each waiter, which wakes the agents that sleep on hints. An idle
-poll costs nothing here: nothing is read until a goal is claimed.
+A claimant looks first, without a lock and before its claim (:func:`busy_with`),
+so a goal that would only wait does not raise its epoch; the lock taken after
+the claim still decides a race. A claimant that finds the workdir busy leaves
+``goals/<id>/turns/.workdir-wait.json`` (status shows "workdir busy: goal X
+runs a turn there") and a marker in the holder's ``.waiters/``; the holder's
+release removes both and leaves a change hint for each waiter, which wakes the
+agents that sleep on hints. Until then selection passes the goal over
+(:func:`waits_on_live_hold`, one read of a wait note that is usually absent),
+so it is not claimed again on a timer.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import socket
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import islice
 from pathlib import Path
 from typing import Final, Literal
@@ -285,6 +289,53 @@ def _blocking_relative(
     return None
 
 
+def busy_with(
+    layout: Layout, workdir: str, goal_id: str, *, now: datetime, grace_s: float
+) -> WorkdirHold | None:
+    """The live hold of another goal on ``workdir``, above it or inside it, read without a lock.
+
+    Only a shortcut for a claimant that has not taken anything yet: None sends it on to
+    the claim and :func:`acquire_workdir`, which decides.
+    """
+    real = real_workdir(workdir)
+    exact = _read_hold(_hold_file(layout, real))
+    if (
+        exact is not None
+        and exact.goal_id != goal_id
+        and hold_is_live(layout, exact, now=now, grace_s=grace_s)
+    ):
+        return exact
+    probe = WorkdirHold(path=real, goal_id=goal_id, epoch=0, agent_id="", acquired_at=now)
+    return _blocking_relative(layout, probe, now=now, grace_s=grace_s)
+
+
+def waits_on_live_hold(
+    layout: Layout, goal_id: str, *, now: datetime, grace_s: float
+) -> datetime | None:
+    """Until when the goal waits for another goal's turn in its workdir; None: it does not wait.
+
+    The goal's wait note must name a hold that still stands (the holder's release removes
+    the note and leaves a change hint, which wakes the goal); the answer is the holder's
+    lease expiry and grace, after which an index looks again in case the holder died
+    without a release.
+    """
+    wait = read_wait(layout, goal_id)
+    if wait is None:
+        return None
+    hold = _read_hold(_hold_file(layout, wait.holder_path))
+    if hold is None or hold.goal_id != wait.holder_goal_id:
+        return None
+    if not hold_is_live(layout, hold, now=now, grace_s=grace_s):
+        return None
+    try:
+        lease = read_lease(layout, hold.goal_id)
+    except CorruptFileError:
+        lease = None
+    if lease is None:
+        return None
+    return lease.expires_at + timedelta(seconds=grace_s)
+
+
 def acquire_workdir(
     layout: Layout, workdir: str, lease: Lease, *, now: datetime, grace_s: float
 ) -> WorkdirClaim:
@@ -371,6 +422,7 @@ __all__ = [
     "WorkdirHold",
     "WorkdirWait",
     "acquire_workdir",
+    "busy_with",
     "hold_is_live",
     "note_waiting",
     "read_wait",
@@ -379,5 +431,6 @@ __all__ = [
     "shared_workdirs",
     "turn_workdir",
     "wait_file",
+    "waits_on_live_hold",
     "workdir_key",
 ]

@@ -6,18 +6,26 @@ does after a kill right after it:
 1. ``intent``: ``worktree.json`` is written ``intended`` with the path, the
    branch and the base's commit. Killed here: nothing else exists; redone.
 2. ``add``: ``git worktree add`` makes branch ``loopx/<id>`` at that commit
-   and checks it out at the recorded path. Killed inside or after it: the
-   path and branch are recognised (``git worktree list``) and the checkout is
-   completed (``git reset --hard`` of a worktree no turn ever ran in); a folder
-   git never registered is removed and made again; an existing branch is reused,
-   never made twice.
+   and checks it out at the recorded path. Each git command is recorded
+   before it starts, with its pid and start time once it runs
+   (:mod:`loopx.worktree.gitrun`). Killed inside or after it, the next claim
+   first judges what the killed git left (:mod:`loopx.worktree.gitlocks`):
+   while LoopX's recorded git or any process holding the repository is alive,
+   the goal waits (:class:`WorktreeLockHeldError`, naming the lock); once
+   they are gone, the locks (``locked`` "initializing", ``index.lock``, the
+   branch's ref lock) are removed. Then a worktree registered on its branch
+   is checked out again (``git reset --hard`` of a worktree no turn ever ran
+   in), and anything else half-made (a folder git never registered, one
+   registered on no branch yet, a registration whose folder is gone) is
+   taken down and made again; an existing branch is reused, never made twice.
 3. ``include``: the untracked files matching ``--worktree-include`` are copied
    from the repository (a copy again overwrites with the same bytes).
 4. ``ready``: the record says ``ready``. From now on the worktree is the
    goal's, may hold work, and is never reset or removed by a claim.
 
 A goal therefore never gets two worktrees: the path and the branch are fixed
-by the goal id, and every step finds what an earlier attempt made.
+by the goal id, and every step finds what an earlier attempt made; whatever
+the kill, the result is the undisturbed run's (same branch, base commit, files).
 """
 
 from __future__ import annotations
@@ -42,8 +50,37 @@ from loopx.registry.worktree_record import (
 from loopx.root import Layout
 from loopx.storage.files import ensure_dir
 from loopx.turn.lease import Fence
+from loopx.worktree.gitlocks import (
+    Holder,
+    Processes,
+    admin_dir,
+    admin_dirs_naming,
+    branch_lock,
+    leftover_locks,
+    own_git_alive,
+    remove_locks,
+)
+from loopx.worktree.gitrun import forget_run, read_run, run_recorded
 
 log = get_logger(__name__)
+
+
+class WorktreeLockHeldError(WorktreeError):
+    """A lock a git left in the goal's half-made worktree is held by a live process: wait."""
+
+    def __init__(self, goal_id: str, lock: Path, holders: list[Holder]) -> None:
+        named = "; ".join(h.describe() for h in holders[:3])
+        super().__init__(
+            f"goal {goal_id!r}: {lock} is held ({named}); LoopX removes it once no process "
+            "holds the repository",
+            hint="let that process end (or end it), then claim the goal again",
+        )
+        self.goal_id, self.lock, self.holders = goal_id, lock, holders
+
+    @property
+    def only_git(self) -> bool:
+        """Whether every holder is a git program, which ends by itself."""
+        return all(h.is_git for h in self.holders)
 
 
 def turn_goal(layout: Layout, goal: Goal, fence: Fence) -> Goal:
@@ -88,9 +125,11 @@ def ensure_worktree(layout: Layout, goal: Goal, fence: Fence) -> WorktreeRecord:
     if record is None:
         record = _intend(layout, goal, repo, fence)
     fault_point("worktree:intent")
-    _add(repo, record)
+    clear_leftovers(layout, record)
+    _add(layout, record, fence)
     fault_point("worktree:add")
     copy_included(repo, Path(record.path), spec.include)
+    forget_run(layout, goal.id)  # made: no git of the making is left to judge
     fault_point("worktree:include")
     with fence.held():
         ready = record.model_copy(update={"phase": WorktreePhase.READY, "updated_at": utcnow()})
@@ -136,37 +175,74 @@ def _intend(layout: Layout, goal: Goal, repo: Path, fence: Fence) -> WorktreeRec
     return record
 
 
-def _add(repo: Path, record: WorktreeRecord) -> None:
-    """``git worktree add`` at the recorded path, or finish what a killed one left."""
-    path = Path(record.path)
+def clear_leftovers(layout: Layout, record: WorktreeRecord) -> list[Path]:
+    """Remove the locks a killed git left in the half-made worktree, once their owner is gone.
+
+    Returns:
+        The lock files removed.
+
+    Raises:
+        WorktreeLockHeldError: LoopX's recorded git still runs, or a live process holds the
+            repository while a lock is there: nothing was removed.
+    """
+    repo, path = Path(record.repo), Path(record.path)
+    run = read_run(layout, record.goal_id)
+    own = own_git_alive(run.pid, run.pid_started_at) if run is not None else None
+    if own is not None:
+        raise WorktreeLockHeldError(record.goal_id, path, [own])
+    common = git.common_dir(repo)
+    admins = admin_dirs_naming(common, path)
+    mine = admin_dir(path) if path.is_dir() else None
+    if mine is not None and mine.is_dir() and mine not in admins:
+        admins.append(mine)
+    locks = [lock for admin in admins for lock in leftover_locks(admin)]
+    ref = branch_lock(common, record.branch)
+    locks += [ref] if ref is not None else []
+    if not locks:
+        return []
+    procs = Processes()
+    holders = procs.holding(repo, common, path)
+    if holders:
+        raise WorktreeLockHeldError(record.goal_id, locks[0], holders)
+    removed = remove_locks(locks, listed_at=procs.looked_at)
+    log.warning("worktree_locks_removed", paths=[str(p) for p in removed])
+    return removed
+
+
+def _add(layout: Layout, record: WorktreeRecord, fence: Fence) -> None:
+    """``git worktree add`` at the recorded path, or finish or redo what a killed one left."""
+    repo, path, goal_id = Path(record.repo), Path(record.path), record.goal_id
     entry = git.entry_at(repo, path)
     if entry is not None and entry.branch not in (record.branch, None):
         raise WorktreeError(
             f"{path} is a worktree of branch {entry.branch}, not {record.branch}",
             hint=f"remove it (`git -C {repo} worktree remove {path}`) or move it away",
         )
-    if entry is not None and path.is_dir():
+    if entry is not None and entry.branch == record.branch and (path / ".git").is_file():
         # Registered and on our branch: a checkout a kill may have cut short. No turn ran
         # here yet (the record is not ready), so completing it loses nothing.
-        if entry.branch is None:
-            git.run(path, "checkout", "-q", record.branch)
-        git.run(path, "reset", "-q", "--hard")
+        run_recorded(layout, goal_id, fence, path, "reset", "-q", "--hard")
         return
-    git.run(repo, "worktree", "prune")  # forget a registration whose folder is gone
     if path.exists():
         if not (path / ".git").is_file() and any(path.iterdir()):
             raise WorktreeError(
                 f"{path} exists and is not a worktree LoopX began",
                 hint="move it away; LoopX makes the goal's worktree there",
             )
-        # Made by a `git worktree add` killed before it registered the folder: git's own
-        # files and a partial checkout, none of the goal's work.
+        # Made by a `git worktree add` killed before it registered the folder or set its
+        # branch: git's own files and a partial checkout, none of the goal's work.
         shutil.rmtree(path)
+    git.run(repo, "worktree", "prune")  # forget a registration whose folder is gone
     ensure_dir(path.parent)
     if git.branch_commit(repo, record.branch) is not None:
-        git.run(repo, "worktree", "add", "-q", str(path), record.branch)
+        run_recorded(
+            layout, goal_id, fence, repo, "worktree", "add", "-q", str(path), record.branch
+        )
     else:
-        git.run(repo, "worktree", "add", "-q", "-b", record.branch, str(path), record.base_commit)
+        run_recorded(
+            layout, goal_id, fence, repo,
+            "worktree", "add", "-q", "-b", record.branch, str(path), record.base_commit,
+        )  # fmt: skip
 
 
 def copy_included(repo: Path, worktree: Path, patterns: list[str]) -> list[str]:

@@ -3,7 +3,9 @@
 Agents that ranked the same goal first race for it: a lease that plainly
 blocks is seen without the goal's lock (which the winner holds across its
 fsyncs), so the losers move on at once. Only the claim itself, under the
-lock, decides (:func:`loopx.turn.lease.claim`). After a takeover, every
+lock, decides (:func:`loopx.turn.lease.claim`). A workdir another goal's
+live turn plainly holds stops the claim before it is made (the goal's epoch
+rises only for a turn that may run). After a takeover, every
 process still working for the goal is killed before anything else: fencing
 stops a stale holder's writes, this stops its host.
 """
@@ -31,6 +33,7 @@ from loopx.turn.lease import (
     takeover_allowed,
 )
 from loopx.turn.steps.context import Claim, LeaseHolder, Stop, StopKind, TurnContext
+from loopx.turn.steps.workplace import plainly_busy
 
 log = get_logger(__name__)
 
@@ -42,6 +45,9 @@ def claim_lease(ctx: TurnContext) -> TurnContext | Stop:
     visible = visibly_held(layout, goal_id, now=utcnow(), grace_s=ctx.config.lease_grace_s)
     if visible is not None:
         return Stop(StopKind.WAIT, "held", claimed=False, blocking_agent=visible.agent_id)
+    busy = plainly_busy(ctx)  # a claim now would only raise the epoch to wait
+    if busy is not None:
+        return busy
     if ctx.options.skip_if_busy and lock_busy(layout.epoch_file(goal_id)):  # the goal lock's
         return Stop(StopKind.WAIT, "busy", claimed=False, busy=True)
     in_flight = ctx.options.in_flight
