@@ -28,6 +28,7 @@ from loopx.fleet import (
 )
 from loopx.logs import LogEntry
 from loopx.notify.config import NotifyConfig
+from loopx.notify.links import ServeAddress
 from loopx.notify.outbox import Outbox
 from loopx.notify.views import NotifyList, NotifyTestReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
@@ -121,6 +122,7 @@ FILES: dict[str, type[BaseModel]] = {
     "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped
     "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
     "notify-outbox": Outbox,  # notify.d/outbox.json
+    "notify-serve": ServeAddress,  # notify.d/serve.json (a running serve's address, for links)
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
@@ -177,7 +179,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-timeline": Timeline,  # GET /api/timeline
     # `loopx logs --json`: one per line.
     "log-entry": LogEntry,
-    "notify-list": NotifyList,  # `notify list|add|remove --json`
+    "notify-list": NotifyList,  # `notify list|add|set|remove --json`
     "notify-test": NotifyTestReport,  # `notify test --json`
 }
 

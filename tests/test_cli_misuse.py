@@ -94,6 +94,7 @@ COMMANDS: dict[str, list[str]] = {
     "notify add": ["json://127.0.0.1:9/hook", "--events", "gate"],
     "notify list": [],
     "notify remove": ["0123456789"],
+    "notify set": ["--link-base", "http://127.0.0.1:9/"],
     "notify test": [],
 }
 ROOTLESS = {"schema"}  # reads no root
@@ -141,6 +142,12 @@ BAD_FLAGS: dict[str, tuple[list[str], int, str]] = {
     "notify-bad-event": (["notify", "add", "json://h/x", "--events", "gate,oops"], 2, "oops"),
     "notify-bad-link-base": (["notify", "add", "json://h/x", "--link-base", "ftp://h"], 2, "http"),
     "notify-unknown-target": (["notify", "remove", "nope"], 2, "'nope'"),
+    "notify-set-bad-link-base": (["notify", "set", "--link-base", "ftp://h"], 2, "http"),
+    "notify-bad-read-timeout": (
+        ["notify", "add", "json://h/x", "--read-timeout", "0"],
+        2,
+        "--read-timeout",
+    ),
     "agents-zero": (["supervisor", "run", "--agents", "0", "--until-idle"], 2, "at least 1"),
     "agents-huge": (["supervisor", "start", "--agents", "100000"], 2, "is more than"),
     "batch-agents-zero": (["batch", "run", "{base}/plan.json", "--agents", "0"], 2, "at least 1"),

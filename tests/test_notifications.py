@@ -315,7 +315,10 @@ def test_serve_sends_when_no_supervisor_runs_and_its_link_opens_the_gate(
     try:
         base = wait_for(
             "serve's recorded address",
-            lambda: (p := root / "notify.d" / "serve.url").exists() and p.read_text().strip(),
+            lambda: (
+                (p := root / "notify.d" / "serve.json").exists()
+                and json.loads(p.read_text())["url"]
+            ),
             timeout=30,
         )
         gate = _gate(root, "g1", "which region?")
@@ -334,6 +337,9 @@ def test_serve_sends_when_no_supervisor_runs_and_its_link_opens_the_gate(
         serve.terminate()
         serve.wait(timeout=30)
     assert len(receiver.bodies) == 1
+    # Stopped, it lends its address no more: the links never point at a server that is gone.
+    assert not (root / "notify.d" / "serve.json").exists()
+    assert json.loads(cli(root, "notify", "list", "--json").stdout)["link_base"] is None
 
 
 def test_a_limited_account_and_a_spent_budget_are_events() -> None:

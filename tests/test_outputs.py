@@ -79,6 +79,7 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("notify", "add"): "notify-list",
     ("notify", "list"): "notify-list",
     ("notify", "remove"): "notify-list",
+    ("notify", "set"): "notify-list",
     ("notify", "test"): "notify-test",
 }
 
@@ -169,6 +170,7 @@ def _validated(name: str, stdout: str) -> BaseModel:
 def _check_notify(check: Callable[..., BaseModel]) -> None:
     check(("notify", "add"), "json://127.0.0.1:9/hook", "--events", "gate")  # port 9: refused
     check(("notify", "list"))
+    check(("notify", "set"), "--link-base", "http://127.0.0.1:9/")
     check(("notify", "test"), codes=(1,))
     check(("notify", "remove"), "json://127.0.0.1:9/hook")
 

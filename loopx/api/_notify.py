@@ -12,12 +12,17 @@ from loopx.notify.config import (
     parse_events,
     redact_url,
     remove_target,
+    set_link_base,
 )
 from loopx.notify.outbox import load_outbox, outbox_path, save_outbox
 from loopx.notify.views import NotifyList, NotifyTestReport, TestDelivery, notify_list
 from loopx.root import Layout
 from loopx.storage.files import ensure_dir
 from loopx.storage.locks import locked
+
+NO_LINK_BASE = (
+    "no dashboard address for the links: `loopx notify set --link-base URL`, or run `loopx serve`"
+)
 
 
 class Notify:
@@ -26,12 +31,29 @@ class Notify:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
 
-    def list(self) -> NotifyList:
-        """`loopx notify list`: the targets (URLs redacted) and how delivery goes."""
-        from loopx.notify.deliver import link_base  # noqa: PLC0415 - small
+    def list(self, *, check_links: bool = False) -> NotifyList:
+        """`loopx notify list`: the targets (URLs redacted) and how delivery goes.
+
+        With ``check_links``, whether the links' base answers (a GET, up to 3 s).
+        """
+        from loopx.notify.links import link_base, probe  # noqa: PLC0415 - small
 
         config = load_config(self.layout)
-        return notify_list(config, load_outbox(self.layout), link_base(self.layout, config))
+        base = link_base(self.layout, config)
+        listing = notify_list(config, load_outbox(self.layout), base)
+        if check_links and config.targets:
+            problem = probe(base) if base else NO_LINK_BASE
+            listing = listing.model_copy(update={"link_base_problem": problem})
+        return listing
+
+    def set(self, *, link_base: str | None) -> NotifyList:
+        """`loopx notify set --link-base URL` (None clears it): where the links point.
+
+        Raises:
+            InvalidNotifyUrlError: not an http:// or https:// URL.
+        """
+        set_link_base(self.layout, link_base)
+        return self.list(check_links=True)
 
     def status_line(self) -> str | None:
         """One line for `loopx status` while a notification target fails; None otherwise (or unset)."""
@@ -110,13 +132,14 @@ class Notify:
             NotifyTargetNotFoundError: ``target`` names no target.
         """
         from loopx.notify.config import NotifyTargetNotFoundError  # noqa: PLC0415
-        from loopx.notify.deliver import link_base, send_message  # noqa: PLC0415 - apprise
+        from loopx.notify.deliver import send_message  # noqa: PLC0415 - apprise
+        from loopx.notify.links import link_base  # noqa: PLC0415 - small
 
         config = load_config(self.layout)
         targets = [t for t in config.targets if target is None or target in (t.id, t.url)]
         if target is not None and not targets:
             raise NotifyTargetNotFoundError(redact_url(target) if "://" in target else target)
-        base = link_base(self.layout, config) or "(no dashboard address yet: run `loopx serve`)"
+        base = link_base(self.layout, config) or f"({NO_LINK_BASE})"
         results = []
         for t in targets:
             sent = send_message(

@@ -142,11 +142,11 @@ class StatusServer:
     def serve_forever(self) -> None:
         """Serve in this thread until :meth:`stop` (from another thread) or Ctrl-C; then close."""
         self._serving.set()
-        from loopx.notify.deliver import record_serve_url  # noqa: PLC0415 - small
+        from loopx.notify.links import clear_serve, record_serve  # noqa: PLC0415 - small
         from loopx.web.server import serve  # noqa: PLC0415 - imported by __init__ already
 
         try:
-            record_serve_url(self._layout, self.url)  # the notifications' links point here
+            record_serve(self._layout, self.url)  # the links point here while this server runs
         except OSError as e:
             from loopx.log import get_logger  # noqa: PLC0415 - rare
 
@@ -155,6 +155,7 @@ class StatusServer:
         try:
             serve(self._server)
         finally:
+            clear_serve(self._layout)
             self._stopped.set()
 
     def start(self) -> Self:

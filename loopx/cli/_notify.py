@@ -1,11 +1,16 @@
-"""`loopx notify add|list|remove|test`: Apprise URLs that hear about gates, failures and more."""
+"""`loopx notify add|list|set|remove|test`: Apprise URLs that hear about gates, failures and more."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
+
+if TYPE_CHECKING:
+    from loopx.notify.views import NotifyList
 
 EVENTS_HELP = (
     "comma-separated: gate,failing,crash_loop,limit,budget,done,disk,supervisor (default: all)"
@@ -13,7 +18,7 @@ EVENTS_HELP = (
 
 
 def register(sub: Subparsers) -> None:
-    """Add `notify add|list|remove|test`."""
+    """Add `notify add|list|set|remove|test`."""
     notify = add_command(
         sub, "notify", help="send gates, failures and other events to chat, mail or webhooks"
     )
@@ -43,6 +48,17 @@ def register(sub: Subparsers) -> None:
     remover.add_argument("--json", action="store_true")
     remover.set_defaults(func=run_remove)
 
+    setter = add_command(actions, "set", help="where the messages' links point")
+    base = setter.add_mutually_exclusive_group(required=True)
+    base.add_argument(
+        "--link-base", metavar="URL", help="the dashboard's address people open (http(s)://)"
+    )
+    base.add_argument(
+        "--no-link-base", action="store_true", help="none: links use a running `loopx serve`'s"
+    )
+    setter.add_argument("--json", action="store_true")
+    setter.set_defaults(func=run_set)
+
     tester = add_command(actions, "test", help="send a test message now")
     tester.add_argument("target", metavar="ID", nargs="?", help="only this target")
     tester.add_argument("--json", action="store_true")
@@ -64,8 +80,8 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    """List the targets."""
-    listing = root(args).notify.list()
+    """List the targets; warn when the links will not open."""
+    listing = root(args).notify.list(check_links=True)
     if args.json:
         print_json(listing)
         return exitcodes.OK
@@ -76,10 +92,26 @@ def run_list(args: argparse.Namespace) -> int:
         pending = f" {t.pending} pending" if t.pending else ""
         timeout = f" timeout {t.read_timeout_s:g}s"
         print(f"{t.id}  {t.url}  {','.join(t.events)}{timeout}{pending}{state}")
-    print(f"links: {listing.link_base or '(none yet: run `loopx serve` or pass --link-base)'}")
+    _print_links(listing)
     d = listing.delivery
     if d.last_error:
         print(f"last error: {d.last_error} at {d.last_error_at}")
+    return exitcodes.OK
+
+
+def _print_links(listing: NotifyList) -> None:
+    print(f"links: {listing.link_base or '(none)'}")
+    if listing.link_base_problem:
+        print(f"warning: {listing.link_base_problem}", file=sys.stderr)
+
+
+def run_set(args: argparse.Namespace) -> int:
+    """Set where the links point."""
+    listing = root(args).notify.set(link_base=None if args.no_link_base else args.link_base)
+    if args.json:
+        print_json(listing)
+    else:
+        _print_links(listing)
     return exitcodes.OK
 
 

@@ -10,6 +10,7 @@ from loopx.doctor.files import walk_root
 from loopx.doctor.findings import Checker, DoctorReport, FindingCode, Severity, q
 from loopx.doctor.fleet import check_fleet
 from loopx.doctor.goals import check_goal
+from loopx.doctor.links import check_links
 from loopx.doctor.projections import check_projections, check_quarantine
 from loopx.doctor.registry import check_registry, goal_names
 from loopx.doctor.reliability import (
@@ -89,6 +90,7 @@ def diagnose(layout: Layout, *, now: datetime | None = None) -> DoctorReport:
         check_free_inodes(doctor)
         check_projections(doctor)
         check_quarantine(doctor)
+        check_links(doctor)
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
     findings = sorted(doctor.findings, key=lambda f: (order[f.severity], f.path, f.code))
     counts = {s: sum(1 for f in findings if f.severity is s) for s in Severity}

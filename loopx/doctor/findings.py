@@ -68,6 +68,7 @@ class FindingCode(StrEnum):
     WORKTREE_WRONG_BRANCH = "worktree_wrong_branch"  # not on the goal's loopx/<id> branch
     WORKTREE_LOCKED = "worktree_locked"  # a worktree lock or index.lock of a git that is gone
     ACCOUNT_DAMAGED = "account_damaged"  # an account's file cannot be read: its goals wait
+    LINK_BASE = "link_base"  # the notifications' links point nowhere, or at a dead address
     MERGE_UNFINISHED = "merge_unfinished"  # a goal's merge stopped part way; its process is gone
 
 

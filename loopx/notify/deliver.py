@@ -14,7 +14,6 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Final, NamedTuple
 
 from loopx.faults import fault_point
@@ -23,15 +22,14 @@ from loopx.model import utcnow
 from loopx.notify.config import (
     CONNECT_TIMEOUT_S,
     READ_TIMEOUT_S,
-    NotifyConfig,
     NotifyTarget,
     config_path,
     load_config,
     redact_url,
 )
 from loopx.notify.events import NotifyEvent, Severity, conditions, message, severity
+from loopx.notify.links import link_base
 from loopx.notify.outbox import (
-    OUTBOX_DIR,
     Outbox,
     Outcome,
     PendingDelivery,
@@ -51,24 +49,9 @@ from loopx.storage.locks import locked
 
 log = get_logger(__name__)
 
-SERVE_URL_NAME: Final = "serve.url"  # serve's address, for the links (no token in it)
 FAULT_RECORDED: Final = "notify:recorded"  # the events are recorded, nothing is sent yet
 FAULT_SENDING: Final = "notify:sending"  # a try is journaled, its POST not made yet
 FAULT_SENT: Final = "notify:sent"  # a target took its message, the outbox does not know yet
-
-
-def serve_url_path(layout: Layout) -> Path:
-    """``<root>/notify.d/serve.url``: the address `loopx serve` last served at."""
-    return layout.root / OUTBOX_DIR / SERVE_URL_NAME
-
-
-def record_serve_url(layout: Layout, url: str) -> None:
-    """Remember the dashboard's address (without the token) for the notifications' links."""
-    from loopx.storage.files import atomic_write_bytes, ensure_dir  # noqa: PLC0415 - small
-
-    path = serve_url_path(layout)
-    ensure_dir(path.parent)
-    atomic_write_bytes(path, url.encode() + b"\n", durable=False)
 
 
 def supervisor_alive(layout: Layout) -> bool:
@@ -88,16 +71,6 @@ def supervisor_alive(layout: Layout) -> bool:
         and record.hostname == os.uname().nodename
         and process_runs(record.pid, record.pid_started_at)
     )
-
-
-def link_base(layout: Layout, config: NotifyConfig) -> str | None:
-    """Where the links point: ``--link-base``, else serve's recorded address, else none."""
-    if config.link_base:
-        return config.link_base
-    try:
-        return serve_url_path(layout).read_text().strip() or None
-    except FileNotFoundError:
-        return None
 
 
 class Sent(NamedTuple):

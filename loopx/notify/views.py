@@ -41,6 +41,8 @@ class NotifyList(Record):
     schema_version: Literal[1] = 1
     targets: list[TargetView] = Field(default_factory=list)
     link_base: str | None = None
+    # Why the links will not open (no address, or it does not answer), when checked.
+    link_base_problem: str | None = None
     delivery: DeliveryView = Field(default_factory=DeliveryView)
 
 
