@@ -19,6 +19,7 @@ import contextvars
 import errno
 import os
 import stat
+import time
 from pathlib import Path
 
 from loopx.errors import (
@@ -91,20 +92,47 @@ def ensure_dir(path: Path) -> Path:
     return path
 
 
-# Directories this process found to be real directories with no symlink in the two levels
-# checked (the directory and the one above it): each is checked once, not at every file
-# operation under it (a turn made ~180 lstat calls for ~20 files). What could plant a
-# symlink afterwards is code LoopX does not control: a host or a done-check, this agent's
-# or another's. So the set is forgotten when a root is opened, at each claim and after each
-# host or check run (forget_checked_dirs), and every directory is checked again at its
-# next use; between those points a planted symlink meets the same race as the lstat
-# before an open always did.
-_CHECKED_DIRS: set[str] = set()
+class _CheckedDirs:
+    """Directories found to be real directories with no symlink in the two levels checked.
+
+    Each is checked once, not at every file operation under it (a turn made
+    ~180 lstat calls for ~20 files). What could plant a symlink afterwards is
+    code LoopX does not control: a host or a done-check, this agent's or
+    another's. So the set is forgotten when a root is opened, at each claim
+    and after each host or check run (:func:`forget_checked_dirs`), and by
+    itself a second after it was last forgotten, which bounds how long a
+    long-lived process (the server, the supervisor) trusts an old check;
+    between those points a planted symlink meets the same race as the lstat
+    before an open always did.
+    """
+
+    __slots__ = ("dirs", "since")
+
+    def __init__(self) -> None:
+        self.dirs: set[str] = set()
+        self.since = time.monotonic()
+
+    def __contains__(self, directory: str) -> bool:
+        if time.monotonic() - self.since > CHECKED_DIRS_FOR_S:
+            self.forget()
+            return False
+        return directory in self.dirs
+
+    def add(self, directory: str) -> None:
+        self.dirs.add(directory)
+
+    def forget(self) -> None:
+        self.dirs.clear()
+        self.since = time.monotonic()
+
+
+CHECKED_DIRS_FOR_S: Final = 1.0
+_CHECKED_DIRS = _CheckedDirs()
 
 
 def forget_checked_dirs() -> None:
     """Check every directory again at its next use (code LoopX does not control may have run)."""
-    _CHECKED_DIRS.clear()
+    _CHECKED_DIRS.forget()
 
 
 def checked_dirs(*paths: Path) -> bool:
