@@ -87,6 +87,20 @@ def test_a_batch_plan_imports_too(cli: Cli, tmp_path: Path) -> None:
     assert (goal["id"], goal["workdir"]) == ("p1", str((tmp_path / "w1").resolve()))
 
 
+def test_a_host_kind_no_adapter_runs_is_refused_even_without_checks(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A host kind typo names its line and registers nothing, --no-check or not (as `goal add`)."""
+    good = {"id": "ok", "objective": "x", "workdir": str(tmp_path)}
+    typo = {**good, "id": "typo", "host": {"kind": "codx"}}
+    source = write_lines(tmp_path / "goals.jsonl", [good, typo])
+    for extra in ((), ("--no-check",)):
+        proc = cli.run("goal", "import", *extra, str(source))
+        assert proc.returncode == 2, proc.stderr
+        assert f"{source}:2: no host adapter for host kind 'codx'" in proc.stderr
+    assert cli.json("goal", "list")["goals"] == []
+
+
 def test_a_missing_workdir_or_program_names_its_line(cli: Cli, tmp_path: Path) -> None:
     """`goal add`'s checks run for every line; the first at fault is named, nothing is written."""
     work = tmp_path / "work"

@@ -20,7 +20,7 @@ from loopx.api._work import (
     worktree_of,
 )
 from loopx.donecheck import DoneCheckSpec, done_check_spec
-from loopx.errors import GoalNotFoundError, InvalidPolicyError, UsageError
+from loopx.errors import GoalNotFoundError, HostUnsupportedError, InvalidPolicyError, UsageError
 from loopx.model import utcnow
 from loopx.registry.bulk import (
     GoalImportError,
@@ -270,17 +270,24 @@ class Goals:
         program be found, as `goal add` checks.
 
         Raises:
-            GoalImportError: a bad line, an id twice, a missing workdir or
-                program, or a registered goal with another policy; nothing was
-                registered.
+            GoalImportError: a bad line, an id twice, a host kind no adapter
+                runs, an unknown account, a missing workdir or program, or a
+                registered goal with another policy; nothing was registered.
         """
         source = Path(path).expanduser().resolve()
         workdir = Path(default_workdir) if default_workdir is not None else Path.cwd()
         goals = read_import(source, default_workdir=workdir, now=utcnow())
-        for number, goal in goals:  # an unknown account is bad input, --no-check or not
+        from loopx.agents.hosts.plugins import require_kind  # noqa: PLC0415 - the adapters are heavy
+
+        # An unknown account or host kind is bad input, --no-check or not; each kind is
+        # looked up once (a file may hold 100,000 goals).
+        kinds: set[str] = set()
+        for number, goal in goals:
             try:
+                if goal.host.kind not in kinds:
+                    kinds.add(require_kind(goal.host.kind))
                 check_goal_account(self.layout, goal)
-            except UsageError as e:
+            except (UsageError, HostUnsupportedError) as e:
                 raise GoalImportError(source, number, e.message, hint=e.hint) from e
         if check:
             check_import(source, goals)
