@@ -38,6 +38,7 @@ import psutil
 from loopx import git
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
+from loopx.githolders import Holder
 from loopx.registry.model import Goal
 from loopx.registry.worktree_record import (
     WorktreePhase,
@@ -49,7 +50,6 @@ from loopx.root import Layout
 from loopx.worktree.gitlocks import (
     ADMIN_LOCKS,
     INITIALIZING,
-    Holder,
     Processes,
     admin_dir,
     lock_reason_pid,

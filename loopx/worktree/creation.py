@@ -36,6 +36,7 @@ from pathlib import Path
 from loopx import git
 from loopx.errors import WorktreeError
 from loopx.faults import fault_point
+from loopx.githolders import Holder
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.model import Goal
@@ -51,11 +52,11 @@ from loopx.root import Layout
 from loopx.storage.files import ensure_dir
 from loopx.turn.lease import Fence
 from loopx.worktree.gitlocks import (
-    Holder,
     Processes,
     admin_dir,
     admin_dirs_naming,
     branch_lock,
+    is_git,
     leftover_locks,
     own_git_alive,
     remove_locks,
@@ -80,7 +81,7 @@ class WorktreeLockHeldError(WorktreeError):
     @property
     def only_git(self) -> bool:
         """Whether every holder is a git program, which ends by itself."""
-        return all(h.is_git for h in self.holders)
+        return all(is_git(h) for h in self.holders)
 
 
 def turn_goal(layout: Layout, goal: Goal, fence: Fence) -> Goal:

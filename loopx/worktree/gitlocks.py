@@ -14,13 +14,14 @@ making. Every later git command there refuses to run while a lock stays.
 A lock may go only when its owner is proven gone (:func:`holders`): the git
 process LoopX recorded for the operation is not alive (its pid *and* start
 time, :class:`loopx.process.ProcessIdentity`), and no other process holds the
-repository: none works inside the worktree's folder or the repository's git
-directory, none has a file open under that git directory, and no git program
-works anywhere in the repository. (Any other program whose working directory
-is the repository, a person's shell or another goal's host, never touches a
-worktree's administrative files; counting it would keep a dead lock for as
-long as a terminal stays open there.) Processes of other users psutil cannot
-inspect are not seen. A lock made after the processes were listed is never
+repository (:func:`loopx.githolders.holders`, the rule `goal merge` judges its
+own locks by): none works inside the repository's git directory, none has a
+file open under it, and no git program works in the repository or the
+worktree. (Any other program whose working directory is the repository, a
+person's shell or another goal's host, never touches a worktree's
+administrative files; counting it would keep a dead lock for as long as a
+terminal stays open there.) Processes of other users psutil cannot inspect
+are not seen. A lock made after the processes were listed is never
 judged dead (:func:`older_than`).
 
 ``doctor`` (:mod:`loopx.doctor.worktrees`) and the claim that makes a goal's
@@ -34,12 +35,13 @@ import os
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import psutil
 
+from loopx.githolders import Holder, holders
 from loopx.process import ProcessIdentity
 
 INITIALIZING: Final = "initializing"  # the reason `git worktree add` locks a worktree with
@@ -48,78 +50,31 @@ ADMIN_LOCKS: Final = ("index.lock", "HEAD.lock", "ORIG_HEAD.lock")
 _PID_IN_REASON: Final = re.compile(r"\bpid\D{0,3}(\d+)", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """A live process that holds a repository, and how."""
-
-    pid: int
-    name: str
-    how: str  # "works in <dir>", "has <file> open", "is LoopX's own git"
-
-    @property
-    def is_git(self) -> bool:
-        """Whether it is a git program (which ends by itself; anything else may not)."""
-        return self.name == "git" or self.name.startswith("git-")
-
-    def describe(self) -> str:
-        """``pid 123 (git) works in /repo``."""
-        return f"pid {self.pid} ({self.name}) {self.how}"
+def is_git(holder: Holder) -> bool:
+    """Whether a holder is a git program (which ends by itself; anything else may not)."""
+    return holder.name == "git" or holder.name.startswith("git-")
 
 
 @dataclass(slots=True)
 class Processes:
-    """The live processes and what they hold, listed at the first question only.
+    """Who holds a repository (:func:`loopx.githolders.holders`), and when that was asked.
 
     Args:
         exclude: pids never counted (the asking process and its ancestors are always left out).
     """
 
     exclude: frozenset[int] = frozenset()
-    looked_at: float = 0.0  # time.time() when the processes were listed
-    _seen: list[tuple[int, str, Path | None]] | None = field(default=None, repr=False)
-
-    def _listed(self) -> list[tuple[int, str, Path | None]]:
-        if self._seen is None:
-            self.looked_at = time.time()
-            self._seen = _live_processes(self.exclude | _self_and_ancestors())
-        return self._seen
+    looked_at: float = 0.0  # time.time() when the processes were last listed
 
     def holding(self, repo: Path, gitdir: Path, worktree: Path | None) -> list[Holder]:
         """The live processes that hold ``repo`` (its common git directory ``gitdir``).
 
-        See the module docstring for the rule; ``worktree`` is the linked
-        worktree's folder, when there is one.
+        A git program working in the repository's folder or the worktree's counts; any
+        process working inside ``gitdir`` or with a file open under it counts.
         """
-        repo, gitdir = repo.resolve(), gitdir.resolve()
-        inside = [gitdir, *([worktree.resolve()] if worktree is not None else [])]
-        found: list[Holder] = []
-        for pid, name, cwd in self._listed():
-            if cwd is None:
-                continue
-            where = next((d for d in inside if _within(cwd, d)), None)
-            if where is not None or (
-                (name == "git" or name.startswith("git-")) and _within(cwd, repo)
-            ):
-                found.append(Holder(pid, name, f"works in {cwd}"))
-        if found:
-            return found
-        return [
-            Holder(pid, name, f"has {path} open")
-            for pid, name, path in _open_under(gitdir, {p for p, _, _ in self._listed()})
-        ]
-
-    def git_working_in(self, *folders: Path) -> bool:
-        """Whether a live git program works in (or under) any of ``folders``."""
-        wanted = [f.resolve() for f in folders]
-        return any(
-            (name == "git" or name.startswith("git-")) and any(_within(cwd, f) for f in wanted)
-            for _pid, name, cwd in self._listed()
-            if cwd is not None
-        )
-
-
-def _within(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
+        self.looked_at = time.time()
+        folders = [repo, *([worktree] if worktree is not None else [])]
+        return holders(gitdir, folders, ignore=self.exclude | _self_and_ancestors())
 
 
 def _self_and_ancestors() -> frozenset[int]:
@@ -128,34 +83,6 @@ def _self_and_ancestors() -> frozenset[int]:
     with contextlib.suppress(psutil.Error):
         pids |= {p.pid for p in psutil.Process().parents()}
     return frozenset(pids)
-
-
-def _live_processes(exclude: frozenset[int]) -> list[tuple[int, str, Path | None]]:
-    """``(pid, name, cwd)`` of every live process we may inspect, but ``exclude``."""
-    out = []
-    for proc in psutil.process_iter(["name", "cwd", "status"]):
-        info = proc.info
-        if proc.pid in exclude or info.get("status") == psutil.STATUS_ZOMBIE:
-            continue
-        cwd = info.get("cwd")
-        out.append((proc.pid, info.get("name") or "?", Path(cwd) if cwd else None))
-    return out
-
-
-def _open_under(gitdir: Path, pids: Iterable[int]) -> list[tuple[int, str, Path]]:
-    """The processes of ``pids`` with a file open under ``gitdir`` (one, at most, each)."""
-    found = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            files = proc.open_files()
-            name = proc.name()
-        except psutil.Error:
-            continue
-        hit = next((Path(f.path) for f in files if _within(Path(f.path), gitdir)), None)
-        if hit is not None:
-            found.append((pid, name, hit))
-    return found
 
 
 def own_git_alive(pid: int | None, started_at: float | None) -> Holder | None:
@@ -258,11 +185,11 @@ def remove_locks(paths: Iterable[Path], *, listed_at: float) -> list[Path]:
 __all__ = [
     "ADMIN_LOCKS",
     "INITIALIZING",
-    "Holder",
     "Processes",
     "admin_dir",
     "admin_dirs_naming",
     "branch_lock",
+    "is_git",
     "leftover_locks",
     "lock_reason_pid",
     "older_than",
