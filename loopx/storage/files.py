@@ -222,9 +222,9 @@ def dir_sync_batch() -> Iterator[None]:
 
     Use it only around writes whose relative durability does not matter until
     the block ends: a power cut inside it may keep any subset of the renames.
-    A turn's claim (epoch counter and lease, one directory) and the phases
-    between ``host_execute`` and ``scheduler_ack`` (recovery redoes them all,
-    idempotently, until the terminal journal is written) are such groups.
+    The phases between ``host_execute`` and ``scheduler_ack`` (recovery
+    redoes them all, idempotently, until the terminal journal is written) are
+    such a group.
     Batches nest: an inner one leaves its directories to the outer one. If
     the block raises, the owed fsyncs are still paid before the error goes on.
     """
