@@ -62,6 +62,7 @@ class Receiver:
     def __init__(self, delay: float = 0.0, status: int = 200, port: int = 0) -> None:
         self.delay, self.status = delay, status
         self.fail_first = 0  # answer 500 to this many requests first
+        self.drop = False  # read the request, then close the connection without an answer
         self.posts: Counter[str] = Counter()  # every POST, per event id
         self.taken: Counter[str] = Counter()  # POSTs answered 2xx, per event id
         self.keys: list[str] = []  # the Idempotency-Key of each POST
@@ -84,6 +85,9 @@ class Receiver:
                     if status == 200:
                         outer.taken.update(ids)
                 outer.arrived.set()
+                if outer.drop:
+                    self.close_connection = True
+                    return
                 time.sleep(outer.delay)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -212,6 +216,20 @@ def test_a_failing_receiver_gets_each_event_once_it_recovers(
     assert list(r.taken.values()) == [1]
     assert list(r.posts.values()) == [4]
     assert outbox.sent[-1].attempts == 4
+
+
+def test_a_receiver_that_drops_the_connection_gets_a_message_at_most_twice(
+    root: Path, layout: Layout, receivers: list[Receiver]
+) -> None:
+    """A connection closed after the request went out: the fate is unknown, so two tries at most."""
+    r = Receiver()
+    r.drop = True
+    receivers.append(r)
+    _add(root, r.url)
+    outbox = _drive(layout, ["g1"])
+    assert outbox.pending == []
+    assert list(r.posts.values()) == [MAX_UNKNOWN]
+    assert [s.confirmed for s in outbox.sent] == [False]
 
 
 def test_a_receiver_that_is_down_gets_each_event_once_it_is_up(

@@ -163,8 +163,9 @@ def _quiet_apprise() -> logging.Logger:
     return logger
 
 
-# requests' words for a read timeout: the POST was sent and no answer came in time.
-_READ_TIMEOUT: Final = ("read timed out", "read timeout")
+# requests' words for a POST that was sent and got no answer: no answer in time, or the
+# connection dropped after the request went out. The receiver may have taken it.
+_NO_ANSWER: Final = ("read timed out", "read timeout", "connection aborted", "remote end closed")
 
 
 def _send(full: str, url: str, title: str, body: str, severity: Severity) -> Sent:
@@ -185,10 +186,10 @@ def _send(full: str, url: str, title: str, body: str, severity: Severity) -> Sen
     if ok:
         return Sent(Outcome.DELIVERED)
     said = " ".join(heard.lines).lower()
-    if any(words in said for words in _READ_TIMEOUT):
+    if any(words in said for words in _NO_ANSWER):
         return Sent(
             Outcome.UNKNOWN,
-            f"delivery to {redact_url(url)}: no answer within {_rto(full)} s "
+            f"delivery to {redact_url(url)}: no answer (read timeout {_rto(full)} s) "
             "(the receiver may have it; resent once, later, with a longer timeout)",
         )
     return Sent(Outcome.FAILED, f"delivery to {redact_url(url)} failed")
