@@ -95,7 +95,7 @@ def _kill_inside_git_add(root: Path, goal_id: str, mode: str, rng: random.Random
         me = psutil.Process(claim.pid)
         add = wait_for("the claim's git worktree add", lambda: _git_add_of(me), timeout=60,
                        every=0.005)  # fmt: skip
-        time.sleep(rng.uniform(0.0, 0.35))
+        time.sleep(rng.uniform(0.0, 0.25))
         hit = alive(add)
         with contextlib.suppress(psutil.NoSuchProcess, ProcessLookupError):  # ended meanwhile
             if mode == "git":
