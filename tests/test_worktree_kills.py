@@ -246,6 +246,7 @@ def test_a_lock_a_live_process_holds_opens_one_gate_naming_it(
         gates = [g for g in goal_doc(root, "g1")["state"]["gates"] if g["answer"] is None]
         assert len(gates) == 1, gates
         assert str(index) in gates[0]["question"] and f"pid {holder.pid}" in gates[0]["question"]
+        assert "loopx gate resolve g1 --answer" in gates[0]["question"]  # the command that works
         assert index.exists()  # held: never removed
     finally:
         holder.kill()

@@ -115,8 +115,9 @@ def _gate(ctx: TurnContext, e: WorktreeError | GitError) -> Stop:
     log.warning("worktree_failed", error=e.message)
     hint = f" ({e.hint})" if e.hint else ""
     question = (
-        f"the goal's git worktree could not be made: {e.message}{hint}. "
-        "Fix it and answer this gate; the next claim tries again"
+        f"the goal's git worktree could not be made: {e.message}{hint}. Fix it and answer "
+        f"this gate (`loopx gate resolve {ctx.goal.id} --answer fixed`); the next claim tries "
+        "again"
     )
     now = utcnow()
 
