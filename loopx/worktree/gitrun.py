@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from loopx import git
-from loopx.errors import CorruptFileError, GitError, WorktreeError
+from loopx.errors import CorruptFileError, GitError
 from loopx.faults import fault_point
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.process import started_at
@@ -73,20 +73,7 @@ def run_recorded(layout: Layout, goal_id: str, fence: Fence, where: Path, *args:
     record = GitRun(goal_id=goal_id, argv=list(args), cwd=str(where), started_at=utcnow())
     with fence.held():
         atomic_write_model(run_file(layout, goal_id), record)
-    argv = [git.GIT, "-C", str(where), *args]
-    try:
-        proc = subprocess.Popen(  # a fixed program, never a shell
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=git._env(None),  # noqa: SLF001 - the one environment of LoopX's git commands
-        )
-    except FileNotFoundError as e:
-        raise WorktreeError(
-            "git is not installed (not found on PATH)", hint="install git to use --worktree"
-        ) from e
+    proc = git.start(where, *args)
     with proc:
         try:
             running = record.model_copy(
