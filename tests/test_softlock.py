@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import filelock
 import pytest
 
+from loopx import goallock
+from loopx.errors import LockTimeoutError
+from loopx.model import utcnow
+from loopx.process import ProcessIdentity
+from loopx.storage import locks
 from loopx.storage.locks import locked
 from loopx.storage.softlock import (
+    LIVE_HOLDER_STALE_S,
     HolderRecord,
     LockMode,
     LockModeError,
@@ -21,7 +30,7 @@ from loopx.storage.softlock import (
     lock_mode_for,
     mount_fstype,
 )
-from loopx.turn.lease import read_epoch
+from loopx.turn.lease import claim, read_epoch
 from tests.test_lease import _RACER
 from tests.turnkit import cli_env, make_root
 
@@ -82,14 +91,63 @@ def test_local_default_stays_flock(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_stale_rule() -> None:
-    """A dead local holder is stale at once; others only past the stale age."""
+    """A dead local holder is stale at once, a live one never; others only past the stale age."""
     rec = HolderRecord("here", 1, 0.0, "t", acquired_at=100.0)
     kw = {"hostname": "here", "now": 105.0, "file_age_s": 5.0, "stale_after_s": 20.0}
     assert holder_is_stale(rec, pid_alive=False, **kw)
     assert not holder_is_stale(rec, pid_alive=True, **kw)
     assert not holder_is_stale(rec, pid_alive=False, **{**kw, "hostname": "there"})
-    assert holder_is_stale(rec, pid_alive=True, **{**kw, "now": 121.0})
+    assert holder_is_stale(rec, pid_alive=False, **{**kw, "hostname": "there", "now": 121.0})
+    # A live holder here keeps its lock past the stale age: stalled, or the wall clock stepped.
+    assert not holder_is_stale(rec, pid_alive=True, **{**kw, "now": 121.0, "file_age_s": 21.0})
+    assert holder_is_stale(rec, pid_alive=True, **{**kw, "now": 100.0 + LIVE_HOLDER_STALE_S + 1})
     assert holder_is_stale(None, pid_alive=False, **{**kw, "file_age_s": 21.0})
+
+
+def _old_lock_of_this_live_process(path: Path, age_s: float) -> bytes:
+    """A lock file held by this (live) process since ``age_s`` ago, as a stalled holder leaves it."""
+    me = ProcessIdentity.current()
+    then = time.time() - age_s
+    data = HolderRecord(socket.gethostname(), me.pid, me.started_at, "stalled", then).encode()
+    path.write_bytes(data)
+    os.utime(path, (then, then))
+    return data
+
+
+def test_live_local_holder_keeps_its_lock_past_the_stale_age(tmp_path: Path) -> None:
+    """A holder on this host that still runs is not broken by age (a stall, a clock step)."""
+    path = tmp_path / "f.lock"
+    data = _old_lock_of_this_live_process(path, age_s=300)
+    with pytest.raises(filelock.Timeout):
+        SoftLock(path, stale_after_s=20).acquire()
+    assert path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.lock"]  # no stray record file
+
+
+def test_claim_never_enters_a_stalled_claim_of_a_live_holder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI race, step by step: a holder stalled inside its claim keeps the goal's lock.
+
+    Agent a holds the goal's soft lock and has just created its lease file,
+    not yet written (epoch 209), when the machine stalls it past the stale
+    age (or the wall clock steps forward). Breaking its lock let agent b in:
+    b took the empty lease over at once (epoch 210), then released it and
+    claimed again (211), and a's fence check found "209 superseded by 211".
+    """
+    monkeypatch.setenv("LOOPX_LOCK_MODE", "soft")
+    monkeypatch.setattr(goallock, "locked", functools.partial(locks.locked, timeout=0.3))
+    layout = make_root(tmp_path / "root")
+    layout.ensure_goal_dirs("g")
+    layout.epoch_file("g").write_text("209\n")
+    layout.lease_file("g").write_bytes(b"")  # a's exclusive create, before its write
+    lock = locks.lock_path_for(layout.epoch_file("g"))
+    data = _old_lock_of_this_live_process(lock, age_s=60)
+    with pytest.raises(LockTimeoutError):
+        claim(layout, "g", agent_id="b", now=utcnow())
+    assert read_epoch(layout, "g") == 209
+    assert lock.read_bytes() == data
+    assert layout.lease_file("g").read_bytes() == b""
 
 
 def test_soft_lock_excludes_and_records_its_holder(tmp_path: Path) -> None:

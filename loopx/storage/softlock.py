@@ -7,7 +7,8 @@ lock is the existence of ``<file>.lock``, created with ``O_CREAT|O_EXCL``
 (atomic on NFSv3+, CephFS, Lustre, GlusterFS, SMB) and holding a holder
 record (hostname, pid, start time, token, acquisition time). A holder that
 died leaves its file behind, so a waiter breaks a lock whose holder is dead
-on this host, or whose record is older than ``stale_after_s`` (locks guard
+on this host (never one whose holder still runs here), or, for a holder on
+another host, whose record is older than ``stale_after_s`` (locks guard
 millisecond read-modify-writes, never a host run).
 
 Which kind: ``LOOPX_LOCK_MODE`` = ``flock`` | ``soft`` | ``auto`` (default).
@@ -35,6 +36,9 @@ from loopx.process import ProcessIdentity
 from loopx.storage.files import opened_root_of
 
 DEFAULT_STALE_S: Final = 20.0
+# How long a holder on this host that still runs keeps its lock before a waiter breaks it:
+# far longer than any stall; only a lock orphaned by a lost release gets that old.
+LIVE_HOLDER_STALE_S: Final = 600.0
 MOUNTINFO: Final = Path("/proc/self/mountinfo")
 # Filesystems where flock cannot be trusted across machines (and often not at all).
 NETWORK_FSTYPES: Final = frozenset(
@@ -203,15 +207,21 @@ def holder_is_stale(
 ) -> bool:
     """Whether a soft lock may be broken. Pure.
 
-    A holder on this host whose process is gone is stale at once; any other
-    holder (another host, or a torn record) once the lock is older than
-    ``stale_after_s``, which must exceed clock skew plus the longest time a
-    holder keeps a lock.
+    A holder on this host whose process is gone is stale at once; one whose
+    process still runs is not broken by ``stale_after_s``: a holder stalled
+    by a loaded machine (a slow fsync, a paused VM) or a wall clock stepped
+    forward must not let a waiter in beside it. Only a lock it has held for
+    :data:`LIVE_HOLDER_STALE_S` is broken, a bound for a lock orphaned by a
+    lost release, never reached by a stall. Any other holder (another host,
+    or a torn record) once the lock is older than ``stale_after_s``, which
+    must exceed clock skew plus the longest time a holder keeps a lock.
     """
     if record is None:
         return file_age_s > stale_after_s
-    if record.hostname == hostname and not pid_alive:
-        return True
+    if record.hostname == hostname:
+        if not pid_alive:
+            return True
+        return now - record.acquired_at > max(stale_after_s, LIVE_HOLDER_STALE_S)
     return now - record.acquired_at > stale_after_s
 
 
@@ -249,16 +259,31 @@ class SoftLock:
         raise filelock.Timeout(str(self.path))
 
     def _create(self, data: bytes) -> bool:
+        """Create the lock file with its whole record, unless it exists.
+
+        The record is written to a private file first and linked into place
+        (``link`` is an exclusive create, atomic on NFS too), so the lock file
+        never exists without its record: an empty lock file would read as a
+        torn record, which a waiter breaks by age alone while its holder runs.
+        """
+        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(8)}.new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:
-            return False
-        try:
-            os.write(fd, data)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                # close() flushes to the server: NFS close-to-open makes the record visible.
+                os.close(fd)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                # NFS: a retried LINK whose first reply was lost fails although it worked.
+                return os.stat(tmp).st_nlink == 2  # noqa: PLR2004 - tmp and the lock file
+            return True
         finally:
-            # close() flushes to the server: NFS close-to-open makes the record visible.
-            os.close(fd)
-        return True
+            tmp.unlink(missing_ok=True)
 
     def _break_if_stale(self) -> bool:
         """Move a stale lock file aside (one breaker wins the rename); whether one was broken."""
