@@ -57,10 +57,31 @@ class AgentProcesses:
 
     def kill_stale(self, layout: Layout, goal_id: str) -> None:
         """Kill every process of this root still working for ``goal_id`` (a stale host tree)."""
-        stale = find_by_env(str(layout.root), {environ.GOAL_ID: goal_id})
-        if stale:
-            log.warning("stale_host_killed", pids=[p.pid for p in stale])
-            kill_tree(stale, grace_s=self.config.kill_grace_s)
+        self._end(layout, {environ.GOAL_ID: goal_id}, "stale_host_killed")
+
+    def end_turn(
+        self, layout: Layout, turn_key: str, *, found: Callable[[list[int]], None]
+    ) -> list[int]:
+        """Kill every process of this root carrying ``turn_key``; the pids that outlived it."""
+        return self._end(layout, {environ.TURN_KEY: turn_key}, "previous_turn_killed", found)
+
+    def _end(
+        self,
+        layout: Layout,
+        marks: dict[str, str | None],
+        event: str,
+        found: Callable[[list[int]], None] | None = None,
+    ) -> list[int]:
+        """SIGTERM, SIGKILL after the kill grace, and a bounded wait: what still runs."""
+        stale = find_by_env(str(layout.root), marks)
+        if not stale:
+            return []
+        pids = sorted(p.pid for p in stale)
+        log.warning(event, pids=pids)
+        if found is not None:
+            found(pids)
+        left = kill_tree(stale, grace_s=self.config.kill_grace_s)
+        return sorted(p.pid for p in left)
 
     def turn_started(self, turn_key: str, at: datetime) -> None:
         """Publish the turn in the agent's heartbeat."""

@@ -11,6 +11,12 @@ one after expiry and grace), is stale and is taken over; a live one is never
 broken. A takeover raises the goal's epoch, which makes the old hold stale:
 the hold is fenced by the lease it was taken with.
 
+A stale hold of another goal is a turn whose agent died: its host and the
+host's descendants may still write into the directory. The hold is handed
+back as ``stale`` instead of taken over; the claimant ends that turn's
+processes (:func:`loopx.turn.steps.workplace.hold_workdir`) and only then
+takes the hold over, so no two turns' processes ever share the workdir.
+
 Nesting, without a scan of the goals: a holder of ``/repo/a`` also leaves a
 marker ``workdirs/<key(/repo)>.below/<key(/repo/a)>`` under each ancestor;
 a claim of ``/repo`` finds held descendants in its own ``.below/`` (one
@@ -43,6 +49,8 @@ from datetime import datetime, timedelta
 from itertools import islice
 from pathlib import Path
 from typing import Final, Literal
+
+from pydantic import Field
 
 from loopx.errors import CorruptFileError
 from loopx.hints import note_goal_changed
@@ -86,9 +94,18 @@ class WorkdirWait(Record):
     holder_goal_id: str
     holder_path: str  # the held directory: the same one, or one inside or above it
     since: UtcDatetime
+    # Set: the holder's turn is over (its agent died) but these processes of it still run;
+    # they are killed before this goal's turn starts there.
+    processes: list[int] = Field(default_factory=list)
 
     def describe(self) -> str:
         """The status line of a goal that waits."""
+        if self.processes:
+            pids = " ".join(str(p) for p in self.processes)
+            return (
+                "waiting for the previous turn's processes to exit "
+                f"(goal {self.holder_goal_id}'s turn: pids {pids})"
+            )
         return f"workdir busy: goal {self.holder_goal_id} runs a turn there"
 
 
@@ -99,6 +116,8 @@ class WorkdirClaim:
     hold: WorkdirHold | None
     blocking: WorkdirHold | None = None
     took_over: WorkdirHold | None = None
+    # A dead turn's hold of another goal, not taken over: its processes must be gone first.
+    stale: WorkdirHold | None = None
 
 
 def turn_workdir(layout: Layout, goal: Goal) -> str:
@@ -235,9 +254,18 @@ def hold_is_live(layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: f
 
 
 def _take_exact(
-    layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: float
+    layout: Layout,
+    hold: WorkdirHold,
+    *,
+    now: datetime,
+    grace_s: float,
+    cleared: WorkdirHold | None = None,
 ) -> WorkdirClaim:
-    """Create the hold file of ``hold.path``, taking over a stale one, under its lock."""
+    """Create the hold file of ``hold.path``, taking over a stale one, under its lock.
+
+    Another goal's stale hold is taken over only when it is ``cleared`` (its
+    turn's processes are known gone); otherwise it is handed back as ``stale``.
+    """
     path = _hold_file(layout, hold.path)
     data = hold.model_dump_json(indent=2).encode() + b"\n"
     if exclusive_create(path, data, durable=False):  # the common case: a free workdir
@@ -250,6 +278,8 @@ def _take_exact(
             took = None  # our own goal's earlier hold (its lease was taken over: fenced)
         elif current is not None and hold_is_live(layout, current, now=now, grace_s=grace_s):
             return WorkdirClaim(hold=None, blocking=current)
+        elif current is not None and current != cleared:
+            return WorkdirClaim(hold=None, stale=current)
         else:
             took = current
         atomic_write_model(path, hold, durable=False)
@@ -337,13 +367,21 @@ def waits_on_live_hold(
 
 
 def acquire_workdir(
-    layout: Layout, workdir: str, lease: Lease, *, now: datetime, grace_s: float
+    layout: Layout,
+    workdir: str,
+    lease: Lease,
+    *,
+    now: datetime,
+    grace_s: float,
+    cleared: WorkdirHold | None = None,
 ) -> WorkdirClaim:
     """Take the workdir lock of a goal whose lease is held (right after the claim).
 
     Returns:
         The hold, or (``hold`` None) the live hold of another goal on the
-        same directory, one above it or one inside it.
+        same directory, one above it or one inside it, or (``stale``) another
+        goal's hold whose turn is over but whose processes may still run:
+        the caller ends them and comes back with that hold as ``cleared``.
 
     """
     real = real_workdir(workdir)
@@ -352,7 +390,7 @@ def acquire_workdir(
         acquired_at=now,
     )  # fmt: skip
     ensure_dir(_dir(layout))
-    claim = _take_exact(layout, hold, now=now, grace_s=grace_s)
+    claim = _take_exact(layout, hold, now=now, grace_s=grace_s, cleared=cleared)
     if claim.hold is None:
         return claim
     key = workdir_key(real)
@@ -397,17 +435,31 @@ def _wake_waiters(layout: Layout, held_path: str) -> None:
 
 
 def note_waiting(
-    layout: Layout, goal_id: str, workdir: str, blocking: WorkdirHold, *, now: datetime
+    layout: Layout,
+    goal_id: str,
+    workdir: str,
+    blocking: WorkdirHold,
+    *,
+    now: datetime,
+    processes: Iterable[int] = (),
 ) -> WorkdirWait:
-    """Record that ``goal_id`` waits for ``blocking``'s turn, to be woken when it ends."""
+    """Record that ``goal_id`` waits for ``blocking``'s turn, to be woken when it ends.
+
+    ``processes``: the turn is over but these processes of it still run.
+    """
     wait = WorkdirWait(
         workdir=real_workdir(workdir),
         holder_goal_id=blocking.goal_id,
         holder_path=blocking.path,
         since=now,
+        processes=sorted(processes),
     )
     current = read_wait(layout, goal_id)
-    if current is None or current.holder_goal_id != wait.holder_goal_id:
+    if (
+        current is None
+        or current.holder_goal_id != wait.holder_goal_id
+        or current.processes != wait.processes
+    ):
         atomic_write_model(wait_file(layout, goal_id), wait, durable=False)
         note_goal_changed(layout, goal_id)
     exclusive_create(ensure_dir(_waiters_dir(layout, blocking.path)) / goal_id, b"", durable=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -80,6 +80,15 @@ class TurnProcesses(Protocol):
 
     def kill_stale(self, layout: Layout, goal_id: str) -> None:
         """Kill every process of this root still working for ``goal_id`` (a stale host tree)."""
+
+    def end_turn(
+        self, layout: Layout, turn_key: str, *, found: Callable[[list[int]], None]
+    ) -> list[int]:
+        """Kill every process of this root carrying ``turn_key`` and wait until it is gone.
+
+        ``found(pids)`` is told what runs before the kill starts. Returns the
+        pids still running when the bounded wait ended (empty: all gone).
+        """
 
     def turn_started(self, turn_key: str, at: datetime) -> None:
         """The turn's journal exists and its host is about to run (the heartbeat shows it)."""
