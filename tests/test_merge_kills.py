@@ -140,7 +140,10 @@ def trial(  # noqa: PLR0917 - the trial's inputs, read as one sentence at the tw
         done = loopx(root, *args, timeout=120)
         assert done.returncode == 0, (goal_id, mode, args, done.stdout, done.stderr)
     journal = json.loads((root / "goals" / goal_id / "merge.json").read_text())
-    assert (journal["step"], journal["outcome"]) == ("finished", "merged"), journal
+    # A rerun that finds the base already holding the branch ends "up_to_date" (seen once in a
+    # soak of 50 kills): what proves the merge whole is the base's tree and parents below.
+    assert journal["step"] == "finished", journal
+    assert journal["outcome"] in {"merged", "up_to_date"}, journal
     parents = git(repo, "rev-list", "--parents", "-n1", "main").split()[1:]
     assert (tree(repo), head(repo, f"loopx/{goal_id}")) == (want, branch)
     assert parents == {"merge": [base, branch], "squash": [base], "ff": parents}[mode]
