@@ -38,6 +38,7 @@ from loopx.web.app import authorized, error_reply, json_reply
 from loopx.web.bulk import (
     BULK_ACTIONS,
     MAX_BULK_BODY,
+    Audit,
     BulkActionRequest,
     BulkAnswerRequest,
     act_each,
@@ -161,18 +162,15 @@ async def post_action(request: Request) -> Response:
     return await run_in_threadpool(_apply, service, goal_id, action, asked, audit)
 
 
-async def post_answers(request: Request) -> Response:
-    """``POST /api/answers``: one answer for several gates, each judged and audited on its own."""
-    service: StatusService = request.app.state.service
-    if not service.actions:
-        return _read_only()
+def _bulk_audit(request: Request, service: StatusService, action: str) -> Audit:
+    """The audit line writer of one bulk request: one line per goal, or one for the request."""
     client = request.client.host if request.client is not None else "unknown"
 
     def audit(goal_id: str, outcome: Outcome, detail: str, answer: str | None = None) -> None:
         record = AuditRecord(
             at=utcnow(),
             client=client,
-            action=Action.RESOLVE_GATE.value,
+            action=action[:64],
             goal_id=goal_id[:64],
             outcome=outcome,
             detail=detail,
@@ -180,20 +178,36 @@ async def post_answers(request: Request) -> Response:
         )
         record_audit(service.layout, record)
 
+    return audit
+
+
+async def _bulk_body(request: Request, service: StatusService, audit: Audit) -> bytes | Response:
+    """The bulk request's body, or the reply refusing it (audited as the request's)."""
     refusal = _refusal(request, service, MAX_BULK_BODY)
     if refusal is not None:
         status, message = refusal
-        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message, None)
         return error_reply(status, message, headers={"Connection": "close"})
     try:
-        body = await request.body()
+        return await request.body()
     except ClientDisconnect:
         return Response(status_code=HTTPStatus.BAD_REQUEST)
+
+
+async def post_answers(request: Request) -> Response:
+    """``POST /api/answers``: one answer for several gates, each judged and audited on its own."""
+    service: StatusService = request.app.state.service
+    if not service.actions:
+        return _read_only()
+    audit = _bulk_audit(request, service, Action.RESOLVE_GATE.value)
+    body = await _bulk_body(request, service, audit)
+    if isinstance(body, Response):
+        return body
     try:
         asked = BulkAnswerRequest.model_validate_json(body or b"{}")
     except ValidationError as e:
         message = describe_request_error(e, fields=_BULK_FIELDS)
-        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message, None)
         return error_reply(HTTPStatus.BAD_REQUEST, message)
 
     def run() -> Response:
@@ -211,38 +225,19 @@ async def post_bulk(request: Request) -> Response:
     name: str = request.path_params["action"]
     if not service.actions:
         return _read_only()
-    client = request.client.host if request.client is not None else "unknown"
-
-    def audit(goal_id: str, outcome: Outcome, detail: str, answer: str | None = None) -> None:
-        record = AuditRecord(
-            at=utcnow(),
-            client=client,
-            action=name[:64],
-            goal_id=goal_id[:64],
-            outcome=outcome,
-            detail=detail,
-            answer=answer,
-        )
-        record_audit(service.layout, record)
-
-    refusal = _refusal(request, service, MAX_BULK_BODY)
-    if refusal is not None:
-        status, message = refusal
-        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
-        return error_reply(status, message, headers={"Connection": "close"})
-    try:
-        body = await request.body()
-    except ClientDisconnect:
-        return Response(status_code=HTTPStatus.BAD_REQUEST)
+    audit = _bulk_audit(request, service, name)
+    body = await _bulk_body(request, service, audit)
+    if isinstance(body, Response):
+        return body
     if name not in BULK_ACTIONS:
         message = f"no bulk action {name!r}; the bulk actions are {', '.join(sorted(BULK_ACTIONS))}"
-        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message, None)
         return error_reply(HTTPStatus.NOT_FOUND, message)
     try:
         asked = BulkActionRequest.model_validate_json(body or b"{}")
     except ValidationError as e:
         message = describe_request_error(e, fields=_BULK_ACTION_FIELDS)
-        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message)
+        await run_in_threadpool(audit, "(bulk)", Outcome.REFUSED, message, None)
         return error_reply(HTTPStatus.BAD_REQUEST, message)
 
     def run() -> Response:
