@@ -154,7 +154,13 @@ def _kill_and_recover(root: Path, repo: Path, goal_id: str, mode: str, rng: rand
     kill = _kill_inside_git_add(root, goal_id, mode, rng)  # a git may run on: the claim waits
     if goal_doc(root, goal_id)["goal"]["status"] != "done":  # a killed git is run again at once
         again = run_turn(root, goal_id)
-        assert again.returncode == 0, (kill, again.stdout + again.stderr)
+        # The claim may recover the killed turn itself (its host had ended): then the goal is
+        # done and there is no turn left to run.
+        finished = goal_doc(root, goal_id)["goal"]["status"] == "done"
+        assert again.returncode == 0 or (finished and again.returncode == 3), (
+            kill,
+            again.stdout + again.stderr,
+        )
     recovered = loopx(root, "recover", timeout=120)
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     assert _converged(root, repo, goal_id, base) == _expected(goal_id), kill

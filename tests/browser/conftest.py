@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,3 +99,20 @@ def served(layout: Layout, **options: Any) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``check()``'s first truthy value, polled every 0.1 s until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def wait_js(page: Any, expression: str, timeout: float = 15) -> None:
+    """Poll a JavaScript expression (wait_for_function would eval it, which our CSP forbids)."""
+    wait_until(lambda: page.evaluate(expression), timeout, expression)

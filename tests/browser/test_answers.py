@@ -12,7 +12,7 @@ from loopx.registry.goals import get_goal, open_gate
 from loopx.registry.model import GoalStatus
 from loopx.state import load_state
 from loopx.web.actions import audit_file
-from tests.browser.conftest import TOKEN, Tab, served, with_token
+from tests.browser.conftest import TOKEN, Tab, served, wait_js, with_token
 from tests.turnkit import demo_goal
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -124,9 +124,7 @@ def test_filters_search_sort_and_page_survive_a_reload(layout, tmp_path, tab):
         page.goto(url)
         page.fill("#f-q", "svc")
         page.select_option("#f-sort", "id")
-        page.wait_for_function(
-            "location.hash.includes('sort=id') && location.hash.includes('q=svc')"
-        )
+        wait_js(page, "location.hash.includes('sort=id') && location.hash.includes('q=svc')")
         first = page.locator("#goals-panel tbody tr").first.get_attribute("data-goal")
         assert first == "svc-0"
         page.reload()
@@ -192,7 +190,7 @@ def test_bulk_pause_acts_once_on_the_visible_ticked_goals_after_confirming(layou
         page.fill("#f-q", "api")
         page.press("#f-q", "Enter")
         page.wait_for_selector("#goals-panel tbody tr[data-goal='api-2']")
-        page.wait_for_function("!document.querySelector(\"#goals-panel tr[data-goal='web-1']\")")
+        page.wait_for_selector("#goals-panel tr[data-goal='web-1']", state="detached")
         page.check("#goals-panel tr[data-goal='api-2'] input.pick")
         page.click("#bulk-pause")
         wait_until(lambda: get_goal(layout, "api-2").status is GoalStatus.PAUSED, 10, "api-2")

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,28 +20,12 @@ from loopx.state import load_state
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import make_root
 from loopx.web.actions import audit_file
-from tests.browser.conftest import TOKEN, served, with_token
+from tests.browser.conftest import TOKEN, served, wait_js, wait_until, with_token
 from tests.turnkit import cli_env, demo_goal, loopx
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 ROW = "#goals-panel tbody tr[data-goal]"
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
-
-
-def wait_js(page, expression: str, timeout: float = 15) -> None:
-    """Poll a JavaScript expression (wait_for_function would eval it, which our CSP forbids)."""
-    wait_until(lambda: page.evaluate(expression), timeout, expression)
 
 
 def history(layout, goal_id: str) -> list[dict]:
