@@ -40,8 +40,11 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``git -C where args...``; its output as text.
 
+    A git killed by a signal raises even without ``check``: its exit code answers no
+    question (a killed ``rev-parse --verify`` would read as "no such branch").
+
     Raises:
-        GitError: git exited non-zero and ``check`` is set.
+        GitError: git exited non-zero and ``check`` is set, or a signal killed it.
         WorktreeError: git is not installed.
     """
     argv = [GIT, "-C", str(where), *args]
@@ -59,8 +62,9 @@ def run(
         raise WorktreeError(
             "git is not installed (not found on PATH)", hint="install git to use --worktree"
         ) from e
-    if check and done.returncode != 0:
-        raise GitError([GIT, *args], where, done.returncode, done.stderr)
+    if done.returncode < 0 or (check and done.returncode != 0):
+        stderr = done.stderr if done.returncode > 0 else f"killed by signal {-done.returncode}"
+        raise GitError([GIT, *args], where, done.returncode, stderr)
     return done
 
 

@@ -140,10 +140,7 @@ def trial(  # noqa: PLR0917 - the trial's inputs, read as one sentence at the tw
         done = loopx(root, *args, timeout=120)
         assert done.returncode == 0, (goal_id, mode, args, done.stdout, done.stderr)
     journal = json.loads((root / "goals" / goal_id / "merge.json").read_text())
-    # A rerun that finds the base already holding the branch ends "up_to_date" (seen once in a
-    # soak of 50 kills): what proves the merge whole is the base's tree and parents below.
-    assert journal["step"] == "finished", journal
-    assert journal["outcome"] in {"merged", "up_to_date"}, journal
+    assert (journal["step"], journal["outcome"]) == ("finished", "merged"), journal
     parents = git(repo, "rev-list", "--parents", "-n1", "main").split()[1:]
     assert (tree(repo), head(repo, f"loopx/{goal_id}")) == (want, branch)
     assert parents == {"merge": [base, branch], "squash": [base], "ff": parents}[mode]
@@ -201,3 +198,39 @@ def test_fifty_kills_inside_merges_leave_no_merge_wedged(tmp_path: Path) -> None
         f"merge kills: {dict(tally.kills)}, exits {dict(tally.exits)}, {tally.trials} goals merged"
     )
     assert sum(tally.kills.values()) >= 20  # the budget allowed a meaningful number
+
+
+def _git_killed_on(bin_dir: Path, words: str) -> Path:
+    """A ``git`` first on PATH that SIGKILLs itself the first time its arguments hold ``words``."""
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase "$*" in *"{words}"*)\n'
+        f"  [ -e {bin_dir}/killed ] || {{ : >{bin_dir}/killed; kill -9 $$; }} ;;\nesac\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return bin_dir
+
+
+def test_a_git_killed_while_a_finished_merge_is_rerun_fails_the_rerun_and_plans_nothing(
+    tmp_path: Path,
+) -> None:
+    """The rerun asks git whether the branch is where the merge left it; a killed git is no
+    answer (read as "no branch", it made a fresh plan that ended ``up_to_date``)."""
+    root, repo = _set_up(tmp_path)
+    assert add_goal(root, "g1", repo, file="g1.txt").returncode == 0
+    assert run_turn(root, "g1").returncode == 0
+    assert loopx(root, "goal", "merge", "g1", "--json").returncode == 0
+    merged = json.loads((root / "goals" / "g1" / "merge.json").read_text())
+    bin_dir = _git_killed_on(tmp_path / "bin", "refs/heads/loopx/g1^{commit}")
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    rerun = loopx(root, "goal", "merge", "g1", "--json", PATH=path)
+    assert rerun.returncode != 0, rerun.stdout
+    assert "killed by signal 9" in rerun.stderr
+    assert json.loads((root / "goals" / "g1" / "merge.json").read_text()) == merged
+    again = loopx(root, "goal", "merge", "g1", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["outcome"] == "merged"
