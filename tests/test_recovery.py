@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from loopx.turn.recovery import recover
 from tests.turnkit import demo_goal, loopx, make_root
 
@@ -40,3 +42,31 @@ def test_recover_on_a_clean_root_does_nothing(tmp_path):
     assert loopx(layout.root, "turn", "run-once", "g").returncode == 0
     report = recover(layout)
     assert (report.actions, report.clean) == ([], True)
+
+
+@pytest.mark.parametrize("loss", ["gone", "empty"])
+def test_a_run_log_a_power_cut_lost_is_written_again_by_recover_and_by_the_next_claim(
+    tmp_path, loss
+):
+    """The run log is not fsynced: rendered again from the durable terminal journal."""
+    layout = make_root(tmp_path / "root")
+    demo_goal(layout, "g", tmp_path / "wd")
+    assert loopx(layout.root, "turn", "run-once", "g").returncode == 0
+    runs = layout.runs_dir("g")
+    kept = {p.name: p.read_bytes() for p in runs.iterdir()}
+    assert sorted(kept) == ["1.json", "1.md"]
+
+    def lose() -> None:
+        for name in kept:
+            if loss == "gone":
+                (runs / name).unlink()
+            else:
+                (runs / name).write_bytes(b"")
+
+    lose()
+    assert recover(layout).clean
+    assert {name: (runs / name).read_bytes() for name in kept} == kept
+    lose()
+    assert loopx(layout.root, "turn", "run-once", "g").returncode == 0
+    assert {name: (runs / name).read_bytes() for name in kept} == kept
+    assert sorted(p.name for p in runs.iterdir()) == ["1.json", "1.md", "2.json", "2.md"]

@@ -18,7 +18,7 @@ from tests.turnkit import demo_goal, make_root
 
 FAST = TurnConfig(lease_ttl_s=5, lease_grace_s=1, kill_grace_s=0.3)
 # docs/reliability.md, "What a turn makes durable, fsync by fsync", lists each one.
-FSYNCS_PER_TURN = 13
+FSYNCS_PER_TURN = 10
 
 
 def test_a_committed_turn_makes_the_listed_fsyncs(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -51,10 +51,11 @@ from loopx.turn.inspection import (
     decision_reason,
     inspect,
 )
-from loopx.turn.journal import Phase, TurnJournal, journal_files
+from loopx.turn.journal import Phase, TurnJournal, journal_files, newest_journal
 from loopx.turn.lease import Fence, claim, clear_dead_lease, fence_of, release
 from loopx.turn.outcome import TurnStatus
 from loopx.turn.phases import finish
+from loopx.turn.writeback import restore_run_log
 
 log = get_logger(__name__)
 
@@ -303,6 +304,8 @@ def recover(layout: Layout, *, now: datetime | None = None) -> RecoveryReport:
             paths = needs_recovery(layout, goal_id)
             if not paths:
                 clear_dead_lease(layout, goal_id)
+                if (newest := newest_journal(layout, goal_id)) is not None:
+                    restore_run_log(layout, newest)
                 continue
             claimed = claim(layout, goal_id, agent_id=RECOVERY_AGENT_ID, now=utcnow())
             if claimed.lease is None:

@@ -4,30 +4,38 @@ Everything written here is derived from the journal alone (no clock, no
 process), so a replay after a crash writes the same bytes again:
 
 * ``runs/<seq>.json`` and ``runs/<seq>.md`` are rewritten atomically with the
-  same content;
+  same content. They are a rendering of the journal, so they are not fsynced:
+  the terminal journal is, and :func:`restore_run_log` writes a run log again
+  that a power cut lost (the next claim of the goal, and ``loopx recover``);
 * the history line is keyed by ``turn_key`` (:func:`loopx.storage.files.append_record`
   skips a repeat);
 * the state patch is applied only if ``state.turn_seq`` is below the turn's
   seq, and that bump is written in the same atomic rewrite as the patch.
 
-The state is written last, so a state that names a turn implies its run log
-and history line exist.
+The state is written last, so a state that names a turn implies its history
+line exists, and its run log once a power cut's loss was restored.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from loopx.donecheck import NEXT_ACTION as CHECK_NEXT_ACTION
 from loopx.donecheck import LastCheck
+from loopx.errors import CorruptFileError
 from loopx.faults import fault_point
+from loopx.log import get_logger
 from loopx.root import Layout
 from loopx.state import GoalState, Todo, load_state, update_state
 from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
 from loopx.storage.jsonl import append_record
 from loopx.turn.historyline import history_line
-from loopx.turn.journal import TurnJournal
+from loopx.turn.journal import Phase, TurnJournal, parse_turn_key, read_journal
 from loopx.turn.runlog import render_markdown, run_report
+
+log = get_logger(__name__)
 
 
 def _upsert_todos(todos: list[Todo], changes: list[Todo]) -> list[Todo]:
@@ -91,15 +99,52 @@ def durable_writeback(
     The caller holds the turn's fence. Fault points ``writeback:run_json``,
     ``writeback:run_md`` and ``writeback:history`` sit between the files.
     """
-    runs = ensure_dir(layout.runs_dir(journal.goal_id))
-    report = run_report(journal)
-    atomic_write_model(runs / f"{journal.seq}.json", report)
-    fault_point("writeback:run_json")
-    atomic_write_bytes(runs / f"{journal.seq}.md", render_markdown(report).encode())
-    fault_point("writeback:run_md")
+    _write_run_log(layout, journal, durable=False)
     append_record(layout.history_file(journal.goal_id), history_line(journal))
     fault_point("writeback:history")
     _write_state_if_changed(layout, journal, then)
+
+
+def _write_run_log(layout: Layout, journal: TurnJournal, *, durable: bool) -> None:
+    runs = ensure_dir(layout.runs_dir(journal.goal_id))
+    report = run_report(journal)
+    atomic_write_model(runs / f"{journal.seq}.json", report, durable=durable)
+    fault_point("writeback:run_json")
+    atomic_write_bytes(
+        runs / f"{journal.seq}.md", render_markdown(report).encode(), durable=durable
+    )
+    fault_point("writeback:run_md")
+
+
+def restore_run_log(layout: Layout, journal_file: Path) -> bool:
+    """Write the run log of the turn ``journal_file`` records again if it is missing or empty.
+
+    The run log is written without fsync, so a power cut after the turn may
+    leave its files gone or empty beside a durable terminal journal. Costs two
+    ``stat`` calls when the files are there. Returns whether it wrote them.
+    """
+    parsed = parse_turn_key(journal_file.name.removesuffix(".json"))
+    if parsed is None:
+        return False
+    runs = layout.runs_dir(parsed[0])
+    if all(_not_empty(runs / f"{parsed[1]}{suffix}") for suffix in (".json", ".md")):
+        return False
+    try:
+        journal = read_journal(journal_file)
+    except (FileNotFoundError, CorruptFileError):
+        return False  # recovery quarantines a damaged journal; a gone one has nothing to give
+    if not journal.done(Phase.DURABLE_WRITEBACK):
+        return False  # its writeback has not run: it writes the run log itself
+    _write_run_log(layout, journal, durable=True)
+    log.warning("run_log_restored", goal_id=journal.goal_id, turn_key=journal.turn_key)
+    return True
+
+
+def _not_empty(path: Path) -> bool:
+    try:
+        return os.stat(path).st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def _write_state_if_changed(

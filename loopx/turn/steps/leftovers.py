@@ -1,7 +1,9 @@
 """The leftovers step: finish what an earlier attempt at this goal's turn left.
 
 A turn never starts while an older one is open. The goal's newest journal,
-if it is not a tombstone, is recovered (:func:`loopx.turn.recovery.recover_goal`):
+if it is not a tombstone, is recovered (:func:`loopx.turn.recovery.recover_goal`);
+if it is, the run log a power cut lost is written again from it
+(:func:`loopx.turn.writeback.restore_run_log`):
 
 * resumable (its host finished): its phases are completed from the journal,
   and this claim goes on to a new turn if the quota allows;
@@ -23,6 +25,7 @@ from loopx.schedule.candidates import read_goal_cached
 from loopx.turn.journal import newest_journal
 from loopx.turn.recovery import recover_goal
 from loopx.turn.steps.context import TurnContext
+from loopx.turn.writeback import restore_run_log
 
 
 def finish_leftovers(ctx: TurnContext) -> TurnContext:
@@ -39,6 +42,8 @@ def finish_leftovers(ctx: TurnContext) -> TurnContext:
     )
     if pending is not None:
         ctx.processes.kill_stale(layout, goal_id)
+    elif newest is not None:
+        restore_run_log(layout, newest)
     # Finishing a turn may have changed the goal (done, paused by its account).
     return ctx.but(goal=read_goal(layout, goal_id), recovered=tuple(actions), journal=pending)
 
