@@ -93,6 +93,7 @@ KERNEL_ORDER: Final = (
     "registry",
     "quota",
     "accounts",  # provider accounts: their limits and budgets park goals before a turn plans
+    "hostcanary",  # host kinds the canary quarantined (hosts.json): their goals wait
     "turn",
     "history",
     "clock",
