@@ -16,6 +16,7 @@ locked read-modify-write are at the end.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -158,7 +159,7 @@ def quarantine_reason(hosts: HostsFile, kind: str) -> str | None:
     return record.reason
 
 
-def stale_kinds(hosts: HostsFile, stats: dict[str, tuple[int, int] | None]) -> list[str]:
+def stale_kinds(hosts: HostsFile, stats: Mapping[str, tuple[int, int] | None]) -> list[str]:
     """The kinds whose binary's ``(size, mtime_ns)`` differs from the one last probed. Pure.
 
     ``stats`` maps each watched kind to its binary's stat now (None: gone).

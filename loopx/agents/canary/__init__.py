@@ -11,22 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from loopx.agents.canary.probe import probe, program_name, tested_versions
-from loopx.agents.hosts.plugins import kind_names
 from loopx.hostcanary import HostKindRecord, record_probe
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.registry.model import HostKind
+from loopx.registry.hostprogram import cli_programs
 from loopx.root import Layout
 
 log = get_logger(__name__)
 
-# Kinds whose program is the goal's own (command) or LoopX's Python (demo): nothing to probe.
-UNPROBED = frozenset({HostKind.COMMAND.value, HostKind.DEMO.value})
-
 
 def probed_kinds() -> list[str]:
     """Every installed host kind with a CLI of its own to probe."""
-    return [k for k in kind_names() if k not in UNPROBED]
+    return list(cli_programs())
 
 
 def check(layout: Layout, kinds: Iterable[str], *, path: str | None = None) -> list[HostKindRecord]:
@@ -53,4 +49,4 @@ def check(layout: Layout, kinds: Iterable[str], *, path: str | None = None) -> l
     return records
 
 
-__all__ = ["UNPROBED", "check", "probe", "probed_kinds", "program_name", "tested_versions"]
+__all__ = ["check", "probe", "probed_kinds", "program_name", "tested_versions"]
