@@ -15,8 +15,9 @@ locked read-modify-write are at the end.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -101,6 +102,38 @@ class HostsFile(Record):
     kinds: dict[str, HostKindRecord] = Field(default_factory=dict)
 
 
+class HostView(Record):
+    """One host kind as `loopx hosts` shows it: its CLI, version, and the canary's verdict."""
+
+    kind: str
+    program: str  # the program's name, looked up on PATH
+    binary: str | None = None  # where it was found; None: not installed
+    version: str | None = None  # what `--version` printed now; None: not installed or unreadable
+    tested_versions: list[str] = Field(default_factory=list)  # the adapter's declaration
+    tested: bool | None = None  # the version is one of them (None: no version)
+    within_tested_range: bool | None = None  # between the lowest and highest of them
+    status: TrustStatus = TrustStatus.TRUSTED
+    reason: str = ""
+    accepted_versions: list[str] = Field(default_factory=list)
+    last_probe: ProbeResult | None = None
+
+
+class HostList(Record):
+    """`loopx hosts --json`: every installed host kind with a CLI of its own."""
+
+    schema_version: Literal[1] = 1
+    hosts: list[HostView]
+
+
+class HostCheck(Record):
+    """`loopx hosts check KIND --json`: the probe that ran and the kind's verdict after it."""
+
+    schema_version: Literal[1] = 1
+    probe: ProbeResult
+    accepted: str | None = None  # the version `--accept` recorded as trusted
+    host: HostView
+
+
 # --- rules (pure) -------------------------------------------------------------------------------
 
 
@@ -157,6 +190,25 @@ def quarantine_reason(hosts: HostsFile, kind: str) -> str | None:
     if record is None or record.status is TrustStatus.TRUSTED:
         return None
     return record.reason
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"2.1.332"`` as ``(2, 1, 332)`` for ordering; a suffix after the numbers is ignored. Pure."""
+    parts = []
+    for part in version.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def within_range(version: str, tested: Sequence[str]) -> bool | None:
+    """Whether ``version`` lies between the lowest and highest ``tested`` (None: none). Pure."""
+    if not tested:
+        return None
+    keys = sorted(version_key(v) for v in tested)
+    return keys[0] <= version_key(version) <= keys[-1]
 
 
 def stale_kinds(hosts: HostsFile, stats: Mapping[str, tuple[int, int] | None]) -> list[str]:

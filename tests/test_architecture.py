@@ -51,7 +51,7 @@ FILE_METHODS: Final = frozenset(
     {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
 )
 API_GROUPS: Final = frozenset(
-    {"goals", "gates", "status", "quota", "turns", "fleet", "retention", "accounts"}
+    {"goals", "gates", "status", "quota", "turns", "fleet", "retention", "accounts", "hosts"}
 )
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 # The kernel's packages and top-level modules, bottom to top: each may import only

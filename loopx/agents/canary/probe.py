@@ -91,6 +91,18 @@ def read_version(program: str, env: dict[str, str], cwd: Path) -> str:
     return found.group(0)
 
 
+def installed_version(program: str, path: str | None = None) -> tuple[str | None, str | None]:
+    """(where ``program`` is on ``path``, the version it prints); None for what is not found."""
+    binary = shutil.which(program, path=path)
+    if binary is None:
+        return None, None
+    with tempfile.TemporaryDirectory(prefix="loopx-version-") as tmp:
+        try:
+            return binary, read_version(binary, base_env(Path(tmp)), Path(tmp))
+        except ProbeFailedError:
+            return binary, None
+
+
 def check_flags(host: Host, program: str, env: dict[str, str], cwd: Path) -> None:
     """Every flag the adapter passes is an option its help lists (a subcommand: a command)."""
     help_argv = list(getattr(host, "help_argv", ("--help",)))
