@@ -29,11 +29,11 @@ def codex_endpoint(url: str, home: Path) -> dict[str, str]:
         'name = "canary"\n'
         f'base_url = "{url}/v1"\n'
         'wire_api = "responses"\n'
-        'env_key = "LOOPX_CANARY_KEY"\n'
+        'env_key = "CANARY_API_KEY"\n'
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
-    return {"CODEX_HOME": str(codex_home), "LOOPX_CANARY_KEY": CANARY_KEY}
+    return {"CODEX_HOME": str(codex_home), "CANARY_API_KEY": CANARY_KEY}
 
 
 def claude_endpoint(url: str, home: Path) -> dict[str, str]:
