@@ -37,7 +37,13 @@ from loopx.notify.deliver import run_notify
 from loopx.root import Layout
 from loopx.supervisor.canary import CanaryDuty
 from loopx.testing import install_fake_host
-from tests.fleet_helpers import wait_for
+from tests.fleet_helpers import (
+    kill_everything,
+    leftovers,
+    sigterm_and_wait,
+    start_supervisor,
+    wait_for,
+)
 from tests.test_notify_delivery import Receiver, _projection
 from tests.turnkit import loopx_here
 
@@ -201,6 +207,21 @@ def test_a_drifted_binary_quarantines_its_kind_within_one_probe(tmp_path, layout
         "host claude: 2.1.340 untested: --output-format missing from `claude --help`"
     )
     assert quarantine_reason(hosts, "codex") is None
+
+
+def test_the_supervisor_probes_the_host_clis_when_it_starts(tmp_path, root):
+    """A supervisor with a drifted claude on PATH quarantines it at start, and leaves no probe."""
+    bin_dir = _fakes(tmp_path, "claude")
+    _wrap(bin_dir, "claude", RENAME_FLAG)
+    proc = start_supervisor(root, "--agents", "1", PATH=f"{bin_dir}:/usr/bin:/bin")
+    try:
+        layout = Layout.at(root)
+        reason = wait_for("claude probed", lambda: quarantine_reason(read_hosts(layout), "claude"))
+        assert reason == "host claude: 2.1.197 tested: --output-format missing from `claude --help`"
+        assert sigterm_and_wait(proc) == 0
+        assert leftovers(root) == []
+    finally:
+        kill_everything(root, proc)
 
 
 # --- what a quarantine does ---------------------------------------------------------------------

@@ -8,14 +8,21 @@ whatever they are, and 1 when the root cannot record them.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
-from loopx import exitcodes
+from loopx import exitcodes, process
 from loopx.agents.canary import check, probed_kinds
 from loopx.errors import LoopxError
 from loopx.log import configure_logging
 from loopx.root import Layout
+
+
+def _stop(signum: int, _frame: FrameType | None) -> None:
+    # Unwinding ends the CLI a probe runs (subprocess.run kills its child on the way out).
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", required=True, type=Path)
     parser.add_argument("kinds", nargs="*", metavar="KIND")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    process.set_parent_death_signal()  # a supervisor killed outright leaves no probe behind
     configure_logging()
     try:
         check(Layout.at(args.root), args.kinds or probed_kinds())
