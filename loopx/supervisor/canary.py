@@ -76,8 +76,11 @@ class CanaryDuty:
         """Start a probe of the kinds whose binary is new or changed; the kinds it probes."""
         self.next_at = now + self.interval_s
         if self.probe is not None:
-            if self.probe.poll() is None:
+            code = self.probe.poll()
+            if code is None:
                 return []  # one probe at a time; the next step looks again
+            if code != 0:
+                log.warning("canary_failed", exit_code=code, log="logs/canary.log")
             self.probe = None
         first = self._programs is None
         if self._programs is None:
