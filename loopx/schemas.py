@@ -26,6 +26,7 @@ from loopx.fleet import (
     SupervisorStatus,
     SupervisorStopped,
 )
+from loopx.hostcanary import HostCheck, HostList, HostsFile
 from loopx.logs import LogEntry
 from loopx.notify.config import NotifyConfig
 from loopx.notify.links import ServeAddress
@@ -123,11 +124,14 @@ FILES: dict[str, type[BaseModel]] = {
     "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
     "notify-outbox": Outbox,  # notify.d/outbox.json
     "notify-serve": ServeAddress,  # notify.d/serve.json (a running serve's address, for links)
+    "hosts": HostsFile,  # hosts.json: the canary's verdict per host kind
 }
 
 # What `--json` prints (beside the file kinds above: `status`, `probe`, `quota-decision`,
 # `batch-report`) and what `loopx serve` replies.
 OUTPUTS: dict[str, type[BaseModel]] = {
+    "host-list": HostList,  # `loopx hosts --json`
+    "host-check": HostCheck,  # `loopx hosts check KIND --json`
     "init": InitReport,
     "migration": MigrationReport,  # inside init (`init --upgrade`)
     "goal-import": ImportReport,

@@ -59,6 +59,10 @@ class HostSession(Record):
     # totals of the whole thread on resume); a turn's usage is the difference.
     reported_input_tokens: int = 0
     reported_output_tokens: int = 0
+    # Likewise the session-cumulative cost and per-model token total (claude from 2.1.332
+    # reports `total_cost_usd` and `modelUsage` of the whole resumed session).
+    reported_cost_usd: float = 0.0
+    reported_model_tokens: int = 0
 
 
 # A state dated further than this into this clock's future means the clock is behind

@@ -51,7 +51,7 @@ FILE_METHODS: Final = frozenset(
     {"open", "read_text", "write_text", "read_bytes", "write_bytes", "unlink", "mkdir", "touch"}
 )
 API_GROUPS: Final = frozenset(
-    {"goals", "gates", "status", "quota", "turns", "fleet", "retention", "accounts"}
+    {"goals", "gates", "status", "quota", "turns", "fleet", "retention", "accounts", "hosts"}
 )
 ENV_NAME: Final = re.compile(r"LOOPX_[A-Z0-9_]*")
 # The kernel's packages and top-level modules, bottom to top: each may import only
@@ -93,6 +93,7 @@ KERNEL_ORDER: Final = (
     "registry",
     "quota",
     "accounts",  # provider accounts: their limits and budgets park goals before a turn plans
+    "hostcanary",  # host kinds the canary quarantined (hosts.json): their goals wait
     "turn",
     "history",
     "clock",

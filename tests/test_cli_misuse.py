@@ -91,6 +91,7 @@ COMMANDS: dict[str, list[str]] = {
     "retention show": [],
     "gc": ["--dry-run"],
     "doctor": [],
+    "hosts check": ["claude"],
     "notify add": ["json://127.0.0.1:9/hook", "--events", "gate"],
     "notify list": [],
     "notify remove": ["0123456789"],

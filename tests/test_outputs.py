@@ -78,6 +78,8 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("supervisor", "scale"): "supervisor-scale",
     ("notify", "add"): "notify-list",
     ("notify", "list"): "notify-list",
+    ("hosts",): "host-list",
+    ("hosts", "check"): "host-check",
     ("notify", "remove"): "notify-list",
     ("notify", "set"): "notify-list",
     ("notify", "test"): "notify-test",
@@ -268,6 +270,8 @@ def test_every_json_output_validates(cli: Cli, tmp_path: Path) -> None:  # noqa:
     for command, *args in _worktree_commands(tmp_path):
         check(command, *args)
     _check_notify(check)
+    check(("hosts",))
+    check(("hosts", "check"), "claude", codes=(0, 1))  # no claude on PATH here: missing
     check(("doctor",), codes=(0, 1))
     check(("supervisor", "start"), "--agents", "1")
     check(("supervisor", "status"))

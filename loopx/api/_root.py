@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from loopx.api._fleet import Fleet
     from loopx.api._gates import Gates
     from loopx.api._goals import Goals
+    from loopx.api._hosts import Hosts
     from loopx.api._logs import Logs
     from loopx.api._notify import Notify
     from loopx.api._quota import Quota
@@ -228,6 +229,13 @@ class Root:
         from loopx.api._accounts import Accounts  # noqa: PLC0415 - lazy group
 
         return Accounts(self.layout)
+
+    @property
+    def hosts(self) -> Hosts:
+        """The host CLIs, their versions and the canary's verdicts (`loopx hosts ...`)."""
+        from loopx.api._hosts import Hosts  # noqa: PLC0415 - lazy group
+
+        return Hosts(self.layout)
 
     @property
     def notify(self) -> Notify:

@@ -47,6 +47,7 @@ COMMANDS = {
     "refresh": Command("_status", "refresh the cached status projection now"),
     "serve": Command("_serve", "serve the dashboard, status, goals and metrics over HTTP"),
     "notify": Command("_notify", "send gates, failures and other events to chat, mail or webhooks"),
+    "hosts": Command("_hosts", "host CLIs: versions, the canary's verdicts, probing again"),
     "archive": Command("_archive", "move a goal's files aside and mark it archived"),
     "probe": Command("_probe", "run a goal's read-only next_probe command"),
     "turn": Command("_turn", "run turns by hand"),

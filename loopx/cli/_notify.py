@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from loopx.notify.views import NotifyList
 
 EVENTS_HELP = (
-    "comma-separated: gate,failing,crash_loop,limit,budget,done,disk,supervisor (default: all)"
+    "comma-separated: gate,failing,crash_loop,limit,budget,done,disk,supervisor,host (default: all)"
 )
 
 

@@ -34,6 +34,7 @@ class EventKind(StrEnum):
     DONE = "done"  # a goal is done
     DISK = "disk"  # the fleet is degraded by a disk floor or quota
     SUPERVISOR = "supervisor"  # the supervisor is down (its process is gone), or back
+    HOST = "host"  # the canary quarantined a host kind (its CLI drifted), or trusts it again
 
 
 ALL_EVENTS: Final = tuple(EventKind)

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Final, NamedTuple
 
+from loopx.errors import CorruptFileError
 from loopx.faults import fault_point
+from loopx.hostcanary import read_hosts
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.notify.config import (
@@ -27,7 +29,14 @@ from loopx.notify.config import (
     load_config,
     redact_url,
 )
-from loopx.notify.events import NotifyEvent, Severity, conditions, message, severity
+from loopx.notify.events import (
+    NotifyEvent,
+    Severity,
+    conditions,
+    host_conditions,
+    message,
+    severity,
+)
 from loopx.notify.links import link_base
 from loopx.notify.outbox import (
     Outbox,
@@ -297,6 +306,15 @@ def _about(event: NotifyEvent) -> dict[str, object]:
     return about
 
 
+def _quarantined_hosts(layout: Layout) -> dict[str, NotifyEvent]:
+    """The quarantined host kinds' conditions; none while hosts.json is damaged (logged)."""
+    try:
+        return host_conditions(read_hosts(layout))
+    except CorruptFileError as e:
+        log.warning("hosts_file_damaged", error=e.message)
+        return {}
+
+
 def run_notify(
     layout: Layout,
     *,
@@ -319,6 +337,7 @@ def run_notify(
         with locked(outbox_path(layout), timeout=0.05):
             projection = project()
             current = conditions(projection, open_gates(layout, projection))
+            current.update(_quarantined_hosts(layout))
             kinds = {t.id: {k.value for k in t.kinds} for t in config.targets}
             outbox, new = record_events(load_outbox(layout), current, kinds, now=now)
             save_outbox(layout, outbox)

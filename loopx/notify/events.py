@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
+from loopx.hostcanary import HostsFile, TrustStatus
 from loopx.model import Record, UtcDatetime
 from loopx.notify.config import EventKind
 from loopx.status.fleetview import DISK_PHRASES
@@ -40,6 +41,7 @@ RECOVERABLE: Final[Mapping[str, EventKind]] = {
     "supervisor:": EventKind.SUPERVISOR,
     "crash_loop:agent:": EventKind.CRASH_LOOP,
     "disk:": EventKind.DISK,
+    "host:": EventKind.HOST,
 }
 SUPERVISOR_DOWN: Final = "supervisor:down"
 
@@ -69,6 +71,7 @@ SEVERITY: Final[Mapping[EventKind, Severity]] = {
     EventKind.DONE: Severity.SUCCESS,
     EventKind.DISK: Severity.FAILURE,
     EventKind.SUPERVISOR: Severity.FAILURE,
+    EventKind.HOST: Severity.FAILURE,
 }
 
 
@@ -193,6 +196,27 @@ def _fleet_conditions(projection: StatusProjection) -> dict[str, NotifyEvent]:
     return found
 
 
+def host_conditions(hosts: HostsFile) -> dict[str, NotifyEvent]:
+    """One condition per quarantined host kind, dated from its quarantine: sent once. Pure."""
+    found: dict[str, NotifyEvent] = {}
+    for kind, record in hosts.kinds.items():
+        if record.status is not TrustStatus.QUARANTINED or record.quarantined_at is None:
+            continue
+        ident = f"host:{kind}"
+        found[ident] = NotifyEvent(
+            id=ident,
+            kind=EventKind.HOST,
+            title=f"host {kind} is quarantined: its goals wait",
+            body=f"{record.reason}; other host kinds keep running. "
+            f"Check it again with `loopx hosts check {kind}`, or trust this version "
+            f"with `loopx hosts check {kind} --accept`",
+            path="#/",
+            since=record.quarantined_at,
+            severity=SEVERITY[EventKind.HOST],
+        )
+    return found
+
+
 def supervisor_down(body: str, since: datetime) -> NotifyEvent:
     """The supervisor is down: no turn runs. Pure."""
     return NotifyEvent(
@@ -216,6 +240,9 @@ def recovered(ident: str, now: datetime) -> NotifyEvent | None:
     elif kind is EventKind.CRASH_LOOP:
         agent = ident.removeprefix("crash_loop:agent:")
         title, body = f"agent {agent} recovered", "it is no longer in a crash loop"
+    elif kind is EventKind.HOST:
+        host = ident.removeprefix("host:")
+        title, body = f"host {host} is trusted again", "its goals run again"
     else:
         title, body = "the disk recovered", "new turns start again"
     return NotifyEvent(

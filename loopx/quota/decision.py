@@ -86,6 +86,8 @@ class QuotaReason(StrEnum):
     # The goal's account refuses (limited, overloaded, probing, needs a human):
     # decided by loopx.accounts.rules after the goal's own quota allowed the turn.
     ACCOUNT_WAITING = "account_waiting"
+    # The canary quarantined the goal's host kind (loopx.hostcanary): its CLI drifted.
+    HOST_QUARANTINED = "host_quarantined"
 
 
 class QuotaDecision(Record):

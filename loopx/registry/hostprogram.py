@@ -13,6 +13,11 @@ import sys
 from loopx.errors import HostMissingError
 from loopx.registry.model import HostKind, HostSpec
 
+# The entry-point group where packages declare host kinds (loopx.agents.hosts.plugins).
+HOST_ENTRY_POINTS = "loopx.hosts"
+# Kinds whose program is the goal's own (command) or LoopX's Python (demo).
+NO_CLI_KINDS = frozenset({HostKind.COMMAND.value, HostKind.DEMO.value})
+
 # The program each CLI host kind runs when HostSpec.argv does not name one (a plug-in
 # kind's default program is its own name).
 DEFAULT_PROGRAMS: dict[str, str] = {
@@ -20,6 +25,14 @@ DEFAULT_PROGRAMS: dict[str, str] = {
     HostKind.CLAUDE: "claude",
     HostKind.GEMINI: "gemini",
 }
+
+
+def cli_programs() -> dict[str, str]:
+    """Each host kind with a CLI of its own (built-in or an installed plug-in's), and its program."""
+    from importlib.metadata import entry_points  # noqa: PLC0415 - only the canary asks
+
+    kinds = {*DEFAULT_PROGRAMS, *(ep.name for ep in entry_points(group=HOST_ENTRY_POINTS))}
+    return {k: DEFAULT_PROGRAMS.get(k, k) for k in sorted(kinds - NO_CLI_KINDS)}
 
 
 def split_program(spec: HostSpec) -> tuple[str, list[str]]:

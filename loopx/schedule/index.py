@@ -48,6 +48,7 @@ from loopx.accounts.files import account_fingerprints, held_state
 from loopx.accounts.model import AccountState, Condition, account_of
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
+from loopx.hostcanary import QuarantineWatch
 from loopx.log import get_logger
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.registry.catalog import GoalCatalog
@@ -174,6 +175,9 @@ class ScheduleIndex:
         # (a damaged one repaired).
         self._account_prints: dict[str, tuple[int, ...]] = {}
         self._accounts: dict[str, AccountState] = {}
+        # The host kinds the canary quarantined: their goals leave the index and come back
+        # when hosts.json moves (a probe passed, a version accepted).
+        self._hosts = QuarantineWatch(layout)
 
     # --- keeping current -----------------------------------------------------------------------
 
@@ -204,6 +208,7 @@ class ScheduleIndex:
                 recheck = changed | self._touched | self._leased | self._due(now)
                 recheck |= self._safety_net(ts)
             recheck |= self._account_moves()
+            recheck |= self._host_moves()
             self._touched = set()
             if changed or len(self._order) != len(self._catalog.goals):
                 self._order = sorted(self._catalog.goals)
@@ -211,7 +216,12 @@ class ScheduleIndex:
             for goal_id in recheck:
                 goal = self._catalog.goals.get(goal_id)
                 self._note_dir(goal_id)
-                if goal is None or goal.status is not GoalStatus.ACTIVE or not self._accept(goal):
+                if (
+                    goal is None
+                    or goal.status is not GoalStatus.ACTIVE
+                    or not self._accept(goal)
+                    or goal.host.kind in self._hosts.quarantined
+                ):
                     self._drop(goal_id)
                     continue
                 headroom = headroom or measure_headroom(now=now)
@@ -244,6 +254,13 @@ class ScheduleIndex:
             for goal_id, goal in self._catalog.goals.items()
             if account_of(goal.account, goal.host.kind) in moved
         }
+
+    def _host_moves(self) -> set[str]:
+        """The goals of every host kind whose quarantine began or ended since the last look."""
+        moved = self._hosts.moved()
+        if not moved:
+            return set()
+        return {goal_id for goal_id, goal in self._catalog.goals.items() if goal.host.kind in moved}
 
     def _account_state(self, goal: Goal | None) -> AccountState | None:
         """The goal's account state (None: the root's) as last read; None: unreadable."""

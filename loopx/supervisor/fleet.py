@@ -43,6 +43,7 @@ from loopx.root import Layout
 from loopx.rootwatch import RootHandle, take_note
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
+from loopx.supervisor.canary import CanaryDuty
 from loopx.supervisor.config import SupervisorConfig, make_runner
 from loopx.supervisor.exits import log_exit, settle_exit, working_on
 from loopx.supervisor.gcduty import GcDuty
@@ -131,6 +132,8 @@ class Supervisor:
         self._record_retry_at: float | None = None
         self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
         self.gc = GcDuty(layout)
+        # The host CLIs probed at start and when a binary changes (loopx.hostcanary).
+        self.canary = CanaryDuty(layout, self.env, python=config.python)
         # The root by directory descriptor; its path is checked every few seconds, so a root
         # moved away stops the fleet with a record (loopx.rootwatch).
         self._root: RootHandle | None = None
@@ -415,6 +418,7 @@ class Supervisor:
             if slot.agent is not None:
                 slot.agent.kill(grace_s=0)
         self.runner.close(grace_s=0)
+        self.canary.stop()
         clean = all(s.last_exit is None or s.last_exit.clean for s in self.slots)
         kill_leftovers(self.layout, self.me.pid, expected=clean)
         for slot in self.slots:
@@ -531,6 +535,8 @@ class Supervisor:
             self._duty("refresh", self._refresh_status)
         if self.config.until_idle and now >= self._next_idle_check:
             self._duty("idle", lambda: self._check_idle(now))
+        if self.canary.due(now):
+            self._duty("canary", lambda: self.canary.step(now))
         if self.gc.due(now):
             agents = [s.agent_id for s in self._live()]
             self._duty("gc", lambda: self.gc.step(now, wall=utcnow(), agents=agents))

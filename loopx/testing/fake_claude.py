@@ -35,8 +35,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from loopx.testing.fakecli import log_invocation, session_home
+from loopx.testing.fakecli import answer_version_or_help, log_invocation, session_home
 
+VERSION = "2.1.197 (Claude Code)"
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake claude turn", "next_action": "continue"}
 VALUE_FLAGS = {
     "--output-format", "--resume", "-r", "--model", "--max-turns", "--permission-mode",
@@ -161,6 +162,13 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
 
 def main() -> int:
     """Run the fake; returns the exit code."""
+    options = sorted(f"{f} <value>" for f in VALUE_FLAGS) + sorted(BOOL_FLAGS)
+    if answer_version_or_help(sys.argv[1:], VERSION, "claude [options] [prompt]", options):
+        return 0
+    return _print_mode()
+
+
+def _print_mode() -> int:
     try:
         flags, prompt = _parse(sys.argv[1:])
     except ValueError as e:

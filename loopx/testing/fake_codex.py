@@ -39,9 +39,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from loopx.testing.fakecli import log_invocation, session_home
+from loopx.testing.fakecli import answer_version_or_help, log_invocation, session_home
 
+VERSION = "codex-cli 0.171.0"
 DEFAULT_RESULT = {"kind": "progress", "summary": "fake codex turn", "next_action": "continue"}
+BOOL_FLAGS = ("--json", "--skip-git-repo-check", "--full-auto", "--oss", "--ephemeral")
 # `codex exec --help` / `codex exec resume --help` of codex-cli 0.171.0.
 VALUE_FLAGS = {
     "-C", "--cd", "-m", "--model", "-s", "--sandbox", "-c", "--config", "-p", "--profile",
@@ -161,9 +163,16 @@ def _message(mode: str, result: str) -> str:
     return result
 
 
-def main() -> int:  # noqa: C901, PLR0911, PLR0912 - a branch per documented mode
+def main() -> int:
     """Run the fake; returns the exit code."""
     args = sys.argv[1:]
+    options = [*(f"{f} <value>" for f in sorted(VALUE_FLAGS)), *BOOL_FLAGS]
+    if answer_version_or_help(args, VERSION, "codex exec [OPTIONS] [PROMPT]", options, ["resume"]):
+        return 0
+    return _exec(args)
+
+
+def _exec(args: list[str]) -> int:  # noqa: C901, PLR0911, PLR0912 - a branch per documented mode
     if args[:1] != ["exec"] or "--json" not in args:
         sys.stderr.write("fake codex: only `codex exec --json ...` is implemented\n")
         return 2

@@ -197,6 +197,12 @@ def main() -> int:  # noqa: PLR0911 - one exit per way the real CLI ends early
     if flags.get("version"):
         sys.stdout.write(VERSION + "\n")
         return 0
+    if flags.get("help"):
+        names = sorted({**VALUE_OPTIONS, **BOOL_OPTIONS}.items())
+        options = [f"-{short}, --{name}" if short else f"--{name}" for name, short in names]
+        sys.stdout.write("Usage: gemini [options] [command]\n\nOptions:\n")
+        sys.stdout.write("".join(f"  {o}\n" for o in options))
+        return 0
     if "prompt" not in flags:
         sys.stderr.write("fake gemini: only headless mode (-p/--prompt) is implemented\n")
         return 2

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -25,3 +26,21 @@ def log_invocation(name: str, stdin: str) -> None:
     if log := os.environ.get(f"FAKE_{name.upper()}_LOG"):
         with Path(log).open("a") as f:
             f.write(json.dumps({"argv": sys.argv, "stdin": stdin, "cwd": str(Path.cwd())}) + "\n")
+
+
+def answer_version_or_help(
+    args: list[str], version: str, usage: str, options: Iterable[str], commands: Iterable[str] = ()
+) -> bool:
+    """Answer ``--version`` or ``--help`` as the real CLIs do; whether ``args`` asked.
+
+    The help lists ``options`` (and ``commands``), where the canary looks for
+    the flags its adapter passes.
+    """
+    if args[-1:] in (["--version"], ["-V"]) and len(args) == 1:
+        sys.stdout.write(version + "\n")
+        return True
+    if args[-1:] != ["--help"]:
+        return False
+    lines = [f"Usage: {usage}", "", "Commands:", *(f"  {c}" for c in commands), "", "Options:"]
+    sys.stdout.write("\n".join([*lines, *(f"  {o}" for o in options)]) + "\n")
+    return True

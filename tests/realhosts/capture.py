@@ -3,6 +3,12 @@
 Run ``python -m tests.realhosts.capture`` after bumping a pin in
 .ci/setup.d/realhosts.sh; the fakes in loopx.testing must then print the same
 messages (tests/test_fake_captures.py checks them).
+
+``python -m tests.realhosts.capture --sessions [--bin DIR] [CLI ...]`` records one
+session of three runs (a turn, the same session resumed, resumed into a usage
+limit) of the CLIs in ``DIR`` (default: the pinned ones) into
+``captures/sessions/<cli>-<version>.json``; tests/test_host_session_usage.py reads
+each run's usage from them.
 """
 
 from __future__ import annotations
@@ -93,8 +99,94 @@ def capture(cli: str, mode: str) -> dict[str, object]:
     return {"cli": cli, "version": PINNED[cli], "mode": mode, **json.loads(text)}
 
 
+def _session_argv(cli: str, program: Path, work: Path, resume: str | None) -> list[str]:
+    if cli == "codex":
+        argv = [str(program), "exec", "--json", "--skip-git-repo-check", "--cd", str(work)]
+        return [*argv, *(["resume", resume] if resume else []), "-"]
+    if cli == "gemini":
+        argv = [str(program), "--output-format", "json", "--approval-mode", "yolo"]
+        return [*argv, *(["--resume", resume] if resume else []), "--prompt", ""]
+    argv = [str(program), "-p", "--output-format", "json"]
+    return [*argv, *(["--resume", resume] if resume else [])]
+
+
+def _session_id(cli: str, stdout: str) -> str | None:
+    if cli == "codex":
+        for line in stdout.splitlines():
+            event = json.loads(line) if line.startswith("{") else {}
+            if event.get("type") == "thread.started":
+                return str(event["thread_id"])
+        return None
+    start = stdout.find("{")
+    return json.loads(stdout[start:]).get("session_id") if start >= 0 else None
+
+
+def capture_session(cli: str, bin_dir: Path) -> dict[str, object]:
+    """One session of ``cli`` from ``bin_dir``: a run, a resumed run, a resumed usage limit."""
+    program = bin_dir / cli
+    version = subprocess.run(
+        [str(program), "--version"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()[-1 if cli == "codex" else 0]
+    server = MockServer()
+    tmp = Path(tempfile.mkdtemp())
+    work = tmp / "work"
+    work.mkdir()
+    env = _env(tmp, _session_env(cli, tmp, server.url))
+    env["PATH"] = f"{bin_dir}:/usr/bin:/bin"
+    runs: list[dict[str, object]] = []
+    session = None
+    for mode in ("ok", "ok", "usage_limit"):
+        server.model.mode = mode
+        server.model.reset_at = int(time.time()) + 7200
+        run = _run(_session_argv(cli, program, work, session), env, work, timeout=90)
+        session = session or _session_id(cli, str(run["stdout"]))
+        runs.append({"mode": mode, **run})
+    server.close()
+    text = json.dumps(runs).replace(str(tmp), "$TMP").replace(str(server.port), "$PORT")
+    return {"cli": cli, "version": version, "runs": json.loads(text.replace(str(REPO), "$REPO"))}
+
+
+def _session_env(cli: str, tmp: Path, url: str) -> dict[str, str]:
+    if cli == "gemini":
+        return gemini_home(tmp, url)
+    if cli == "codex":
+        home = tmp / "codex-home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            'model = "mock-model"\nmodel_provider = "mock"\n'
+            '[model_providers.mock]\nname = "mock"\n'
+            f'base_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "MOCK_API_KEY"\n'
+            "request_max_retries = 0\nstream_max_retries = 0\n"
+        )
+        return {"CODEX_HOME": str(home), "MOCK_API_KEY": "sk-mock"}
+    return {
+        "CLAUDE_CONFIG_DIR": str(tmp / "claude"), "ANTHROPIC_BASE_URL": url,
+        "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-mock", "CLAUDE_CODE_MAX_RETRIES": "0",
+        "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }  # fmt: skip
+
+
+def sessions_main(args: list[str]) -> None:
+    """``--sessions [--bin DIR] [CLI ...]``: record one session per CLI."""
+    bin_dir = BIN
+    if "--bin" in args:
+        at = args.index("--bin")
+        bin_dir = Path(args[at + 1]).resolve()
+        del args[at : at + 2]
+    out = CAPTURES / "sessions"
+    out.mkdir(parents=True, exist_ok=True)
+    for cli in args or ["codex", "claude", "gemini"]:
+        record = capture_session(cli, bin_dir)
+        path = out / f"{cli}-{record['version']}.json"
+        path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+        print(path, [run["exit_code"] for run in record["runs"]])  # type: ignore[attr-defined]
+
+
 def main() -> None:
     """Capture every mode of every CLI (or of those named on the command line)."""
+    if sys.argv[1:2] == ["--sessions"]:
+        sessions_main(sys.argv[2:])
+        return
     CAPTURES.mkdir(exist_ok=True)
     only = set(sys.argv[1:])  # e.g. `python -m tests.realhosts.capture gemini`
     for cli, modes in (("codex", CODEX_MODES), ("claude", CLAUDE_MODES), ("gemini", GEMINI_MODES)):

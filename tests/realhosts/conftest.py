@@ -1,4 +1,9 @@
-"""Fixtures of the real-CLI suite: the pinned CLIs, the loopback mock model, private CLI homes."""
+"""Fixtures of the real-CLI suite: the pinned CLIs, the loopback mock model, private CLI homes.
+
+``release`` chooses the CLIs a test drives: ``pinned`` (PINNED, in .realhosts/) by
+default; a test parametrized with ``releases(cli)`` (indirect) runs against the
+newest published version too (NEWEST, in .realhosts-newest/) where it differs.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +19,32 @@ from tests.realhosts.mockmodel import MockServer
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".realhosts" / "node_modules" / ".bin"
+NEWEST_BIN = REPO / ".realhosts-newest" / "node_modules" / ".bin"
 SETUP = ".ci/setup.d/realhosts.sh"
 PINNED = {"codex": "0.171.0", "claude": "2.1.197", "gemini": "0.61.0"}
+# The newest published versions when they were last looked up (as in SETUP).
+NEWEST = {"codex": "0.171.0", "claude": "2.1.332", "gemini": "0.61.0"}
 
 
-def require_cli(name: str) -> Path:
-    """The installed pinned CLI ``name``, or skip the test saying how to install it."""
-    path = BIN / name
+def releases(cli: str) -> list[str]:
+    """``pinned``, and ``newest`` when the newest published version of ``cli`` is another."""
+    return ["pinned", *(["newest"] if NEWEST[cli] != PINNED[cli] else [])]
+
+
+def bin_of(release: str) -> Path:
+    """Where the CLIs of ``release`` (pinned, newest) are installed."""
+    return NEWEST_BIN if release == "newest" else BIN
+
+
+@pytest.fixture
+def release(request: pytest.FixtureRequest) -> str:
+    """The CLIs the test drives: ``pinned`` unless parametrized (indirect) with ``newest``."""
+    return str(getattr(request, "param", "pinned"))
+
+
+def require_cli(name: str, release: str = "pinned") -> Path:
+    """The installed CLI ``name`` of ``release``, or skip the test saying how to install it."""
+    path = bin_of(release) / name
     if not path.exists():
         pytest.skip(f"the real {name} CLI is not installed: run `bash {SETUP}` (node >= 20, npm)")
     return path
@@ -36,13 +60,13 @@ def mock() -> Iterator[MockServer]:
         server.close()
 
 
-def base_env(tmp_path: Path) -> dict[str, str]:
-    """No credentials or config of this machine: a private HOME, the pinned CLIs first on PATH."""
+def base_env(tmp_path: Path, release: str = "pinned") -> dict[str, str]:
+    """No credentials or config of this machine: a private HOME, the release's CLIs first on PATH."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     return {
         "HOME": str(home),
-        "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PATH": f"{bin_of(release)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "XDG_CONFIG_HOME": str(home / ".config"),
         "TZ": "Europe/Berlin",  # reset clocks are printed in the host's zone
         "NO_COLOR": "1",
@@ -50,9 +74,9 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def codex_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+def codex_env(tmp_path: Path, mock: MockServer, release: str) -> dict[str, str]:
     """Codex pointed at the mock through a custom provider (docs/hosts.md), retries off."""
-    require_cli("codex")
+    require_cli("codex", release)
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text(
@@ -66,15 +90,19 @@ def codex_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
-    return {**base_env(tmp_path), "CODEX_HOME": str(codex_home), "MOCK_API_KEY": "sk-mock"}
+    return {
+        **base_env(tmp_path, release),
+        "CODEX_HOME": str(codex_home),
+        "MOCK_API_KEY": "sk-mock",
+    }
 
 
 @pytest.fixture
-def claude_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+def claude_env(tmp_path: Path, mock: MockServer, release: str) -> dict[str, str]:
     """Claude Code pointed at the mock with ANTHROPIC_BASE_URL, as a subscriber, retries off."""
-    require_cli("claude")
+    require_cli("claude", release)
     return {
-        **base_env(tmp_path),
+        **base_env(tmp_path, release),
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
         "ANTHROPIC_BASE_URL": mock.url,
         # A subscriber's token: only then does Claude Code print its session/weekly limits.
@@ -115,10 +143,10 @@ def gemini_home(tmp_path: Path, url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def gemini_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+def gemini_env(tmp_path: Path, mock: MockServer, release: str) -> dict[str, str]:
     """Gemini CLI pointed at the mock with GOOGLE_GEMINI_BASE_URL and an API key."""
-    require_cli("gemini")
-    return {**base_env(tmp_path), **gemini_home(tmp_path, mock.url)}
+    require_cli("gemini", release)
+    return {**base_env(tmp_path, release), **gemini_home(tmp_path, mock.url)}
 
 
 def add_goal(

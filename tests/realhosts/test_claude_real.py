@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.realhosts.conftest import add_goal, goal_state, run_once
+from tests.realhosts.conftest import add_goal, goal_state, releases, run_once
 from tests.realhosts.donecheck_case import false_then_true_completed
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(240)]
@@ -20,8 +20,13 @@ def _messages(body: dict[str, Any] | None) -> str:
     return json.dumps((body or {}).get("messages", []))
 
 
+@pytest.mark.parametrize("release", releases("claude"), indirect=True)
 def test_turn_commits_resumes_with_history_and_records_cost(cli, claude_env, mock, tmp_path):
-    """Two turns: both commit; the second resumes the session with turn one's exchange."""
+    """Two turns: both commit; the second resumes the session with turn one's exchange.
+
+    Each turn's cost is its own: Claude Code 2.1.332 prints the session's total,
+    and the second turn's share of it equals the first's (the mock bills alike).
+    """
     add_goal(cli, claude_env, "k1", "claude", tmp_path / "work")
     first = run_once(cli, "k1", claude_env)
     session = goal_state(cli, "k1")["host_session"]["session_id"]
@@ -37,6 +42,8 @@ def test_turn_commits_resumes_with_history_and_records_cost(cli, claude_env, moc
     assert "mock model turn" in _messages(requests[-1].body)  # the history came along
     assert (first["usage"]["input_tokens"], first["usage"]["output_tokens"]) == (1200, 80)
     assert first["usage"]["cost_usd"] > 0
+    assert second["usage"]["cost_usd"] == pytest.approx(first["usage"]["cost_usd"])
+    assert (second["usage"]["input_tokens"], second["usage"]["output_tokens"]) == (1200, 80)
     state = goal_state(cli, "k1")["host_session"]
     assert (state["session_id"], state["turns"]) == (session, 2)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.realhosts.conftest import add_goal, goal_state, run_once
+from tests.realhosts.conftest import add_goal, goal_state, releases, run_once
 from tests.realhosts.donecheck_case import false_then_true_completed
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(240)]
@@ -20,6 +20,7 @@ def _inputs(body: dict[str, Any] | None) -> str:
     return json.dumps((body or {}).get("input", []))
 
 
+@pytest.mark.parametrize("release", releases("codex"), indirect=True)
 def test_turn_commits_resumes_with_history_and_records_tokens(cli, codex_env, mock, tmp_path):
     """Two turns: both commit the model's result; the second resumes the thread with its history."""
     add_goal(cli, codex_env, "c1", "codex", tmp_path / "work")

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.realhosts.conftest import add_goal, goal_state, run_once
+from tests.realhosts.conftest import add_goal, goal_state, releases, run_once
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(240)]
 STREAM = "/v1beta/models/gemini-mock:streamGenerateContent"
@@ -22,6 +22,7 @@ def _contents(body: dict[str, Any] | None) -> str:
     return json.dumps((body or {}).get("contents", []))
 
 
+@pytest.mark.parametrize("release", releases("gemini"), indirect=True)
 def test_turn_commits_resumes_with_history_and_records_tokens(cli, gemini_env, mock, tmp_path):
     """Two turns: both commit; the second resumes the session with turn one's exchange."""
     add_goal(cli, gemini_env, "g1", "gemini", tmp_path / "work")

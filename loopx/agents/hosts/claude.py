@@ -7,14 +7,17 @@ one JSON object: ``type: "result"``, ``subtype`` (``success``,
 ``error_max_structured_output_retries``), ``is_error``, ``result`` (the final
 text; absent on error subtypes, which carry ``errors``), ``session_id``,
 ``total_cost_usd``, ``usage`` (``input_tokens``, ``output_tokens``,
-``cache_creation_input_tokens``, ``cache_read_input_tokens``), ``num_turns``
-and, in newer versions, ``api_error_status`` and ``structured_output``.
+``cache_creation_input_tokens``, ``cache_read_input_tokens``), ``modelUsage``
+(per model), ``num_turns`` and, in newer versions, ``api_error_status`` and
+``structured_output``. ``usage`` is the run's own; from 2.1.332 on
+``total_cost_usd`` and ``modelUsage`` cover the whole resumed session, and the
+run's cost is their increase (:func:`~loopx.agents.hosts.session.turn_cost`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pydantic import ValidationError
 
@@ -34,7 +37,12 @@ from loopx.agents.hosts.diagnosis import (
 from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
 from loopx.agents.hosts.resettime import host_zone
-from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
+from loopx.agents.hosts.session import (
+    no_session,
+    session_after_turn,
+    session_to_resume,
+    turn_cost,
+)
 from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
@@ -82,6 +90,20 @@ def reported_usage(payload: dict[str, Any]) -> tuple[int, int, float]:
     return tokens_in, reported_count(usage.get("output_tokens")), cost_usd
 
 
+def model_usage_tokens(payload: dict[str, Any]) -> int | None:
+    """Every token ``modelUsage`` counts, summed over its models; None without it. Pure."""
+    models = payload.get("modelUsage")
+    if not isinstance(models, dict):
+        return None
+    keys = ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+    return sum(
+        reported_count(model.get(key))
+        for model in models.values()
+        if isinstance(model, dict)
+        for key in keys
+    )
+
+
 def _error_text(payload: dict[str, Any]) -> str:
     errors = payload.get("errors")
     parts = [e for e in errors if isinstance(e, str)] if isinstance(errors, list) else []
@@ -95,6 +117,11 @@ class ClaudeHost:
     """The adapter of ``--host-kind claude``."""
 
     kind = HostKind.CLAUDE
+    # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
+    tested_versions: ClassVar[tuple[str, ...]] = ("2.1.197", "2.1.332")
+    # What `prepare` relies on, looked for in `claude --help` by the canary.
+    help_argv: ClassVar[tuple[str, ...]] = ("--help",)
+    help_flags: ClassVar[tuple[str, ...]] = ("--print", "--output-format", "--resume")
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """``claude -p --output-format json [--resume ID] ...`` with the prompt on stdin.
@@ -126,11 +153,23 @@ class ClaudeHost:
             failure = _without_payload(envelope, output)
             lost = diagnose(output.stderr) is Diagnosis.SESSION_MISSING
             return Interpretation.of(failure, session=no_session(self.kind) if lost else previous)
-        tokens_in, tokens_out, cost = reported_usage(payload)
+        tokens_in, tokens_out, reported_cost = reported_usage(payload)
+        cost = reported_cost
         session_id = payload.get("session_id")
         session: HostSession | None = previous
         if isinstance(session_id, str) and session_id:
-            session = session_after_turn(self.kind, previous, session_id)
+            model_tokens = model_usage_tokens(payload)
+            run_tokens = tokens_in + tokens_out
+            cost = turn_cost(
+                self.kind, previous, session_id, reported_cost, run_tokens, model_tokens
+            )
+            session = session_after_turn(
+                self.kind,
+                previous,
+                session_id,
+                reported_cost_usd=reported_cost,
+                reported_model_tokens=model_tokens,
+            )
         outcome = _outcome(envelope, payload)
         if (
             isinstance(outcome, TurnFailure)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
@@ -140,6 +140,18 @@ class CodexHost:
     """The adapter of ``--host-kind codex``."""
 
     kind = HostKind.CODEX
+    # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
+    tested_versions: ClassVar[tuple[str, ...]] = ("0.171.0",)
+    # What `prepare` relies on, looked for in `codex exec --help` by the canary.
+    help_argv: ClassVar[tuple[str, ...]] = ("exec", "--help")
+    help_flags: ClassVar[tuple[str, ...]] = (
+        "--json",
+        "--skip-git-repo-check",
+        "--cd",
+        "--output-last-message",
+        "--output-schema",
+        "resume",
+    )
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """``codex exec --json ... [resume <thread_id>] -`` with the prompt on stdin.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 from zoneinfo import ZoneInfo
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
@@ -139,6 +139,11 @@ class GeminiHost:
     """The adapter of ``--host-kind gemini``."""
 
     kind = HostKind.GEMINI
+    # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
+    tested_versions: ClassVar[tuple[str, ...]] = ("0.61.0",)
+    # What `prepare` relies on, looked for in `gemini --help` by the canary.
+    help_argv: ClassVar[tuple[str, ...]] = ("--help",)
+    help_flags: ClassVar[tuple[str, ...]] = ("--output-format", "--resume", "--prompt")
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """``gemini --output-format json [--resume ID] ... --prompt ""``, the prompt on stdin.

@@ -39,6 +39,7 @@ from loopx.turn.steps.claim import claim_lease, release_lease
 from loopx.turn.steps.committing import commit
 from loopx.turn.steps.context import Stop, StopKind, TurnContext
 from loopx.turn.steps.hosting import run_host, settle_outcome
+from loopx.turn.steps.hostkind import admit_host_kind
 from loopx.turn.steps.journaling import open_journal
 from loopx.turn.steps.leftovers import finish_leftovers
 from loopx.turn.steps.merging import auto_merges, merge_when_done
@@ -114,8 +115,8 @@ def _terminal(journal: TurnJournal) -> bool:
     return journal.status is not TurnStatus.IN_PROGRESS
 
 
-# claim -> leftovers -> workdir | worktree -> quota -> account -> journal -> host -> settle
-# -> check -> writeback (the phases) -> release -> merge
+# claim -> leftovers -> workdir | worktree -> quota -> account -> host_kind -> journal -> host
+# -> settle -> check -> writeback (the phases) -> release -> merge
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
     Step("leftovers", finish_leftovers),
@@ -123,6 +124,7 @@ STEPS: tuple[Step, ...] = (
     Step("worktree", enter_worktree, applies=_has_worktree),
     Step("quota", check_quota, done=_planned),
     Step("account", admit_account, done=_host_started),
+    Step("host_kind", admit_host_kind, done=_host_started),
     Step("journal", open_journal, done=_host_started),
     Step("host", run_host, done=_host_started),
     Step("settle", settle_outcome, done=_settled),
