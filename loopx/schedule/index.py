@@ -44,8 +44,8 @@ from datetime import UTC, datetime
 from typing import Final
 
 from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import account_fingerprints, held_state
-from loopx.accounts.model import AccountState, Condition, account_of
+from loopx.accounts.files import HeldAccount, account_fingerprints, held_account
+from loopx.accounts.model import Condition, account_of
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
 from loopx.log import get_logger
@@ -173,7 +173,7 @@ class ScheduleIndex:
         # on a timer at its reset, and are looked at again when its state or policy file moves
         # (a damaged one repaired).
         self._account_prints: dict[str, tuple[int, ...]] = {}
-        self._accounts: dict[str, AccountState] = {}
+        self._accounts: dict[str, HeldAccount] = {}
 
     # --- keeping current -----------------------------------------------------------------------
 
@@ -245,18 +245,18 @@ class ScheduleIndex:
             if account_of(goal.account, goal.host.kind) in moved
         }
 
-    def _account_state(self, goal: Goal | None) -> AccountState | None:
-        """The goal's account state (None: the root's) as last read; None: unreadable."""
+    def _account_state(self, goal: Goal | None) -> HeldAccount | None:
+        """The goal's account state and policy (None: the root's) as last read; None: unreadable."""
         name = ROOT_BUDGET if goal is None else account_of(goal.account, goal.host.kind)
         if name not in self._accounts:
             try:
-                state = held_state(self.layout, name)
+                held = held_account(self.layout, name)
             except LoopxError as e:
                 log.warning("account_unreadable", account=name, error=e.message)
                 return None
-            if state.condition is Condition.DAMAGED:  # its goals wait until the file moves
-                log.warning("account_damaged", account=name, error=state.reason)
-            self._accounts[name] = state
+            if held.state.condition is Condition.DAMAGED:  # its goals wait until the file moves
+                log.warning("account_damaged", account=name, error=held.state.reason)
+            self._accounts[name] = held
         return self._accounts[name]
 
     # --- the safety net for lost hints ---------------------------------------------------------

@@ -35,6 +35,7 @@ from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
 from loopx.agents.hosts.resettime import host_zone
 from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
+from loopx.agents.hosts.windows import claude_windows
 from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
@@ -121,11 +122,14 @@ class ClaudeHost:
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in Claude Code's final JSON, or a typed failure. Pure."""
         previous = envelope.state.host_session
+        windows = claude_windows(output.stdout)
         payload = find_result_object(output.stdout)
         if payload is None:
             failure = _without_payload(envelope, output)
             lost = diagnose(output.stderr) is Diagnosis.SESSION_MISSING
-            return Interpretation.of(failure, session=no_session(self.kind) if lost else previous)
+            return Interpretation.of(
+                failure, session=no_session(self.kind) if lost else previous, windows=windows
+            )
         tokens_in, tokens_out, cost = reported_usage(payload)
         session_id = payload.get("session_id")
         session: HostSession | None = previous
@@ -143,6 +147,7 @@ class ClaudeHost:
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             cost_usd=cost,
+            windows=windows,
         )
 
 
