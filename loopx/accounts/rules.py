@@ -91,7 +91,9 @@ def _of_gate(state: AccountState) -> str:
     return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
 
 
-def mark_message(name: str, state: AccountState, policy: AdmissionPolicy, now: datetime) -> Admission:
+def mark_message(
+    name: str, state: AccountState, policy: AdmissionPolicy, now: datetime
+) -> Admission:
     """The refusal of an account with a window past its mark, or an allowance. Pure.
 
     ``account work: 5-hour window at 96%, resets 14:05 UTC``: the window named is
@@ -110,7 +112,7 @@ def mark_message(name: str, state: AccountState, policy: AdmissionPolicy, now: d
     )
 
 
-def admit(  # noqa: PLR0911 - one return per refusal of the module's order
+def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
     state: AccountState,
     goal_id: str,
     *,

@@ -99,7 +99,7 @@ def update_state(
     return after
 
 
-def admit_turn(  # noqa: PLR0913 - the goal's identity and priority, the clock, its timeout
+def admit_turn(
     layout: Layout,
     name: str,
     goal_id: str,

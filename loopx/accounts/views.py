@@ -10,8 +10,8 @@ from typing import Literal
 from loopx.accounts.budget import ROOT_BUDGET, totals
 from loopx.accounts.files import (
     account_file,
-    admission_policy,
     account_names,
+    admission_policy,
     budget_of,
     damaged_state,
     read_account,

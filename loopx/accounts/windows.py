@@ -65,12 +65,14 @@ class AdmissionPolicy(Record):
 
     def mark(self, name: str) -> float | None:
         """The mark of window ``name`` (None: it never holds the account back)."""
-        return self.windows[name] if name in self.windows else self.until_percent
+        return self.windows.get(name, self.until_percent)
 
     def lets_past(self, priority: int | None) -> bool:
         """Whether a goal of ``priority`` (None: any goal) still starts past the mark."""
-        return self.past_priority is not None and priority is not None and (
-            priority > self.past_priority
+        return (
+            self.past_priority is not None
+            and priority is not None
+            and (priority > self.past_priority)
         )
 
 

@@ -20,14 +20,14 @@ from typing import Final
 from loopx import environ
 from loopx.accounts.files import HostEnvironment, host_environment
 from loopx.accounts.model import account_of
+from loopx.accounts.windows import UsageWindow
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
-from loopx.accounts.windows import UsageWindow
 from loopx.agents.hosts import Host, HostInvocation, HostOutput, Interpretation, host_for
 from loopx.agents.hosts.base import SessionRecords
-from loopx.agents.hosts.windows import RECORDS_TAIL_BYTES
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
+from loopx.agents.hosts.windows import RECORDS_TAIL_BYTES
 from loopx.errors import (
     HostMissingError,
     HostUnsupportedError,

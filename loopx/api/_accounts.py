@@ -15,7 +15,6 @@ from loopx.accounts import files, store
 from loopx.accounts.budget import ROOT_BUDGET, breach, raised
 from loopx.accounts.envfile import read_env_file
 from loopx.accounts.model import Account, AccountBudget, RootBudget, is_default
-from loopx.accounts.windows import AdmissionPolicy, with_marks
 from loopx.accounts.views import (
     AccountDocument,
     AccountList,
@@ -25,6 +24,7 @@ from loopx.accounts.views import (
     summaries,
     summarise,
 )
+from loopx.accounts.windows import AdmissionPolicy, with_marks
 from loopx.errors import (
     AccountDamagedError,
     AccountExistsError,
@@ -96,7 +96,9 @@ def _admission(current: object, policy: Mapping[str, Any]) -> AdmissionPolicy:
         )
     except (ValueError, ValidationError) as e:
         msg = f"--admit-until: {e}"
-        raise UsageError(msg, hint="for example --admit-until 95% or --admit-until weekly=80%") from e
+        raise UsageError(
+            msg, hint="for example --admit-until 95% or --admit-until weekly=80%"
+        ) from e
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 
 if TYPE_CHECKING:
+    from loopx.accounts.model import Account
     from loopx.accounts.views import AccountSummary
-    from loopx.accounts.model import AdmissionPolicy
 
 BAR_WIDTH = 20
 
@@ -171,8 +171,9 @@ def summary_line(summary: AccountSummary) -> str:
     return line + (f"\n  {summary.message}" if summary.message else "")
 
 
-def admission_line(policy: AdmissionPolicy) -> str:
+def admission_line(account: Account) -> str:
     """``until 95% of each window (weekly: 80%); goals above priority 5 still start``."""
+    policy = account.admission
     until = f"{policy.until_percent:g}%" if policy.until_percent is not None else "off"
     own = ", ".join(
         f"{name}: {f'{mark:g}%' if mark is not None else 'off'}"
@@ -228,7 +229,7 @@ def run_show(args: argparse.Namespace) -> int:
         account = shown.account
         print(f"  env file: {account.env_file or '-'}; env: {sorted(account.env) or '-'}")
         print(f"  on limit: {account.on_limit}, max limit waits: {account.max_limit_waits}")
-        print(f"  admission: {admission_line(account.admission)}")
+        print(f"  admission: {admission_line(account)}")
     for line in window_lines(shown.summary):
         print(line)
     if shown.summary.goals:

@@ -196,9 +196,7 @@ def held_by_account(
         return decision
     name = account_of(goal.account, goal.host.kind)
     for held in (root or held_account(layout, ROOT_BUDGET), account or held_account(layout, name)):
-        admission = admit(
-            held.state, goal.id, now=now, policy=held.policy, priority=goal.priority
-        )
+        admission = admit(held.state, goal.id, now=now, policy=held.policy, priority=goal.priority)
         if not admission.allowed:
             return refused_by_account(decision, admission)
     return decision

@@ -94,7 +94,7 @@ class MockModel:
                 "x-codex-secondary-window-minutes": "10080",
                 "x-codex-secondary-reset-at": str(week),
             }
-        warning = used >= 90  # noqa: PLR2004 - Claude Code's own 5-hour warning threshold
+        warning = used >= 90
         headers = {
             "anthropic-ratelimit-unified-status": "allowed_warning" if warning else "allowed",
             "anthropic-ratelimit-unified-reset": str(reset),

@@ -57,7 +57,9 @@ def test_past_the_mark_no_new_turn_starts_and_the_goals_say_why(
     (last_at, last_used), n = mock.model.answered_at[-1], len(mock.model.answered_at)
     assert (n, last_used) == (3, 96.0)
     started = sorted(
-        datetime.fromisoformat(j["created_at"]) for g in ("a1", "a2") for j in _journals(cli.root, g)
+        datetime.fromisoformat(j["created_at"])
+        for g in ("a1", "a2")
+        for j in _journals(cli.root, g)
     )
     assert len(started) == 3
     assert started[-1] < datetime.fromtimestamp(last_at, UTC)

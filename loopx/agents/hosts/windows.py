@@ -31,11 +31,13 @@ from loopx.accounts.windows import UsageWindow
 
 RECORDS_TAIL_BYTES: Final = 256 * 1024  # the newest snapshot is in a session file's last lines
 CODEX_LIMIT: Final = "codex"  # the limit id of the account's own windows (no prefix in names)
+MAX_EPOCH_S: Final = 1e11  # a reset further out is not a time (year 5138)
+MAX_PERCENT: Final = 1000.0  # what a report may claim at most (AdmissionPolicy's bound)
 SAFE_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 
 def _epoch(value: object) -> datetime | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e11:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < MAX_EPOCH_S:
         return datetime.fromtimestamp(value, UTC)
     return None
 
@@ -51,7 +53,7 @@ def _stamp(value: object) -> datetime | None:
 
 
 def _percent(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1000:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_PERCENT:
         return float(value)
     return None
 
