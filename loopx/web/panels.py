@@ -48,7 +48,9 @@ class AccountRow(Record):
     goals: int = 0
     waiting: int = 0
     waiting_ids: list[str]  # the first WAITING_SHOWN of them
-    windows: list[WindowBar] = Field(default_factory=list)  # the provider's usage windows against the admission mark
+    windows: list[WindowBar] = Field(
+        default_factory=list
+    )  # the provider's usage windows against the admission mark
 
 
 def account_row(summary: AccountSummary) -> AccountRow:
