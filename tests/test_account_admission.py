@@ -160,6 +160,21 @@ def test_a_window_without_a_reset_counts_for_its_length_only():
     assert rules.admit(state, "g1", now=NOW + timedelta(minutes=60)).allowed
 
 
+def test_a_new_report_below_the_mark_leaves_every_goals_admission_as_it_was():
+    """The scheduler looks at an account's goals again only when a report crosses the mark."""
+    policy = AdmissionPolicy()
+    before = rules.observe(_state(), _turn(_window(80.0)))
+    below = rules.observe(
+        before, _turn(_window(90.0), key="g1-t000002-e1#1", at=NOW + timedelta(1))
+    )
+    over = rules.observe(below, _turn(_window(96.0), key="g1-t000003-e1#1", at=NOW + timedelta(2)))
+    assert rules.same_admission((before, policy), (below, policy), now=NOW)
+    assert not rules.same_admission((below, policy), (over, policy), now=NOW)
+    assert not rules.same_admission(
+        (over, policy), (over, AdmissionPolicy(past_priority=1)), now=NOW
+    )
+
+
 def test_marks_are_parsed_from_the_command_line():
     """95%, 95, off, NAME=80%, NAME=off; anything else is refused."""
     assert [parse_mark(t) for t in ("95%", "90", "off", "weekly=80%", "primary=off")] == [

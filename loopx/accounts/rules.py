@@ -171,6 +171,28 @@ def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
     return Admission(allowed=True)
 
 
+def same_admission(
+    before: tuple[AccountState, AdmissionPolicy],
+    after: tuple[AccountState, AdmissionPolicy],
+    *,
+    now: datetime,
+) -> bool:
+    """Whether every goal is admitted alike under ``before`` and ``after`` (state, policy). Pure.
+
+    Most turns change only the window reports (their utilization rises a
+    little below the mark): the scheduler then need not look at the account's
+    goals again, so a turn's cost does not grow with the goals of its account.
+    """
+    (state_a, policy_a), (state_b, policy_b) = before, after
+    ignored: dict[str, object] = {"windows": [], "updated_at": None}
+    return (
+        policy_a == policy_b
+        and state_a.model_copy(update=ignored) == state_b.model_copy(update=ignored)
+        and mark_message(state_a.name, state_a, policy_a, now)
+        == mark_message(state_b.name, state_b, policy_b, now)
+    )
+
+
 def does_not_admit(
     state: AccountState,
     goal_id: str,

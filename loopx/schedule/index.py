@@ -46,6 +46,7 @@ from typing import Final
 from loopx.accounts.budget import ROOT_BUDGET
 from loopx.accounts.files import HeldAccount, account_fingerprints, held_account
 from loopx.accounts.model import Condition, account_of
+from loopx.accounts.rules import same_admission
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
 from loopx.log import get_logger
@@ -203,7 +204,7 @@ class ScheduleIndex:
             else:
                 recheck = changed | self._touched | self._leased | self._due(now)
                 recheck |= self._safety_net(ts)
-            recheck |= self._account_moves()
+            recheck |= self._account_moves(now)
             self._touched = set()
             if changed or len(self._order) != len(self._catalog.goals):
                 self._order = sorted(self._catalog.goals)
@@ -224,10 +225,11 @@ class ScheduleIndex:
         self._hint_stat = self._stat_hints()
         return len(recheck)
 
-    def _account_moves(self) -> set[str]:
+    def _account_moves(self, now: datetime) -> set[str]:
         """The goals of every account whose state, policy or budget file changed since the last look.
 
-        A ``stat`` per account file each step; the goals are listed only when one moved.
+        A ``stat`` per account file each step; the goals are listed only when one
+        moved and its admission changed (a turn's new window report alone does not).
         """
         prints = account_fingerprints(self.layout)
         if prints == self._account_prints:
@@ -235,8 +237,17 @@ class ScheduleIndex:
         names = prints.keys() | self._account_prints.keys()
         moved = {n for n in names if prints.get(n) != self._account_prints.get(n)}
         self._account_prints = prints
-        for name in moved:
-            self._accounts.pop(name, None)
+        for name in sorted(moved):
+            before = self._accounts.pop(name, None)
+            if before is None or name == ROOT_BUDGET:
+                continue
+            try:
+                after = held_account(self.layout, name)
+            except LoopxError:
+                continue  # read again, and logged, when a goal of it is looked at
+            self._accounts[name] = after
+            if same_admission(before, after, now=now):
+                moved.discard(name)
         if ROOT_BUDGET in moved:
             return set(self._catalog.goals)  # the root's budget holds every goal
         return {
