@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.windows import claude_windows, codex_windows
 from loopx.root import Layout
 from loopx.state import HostSession
+from loopx.testing import install_fake_host
 
 CAPTURES = Path(__file__).parent / "realhosts" / "captures"
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -257,3 +259,31 @@ def test_status_holds_the_goals_below_the_priority_and_says_why(work_account):
     assert goals["high"]["reason"] == "ready"
     refused = cli.run("turn", "run-once", "low", "--json")
     assert refused.returncode == exitcodes.NOT_ALLOWED, refused.stdout
+
+
+def test_a_codex_turn_reporting_96_percent_stops_the_accounts_next_turn(cli, tmp_path, monkeypatch):
+    """Fake codex records 80% then 96% in its session file; the third turn does not start."""
+    bin_dir = tmp_path / "bin"
+    install_fake_host(bin_dir, "codex")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_CODEX_HOME", str(tmp_path / "fake-codex"))
+    monkeypatch.setenv("FAKE_CODEX_LOG", str(tmp_path / "codex.log"))
+    monkeypatch.setenv("FAKE_CODEX_USED_PERCENT", "80,96")
+    cli = cli.in_process()
+    cli.run("account", "add", "work", "--host-kind", "codex",
+            "--env", f"CODEX_HOME={tmp_path / 'codex-home'}", check=True)  # fmt: skip
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    cli.run("goal", "add", "c1", "--objective", "x", "--workdir", str(workdir),
+            "--host-kind", "codex", "--account", "work", check=True)  # fmt: skip
+    runs = [cli.run("turn", "run-once", "c1", "--json") for _ in range(3)]
+    assert [p.returncode for p in runs] == [exitcodes.OK, exitcodes.OK, exitcodes.NOT_ALLOWED]
+    assert len((tmp_path / "codex.log").read_text().splitlines()) == 2  # no third codex run
+    message = json.loads(runs[2].stdout)["quota"]["message"]
+    assert message.startswith("account work: 5-hour window at 96%, resets ")
+    journal = max((cli.root / "goals" / "c1" / "turns").glob("*.json"))
+    reported = json.loads(journal.read_text())["outcome"]["windows"]
+    assert [(w["name"], w["used_percent"]) for w in reported] == [
+        ("primary", 96.0),
+        ("secondary", 40.0),
+    ]
