@@ -253,7 +253,10 @@ def test_status_holds_the_goals_below_the_priority_and_says_why(work_account):
     cli = work_account
     cli.run("account", "edit", "work", "--admit-past-priority", "5", check=True)
     _report(cli, 96.0)
-    goals = {g["goal_id"]: g for g in cli.json("status")["goals"]}
+    status = cli.json("status")
+    goals = {g["goal_id"]: g for g in status["goals"]}
+    assert [a["waiting"] for a in status["accounts"] if a["name"] == "work"] == [["low"]]
+    assert cli.json("account", "show", "work")["summary"]["waiting"] == ["low"]
     assert goals["low"]["reason"] == "waiting"
     assert goals["low"]["explanation"].startswith("account work: 5-hour window at 96%, resets ")
     assert goals["high"]["reason"] == "ready"

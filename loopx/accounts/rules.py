@@ -43,7 +43,7 @@ from loopx.accounts.model import (
     Signal,
     TurnSignal,
 )
-from loopx.accounts.windows import AdmissionPolicy, label, merged, past_mark
+from loopx.accounts.windows import AdmissionPolicy, counts_until, label, merged, past_mark
 from loopx.model import iso_utc
 
 STAGGER_S: Final = 2.0  # after a probe got through, one more goal starts every this many seconds
@@ -91,7 +91,7 @@ def _of_gate(state: AccountState) -> str:
     return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
 
 
-def mark_message(
+def mark_admission(
     name: str, state: AccountState, policy: AdmissionPolicy, now: datetime
 ) -> Admission:
     """The refusal of an account with a window past its mark, or an allowance. Pure.
@@ -108,7 +108,7 @@ def mark_message(
     return Admission(
         allowed=False,
         message=f"account {name}: {label(first)} window at {first.used_percent:.0f}%{resets}{more}",
-        until=first.resets_at,
+        until=counts_until(first),
     )
 
 
@@ -148,7 +148,7 @@ def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
         )
     policy = policy if policy is not None else AdmissionPolicy()
     if state.windows and not policy.lets_past(priority):
-        marked = mark_message(name, state, policy, now)
+        marked = mark_admission(name, state, policy, now)
         if not marked.allowed:
             return marked
     if state.condition is not Condition.OK or not state.proven:
@@ -188,8 +188,8 @@ def same_admission(
     return (
         policy_a == policy_b
         and state_a.model_copy(update=ignored) == state_b.model_copy(update=ignored)
-        and mark_message(state_a.name, state_a, policy_a, now)
-        == mark_message(state_b.name, state_b, policy_b, now)
+        and mark_admission(state_a.name, state_a, policy_a, now)
+        == mark_admission(state_b.name, state_b, policy_b, now)
     )
 
 

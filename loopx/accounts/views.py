@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -29,7 +29,7 @@ from loopx.accounts.model import (
     default_account,
     is_default,
 )
-from loopx.accounts.rules import admit, mark_message
+from loopx.accounts.rules import admit, mark_admission
 from loopx.accounts.windows import AdmissionPolicy, UsageWindow, label, live, past_mark
 from loopx.errors import AccountDamagedError
 from loopx.model import Record
@@ -95,7 +95,7 @@ def summarise(
     probe = admit(state, "", now=now, policy=policy)
     holding = not probe.allowed
     # Held back by a window past its mark: goals above --admit-past-priority still start.
-    marked = holding and probe == mark_message(name, state, policy, now)
+    marked = holding and probe == mark_admission(name, state, policy, now)
     kind = account.host_kind if account is not None else None
     if kind is None and is_default(name):
         kind = name.removeprefix("default-")
@@ -114,7 +114,13 @@ def summarise(
         spend=spend,
         cost_estimated=bool(spend and spend.estimated_usd > 0),
         goals=sorted(g.id for g in mine),
-        waiting=sorted(g.id for g in active if holding and g.id != state.probe_goal),
+        waiting=sorted(
+            g.id
+            for g in active
+            if holding
+            and g.id != state.probe_goal
+            and not (marked and policy.lets_past(g.priority))
+        ),
         damaged_file=damaged,
         windows=window_bars(state.windows, policy, now=now),
         lets_past_priority=policy.past_priority if marked else None,
@@ -122,10 +128,10 @@ def summarise(
 
 
 def window_bars(
-    windows: Iterable[UsageWindow], policy: AdmissionPolicy, *, now: datetime
+    windows: Sequence[UsageWindow], policy: AdmissionPolicy, *, now: datetime
 ) -> list[WindowBar]:
     """The account's windows whose report still holds, as bars against their marks. Pure."""
-    over = {w.name for w in past_mark(list(windows), policy, now=now)}
+    over = {w.name for w in past_mark(windows, policy, now=now)}
     return [
         WindowBar(
             name=w.name,
