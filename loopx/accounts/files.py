@@ -33,6 +33,7 @@ from loopx.accounts.model import (
     is_default,
     valid_account_name,
 )
+from loopx.accounts.windows import AdmissionPolicy
 from loopx.errors import (
     AccountDamagedError,
     AccountMismatchError,
@@ -228,6 +229,33 @@ def held_state(layout: Layout, name: str) -> AccountState:
     except AccountDamagedError as e:
         return damaged_state(e)
     return state
+
+
+class HeldAccount(NamedTuple):
+    """An account as admission reads it: its state and its admission policy."""
+
+    state: AccountState
+    policy: AdmissionPolicy
+
+
+def admission_policy(layout: Layout, name: str) -> AdmissionPolicy:
+    """The account's admission policy (a default account's, or the root's: the default).
+
+    Raises:
+        AccountDamagedError: its policy file is damaged.
+    """
+    account = read_account(layout, name) if name != ROOT_BUDGET else None
+    return account.admission if account is not None else AdmissionPolicy()
+
+
+def held_account(layout: Layout, name: str) -> HeldAccount:
+    """:func:`held_state` with the account's admission policy; a damaged policy holds it too."""
+    state = held_state(layout, name)
+    try:
+        policy = admission_policy(layout, name)
+    except AccountDamagedError as e:
+        return HeldAccount(damaged_state(e), AdmissionPolicy())
+    return HeldAccount(state, policy)
 
 
 def account_fingerprints(layout: Layout) -> dict[str, tuple[int, ...]]:

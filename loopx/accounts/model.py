@@ -20,6 +20,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field, field_validator
 
+from loopx.accounts.windows import AdmissionPolicy, UsageWindow
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import HostKindName
@@ -84,6 +85,8 @@ class Account(Record):
     budget: AccountBudget = Field(default_factory=AccountBudget)
     price_in_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     price_out_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    # Where the account stops starting turns in a provider window (--admit-until).
+    admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy)
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -167,6 +170,8 @@ class AccountState(Record):
     stagger_until: UtcDatetime | None = None
     gate: AccountGate | None = None
     applied: list[str] = Field(default_factory=list)  # the newest turn keys applied
+    # The provider's windows as the account's turns last reported them, one per name.
+    windows: list[UsageWindow] = Field(default_factory=list)
     updated_at: UtcDatetime | None = None
 
 
@@ -196,6 +201,7 @@ class TurnSignal(Record):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0  # as the host reported it (0: none reported)
+    windows: list[UsageWindow] = Field(default_factory=list)  # what the host reported
 
 
 class RootBudget(Record):
@@ -213,6 +219,18 @@ class WindowTotals(Record):
     cost_usd: float = 0.0
     estimated_usd: float = 0.0  # the part of cost_usd estimated from prices
     window_hours: float = 24.0
+
+
+class WindowBar(Record):
+    """One provider window as status, `account show` and the dashboard draw it."""
+
+    name: str
+    label: str  # in words: 5-hour, weekly, weekly Opus
+    used_percent: float
+    mark: float | None  # the admission mark (None: off for this window)
+    resets_at: UtcDatetime | None = None
+    seen_at: UtcDatetime | None = None
+    past_mark: bool = False  # it holds the account's goals back now
 
 
 class AccountSummary(Record):
@@ -242,6 +260,10 @@ class AccountSummary(Record):
     goals: list[str] = Field(default_factory=list)
     waiting: list[str] = Field(default_factory=list)
     damaged_file: str | None = None  # the account's file that cannot be read (state ``damaged``)
+    windows: list[WindowBar] = Field(default_factory=list)  # the provider's, as last reported
+    # Goals with a priority above this still start while ``message`` holds the others back
+    # (a window past its mark, with --admit-past-priority); None: the message holds every goal.
+    lets_past_priority: int | None = None
 
     @property
     def whole_root(self) -> bool:

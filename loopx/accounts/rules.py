@@ -13,14 +13,19 @@
    429) until a backoff of ``RATE_LIMIT_BASE_S`` doubling per hit in a row to
    ``RATE_LIMIT_MAX_S``.
 4. ``overloaded``: the model server's overload, until a short backoff ends.
-5. ``probing``: after a reset (or before the account's first turn got
+5. ``past the mark``: a provider window the account's turns reported is at
+   or past the account's admission mark (``--admit-until``, 95% unless set),
+   until that window resets; goals above ``--admit-past-priority`` still
+   start. Without a reported window nothing is held here.
+6. ``probing``: after a reset (or before the account's first turn got
    through) one goal goes first; the others wait for its turn to end, or for
    its hold to run out if it died.
-6. ``staggered``: after a probe got through, the other goals start one every
+7. ``staggered``: after a probe got through, the other goals start one every
    ``STAGGER_S`` for ``STAGGER_WINDOW_S``.
 
 :func:`observe` applies one turn's :class:`~loopx.accounts.model.TurnSignal`
-to the state; a turn key already applied changes nothing.
+to the state; a turn key already applied changes nothing. :func:`does_not_admit`
+is the one question other parts ask (a hand-off to a fallback account).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from loopx.accounts.model import (
     Signal,
     TurnSignal,
 )
+from loopx.accounts.windows import AdmissionPolicy, counts_until, label, merged, past_mark
 from loopx.model import iso_utc
 
 STAGGER_S: Final = 2.0  # after a probe got through, one more goal starts every this many seconds
@@ -85,10 +91,40 @@ def _of_gate(state: AccountState) -> str:
     return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
 
 
-def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # noqa: PLR0911 - one return per refusal of the module's order
+def mark_admission(
+    name: str, state: AccountState, policy: AdmissionPolicy, now: datetime
+) -> Admission:
+    """The refusal of an account with a window past its mark, or an allowance. Pure.
+
+    ``account work: 5-hour window at 96%, resets 14:05 UTC``: the window named is
+    the one that resets last (the goals wait until every window past the mark reset).
+    """
+    over = past_mark(state.windows, policy, now=now)
+    if not over:
+        return Admission(allowed=True)
+    first = over[0]
+    resets = f", resets {first.resets_at:%H:%M} UTC" if first.resets_at is not None else ""
+    more = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
+    return Admission(
+        allowed=False,
+        message=f"account {name}: {label(first)} window at {first.used_percent:.0f}%{resets}{more}",
+        until=counts_until(first),
+    )
+
+
+def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
+    state: AccountState,
+    goal_id: str,
+    *,
+    now: datetime,
+    policy: AdmissionPolicy | None = None,
+    priority: int | None = None,
+) -> Admission:
     """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
 
-    See the module docstring for the order of the refusals.
+    See the module docstring for the order of the refusals. ``policy`` is the
+    account's admission policy (None: the default, 95% of every window);
+    ``priority`` the goal's (None: a goal no ``--admit-past-priority`` lets past).
     """
     name = state.name
     if state.condition is Condition.DAMAGED:
@@ -110,6 +146,11 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
             f"({state.overloads} in a row{_of_gate(state)})",
             until=state.until,
         )
+    policy = policy if policy is not None else AdmissionPolicy()
+    if state.windows and not policy.lets_past(priority):
+        marked = mark_admission(name, state, policy, now)
+        if not marked.allowed:
+            return marked
     if state.condition is not Condition.OK or not state.proven:
         held = state.probe_goal is not None and state.probe_until is not None
         if held and state.probe_goal != goal_id and now < state.probe_until:  # type: ignore[operator]
@@ -128,6 +169,47 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
             )
         return Admission(allowed=True, take_stagger=True)
     return Admission(allowed=True)
+
+
+def same_admission(
+    before: tuple[AccountState, AdmissionPolicy],
+    after: tuple[AccountState, AdmissionPolicy],
+    *,
+    now: datetime,
+) -> bool:
+    """Whether every goal is admitted alike under ``before`` and ``after`` (state, policy). Pure.
+
+    Most turns change only the window reports (their utilization rises a
+    little below the mark): the scheduler then need not look at the account's
+    goals again, so a turn's cost does not grow with the goals of its account.
+    """
+    (state_a, policy_a), (state_b, policy_b) = before, after
+    ignored: dict[str, object] = {"windows": [], "updated_at": None}
+    return (
+        policy_a == policy_b
+        and state_a.model_copy(update=ignored) == state_b.model_copy(update=ignored)
+        and mark_admission(state_a.name, state_a, policy_a, now)
+        == mark_admission(state_b.name, state_b, policy_b, now)
+    )
+
+
+def does_not_admit(
+    state: AccountState,
+    goal_id: str,
+    *,
+    now: datetime,
+    policy: AdmissionPolicy | None = None,
+    priority: int | None = None,
+) -> str | None:
+    """Why the account in ``state`` does not admit a turn of ``goal_id`` now; None: it does. Pure.
+
+    The question a hand-off asks of each fallback account: :func:`admit`'s
+    refusal (a gate, a limit, an overload, a window past the mark, another
+    goal's probe or a staggered start) in words. ``policy`` is the account's
+    (``Account.admission``), ``priority`` the goal's.
+    """
+    admission = admit(state, goal_id, now=now, policy=policy, priority=priority)
+    return None if admission.allowed else admission.message
 
 
 def taken(
@@ -150,8 +232,20 @@ def _backoff(base: float, top: float, n: int) -> timedelta:
     return timedelta(seconds=min(base * 2 ** max(n - 1, 0), top))
 
 
-def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C901, PLR0911, PLR0912 - one branch per signal
-    """The account's state after ``turn``. Pure; a turn applied before changes nothing."""
+def observe(state: AccountState, turn: TurnSignal) -> AccountState:
+    """The account's state after ``turn``. Pure; a turn applied before changes nothing.
+
+    The windows the turn reported are kept first, whatever its signal (a
+    failed turn's report is as true); each keeps its newest report.
+    """
+    if turn.windows:
+        windows = merged(state.windows, turn.windows, at=turn.at)
+        if windows != state.windows:
+            state = state.model_copy(update={"windows": windows, "updated_at": turn.at})
+    return _observed(state, turn)
+
+
+def _observed(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C901, PLR0911, PLR0912 - one branch per signal
     if turn.turn_key in state.applied or turn.signal is Signal.NONE:
         if turn.signal is Signal.NONE and state.probe_goal == turn.goal_id:
             # The probe's turn ended without word from the provider: another goal may probe.

@@ -24,6 +24,7 @@ from loopx.accounts.budget import (
 )
 from loopx.accounts.files import (
     account_file,
+    admission_policy,
     budget_of,
     damaged_state,
     read_account,
@@ -99,24 +100,36 @@ def update_state(
 
 
 def admit_turn(
-    layout: Layout, name: str, goal_id: str, *, now: datetime, turn_timeout_s: float
+    layout: Layout,
+    name: str,
+    goal_id: str,
+    *,
+    now: datetime,
+    turn_timeout_s: float,
+    priority: int | None = None,
 ) -> Admission:
     """:func:`rules.admit` on the root's and the account's states, budgets checked first.
 
     Most turns read the states and write nothing; taking the probe or a
     staggered start re-decides under the lock, so two agents never both take it.
     An account with a damaged file refuses (``damaged``): its goals wait for a repair.
+    ``priority`` is the goal's (the account's ``--admit-past-priority`` may let it past).
     """
     root = rules.admit(_checked_state(layout, ROOT_BUDGET, now=now), goal_id, now=now)
     if not root.allowed:
         return root
-    admission = rules.admit(_checked_state(layout, name, now=now), goal_id, now=now)
+    try:
+        policy = admission_policy(layout, name)
+    except AccountDamagedError as e:
+        return rules.admit(damaged_state(e), goal_id, now=now)
+    state = _checked_state(layout, name, now=now)
+    admission = rules.admit(state, goal_id, now=now, policy=policy, priority=priority)
     if not (admission.take_probe or admission.take_stagger):
         return admission
     decided: list[Admission] = []
 
     def take(state: AccountState) -> AccountState:
-        decided.append(rules.admit(state, goal_id, now=now))
+        decided.append(rules.admit(state, goal_id, now=now, policy=policy, priority=priority))
         return rules.taken(state, decided[-1], goal_id, now=now, turn_timeout_s=turn_timeout_s)
 
     update_state(layout, name, take)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -11,6 +11,7 @@ from loopx.accounts.budget import ROOT_BUDGET, totals
 from loopx.accounts.files import (
     account_file,
     account_names,
+    admission_policy,
     budget_of,
     damaged_state,
     read_account,
@@ -23,11 +24,13 @@ from loopx.accounts.model import (
     Account,
     AccountState,
     AccountSummary,
+    WindowBar,
     account_of,
     default_account,
     is_default,
 )
-from loopx.accounts.rules import admit
+from loopx.accounts.rules import admit, mark_admission
+from loopx.accounts.windows import AdmissionPolicy, UsageWindow, label, live, past_mark
 from loopx.errors import AccountDamagedError
 from loopx.model import Record
 from loopx.registry.model import Goal, GoalStatus
@@ -79,15 +82,20 @@ def summarise(
     mine = [g for g in goals if name == ROOT_BUDGET or account_of(g.account, g.host.kind) == name]
     active = [g for g in mine if g.status is GoalStatus.ACTIVE]
     damaged: str | None = None
+    policy = AdmissionPolicy()
     try:
         state = state or read_state(layout, name)
         account = account if account is not None else read_account(layout, name)
+        policy = account.admission if account is not None else admission_policy(layout, name)
         budget = budget_of(layout, name)
         spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
     except AccountDamagedError as e:
         state, budget, spend, damaged = damaged_state(e), None, None, str(e.path)
-    probe = admit(state, "", now=now)  # "" is no goal: what every goal but the probe is told
+    # "" is no goal, of no priority: what every goal but the probe (and those let past) is told.
+    probe = admit(state, "", now=now, policy=policy)
     holding = not probe.allowed
+    # Held back by a window past its mark: goals above --admit-past-priority still start.
+    marked = holding and probe == mark_admission(name, state, policy, now)
     kind = account.host_kind if account is not None else None
     if kind is None and is_default(name):
         kind = name.removeprefix("default-")
@@ -106,9 +114,37 @@ def summarise(
         spend=spend,
         cost_estimated=bool(spend and spend.estimated_usd > 0),
         goals=sorted(g.id for g in mine),
-        waiting=sorted(g.id for g in active if holding and g.id != state.probe_goal),
+        waiting=sorted(
+            g.id
+            for g in active
+            if holding
+            and g.id != state.probe_goal
+            and not (marked and policy.lets_past(g.priority))
+        ),
         damaged_file=damaged,
+        windows=window_bars(state.windows, policy, now=now),
+        lets_past_priority=policy.past_priority if marked else None,
     )
+
+
+def window_bars(
+    windows: Sequence[UsageWindow], policy: AdmissionPolicy, *, now: datetime
+) -> list[WindowBar]:
+    """The account's windows whose report still holds, as bars against their marks. Pure."""
+    over = {w.name for w in past_mark(windows, policy, now=now)}
+    return [
+        WindowBar(
+            name=w.name,
+            label=label(w),
+            used_percent=w.used_percent,
+            mark=policy.mark(w.name),
+            resets_at=w.resets_at,
+            seen_at=w.seen_at,
+            past_mark=w.name in over,
+        )
+        for w in windows
+        if live(w, now)
+    ]
 
 
 def _shown(layout: Layout, used: Iterable[str] = ()) -> list[str]:

@@ -20,11 +20,14 @@ from typing import Final
 from loopx import environ
 from loopx.accounts.files import HostEnvironment, host_environment
 from loopx.accounts.model import account_of
+from loopx.accounts.windows import UsageWindow
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostInvocation, HostOutput, Interpretation, host_for
+from loopx.agents.hosts.base import SessionRecords
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
+from loopx.agents.hosts.windows import RECORDS_TAIL_BYTES
 from loopx.errors import (
     HostMissingError,
     HostUnsupportedError,
@@ -174,6 +177,9 @@ def run_host_turn(
         adapter, envelope, journal, run, result_file=result_file, secrets=watch.secrets
     )
     outcome = _tampered(outcome, watch.tampered(journal), ctx.goal.id)
+    windows = reported_windows(adapter, env, reading)
+    if windows:
+        outcome = outcome.model_copy(update={"windows": windows})
     return journal.model_copy(
         update={"outcome": outcome, "usage": _with_tokens(run.usage, reading)}
     )
@@ -262,6 +268,39 @@ class _HostWatch:
         """LoopX's files the host changed while it ran (in any of its attempts)."""
         now = self.guard.changed(self.ctx.layout, self.ctx.goal.id, running=journal.turn_key)
         return sorted(set(self.tampered_before + now))
+
+
+def reported_windows(
+    host: Host, env: Mapping[str, str], reading: Interpretation | None
+) -> list[UsageWindow]:
+    """The usage windows the run reported: in its output, or in its CLI's session file.
+
+    A session file that cannot be read costs its windows only (logged): the
+    account then knows what it knew before, as without any report.
+    """
+    if reading is None:
+        return []
+    if not isinstance(host, SessionRecords):
+        return reading.windows
+    try:
+        path = host.records_file(env, reading)
+        text = _tail(path) if path is not None else ""
+    except OSError as e:
+        log.warning("session_records_unreadable", error=str(e))
+        return reading.windows
+    return [*reading.windows, *host.windows_in(text)]
+
+
+def _tail(path: Path) -> str:
+    """The last ``RECORDS_TAIL_BYTES`` of a session file, from its first whole line."""
+    with path.open("rb") as f:
+        size = f.seek(0, 2)
+        start = max(0, size - RECORDS_TAIL_BYTES)
+        f.seek(start)
+        data = f.read(RECORDS_TAIL_BYTES)
+    if start > 0:
+        data = data.partition(b"\n")[2]
+    return data.decode("utf-8", errors="replace")
 
 
 def _tampered(outcome: HostOutcome, tampered: list[str], goal_id: str) -> HostOutcome:

@@ -24,6 +24,7 @@ from loopx.accounts.views import (
     summaries,
     summarise,
 )
+from loopx.accounts.windows import AdmissionPolicy, with_marks
 from loopx.errors import (
     AccountDamagedError,
     AccountExistsError,
@@ -40,6 +41,7 @@ from loopx.storage.files import describe_validation_error, ensure_dir
 from loopx.storage.locks import locked
 
 BUDGET_FIELDS = ("max_tokens", "max_cost_usd", "window_hours")
+ADMISSION_FIELDS = ("admit_until", "admit_past_priority", "no_admit_past")
 
 
 def parse_env(items: Sequence[str] | Mapping[str, str] | None) -> dict[str, str] | None:
@@ -75,6 +77,28 @@ def _validated(values: dict[str, Any]) -> Account:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "account"
         raise InvalidPolicyError(field, describe_validation_error(e).split(": ", 1)[-1]) from e
+
+
+def _admission(current: object, policy: Mapping[str, Any]) -> AdmissionPolicy:
+    """The account's admission policy with the ``--admit-*`` options of ``policy`` applied.
+
+    Raises:
+        UsageError: a mark is not a percentage or ``off``.
+    """
+    base = AdmissionPolicy.model_validate(current) if current is not None else AdmissionPolicy()
+    marks = policy.get("admit_until") or ()
+    try:
+        return with_marks(
+            base,
+            [marks] if isinstance(marks, str) else marks,
+            past_priority=policy.get("admit_past_priority"),
+            no_past=bool(policy.get("no_admit_past")),
+        )
+    except (ValueError, ValidationError) as e:
+        msg = f"--admit-until: {e}"
+        raise UsageError(
+            msg, hint="for example --admit-until 95% or --admit-until weekly=80%"
+        ) from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +195,9 @@ class Accounts:
         if given_env is not None:
             values["env"] = {**values.get("env", {}), **given_env}
         budget = dict(values.get("budget") or {})
+        values["admission"] = _admission(values.get("admission"), policy)
         for key, value in policy.items():
-            if value is None:
+            if value is None or key in ADMISSION_FIELDS:
                 continue
             if key in BUDGET_FIELDS:
                 budget[key] = value

@@ -9,11 +9,15 @@ from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 
 if TYPE_CHECKING:
+    from loopx.accounts.model import Account
     from loopx.accounts.views import AccountSummary
+
+BAR_WIDTH = 20
 
 POLICY_OPTIONS = (
     "on_limit", "max_limit_waits", "max_overloads", "max_tokens", "max_cost_usd", "window_hours",
-    "price_in_per_mtok", "price_out_per_mtok",
+    "price_in_per_mtok", "price_out_per_mtok", "admit_until", "admit_past_priority",
+    "no_admit_past",
 )  # fmt: skip
 
 
@@ -45,6 +49,23 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--price-out-per-mtok", type=float, metavar="USD", help="estimate cost: output price"
+    )
+    parser.add_argument(
+        "--admit-until",
+        action="append",
+        metavar="PCT",
+        help="start no turn once a provider window is at PCT (95%%, default); "
+        "WINDOW=PCT for one window; off (or WINDOW=off) to never hold (repeatable)",
+    )
+    past = parser.add_mutually_exclusive_group()
+    past.add_argument(
+        "--admit-past-priority",
+        type=int,
+        metavar="P",
+        help="goals with a priority above P still start past the mark",
+    )
+    past.add_argument(
+        "--no-admit-past", action="store_true", help="no goal starts past the mark (default)"
     )
     parser.add_argument("--json", action="store_true")
 
@@ -150,6 +171,40 @@ def summary_line(summary: AccountSummary) -> str:
     return line + (f"\n  {summary.message}" if summary.message else "")
 
 
+def admission_line(account: Account) -> str:
+    """``until 95% of each window (weekly: 80%); goals above priority 5 still start``."""
+    policy = account.admission
+    until = f"{policy.until_percent:g}%" if policy.until_percent is not None else "off"
+    own = ", ".join(
+        f"{name}: {f'{mark:g}%' if mark is not None else 'off'}"
+        for name, mark in sorted(policy.windows.items())
+    )
+    past = (
+        f"goals above priority {policy.past_priority} still start"
+        if policy.past_priority is not None
+        else "no goal starts past it"
+    )
+    return f"until {until} of each window{f' ({own})' if own else ''}; {past}"
+
+
+def window_lines(summary: AccountSummary) -> list[str]:
+    """One bar per provider window: ``5-hour [###...] 96% (mark 95%), resets 14:05 UTC``."""
+    from loopx.model import iso_utc  # noqa: PLC0415 - output formatting only
+
+    if not summary.windows:
+        return []
+    lines = ["  windows:"]
+    width = max(len(w.label) for w in summary.windows)
+    for w in summary.windows:
+        filled = min(BAR_WIDTH, round(w.used_percent / 100 * BAR_WIDTH))
+        bar = "#" * filled + "-" * (BAR_WIDTH - filled)
+        mark = f" (mark {w.mark:g}%)" if w.mark is not None else " (no mark)"
+        resets = f", resets {iso_utc(w.resets_at, 'minutes')}" if w.resets_at is not None else ""
+        held = ": holds its goals" if w.past_mark else ""
+        lines.append(f"    {w.label:<{width}} [{bar}] {w.used_percent:.0f}%{mark}{resets}{held}")
+    return lines
+
+
 def run_list(args: argparse.Namespace) -> int:
     """List accounts."""
     listing = root(args).accounts.list()
@@ -174,6 +229,9 @@ def run_show(args: argparse.Namespace) -> int:
         account = shown.account
         print(f"  env file: {account.env_file or '-'}; env: {sorted(account.env) or '-'}")
         print(f"  on limit: {account.on_limit}, max limit waits: {account.max_limit_waits}")
+        print(f"  admission: {admission_line(account)}")
+    for line in window_lines(shown.summary):
+        print(line)
     if shown.summary.goals:
         print(f"  goals: {', '.join(shown.summary.goals)}")
     return exitcodes.OK

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import held_state
-from loopx.accounts.model import AccountState, account_of
+from loopx.accounts.files import HeldAccount, held_account
+from loopx.accounts.model import account_of
 from loopx.accounts.rules import admit
 from loopx.accounts.store import refused_by_account
 from loopx.errors import CorruptFileError, LoopxError
@@ -140,8 +140,8 @@ def candidate_and_decision(
     *,
     now: datetime,
     headroom: HostHeadroom | None = None,
-    account: AccountState | None = None,
-    root: AccountState | None = None,
+    account: HeldAccount | None = None,
+    root: HeldAccount | None = None,
 ) -> tuple[Candidate, QuotaDecision]:
     """:func:`candidate_of`, with the quota decision it was made from (its next eligible time).
 
@@ -181,13 +181,13 @@ def held_by_account(
     decision: QuotaDecision,
     *,
     now: datetime,
-    account: AccountState | None = None,
-    root: AccountState | None = None,
+    account: HeldAccount | None = None,
+    root: HeldAccount | None = None,
 ) -> QuotaDecision:
     """``decision``, or the refusal of the root's budget or the goal's account when they hold it.
 
-    ``account`` and ``root``: the states as the caller last read them (read
-    here when not given); an account with a damaged file holds its goals.
+    ``account`` and ``root``: the states and policies as the caller last read
+    them (read here when not given); an account with a damaged file holds its goals.
 
     Raises:
         LoopxError: an account file cannot be opened (a bad name, an unsafe path).
@@ -195,8 +195,8 @@ def held_by_account(
     if not decision.allowed:
         return decision
     name = account_of(goal.account, goal.host.kind)
-    for held in (root or held_state(layout, ROOT_BUDGET), account or held_state(layout, name)):
-        admission = admit(held, goal.id, now=now)
+    for held in (root or held_account(layout, ROOT_BUDGET), account or held_account(layout, name)):
+        admission = admit(held.state, goal.id, now=now, policy=held.policy, priority=goal.priority)
         if not admission.allowed:
             return refused_by_account(decision, admission)
     return decision

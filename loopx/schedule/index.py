@@ -44,8 +44,9 @@ from datetime import UTC, datetime
 from typing import Final
 
 from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import account_fingerprints, held_state
-from loopx.accounts.model import AccountState, Condition, account_of
+from loopx.accounts.files import HeldAccount, account_fingerprints, held_account
+from loopx.accounts.model import Condition, account_of
+from loopx.accounts.rules import same_admission
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
 from loopx.hostcanary import QuarantineWatch
@@ -174,7 +175,7 @@ class ScheduleIndex:
         # on a timer at its reset, and are looked at again when its state or policy file moves
         # (a damaged one repaired).
         self._account_prints: dict[str, tuple[int, ...]] = {}
-        self._accounts: dict[str, AccountState] = {}
+        self._accounts: dict[str, HeldAccount] = {}
         # The host kinds the canary quarantined: their goals leave the index and come back
         # when hosts.json moves (a probe passed, a version accepted).
         self._hosts = QuarantineWatch(layout)
@@ -207,7 +208,7 @@ class ScheduleIndex:
             else:
                 recheck = changed | self._touched | self._leased | self._due(now)
                 recheck |= self._safety_net(ts)
-            recheck |= self._account_moves()
+            recheck |= self._account_moves(now)
             recheck |= self._host_moves()
             self._touched = set()
             if changed or len(self._order) != len(self._catalog.goals):
@@ -234,10 +235,11 @@ class ScheduleIndex:
         self._hint_stat = self._stat_hints()
         return len(recheck)
 
-    def _account_moves(self) -> set[str]:
+    def _account_moves(self, now: datetime) -> set[str]:
         """The goals of every account whose state, policy or budget file changed since the last look.
 
-        A ``stat`` per account file each step; the goals are listed only when one moved.
+        A ``stat`` per account file each step; the goals are listed only when one
+        moved and its admission changed (a turn's new window report alone does not).
         """
         prints = account_fingerprints(self.layout)
         if prints == self._account_prints:
@@ -245,8 +247,17 @@ class ScheduleIndex:
         names = prints.keys() | self._account_prints.keys()
         moved = {n for n in names if prints.get(n) != self._account_prints.get(n)}
         self._account_prints = prints
-        for name in moved:
-            self._accounts.pop(name, None)
+        for name in sorted(moved):
+            before = self._accounts.pop(name, None)
+            if before is None or name == ROOT_BUDGET:
+                continue
+            try:
+                after = held_account(self.layout, name)
+            except LoopxError:
+                continue  # read again, and logged, when a goal of it is looked at
+            self._accounts[name] = after
+            if same_admission(before, after, now=now):
+                moved.discard(name)
         if ROOT_BUDGET in moved:
             return set(self._catalog.goals)  # the root's budget holds every goal
         return {
@@ -262,18 +273,18 @@ class ScheduleIndex:
             return set()
         return {goal_id for goal_id, goal in self._catalog.goals.items() if goal.host.kind in moved}
 
-    def _account_state(self, goal: Goal | None) -> AccountState | None:
-        """The goal's account state (None: the root's) as last read; None: unreadable."""
+    def _account_state(self, goal: Goal | None) -> HeldAccount | None:
+        """The goal's account state and policy (None: the root's) as last read; None: unreadable."""
         name = ROOT_BUDGET if goal is None else account_of(goal.account, goal.host.kind)
         if name not in self._accounts:
             try:
-                state = held_state(self.layout, name)
+                held = held_account(self.layout, name)
             except LoopxError as e:
                 log.warning("account_unreadable", account=name, error=e.message)
                 return None
-            if state.condition is Condition.DAMAGED:  # its goals wait until the file moves
-                log.warning("account_damaged", account=name, error=state.reason)
-            self._accounts[name] = state
+            if held.state.condition is Condition.DAMAGED:  # its goals wait until the file moves
+                log.warning("account_damaged", account=name, error=held.state.reason)
+            self._accounts[name] = held
         return self._accounts[name]
 
     # --- the safety net for lost hints ---------------------------------------------------------

@@ -513,7 +513,8 @@ def overlay_accounts(
     """Goals their account holds back shown ``waiting`` on it; each account with its goals. Pure.
 
     Only ``ready`` and ``waiting`` goals are overlaid: a running, gated,
-    paused, failing or done goal says so first.
+    paused, failing or done goal says so first; a goal the account lets past
+    its admission mark (its priority above ``lets_past_priority``) is not held.
     """
     if not accounts:  # no account to show or to hold a goal back: the views as they are
         return list(views), []
@@ -526,6 +527,8 @@ def overlay_accounts(
         name = view.account or ""
         goals.setdefault(name, []).append(view.goal_id)
         hold = root or holding.get(name)
+        if hold is not None and hold.lets_past_priority is not None:
+            hold = None if view.priority > hold.lets_past_priority else hold
         if hold is not None and view.reason in _HELD_BY_ACCOUNT:
             human = hold.state in _ACCOUNT_NEEDS_HUMAN
             view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it

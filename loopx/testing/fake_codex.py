@@ -26,6 +26,11 @@ Environment:
     FAKE_CODEX_TOKENS: ``IN,OUT`` tokens this run uses (default ``1000,200``).
     FAKE_CODEX_LOG: append one JSON line per run: argv, stdin, cwd.
     FAKE_CODEX_HOME: where threads are kept (default: a dir in $TMPDIR).
+    FAKE_CODEX_USED_PERCENT: ``P1,P2,...``: the 5-hour window's used percent the thread's
+        n-th run reports (the last repeats), recorded as codex 0.171 records it: a
+        ``token_count`` record with ``rate_limits`` (and the weekly window at 40%) in the
+        thread's session file under ``$CODEX_HOME/sessions/`` (only with CODEX_HOME set).
+    FAKE_CODEX_WINDOW_RESET_IN: seconds until that window resets (default 3600).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import os
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +168,48 @@ def _message(mode: str, result: str) -> str:
     return result
 
 
+def _persist(home: Path, thread: str, totals: list[int]) -> None:
+    """Keep the thread's cumulative tokens, and record its rate-limit windows."""
+    (home / thread).write_text(json.dumps(totals))
+    _record_windows(thread)
+
+
+def _record_windows(thread: str) -> None:
+    """Append this run's rate-limit snapshot to the thread's session file, as codex 0.171 does."""
+    steps = os.environ.get("FAKE_CODEX_USED_PERCENT")
+    home = os.environ.get("CODEX_HOME")
+    if not steps or not home:
+        return
+    now = datetime.now().astimezone()
+    folder = Path(home) / "sessions" / f"{now:%Y}" / f"{now:%m}" / f"{now:%d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = sorted((Path(home) / "sessions").glob(f"*/*/*/rollout-*-{thread}.jsonl"))
+    path = found[-1] if found else folder / f"rollout-{now:%Y-%m-%dT%H-%M-%S}-{thread}.jsonl"
+    runs = len(path.read_text().splitlines()) if path.exists() else 0
+    percents = [float(p) for p in steps.split(",")]
+    reset = int(time.time()) + int(os.environ.get("FAKE_CODEX_WINDOW_RESET_IN", "3600"))
+    limits = {
+        "limit_id": "codex",
+        "limit_name": None,
+        "primary": {
+            "used_percent": percents[min(runs, len(percents) - 1)],
+            "window_minutes": 300,
+            "resets_at": reset,
+        },
+        "secondary": {"used_percent": 40.0, "window_minutes": 10080, "resets_at": reset + 86400},
+        "credits": None,
+        "plan_type": None,
+    }
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    record = {
+        "timestamp": stamp,
+        "type": "event_msg",
+        "payload": {"type": "token_count", "info": None, "rate_limits": limits},
+    }
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 def main() -> int:
     """Run the fake; returns the exit code."""
     args = sys.argv[1:]
@@ -248,7 +295,7 @@ def _exec(args: list[str]) -> int:  # noqa: C901, PLR0911, PLR0912 - a branch pe
         )
     used_in, used_out = (int(n) for n in os.environ.get("FAKE_CODEX_TOKENS", "1000,200").split(","))
     totals = [totals[0] + used_in, totals[1] + used_in // 2, totals[2] + used_out]
-    (home / thread).write_text(json.dumps(totals))
+    _persist(home, thread, totals)
     usage = {
         "input_tokens": totals[0],
         "cached_input_tokens": totals[1],

@@ -79,6 +79,7 @@ def turn_signal(journal: TurnJournal) -> TurnSignal:
         input_tokens=journal.usage.input_tokens,
         output_tokens=journal.usage.output_tokens,
         cost_usd=journal.usage.cost_usd,
+        windows=journal.outcome.windows if journal.outcome is not None else [],
     )
 
 

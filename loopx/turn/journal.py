@@ -19,6 +19,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
+from loopx.accounts.windows import UsageWindow
 from loopx.donecheck import CheckResult, DoneCheckSpec
 from loopx.errors import JournalExistsError
 from loopx.model import Record, UtcDatetime
@@ -117,6 +118,8 @@ class HostOutcome(Record):
     result: HostResult | None = None
     failure: TurnFailure | None = None
     session: HostSession | None = None
+    # The provider's usage windows the CLI reported in this run (its output, its session file).
+    windows: list[UsageWindow] = Field(default_factory=list)
     started_at: UtcDatetime
     ended_at: UtcDatetime
 

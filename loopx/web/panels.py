@@ -11,7 +11,15 @@ from __future__ import annotations
 import contextlib
 from typing import Final
 
-from loopx.accounts.model import AccountBudget, AccountSummary, Condition, WindowTotals
+from pydantic import Field
+
+from loopx.accounts.model import (
+    AccountBudget,
+    AccountSummary,
+    Condition,
+    WindowBar,
+    WindowTotals,
+)
 from loopx.errors import LoopxError
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal
@@ -40,6 +48,9 @@ class AccountRow(Record):
     goals: int = 0
     waiting: int = 0
     waiting_ids: list[str]  # the first WAITING_SHOWN of them
+    windows: list[WindowBar] = Field(
+        default_factory=list
+    )  # the provider's usage windows against the admission mark
 
 
 def account_row(summary: AccountSummary) -> AccountRow:
@@ -60,6 +71,7 @@ def account_row(summary: AccountSummary) -> AccountRow:
         goals=len(summary.goals),
         waiting=len(summary.waiting),
         waiting_ids=summary.waiting[:WAITING_SHOWN],
+        windows=summary.windows,
     )
 
 

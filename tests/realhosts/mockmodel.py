@@ -15,6 +15,15 @@ request it receives, and answers according to :attr:`MockModel.mode`:
 ``500``          HTTP 500
 ``hang``         accept the request and never answer
 ``unreachable``  the server is closed: connections are refused
+
+:attr:`MockModel.utilization` makes every answer report the account's usage
+windows rising turn by turn, in each provider's headers: the n-th model
+request reports the n-th value (the last one repeats) as the 5-hour window's
+used percent (Codex: ``x-codex-primary-used-percent``, ``-window-minutes``,
+``-reset-at``; Claude: ``anthropic-ratelimit-unified-5h-utilization`` as a
+fraction, ``-5h-reset``, the status ``allowed_warning`` from 90%), the weekly
+window at a steady 40%; :attr:`MockModel.answered_at` records when each
+answer was sent.
 """
 
 from __future__ import annotations
@@ -56,6 +65,9 @@ class MockModel:
     answer: str = json.dumps(DEFAULT_ANSWER)
     reset_at: int = 0  # epoch seconds the usage limit resets (usage_limit mode)
     limit_claim: str = "five_hour"  # Anthropic's limit that was hit: five_hour, seven_day
+    utilization: list[float] = field(default_factory=list)  # percent, per model request
+    window_reset_at: int = 0  # epoch seconds the reported 5-hour window resets
+    answered_at: list[tuple[float, float]] = field(default_factory=list)  # (time, percent)
     requests: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _release: threading.Event = field(default_factory=threading.Event)
@@ -63,6 +75,38 @@ class MockModel:
     def log(self, request: Request) -> None:
         with self._lock:
             self.requests.append(request)
+
+    def window_headers(self, *, anthropic: bool) -> dict[str, str]:
+        """The usage-window headers of the next answer (none without :attr:`utilization`)."""
+        if not self.utilization:
+            return {}
+        with self._lock:
+            used = self.utilization[min(len(self.answered_at), len(self.utilization) - 1)]
+            self.answered_at.append((time.time(), used))
+        reset = self.window_reset_at or int(time.time()) + 3600
+        week = int(time.time()) + 5 * 86400
+        if not anthropic:
+            return {
+                "x-codex-primary-used-percent": f"{used:.1f}",
+                "x-codex-primary-window-minutes": "300",
+                "x-codex-primary-reset-at": str(reset),
+                "x-codex-secondary-used-percent": "40.0",
+                "x-codex-secondary-window-minutes": "10080",
+                "x-codex-secondary-reset-at": str(week),
+            }
+        warning = used >= 90
+        headers = {
+            "anthropic-ratelimit-unified-status": "allowed_warning" if warning else "allowed",
+            "anthropic-ratelimit-unified-reset": str(reset),
+            "anthropic-ratelimit-unified-representative-claim": "five_hour",
+            "anthropic-ratelimit-unified-5h-utilization": f"{used / 100:.4f}",
+            "anthropic-ratelimit-unified-5h-reset": str(reset),
+            "anthropic-ratelimit-unified-7d-utilization": "0.4",
+            "anthropic-ratelimit-unified-7d-reset": str(week),
+        }
+        if warning:
+            headers["anthropic-ratelimit-unified-5h-surpassed-threshold"] = "0.9"
+        return headers
 
     def model_requests(self, path: str) -> list[Request]:
         """The logged requests to ``path`` (e.g. ``/v1/responses``)."""
@@ -241,11 +285,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, chunks: Iterator[bytes]) -> None:
+    def _stream(self, chunks: Iterator[bytes], headers: dict[str, str] | None = None) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
         self.send_header("connection", "close")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
         for chunk in chunks:
             self.wfile.write(chunk)
@@ -312,7 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
             self._json(429, {"error": error})
             return
-        self._stream(_sse(openai_events(model, body, n)))
+        self._stream(_sse(openai_events(model, body, n)), model.window_headers(anthropic=False))
 
     def _gemini(self, model: MockModel, body: dict[str, Any], path: str, n: int) -> None:
         if model.mode == "hang":
@@ -344,10 +390,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(429, {"type": "error", "error": error}, headers)
             return
         message = anthropic_message(model, body, n)
+        headers = model.window_headers(anthropic=True)
         if body.get("stream"):
-            self._stream(_sse(anthropic_events(message)))
+            self._stream(_sse(anthropic_events(message)), headers)
         else:
-            self._json(200, message)
+            self._json(200, message, headers)
 
 
 class _Server(ThreadingHTTPServer):

@@ -7,10 +7,13 @@ returns, measures it, and hands the captured output to
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from pydantic import Field
 
+from loopx.accounts.windows import UsageWindow
 from loopx.agents.hosts.watch import StallWatch
 from loopx.model import Record
 from loopx.registry.model import Goal
@@ -52,7 +55,8 @@ class Interpretation(Record):
     """A host's output understood: exactly one of ``result`` and ``failure``.
 
     ``input_tokens``/``output_tokens``/``cost_usd`` are what the CLI reported;
-    ``session`` is the session to resume next turn (None: keep none).
+    ``session`` is the session to resume next turn (None: keep none);
+    ``windows`` the provider's usage windows the CLI reported.
     """
 
     result: HostResult | None = None
@@ -61,6 +65,7 @@ class Interpretation(Record):
     output_tokens: int = 0
     cost_usd: float = 0.0
     session: HostSession | None = None
+    windows: list[UsageWindow] = Field(default_factory=list)
 
     @classmethod
     def of(
@@ -71,6 +76,7 @@ class Interpretation(Record):
         input_tokens: int = 0,
         output_tokens: int = 0,
         cost_usd: float = 0.0,
+        windows: list[UsageWindow] | None = None,
     ) -> Interpretation:
         """The interpretation whose result or failure (whichever ``outcome`` is) is ``outcome``."""
         failed = isinstance(outcome, TurnFailure)
@@ -81,6 +87,7 @@ class Interpretation(Record):
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost_usd=cost_usd,
+            windows=windows or [],
         )
 
 
@@ -107,4 +114,21 @@ class Host(Protocol):
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """Turn the captured output into a result or a typed failure. Pure."""
+        ...
+
+
+@runtime_checkable
+class SessionRecords(Protocol):
+    """An adapter whose CLI reports usage windows only in its session records (Codex).
+
+    After the host ran, the agent reads the tail of :meth:`records_file` and
+    hands it to :meth:`windows_in`, which must be pure.
+    """
+
+    def records_file(self, env: Mapping[str, str], reading: Interpretation) -> Path | None:
+        """The session record file the run wrote to (None: none known)."""
+        ...
+
+    def windows_in(self, records: str) -> list[UsageWindow]:
+        """The usage windows the records' tail reports, newest per window. Pure."""
         ...

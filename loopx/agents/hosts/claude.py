@@ -43,6 +43,7 @@ from loopx.agents.hosts.session import (
     session_to_resume,
     turn_cost,
 )
+from loopx.agents.hosts.windows import claude_windows
 from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
@@ -148,11 +149,14 @@ class ClaudeHost:
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in Claude Code's final JSON, or a typed failure. Pure."""
         previous = envelope.state.host_session
+        windows = claude_windows(output.stdout)
         payload = find_result_object(output.stdout)
         if payload is None:
             failure = _without_payload(envelope, output)
             lost = diagnose(output.stderr) is Diagnosis.SESSION_MISSING
-            return Interpretation.of(failure, session=no_session(self.kind) if lost else previous)
+            return Interpretation.of(
+                failure, session=no_session(self.kind) if lost else previous, windows=windows
+            )
         tokens_in, tokens_out, reported_cost = reported_usage(payload)
         cost = reported_cost
         session_id = payload.get("session_id")
@@ -182,6 +186,7 @@ class ClaudeHost:
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             cost_usd=cost,
+            windows=windows,
         )
 
 

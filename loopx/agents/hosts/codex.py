@@ -14,10 +14,12 @@ to the turn's result file as well.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
+from loopx.accounts.windows import UsageWindow
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
     Diagnosis,
@@ -38,6 +40,7 @@ from loopx.agents.hosts.session import (
     turn_tokens,
 )
 from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
+from loopx.agents.hosts.windows import SAFE_ID, codex_windows
 from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.root import Layout
@@ -213,6 +216,28 @@ class CodexHost:
         return Interpretation.of(
             outcome, session=session, input_tokens=tokens[0], output_tokens=tokens[1]
         )
+
+    def records_file(self, env: Mapping[str, str], reading: Interpretation) -> Path | None:
+        """The thread's session file: ``$CODEX_HOME/sessions/*/*/*/rollout-*-<thread>.jsonl``.
+
+        Codex records the rate-limit windows of each response there only. The
+        newest such file, when a resumed thread has more than one.
+        """
+        thread = reading.session.session_id if reading.session is not None else ""
+        if not SAFE_ID.fullmatch(thread):
+            return None
+        home = env.get("CODEX_HOME") or (str(Path(env["HOME"]) / ".codex") if "HOME" in env else "")
+        if not home:
+            return None
+        found = sorted(
+            (Path(home) / "sessions").glob(f"*/*/*/rollout-*-{thread}.jsonl"),
+            key=lambda p: p.stat().st_mtime_ns,
+        )
+        return found[-1] if found else None
+
+    def windows_in(self, records: str) -> list[UsageWindow]:
+        """The rate-limit windows in the session file's tail. Pure."""
+        return codex_windows(records)
 
     def _outcome(
         self, envelope: Envelope, output: HostOutput, parsed: CodexEvents

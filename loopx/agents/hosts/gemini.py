@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Final
 from zoneinfo import ZoneInfo
 
+from loopx.accounts.windows import UsageWindow
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
     AUTH_STATUSES,
@@ -37,6 +38,7 @@ from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
 from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
 from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
+from loopx.agents.hosts.windows import spent_window
 from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
@@ -189,12 +191,22 @@ class GeminiHost:
         session: HostSession | None = previous
         if isinstance(session_id, str) and session_id:
             session = session_after_turn(self.kind, previous, session_id)
+        outcome = _outcome(envelope, payload)
         return Interpretation.of(
-            _outcome(envelope, payload),
+            outcome,
             session=session,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
+            windows=_spent_daily(outcome, envelope),
         )
+
+
+def _spent_daily(outcome: HostResult | TurnFailure, envelope: Envelope) -> list[UsageWindow]:
+    """The daily window at 100% when the turn met Gemini's daily quota (reset: the wait's end)."""
+    if not isinstance(outcome, HostResult) or not DAILY_QUOTA.search(outcome.summary or ""):
+        return []
+    resets = turn_started_at(envelope) + timedelta(seconds=outcome.wait_seconds or 0)
+    return spent_window("daily", resets)
 
 
 def _outcome(envelope: Envelope, payload: dict[str, Any]) -> HostResult | TurnFailure:

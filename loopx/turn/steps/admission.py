@@ -54,7 +54,9 @@ def admit_account(ctx: TurnContext) -> TurnContext | Stop:
             ctx.decision,
         )
         account = load_account(ctx.layout, name) if goal.account is not None else None
-    admission = admit_turn(ctx.layout, name, goal.id, now=utcnow(), turn_timeout_s=timeout_s)
+    admission = admit_turn(
+        ctx.layout, name, goal.id, now=utcnow(), turn_timeout_s=timeout_s, priority=goal.priority
+    )
     if admission.allowed or decision is None:
         return ctx.but(account=account)
     refusal = refused_by_account(decision, admission)

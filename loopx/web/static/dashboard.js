@@ -540,6 +540,15 @@ function spendText(a) {
     a.cost_estimated ? el("span", { class: "badge estimate", title: `$${s.estimated_usd.toFixed(2)} of it estimated from the account's prices` }, "estimate") : "");
 }
 
+// A provider window's bar: its use against the admission mark (past it, no new turn starts).
+function windowBars(a) {
+  return (a.windows || []).map((w) => el("div", { class: `window${w.past_mark ? " past-mark" : ""}`, "data-window": w.name },
+    el("span", { class: "window-label" }, w.label), " ",
+    el("meter", { min: "0", max: "100", value: String(Math.min(w.used_percent, 100)), ...(w.mark != null ? { high: String(w.mark) } : {}),
+      title: w.mark != null ? `admission stops at ${w.mark}%` : "no admission mark" }),
+    ` ${Math.round(w.used_percent)}%`, w.resets_at ? [", resets ", when(w.resets_at)] : ""));
+}
+
 function accountsPanel(accounts) {
   if (!accounts.length) return null;
   const rows = accounts.map((a) => el("tr", { "data-account": a.name, class: `a-${a.state}` },
@@ -548,7 +557,7 @@ function accountsPanel(accounts) {
     el("td", { "data-label": "state" }, el("span", { class: `badge b-acct-${a.state}` }, ACCOUNT_STATES[a.state] || a.state),
       a.until ? [" until ", when(a.until)] : ""),
     el("td", { "data-label": "why", class: "why" }, a.question ? el("span", { class: "question" }, a.question) : a.message || "—"),
-    el("td", { "data-label": "spend" }, spendText(a)),
+    el("td", { "data-label": "spend" }, spendText(a), windowBars(a)),
     el("td", { "data-label": "goals", class: "num" }, a.goals),
     el("td", { "data-label": "waiting", class: "waiting" }, a.waiting ? [`${a.waiting}: `,
       ...a.waiting_ids.flatMap((id, i) => [i ? ", " : "", el("a", { href: `#/goal/${encodeURIComponent(id)}` }, id)]),
@@ -556,7 +565,7 @@ function accountsPanel(accounts) {
   return el("section", { class: "panel wide-panel", id: "accounts-panel", "aria-labelledby": "h-accounts" },
     el("h2", { id: "h-accounts" }, "Accounts"),
     el("table", { class: "table" },
-      el("thead", {}, el("tr", {}, ["Account", "State", "Why", "Spend in window", "Goals", "Waiting on it"].map((h) => el("th", {}, h)))),
+      el("thead", {}, el("tr", {}, ["Account", "State", "Why", "Spend and provider windows", "Goals", "Waiting on it"].map((h) => el("th", {}, h)))),
       el("tbody", {}, rows)));
 }
 
