@@ -55,6 +55,7 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("account", "show"): "account-show",
     ("account", "resolve"): "account-summary",
     ("account", "budget"): "root-budget",
+    ("account", "check"): "account-check",
     ("quota", "should-run"): "quota-decision",
     ("turn", "run-once"): "turn-attempt",
     ("journal", "list"): "journal-list",
