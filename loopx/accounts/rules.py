@@ -287,8 +287,8 @@ def observe(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C90
             }
         return state.model_copy(update=update)
     # AUTH: an agent cannot fix a credential; a new login (or a human) must.
-    parked = refuse_login(state, turn.message, at=turn.at, by=turn.turn_key, goal_id=turn.goal_id)
-    return parked.model_copy(update=base | seen | {"updated_at": turn.at})
+    refused = refuse_login(state, turn.message, at=turn.at, by=turn.turn_key, goal_id=turn.goal_id)
+    return refused.model_copy(update=base | seen | {"updated_at": turn.at})
 
 
 def refuse_login(

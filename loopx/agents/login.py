@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Final
 
 from loopx import environ
-from loopx.accounts.clihome import config_dir_of, ensure_config_dir, host_environment
+from loopx.accounts.clihome import (
+    HostEnvironment,
+    config_dir_of,
+    ensure_config_dir,
+    host_environment,
+)
 from loopx.accounts.files import load_account
 from loopx.accounts.model import Account
 from loopx.accounts.views import AccountCheck, CheckOutcome
@@ -80,12 +85,12 @@ def check_argv(host_kind: str) -> list[str]:
     raise UsageError(msg, hint="an account of codex, claude or gemini can be checked")
 
 
-def _environment(layout: Layout, account: Account) -> tuple[dict[str, str], list[str]]:
-    """The account's host environment over this process's (no LoopX fault points)."""
-    extra = host_environment(layout, account.name)
+def _environment(layout: Layout, account: Account) -> tuple[dict[str, str], HostEnvironment]:
+    """The account's host environment over this process's (no LoopX fault points), and its own."""
+    own = host_environment(layout, account.name)
     env = environ.without((environ.FAULT,))
-    env.update(extra.env)
-    return env, extra.secrets
+    env.update(own.env)
+    return env, own
 
 
 def login(layout: Layout, name: str, *, device_code: bool = False) -> int:
@@ -99,17 +104,16 @@ def login(layout: Layout, name: str, *, device_code: bool = False) -> int:
     """
     account = load_account(layout, name)
     ensure_config_dir(layout, account)
-    env, _ = _environment(layout, account)
-    key = next((env[v] for v in API_KEY_VARS if env.get(v)), None)
+    env, own = _environment(layout, account)
+    # The account's own key only (its env file): never one this shell happens to hold.
+    key = next((own.env[v] for v in API_KEY_VARS if own.env.get(v)), None)
     api_key = account.host_kind == "codex" and key is not None
     argv = login_argv(account.host_kind, device_code=device_code, api_key=api_key)
     if device_code and account.host_kind == "gemini":
         env["NO_BROWSER"] = "true"
+    stdin = f"{key}\n" if api_key else None  # the key on stdin: never in argv, never in a file
     try:
-        if api_key:
-            done = subprocess.run(argv, input=f"{key}\n", text=True, env=env, check=False)
-        else:
-            done = subprocess.run(argv, env=env, check=False)
+        done = subprocess.run(argv, input=stdin, text=True, env=env, check=False)
     except FileNotFoundError as e:
         raise HostMissingError(argv[0], account.host_kind) from e
     return done.returncode
@@ -126,7 +130,7 @@ def check(layout: Layout, name: str, *, timeout_s: float = CHECK_TIMEOUT_S) -> A
     argv = check_argv(account.host_kind)
     home = config_dir_of(layout, account)
     try:
-        env, secrets = _environment(layout, account)
+        env, own = _environment(layout, account)
     except LoopxError as e:  # an env file others can read, a symlinked directory: as a turn
         return _result(account, home, CheckOutcome.AUTH, e.message, None)
     if account.host_kind == "gemini":
@@ -142,7 +146,7 @@ def check(layout: Layout, name: str, *, timeout_s: float = CHECK_TIMEOUT_S) -> A
         except subprocess.TimeoutExpired:
             said = f"{argv[0]} did not answer in {timeout_s:g} s"
             return _result(account, home, CheckOutcome.ERROR, said, None)
-    text = redact_text(f"{done.stdout}\n{done.stderr}", secrets)
+    text = redact_text(f"{done.stdout}\n{done.stderr}", own.secrets)
     outcome = _outcome(done.returncode, text)
     return _result(account, home, outcome, _said(outcome, text), done.returncode)
 

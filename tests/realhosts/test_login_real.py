@@ -5,9 +5,8 @@ root (Codex's provider in ``config.toml`` there, Claude Code's state there over 
 supervisor's ``CLAUDE_CONFIG_DIR``). The loopback mock answers every call with a 401
 for a revoked token: the account's probe turn meets it, the account is parked
 ``login_refused`` with one notification (``auth:account:sub``), no goal fails and
-no other goal of the account starts a turn. `loopx account check` then says
-``auth`` (exit 4) while the token is refused and, once the mock answers again,
-reopens the account, and both goals run.
+no other goal of the account starts a turn. Once the mock answers again,
+`loopx account check` gets through and reopens the account, and both goals run.
 """
 
 from __future__ import annotations
@@ -41,7 +40,9 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-def _account(cli: Any, env: dict[str, str], kind: str, tmp_path: Path, full: dict[str, str]) -> Path:
+def _account(
+    cli: Any, env: dict[str, str], kind: str, tmp_path: Path, full: dict[str, str]
+) -> Path:
     """Account ``sub`` with the credentials in its env file; its own CLI directory, returned."""
     secrets = {k: v for k, v in full.items() if is_secret_name(k)}
     env_file = tmp_path / "sub.env"
@@ -67,6 +68,7 @@ def test_a_revoked_login_parks_the_account_with_one_notification_and_no_goal_fai
     kind: str,
     request: pytest.FixtureRequest,
     cli: Any,
+    *,
     mock: MockServer,
     receiver: Receiver,
     tmp_path: Path,
@@ -86,9 +88,6 @@ def test_a_revoked_login_parks_the_account_with_one_notification_and_no_goal_fai
         state = _state(cli.root)
         assert (state["condition"], state["gate"] is not None) == ("login_refused", True), state
         assert "loopx account login sub" in state["gate"]["question"]
-        refused = cli.run("account", "check", "sub", "--json", timeout=60, **env)
-        assert refused.returncode == 4, refused.stderr
-        assert json.loads(refused.stdout)["outcome"] == "auth"
         mock.model.mode = "ok"
         passed = cli.run("account", "check", "sub", "--json", timeout=60, **env)
         assert passed.returncode == 0, passed.stdout + passed.stderr
