@@ -70,7 +70,7 @@ def login_argv(host_kind: str, *, device_code: bool, api_key: bool) -> list[str]
 
 
 def check_argv(host_kind: str) -> list[str]:
-    """One tiny non-interactive run of the CLI, the prompt on stdin. Pure.
+    """One tiny non-interactive run of the CLI (the prompt on stdin, but for Gemini). Pure.
 
     Raises:
         UsageError: the host kind has no CLI to check.
@@ -79,8 +79,8 @@ def check_argv(host_kind: str) -> list[str]:
         return ["codex", "exec", "--skip-git-repo-check", "--json", "-"]
     if host_kind == "claude":
         return ["claude", "-p", "--output-format", "json", "--max-turns", "1"]
-    if host_kind == "gemini":
-        return ["gemini", "-p", "", "--output-format", "json"]
+    if host_kind == "gemini":  # its -p takes the prompt (stdin would be appended to it)
+        return ["gemini", "-p", CHECK_PROMPT, "--output-format", "json"]
     msg = f"host kind {host_kind!r} has no CLI to check"
     raise UsageError(msg, hint="an account of codex, claude or gemini can be checked")
 
@@ -133,12 +133,11 @@ def check(layout: Layout, name: str, *, timeout_s: float = CHECK_TIMEOUT_S) -> A
         env, own = _environment(layout, account)
     except LoopxError as e:  # an env file others can read, a symlinked directory: as a turn
         return _result(account, home, CheckOutcome.AUTH, e.message, None)
-    if account.host_kind == "gemini":
-        argv[2] = CHECK_PROMPT
+    stdin = "" if account.host_kind == "gemini" else CHECK_PROMPT
     with tempfile.TemporaryDirectory(prefix="loopx-check-") as cwd:
         try:
             done = subprocess.run(
-                argv, input=CHECK_PROMPT, capture_output=True, text=True, env=env, cwd=cwd,
+                argv, input=stdin, capture_output=True, text=True, env=env, cwd=cwd,
                 timeout=timeout_s, check=False,
             )  # fmt: skip
         except FileNotFoundError:

@@ -117,3 +117,33 @@ def test_a_revoked_login_parks_the_account_with_one_notification_and_no_goal_fai
 
 def _state(root: Path) -> dict[str, Any]:
     return json.loads((root / "accounts" / "sub" / "state.json").read_text())
+
+
+def _own_settings(kind: str, home: Path, full: dict[str, str]) -> None:
+    """The CLI's settings for the mock, in the account's own directory."""
+    if kind == "gemini":
+        settings = Path(full["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json"
+        (home / ".gemini").mkdir()
+        (home / ".gemini" / "settings.json").write_text(settings.read_text())
+
+
+@pytest.mark.parametrize("kind", ["codex", "claude", "gemini"])
+def test_check_goes_through_the_cli_in_the_accounts_own_directory(
+    kind: str, request: pytest.FixtureRequest, cli: Any, mock: MockServer, tmp_path: Path
+) -> None:
+    """A revoked token: `account check` exits 4, ``auth``, parked; answered: 0, reopened."""
+    full = request.getfixturevalue(f"{kind}_env")
+    own = {"CODEX_HOME", "GEMINI_CLI_HOME"}
+    env = {k: v for k, v in full.items() if not is_secret_name(k) and k not in own}
+    home = _account(cli, env, kind, tmp_path, full)
+    _own_settings(kind, home, full)
+    mock.model.mode = "revoked"
+    refused = cli.run("account", "check", "sub", "--json", timeout=60, **env)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    found = json.loads(refused.stdout)
+    assert (found["outcome"], found["state"]) == ("auth", "login_refused"), found
+    mock.model.mode = "ok"
+    passed = cli.run("account", "check", "sub", "--json", timeout=60, **env)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert json.loads(passed.stdout)["state"] == "ok"
+    assert len(mock.model.requests) >= 2  # both calls reached the mock: the account's settings
