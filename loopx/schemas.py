@@ -11,7 +11,13 @@ from pydantic import BaseModel
 
 from loopx.accounts.budget import AccountSpend
 from loopx.accounts.model import Account, AccountState, RootBudget
-from loopx.accounts.views import AccountDocument, AccountList, AccountShow, AccountSummary
+from loopx.accounts.views import (
+    AccountCheck,
+    AccountDocument,
+    AccountList,
+    AccountShow,
+    AccountSummary,
+)
 from loopx.archive import ArchiveResult
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
@@ -176,6 +182,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "account-list": AccountList,
     "account-show": AccountShow,
     "account-summary": AccountSummary,
+    "account-check": AccountCheck,
     "dashboard-gate-conflict": GateConflict,
     "dashboard-audit": AuditPage,
     "dashboard-bulk-answer": BulkAnswerResult,  # POST /api/answers

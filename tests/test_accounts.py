@@ -158,12 +158,14 @@ def test_overload_backs_off_briefly_and_the_fifth_in_a_row_opens_a_gate():
 
 
 def test_an_auth_failure_gates_the_account_at_once_with_the_cli_advice():
-    """One auth failure opens the gate, carrying the CLI's words and its login advice."""
+    """One auth failure parks the account as login_refused, with the CLI's words and the fix."""
     advice = "codex is not authenticated: 401; run `codex login` (or set OPENAI_API_KEY)"
     state = rules.observe(_proven(), _turn(Signal.AUTH, message=advice))
     refusal = rules.admit(state, "g2", now=NOW)
-    assert (state.condition, refusal.allowed, refusal.until) == (Condition.NEEDS_HUMAN, False, None)
+    expected = (Condition.LOGIN_REFUSED, True, False, None)
+    assert (state.condition, state.login_refused, refusal.allowed, refusal.until) == expected
     assert "run `codex login`" in refusal.message
+    assert state.reason.startswith("login refused: ")
     resolved = rules.resolved(state, now=NOW)
     assert rules.admit(resolved, "g2", now=NOW).take_probe
 

@@ -66,10 +66,10 @@ def test_an_auth_failure_gates_the_account_at_once_with_the_login_advice(tmp_pat
     views = {v["goal_id"]: v for v in status["goals"]}
     for goal_id in ("c1", "c2"):
         assert (views[goal_id]["actor"], views[goal_id]["reason"]) == ("human", "waiting")
-        assert "account default-claude needs a human" in views[goal_id]["explanation"]
+        assert "account default-claude: login refused" in views[goal_id]["explanation"]
         assert "/login" in views[goal_id]["explanation"]
     (account,) = [a for a in status["accounts"] if a["name"] == "default-claude"]
-    assert account["state"] == "needs_human"
+    assert account["state"] == "login_refused"
     assert "/login" in account["question"]
     # A human logged in and said so: the next turn goes first as a probe and runs.
     resolved = cli(root, "account", "resolve", "default-claude", "--answer", "logged in", **env)

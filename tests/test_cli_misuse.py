@@ -60,6 +60,8 @@ COMMANDS: dict[str, list[str]] = {
     "account remove": ["acct"],
     "account resolve": ["acct", "--answer", "ok"],
     "account budget": ["--max-tokens", "10"],
+    "account login": ["acct"],
+    "account check": ["acct"],
     "schema": ["registry"],
     "agent run": ["--agent-id", "a1", "--once"],
     "supervisor run": ["--until-idle"],

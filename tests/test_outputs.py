@@ -55,6 +55,7 @@ JSON_OUTPUT_OF: dict[tuple[str, ...], str] = {
     ("account", "show"): "account-show",
     ("account", "resolve"): "account-summary",
     ("account", "budget"): "root-budget",
+    ("account", "check"): "account-check",
     ("quota", "should-run"): "quota-decision",
     ("turn", "run-once"): "turn-attempt",
     ("journal", "list"): "journal-list",
@@ -193,6 +194,8 @@ def _check_accounts(check: Any, root: Path) -> None:
     update_state(Layout.at(root), "acct", lambda s: s.model_copy(update={"gate": gate}))
     check(("account", "resolve"), "acct", "--answer", "ok")
     check(("account", "remove"), "acct")
+    check(("account", "add"), "cx", "--host-kind", "codex")
+    check(("account", "check"), "cx", codes=(0, 1, 4))  # no codex on PATH: `missing`, exit 1
 
 
 def _worktree_commands(tmp_path: Path) -> list[tuple[Any, ...]]:

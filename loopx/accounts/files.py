@@ -22,7 +22,6 @@ from typing import Final, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
-from loopx.accounts.envfile import file_secrets, read_env_file
 from loopx.accounts.model import (
     Account,
     AccountBudget,
@@ -146,27 +145,6 @@ def account_names(layout: Layout) -> list[str]:
     return [
         e.name for e in entries if valid_account_name(e.name) and e.is_dir(follow_symlinks=False)
     ]
-
-
-class HostEnvironment(NamedTuple):
-    """What an account adds to its goals' host runs: variables, and the values to redact."""
-
-    env: dict[str, str]
-    secrets: list[str]
-
-
-def host_environment(layout: Layout, name: str) -> HostEnvironment:
-    """The environment the account's goals' hosts run with (on top of the supervisor's).
-
-    Raises:
-        AccountNotFoundError: a named account without a file.
-        AccountEnvFileError: its env file is missing, insecure or malformed.
-    """
-    if is_default(name):
-        return HostEnvironment({}, [])
-    account = load_account(layout, name)
-    from_file = read_env_file(Path(account.env_file)) if account.env_file else {}
-    return HostEnvironment(account.env | from_file, file_secrets(from_file))
 
 
 def check_goal_account(layout: Layout, goal: Goal) -> None:

@@ -126,7 +126,10 @@ class Condition(StrEnum):
     LIMITED = "limited"  # a usage limit: no turn before ``until``
     OVERLOADED = "overloaded"  # the model server is overloaded: no turn before ``until``
     BUDGET_SPENT = "budget_spent"  # a budget of the window is spent: a gate is open
-    NEEDS_HUMAN = "needs_human"  # auth failure, too many overloads or limits, policy gate
+    NEEDS_HUMAN = "needs_human"  # too many overloads or limits, a policy gate
+    # An expired, revoked or refused login (the typed ``auth`` outcome): a gate is open and
+    # only a new login (`loopx account login`, then `account check`) or a human clears it.
+    LOGIN_REFUSED = "login_refused"
     # A file of the account cannot be read: its goals wait until a human repairs it. Only
     # shown (status, `account list`), never written: a damaged state is not rewritten.
     DAMAGED = "damaged"
@@ -173,6 +176,11 @@ class AccountState(Record):
     # The provider's windows as the account's turns last reported them, one per name.
     windows: list[UsageWindow] = Field(default_factory=list)
     updated_at: UtcDatetime | None = None
+
+    @property
+    def login_refused(self) -> bool:
+        """Whether the account is parked because its login was refused (the ``auth`` outcome)."""
+        return self.condition is Condition.LOGIN_REFUSED
 
 
 class Signal(StrEnum):
@@ -237,10 +245,12 @@ class AccountSummary(Record):
     """One account as `loopx status` and `account list|show` show it.
 
     ``state`` is ``ok``, ``limited`` (until ``until``), ``overloaded`` (until
-    ``until``), ``budget_spent``, ``needs_human`` or ``damaged`` (``damaged_file``
+    ``until``), ``budget_spent``, ``needs_human``, ``login_refused`` (its login
+    was refused: ``loopx account login``) or ``damaged`` (``damaged_file``
     cannot be read); ``waiting`` lists the active goals the account holds back
     now; ``spend`` is what its window holds (only for budgeted accounts: spend
-    is kept where a budget counts it).
+    is kept where a budget counts it); ``config_dir`` is the account's own CLI
+    configuration directory (None for a default account or a host kind without one).
     """
 
     schema_version: Literal[1] = 1
@@ -264,6 +274,12 @@ class AccountSummary(Record):
     # Goals with a priority above this still start while ``message`` holds the others back
     # (a window past its mark, with --admit-past-priority); None: the message holds every goal.
     lets_past_priority: int | None = None
+    config_dir: str | None = None  # its own CLI configuration directory (CODEX_HOME, ...)
+
+    @property
+    def login_refused(self) -> bool:
+        """Whether the account is parked because its login was refused (the ``auth`` outcome)."""
+        return self.state is Condition.LOGIN_REFUSED
 
     @property
     def whole_root(self) -> bool:

@@ -6,9 +6,9 @@
    :func:`~loopx.accounts.files.damaged_state` stands for); only a repair
    clears it, since what the file held (a limit, a gate, a spent budget) is
    not known.
-2. ``needs a human``: the account has an open gate (auth failure, N overloads
-   in a row, a limit under the ``gate`` policy, too many limit waits, a spent
-   budget); no time clears it.
+2. ``login refused`` (an auth failure: a new login clears it) or ``needs a
+   human``: the account has an open gate (N overloads in a row, a limit under
+   the ``gate`` policy, too many limit waits, a spent budget); no time clears it.
 3. ``limited``: a usage limit, until its reset; a limit without one (a bare
    429) until a backoff of ``RATE_LIMIT_BASE_S`` doubling per hit in a row to
    ``RATE_LIMIT_MAX_S``.
@@ -42,6 +42,7 @@ from loopx.accounts.model import (
     OnLimit,
     Signal,
     TurnSignal,
+    is_default,
 )
 from loopx.accounts.windows import AdmissionPolicy, counts_until, label, merged, past_mark
 from loopx.model import iso_utc
@@ -129,6 +130,8 @@ def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
     name = state.name
     if state.condition is Condition.DAMAGED:
         return Admission(allowed=False, message=damaged_message(name, state))
+    if state.gate is not None and state.login_refused:
+        return Admission(allowed=False, message=state.gate.question)
     if state.gate is not None:
         who = "the root's budget" if name.startswith(".") else f"account {name}"
         spent = state.condition is Condition.BUDGET_SPENT
@@ -377,22 +380,41 @@ def _observed(state: AccountState, turn: TurnSignal) -> AccountState:  # noqa: C
                 ),
             }
         return state.model_copy(update=update)
-    # AUTH: an agent cannot fix a credential.
+    # AUTH: an agent cannot fix a credential; a new login (or a human) must.
+    refused = refuse_login(state, turn.message, at=turn.at, by=turn.turn_key, goal_id=turn.goal_id)
+    return refused.model_copy(update=base | seen | {"updated_at": turn.at})
+
+
+def refuse_login(
+    state: AccountState, message: str, *, at: datetime, by: str, goal_id: str | None = None
+) -> AccountState:
+    """The account parked for its login (``login_refused``, a gate open). Pure.
+
+    ``by`` is what opened the gate (a turn key, or ``check``); a gate already
+    open stays as it is.
+    """
     gate = state.gate or AccountGate(
-        question=turn.message or f"account {state.name} is not authenticated",
-        opened_at=turn.at,
-        opened_by=turn.turn_key,
-        goal_id=turn.goal_id,
+        question=login_question(state.name, message), opened_at=at, opened_by=by, goal_id=goal_id
     )
     return state.model_copy(
-        update=base
-        | seen
-        | {
-            "condition": Condition.NEEDS_HUMAN,
-            "reason": turn.message,
+        update={
+            "condition": Condition.LOGIN_REFUSED,
+            "reason": f"login refused: {message}" if message else "login refused",
             "gate": gate,
             "proven": False,
+            "updated_at": at,
         }
+    )
+
+
+def login_question(name: str, message: str) -> str:
+    """The gate's words when an account's login is refused: what the CLI said, what to do. Pure."""
+    said = f": {message[:300]}" if message else ""
+    if is_default(name):  # the supervisor's own environment: its user logs the CLI in
+        return f"account {name}: login refused{said}; log in, then `loopx account resolve {name}`"
+    return (
+        f"account {name}: login refused{said}; run `loopx account login {name}` (or fix its env "
+        f"file), then `loopx account check {name}`"
     )
 
 

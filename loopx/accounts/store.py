@@ -173,7 +173,8 @@ def _parking(state: AccountState) -> tuple[object, ...]:
 def _log_parking(state: AccountState, turn: TurnSignal) -> None:
     """One line when a turn parks, re-parks or reopens its account, naming the goal and turn."""
     turn_key, _, attempt = turn.turn_key.rpartition("#")  # the fence key: turn key#attempt
-    (log.warning if state.condition is Condition.NEEDS_HUMAN else log.info)(
+    human = state.condition in (Condition.NEEDS_HUMAN, Condition.LOGIN_REFUSED)
+    (log.warning if human else log.info)(
         "account_parked" if state.condition is not Condition.OK else "account_reopened",
         account=state.name,
         condition=state.condition.value,
@@ -188,6 +189,21 @@ def _log_parking(state: AccountState, turn: TurnSignal) -> None:
 def resolve_gate(layout: Layout, name: str, *, now: datetime) -> AccountState:
     """A human answered the account's gate: its goals may go on (the next turn is a probe)."""
     return update_state(layout, name, lambda s: rules.resolved(s, now=now))
+
+
+def reopen_login(layout: Layout, name: str, *, now: datetime) -> AccountState:
+    """A check through the CLI got through: an account parked for its login goes on (a probe).
+
+    Any other state is left as it is.
+    """
+    return update_state(
+        layout, name, lambda s: rules.resolved(s, now=now) if s.login_refused else s
+    )
+
+
+def park_login(layout: Layout, name: str, message: str, *, now: datetime) -> AccountState:
+    """A check through the CLI was refused: the account is parked for its login (one gate)."""
+    return update_state(layout, name, lambda s: rules.refuse_login(s, message, at=now, by="check"))
 
 
 def refused_by_account(decision: QuotaDecision, admission: Admission) -> QuotaDecision:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Literal
 
 from loopx.accounts.budget import ROOT_BUDGET, totals
+from loopx.accounts.clihome import config_dir_of
 from loopx.accounts.files import (
     account_file,
     account_names,
@@ -24,6 +26,7 @@ from loopx.accounts.model import (
     Account,
     AccountState,
     AccountSummary,
+    Condition,
     WindowBar,
     account_of,
     default_account,
@@ -50,6 +53,31 @@ class AccountList(Record):
 
     schema_version: Literal[1] = 1
     accounts: list[AccountSummary]
+
+
+class CheckOutcome(StrEnum):
+    """What `loopx account check` found: the call got through, or why not."""
+
+    OK = "ok"
+    AUTH = "auth"  # the login was refused (expired, revoked, rejected): the account is parked
+    RATE_LIMIT = "rate_limit"
+    UNREACHABLE = "unreachable"
+    SERVER_ERROR = "server_error"
+    MISSING = "missing"  # the CLI is not installed
+    ERROR = "error"  # anything else (the CLI's own words in ``message``)
+
+
+class AccountCheck(Record):
+    """`account check --json`: one minimal authenticated call through the account's CLI."""
+
+    schema_version: Literal[1] = 1
+    name: str
+    host_kind: str
+    outcome: CheckOutcome
+    message: str  # one line: the CLI's own words when the call did not get through
+    exit_code: int | None = None  # the CLI's (None: it did not run, or did not end in time)
+    config_dir: str | None = None
+    state: Condition | None = None  # the account's state after the check
 
 
 class AccountShow(Record):
@@ -91,6 +119,7 @@ def summarise(
         spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
     except AccountDamagedError as e:
         state, budget, spend, damaged = damaged_state(e), None, None, str(e.path)
+    home = config_dir_of(layout, account) if account is not None else None
     # "" is no goal, of no priority: what every goal but the probe (and those let past) is told.
     probe = admit(state, "", now=now, policy=policy)
     holding = not probe.allowed
@@ -124,6 +153,7 @@ def summarise(
         damaged_file=damaged,
         windows=window_bars(state.windows, policy, now=now),
         lets_past_priority=policy.past_priority if marked else None,
+        config_dir=str(home) if home is not None else None,
     )
 
 
@@ -171,10 +201,12 @@ def summaries(layout: Layout, goals: list[Goal], *, now: datetime) -> list[Accou
 
 
 __all__ = [
+    "AccountCheck",
     "AccountDocument",
     "AccountList",
     "AccountShow",
     "AccountSummary",
+    "CheckOutcome",
     "default_account",
     "redacted",
     "summaries",

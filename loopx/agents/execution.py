@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from loopx import environ
-from loopx.accounts.files import HostEnvironment, host_environment
+from loopx.accounts.clihome import HostEnvironment, host_environment
 from loopx.accounts.model import account_of
 from loopx.accounts.windows import UsageWindow
 from loopx.agents.console import AgentConsole

@@ -1,4 +1,4 @@
-"""``root.accounts``: `loopx account add|list|show|edit|remove|resolve|budget`."""
+"""``root.accounts``: `loopx account add|list|show|edit|remove|resolve|budget|login|check`."""
 
 from __future__ import annotations
 
@@ -13,18 +13,22 @@ from pydantic import ValidationError
 
 from loopx.accounts import files, store
 from loopx.accounts.budget import ROOT_BUDGET, breach, raised
+from loopx.accounts.clihome import config_var, ensure_config_dir
 from loopx.accounts.envfile import read_env_file
 from loopx.accounts.model import Account, AccountBudget, RootBudget, is_default
 from loopx.accounts.views import (
+    AccountCheck,
     AccountDocument,
     AccountList,
     AccountShow,
     AccountSummary,
+    CheckOutcome,
     redacted,
     summaries,
     summarise,
 )
 from loopx.accounts.windows import AdmissionPolicy, with_marks
+from loopx.agents import login as cli_login
 from loopx.errors import (
     AccountDamagedError,
     AccountExistsError,
@@ -137,6 +141,7 @@ class Accounts:
                 policy=policy, now=at,
             )  # fmt: skip
             store.write_account(self.layout, account)
+            ensure_config_dir(self.layout, account)
         return AccountDocument(account=redacted(account))
 
     def edit(
@@ -192,6 +197,10 @@ class Accounts:
         elif clear:
             values["env_file"] = None
         given_env = parse_env(env)
+        own = config_var(host_kind)
+        if given_env is not None and own in given_env:
+            msg = f"--env {own}=...: account {name} has its own {own}, under the root"
+            raise UsageError(msg, hint="log it in there with `loopx account login NAME`")
         if given_env is not None:
             values["env"] = {**values.get("env", {}), **given_env}
         budget = dict(values.get("budget") or {})
@@ -293,6 +302,39 @@ class Accounts:
             store.write_account(
                 self.layout, account.model_copy(update={"budget": new, "updated_at": now})
             )
+
+    def login(self, name: str, *, device_code: bool = False) -> int:
+        """`loopx account login`: the CLI's own login, on this terminal, into the account's dir.
+
+        Returns the CLI's exit code.
+
+        Raises:
+            AccountNotFoundError: no such account (a default one logs in as its user does).
+            UsageError: the account's host kind has no CLI login.
+            HostMissingError: the CLI is not installed.
+        """
+        return cli_login.login(self.layout, name, device_code=device_code)
+
+    def check(self, name: str, *, now: datetime | None = None) -> AccountCheck:
+        """`loopx account check`: one minimal authenticated call through the account's CLI.
+
+        A refused login parks the account (``login_refused``, as a turn's
+        would); a call that gets through reopens an account parked for its
+        login (its next turn goes first as a probe). Other outcomes change nothing.
+
+        Raises:
+            AccountNotFoundError: no such account.
+            UsageError: the account's host kind has no CLI.
+        """
+        found = cli_login.check(self.layout, name)
+        at = now or utcnow()
+        if found.outcome is CheckOutcome.AUTH:
+            state = store.park_login(self.layout, name, found.message, now=at)
+        elif found.outcome is CheckOutcome.OK:
+            state = store.reopen_login(self.layout, name, now=at)
+        else:
+            state = files.read_state(self.layout, name)
+        return found.model_copy(update={"state": state.condition})
 
     def set_root_budget(self, *, now: datetime | None = None, **fields: Any) -> RootBudget:  # noqa: ANN401 - AccountBudget fields
         """`loopx account budget`: set the whole root's budget (fields not given are kept)."""

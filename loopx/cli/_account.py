@@ -1,4 +1,4 @@
-"""`loopx account add|list|show|edit|remove|resolve|budget`."""
+"""`loopx account add|list|show|edit|remove|resolve|budget|login|check`."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
         "--env",
         action="append",
         metavar="K=V",
-        help="a non-secret variable for its hosts, e.g. CODEX_HOME=DIR (repeatable)",
+        help="a non-secret variable for its hosts, e.g. HTTPS_PROXY=URL (repeatable)",
     )
     parser.add_argument(
         "--on-limit",
@@ -116,6 +116,18 @@ def register(sub: Subparsers) -> None:
     budget.add_argument("--window-hours", type=float, metavar="H")
     budget.add_argument("--json", action="store_true")
     budget.set_defaults(func=run_budget)
+
+    login = add_command(actions, "login", help="log the account's CLI in, into its own directory")
+    login.add_argument("name", metavar="NAME")
+    login.add_argument(
+        "--device-code", action="store_true", help="a device code (or a URL and a pasted code)"
+    )
+    login.set_defaults(func=run_login)
+
+    checker = add_command(actions, "check", help="one minimal authenticated call through its CLI")
+    checker.add_argument("name", metavar="NAME")
+    checker.add_argument("--json", action="store_true")
+    checker.set_defaults(func=run_check)
 
 
 def _policy(args: argparse.Namespace) -> dict[str, Any]:
@@ -273,3 +285,28 @@ def run_budget(args: argparse.Namespace) -> int:
         b = record.budget
         print(f"root budget: tokens {b.max_tokens}, cost {b.max_cost_usd}, {b.window_hours:g} h")
     return exitcodes.OK
+
+
+def run_login(args: argparse.Namespace) -> int:
+    """Run the account's CLI login on this terminal; exit with the CLI's code."""
+    code = root(args).accounts.login(args.name, device_code=args.device_code)
+    if code == exitcodes.OK:
+        print(f"logged in; `loopx account check {args.name}` confirms it and reopens the account")
+    else:
+        print(f"the CLI's login exited {code}; nothing changed")
+    return code
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """One call through the account's CLI: 0 when it got through, 4 when the login was refused."""
+    from loopx.accounts.views import CheckOutcome  # noqa: PLC0415 - the result's enum only
+
+    found = root(args).accounts.check(args.name)
+    if args.json:
+        print_json(found)
+    else:
+        state = f" (account {found.state})" if found.state is not None else ""
+        print(f"{found.name}: {found.outcome}{state}: {found.message}")
+    if found.outcome is CheckOutcome.OK:
+        return exitcodes.OK
+    return exitcodes.NEEDS_HUMAN if found.outcome is CheckOutcome.AUTH else exitcodes.FAILURE

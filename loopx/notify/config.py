@@ -31,6 +31,7 @@ class EventKind(StrEnum):
     CRASH_LOOP = "crash_loop"  # a goal's turns or an agent crash in a loop
     LIMIT = "limit"  # a usage limit stops a goal
     BUDGET = "budget"  # a budget is spent
+    AUTH = "auth"  # an account's login was refused: its goals wait for a new login
     DONE = "done"  # a goal is done
     DISK = "disk"  # the fleet is degraded by a disk floor or quota
     SUPERVISOR = "supervisor"  # the supervisor is down (its process is gone), or back

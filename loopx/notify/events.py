@@ -31,10 +31,12 @@ REASON_EVENTS: Final[Mapping[str, EventKind]] = {
     StatusReason.QUOTA_EXHAUSTED.value: EventKind.LIMIT,
     StatusReason.DONE.value: EventKind.DONE,
 }
-# An account's state that is a notification event: a limit, or a spent budget.
+# An account's state that is a notification event: a limit, a spent budget, a refused login.
+# One per parking: the condition is the account's, however many of its goals' turns met it.
 ACCOUNT_EVENTS: Final[Mapping[str, EventKind]] = {
     "limited": EventKind.LIMIT,
     "budget_spent": EventKind.BUDGET,
+    "login_refused": EventKind.AUTH,
 }
 # The conditions that end with a "recovered" message: the fleet's own incidents.
 RECOVERABLE: Final[Mapping[str, EventKind]] = {
@@ -68,6 +70,7 @@ SEVERITY: Final[Mapping[EventKind, Severity]] = {
     EventKind.CRASH_LOOP: Severity.FAILURE,
     EventKind.LIMIT: Severity.WARNING,
     EventKind.BUDGET: Severity.WARNING,
+    EventKind.AUTH: Severity.FAILURE,
     EventKind.DONE: Severity.SUCCESS,
     EventKind.DISK: Severity.FAILURE,
     EventKind.SUPERVISOR: Severity.FAILURE,

@@ -503,7 +503,7 @@ def order_key(view: GoalStatusView) -> tuple[int, int, int, str]:
 
 _HELD_BY_ACCOUNT: Final = frozenset({StatusReason.READY, StatusReason.WAITING})
 _ACCOUNT_NEEDS_HUMAN: Final = frozenset(
-    {Condition.NEEDS_HUMAN, Condition.BUDGET_SPENT, Condition.DAMAGED}
+    {Condition.NEEDS_HUMAN, Condition.LOGIN_REFUSED, Condition.BUDGET_SPENT, Condition.DAMAGED}
 )
 
 

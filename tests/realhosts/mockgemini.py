@@ -36,6 +36,12 @@ def gemini_failure(model: MockModel) -> tuple[int, dict[str, Any]] | None:
         return 401, _error(
             401, "UNAUTHENTICATED", "API key not valid. Please pass a valid API key.", []
         )
+    if model.mode == "revoked":
+        message = (
+            "Request had invalid authentication credentials. Expected OAuth 2 access token, "
+            "login cookie or other valid authentication credential."
+        )
+        return 401, _error(401, "UNAUTHENTICATED", message, [])
     if model.mode == "500":
         return 500, _error(500, "INTERNAL", "mock internal server error", [])
     if model.mode == "429":

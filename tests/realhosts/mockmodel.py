@@ -12,6 +12,7 @@ request it receives, and answers according to :attr:`MockModel.mode`:
 ``429``          HTTP 429 rate limit with ``retry-after``
 ``usage_limit``  the subscription's usage limit until :attr:`MockModel.reset_at`, then ``ok``
 ``401``          HTTP 401: the key is rejected
+``revoked``      HTTP 401: the login's token was revoked (each API's own words)
 ``500``          HTTP 500
 ``hang``         accept the request and never answer
 ``unreachable``  the server is closed: connections are refused
@@ -259,6 +260,16 @@ def anthropic_events(message: dict[str, Any]) -> list[tuple[str, dict]]:
     return events
 
 
+def _revoked(*, anthropic: bool) -> dict[str, Any]:
+    """A 401 for a revoked login, as the Anthropic and OpenAI APIs word it."""
+    if anthropic:
+        message = "OAuth token has been revoked. Please obtain a new token."
+        return {"type": "error", "error": {"type": "authentication_error", "message": message}}
+    message = "Your authentication token has been invalidated. Please try signing in again."
+    error = {"message": message, "type": "invalid_request_error", "code": "token_invalidated"}
+    return {"error": {**error, "param": None}}
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
@@ -330,6 +341,9 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "authentication_error" if anthropic else "invalid_api_key"
             error = {"type": kind, "message": "mock: invalid x-api-key"}
             self._json(401, {"type": "error", "error": error} if anthropic else {"error": error})
+            return True
+        if model.mode == "revoked":
+            self._json(401, _revoked(anthropic=anthropic))
             return True
         if model.mode == "500":
             kind = "api_error" if anthropic else "server_error"

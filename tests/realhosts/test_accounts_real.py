@@ -52,6 +52,9 @@ def test_a_limit_two_minutes_ahead_parks_the_account_and_every_goal_resumes(
     env_file.chmod(0o600)
     cli.run("account", "add", "sub", "--host-kind", kind, "--env-file", str(env_file),
             check=True, **env)  # fmt: skip
+    if kind == "codex":  # the account's own CODEX_HOME holds the provider pointing at the mock
+        home = Path(cli.json("account", "show", "sub", **env)["summary"]["config_dir"])
+        (home / "config.toml").write_text((Path(env["CODEX_HOME"]) / "config.toml").read_text())
     for goal_id in GOALS:
         add_goal(cli, env, goal_id, kind, tmp_path / f"w-{goal_id}", "--account", "sub")
     mock.model.answer = IDLE

@@ -54,11 +54,20 @@ class Diagnosis(StrEnum):
     OTHER = "other"
 
 
+# An expired, revoked or refused login, as the pinned CLIs word it: Codex 0.171 "unexpected
+# status 401 Unauthorized: ..." and "Your access token could not be refreshed because your
+# refresh token was revoked. Please log out and sign in again."; Claude Code 2.1.197 "Failed to
+# authenticate. API Error: 401 ...", "OAuth token revoked · Please run /login", "Your account
+# does not have access to Claude. Please login again ..."; Gemini CLI 0.61 the API's 401
+# UNAUTHENTICATED ("Request had invalid authentication credentials").
 _AUTH = re.compile(
     r"\b401\b|unauthori[sz]ed|invalid (?:x-)?api[ -]key|(?:missing|no) api[ -]key|not logged in"
     r"|not signed in|please run /login|codex login|authentication[_ ](?:error|failed)"
     r"|oauth token (?:has )?expired|token has been (?:invalidated|revoked)|api key not valid"
-    r"|UNAUTHENTICATED",
+    r"|UNAUTHENTICATED|oauth token (?:has been )?revoked|failed to authenticate"
+    r"|refresh token (?:was revoked|was already used|has expired|is no longer valid)"
+    r"|access token could not be refreshed|sign in again|please login again"
+    r"|token_invalidated|invalid authentication credentials",
     re.IGNORECASE,
 )
 _RATE_LIMIT = re.compile(
