@@ -273,8 +273,7 @@ def test_a_codex_turn_reporting_96_percent_stops_the_accounts_next_turn(cli, tmp
     monkeypatch.setenv("FAKE_CODEX_LOG", str(tmp_path / "codex.log"))
     monkeypatch.setenv("FAKE_CODEX_USED_PERCENT", "80,96")
     cli = cli.in_process()
-    cli.run("account", "add", "work", "--host-kind", "codex",
-            "--env", f"CODEX_HOME={tmp_path / 'codex-home'}", check=True)  # fmt: skip
+    cli.run("account", "add", "work", "--host-kind", "codex", check=True)  # its own CODEX_HOME
     workdir = tmp_path / "w"
     workdir.mkdir()
     cli.run("goal", "add", "c1", "--objective", "x", "--workdir", str(workdir),
