@@ -31,6 +31,7 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.lease import Fence
 from loopx.turn.outcome import ResultKind, TurnStatus
 from loopx.turn.protocol import Envelope, HostResult
+from loopx.turn.stall import StallLadder
 from loopx.usage import Usage
 
 JOURNAL_SCHEMA_VERSION: Final = 1
@@ -148,6 +149,8 @@ class TurnJournal(Record):
     # The host's result as it reported it, when a failing check turned its `completed`
     # into `progress` (``result`` then holds the result the turn commits).
     reported_result: HostResult | None = None
+    # The stall ladder's record when the host stalled (None: it never did).
+    stall: StallLadder | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
     ended_at: UtcDatetime | None = None

@@ -76,6 +76,10 @@ class Lease(Record):
     acquired_at: UtcDatetime
     renewed_at: UtcDatetime
     expires_at: UtcDatetime
+    # What the holder last saw of its running host, written with each renewal (a coarse
+    # interval, not per byte): when the host last wrote output, and a stall rung in force.
+    last_output_at: UtcDatetime | None = None
+    activity: str | None = None
 
 
 class Holder(StrEnum):
@@ -378,8 +382,18 @@ def fence_of(layout: Layout, lease: Lease) -> Fence:
     return Fence(layout, lease.goal_id, lease.epoch)
 
 
-def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = None) -> Lease:
+def renew(
+    layout: Layout,
+    lease: Lease,
+    *,
+    now: datetime,
+    ttl_s: float | None = None,
+    last_output_at: datetime | None = None,
+    activity: str | None = None,
+) -> Lease:
     """Extend a held lease; refuse if a takeover happened.
+
+    ``last_output_at`` and ``activity`` are what status shows of the running host.
 
     The lease file is rewritten from ``lease``, not read: under the goal's
     lock, a counter still at the lease's epoch means no claim came after this
@@ -392,7 +406,12 @@ def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = 
     with fence_of(layout, lease).held():
         ttl = lease_ttl_s() if ttl_s is None else ttl_s
         renewed = lease.model_copy(
-            update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl)}
+            update={
+                "renewed_at": now,
+                "expires_at": now + timedelta(seconds=ttl),
+                "last_output_at": last_output_at,
+                "activity": activity,
+            }
         )
         atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
     return renewed

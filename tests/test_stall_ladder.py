@@ -1,0 +1,97 @@
+"""The stall ladder with the fake claude: a stalled host resumed in its session, or a gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopx.accounts.files import read_state
+from loopx.accounts.model import Condition, account_of
+from loopx.root import Layout
+from loopx.testing import install_fake_host
+from loopx.turn.journal import TurnJournal
+from tests.hostkit import log_lines
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake claude first on PATH with a private home; returns the work directory."""
+    bin_dir = tmp_path / "bin"
+    install_fake_host(bin_dir, "claude")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_CLAUDE_HOME", str(tmp_path / "claude"))
+    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(tmp_path / "claude.log"))
+    monkeypatch.setenv("LOOPX_KILL_GRACE_S", "0.5")
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def _add(cli, work: Path, stall_timeout: str) -> None:
+    cli.run(
+        "goal", "add", "g", "--objective", "make it work", "--workdir", str(work),
+        "--host-kind", "claude", "--stall-timeout", stall_timeout, check=True,
+    )  # fmt: skip
+
+
+def _turn(cli, mode: str) -> dict:
+    proc = cli.run("turn", "run-once", "g", "--json", FAKE_CLAUDE_MODE=mode)
+    report = json.loads(proc.stdout)["report"]
+    assert report is not None, proc.stdout + proc.stderr
+    return report
+
+
+def _journal(cli) -> TurnJournal:
+    (path,) = (cli.root / "goals" / "g" / "turns").glob("*.json")
+    return TurnJournal.model_validate_json(path.read_text())
+
+
+def test_a_stalled_host_is_resumed_in_its_session(cli, fake, tmp_path):
+    """Rung 1: the stalled session is resumed with a short "continue" prompt; the turn commits."""
+    _add(cli, fake, "2")
+    report = _turn(cli, "stall_fresh")
+    assert (report["status"], report["kind"]) == ("committed", "progress"), report
+    first, second = log_lines(tmp_path / "claude.log")
+    session = json.loads(_journal(cli).outcome.stdout.splitlines()[0])["session_id"]
+    assert second["argv"][second["argv"].index("--resume") + 1] == session
+    assert second["stdin"].startswith("Your previous reply in this session stopped")
+    assert len(second["stdin"]) < len(first["stdin"]) / 2
+    ladder = _journal(cli).stall
+    assert ladder is not None
+    assert [r.rung for r in ladder.runs] == ["resume"]
+    assert cli.json("goal", "show", "g")["state"]["consecutive_failures"] == 0
+
+
+def test_a_stall_that_persists_ends_at_a_gate_not_a_failure(cli, fake, tmp_path):
+    """Every rung stalls: resume twice, a fresh session, then a gate with the output and the tries."""
+    _add(cli, fake, "0.5")
+    report = _turn(cli, "stall")
+    assert (report["status"], report["kind"]) == ("committed", "needs_human"), report
+    runs = log_lines(tmp_path / "claude.log")
+    assert ["--resume" in r["argv"] for r in runs] == [False, True, True, False]
+    state = cli.json("goal", "show", "g")["state"]
+    assert state["consecutive_failures"] == 0
+    (gate,) = state["open_gates"] if "open_gates" in state else state["gates"]
+    assert "rung 1 (resume)" in gate["question"]
+    assert "rung 2 (fresh)" in gate["question"]
+    assert '"subtype": "init"' in gate["question"]  # the last output lines
+    ladder = _journal(cli).stall
+    assert ladder is not None
+    assert [r.rung for r in ladder.runs] == ["resume", "resume", "fresh", "gate"]
+    assert _journal(cli).result.evidence == ["host_stalled"]
+    account = read_state(Layout.at(cli.root), account_of(None, "claude"))
+    assert account.condition is Condition.OVERLOADED  # backed off, like a 5xx
+
+
+def test_the_host_s_own_idle_timeout_is_a_stall(cli, fake):
+    """Claude Code's own "Request timed out." climbs the ladder too; it never counts as a failure."""
+    _add(cli, fake, "30")
+    report = _turn(cli, "idle_timeout")
+    assert (report["status"], report["kind"]) == ("committed", "needs_human"), report
+    ladder = _journal(cli).stall
+    assert ladder is not None
+    assert "Request timed out" in ladder.seen[0].cause
