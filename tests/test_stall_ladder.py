@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +18,7 @@ from loopx.root import Layout
 from loopx.testing import install_fake_host
 from loopx.turn.journal import TurnJournal
 from tests.hostkit import log_lines
+from tests.turnkit import cli_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,3 +101,32 @@ def test_the_host_s_own_idle_timeout_is_a_stall(cli, fake):
     ladder = _journal(cli).stall
     assert ladder is not None
     assert "Request timed out" in ladder.seen[0].cause
+
+
+def test_status_shows_the_rung_and_the_last_output_while_the_ladder_climbs(cli, fake, tmp_path):
+    """While rung 1 runs, `status --json` shows its rung and when the host last wrote output."""
+    _add(cli, fake, "1")
+    env = cli_env(FAKE_CLAUDE_MODE="stall", LOOPX_LEASE_TTL_S="1")
+    turn = subprocess.Popen(
+        [sys.executable, "-m", "loopx", "--root", str(cli.root), "turn", "run-once", "g"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        lease = None
+        while time.monotonic() < deadline:
+            (goal,) = cli.json("status")["goals"]
+            lease = goal["lease"]
+            if lease is not None and lease["activity"] is not None:
+                break
+            time.sleep(0.1)
+        assert lease is not None
+        assert lease["activity"] == "stalled: rung 1 of 4, resuming session"
+        assert lease["last_output_at"] is not None
+        assert "stalled: rung 1 of 4" in goal["explanation"]
+    finally:
+        os.killpg(turn.pid, signal.SIGKILL)
+        turn.wait()

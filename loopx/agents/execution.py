@@ -279,7 +279,6 @@ class _HostWatch:
             tail.close()  # the host ended (or the turn failed): no live output any more
             if holder.last_output_at is not None:
                 log.info("host_output_last", at=holder.last_output_at.isoformat())
-            holder.last_output_at = None
 
     def tampered(self, journal: TurnJournal) -> list[str]:
         """LoopX's files the host changed while it ran (in any of its attempts)."""

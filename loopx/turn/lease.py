@@ -25,6 +25,7 @@ from typing import Final, Literal
 from loopx import environ
 from loopx.errors import CorruptFileError, LeaseLostError
 from loopx.goallock import goal_lock
+from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
@@ -40,6 +41,9 @@ from loopx.storage.files import (
 log = get_logger(__name__)
 
 DEFAULT_TTL_S: Final = 30.0
+# How far the host's last output time must move before status is told (a change hint): a
+# renewal every 10 s must not re-read every running goal's files.
+LAST_OUTPUT_HINT_S: Final = 60.0
 # How long past expiry a lease whose holder we cannot see (another hostname,
 # or alive but silent here) is still respected before a takeover.
 DEFAULT_GRACE_S: Final = 30.0
@@ -414,7 +418,19 @@ def renew(
             }
         )
         atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
+    if _shows_more(lease, renewed):
+        note_goal_changed(layout, lease.goal_id)
     return renewed
+
+
+def _shows_more(before: Lease, after: Lease) -> bool:
+    """Whether status should see the renewal: a new activity, or the last output moved on."""
+    if before.activity != after.activity:
+        return True
+    old, new = before.last_output_at, after.last_output_at
+    if old is None or new is None:
+        return old != new
+    return new - old >= timedelta(seconds=LAST_OUTPUT_HINT_S)
 
 
 def release(layout: Layout, lease: Lease) -> bool:
