@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,10 +12,13 @@ import pytest
 
 from loopx.agents.hostrun import Limits, Observation, kill_reason, run_host
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for
+from loopx.registry.model import HostKind
+from loopx.root import Layout
 from loopx.state import GoalState, HostSession
 from loopx.status.projection import GoalInputs, project_goal
 from loopx.testing.status_fixtures import make_goal
 from loopx.turn.failures import FailureReason
+from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
 from loopx.turn.protocol import Envelope
@@ -31,6 +35,8 @@ from loopx.turn.stall import (
     stall_cause,
     stalled_envelope,
 )
+from loopx.turn.steps.context import TurnConfig, TurnContext, TurnOptions
+from loopx.turn.steps.stalling import fresh_session, gate_stall, resume_session
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 SESSION = HostSession(kind="claude", session_id="s-1", turns=1)
@@ -210,3 +216,43 @@ def test_status_shows_the_last_output_and_the_rung() -> None:
     )
     assert view.lease is not None
     assert view.lease.last_output_at == NOW - timedelta(minutes=5)
+
+
+def _stalled_ctx(tmp_path: Path, *, stop: bool) -> TurnContext:
+    envelope = _envelope()
+    plan = TurnPlan(envelope=envelope, host_kind=HostKind.CLAUDE, argv=[], turn_timeout_s=600)
+    outcome = HostOutcome(
+        killed=FailureReason.HOST_STALLED,
+        stdout='{"type": "system"}\n',
+        started_at=NOW,
+        ended_at=NOW,
+    )
+    journal = TurnJournal(
+        loopx_version="0", goal_id="g", agent_id="a", turn_key=envelope.turn_key, seq=1, epoch=1,
+        plan=plan, outcome=outcome, created_at=NOW, updated_at=NOW,
+    )  # fmt: skip
+    event = threading.Event()
+    if stop:
+        event.set()
+    goal = make_goal("g", now=NOW, workdir=tmp_path)
+    layout = Layout.at(tmp_path)
+    options = TurnOptions(stop=event)
+    return TurnContext(layout, goal, "a", TurnConfig(), options, None, journal=journal)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("row", [resume_session, fresh_session, gate_stall])
+def test_a_stop_while_stalled_ends_the_turn_stopped_not_gated(tmp_path: Path, row) -> None:
+    """A stop request during the ladder: no rung runs, the outcome is a stopped host's."""
+    ctx = row(_stalled_ctx(tmp_path, stop=True))
+    assert ctx.planned.outcome.killed is FailureReason.STOPPED
+    assert ctx.planned.stall is None
+
+
+def test_the_gate_row_turns_the_stall_into_a_needs_human_outcome(tmp_path: Path) -> None:
+    """The gate row: no kill, no failure, a needs_human result; the ladder records the gate."""
+    ctx = gate_stall(_stalled_ctx(tmp_path, stop=False))
+    outcome = ctx.planned.outcome
+    assert (outcome.killed, outcome.failure) == (None, None)
+    assert outcome.result.kind is ResultKind.NEEDS_HUMAN
+    assert [r.rung for r in ctx.planned.stall.runs] == [Rung.GATE]
+    assert '{"type": "system"}' in outcome.result.question

@@ -20,6 +20,7 @@ from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
+from loopx.turn.failures import FailureReason
 from loopx.turn.journal import HostOutcome, TurnJournal, journal_files, read_journal, write_journal
 from loopx.turn.stall import (
     RESUME_WINDOW,
@@ -58,16 +59,18 @@ def stalled(ctx: TurnContext) -> bool:
 
 def resume_session(ctx: TurnContext) -> TurnContext:
     """Rung 1: stop the host and resume its session with a short "continue" prompt."""
-    return _climb(ctx, Rung.RESUME)
+    return _stopped(ctx) if ctx.options.stopping else _climb(ctx, Rung.RESUME)
 
 
 def fresh_session(ctx: TurnContext) -> TurnContext:
     """Rung 2: a fresh session in the same workdir, with the goal's state."""
-    return _climb(ctx, Rung.FRESH)
+    return _stopped(ctx) if ctx.options.stopping else _climb(ctx, Rung.FRESH)
 
 
 def gate_stall(ctx: TurnContext) -> TurnContext:
     """Rung 4: the outcome becomes a gate with the last output lines and what was tried."""
+    if ctx.options.stopping:
+        return _stopped(ctx)
     journal = ctx.planned
     outcome = journal.outcome
     cause = cause_of(outcome)
@@ -83,6 +86,15 @@ def gate_stall(ctx: TurnContext) -> TurnContext:
     log.warning("stall_gate", stalls=len(ladder.seen), runs=len(ladder.runs) - 1)
     gated = outcome.model_copy(update={"killed": None, "failure": None, "result": result})
     return ctx.but(journal=journal.model_copy(update={"stall": ladder, "outcome": gated}))
+
+
+def _stopped(ctx: TurnContext) -> TurnContext:
+    """A stop came while the host was stalled: the turn ends ``stopped``, as a stopped host's does."""
+    journal = ctx.planned
+    assert journal.outcome is not None  # noqa: S101 - the row applies to a stalled outcome only
+    log.info("stall_ladder_stopped")
+    stopped = journal.outcome.model_copy(update={"killed": FailureReason.STOPPED})
+    return ctx.but(journal=journal.model_copy(update={"outcome": stopped}))
 
 
 def _climb(ctx: TurnContext, rung: Rung) -> TurnContext:
