@@ -25,27 +25,28 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The fake claude first on PATH with a private home; returns the work directory."""
+    """The fake claude and codex first on PATH with private homes; returns the work directory."""
     bin_dir = tmp_path / "bin"
-    install_fake_host(bin_dir, "claude")
+    for name in ("claude", "codex"):
+        install_fake_host(bin_dir, name)
+        monkeypatch.setenv(f"FAKE_{name.upper()}_HOME", str(tmp_path / name))
+        monkeypatch.setenv(f"FAKE_{name.upper()}_LOG", str(tmp_path / f"{name}.log"))
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_CLAUDE_HOME", str(tmp_path / "claude"))
-    monkeypatch.setenv("FAKE_CLAUDE_LOG", str(tmp_path / "claude.log"))
     monkeypatch.setenv("LOOPX_KILL_GRACE_S", "0.5")
     work = tmp_path / "work"
     work.mkdir()
     return work
 
 
-def _add(cli, work: Path, stall_timeout: str) -> None:
+def _add(cli, work: Path, stall_timeout: str, kind: str = "claude") -> None:
     cli.run(
         "goal", "add", "g", "--objective", "make it work", "--workdir", str(work),
-        "--host-kind", "claude", "--stall-timeout", stall_timeout, check=True,
+        "--host-kind", kind, "--stall-timeout", stall_timeout, check=True,
     )  # fmt: skip
 
 
-def _turn(cli, mode: str) -> dict:
-    proc = cli.run("turn", "run-once", "g", "--json", FAKE_CLAUDE_MODE=mode)
+def _turn(cli, mode: str, kind: str = "claude") -> dict:
+    proc = cli.run("turn", "run-once", "g", "--json", **{f"FAKE_{kind.upper()}_MODE": mode})
     report = json.loads(proc.stdout)["report"]
     assert report is not None, proc.stdout + proc.stderr
     return report
@@ -69,6 +70,25 @@ def test_a_stalled_host_is_resumed_in_its_session(cli, fake, tmp_path):
     ladder = _journal(cli).stall
     assert ladder is not None
     assert [r.rung for r in ladder.runs] == ["resume"]
+    assert cli.json("goal", "show", "g")["state"]["consecutive_failures"] == 0
+
+
+def test_a_stalled_codex_is_resumed_in_its_thread(cli, fake, tmp_path):
+    """Codex: the stalled thread (named by thread.started) is resumed; the turn commits."""
+    _add(cli, fake, "2", kind="codex")
+    report = _turn(cli, "stall_fresh", kind="codex")
+    assert (report["status"], report["kind"]) == ("committed", "progress"), report
+    _, second = log_lines(tmp_path / "codex.log")
+    thread = cli.json("goal", "show", "g")["state"]["host_session"]["session_id"]
+    assert second["argv"][-3:] == ["resume", thread, "-"]
+    assert second["stdin"].startswith("Your previous reply in this session stopped")
+
+
+def test_codex_s_own_idle_timeout_is_a_stall_not_a_failure(cli, fake):
+    """Codex's "idle timeout waiting for SSE" climbs the ladder to its gate, never a failure."""
+    _add(cli, fake, "30", kind="codex")
+    report = _turn(cli, "idle_timeout", kind="codex")
+    assert report["kind"] == "needs_human", report  # every run of this mode times out
     assert cli.json("goal", "show", "g")["state"]["consecutive_failures"] == 0
 
 

@@ -17,7 +17,9 @@ Environment:
         seconds, printed as a local clock like codex), ``too_many_requests``
         (429), ``server_error`` (500), ``unreachable`` (reconnects forever),
         ``failed`` (turn.failed), ``retry_then_success`` (a transient
-        ``error`` event, then success), ``exit`` (crash).
+        ``error`` event, then success), ``exit`` (crash), ``stall_fresh`` (a new
+        thread says nothing after ``turn.started`` until killed; a resumed one
+        succeeds), ``idle_timeout`` (codex's own stream idle timeout, turn.failed).
     FAKE_CODEX_RESET_IN: seconds until the fake usage limit resets (default 7200).
     FAKE_CODEX_LIMIT_FILE: a provider-side usage limit shared by every run that names the
         file (an account): while it holds an ISO time in the future, a run answers the usage
@@ -150,6 +152,7 @@ def _failure_message(mode: str) -> str | None:
         "server_error": "We\u2019re currently experiencing high demand, which may cause "
         "temporary errors.",
         "failed": "stream disconnected before completion: fake network error",
+        "idle_timeout": "stream disconnected before completion: idle timeout waiting for SSE",
     }.get(mode)
 
 
@@ -192,11 +195,16 @@ def main() -> int:  # noqa: C901, PLR0911, PLR0912 - a branch per documented mod
         return 1
     thread = resume or str(uuid.uuid4())
     totals = json.loads((home / thread).read_text()) if resume else [0, 0, 0]
+    if resume is None:  # codex writes a thread's rollout as it starts
+        (home / thread).write_text(json.dumps(totals))
     _emit({"type": "thread.started", "thread_id": thread})
     if model := flags.get("--model", flags.get("-m")):
         item = {"id": "item_w", "type": "error", "message": MODEL_WARNING.format(model=model)}
         _emit({"type": "item.completed", "item": item})
     _emit({"type": "turn.started"})
+    if mode == "stall_fresh" and resume is None:
+        while True:  # a model stream that stopped: not a line more until killed
+            time.sleep(3600)
     if mode == "unreachable":
         while True:  # codex 0.171 never gives up; the turn runner must stop it
             _emit({"type": "error", "message": RECONNECT})
