@@ -18,7 +18,7 @@ from loopx.state import GoalState, HostSession
 from loopx.status.projection import GoalInputs, project_goal
 from loopx.testing.status_fixtures import make_goal
 from loopx.turn.failures import FailureReason
-from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan
+from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, write_journal_unfenced
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
 from loopx.turn.protocol import Envelope
@@ -36,7 +36,13 @@ from loopx.turn.stall import (
     stalled_envelope,
 )
 from loopx.turn.steps.context import TurnConfig, TurnContext, TurnOptions
-from loopx.turn.steps.stalling import fresh_session, gate_stall, resume_session
+from loopx.turn.steps.stalling import (
+    fresh_session,
+    gate_stall,
+    resume_session,
+    resumes_in_window,
+)
+from tests.turnkit import make_root
 
 NOW = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
 SESSION = HostSession(kind="claude", session_id="s-1", turns=1)
@@ -256,3 +262,21 @@ def test_the_gate_row_turns_the_stall_into_a_needs_human_outcome(tmp_path: Path)
     assert outcome.result.kind is ResultKind.NEEDS_HUMAN
     assert [r.rung for r in ctx.planned.stall.runs] == [Rung.GATE]
     assert '{"type": "system"}' in outcome.result.question
+
+
+def test_resumes_are_counted_over_the_goal_s_journals_of_the_last_day(tmp_path: Path) -> None:
+    """This turn's resumes and those of the goal's other journals within 24 hours; gates not."""
+    layout = make_root(tmp_path / "root")
+    now = datetime.now(UTC)
+    ladder = _ladder(Rung.RESUME, Rung.FRESH, Rung.GATE, at=now - timedelta(hours=1))
+    old = _ladder(Rung.RESUME, at=now - timedelta(hours=30))
+    base = _stalled_ctx(tmp_path, stop=False).planned
+    layout.turns_dir("g").mkdir(parents=True)
+    for seq, stall in ((1, ladder), (2, old)):
+        key = f"g-t{seq:06d}-e1"
+        journal = base.model_copy(update={"turn_key": key, "seq": seq, "stall": stall})
+        write_journal_unfenced(layout, journal)
+    current = base.model_copy(
+        update={"turn_key": "g-t000003-e1", "seq": 3, "stall": _ladder(Rung.RESUME, at=now)}
+    )
+    assert resumes_in_window(layout, current, now) == 3
