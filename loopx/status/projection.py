@@ -132,7 +132,7 @@ def _norm(text: str) -> str:
 
 
 def _host_activity(lease: Lease) -> str:
-    """``; last output 12:03:04; stalled: rung 1 of 4, resuming session``, as far as known."""
+    """``; last output <time>; stalled: rung 1 of 4, resuming session``, as far as known."""
     parts = []
     if lease.last_output_at is not None:
         parts.append(f"last output {iso_utc(lease.last_output_at, 'seconds')}")

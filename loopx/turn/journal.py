@@ -108,7 +108,8 @@ class HostOutcome(Record):
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
-    killed: FailureReason | None = None  # turn_timeout, quota_memory_exceeded, stopped
+    # Why LoopX ended the run: turn_timeout, quota_memory_exceeded, stopped, host_stalled.
+    killed: FailureReason | None = None
     stdout: str = ""
     stderr: str = ""
     stdout_dropped: int = 0

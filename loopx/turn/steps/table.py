@@ -115,9 +115,9 @@ def _terminal(journal: TurnJournal) -> bool:
     return journal.status is not TurnStatus.IN_PROGRESS
 
 
-# claim -> leftovers -> workdir | worktree -> quota -> account -> journal -> host
-# -> the stall ladder (only a stalled host) -> settle -> check -> writeback (the phases)
-# -> release -> merge
+# claim -> leftovers -> workdir | worktree -> quota -> account -> journal -> host -> settle
+# -> check -> writeback (the phases) -> release -> merge
+# (between host and settle, for a stalled host only: the stall ladder's rungs)
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
     Step("leftovers", finish_leftovers),
