@@ -164,6 +164,22 @@ def _message(mode: str, result: str) -> str:
     return result
 
 
+def _open_thread(home: Path, resume: str | None) -> tuple[str, list[int]]:
+    """The thread this run works in and its usage so far; a new one's rollout is written now."""
+    thread = resume or str(uuid.uuid4())
+    totals = json.loads((home / thread).read_text()) if resume else [0, 0, 0]
+    if resume is None:  # codex writes a thread's rollout as it starts
+        (home / thread).write_text(json.dumps(totals))
+    return thread, totals
+
+
+def _stall_if(mode: str, resume: str | None) -> None:
+    """``stall_fresh`` on a new thread: a model stream that stopped, not a line more until killed."""
+    if mode == "stall_fresh" and resume is None:
+        while True:
+            time.sleep(3600)
+
+
 def main() -> int:  # noqa: C901, PLR0911, PLR0912 - a branch per documented mode
     """Run the fake; returns the exit code."""
     args = sys.argv[1:]
@@ -193,18 +209,13 @@ def main() -> int:  # noqa: C901, PLR0911, PLR0912 - a branch per documented mod
             "(code -32600)\n"
         )
         return 1
-    thread = resume or str(uuid.uuid4())
-    totals = json.loads((home / thread).read_text()) if resume else [0, 0, 0]
-    if resume is None:  # codex writes a thread's rollout as it starts
-        (home / thread).write_text(json.dumps(totals))
+    thread, totals = _open_thread(home, resume)
     _emit({"type": "thread.started", "thread_id": thread})
     if model := flags.get("--model", flags.get("-m")):
         item = {"id": "item_w", "type": "error", "message": MODEL_WARNING.format(model=model)}
         _emit({"type": "item.completed", "item": item})
     _emit({"type": "turn.started"})
-    if mode == "stall_fresh" and resume is None:
-        while True:  # a model stream that stopped: not a line more until killed
-            time.sleep(3600)
+    _stall_if(mode, resume)
     if mode == "unreachable":
         while True:  # codex 0.171 never gives up; the turn runner must stop it
             _emit({"type": "error", "message": RECONNECT})
