@@ -45,14 +45,15 @@ def turn(
 
 
 def test_prepare_runs_print_mode_json_with_prompt_on_stdin(tmp_path, fake):
-    """A fresh turn is `claude -p --output-format json` with the prompt on stdin."""
+    """A fresh turn is `claude -p --output-format stream-json --verbose`, prompt on stdin."""
     goal = make_goal(tmp_path, HostKind.CLAUDE, ["--max-turns", "30"])
     inv = HOST.prepare(goal, make_envelope(tmp_path, goal))
     assert inv.argv == [
         str(tmp_path / "bin" / "claude"),
         "-p",
         "--output-format",
-        "json",
+        "stream-json",
+        "--verbose",
         "--max-turns",
         "30",
     ]

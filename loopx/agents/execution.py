@@ -42,6 +42,7 @@ from loopx.storage.files import ensure_dir, read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import HostOutcome, TurnJournal, write_journal
 from loopx.turn.protocol import Envelope
+from loopx.turn.stall import DEFAULT_STALL_TIMEOUT_S, stalled_envelope
 from loopx.turn.steps.committing import clear_result
 from loopx.turn.steps.context import TurnContext
 from loopx.turn.tamper import GoalFingerprint
@@ -186,10 +187,22 @@ def run_host_turn(
 
 
 def _envelope(journal: TurnJournal) -> Envelope:
-    """The envelope of the journal's current attempt (what an interrupted one left, if any)."""
-    return journal.plan.envelope.model_copy(
+    """The envelope of the journal's current attempt (what an interrupted one left, if any).
+
+    On a run of the stall ladder, the rung's session and note (:mod:`loopx.turn.stall`).
+    """
+    envelope = journal.plan.envelope.model_copy(
         update={"attempt": journal.attempt, "interrupted": interruption(journal)}
     )
+    return stalled_envelope(envelope, journal.stall)
+
+
+def stall_timeout(ctx: TurnContext, invocation: HostInvocation) -> float | None:
+    """The run's stall timeout: the goal's, else the default of a host that streams output."""
+    own = ctx.goal.quota.stall_timeout_s
+    if own is not None:
+        return own
+    return DEFAULT_STALL_TIMEOUT_S if invocation.streams else None
 
 
 class _HostWatch:
@@ -241,6 +254,12 @@ class _HostWatch:
         if self.console is not None:
             self.console.started(ctx.goal, seq=journal.seq, attempt=journal.attempt)
         tail = LiveTail(ctx.layout, ctx.goal.id, journal.turn_key, self.secrets)
+        holder = ctx.claimed.holder
+
+        def feed(chunk: bytes) -> None:
+            tail.feed(chunk)
+            holder.last_output_at = utcnow()  # published with the lease's next renewal
+
         try:
             return run_host(
                 invocation.argv,
@@ -251,18 +270,21 @@ class _HostWatch:
                     timeout_s=journal.plan.turn_timeout_s,
                     max_rss_mb=journal.plan.max_rss_mb,
                     kill_grace_s=ctx.config.kill_grace_s,
+                    stall_timeout_s=stall_timeout(ctx, invocation),
                 ),
                 turn_key=journal.turn_key,
                 loopx_root=str(ctx.layout.root),
                 stop=ctx.options.stop,
                 tick=ctx.claimed.holder.renew,
                 tick_every_s=ctx.config.renew_every_s,
-                tee=tail.feed,
+                tee=feed,
                 watch=StallWatcher(invocation.stall) if invocation.stall is not None else None,
                 echo=self.console.output if self.console is not None else None,
             )
         finally:
             tail.close()  # the host ended (or the turn failed): no live output any more
+            if holder.last_output_at is not None:
+                log.info("host_output_last", at=holder.last_output_at.isoformat())
 
     def tampered(self, journal: TurnJournal) -> list[str]:
         """LoopX's files the host changed while it ran (in any of its attempts)."""
@@ -380,6 +402,13 @@ def _outcome(
     if run.spawn_error is not None:
         failure = TurnFailure.of(FailureReason.HOST_MISSING, run.spawn_error)
         return HostOutcome.model_validate({**base, "failure": failure}), None
+    if run.killed is FailureReason.HOST_STALLED:
+        # The session a stalled run was in, for the stall ladder's resume.
+        try:
+            session = host.interpret(envelope, output).session
+        except (LoopxError, ValueError):
+            session = None
+        return HostOutcome.model_validate({**base, "session": session}), None
     if run.killed is not None:
         return HostOutcome.model_validate(base), None
     text, refused = _read_result_file(result_file)

@@ -37,9 +37,11 @@ class Capture:
     dropped: int = 0
     tee: Callable[[bytes], None] | None = None  # also sees every chunk (the live tail)
     echo: Callable[[bytes], None] | None = None  # shown live (an agent's console)
+    last_at: float | None = None  # time.monotonic() of the newest chunk: the stall watch's clock
 
     def feed(self, chunk: bytes) -> None:
         """Keep what fits under the limit, count the rest."""
+        self.last_at = time.monotonic()
         if self.tee is not None:
             self.tee(chunk)
         if self.echo is not None:

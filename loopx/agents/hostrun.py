@@ -81,6 +81,7 @@ class Limits:
     timeout_s: float
     max_rss_mb: float | None = None
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
+    stall_timeout_s: float | None = None  # no output for this long: stalled (None: never)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class Observation:
     elapsed_s: float
     rss_bytes: int
     stop_requested: bool
+    quiet_s: float = 0.0  # since the host last wrote to stdout or stderr (or started)
 
 
 def kill_reason(seen: Observation, limits: Limits) -> FailureReason | None:
@@ -115,6 +117,8 @@ def kill_reason(seen: Observation, limits: Limits) -> FailureReason | None:
         return FailureReason.STOPPED
     if seen.elapsed_s > limits.timeout_s:
         return FailureReason.TURN_TIMEOUT
+    if limits.stall_timeout_s is not None and seen.quiet_s > limits.stall_timeout_s:
+        return FailureReason.HOST_STALLED
     if limits.max_rss_mb is not None and seen.rss_bytes > limits.max_rss_mb * _MB:
         return FailureReason.QUOTA_MEMORY_EXCEEDED
     return None
@@ -335,6 +339,7 @@ class _Running:
                 elapsed_s=now_m - self.t0,
                 rss_bytes=rss,
                 stop_requested=stop is not None and stop.is_set(),
+                quiet_s=now_m - max(self.t0, self.out.last_at or 0.0, self.err.last_at or 0.0),
             )
             killed = kill_reason(observed, self.limits)
             if killed is None and tick is not None and now_m >= next_tick:

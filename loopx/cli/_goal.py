@@ -21,6 +21,7 @@ QUOTA_FLAGS = {
     "quota_window_hours": "window_hours",
     "cpu_seconds": "cpu_seconds",
     "turn_timeout": "turn_timeout_s",
+    "stall_timeout": "stall_timeout_s",
     "max_rss_mb": "max_rss_mb",
     "min_free_memory_mb": "min_free_memory_mb",
     "max_load_per_cpu": "max_load_per_cpu",
@@ -67,6 +68,13 @@ def register(sub: Subparsers) -> None:
     add.add_argument("--quota-window-hours", type=float, metavar="H", help="window (default 24)")
     add.add_argument("--cpu-seconds", type=float, metavar="N", help="CPU-seconds cap per window")
     add.add_argument("--turn-timeout", type=float, metavar="S", help="seconds per turn")
+    add.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="S",
+        help="seconds without host output before the stall ladder acts (default 300 for claude "
+        "and codex, off for others)",
+    )
     add.add_argument("--max-rss-mb", type=int, metavar="N", help="peak RSS cap per turn")
     add.add_argument("--min-free-memory-mb", type=int, metavar="N", help="host guard")
     add.add_argument("--max-load-per-cpu", type=float, metavar="F", help="host guard")

@@ -46,6 +46,13 @@ class QuotaPolicy(Record):
     turn_timeout_s: Annotated[
         PositiveFloat, Field(description="seconds one turn's host may run before it is killed, > 0")
     ] = 1800.0
+    stall_timeout_s: Annotated[
+        PositiveFloat | None,
+        Field(
+            description="seconds a turn's host may write nothing before it counts as stalled, > 0; "
+            "null: 300 for hosts that stream a sign of life (claude, codex), none for others"
+        ),
+    ] = None
     max_rss_mb: Annotated[
         PositiveInt | None,
         Field(description="peak RSS of a turn's host process tree in MB before it is killed, > 0"),

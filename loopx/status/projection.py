@@ -131,6 +131,16 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def _host_activity(lease: Lease) -> str:
+    """``; last output <time>; stalled: rung 1 of 4, resuming session``, as far as known."""
+    parts = []
+    if lease.last_output_at is not None:
+        parts.append(f"last output {iso_utc(lease.last_output_at, 'seconds')}")
+    if lease.activity:
+        parts.append(lease.activity)
+    return "".join(f"; {p}" for p in parts)
+
+
 def _lease_view(lease: Lease, now: datetime) -> LeaseView:
     return trusted(
         LeaseView,
@@ -143,6 +153,8 @@ def _lease_view(lease: Lease, now: datetime) -> LeaseView:
             "acquired_at": lease.acquired_at,
             "expires_at": lease.expires_at,
             "expired": lease.expires_at <= now,
+            "last_output_at": lease.last_output_at,
+            "activity": lease.activity,
         },
     )
 
@@ -240,7 +252,7 @@ def _decide(  # noqa: C901, PLR0911, PLR0912 - one branch per rule of the table 
             return (
                 Actor.AGENT,
                 StatusReason.RUNNING,
-                f"agent {lease.agent_id} runs a turn since {since}",
+                f"agent {lease.agent_id} runs a turn since {since}{_host_activity(lease)}",
                 None,
             )
         return (

@@ -100,6 +100,8 @@ class LeaseView(Record):
     acquired_at: UtcDatetime
     expires_at: UtcDatetime
     expired: bool
+    last_output_at: UtcDatetime | None = None  # when its host last wrote output (coarse)
+    activity: str | None = None  # a stall rung in force: "stalled: rung 1 of 4, resuming session"
 
 
 class LastTurn(Record):

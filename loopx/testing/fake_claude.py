@@ -1,8 +1,9 @@
-"""A fake ``claude`` CLI: ``claude -p --output-format json`` output without a model.
+"""A fake ``claude`` CLI: ``claude -p --output-format json|stream-json`` output without a model.
 
-It accepts ``claude -p [--output-format json] [--resume ID] [FLAGS] [PROMPT]``,
+It accepts ``claude -p [--output-format json|stream-json] [--resume ID] [FLAGS] [PROMPT]``,
 reads the prompt from stdin when none is given, and prints the one result
-object Claude Code prints in print mode. Sessions persist under
+object Claude Code prints in print mode (with ``stream-json``, after its
+``system``/``init`` and ``assistant`` events, one JSON object a line). Sessions persist under
 ``$FAKE_CLAUDE_HOME`` so ``--resume`` works across runs; an unknown id fails
 the way the real CLI does.
 
@@ -16,7 +17,9 @@ Environment:
         as Claude Code 2.1.197 words it), ``limit_text`` (a 429 whose words are
         ``FAKE_CLAUDE_LIMIT_TEXT``: any reset a provider might print), ``server_error`` (500),
         ``unreachable`` (connection refused), ``max_turns``,
-        ``execution_error``, ``budget``, ``exit`` (crash without output).
+        ``execution_error``, ``budget``, ``exit`` (crash without output), ``stall`` (the
+        init event, then silence until killed), ``stall_fresh`` (stalls unless it resumes a
+        session), ``idle_timeout`` (Claude Code's own "Request timed out." error).
     FAKE_CLAUDE_RESULT: the result JSON the agent answers with.
     FAKE_CLAUDE_RESET_IN: seconds until the fake rate limit resets (default 3600).
     FAKE_CLAUDE_LIMIT_TEXT: the words of the ``limit_text`` mode's limit.
@@ -57,6 +60,7 @@ UNREACHABLE = "API Error: Unable to connect to API (ConnectionRefused)"
 RATE_LIMITED = (
     "API Error: Server is temporarily limiting requests (not your usage limit) \u00b7 Rate limited"
 )
+IDLE_TIMEOUT = "API Error: Request timed out."
 SERVER_ERROR = (
     "API Error: 500 Internal server error. This is a server-side issue, usually temporary "
     "\u2014 try again in a moment."
@@ -132,6 +136,7 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
         "limit_text": os.environ.get("FAKE_CLAUDE_LIMIT_TEXT", ""),
         "server_error": SERVER_ERROR,
         "unreachable": UNREACHABLE,
+        "idle_timeout": IDLE_TIMEOUT,
     }
     status = {
         "rate_limit_429": 429,
@@ -158,6 +163,17 @@ def _payload(session: str, mode: str, result: str) -> tuple[dict[str, Any], int]
     if mode == "execution_error":
         base["errors"] = ["Tool execution failed: fake error"]
     return base, 1
+
+
+def _event(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _stall() -> None:
+    """Say nothing more, as a model stream that stopped does, until killed."""
+    while True:
+        time.sleep(3600)
 
 
 def main() -> int:
@@ -195,8 +211,17 @@ def _print_mode() -> int:
     turns = int((home / session).read_text()) if resume else 0
     (home / session).write_text(str(turns + 1))
     result = os.environ.get("FAKE_CLAUDE_RESULT") or json.dumps(DEFAULT_RESULT)
-    payload, code = _payload(session, mode, result)
-    if flags.get("--output-format", "text") == "json":
+    streaming = flags.get("--output-format") == "stream-json"
+    if streaming:
+        _event({"type": "system", "subtype": "init", "session_id": session, "cwd": os.getcwd()})
+    if mode == "stall" or (mode == "stall_fresh" and resume is None):
+        _stall()
+    payload, code = _payload(session, "success" if mode == "stall_fresh" else mode, result)
+    if streaming:
+        text = str(payload.get("result", ""))
+        _event({"type": "assistant", "session_id": session, "message": {"content": text}})
+        _event(payload)
+    elif flags.get("--output-format", "text") == "json":
         sys.stdout.write(json.dumps(payload) + "\n")
     else:
         sys.stdout.write(str(payload.get("result", "")) + "\n")

@@ -17,7 +17,9 @@ Environment:
         seconds, printed as a local clock like codex), ``too_many_requests``
         (429), ``server_error`` (500), ``unreachable`` (reconnects forever),
         ``failed`` (turn.failed), ``retry_then_success`` (a transient
-        ``error`` event, then success), ``exit`` (crash).
+        ``error`` event, then success), ``exit`` (crash), ``stall_fresh`` (a new
+        thread says nothing after ``turn.started`` until killed; a resumed one
+        succeeds), ``idle_timeout`` (codex's own stream idle timeout, turn.failed).
     FAKE_CODEX_RESET_IN: seconds until the fake usage limit resets (default 7200).
     FAKE_CODEX_LIMIT_FILE: a provider-side usage limit shared by every run that names the
         file (an account): while it holds an ISO time in the future, a run answers the usage
@@ -157,6 +159,7 @@ def _failure_message(mode: str) -> str | None:
         "server_error": "We\u2019re currently experiencing high demand, which may cause "
         "temporary errors.",
         "failed": "stream disconnected before completion: fake network error",
+        "idle_timeout": "stream disconnected before completion: idle timeout waiting for SSE",
     }.get(mode)
 
 
@@ -210,6 +213,22 @@ def _record_windows(thread: str) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def _open_thread(home: Path, resume: str | None) -> tuple[str, list[int]]:
+    """The thread this run works in and its usage so far; a new one's rollout is written now."""
+    thread = resume or str(uuid.uuid4())
+    totals = json.loads((home / thread).read_text()) if resume else [0, 0, 0]
+    if resume is None:  # codex writes a thread's rollout as it starts
+        (home / thread).write_text(json.dumps(totals))
+    return thread, totals
+
+
+def _stall_if(mode: str, resume: str | None) -> None:
+    """``stall_fresh`` on a new thread: a model stream that stopped, not a line more until killed."""
+    if mode == "stall_fresh" and resume is None:
+        while True:
+            time.sleep(3600)
+
+
 def main() -> int:
     """Run the fake; returns the exit code."""
     args = sys.argv[1:]
@@ -246,13 +265,13 @@ def _exec(args: list[str]) -> int:  # noqa: C901, PLR0911, PLR0912 - a branch pe
             "(code -32600)\n"
         )
         return 1
-    thread = resume or str(uuid.uuid4())
-    totals = json.loads((home / thread).read_text()) if resume else [0, 0, 0]
+    thread, totals = _open_thread(home, resume)
     _emit({"type": "thread.started", "thread_id": thread})
     if model := flags.get("--model", flags.get("-m")):
         item = {"id": "item_w", "type": "error", "message": MODEL_WARNING.format(model=model)}
         _emit({"type": "item.completed", "item": item})
     _emit({"type": "turn.started"})
+    _stall_if(mode, resume)
     if mode == "unreachable":
         while True:  # codex 0.171 never gives up; the turn runner must stop it
             _emit({"type": "error", "message": RECONNECT})

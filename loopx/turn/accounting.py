@@ -25,6 +25,7 @@ from loopx.turn.journal import TurnJournal
 _EVIDENCE = {
     FailureReason.HOST_RATE_LIMITED.value: Signal.LIMIT,
     FailureReason.HOST_SERVER_ERROR.value: Signal.OVERLOAD,
+    FailureReason.HOST_STALLED.value: Signal.OVERLOAD,  # the provider's trouble, like a 5xx
     FailureReason.HOST_UNREACHABLE.value: Signal.NONE,  # the network, not the account
 }
 

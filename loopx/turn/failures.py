@@ -32,6 +32,7 @@ class FailureReason(StrEnum):
     HOST_SERVER_ERROR = (
         "host_server_error"  # the model server answered 5xx (after the CLI's retries)
     )
+    HOST_STALLED = "host_stalled"  # no sign of life for the stall timeout, or its own idle timeout
     HOST_MAX_TURNS = "host_max_turns"  # the CLI hit its own turn limit (claude error_max_turns)
     HOST_EXECUTION_ERROR = "host_execution_error"  # the CLI reported an error mid-run
     MALFORMED_OUTPUT = "malformed_output"  # the CLI's own output format could not be parsed

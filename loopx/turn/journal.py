@@ -32,6 +32,7 @@ from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.lease import Fence
 from loopx.turn.outcome import ResultKind, TurnStatus
 from loopx.turn.protocol import Envelope, HostResult
+from loopx.turn.stall import StallLadder
 from loopx.usage import Usage
 
 JOURNAL_SCHEMA_VERSION: Final = 1
@@ -108,7 +109,8 @@ class HostOutcome(Record):
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
-    killed: FailureReason | None = None  # turn_timeout, quota_memory_exceeded, stopped
+    # Why LoopX ended the run: turn_timeout, quota_memory_exceeded, stopped, host_stalled.
+    killed: FailureReason | None = None
     stdout: str = ""
     stderr: str = ""
     stdout_dropped: int = 0
@@ -151,6 +153,8 @@ class TurnJournal(Record):
     # The host's result as it reported it, when a failing check turned its `completed`
     # into `progress` (``result`` then holds the result the turn commits).
     reported_result: HostResult | None = None
+    # The stall ladder's record when the host stalled (None: it never did).
+    stall: StallLadder | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
     ended_at: UtcDatetime | None = None

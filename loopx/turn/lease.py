@@ -25,6 +25,7 @@ from typing import Final, Literal
 from loopx import environ
 from loopx.errors import CorruptFileError, LeaseLostError
 from loopx.goallock import goal_lock
+from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
@@ -40,6 +41,9 @@ from loopx.storage.files import (
 log = get_logger(__name__)
 
 DEFAULT_TTL_S: Final = 30.0
+# How far the host's last output time must move before status is told (a change hint): a
+# renewal every 10 s must not re-read every running goal's files.
+LAST_OUTPUT_HINT_S: Final = 60.0
 # How long past expiry a lease whose holder we cannot see (another hostname,
 # or alive but silent here) is still respected before a takeover.
 DEFAULT_GRACE_S: Final = 30.0
@@ -76,6 +80,10 @@ class Lease(Record):
     acquired_at: UtcDatetime
     renewed_at: UtcDatetime
     expires_at: UtcDatetime
+    # What the holder last saw of its running host, written with each renewal (a coarse
+    # interval, not per byte): when the host last wrote output, and a stall rung in force.
+    last_output_at: UtcDatetime | None = None
+    activity: str | None = None
 
 
 class Holder(StrEnum):
@@ -378,8 +386,18 @@ def fence_of(layout: Layout, lease: Lease) -> Fence:
     return Fence(layout, lease.goal_id, lease.epoch)
 
 
-def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = None) -> Lease:
+def renew(
+    layout: Layout,
+    lease: Lease,
+    *,
+    now: datetime,
+    ttl_s: float | None = None,
+    last_output_at: datetime | None = None,
+    activity: str | None = None,
+) -> Lease:
     """Extend a held lease; refuse if a takeover happened.
+
+    ``last_output_at`` and ``activity`` are what status shows of the running host.
 
     The lease file is rewritten from ``lease``, not read: under the goal's
     lock, a counter still at the lease's epoch means no claim came after this
@@ -392,10 +410,27 @@ def renew(layout: Layout, lease: Lease, *, now: datetime, ttl_s: float | None = 
     with fence_of(layout, lease).held():
         ttl = lease_ttl_s() if ttl_s is None else ttl_s
         renewed = lease.model_copy(
-            update={"renewed_at": now, "expires_at": now + timedelta(seconds=ttl)}
+            update={
+                "renewed_at": now,
+                "expires_at": now + timedelta(seconds=ttl),
+                "last_output_at": last_output_at,
+                "activity": activity,
+            }
         )
         atomic_write_model(layout.lease_file(lease.goal_id), renewed, durable=False)
+    if _shows_more(lease, renewed):
+        note_goal_changed(layout, lease.goal_id)
     return renewed
+
+
+def _shows_more(before: Lease, after: Lease) -> bool:
+    """Whether status should see the renewal: a new activity, or the last output moved on."""
+    if before.activity != after.activity:
+        return True
+    old, new = before.last_output_at, after.last_output_at
+    if old is None or new is None:
+        return old != new
+    return new - old >= timedelta(seconds=LAST_OUTPUT_HINT_S)
 
 
 def release(layout: Layout, lease: Lease) -> bool:

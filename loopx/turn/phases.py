@@ -71,6 +71,7 @@ def _killed_failure(reason: FailureReason, journal: TurnJournal) -> TurnFailure:
         FailureReason.QUOTA_MEMORY_EXCEEDED: "host tree killed: its peak RSS "
         f"{journal.usage.peak_rss_mb:.0f} MB passed max_rss_mb={journal.plan.max_rss_mb}",
         FailureReason.STOPPED: "a stop request ended the turn; the host was terminated",
+        FailureReason.HOST_STALLED: "host stopped: it wrote nothing for the stall timeout",
     }
     return TurnFailure.of(reason, messages.get(reason, f"host killed: {reason}"))
 

@@ -68,3 +68,5 @@ class Envelope(Record):
     state: GoalState  # includes host_session, answered gates, todos
     # Set on attempt N > 1: what the journal knows of attempt N-1's interruption
     interrupted: str | None = None
+    # Set on a run of the stall ladder (loopx.turn.stall): why this run resumes or starts afresh
+    stalled: str | None = None

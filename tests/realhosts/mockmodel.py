@@ -15,6 +15,8 @@ request it receives, and answers according to :attr:`MockModel.mode`:
 ``revoked``      HTTP 401: the login's token was revoked (each API's own words)
 ``500``          HTTP 500
 ``hang``         accept the request and never answer
+``stall_once``   the first streamed request that carries LoopX's prompt gets the stream's first
+                 events, then nothing more (a model stream that stopped); every other, ``ok``
 ``unreachable``  the server is closed: connections are refused
 
 :attr:`MockModel.utilization` makes every answer report the account's usage
@@ -69,6 +71,7 @@ class MockModel:
     utilization: list[float] = field(default_factory=list)  # percent, per model request
     window_reset_at: int = 0  # epoch seconds the reported 5-hour window resets
     answered_at: list[tuple[float, float]] = field(default_factory=list)  # (time, percent)
+    stalled: bool = False  # stall_once: the stream that stopped was served
     requests: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _release: threading.Event = field(default_factory=threading.Event)
@@ -296,7 +299,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, chunks: Iterator[bytes], headers: dict[str, str] | None = None) -> None:
+    def _stream(
+        self,
+        chunks: Iterator[bytes],
+        headers: dict[str, str] | None = None,
+        then_hang: MockModel | None = None,
+    ) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -307,7 +315,20 @@ class _Handler(BaseHTTPRequestHandler):
         for chunk in chunks:
             self.wfile.write(chunk)
             self.wfile.flush()
+        if then_hang is not None:
+            then_hang._release.wait()
         self.close_connection = True
+
+    @staticmethod
+    def _stalls(model: MockModel, body: dict[str, Any]) -> bool:
+        """stall_once: whether this is the stream that stops (the first with LoopX's prompt)."""
+        with model._lock:
+            if model.mode != "stall_once" or model.stalled:
+                return False
+            if "LoopX" not in json.dumps(body.get("messages", [])):
+                return False
+            model.stalled = True
+            return True
 
     def do_GET(self) -> None:
         self.server.model.log(Request("GET", self.path, dict(self.headers), None))
@@ -405,7 +426,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         message = anthropic_message(model, body, n)
         headers = model.window_headers(anthropic=True)
-        if body.get("stream"):
+        if body.get("stream") and self._stalls(model, body):
+            self._stream(_sse(anthropic_events(message)[:2]), headers, then_hang=model)
+        elif body.get("stream"):
             self._stream(_sse(anthropic_events(message)), headers)
         else:
             self._json(200, message, headers)

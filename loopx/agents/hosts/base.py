@@ -27,12 +27,15 @@ class HostInvocation(Record):
 
     ``stall`` names output that means the host is stuck (see ``watch.py``);
     the turn runner stops it then instead of waiting for the turn timeout.
+    ``streams``: the host writes a sign of life while it works, so writing
+    nothing for the stall timeout means it stalled (``loopx.turn.stall``).
     """
 
     argv: list[str]
     stdin: bytes = b""
     env: dict[str, str] = Field(default_factory=dict)
     stall: StallWatch | None = None
+    streams: bool = False
 
 
 class HostOutput(Record):

@@ -1,8 +1,11 @@
-"""The ``claude`` host: Claude Code run as ``claude -p --output-format json``.
+"""The ``claude`` host: Claude Code run as ``claude -p --output-format stream-json --verbose``.
 
 One turn is one print-mode run with the prompt on stdin (``--resume
-<session_id>`` continues the goal's session). When it ends, Claude Code prints
-one JSON object: ``type: "result"``, ``subtype`` (``success``,
+<session_id>`` continues the goal's session). It streams one JSON object a
+line while it works (``type: "system"``, ``subtype: "init"`` first, with the
+``session_id``; then ``assistant``, ``user`` messages): the sign of life the
+stall watch needs. When it ends, Claude Code prints the last line, the result
+object: ``type: "result"``, ``subtype`` (``success``,
 ``error_max_turns``, ``error_during_execution``, ``error_max_budget_usd``,
 ``error_max_structured_output_retries``), ``is_error``, ``result`` (the final
 text; absent on error subtypes, which carry ``errors``), ``session_id``,
@@ -74,6 +77,23 @@ def find_result_object(stdout: str) -> dict[str, Any] | None:
     return None
 
 
+def stream_session_id(stdout: str) -> str | None:
+    """The ``session_id`` of the stream's ``system``/``init`` event, or None. Pure."""
+    for raw in stdout.splitlines():
+        line = raw.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("type") == "system":
+            session_id = value.get("session_id")
+            if isinstance(session_id, str) and session_id:
+                return session_id
+    return None
+
+
 def reported_usage(payload: dict[str, Any]) -> tuple[int, int, float]:
     """(input tokens, output tokens, cost in USD) of one run. Pure.
 
@@ -125,7 +145,7 @@ class ClaudeHost:
     help_flags: ClassVar[tuple[str, ...]] = ("--print", "--output-format", "--resume")
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
-        """``claude -p --output-format json [--resume ID] ...`` with the prompt on stdin.
+        """``claude -p --output-format stream-json --verbose [--resume ID] ...``, prompt on stdin.
 
         ``goal.host.argv`` adds flags (``--model``, ``--max-turns``,
         ``--permission-mode``, ``--allowedTools``) and may name the program
@@ -139,28 +159,30 @@ class ClaudeHost:
         program = require_program(goal.host)
         _, extra = split_program(goal.host)
         resume = session_to_resume(goal, envelope.state.host_session)
-        argv = [program, "-p", "--output-format", "json"]
+        argv = [program, "-p", "--output-format", "stream-json", "--verbose"]
         if resume is not None:
             argv += ["--resume", resume.session_id]
         argv += extra
         prompt = build_prompt(envelope, resumed=resume is not None)
-        return HostInvocation(argv=argv, stdin=prompt.encode())
+        return HostInvocation(argv=argv, stdin=prompt.encode(), streams=True)
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in Claude Code's final JSON, or a typed failure. Pure."""
         previous = envelope.state.host_session
         windows = claude_windows(output.stdout)
         payload = find_result_object(output.stdout)
+        session: HostSession | None = previous
         if payload is None:
             failure = _without_payload(envelope, output)
-            lost = diagnose(output.stderr) is Diagnosis.SESSION_MISSING
-            return Interpretation.of(
-                failure, session=no_session(self.kind) if lost else previous, windows=windows
-            )
+            started = stream_session_id(output.stdout)
+            if diagnose(output.stderr) is Diagnosis.SESSION_MISSING:
+                session = no_session(self.kind)
+            elif started is not None:  # a run cut short: the session it began or resumed
+                session = session_after_turn(self.kind, previous, started)
+            return Interpretation.of(failure, session=session, windows=windows)
         tokens_in, tokens_out, reported_cost = reported_usage(payload)
         cost = reported_cost
         session_id = payload.get("session_id")
-        session: HostSession | None = previous
         if isinstance(session_id, str) and session_id:
             model_tokens = model_usage_tokens(payload)
             run_tokens = tokens_in + tokens_out
@@ -258,6 +280,7 @@ def _without_payload(envelope: Envelope, output: HostOutput) -> HostResult | Tur
     excerpt = output.stdout.strip()[:200] or "(empty)"
     return TurnFailure.of(
         FailureReason.MALFORMED_OUTPUT,
-        f"claude printed no result object (is --output-format json in effect?); stdout begins: "
+        "claude printed no result object (is --output-format stream-json in effect?); "
+        "stdout begins: "
         f"{excerpt!r}",
     )

@@ -191,7 +191,7 @@ class CodexHost:
             pattern=RECONNECT_LINE,
             after_s=goal.host.unreachable_after_s or DEFAULT_UNREACHABLE_AFTER_S,
         )
-        return HostInvocation(argv=argv, stdin=prompt.encode(), stall=stall)
+        return HostInvocation(argv=argv, stdin=prompt.encode(), stall=stall, streams=True)
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in codex's final agent message, or a typed failure. Pure."""

@@ -49,6 +49,7 @@ class Diagnosis(StrEnum):
     AUTH = "auth"
     RATE_LIMIT = "rate_limit"
     SESSION_MISSING = "session_missing"
+    STALLED = "stalled"
     UNREACHABLE = "unreachable"
     SERVER_ERROR = "server_error"
     OTHER = "other"
@@ -81,6 +82,9 @@ _SESSION_MISSING = re.compile(
     r"|no previous sessions found|invalid session identifier",
     re.IGNORECASE,
 )
+# A stream idle timeout of the CLI's own: Codex "stream disconnected before completion: idle
+# timeout waiting for SSE", Claude Code "API Error: Request timed out." (docs/work.md).
+_STALLED = re.compile(r"idle[ _-]?timeout|stream (?:was )?idle|request timed out", re.IGNORECASE)
 # Codex 0.171 loops on "Reconnecting... waiting for network (Connection failed: error
 # sending request)"; Claude Code 2.1.197 ends with "API Error: Unable to connect to API
 # (ConnectionRefused)".
@@ -99,19 +103,22 @@ _SERVER_ERROR = re.compile(
     re.IGNORECASE,
 )
 
+# In precedence order: an auth or limit message may also mention the network or a timeout.
+_CLASSES: Final = (
+    (_AUTH, Diagnosis.AUTH),
+    (_RATE_LIMIT, Diagnosis.RATE_LIMIT),
+    (_SESSION_MISSING, Diagnosis.SESSION_MISSING),
+    (_STALLED, Diagnosis.STALLED),
+    (_UNREACHABLE, Diagnosis.UNREACHABLE),
+    (_SERVER_ERROR, Diagnosis.SERVER_ERROR),
+)
+
 
 def diagnose(message: str) -> Diagnosis:
-    """Classify one error message. Pure."""
-    if _AUTH.search(message):
-        return Diagnosis.AUTH
-    if _RATE_LIMIT.search(message):
-        return Diagnosis.RATE_LIMIT
-    if _SESSION_MISSING.search(message):
-        return Diagnosis.SESSION_MISSING
-    if _UNREACHABLE.search(message):
-        return Diagnosis.UNREACHABLE
-    if _SERVER_ERROR.search(message):
-        return Diagnosis.SERVER_ERROR
+    """Classify one error message: the first of :data:`_CLASSES` whose pattern it matches. Pure."""
+    for pattern, diagnosis in _CLASSES:
+        if pattern.search(message):
+            return diagnosis
     return Diagnosis.OTHER
 
 
@@ -220,5 +227,7 @@ def failure_for(host: str, message: str, *, default: FailureReason) -> TurnFailu
                 FailureReason.HOST_EXECUTION_ERROR,
                 f"{host} could not resume its session: {text}; the next turn starts a new one",
             )
+        case Diagnosis.STALLED:
+            return TurnFailure.of(FailureReason.HOST_STALLED, f"{host} stalled: {text}")
         case _:
             return TurnFailure.of(default, f"{host}: {text}")

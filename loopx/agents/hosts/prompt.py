@@ -100,6 +100,14 @@ def _interrupted(envelope: Envelope) -> list[str]:
     return [f"{title}\n{envelope.interrupted}"]
 
 
+def _continue_prompt(envelope: Envelope) -> str:
+    """The short prompt of the stall ladder's resume: the session already holds the rest."""
+    return (
+        f"{envelope.stalled}\n\nWhen this turn's work is done, end with the result JSON "
+        f"for turn key {envelope.turn_key}, as asked at the start of this session."
+    )
+
+
 def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
     """The whole prompt of one turn. Pure.
 
@@ -110,6 +118,8 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
             anyway because the state may have changed since.
 
     """
+    if resumed and envelope.stalled:
+        return _continue_prompt(envelope)
     state = envelope.state
     beliefs = state.beliefs[-MAX_BELIEFS:]
     todos = [t for t in state.todos if t.status is TodoStatus.OPEN][:MAX_TODOS]
@@ -135,6 +145,7 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
             "do one bounded, useful chunk of work, then stop and report."
         ),
         *_interrupted(envelope),
+        *([f"## The previous session stalled\n{envelope.stalled}"] if envelope.stalled else []),
         f"## Objective\n{envelope.objective}",
         f"## Next action\n{state.next_action or '(none recorded: choose the most useful step)'}",
         "## Beliefs (oldest first)\n" + _bullets(beliefs, "(none yet)"),

@@ -132,6 +132,9 @@ class LeaseHolder:
         self.layout = layout
         self.lease = lease
         self.config = config
+        # Shown with the next renewal (status): the host's last output, a stall rung in force.
+        self.last_output_at: datetime | None = None
+        self.activity: str | None = None
 
     def renew(self) -> None:
         """Extend the lease; a refused write (disk full) is tolerated while the lease lasts.
@@ -144,7 +147,14 @@ class LeaseHolder:
         """
         now = utcnow()
         try:
-            self.lease = renew(self.layout, self.lease, now=now, ttl_s=self.config.lease_ttl_s)
+            self.lease = renew(
+                self.layout,
+                self.lease,
+                now=now,
+                ttl_s=self.config.lease_ttl_s,
+                last_output_at=self.last_output_at,
+                activity=self.activity,
+            )
         except OSError as e:
             reason = resource_fault(e)
             grace = timedelta(seconds=self.config.lease_grace_s)

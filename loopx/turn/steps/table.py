@@ -44,6 +44,7 @@ from loopx.turn.steps.journaling import open_journal
 from loopx.turn.steps.leftovers import finish_leftovers
 from loopx.turn.steps.merging import auto_merges, merge_when_done
 from loopx.turn.steps.reporting import attempt_of
+from loopx.turn.steps.stalling import fresh_session, gate_stall, resume_session, stalled
 from loopx.turn.steps.workplace import enter_worktree, hold_workdir, unlock_workdir
 
 log = get_logger(__name__)
@@ -117,6 +118,7 @@ def _terminal(journal: TurnJournal) -> bool:
 
 # claim -> leftovers -> workdir | worktree -> quota -> account -> host_kind -> journal -> host
 # -> settle -> check -> writeback (the phases) -> release -> merge
+# (between host and settle, for a stalled host only: the stall ladder's rungs)
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
     Step("leftovers", finish_leftovers),
@@ -127,6 +129,9 @@ STEPS: tuple[Step, ...] = (
     Step("host_kind", admit_host_kind, done=_host_started),
     Step("journal", open_journal, done=_host_started),
     Step("host", run_host, done=_host_started),
+    Step("stall_resume", resume_session, applies=stalled, done=_settled),
+    Step("stall_fresh", fresh_session, applies=stalled, done=_settled),
+    Step("stall_gate", gate_stall, applies=stalled, done=_settled),
     Step("settle", settle_outcome, done=_settled),
     Step("check", run_check, applies=check_due, done=_checked),
     Step("writeback", commit, done=_terminal),

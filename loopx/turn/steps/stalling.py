@@ -1,0 +1,177 @@
+"""The stall ladder's rows: resume the session, a fresh session, a gate (:mod:`loopx.turn.stall`).
+
+They stand between the host and settle rows and apply only while the
+journal's outcome says the host stalled. A rung that runs a host writes the
+ladder into the journal before the run starts (a crash during it makes the
+host row run the same rung again: the envelope is derived from the
+journal), then runs the host through the turn's process side, as often as
+its bound allows. The lease shows the rung in force (``status``). The gate
+row turns the outcome into a ``needs_human`` result with the last output
+and what was tried: the turn commits a gate, never a failure, and its
+evidence ``host_stalled`` backs the account off like a 5xx.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from loopx.errors import LoopxError
+from loopx.log import get_logger
+from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.turn.failures import FailureReason
+from loopx.turn.journal import HostOutcome, TurnJournal, journal_files, read_journal, write_journal
+from loopx.turn.stall import (
+    RESUME_WINDOW,
+    RUNG_RUNS,
+    Rung,
+    activity,
+    at_gate,
+    climbed,
+    gate_result,
+    last_lines,
+    may_climb,
+    stall_cause,
+)
+from loopx.turn.steps.context import TurnContext
+from loopx.usage import Usage
+
+log = get_logger(__name__)
+
+
+def cause_of(outcome: HostOutcome | None) -> str | None:
+    """Why the outcome's run counts as stalled (None: it did not stall, or no host ran)."""
+    if outcome is None:
+        return None
+    failure = outcome.failure
+    return stall_cause(
+        outcome.killed,
+        failure.reason if failure is not None else None,
+        failure.message if failure is not None else "",
+    )
+
+
+def stalled(ctx: TurnContext) -> bool:
+    """The row applies: the host's outcome (not yet settled) says it stalled."""
+    return ctx.journal is not None and cause_of(ctx.journal.outcome) is not None
+
+
+def resume_session(ctx: TurnContext) -> TurnContext:
+    """Rung 1: stop the host and resume its session with a short "continue" prompt."""
+    return _stopped(ctx) if ctx.options.stopping else _climb(ctx, Rung.RESUME)
+
+
+def fresh_session(ctx: TurnContext) -> TurnContext:
+    """Rung 2: a fresh session in the same workdir, with the goal's state."""
+    return _stopped(ctx) if ctx.options.stopping else _climb(ctx, Rung.FRESH)
+
+
+def gate_stall(ctx: TurnContext) -> TurnContext:
+    """Rung 4: the outcome becomes a gate with the last output lines and what was tried."""
+    if ctx.options.stopping:
+        return _stopped(ctx)
+    journal = ctx.planned
+    outcome = journal.outcome
+    cause = cause_of(outcome)
+    if outcome is None or cause is None:
+        return ctx
+    ladder = at_gate(
+        journal.stall,
+        cause=cause,
+        stalled_at=outcome.ended_at,
+        output=last_lines(outcome.stdout, outcome.stderr),
+    )
+    result = gate_result(ladder, turn_key=journal.turn_key, goal_id=journal.goal_id)
+    log.warning("stall_gate", stalls=len(ladder.seen), runs=len(ladder.runs) - 1)
+    gated = outcome.model_copy(update={"killed": None, "failure": None, "result": result})
+    return ctx.but(journal=journal.model_copy(update={"stall": ladder, "outcome": gated}))
+
+
+def _stopped(ctx: TurnContext) -> TurnContext:
+    """A stop came while the host was stalled: the turn ends ``stopped``, as a stopped host's does."""
+    journal = ctx.planned
+    assert journal.outcome is not None  # noqa: S101 - the row applies to a stalled outcome only
+    log.info("stall_ladder_stopped")
+    stopped = journal.outcome.model_copy(update={"killed": FailureReason.STOPPED})
+    return ctx.but(journal=journal.model_copy(update={"outcome": stopped}))
+
+
+def _climb(ctx: TurnContext, rung: Rung) -> TurnContext:
+    """Run ``rung``'s host while the outcome is stalled and the rung's bounds allow."""
+    journal = ctx.planned
+    while (cause := cause_of(journal.outcome)) is not None:
+        outcome = journal.outcome
+        assert outcome is not None  # noqa: S101 - cause_of found a stall in it
+        now = utcnow()
+        resumes = resumes_in_window(ctx.layout, journal, now)
+        timeout = journal.plan.turn_timeout_s
+        if not may_climb(journal.stall, rung, now=now, resumes=resumes, turn_timeout_s=timeout):
+            break
+        ladder = climbed(
+            journal.stall,
+            rung,
+            cause=cause,
+            stalled_at=outcome.ended_at,
+            session=outcome.session,
+            output=last_lines(outcome.stdout, outcome.stderr),
+            now=now,
+        )
+        spent = journal.usage
+        journal = journal.model_copy(update={"stall": ladder, "outcome": None, "updated_at": now})
+        write_journal(ctx.layout, journal, ctx.fence)
+        log.warning("host_stalled", rung=rung.value, cause=cause, runs=ladder.runs_on(rung))
+        journal = _run(ctx.but(journal=journal), rung)
+        journal = journal.model_copy(update={"usage": _added(spent, journal.usage)})
+    return ctx.but(journal=journal)
+
+
+def _run(ctx: TurnContext, rung: Rung) -> TurnJournal:
+    """Run the host for ``rung`` with the lease showing the rung in force."""
+    holder = ctx.claimed.holder
+    holder.activity = activity(rung)
+    holder.renew()
+    try:
+        return ctx.processes.run_host(ctx)
+    finally:
+        holder.activity = None
+
+
+def resumes_in_window(layout: Layout, journal: TurnJournal, now: datetime) -> int:
+    """Automatic resumes of the goal in the last 24 hours: this turn's and its other journals'.
+
+    Only journals changed within the window are read (one ``stat`` each otherwise).
+    """
+    since = (now - RESUME_WINDOW).timestamp()
+    count = _resumes(journal, since=0.0)
+    for path in journal_files(layout, journal.goal_id):
+        if path.name == f"{journal.turn_key}.json":
+            continue
+        try:
+            if os.stat(path).st_mtime < since:
+                continue
+            other = read_journal(path)
+        except (OSError, LoopxError):
+            continue  # gone meanwhile, or damaged: recovery and doctor report it
+        count += _resumes(other, since=since)
+    return count
+
+
+def _resumes(journal: TurnJournal, *, since: float) -> int:
+    if journal.stall is None:
+        return 0
+    return sum(1 for r in journal.stall.runs if r.rung in RUNG_RUNS and r.at.timestamp() >= since)
+
+
+def _added(a: Usage, b: Usage) -> Usage:
+    """What two host runs of one turn spent together."""
+    return b.model_copy(
+        update={
+            "cpu_s": a.cpu_s + b.cpu_s,
+            "wall_s": a.wall_s + b.wall_s,
+            "peak_rss_mb": max(a.peak_rss_mb, b.peak_rss_mb),
+            "input_tokens": a.input_tokens + b.input_tokens,
+            "output_tokens": a.output_tokens + b.output_tokens,
+            "cost_usd": a.cost_usd + b.cost_usd,
+        }
+    )
