@@ -170,7 +170,7 @@ function showHeader(counts, fleet) {
   const f = document.getElementById("fleet");
   if (fleet.state) {
     f.textContent = `supervisor ${fleet.state} · ${fleet.agents_alive}/${fleet.agents_wanted} agents`;
-    f.className = `pill ${fleet.state === "running" && fleet.agents_alive >= fleet.agents_wanted ? "ok" : "warn"}`;
+    f.className = `pill ${fleet.state === "running" && fleet.agents_alive >= fleet.agents_wanted ? "ok" : fleet.state === "dead" ? "bad" : "warn"}`;
   } else {
     f.textContent = `no supervisor · ${fleet.agents_alive} agents`;
     f.className = "pill";
@@ -399,13 +399,27 @@ function auditPanel(doc) {
 
 function attentionPanel(ov) {
   const total = ov.counts.by_actor.human || 0;
+  const incidents = ov.fleet.incidents || [];
+  const shown = total + incidents.length;
   return el("section", { class: "panel attention", id: "attention", "aria-labelledby": "h-att" },
-    el("h2", { id: "h-att" }, "Needs you ", el("span", { class: "muted" }, `(${total})`)),
+    el("h2", { id: "h-att" }, "Needs you ", el("span", { class: "muted" }, `(${shown})`)),
+    incidents.length ? el("ul", { class: "cards incidents", id: "incidents" }, incidents.map(incidentCard)) : null,
     ov.humans.length ? el("ul", { class: "cards" }, ov.humans.map((g) => humanCard(g, ov.actions)))
-      : el("p", { class: "muted" }, "Nothing waits for a person."),
+      : incidents.length ? null : el("p", { class: "muted" }, "Nothing waits for a person."),
     total > ov.humans.length
       ? el("p", {}, el("a", { href: "#/", onclick: (ev) => setActor("human", ev) }, `All ${total} in the table below`)) : null,
   );
+}
+
+// The fleet's own incidents (the supervisor down, agents in a crash loop, a disk limit), above
+// the goals: while one lasts, no goal makes progress however its own card reads.
+const INCIDENT_TITLES = { supervisor_down: "Supervisor down", crash_loop: "Agents in a crash loop", disk: "Disk limit: no new turn starts" };
+
+function incidentCard(i) {
+  return el("li", { class: `card incident i-${i.kind}`, "data-incident": i.kind, role: "alert" },
+    el("div", { class: "card-head" }, el("strong", {}, INCIDENT_TITLES[i.kind] || i.kind.replace("_", " ")),
+      i.since ? el("span", { class: "muted" }, "since ", when(i.since)) : null),
+    el("p", { class: "incident-text" }, i.explanation));
 }
 
 function humanCard(g, actions) {
