@@ -1,0 +1,64 @@
+"""A done worktree goal's unmerged work under Needs you, merged from the page, in a real Chromium."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopx.root import Layout
+from tests.browser.conftest import TOKEN, served, wait_js, with_token
+from tests.test_dashboard_panels import worktree_goal
+from tests.turnkit import loopx
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
+
+CARD = "#merge-waiting li.card[data-goal='wt']"
+
+
+def test_merge_waiting_goal_merges_from_its_card_after_a_confirmation(
+    layout: Layout, tmp_path, tab, artifacts
+) -> None:
+    """The card shows the branch and its diff; Merge asks, lands, says so, and the card goes."""
+    worktree_goal(layout, tmp_path, merge=False)
+    with_token(tab)
+    with served(layout, token=TOKEN, actions=True, refresh_interval_s=0.2) as url:
+        page = tab.page
+        asked: list[str] = []
+        page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+        page.goto(url)
+        card = page.locator(CARD)
+        card.wait_for()
+        text = card.inner_text()
+        assert "1 commit(s) on loopx/wt not in main" in text
+        assert "1 file(s) changed, +1 \u22120" in text and "the work" in text
+        page.screenshot(path=artifacts / "merge-waiting.png", full_page=True)
+        card.locator("button.merge-button").click()
+        wait_js(page, "document.getElementById('notice').textContent.includes('merged into main')")
+        assert len(asked) == 1 and "into main?" in asked[0]
+        page.wait_for_selector(CARD, state="detached")
+        page.goto(f"{url}#/goal/wt")
+        page.wait_for_selector("#worktree-panel .merge.m-merged")
+        assert page.locator("#worktree-panel button.merge-button").count() == 0
+    main_log = loopx(layout.root, "goal", "worktree", "wt", "--json")
+    assert '"ahead":0' in main_log.stdout.replace(" ", "")
+    assert tab.errors == []
+
+
+def test_a_merge_the_server_refuses_says_why_and_the_work_stays(
+    layout: Layout, tmp_path, tab
+) -> None:
+    """Reopened before the click (a stale card): the page names the refusal; nothing merged."""
+    worktree_goal(layout, tmp_path, merge=False)
+    with_token(tab)
+    # No refresh for an hour: the card stays on the page after the CLI reopens the goal.
+    with served(layout, token=TOKEN, actions=True, refresh_interval_s=3600) as url:
+        page = tab.page
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto(url)
+        page.locator(CARD).wait_for()
+        assert loopx(layout.root, "goal", "reopen", "wt", "--yes").returncode == 0
+        page.locator(f"{CARD} button.merge-button").click()
+        wait_js(page, "document.getElementById('notice').textContent.includes('merge refused')")
+        assert "not done" in page.inner_text("#notice")
+    assert '"ahead":1' in loopx(layout.root, "goal", "worktree", "wt", "--json").stdout.replace(
+        " ", ""
+    )
