@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from loopx.root import Layout
+from loopx.testing.gitwork import commit_file, git
 from tests.browser.conftest import TOKEN, served, wait_js, with_token
+from tests.gitkit import add_goal, repo_with_ignored_env, run_turn
 from tests.test_dashboard_panels import worktree_goal
 from tests.turnkit import loopx
 
@@ -62,3 +64,29 @@ def test_a_merge_the_server_refuses_says_why_and_the_work_stays(
     assert '"ahead":1' in loopx(layout.root, "goal", "worktree", "wt", "--json").stdout.replace(
         " ", ""
     )
+
+
+def test_a_merge_whose_check_fails_on_the_merged_tree_says_so_and_names_its_gate(
+    layout: Layout, tmp_path, tab
+) -> None:
+    """The base broke the goal's check: the page says the base is untouched and names the gate."""
+    repo = repo_with_ignored_env(tmp_path / "repo")
+    check = "sh -c 'if test -f bad.txt; then echo bad.txt breaks it; exit 3; fi'"
+    assert add_goal(layout.root, "g1", repo, "--done-check", check).returncode == 0
+    assert run_turn(layout.root, "g1").returncode == 0
+    commit_file(repo, "bad.txt", "x\n", "base breaks the goal's check")
+    old = git(repo, "rev-parse", "main")
+    with_token(tab)
+    with served(layout, token=TOKEN, actions=True, refresh_interval_s=0.2) as url:
+        page = tab.page
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto(f"{url}#/goal/g1")
+        page.locator("#worktree-panel button.merge-button").click()
+        wait_js(page, "document.getElementById('notice').textContent.includes('gate')")
+        said = page.inner_text("#notice")
+        assert "done-check failed on the merged tree: the base is untouched" in said
+        assert "gate 1 opened" in said
+        page.wait_for_selector("#worktree-panel .merge.m-check_failed")
+        assert page.locator("#worktree-panel button.merge-button").count() == 0
+    assert git(repo, "rev-parse", "main") == old
+    assert tab.errors == []
