@@ -6,11 +6,11 @@ import json
 
 from loopx.model import utcnow
 from loopx.registry.goals import get_goal
-from loopx.root import Layout
 from loopx.testing.status_fixtures import make_goal, register_goals
 from loopx.web.actions import audit_file
 from loopx.web.worktrees import MAX_AGE_S, WorktreeStates
 from tests.test_dashboard_panels import AUTH, JSON_AUTH, _served, call, git, worktree_goal
+from tests.turnkit import loopx_here
 
 
 def test_a_done_goals_unmerged_branch_is_its_state_and_a_merge_waiting_card(layout, tmp_path):
@@ -64,7 +64,7 @@ def test_merge_from_the_page_lands_is_audited_and_ends_the_wait(layout, tmp_path
 def test_a_merge_of_a_goal_that_is_not_done_is_refused_in_words(layout, tmp_path):
     """409 with the kernel's sentence; nothing moves; the refusal is a `failed` audit line."""
     worktree_goal(layout, tmp_path, merge=False)
-    assert call_cli_reopen(layout)
+    assert loopx_here(layout.root, "goal", "reopen", "wt", "--yes").returncode == 0
     with _served(layout) as server:
         status, doc, _ = call(server, "POST", "/api/goals/wt/merge", JSON_AUTH, b"{}")
         _, state, _ = call(server, "GET", "/api/goals/wt/worktree", AUTH)
@@ -74,12 +74,6 @@ def test_a_merge_of_a_goal_that_is_not_done_is_refused_in_words(layout, tmp_path
     line = json.loads(audit_file(layout).read_text().splitlines()[-1])
     assert (line["action"], line["outcome"]) == ("merge", "failed")
     assert "not done" in line["detail"]
-
-
-def call_cli_reopen(layout: Layout) -> bool:
-    from tests.turnkit import loopx
-
-    return loopx(layout.root, "goal", "reopen", "wt", "--yes").returncode == 0
 
 
 def test_a_state_is_kept_until_its_files_change_or_it_ages(layout, tmp_path):
