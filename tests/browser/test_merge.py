@@ -34,7 +34,9 @@ def test_merge_waiting_goal_merges_from_its_card_after_a_confirmation(
         assert "1 file(s) changed, +1 \u22120" in text and "the work" in text
         page.screenshot(path=artifacts / "merge-waiting.png", full_page=True)
         card.locator("button.merge-button").click()
-        wait_js(page, "document.getElementById('notice').textContent.includes('merged into main')")
+        wait_js(
+            page, "document.getElementById('notice').textContent.includes('merged into main')", 60
+        )
         assert len(asked) == 1 and "into main?" in asked[0]
         page.wait_for_selector(CARD, state="detached")
         page.goto(f"{url}#/goal/wt")
@@ -82,7 +84,7 @@ def test_a_merge_whose_check_fails_on_the_merged_tree_says_so_and_names_its_gate
         page.on("dialog", lambda dialog: dialog.accept())
         page.goto(f"{url}#/goal/g1")
         page.locator("#worktree-panel button.merge-button").click()
-        wait_js(page, "document.getElementById('notice').textContent.includes('gate')")
+        wait_js(page, "document.getElementById('notice').textContent.includes('gate')", 60)
         said = page.inner_text("#notice")
         assert "done-check failed on the merged tree: the base is untouched" in said
         assert "gate 1 opened" in said
