@@ -9,7 +9,7 @@ from loopx.testing.gitwork import commit_file, git
 from tests.browser.conftest import TOKEN, served, wait_js, with_token
 from tests.gitkit import add_goal, repo_with_ignored_env, run_turn
 from tests.test_dashboard_panels import worktree_goal
-from tests.turnkit import loopx
+from tests.turnkit import loopx_here
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(90)]
 
@@ -42,7 +42,7 @@ def test_merge_waiting_goal_merges_from_its_card_after_a_confirmation(
         page.goto(f"{url}#/goal/wt")
         page.wait_for_selector("#worktree-panel .merge.m-merged")
         assert page.locator("#worktree-panel button.merge-button").count() == 0
-    main_log = loopx(layout.root, "goal", "worktree", "wt", "--json")
+    main_log = loopx_here(layout.root, "goal", "worktree", "wt", "--json")
     assert '"ahead":0' in main_log.stdout.replace(" ", "")
     assert tab.errors == []
 
@@ -59,13 +59,13 @@ def test_a_merge_the_server_refuses_says_why_and_the_work_stays(
         page.on("dialog", lambda dialog: dialog.accept())
         page.goto(url)
         page.locator(CARD).wait_for()
-        assert loopx(layout.root, "goal", "reopen", "wt", "--yes").returncode == 0
+        assert loopx_here(layout.root, "goal", "reopen", "wt", "--yes").returncode == 0
         page.locator(f"{CARD} button.merge-button").click()
         wait_js(page, "document.getElementById('notice').textContent.includes('merge refused')")
         assert "not done" in page.inner_text("#notice")
-    assert '"ahead":1' in loopx(layout.root, "goal", "worktree", "wt", "--json").stdout.replace(
-        " ", ""
-    )
+    assert '"ahead":1' in loopx_here(
+        layout.root, "goal", "worktree", "wt", "--json"
+    ).stdout.replace(" ", "")
 
 
 def test_a_merge_whose_check_fails_on_the_merged_tree_says_so_and_names_its_gate(
