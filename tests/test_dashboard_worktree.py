@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 
 from loopx.model import utcnow
+from loopx.process import ProcessIdentity
 from loopx.registry.goals import get_goal
 from loopx.testing.status_fixtures import make_goal, register_goals
 from loopx.web.actions import audit_file
 from loopx.web.worktrees import MAX_AGE_S, WorktreeStates
+from loopx.worktree.mergejournal import MergeJournal, MergeMode, write_merge_journal
 from tests.test_dashboard_panels import AUTH, JSON_AUTH, _served, call, git, worktree_goal
 from tests.turnkit import loopx_here
 
@@ -93,3 +95,29 @@ def test_a_state_is_kept_until_its_files_change_or_it_ages(layout, tmp_path):
     assert (first.panel.view.ahead if first.panel.view else None, aged.panel.view.ahead) == (1, 2)
     waiting, total = states.merge_waiting([(goal, None)])
     assert (total, waiting[0].ahead) == (1, 2)
+
+
+def test_a_merge_whose_process_is_gone_leaves_the_goal_merge_waiting(layout, tmp_path):
+    """A pending merge of a live process is not waiting; once that process is gone, it is."""
+    worktree_goal(layout, tmp_path, merge=False)
+    goal = get_goal(layout, "wt")
+    now = utcnow()
+    pending = MergeJournal(
+        goal_id="wt", repo=str(tmp_path / "repo"), base="main", branch="loopx/wt",
+        mode=MergeMode.MERGE, base_old="0" * 40, branch_head="1" * 40,
+        scratch=str(tmp_path / "scratch"), created_at=now, updated_at=now,
+    )  # fmt: skip
+    me = ProcessIdentity.current()
+    write_merge_journal(
+        layout, pending.model_copy(update={"owner_pid": me.pid, "owner_started": me.started_at})
+    )
+    states = WorktreeStates(layout)
+    running = states.state(goal, None)
+    write_merge_journal(
+        layout, pending.model_copy(update={"owner_pid": me.pid, "owner_started": 1.0})
+    )
+    gone = states.state(goal, None)
+    assert (running.merge_waiting, running.merge_interrupted) == (False, False)
+    assert (gone.merge_waiting, gone.merge_interrupted) == (True, True)
+    waiting, _ = states.merge_waiting([(goal, None)])
+    assert waiting[0].interrupted

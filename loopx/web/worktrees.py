@@ -10,7 +10,10 @@ most ``REFRESHES_PER_CALL`` goals' git a call, so a root of many finished
 worktree goals costs the page no more than a few.
 
 A done goal whose branch holds commits its base lacks, with no merge running,
-is **merge waiting**: a person decides whether its work lands.
+is **merge waiting**: a person decides whether its work lands. A merge that
+stopped part way (its process is gone) leaves the goal merge waiting too:
+Merge finishes it. A goal whose merge is in progress is read again at every
+ask, so its end (or its process's death) shows at once.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from pydantic import Field
 from loopx import git
 from loopx.errors import LoopxError
 from loopx.model import Record, UtcDatetime, utcnow
+from loopx.process import ProcessIdentity
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.worktree_record import record_file
 from loopx.root import Layout
 from loopx.status.view import GoalStatusView
 from loopx.web.panels import WorktreePanel, worktree_panel
-from loopx.worktree.mergejournal import MergeOutcome, journal_file
+from loopx.worktree.mergejournal import MergeOutcome, journal_file, read_merge_journal
 
 MAX_AGE_S: Final = 30.0  # a single goal's state is read again after this
 REFRESHES_PER_CALL: Final = 8  # goals whose git the overview's list asks at most per call
@@ -71,6 +75,7 @@ class WorktreeState(Record):
     diff: DiffSummary | None = None  # None while the branch holds nothing the base lacks
     diff_error: str | None = None
     merge_waiting: bool = False  # done, commits only on the branch, no merge running
+    merge_interrupted: bool = False  # a merge stopped part way: its process is gone
     read_at: UtcDatetime  # when git was asked
 
 
@@ -84,6 +89,7 @@ class MergeWaiting(Record):
     ahead: int
     behind: int
     dirty: bool
+    interrupted: bool = False  # a merge stopped part way; Merge finishes it
     diff: DiffSummary | None = None
 
 
@@ -133,7 +139,8 @@ def read_state(layout: Layout, goal: Goal) -> WorktreeState:
             diff = branch_diff(Path(view.repo), view.base, view.branch)
         except (LoopxError, OSError) as e:
             diff_error = str(e)
-    running = panel.merge is not None and panel.merge.outcome is MergeOutcome.PENDING
+    pending = panel.merge is not None and panel.merge.outcome is MergeOutcome.PENDING
+    interrupted = pending and not _merge_runs(layout, goal.id)
     return WorktreeState(
         goal_id=goal.id,
         goal_status=goal.status,
@@ -143,9 +150,20 @@ def read_state(layout: Layout, goal: Goal) -> WorktreeState:
         merge_waiting=goal.status is GoalStatus.DONE
         and view is not None
         and view.ahead > 0
-        and not running,
+        and (interrupted or not pending),
+        merge_interrupted=interrupted,
         read_at=utcnow(),
     )
+
+
+def _merge_runs(layout: Layout, goal_id: str) -> bool:
+    """Whether the process that last wrote the goal's unfinished merge journal still runs."""
+    with contextlib.suppress(LoopxError, OSError):
+        journal = read_merge_journal(layout, goal_id)
+        if journal is not None and journal.owner_pid is not None and journal.owner_started:
+            return ProcessIdentity(journal.owner_pid, journal.owner_started).alive()
+        return journal is not None  # recorded before its owner: just planned, by a live merge
+    return False
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -181,7 +199,7 @@ class WorktreeStates:
         key = inputs_key(self.layout, goal, view)
         with self._lock:
             kept = self._kept.get(goal.id)
-        if kept is not None and kept[0] == key and self._clock() - kept[1] < MAX_AGE_S:
+        if _holds(kept, key) and kept is not None and self._clock() - kept[1] < MAX_AGE_S:
             return kept[2]
         return self._read(goal, key)
 
@@ -210,7 +228,7 @@ class WorktreeStates:
             key = inputs_key(self.layout, goal, view)
             with self._lock:
                 kept = self._kept.get(goal.id)
-            if kept is not None and kept[0] == key:
+            if kept is not None and _holds(kept, key):
                 state = kept[2]
             elif refreshed < REFRESHES_PER_CALL:
                 refreshed += 1
@@ -228,6 +246,14 @@ class WorktreeStates:
         return found[:MERGE_WAITING_SHOWN], len(found)
 
 
+def _holds(kept: tuple[tuple[object, ...], float, WorktreeState] | None, key: object) -> bool:
+    """Whether a kept state still holds: same inputs, and no merge in progress in it."""
+    if kept is None or kept[0] != key:
+        return False
+    merge = kept[2].panel.merge
+    return merge is None or merge.outcome is not MergeOutcome.PENDING
+
+
 def _card(goal: Goal, state: WorktreeState) -> MergeWaiting:
     view = state.panel.view
     assert view is not None  # noqa: S101 - checked by the caller
@@ -239,6 +265,7 @@ def _card(goal: Goal, state: WorktreeState) -> MergeWaiting:
         ahead=view.ahead,
         behind=view.behind,
         dirty=view.dirty,
+        interrupted=state.merge_interrupted,
         diff=state.diff,
     )
 

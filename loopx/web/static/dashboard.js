@@ -434,6 +434,7 @@ function mergeWaitingCards(ov) {
       badge("merge_waiting")),
     el("p", {}, `${m.ahead} commit(s) on `, el("code", {}, m.branch), ` not in ${m.base}`, m.behind ? `, ${m.behind} behind it` : "",
       m.dirty ? el("span", { class: "warn" }, " · uncommitted changes in its worktree") : ""),
+    m.interrupted ? el("p", { class: "warn" }, "A merge stopped part way (its process is gone): Merge finishes it.") : null,
     m.diff ? diffLine(m.diff) : null,
     ov.actions ? mergeButton(m.goal_id, m.base, m.ahead) : null)));
 }
@@ -931,6 +932,7 @@ function worktreePanel(w, wt, actions) {
   } else if (v) {
     facts.push(["Last merge", v.ahead ? el("span", { class: "warn" }, `not merged (${v.ahead} commit(s) only on ${v.branch})`) : "nothing to merge"]);
   }
+  if (wt && wt.merge_interrupted) facts.push(["Merge", el("span", { class: "warn" }, "stopped part way (its process is gone): Merge finishes it")]);
   if (wt && wt.diff) facts.push(["Changes", diffLine(wt.diff)]);
   if (wt && wt.diff_error) facts.push(["Changes", el("span", { class: "bad" }, wt.diff_error)]);
   return el("section", { class: "panel", id: "worktree-panel" },
