@@ -207,8 +207,10 @@ def _decide(  # noqa: C901, PLR0911, PLR0912 - one branch per rule of the table 
         return (
             Actor.HUMAN,
             StatusReason.GATE_PENDING,
-            f"done, and gate {gate.id} waits for an answer: "
-            f"`loopx gate resolve {goal.id} --answer TEXT`",
+            (
+                f"done, and gate {gate.id} waits for an answer: "
+                f"`loopx gate resolve {goal.id} --answer TEXT`"
+            ),
             None,
         )
     if goal.status is GoalStatus.DONE or completed:
