@@ -76,6 +76,7 @@ from loopx.web.bulk import BulkActionResult, BulkAnswerResult
 from loopx.web.events import ChangeEvent
 from loopx.web.livetail import LiveOutput
 from loopx.web.timeline import Timeline
+from loopx.web.worktrees import WorktreeState
 from loopx.worktree.gitrun import GitRun
 from loopx.worktree.mergejournal import MergeJournal
 from loopx.worktree.view import WorktreeView
@@ -188,6 +189,7 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "dashboard-bulk-answer": BulkAnswerResult,  # POST /api/answers
     "dashboard-bulk-action": BulkActionResult,  # POST /api/bulk/<pause|resume>
     "dashboard-timeline": Timeline,  # GET /api/timeline
+    "dashboard-worktree": WorktreeState,  # GET /api/goals/<id>/worktree
     # `loopx logs --json`: one per line.
     "log-entry": LogEntry,
     "notify-list": NotifyList,  # `notify list|add|set|remove --json`

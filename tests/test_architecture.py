@@ -70,6 +70,7 @@ KERNEL_ORDER: Final = (
     "secrets",
     "logfile",  # log files under logs/, rotated by size
     "log",
+    "tracing",  # OTLP spans of a turn and its steps, only when an endpoint is configured
     "duties",  # a long-running loop's duties: a resource error degrades one, never ends the loop
     "collector",
     "memo",

@@ -100,6 +100,7 @@ HTTP_OUTPUT_OF: dict[str, str] = {
     "/api/goals/g1/runs/latest": "dashboard-run-log",
     "/api/audit": "dashboard-audit",
     "/api/timeline": "dashboard-timeline",
+    "/api/goals/w1/worktree": "dashboard-worktree",
 }
 
 # Outputs no GET of a plain JSON route returns: the SSE stream's events and the token-only
@@ -312,6 +313,10 @@ def test_every_http_reply_validates(cli: Cli, tmp_path: Path) -> None:
     """Each JSON route of `loopx serve` replies a document its model accepts."""
     cli.run("goal", "add", "g1", "--objective", "x", "--workdir", str(tmp_path), check=True)
     cli.run("turn", "run-once", "g1", check=True)
+    repo = make_repo(tmp_path / "w1-repo")
+    cli.run(
+        "goal", "add", "w1", "--objective", "x", "--workdir", str(repo), "--worktree", check=True
+    )
     layout = open_root(
         ResolvedRoot(cli.root, cli.root / "registry.json", RootSource.FLAG), create=False
     )

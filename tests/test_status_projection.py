@@ -101,6 +101,18 @@ def test_done_goal_is_quiet():
     assert (v.actor, v.reason) == (Actor.NONE, StatusReason.DONE)
 
 
+def test_a_gate_open_on_a_done_goal_needs_a_human():
+    """A done goal's open gate (a merge's, the base having moved) is not quiet: it asks."""
+    state = open_gate_state("g1", "the base moved; merge again?", now=NOW)
+    v = view(GoalInputs(goal=goal(status=GoalStatus.DONE), state=state))
+    assert (v.actor, v.reason, v.gate_question) == (
+        Actor.HUMAN,
+        StatusReason.GATE_PENDING,
+        "the base moved; merge again?",
+    )
+    assert v.explanation.startswith("done, and gate 1 waits for an answer")
+
+
 def test_completed_last_turn_is_done():
     """A last turn of kind completed makes the goal done even before the registry says so."""
     h = [history_line("g1", 1, ended_at=NOW, kind=ResultKind.COMPLETED)]

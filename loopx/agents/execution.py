@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from loopx import environ
+from loopx import environ, tracing
 from loopx.accounts.clihome import HostEnvironment, host_environment
 from loopx.accounts.model import account_of
 from loopx.accounts.windows import UsageWindow
@@ -68,6 +68,9 @@ def _host_env(
             environ.ROOT: str(layout.root),
             environ.WORKDIR: envelope.workdir,
             environ.RESULT_FILE: envelope.result_file,
+            tracing.RESOURCE_VAR: tracing.resource_attributes(
+                journal.goal_id, journal.turn_key, env.get(tracing.RESOURCE_VAR)
+            ),
         }
     )
     return env

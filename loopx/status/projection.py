@@ -9,6 +9,8 @@ The rules, first match wins (see docs/cli.md "loopx status"):
 ==================  ======  ==============================================
 reason              actor   when
 ==================  ======  ==============================================
+gate_pending        human   done (as below), with a gate open (a merge's gate: the base
+                            moved meanwhile); the work waits on the answer
 done                none    registry status ``done`` or the last turn completed (and the
                             goal was not made active again after it)
 paused              human   registry status ``paused`` or quota compute 0
@@ -212,6 +214,17 @@ def _decide(  # noqa: C901, PLR0911, PLR0912 - one branch per rule of the table 
     # back to its agent) is not done.
     reactivated = last is not None and goal.updated_at > last.ended_at
     completed = last is not None and last.kind is ResultKind.COMPLETED and not reactivated
+    if (goal.status is GoalStatus.DONE or completed) and state.open_gates:
+        gate = state.open_gates[0]
+        return (
+            Actor.HUMAN,
+            StatusReason.GATE_PENDING,
+            (
+                f"done, and gate {gate.id} waits for an answer: "
+                f"`loopx gate resolve {goal.id} --answer TEXT`"
+            ),
+            None,
+        )
     if goal.status is GoalStatus.DONE or completed:
         return Actor.NONE, StatusReason.DONE, "done; nothing left to do", None
     if goal.status is GoalStatus.PAUSED:

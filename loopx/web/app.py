@@ -36,6 +36,7 @@ from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record, utcnow
+from loopx.registry.model import Goal
 from loopx.status.documents import (
     ErrorReply,
     Health,
@@ -46,7 +47,7 @@ from loopx.status.documents import (
     status_page,
 )
 from loopx.status.sources import read_fleet
-from loopx.status.view import Actor
+from loopx.status.view import Actor, GoalStatusView
 from loopx.web import dashboard
 from loopx.web.actions import read_audit
 from loopx.web.bind import host_allowed
@@ -54,6 +55,7 @@ from loopx.web.events import StreamSlots
 from loopx.web.livetail import read_live
 from loopx.web.metrics import render_metrics
 from loopx.web.service import Snapshot, StatusService
+from loopx.web.worktrees import WorktreeStates, done_worktree_goals
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -400,7 +402,31 @@ def overview(request: Request) -> Response:
         actions=service.actions,
         gates=dashboard.oldest_open_gates(service.layout, head),
     )
-    return json_reply(doc)
+    waiting, total = worktree_states(request).merge_waiting(_done_worktree_goals(request, snap))
+    return json_reply(
+        doc.model_copy(update={"merge_waiting": waiting, "merge_waiting_total": total})
+    )
+
+
+def worktree_states(request: Request) -> WorktreeStates:
+    """The server's worktree states (made at the first ask)."""
+    states: WorktreeStates | None = getattr(request.app.state, "worktrees", None)
+    if states is None:
+        states = request.app.state.worktrees = WorktreeStates(_service(request).layout)
+    return states
+
+
+def _done_worktree_goals(
+    request: Request, snap: Snapshot
+) -> list[tuple[Goal, GoalStatusView | None]]:
+    """The done worktree goals of ``snap``: one pass over the goals per snapshot generation."""
+    kept = getattr(request.app.state, "done_worktree_goals", None)
+    if kept is not None and kept[0] == snap.generation:
+        found: list[tuple[Goal, GoalStatusView | None]] = kept[1]
+        return found
+    found = done_worktree_goals(snap.projection.goals, _service(request).goal_policy)
+    request.app.state.done_worktree_goals = (snap.generation, found)
+    return found
 
 
 @handled
@@ -433,11 +459,13 @@ def api_goal(request: Request) -> Response:
         return _no_goal(request)
     service = _service(request)
     snap = service.snapshot()
+    view = snap.projection.goals[snap.by_id[goal_id]]
+    policy = service.goal_policy(goal_id)
+    tree = None
+    if policy is not None and policy.worktree is not None:
+        tree = worktree_states(request).state(policy, view).panel
     doc = dashboard.goal_detail(
-        service.layout,
-        snap.projection.goals[snap.by_id[goal_id]],
-        service.goal_policy(goal_id),
-        actions=service.actions,
+        service.layout, view, policy, actions=service.actions, worktree=tree
     )
     return json_reply(doc.model_copy(update={"running": _running(service).get(goal_id)}))
 
@@ -577,6 +605,9 @@ def build_app(
         api_latest_run,
         api_timeline,
     )
+    from loopx.web.routes_worktree import (  # noqa: PLC0415 - routes of their own module
+        api_worktree,
+    )
 
     routes = [
         Route("/", page, methods=["GET"]),
@@ -596,6 +627,7 @@ def build_app(
         Route("/api/goals/{goal_id}/live", api_live, methods=["GET"]),
         Route("/api/goals/{goal_id}/runs/latest", api_latest_run, methods=["GET"]),
         Route("/api/goals/{goal_id}/runs/{seq:int}", api_run, methods=["GET"]),
+        Route("/api/goals/{goal_id}/worktree", api_worktree, methods=["GET"]),
         Route("/api/goals/{goal_id}/{action}", post_action, methods=["POST"]),
         Route("/api/answers", post_answers, methods=["POST"]),
         Route("/api/bulk/{action}", post_bulk, methods=["POST"]),

@@ -37,7 +37,8 @@ from loopx.status.view import (
 )
 from loopx.storage.files import open_regular
 from loopx.turn.historyline import HistoryLine
-from loopx.web.panels import AccountRow, WorktreePanel, account_row, worktree_panel
+from loopx.web.panels import AccountRow, WorktreePanel, account_row
+from loopx.web.worktrees import MergeWaiting
 
 ATTENTION_HUMANS: Final = 25
 ATTENTION_AGENTS: Final = 10
@@ -165,6 +166,9 @@ class Overview(Record):
     humans: list[GoalRow]  # needs a person: gates, failing, paused, quarantined, crash loops
     next_up: list[GoalRow]  # what agents run now or next
     accounts: list[AccountRow] = Field(default_factory=list)  # the accounts panel
+    # Done worktree goals whose branch holds commits the base lacks (loopx.web.worktrees).
+    merge_waiting: list[MergeWaiting] = Field(default_factory=list)
+    merge_waiting_total: int = 0
 
 
 class TurnRow(Record):
@@ -459,9 +463,17 @@ def _run_seqs(layout: Layout, goal_id: str) -> set[int]:
 
 
 def goal_detail(
-    layout: Layout, view: GoalStatusView, goal: Goal | None, *, actions: bool
+    layout: Layout,
+    view: GoalStatusView,
+    goal: Goal | None,
+    *,
+    actions: bool,
+    worktree: WorktreePanel | None = None,
 ) -> GoalDetail:
-    """Read one goal's state and newest turns (bounded) and build its page."""
+    """Read one goal's state and newest turns (bounded) and build its page.
+
+    ``worktree``: the goal's worktree panel, as the server's worktree states keep it.
+    """
     state: GoalState | None = None
     state_error: str | None = None
     try:
@@ -484,7 +496,7 @@ def goal_detail(
         turns=turns,
         damaged_history_lines=damaged,
         actions=actions,
-        worktree=worktree_panel(layout, goal),
+        worktree=worktree,
     )
 
 

@@ -25,6 +25,7 @@ from loopx.web.actions import (
     MAX_ACTION_BODY,
     Action,
     ActionRequest,
+    ActionResult,
     AuditRecord,
     GateConflict,
     Outcome,
@@ -269,9 +270,22 @@ def _apply(
         audit(Outcome.FAILED, e.message, asked.answer)
         status = refusal_status(e)
         return error_reply(status, e.message, e.hint)
-    detail = f"gate {result.gate.id}" if result.gate is not None else str(result.goal_status)
+    detail = _applied(result)
     if result.repeated:
         detail += " (already so: nothing written)"
     audit(Outcome.APPLIED, detail, asked.answer)
     service.tick_now()
     return json_reply(result)
+
+
+def _applied(result: ActionResult) -> str:
+    """An applied action's audit detail: the gate answered, the merge's end, or the new status."""
+    if result.gate is not None:
+        return f"gate {result.gate.id}"
+    merge = result.merge
+    if merge is not None:
+        merged = f" as {merge.merged_commit[:12]}" if merge.merged_commit else ""
+        gate = f", gate {merge.gate_id} opened" if merge.gate_id is not None else ""
+        conflicts = f" in {', '.join(merge.conflicts[:5])}" if merge.conflicts else ""
+        return f"merge {merge.outcome}{merged}{conflicts}{gate}"
+    return str(result.goal_status)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from loopx import tracing
 from loopx.errors import LeaseLostError
 from loopx.faults import fault_point
 from loopx.log import get_logger
@@ -181,12 +182,25 @@ def run_steps(ctx: TurnContext, steps: Sequence[Step] = STEPS) -> tuple[TurnCont
 
 
 def _run_step(step: Step, ctx: TurnContext) -> TurnContext | Stop:
-    fault_point(f"before:{step.name}")
-    out = step.run(ctx)
-    if isinstance(out, TurnContext) and step.done is not None and out.journal is not None:
-        out = out.but(journal=out.journal.with_step(step.name))
-    fault_point(f"after:{step.name}")
+    with tracing.span(step.name, {"loopx.step": step.name}) as span:
+        fault_point(f"before:{step.name}")
+        out = step.run(ctx)
+        if isinstance(out, TurnContext) and step.done is not None and out.journal is not None:
+            out = out.but(journal=out.journal.with_step(step.name))
+        fault_point(f"after:{step.name}")
+        _mark(span, out)
     return out
+
+
+def _mark(span: tracing.Marks, out: TurnContext | Stop) -> None:
+    """A step's outcome on its span: ``ok``, or the stop's kind and reason."""
+    if isinstance(out, Stop):
+        span.set("loopx.outcome", str(out.kind))
+        span.set("loopx.stop_reason", out.reason)
+        return
+    span.set("loopx.outcome", "ok")
+    if out.journal is not None:
+        span.set("loopx.turn_key", out.journal.turn_key)
 
 
 def _turn_key(ctx: TurnContext) -> str:
@@ -205,8 +219,15 @@ def take_turn(ctx: TurnContext, steps: Sequence[Step] = STEPS) -> TurnAttempt:
         LoopxError: a damaged file or a lock timeout.
         OSError: a write the machine refused before the host ran.
     """
-    with structlog.contextvars.bound_contextvars(goal_id=ctx.goal.id, agent_id=ctx.agent_id):
+    ids = {"loopx.goal_id": ctx.goal.id, "loopx.agent_id": ctx.agent_id}
+    with (
+        structlog.contextvars.bound_contextvars(goal_id=ctx.goal.id, agent_id=ctx.agent_id),
+        tracing.span("turn", ids) as span,
+    ):
         end, stop = run_steps(ctx, steps)
+        _mark(span, stop or end)
+        if end.journal is not None:
+            span.set("loopx.turn_status", str(end.journal.status))
     if stop is not None:
         log.debug("turn_stopped", goal_id=ctx.goal.id, kind=stop.kind, reason=stop.reason)
     return attempt_of(end, stop)

@@ -170,7 +170,7 @@ function showHeader(counts, fleet) {
   const f = document.getElementById("fleet");
   if (fleet.state) {
     f.textContent = `supervisor ${fleet.state} · ${fleet.agents_alive}/${fleet.agents_wanted} agents`;
-    f.className = `pill ${fleet.state === "running" && fleet.agents_alive >= fleet.agents_wanted ? "ok" : "warn"}`;
+    f.className = `pill ${fleet.state === "running" && fleet.agents_alive >= fleet.agents_wanted ? "ok" : fleet.state === "dead" ? "bad" : "warn"}`;
   } else {
     f.textContent = `no supervisor · ${fleet.agents_alive} agents`;
     f.className = "pill";
@@ -399,13 +399,94 @@ function auditPanel(doc) {
 
 function attentionPanel(ov) {
   const total = ov.counts.by_actor.human || 0;
+  const incidents = ov.fleet.incidents || [];
+  const shown = total + incidents.length + (ov.merge_waiting_total || 0);
   return el("section", { class: "panel attention", id: "attention", "aria-labelledby": "h-att" },
-    el("h2", { id: "h-att" }, "Needs you ", el("span", { class: "muted" }, `(${total})`)),
+    el("h2", { id: "h-att" }, "Needs you ", el("span", { class: "muted" }, `(${shown})`)),
+    incidents.length ? el("ul", { class: "cards incidents", id: "incidents" }, incidents.map(incidentCard)) : null,
+    mergeWaitingCards(ov),
     ov.humans.length ? el("ul", { class: "cards" }, ov.humans.map((g) => humanCard(g, ov.actions)))
-      : el("p", { class: "muted" }, "Nothing waits for a person."),
+      : shown ? null : el("p", { class: "muted" }, "Nothing waits for a person."),
     total > ov.humans.length
       ? el("p", {}, el("a", { href: "#/", onclick: (ev) => setActor("human", ev) }, `All ${total} in the table below`)) : null,
   );
+}
+
+// The fleet's own incidents (the supervisor down, agents in a crash loop, a disk limit), above
+// the goals: while one lasts, no goal makes progress however its own card reads.
+const INCIDENT_TITLES = { supervisor_down: "Supervisor down", crash_loop: "Agents in a crash loop", disk: "Disk limit: no new turn starts" };
+
+function incidentCard(i) {
+  return el("li", { class: `card incident i-${i.kind}`, "data-incident": i.kind, role: "alert" },
+    el("div", { class: "card-head" }, el("strong", {}, INCIDENT_TITLES[i.kind] || i.kind.replace("_", " ")),
+      i.since ? el("span", { class: "muted" }, "since ", when(i.since)) : null),
+    el("p", { class: "incident-text" }, i.explanation));
+}
+
+// Merge waiting: done worktree goals whose branch holds commits the base lacks. The work lands
+// only when a person says so (Merge asks first; the done-check runs on the merged tree).
+function mergeWaitingCards(ov) {
+  const rows = ov.merge_waiting || [];
+  if (!rows.length) return null;
+  return el("ul", { class: "cards merges", id: "merge-waiting" }, rows.map((m) => el("li", { class: "card r-merge_waiting", "data-goal": m.goal_id },
+    el("div", { class: "card-head" },
+      el("a", { href: `#/goal/${encodeURIComponent(m.goal_id)}`, class: "goal-link" }, m.goal_id),
+      badge("merge_waiting")),
+    el("p", {}, `${m.ahead} commit(s) on `, el("code", {}, m.branch), ` not in ${m.base}`, m.behind ? `, ${m.behind} behind it` : "",
+      m.dirty ? el("span", { class: "warn" }, " · uncommitted changes in its worktree") : ""),
+    m.interrupted ? el("p", { class: "warn" }, "A merge stopped part way (its process is gone): Merge finishes it.") : null,
+    m.diff ? diffLine(m.diff) : null,
+    ov.actions ? mergeButton(m.goal_id, m.base, m.ahead) : null)));
+}
+
+function diffLine(d) {
+  return el("div", { class: "diff" },
+    el("p", { class: "diff-stat" }, `${d.files} file(s) changed, `, el("span", { class: "ins" }, `+${d.insertions}`), " ",
+      el("span", { class: "del" }, `−${d.deletions}`), d.paths.length ? el("span", { class: "muted" }, `: ${d.paths.slice(0, 5).join(", ")}${d.files > 5 ? ", …" : ""}`) : ""),
+    d.commits.length ? el("ul", { class: "commits" }, d.commits.map((c) => el("li", {}, el("code", {}, c.commit), " ", c.subject, " ",
+      el("span", { class: "muted" }, when(c.at))))) : null);
+}
+
+const MERGE_PROGRESS = "merging: the done-check runs on the merged tree, then the base moves…";
+
+// The Merge button stays disabled, with its progress line, until the merge has ended, whatever
+// the live updates redraw meanwhile.
+function mergeButton(goalId, base, ahead) {
+  const busy = state.inflight.has(`${goalId}/merge`);
+  return el("div", { class: "buttons" },
+    el("button", { type: "button", class: "merge-button", "data-goal": goalId, disabled: busy,
+      onclick: () => mergeGoal(goalId, base, ahead) }, `Merge into ${base}`),
+    busy ? el("span", { class: "muted merge-progress", role: "status" }, MERGE_PROGRESS) : null);
+}
+
+async function mergeGoal(goalId, base, ahead) {
+  if (!state.token) { showTokenForm("Actions need the server's token."); return; }
+  const key = `${goalId}/merge`;
+  if (state.inflight.has(key)) return;
+  if (!confirm(`Merge ${goalId}'s branch (${ahead} commit(s)) into ${base}? Its done-check runs on the merged tree first; ${base} moves only if it passes.`)) return;
+  state.inflight.add(key);
+  for (const b of document.querySelectorAll(`button.merge-button[data-goal="${CSS.escape(goalId)}"]`)) {
+    b.disabled = true;
+    b.after(el("span", { class: "muted merge-progress", role: "status" }, MERGE_PROGRESS));
+  }
+  try {
+    const doc = await api(`/api/goals/${encodeURIComponent(goalId)}/merge`, {
+      method: "POST", headers: headers({ "Content-Type": "application/json" }), body: "{}" });
+    notice(mergeOutcome(goalId, doc.merge));
+  } catch (e) {
+    notice(`${goalId}: merge refused: ${e.message}`);
+  } finally {
+    state.inflight.delete(key);
+    await render();
+  }
+}
+
+function mergeOutcome(goalId, m) {
+  const words = MERGE_OUTCOMES[m.outcome] || m.outcome;
+  if (m.outcome === "merged") return `${goalId}: merged into ${m.base} as ${m.merged_commit.slice(0, 12)}`;
+  const where = m.conflicts.length ? ` in ${m.conflicts.join(", ")}` : "";
+  const gate = m.gate_id !== null ? `; gate ${m.gate_id} opened on the goal: answer it on its page` : "";
+  return `${goalId}: merge ${words}${where}${gate}`;
 }
 
 function humanCard(g, actions) {
@@ -780,6 +861,7 @@ async function goalView(route) {
   state.actions = d.actions;
   const v = d.view;
   const s = d.state || {};
+  const wt = d.worktree ? await api(`/api/goals/${id}/worktree`).catch(() => null) : null;
   document.title = `${v.goal_id} · LoopX`;
   const gates = (s.gates || []).slice().reverse();
   const open = gates.filter((g) => g.answer === null);
@@ -817,7 +899,7 @@ async function goalView(route) {
         d.state_error ? el("p", { class: "bad" }, d.state_error) : null),
       el("section", { class: "panel", id: "chart-panel" }, el("h2", {}, "Turns and spend"), chart(d), quotaText(v.quota)),
     ),
-    d.worktree ? worktreePanel(d.worktree) : null,
+    d.worktree ? worktreePanel(wt ? wt.panel : d.worktree, wt, d.actions) : null,
     v.lease || d.running ? livePanel(v.goal_id) : null,
     log ? runLogPanel(v.goal_id, log) : null,
     turnsPanel(v.goal_id, d),
@@ -841,7 +923,7 @@ const MERGE_OUTCOMES = { pending: "in progress", merged: "merged", up_to_date: "
   base_moved: "the base moved meanwhile: untouched", already_merged: "already merged: the base has every change",
   aborted: "aborted: the base is as it was" };
 
-function worktreePanel(w) {
+function worktreePanel(w, wt, actions) {
   const v = w.view;
   const m = w.merge;
   const facts = v ? [
@@ -859,10 +941,14 @@ function worktreePanel(w) {
   } else if (v) {
     facts.push(["Last merge", v.ahead ? el("span", { class: "warn" }, `not merged (${v.ahead} commit(s) only on ${v.branch})`) : "nothing to merge"]);
   }
+  if (wt && wt.merge_interrupted) facts.push(["Merge", el("span", { class: "warn" }, "stopped part way (its process is gone): Merge finishes it")]);
+  if (wt && wt.diff) facts.push(["Changes", diffLine(wt.diff)]);
+  if (wt && wt.diff_error) facts.push(["Changes", el("span", { class: "bad" }, wt.diff_error)]);
   return el("section", { class: "panel", id: "worktree-panel" },
-    el("h2", {}, "Worktree"),
+    el("h2", {}, "Worktree", wt && wt.merge_waiting ? [" ", badge("merge_waiting")] : ""),
     w.error ? el("p", { class: "bad" }, w.error) : null,
-    el("dl", { class: "facts" }, facts.map(([k, ...rest]) => [el("dt", {}, k), el("dd", {}, ...rest)]).flat()));
+    el("dl", { class: "facts" }, facts.map(([k, ...rest]) => [el("dt", {}, k), el("dd", {}, ...rest)]).flat()),
+    actions && wt && wt.merge_waiting && v ? mergeButton(wt.goal_id, v.base, v.ahead) : null);
 }
 
 // Done-check: the goal's newest, with the tail of its output when it failed.
