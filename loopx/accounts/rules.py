@@ -130,6 +130,16 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
     return Admission(allowed=True)
 
 
+def account_admits(state: AccountState, goal_id: str, *, now: datetime) -> bool:
+    """Whether the account in ``state`` admits a turn of ``goal_id`` now. Pure.
+
+    The one predicate hand-off chooses accounts by (:mod:`loopx.accounts.handoff`):
+    every refusal of :func:`admit` (damaged, a gate, a limit, an overload, another
+    goal's probe, a staggered start) counts, so a refusal added there counts here too.
+    """
+    return admit(state, goal_id, now=now).allowed
+
+
 def taken(
     state: AccountState, admission: Admission, goal_id: str, *, now: datetime, turn_timeout_s: float
 ) -> AccountState:

@@ -243,6 +243,7 @@ class ScheduleIndex:
             goal_id
             for goal_id, goal in self._catalog.goals.items()
             if account_of(goal.account, goal.host.kind) in moved
+            or not moved.isdisjoint(goal.fallback_accounts)
         }
 
     def _account_state(self, goal: Goal | None) -> AccountState | None:

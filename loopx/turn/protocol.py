@@ -68,3 +68,5 @@ class Envelope(Record):
     state: GoalState  # includes host_session, answered gates, todos
     # Set on attempt N > 1: what the journal knows of attempt N-1's interruption
     interrupted: str | None = None
+    # Set when the turn runs on a fallback account: what the fresh session is told of it
+    handoff: str | None = None

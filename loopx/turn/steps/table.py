@@ -38,6 +38,7 @@ from loopx.turn.steps.checking import check_due, run_check
 from loopx.turn.steps.claim import claim_lease, release_lease
 from loopx.turn.steps.committing import commit
 from loopx.turn.steps.context import Stop, StopKind, TurnContext
+from loopx.turn.steps.handoff import hand_off, may_hand_off
 from loopx.turn.steps.hosting import run_host, settle_outcome
 from loopx.turn.steps.journaling import open_journal
 from loopx.turn.steps.leftovers import finish_leftovers
@@ -114,7 +115,7 @@ def _terminal(journal: TurnJournal) -> bool:
     return journal.status is not TurnStatus.IN_PROGRESS
 
 
-# claim -> leftovers -> workdir | worktree -> quota -> account -> journal -> host -> settle
+# claim -> leftovers -> workdir | worktree -> quota -> handoff -> account -> journal -> host -> settle
 # -> check -> writeback (the phases) -> release -> merge
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
@@ -122,6 +123,7 @@ STEPS: tuple[Step, ...] = (
     Step("workdir", hold_workdir),
     Step("worktree", enter_worktree, applies=_has_worktree),
     Step("quota", check_quota, done=_planned),
+    Step("handoff", hand_off, applies=may_hand_off, done=_host_started),
     Step("account", admit_account, done=_host_started),
     Step("journal", open_journal, done=_host_started),
     Step("host", run_host, done=_host_started),
