@@ -91,7 +91,7 @@ class GoalState(Record):
     # Hand-off (loopx.accounts.handoff): handed-off turns in all, and when the recent ones
     # were decided (the per-day cap counts them).
     handoffs: int = 0
-    handoff_times: list[UtcDatetime] = Field(default_factory=list)
+    handed_off_at: list[UtcDatetime] = Field(default_factory=list)
     updated_at: UtcDatetime | None = None
 
     def eligible_at(self, now: datetime) -> datetime | None:

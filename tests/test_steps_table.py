@@ -31,7 +31,7 @@ def test_the_table_reads_like_the_design() -> None:
     """Claim first, release last but the merge; every row named once."""
     names = [s.name for s in STEPS]
     assert names == [
-        "claim", "leftovers", "workdir", "worktree", "quota", "account", "journal", "host",
+        "claim", "leftovers", "workdir", "worktree", "quota", "handoff", "account", "journal", "host",
         "settle", "check", "writeback", "unlock_workdir", "release", "merge",
     ]  # fmt: skip
     assert len(set(fault_points())) == 2 * len(STEPS)

@@ -93,7 +93,7 @@ def choose_account(
     *,
     states: Mapping[str, AccountState],
     kinds: Mapping[str, str],
-    handoff_times: Sequence[datetime],
+    handed_off_at: Sequence[datetime],
     pending: str | None,
     now: datetime,
 ) -> AccountChoice:
@@ -104,7 +104,7 @@ def choose_account(
         states: the state of each of the goal's accounts as admission reads it;
             an account missing here (removed, unreadable) is not tried.
         kinds: the host kind of each fallback account.
-        handoff_times: when the goal's earlier hand-offs were decided.
+        handed_off_at: when the goal's earlier hand-offs were decided.
         pending: what of the last turn is not settled (None: nothing).
         now: the decision's time.
 
@@ -118,7 +118,7 @@ def choose_account(
     if not goal.handoff or not goal.fallback_accounts:
         return stay.model_copy(update={"reason": ChoiceReason.PINNED, "message": why})
     cap = goal.max_handoffs_per_day
-    if cap is not None and handoffs_in_window(handoff_times, now=now) >= cap:
+    if cap is not None and handoffs_in_window(handed_off_at, now=now) >= cap:
         message = f"{why}; no hand-off: {cap} handed-off turns in 24 hours (--max-handoffs-per-day)"
         return stay.model_copy(update={"reason": ChoiceReason.CAPPED, "message": message})
     if pending is not None:

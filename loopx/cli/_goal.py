@@ -325,6 +325,11 @@ def run_show(args: argparse.Namespace) -> int:
         check = state.last_check
         print(f"  (last: {check.summary}, turn {check.turn_key})" if check else "  (not run yet)")
     print(f"  next action: {state.next_action or '-'}   turns applied: {state.turn_seq}")
+    if goal.fallback_accounts:
+        pin = "" if goal.handoff else "  (pinned: --no-handoff)"
+        print(f"  fallback accounts: {', '.join(goal.fallback_accounts)}{pin}")
+    if state.handoffs:
+        print(f"  hand-offs: {state.handoffs}")
     for gate in state.open_gates:
         print(f"  OPEN GATE {gate.id}: {gate.question}")
     for todo in state.todos:

@@ -171,7 +171,7 @@ def candidate_and_decision(
         now=now,
         account=account,
         root=root,
-        handoff_times=state.handoff_times,
+        handed_off_at=state.handed_off_at,
     )
     candidate = Candidate(
         goal=goal,
@@ -193,12 +193,12 @@ def held_by_account(
     now: datetime,
     account: AccountState | None = None,
     root: AccountState | None = None,
-    handoff_times: Sequence[datetime] = (),
+    handed_off_at: Sequence[datetime] = (),
 ) -> QuotaDecision:
     """``decision``, or the refusal of the root's budget or the goal's account when they hold it.
 
     A goal whose own account holds it but a fallback account admits it is not
-    held (``handoff_times``: its recent hand-offs, for its cap).
+    held (``handed_off_at``: its recent hand-offs, for its cap).
 
     ``account`` and ``root``: the states as the caller last read them (read
     here when not given); an account with a damaged file holds its goals.
@@ -212,18 +212,18 @@ def held_by_account(
     for held in (root or held_state(layout, ROOT_BUDGET), account or held_state(layout, name)):
         admission = admit(held, goal.id, now=now)
         if not admission.allowed:
-            if held.name == name and _fallback_admits(layout, goal, handoff_times, now=now):
+            if held.name == name and _fallback_admits(layout, goal, handed_off_at, now=now):
                 return decision  # the hand-off step runs it on that fallback
             return refused_by_account(decision, admission)
     return decision
 
 
 def _fallback_admits(
-    layout: Layout, goal: Goal, handoff_times: Sequence[datetime], *, now: datetime
+    layout: Layout, goal: Goal, handed_off_at: Sequence[datetime], *, now: datetime
 ) -> bool:
     """Whether a fallback account would take the goal on now (its hand-off cap not reached)."""
     cap = goal.max_handoffs_per_day
-    if not goal.handoff or (cap is not None and handoffs_in_window(handoff_times, now=now) >= cap):
+    if not goal.handoff or (cap is not None and handoffs_in_window(handed_off_at, now=now) >= cap):
         return False
     return any(
         account_admits(held_state(layout, other), goal.id, now=now)

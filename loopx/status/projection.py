@@ -163,6 +163,9 @@ def _last_turn(history: Sequence[HistoryLine]) -> LastTurn | None:
             "next_action": h.next_action,
             "ended_at": h.ended_at,
             "failure_message": h.failure_message,
+            "account": h.account,
+            "host_kind": h.host_kind,
+            "handed_off": h.handed_off,
         },
     )
 
@@ -438,6 +441,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "recheck_at": account.recheck_at,
         "last_check": None,
         "account": account_of(goal.account, goal.host.kind),
+        "handoffs": 0,
     }
     # Its values shared (in place: ``fields`` is the view's), so the views made from them
     # hold shared values already (share_values: a long-lived cache's memory).
@@ -492,6 +496,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
             "last_check": state.last_check,
             "account": account_of(goal.account, goal.host.kind),
+            "handoffs": state.handoffs,
         },
     )
 

@@ -78,10 +78,10 @@ def _handoff_fields(state: GoalState, journal: TurnJournal) -> dict[str, object]
     if handoff is None:
         return {}
     start = handoff.decided_at - HANDOFF_WINDOW
-    recent = [at for at in state.handoff_times if at > start]
+    recent = [at for at in state.handed_off_at if at > start]
     return {
         "handoffs": state.handoffs + 1,
-        "handoff_times": [*recent, handoff.decided_at][-HANDOFF_TIMES_KEPT:],
+        "handed_off_at": [*recent, handoff.decided_at][-HANDOFF_TIMES_KEPT:],
     }
 
 

@@ -74,7 +74,7 @@ def hand_off(ctx: TurnContext) -> TurnContext:
         goal,
         states=states,
         kinds=kinds,
-        handoff_times=load_state(ctx.layout, goal.id).handoff_times,
+        handed_off_at=load_state(ctx.layout, goal.id).handed_off_at,
         pending=pending_of(ctx.layout, goal),
         now=now,
     )
