@@ -30,7 +30,7 @@ from typing import Final
 from pydantic import Field
 
 from loopx.accounts.model import AccountState, account_of
-from loopx.accounts.rules import account_admits, admit
+from loopx.accounts.rules import account_admits, parked
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal
 
@@ -114,7 +114,8 @@ def choose_account(
     stay = AccountChoice(account=own, host_kind=goal.host.kind, reason=ChoiceReason.OWN)
     if own_state is None or account_admits(own_state, goal.id, now=now):
         return stay
-    why = admit(own_state, goal.id, now=now).message
+    refusal = parked(own_state, now=now)
+    why = refusal.message if refusal is not None else f"account {own} does not admit it"
     if not goal.handoff or not goal.fallback_accounts:
         return stay.model_copy(update={"reason": ChoiceReason.PINNED, "message": why})
     cap = goal.max_handoffs_per_day

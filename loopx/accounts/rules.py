@@ -85,10 +85,11 @@ def _of_gate(state: AccountState) -> str:
     return f"; a gate at {state.max_overloads}" if state.max_overloads is not None else ""
 
 
-def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # noqa: PLR0911 - one return per refusal of the module's order
-    """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
+def parked(state: AccountState, *, now: datetime) -> Admission | None:
+    """The refusal of a parked account (damaged, a gate, a limit, an overload), or None. Pure.
 
-    See the module docstring for the order of the refusals.
+    The first four refusals of the module's order: each holds every goal of
+    the account until a repair, a human, a reset or a backoff ends it.
     """
     name = state.name
     if state.condition is Condition.DAMAGED:
@@ -110,6 +111,18 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
             f"({state.overloads} in a row{_of_gate(state)})",
             until=state.until,
         )
+    return None
+
+
+def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:
+    """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
+
+    See the module docstring for the order of the refusals.
+    """
+    name = state.name
+    refusal = parked(state, now=now)
+    if refusal is not None:
+        return refusal
     if state.condition is not Condition.OK or not state.proven:
         held = state.probe_goal is not None and state.probe_until is not None
         if held and state.probe_goal != goal_id and now < state.probe_until:  # type: ignore[operator]
@@ -130,14 +143,17 @@ def admit(state: AccountState, goal_id: str, *, now: datetime) -> Admission:  # 
     return Admission(allowed=True)
 
 
-def account_admits(state: AccountState, goal_id: str, *, now: datetime) -> bool:
-    """Whether the account in ``state`` admits a turn of ``goal_id`` now. Pure.
+def account_admits(state: AccountState, goal_id: str, *, now: datetime) -> bool:  # noqa: ARG001 - part of the predicate's contract
+    """Whether the account in ``state`` admits turns now: it is not parked. Pure.
 
     The one predicate hand-off chooses accounts by (:mod:`loopx.accounts.handoff`):
-    every refusal of :func:`admit` (damaged, a gate, a limit, an overload, another
-    goal's probe, a staggered start) counts, so a refusal added there counts here too.
+    every refusal of :func:`parked` counts (damaged, a gate, a limit, an
+    overload), so a refusal added there counts here too. A probe or a
+    staggered start after a reset is a wait of seconds, not a refusal: no
+    turn is handed off for it. ``goal_id``: the goal asking, for refusals
+    that depend on it.
     """
-    return admit(state, goal_id, now=now).allowed
+    return parked(state, now=now) is None
 
 
 def taken(
