@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from loopx.accounts.handoff import ChoiceReason, Handoff, choose_account, handoffs_in_window
-from loopx.accounts.model import AccountState, Condition
+from loopx.accounts.model import AccountState, AccountSummary, Condition
 from loopx.agents.hosts.session import session_to_resume
 from loopx.errors import InvalidPolicyError
 from loopx.registry.goals import GoalChanges, build_goal
 from loopx.registry.model import Goal, HostSpec
 from loopx.state import HostSession
+from loopx.status.projection import overlay_accounts, project_unrun
+from loopx.status.view import StatusReason
 from loopx.turn.steps.handoff import handed_goal
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -137,3 +139,20 @@ def test_fallback_names_are_checked_and_named_once() -> None:
         _goal(fallback_accounts=["b", "b"])
     with pytest.raises(InvalidPolicyError):
         _goal(fallback_accounts=["../x"])
+
+
+def test_status_shows_a_goal_a_fallback_takes_on_as_not_held_by_its_account() -> None:
+    """Own account limited, fallback free: not `waiting` on it; both limited: waiting."""
+    goal = _goal(fallback_accounts=["b"])
+    view = project_unrun(goal, now=NOW)
+    assert view.fallback_accounts == ["b"]
+    limited = AccountSummary(name="a", state=Condition.LIMITED, message="account a limited")
+    free = AccountSummary(name="b", state=Condition.OK)
+    (shown,), _ = overlay_accounts([view], [limited, free])
+    assert shown.reason is not StatusReason.WAITING
+    busy = free.model_copy(update={"state": Condition.LIMITED, "message": "account b limited"})
+    (shown,), _ = overlay_accounts([view], [limited, busy])
+    assert (shown.reason, shown.explanation) == (StatusReason.WAITING, "account a limited")
+    pinned = project_unrun(_goal(fallback_accounts=["b"], handoff=False), now=NOW)
+    (shown,), _ = overlay_accounts([pinned], [limited, free])
+    assert shown.reason is StatusReason.WAITING

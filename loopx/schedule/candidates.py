@@ -212,7 +212,11 @@ def held_by_account(
     for held in (root or held_state(layout, ROOT_BUDGET), account or held_state(layout, name)):
         admission = admit(held, goal.id, now=now)
         if not admission.allowed:
-            if held.name == name and _fallback_admits(layout, goal, handed_off_at, now=now):
+            if (
+                held.name == name
+                and not account_admits(held, goal.id, now=now)  # parked, not a probe's wait
+                and _fallback_admits(layout, goal, handed_off_at, now=now)
+            ):
                 return decision  # the hand-off step runs it on that fallback
             return refused_by_account(decision, admission)
     return decision

@@ -377,7 +377,7 @@ def _unrun_key(goal: Goal, now: datetime) -> tuple[object, ...]:
     """What a never-ran goal's view depends on besides its id: its key in ``_PLAIN_UNRUN``."""
     return (
         now, goal.status, goal.priority, goal.objective, goal.account, goal.host.kind,
-        *goal.quota.__dict__.values(),
+        tuple(goal.fallback_accounts) if goal.handoff else (), *goal.quota.__dict__.values(),
     )  # fmt: skip
 
 
@@ -442,6 +442,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "last_check": None,
         "account": account_of(goal.account, goal.host.kind),
         "handoffs": 0,
+        "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
     }
     # Its values shared (in place: ``fields`` is the view's), so the views made from them
     # hold shared values already (share_values: a long-lived cache's memory).
@@ -497,6 +498,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "last_check": state.last_check,
             "account": account_of(goal.account, goal.host.kind),
             "handoffs": state.handoffs,
+            "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
         },
     )
 
@@ -518,7 +520,8 @@ def overlay_accounts(
     """Goals their account holds back shown ``waiting`` on it; each account with its goals. Pure.
 
     Only ``ready`` and ``waiting`` goals are overlaid: a running, gated,
-    paused, failing or done goal says so first.
+    paused, failing or done goal says so first; a goal a fallback account
+    that holds nothing back may take on (hand-off) is not held either.
     """
     if not accounts:  # no account to show or to hold a goal back: the views as they are
         return list(views), []
@@ -531,6 +534,8 @@ def overlay_accounts(
         name = view.account or ""
         goals.setdefault(name, []).append(view.goal_id)
         hold = root or holding.get(name)
+        if root is None and not all(f in holding for f in view.fallback_accounts):
+            hold = None  # a fallback account takes its turns on (hand-off)
         if hold is not None and view.reason in _HELD_BY_ACCOUNT:
             human = hold.state in _ACCOUNT_NEEDS_HUMAN
             view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it

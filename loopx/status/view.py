@@ -167,8 +167,10 @@ class GoalStatusView(Record):
     last_check: LastCheck | None = None
     # The account the goal's turns run on (default-<kind> when it names none).
     account: str | None = None
-    # Its turns run on a fallback account while its own did not admit them, in all.
+    # Its turns run on a fallback account while its own did not admit them, in all; the
+    # accounts it may hand off to (empty: none, or pinned by --no-handoff).
     handoffs: int = 0
+    fallback_accounts: list[str] = Field(default_factory=list)
 
 
 class IncidentKind(StrEnum):
