@@ -6,6 +6,7 @@ with ``b`` as its fallback; its turns are taken in this process.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -94,3 +95,15 @@ def test_a_turn_in_flight_or_cut_short_is_pending_one_that_committed_is_not(
     failed = journal.model_copy(update={"status": TurnStatus.FAILED})
     assert "ended failed" in (last_turn_pending(failed) or "")
     assert last_turn_pending(failed.model_copy(update={"outcome": None})) is None
+
+
+def test_an_accounts_hand_off_cap_sends_the_next_turn_to_the_next_fallback(tmp_path: Path) -> None:
+    """b takes one hand-off per window (`--max-handoffs 1`): the next goes to c, then none."""
+    (tmp_path / "w").mkdir()
+    layout = _root(tmp_path, tmp_path / "w")
+    root = loopx.Root.open(layout.root)
+    root.accounts.edit("b", max_handoffs=1)
+    root.accounts.add("c", host_kind="command", max_handoffs=1)
+    root.goals.add("g", update=True, fallback_accounts=["b", "c"])
+    assert [_ran_on(layout) for _ in range(3)] == ["b", "c", None]
+    assert json.loads((layout.root / "accounts" / "b" / "handoffs.json").read_text())["taken"]

@@ -14,7 +14,8 @@ order, fallback accounts of any host kind (``fallback_accounts``).
 4. ``pending``: something of its last turn is not settled (a turn in
    flight, a turn that did not commit, uncommitted changes in its workdir):
    it stays, since a fresh session elsewhere would not know of it;
-5. ``handed_off``: the first fallback that admits it runs the turn;
+5. ``handed_off``: the first fallback that admits it (and has not taken its
+   ``max_handoffs`` in its window: ``full``) runs the turn;
 6. ``none_admits``: no fallback admits it either: it stays.
 
 :func:`handoffs_in_window` counts the hand-offs the cap is checked against.
@@ -22,7 +23,7 @@ order, fallback accounts of any host kind (``fallback_accounts``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Final
@@ -96,6 +97,7 @@ def choose_account(
     handed_off_at: Sequence[datetime],
     pending: str | None,
     now: datetime,
+    full: Collection[str] = (),
 ) -> AccountChoice:
     """The account the goal's next turn runs on (the module docstring's rules). Pure.
 
@@ -107,6 +109,7 @@ def choose_account(
         handed_off_at: when the goal's earlier hand-offs were decided.
         pending: what of the last turn is not settled (None: nothing).
         now: the decision's time.
+        full: the fallbacks that took their ``max_handoffs`` in their window.
 
     """
     own = account_of(goal.account, goal.host.kind)
@@ -127,7 +130,9 @@ def choose_account(
         return stay.model_copy(update={"reason": ChoiceReason.PENDING, "message": message})
     for name in accounts_of(goal)[1:]:
         state, kind = states.get(name), kinds.get(name)
-        if state is not None and kind is not None and account_admits(state, goal.id, now=now):
+        if state is None or kind is None or name in full:
+            continue
+        if account_admits(state, goal.id, now=now):
             return AccountChoice(
                 account=name, host_kind=kind, reason=ChoiceReason.HANDED_OFF, message=why
             )

@@ -6,7 +6,8 @@ it would the goal's own. The choice is pure
 inputs: the states of the goal's accounts as admission reads them (nothing
 written), the goal's recent hand-offs, and what of its last turn is pending:
 a journal that did not commit after its host ran, or uncommitted changes in
-the turn's directory (``git status``, which takes no lock). A hand-off hands
+the turn's directory (``git status``, which takes no lock), and which fallbacks took their
+``max_handoffs`` (the one write: a slot taken on the chosen one). A hand-off hands
 the next rows the goal as it runs on the fallback (that account and host
 kind; the goal's host flags only when the kind is the same) and the
 :class:`~loopx.accounts.handoff.Handoff` the journal step writes into the
@@ -16,12 +17,14 @@ exists) runs on the account its plan names: the decision is never made twice.
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
 from loopx import git
 from loopx.accounts.files import account_host_kind, held_state
 from loopx.accounts.handoff import Handoff, accounts_of, choose_account
+from loopx.accounts.handoffs import at_cap, take_slot
 from loopx.accounts.model import AccountState, is_default
 from loopx.accounts.rules import account_admits
 from loopx.errors import LoopxError
@@ -61,26 +64,21 @@ def hand_off(ctx: TurnContext) -> TurnContext:
     own = held_state(ctx.layout, names[0])
     if account_admits(own, goal.id, now=now):
         return ctx  # the common case: nothing more is read
-    states: dict[str, AccountState] = {names[0]: own}
-    kinds: dict[str, str] = {}
-    for name in names[1:]:
-        try:
-            kinds[name] = account_host_kind(ctx.layout, name)
-        except LoopxError as e:  # removed or damaged: not tried
-            log.warning("handoff_account_unusable", account=name, error=e.message)
-            continue
-        states[name] = held_state(ctx.layout, name)
-    choice = choose_account(
-        goal,
-        states=states,
-        kinds=kinds,
-        handed_off_at=load_state(ctx.layout, goal.id).handed_off_at,
-        pending=pending_of(ctx.layout, goal),
-        now=now,
-    )
-    if not choice.handed_off:
-        log.info("handoff_held", reason=choice.reason.value, message=choice.message)
-        return ctx
+    states, kinds, full = _fallbacks(ctx.layout, names[1:], now=now)
+    states[names[0]] = own
+    handed_off_at = load_state(ctx.layout, goal.id).handed_off_at
+    pending = pending_of(ctx.layout, goal)
+    while True:
+        choice = choose_account(
+            goal, states=states, kinds=kinds, handed_off_at=handed_off_at, pending=pending,
+            now=now, full=full,
+        )  # fmt: skip
+        if not choice.handed_off:
+            log.info("handoff_held", reason=choice.reason.value, message=choice.message)
+            return ctx
+        if _took_slot(ctx.layout, choice.account, goal.id, now=now):
+            break
+        full.add(choice.account)  # another goal took its last slot meanwhile
     handoff = Handoff(
         from_account=names[0],
         from_kind=goal.host.kind,
@@ -92,6 +90,33 @@ def hand_off(ctx: TurnContext) -> TurnContext:
     )
     log.info("turn_handed_off", account=choice.account, host_kind=choice.host_kind)
     return ctx.but(goal=handed_goal(goal, handoff), handoff=handoff)
+
+
+def _fallbacks(
+    layout: Layout, names: list[str], *, now: datetime
+) -> tuple[dict[str, AccountState], dict[str, str], set[str]]:
+    """The fallbacks' states and host kinds as admission reads them, and those at their cap."""
+    states: dict[str, AccountState] = {}
+    kinds: dict[str, str] = {}
+    full: set[str] = set()
+    for name in names:
+        try:
+            kinds[name] = account_host_kind(layout, name)
+            if at_cap(layout, name, now=now):
+                full.add(name)
+        except LoopxError as e:  # removed or damaged: not tried
+            log.warning("handoff_account_unusable", account=name, error=e.message)
+            continue
+        states[name] = held_state(layout, name)
+    return states, kinds, full
+
+
+def _took_slot(layout: Layout, name: str, goal_id: str, *, now: datetime) -> bool:
+    try:
+        return take_slot(layout, name, goal_id, now=now)
+    except LoopxError as e:
+        log.warning("handoff_account_unusable", account=name, error=e.message)
+        return False
 
 
 def handed_goal(goal: Goal, handoff: Handoff) -> Goal:
