@@ -110,3 +110,22 @@ def test_killed_at_the_handoff_recovered_gives_the_undisturbed_files(
     assert _snapshot(root) == undisturbed
     if point == "after:writeback":  # the host's outcome is durable: it never runs again
         assert len(_host_runs(tmp_path)) == 1
+
+
+def test_a_host_retried_after_a_crash_stays_on_the_account_its_journal_planned(
+    tmp_path: Path,
+) -> None:
+    """Planned on `a`, killed before its host; `a` limited meanwhile: the retry waits for `a`."""
+    root = _goal(tmp_path)
+    layout = make_root(root)
+    update_state(layout, "a", lambda s: s.model_copy(update={"condition": Condition.OK}))
+    crashed = loopx(root, "turn", "run-once", "g", timeout=60, LOOPX_FAULT="after:journal")
+    assert crashed.returncode == 137, crashed.stderr
+    limited = {"condition": Condition.LIMITED, "until": RESET}
+    update_state(layout, "a", lambda s: s.model_copy(update=limited))
+    again = loopx(root, "turn", "run-once", "g", "--json", timeout=60)
+    assert json.loads(again.stdout)["report"] is None, again.stdout
+    (journal,) = (root / "goals" / "g" / "turns").glob("*.json")
+    plan = json.loads(journal.read_text())["plan"]
+    assert (plan["account"], plan["handoff"]) == ("a", None)
+    assert _host_runs(tmp_path) == []

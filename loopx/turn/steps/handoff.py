@@ -56,9 +56,13 @@ def hand_off(ctx: TurnContext) -> TurnContext:
     Raises:
         LoopxError: a file of the goal's own account cannot be opened (a bad name).
     """
-    planned = ctx.journal.plan.handoff if ctx.journal is not None else None
-    if planned is not None:  # a retried host: the account its journal planned
-        return ctx.but(goal=handed_goal(ctx.goal, planned), handoff=planned)
+    if ctx.journal is not None:  # a retried host: on the account its journal planned
+        planned = ctx.journal.plan.handoff
+        return (
+            ctx
+            if planned is None
+            else ctx.but(goal=handed_goal(ctx.goal, planned), handoff=planned)
+        )
     goal, now = ctx.goal, utcnow()
     names = accounts_of(goal)
     own = held_state(ctx.layout, names[0])
