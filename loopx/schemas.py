@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from loopx.accounts.budget import AccountSpend
+from loopx.accounts.handoffs import AccountHandoffs
 from loopx.accounts.model import Account, AccountState, RootBudget
 from loopx.accounts.views import (
     AccountCheck,
@@ -122,10 +123,11 @@ FILES: dict[str, type[BaseModel]] = {
     "worktree": WorktreeRecord,
     "merge-journal": MergeJournal,
     "worktree-git": GitRun,  # goals/<id>/worktree-git.json: the making's git, pid and start
-    # Accounts: accounts/<name>/{account,state,spend}.json, accounts/.root/budget.json
+    # Accounts: accounts/<name>/{account,state,spend,handoffs}.json, accounts/.root/budget.json
     "account": Account,
     "account-state": AccountState,
     "account-spend": AccountSpend,
+    "account-handoffs": AccountHandoffs,
     "root-budget": RootBudget,
     "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped
     "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)

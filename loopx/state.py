@@ -54,6 +54,9 @@ class HostSession(Record):
 
     kind: str
     session_id: str
+    # The account the session belongs to (None: kept before sessions named theirs): a
+    # session is resumed only on its own account and host kind.
+    account: str | None = None
     turns: int = 0
     # The session-cumulative token counters the CLI last reported (codex reports
     # totals of the whole thread on resume); a turn's usage is the difference.
@@ -89,6 +92,10 @@ class GoalState(Record):
     consecutive_failures: int = 0
     # The newest recorded done-check (every envelope carries it to the host).
     last_check: LastCheck | None = None
+    # Hand-off (loopx.accounts.handoff): handed-off turns in all, and when the recent ones
+    # were decided (the per-day cap counts them).
+    handoffs: int = 0
+    handed_off_at: list[UtcDatetime] = Field(default_factory=list)
     updated_at: UtcDatetime | None = None
 
     def eligible_at(self, now: datetime) -> datetime | None:

@@ -2,7 +2,8 @@
 
 The points are generated from the table (:func:`loopx.turn.steps.fault_points`),
 so a new row is covered by adding it. The goal is one every row applies to:
-a ``--worktree`` goal with a done-check and ``--auto-merge``, whose host
+a ``--worktree`` goal with a done-check, ``--auto-merge`` and a fallback
+account (its own admits it: the hand-off row runs and keeps it), whose host
 writes and commits one file (idempotently: a host run again after a crash
 commits nothing new). Each turn is a real ``loopx turn run-once`` process
 that dies at the point; ``loopx recover`` then runs, and the next claim
@@ -46,10 +47,12 @@ def _goal(base: Path) -> tuple[Path, Path]:
     """A root with goal `g` on a fresh repository; the root and where the host logs its runs."""
     repo = make_repo(base / "repo")
     root = make_root(base / "root").root
+    spare = loopx_here(root, "account", "add", "spare", "--host-kind", "command")
+    assert spare.returncode == 0, spare.stderr
     added = loopx_here(
         root, "goal", "add", "g", "--objective", "write the notes", "--workdir", str(repo),
         "--worktree", "--host", shlex.join(["sh", "-c", HOST]), "--done-check", "test -f notes.txt",
-        "--auto-merge",
+        "--auto-merge", "--fallback-account", "spare",
     )  # fmt: skip
     assert added.returncode == 0, added.stderr
     return root, base

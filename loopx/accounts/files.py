@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
 from loopx.accounts.model import (
+    DEFAULT_PREFIX,
     Account,
     AccountBudget,
     AccountState,
@@ -150,15 +151,33 @@ def account_names(layout: Layout) -> list[str]:
 def check_goal_account(layout: Layout, goal: Goal) -> None:
     """Refuse a goal naming an account that does not exist or serves another host kind.
 
+    Its fallback accounts (hand-off) may be of any host kind, but must exist
+    (a host kind's default account always does).
+
     Raises:
-        AccountNotFoundError: no such account.
+        AccountNotFoundError: no such account, or no such fallback account.
         AccountMismatchError: the account's host kind is not the goal's.
     """
+    for name in goal.fallback_accounts:
+        if not is_default(name):
+            load_account(layout, name)
     if goal.account is None:
         return
     account = load_account(layout, goal.account)
     if account.host_kind != goal.host.kind:
         raise AccountMismatchError(goal.id, account.name, account.host_kind, goal.host.kind)
+
+
+def account_host_kind(layout: Layout, name: str) -> str:
+    """The host kind of account ``name``: a default account's from its name, else its file's.
+
+    Raises:
+        AccountNotFoundError: a named account without a file.
+        AccountDamagedError: its file is damaged.
+    """
+    if is_default(name):
+        return name.removeprefix(DEFAULT_PREFIX)
+    return load_account(layout, name).host_kind
 
 
 def goals_of_account(name: str, goals: Iterable[Goal]) -> list[str]:

@@ -24,8 +24,9 @@
    ``STAGGER_S`` for ``STAGGER_WINDOW_S``.
 
 :func:`observe` applies one turn's :class:`~loopx.accounts.model.TurnSignal`
-to the state; a turn key already applied changes nothing. :func:`does_not_admit`
-is the one question other parts ask (a hand-off to a fallback account).
+to the state; a turn key already applied changes nothing. :func:`parked` holds
+the first five refusals (what holds every goal of the account), and
+:func:`account_admits` is the question a hand-off asks of each account.
 """
 
 from __future__ import annotations
@@ -113,17 +114,18 @@ def mark_admission(
     )
 
 
-def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
+def parked(  # noqa: PLR0911 - one return per refusal of the module's order
     state: AccountState,
-    goal_id: str,
     *,
     now: datetime,
     policy: AdmissionPolicy | None = None,
     priority: int | None = None,
-) -> Admission:
-    """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
+) -> Admission | None:
+    """The refusal of a parked account, or None. Pure.
 
-    See the module docstring for the order of the refusals. ``policy`` is the
+    Damaged, a gate, a limit, an overload, a window past its mark: the first
+    five refusals of the module's order, each holding every goal of the account
+    until a repair, a human, a reset or a backoff ends it. ``policy`` is the
     account's admission policy (None: the default, 95% of every window);
     ``priority`` the goal's (None: a goal no ``--admit-past-priority`` lets past).
     """
@@ -154,6 +156,26 @@ def admit(  # noqa: C901, PLR0911 - one return per refusal of the module's order
         marked = mark_admission(name, state, policy, now)
         if not marked.allowed:
             return marked
+    return None
+
+
+def admit(
+    state: AccountState,
+    goal_id: str,
+    *,
+    now: datetime,
+    policy: AdmissionPolicy | None = None,
+    priority: int | None = None,
+) -> Admission:
+    """Whether a turn of ``goal_id`` may start now on the account in ``state``. Pure.
+
+    See the module docstring for the order of the refusals; ``policy`` and
+    ``priority`` as for :func:`parked`.
+    """
+    name = state.name
+    refusal = parked(state, now=now, policy=policy, priority=priority)
+    if refusal is not None:
+        return refusal
     if state.condition is not Condition.OK or not state.proven:
         held = state.probe_goal is not None and state.probe_until is not None
         if held and state.probe_goal != goal_id and now < state.probe_until:  # type: ignore[operator]
@@ -196,23 +218,25 @@ def same_admission(
     )
 
 
-def does_not_admit(
+def account_admits(
     state: AccountState,
-    goal_id: str,
+    goal_id: str,  # noqa: ARG001 - part of the predicate's contract
     *,
     now: datetime,
     policy: AdmissionPolicy | None = None,
     priority: int | None = None,
-) -> str | None:
-    """Why the account in ``state`` does not admit a turn of ``goal_id`` now; None: it does. Pure.
+) -> bool:
+    """Whether the account in ``state`` admits turns now: it is not parked. Pure.
 
-    The question a hand-off asks of each fallback account: :func:`admit`'s
-    refusal (a gate, a limit, an overload, a window past the mark, another
-    goal's probe or a staggered start) in words. ``policy`` is the account's
-    (``Account.admission``), ``priority`` the goal's.
+    The one predicate hand-off chooses accounts by (:mod:`loopx.accounts.handoff`):
+    every refusal of :func:`parked` counts (damaged, a gate or a refused
+    login, a limit, an overload, a window past its mark), so a refusal added
+    there counts here too. A probe or a
+    staggered start after a reset is a wait of seconds, not a refusal: no
+    turn is handed off for it. ``goal_id``: the goal asking, for refusals
+    that depend on it.
     """
-    admission = admit(state, goal_id, now=now, policy=policy, priority=priority)
-    return None if admission.allowed else admission.message
+    return parked(state, now=now, policy=policy, priority=priority) is None
 
 
 def taken(

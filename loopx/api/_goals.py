@@ -144,6 +144,9 @@ class Goals:
         account: str | None = None,
         on_limit: str | None = None,
         max_limit_waits: int | None = None,
+        fallback_accounts: Sequence[str] | None = None,
+        handoff: bool | None = None,
+        max_handoffs_per_day: int | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
@@ -165,6 +168,11 @@ class Goals:
         like ``host``) runs in the workdir when the host reports ``completed``
         (after every turn with ``done_check_every_turn``); its program must be
         found too (docs/work.md).
+
+        ``fallback_accounts`` (replacing the goal's list) are the accounts, of any
+        host kind, its turns hand off to while its own account does not admit
+        them; ``handoff=False`` pins it to its own; ``max_handoffs_per_day`` caps
+        them (-1: no cap) (docs/work.md, "Hand-off between accounts").
 
         Raises:
             GoalExistsError: the id is registered and ``update`` is False.
@@ -212,6 +220,9 @@ class Goals:
             account=account,
             on_limit=on_limit,
             max_limit_waits=max_limit_waits,
+            fallback_accounts=None if fallback_accounts is None else list(fallback_accounts),
+            handoff=handoff,
+            max_handoffs_per_day=max_handoffs_per_day,
         )
         goal = add_goal(
             self.layout,

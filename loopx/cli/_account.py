@@ -17,7 +17,7 @@ BAR_WIDTH = 20
 POLICY_OPTIONS = (
     "on_limit", "max_limit_waits", "max_overloads", "max_tokens", "max_cost_usd", "window_hours",
     "price_in_per_mtok", "price_out_per_mtok", "admit_until", "admit_past_priority",
-    "no_admit_past",
+    "no_admit_past", "max_handoffs",
 )  # fmt: skip
 
 
@@ -44,6 +44,12 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, metavar="N", help="token budget per window")
     parser.add_argument("--max-cost-usd", type=float, metavar="F", help="cost budget per window")
     parser.add_argument("--window-hours", type=float, metavar="H", help="budget window (24)")
+    parser.add_argument(
+        "--max-handoffs",
+        type=int,
+        metavar="N",
+        help="turns other accounts' goals hand off to it per budget window (no cap)",
+    )
     parser.add_argument(
         "--price-in-per-mtok", type=float, metavar="USD", help="estimate cost: input price"
     )

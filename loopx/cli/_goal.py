@@ -10,6 +10,7 @@ from pathlib import Path
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.cli._goalstatus import register_status
+from loopx.cli._handoff import add_handoff_options, handoff_arguments
 from loopx.cli._work import add_worktree_options, register_work, worktree_arguments
 from loopx.errors import InvalidPolicyError
 from loopx.registry.model import Goal, HostKind
@@ -90,6 +91,7 @@ def register(sub: Subparsers) -> None:
     )
     _add_check_options(add)  # --done-check ...
     _add_account_options(add)  # --account ...
+    add_handoff_options(add)  # --fallback-account ...
     add_worktree_options(add)  # --worktree ...
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
@@ -236,6 +238,7 @@ def run_add(args: argparse.Namespace) -> int:
             account="" if args.no_account else args.account,
             on_limit=args.on_limit,
             max_limit_waits=args.max_limit_waits,
+            **handoff_arguments(args),
             update=args.update,
             check=not args.no_check,
         )
@@ -330,6 +333,11 @@ def run_show(args: argparse.Namespace) -> int:
         check = state.last_check
         print(f"  (last: {check.summary}, turn {check.turn_key})" if check else "  (not run yet)")
     print(f"  next action: {state.next_action or '-'}   turns applied: {state.turn_seq}")
+    if goal.fallback_accounts:
+        pin = "" if goal.handoff else "  (pinned: --no-handoff)"
+        print(f"  fallback accounts: {', '.join(goal.fallback_accounts)}{pin}")
+    if state.handoffs:
+        print(f"  hand-offs: {state.handoffs}")
     for gate in state.open_gates:
         print(f"  OPEN GATE {gate.id}: {gate.question}")
     for todo in state.todos:

@@ -45,6 +45,9 @@ class GoalChanges(Record):
     account: str | None = None  # the goal's account; "" moves it to the default
     on_limit: str | None = None  # its override of the account's --on-limit
     max_limit_waits: int | None = None  # its override of the account's --max-limit-waits
+    fallback_accounts: list[str] | None = None  # replaces the goal's list when given
+    handoff: bool | None = None  # False: `--no-handoff`, the goal stays on its own account
+    max_handoffs_per_day: int | None = None  # -1: no cap
 
 
 def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:
@@ -90,6 +93,8 @@ def build_goal(
         given["workdir"] = str(Path(changes.workdir).expanduser().resolve())
     if given.get("account") == "":
         given["account"] = None  # back to the host kind's default account
+    if given.get("max_handoffs_per_day") == -1:
+        given["max_handoffs_per_day"] = None  # no cap
     try:
         if existing is None:
             if changes.objective is None:

@@ -13,6 +13,9 @@ from loopx.ids import is_valid_goal_id, validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.quota_policy import PositiveFloat, QuotaPolicy
 
+# Handed-off turns a goal may take in any 24 hours unless it says otherwise.
+DEFAULT_MAX_HANDOFFS_PER_DAY = 24
+
 
 class GoalStatus(StrEnum):
     """A goal's lifecycle status in the registry."""
@@ -129,6 +132,12 @@ class Goal(Record):
     account: str | None = None
     on_limit: Literal["wait", "gate", "stop"] | None = None
     max_limit_waits: Annotated[int, Field(ge=0)] | None = None
+    # Hand-off (docs/work.md): the accounts, in order, a turn runs on while the goal's own
+    # does not admit it (of any host kind); ``handoff`` False pins the goal to its own; at most
+    # ``max_handoffs_per_day`` handed-off turns in any 24 hours (None: no cap).
+    fallback_accounts: list[str] = Field(default_factory=list)
+    handoff: bool = True
+    max_handoffs_per_day: Annotated[int, Field(ge=0)] | None = DEFAULT_MAX_HANDOFFS_PER_DAY
     created_at: UtcDatetime
     updated_at: UtcDatetime
 
@@ -142,6 +151,20 @@ class Goal(Record):
     def _safe_account(cls, value: str | None) -> str | None:
         if value is not None and not is_valid_goal_id(value):  # account names follow the same rule
             msg = f"account name {value!r}: letters, digits, '.', '_' or '-', at most 64"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("fallback_accounts")
+    @classmethod
+    def _safe_fallbacks(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not is_valid_goal_id(name):
+                msg = (
+                    f"fallback account name {name!r}: letters, digits, '.', '_' or '-', at most 64"
+                )
+                raise ValueError(msg)
+        if len(set(value)) != len(value):
+            msg = f"fallback accounts are named once each, got {value}"
             raise ValueError(msg)
         return value
 

@@ -60,6 +60,11 @@ class PlanGoal(Record):
     account: str | None = None
     on_limit: Literal["wait", "gate", "stop"] | None = None
     max_limit_waits: Annotated[int, Field(ge=0)] | None = None
+    # Hand-off (docs/work.md): accounts of any host kind its turns run on while its own does
+    # not admit them; handoff false pins it to its own.
+    fallback_accounts: list[str] = Field(default_factory=list)
+    handoff: bool = True
+    max_handoffs_per_day: Annotated[int, Field(ge=0)] | None = None  # None: the goal's default
     # Failed turns in a row after which the batch ends the goal as `failed` (paused in
     # the registry) instead of retrying it with backoff; None: retry (or --fail-fast's 1).
     max_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
@@ -123,6 +128,9 @@ class PlanGoal(Record):
             account=self.account,
             on_limit=self.on_limit,
             max_limit_waits=self.max_limit_waits,
+            fallback_accounts=self.fallback_accounts or None,
+            handoff=None if self.handoff else False,
+            max_handoffs_per_day=self.max_handoffs_per_day,
         )
 
     def worktree_spec(self, plan_dir: Path) -> WorktreeSpec | None:

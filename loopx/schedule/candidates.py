@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
 from loopx.accounts.budget import ROOT_BUDGET
 from loopx.accounts.files import HeldAccount, held_account
+from loopx.accounts.handoff import accounts_of, handoffs_in_window
 from loopx.accounts.model import account_of
-from loopx.accounts.rules import admit
+from loopx.accounts.rules import account_admits, admit
 from loopx.accounts.store import refused_by_account
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.log import get_logger
@@ -162,7 +164,15 @@ def candidate_and_decision(
     decision = should_run(goal, state, spend, room, leased=False, now=now)
     # A parked account holds its goals until its reset: the index's timer wakes
     # them then, and an idle poll costs them nothing before.
-    decision = held_by_account(layout, goal, decision, now=now, account=account, root=root)
+    decision = held_by_account(
+        layout,
+        goal,
+        decision,
+        now=now,
+        account=account,
+        root=root,
+        handed_off_at=state.handed_off_at,
+    )
     candidate = Candidate(
         goal=goal,
         open_gates=len(state.open_gates),
@@ -183,8 +193,12 @@ def held_by_account(
     now: datetime,
     account: HeldAccount | None = None,
     root: HeldAccount | None = None,
+    handed_off_at: Sequence[datetime] = (),
 ) -> QuotaDecision:
     """``decision``, or the refusal of the root's budget or the goal's account when they hold it.
+
+    A goal whose own account holds it but a fallback account admits it is not
+    held (``handed_off_at``: its recent hand-offs, for its cap).
 
     ``account`` and ``root``: the states and policies as the caller last read
     them (read here when not given); an account with a damaged file holds its goals.
@@ -198,8 +212,29 @@ def held_by_account(
     for held in (root or held_account(layout, ROOT_BUDGET), account or held_account(layout, name)):
         admission = admit(held.state, goal.id, now=now, policy=held.policy, priority=goal.priority)
         if not admission.allowed:
+            if (
+                held.state.name == name
+                and not account_admits(  # parked, not a probe's wait
+                    held.state, goal.id, now=now, policy=held.policy, priority=goal.priority
+                )
+                and _fallback_admits(layout, goal, handed_off_at, now=now)
+            ):
+                return decision  # the hand-off step runs it on that fallback
             return refused_by_account(decision, admission)
     return decision
+
+
+def _fallback_admits(
+    layout: Layout, goal: Goal, handed_off_at: Sequence[datetime], *, now: datetime
+) -> bool:
+    """Whether a fallback account would take the goal on now (its hand-off cap not reached)."""
+    cap = goal.max_handoffs_per_day
+    if not goal.handoff or (cap is not None and handoffs_in_window(handed_off_at, now=now) >= cap):
+        return False
+    return any(
+        account_admits(held.state, goal.id, now=now, policy=held.policy, priority=goal.priority)
+        for held in (held_account(layout, other) for other in accounts_of(goal)[1:])
+    )
 
 
 def gather_candidates(

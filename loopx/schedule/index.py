@@ -264,6 +264,7 @@ class ScheduleIndex:
             goal_id
             for goal_id, goal in self._catalog.goals.items()
             if account_of(goal.account, goal.host.kind) in moved
+            or not moved.isdisjoint(goal.fallback_accounts)
         }
 
     def _host_moves(self) -> set[str]:

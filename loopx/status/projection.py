@@ -177,6 +177,9 @@ def _last_turn(history: Sequence[HistoryLine]) -> LastTurn | None:
             "next_action": h.next_action,
             "ended_at": h.ended_at,
             "failure_message": h.failure_message,
+            "account": h.account,
+            "host_kind": h.host_kind,
+            "handed_off": h.handed_off,
         },
     )
 
@@ -399,7 +402,7 @@ def _unrun_key(goal: Goal, now: datetime) -> tuple[object, ...]:
     """What a never-ran goal's view depends on besides its id: its key in ``_PLAIN_UNRUN``."""
     return (
         now, goal.status, goal.priority, goal.objective, goal.account, goal.host.kind,
-        *goal.quota.__dict__.values(),
+        tuple(goal.fallback_accounts) if goal.handoff else (), *goal.quota.__dict__.values(),
     )  # fmt: skip
 
 
@@ -463,6 +466,8 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "recheck_at": account.recheck_at,
         "last_check": None,
         "account": account_of(goal.account, goal.host.kind),
+        "handoffs": 0,
+        "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
     }
     # Its values shared (in place: ``fields`` is the view's), so the views made from them
     # hold shared values already (share_values: a long-lived cache's memory).
@@ -517,6 +522,8 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
             "last_check": state.last_check,
             "account": account_of(goal.account, goal.host.kind),
+            "handoffs": state.handoffs,
+            "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
         },
     )
 
@@ -539,7 +546,8 @@ def overlay_accounts(
 
     Only ``ready`` and ``waiting`` goals are overlaid: a running, gated,
     paused, failing or done goal says so first; a goal the account lets past
-    its admission mark (its priority above ``lets_past_priority``) is not held.
+    its admission mark (its priority above ``lets_past_priority``) is not held,
+    nor is a goal a fallback account that holds nothing back may take on (hand-off).
     """
     if not accounts:  # no account to show or to hold a goal back: the views as they are
         return list(views), []
@@ -554,6 +562,8 @@ def overlay_accounts(
         hold = root or holding.get(name)
         if hold is not None and hold.lets_past_priority is not None:
             hold = None if view.priority > hold.lets_past_priority else hold
+        if root is None and not all(f in holding for f in view.fallback_accounts):
+            hold = None  # a fallback account takes its turns on (hand-off)
         if hold is not None and view.reason in _HELD_BY_ACCOUNT:
             human = hold.state in _ACCOUNT_NEEDS_HUMAN
             view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it

@@ -118,6 +118,10 @@ class LastTurn(Record):
     # Why a failed turn failed, in the host's or LoopX's words (at most 300 characters, as in
     # the history line); its run log has the rest. Empty for a committed turn.
     failure_message: str = ""
+    # What the turn ran on, and whether it was handed off there (None: an older history line).
+    account: str | None = None
+    host_kind: str | None = None
+    handed_off: bool = False
 
 
 class ProbeObservation(Record):
@@ -165,6 +169,10 @@ class GoalStatusView(Record):
     last_check: LastCheck | None = None
     # The account the goal's turns run on (default-<kind> when it names none).
     account: str | None = None
+    # Its turns run on a fallback account while its own did not admit them, in all; the
+    # accounts it may hand off to (empty: none, or pinned by --no-handoff).
+    handoffs: int = 0
+    fallback_accounts: list[str] = Field(default_factory=list)
 
 
 class IncidentKind(StrEnum):

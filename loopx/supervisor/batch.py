@@ -109,7 +109,7 @@ def register_plan(layout: Layout, plan: BatchPlan, plan_dir: Path, *, now: datet
     """
     registry = load_registry(layout)
     for entry in plan.goals:  # every account first: an unknown one registers nothing
-        if entry.account is not None:
+        if entry.account is not None or entry.fallback_accounts:
             check_goal_account(
                 layout,
                 build_goal(

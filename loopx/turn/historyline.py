@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from loopx.accounts.model import account_of
 from loopx.model import Record, UtcDatetime
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind, TurnStatus
@@ -39,6 +40,11 @@ class HistoryLine(Record):
     usage: Usage = Usage()
     started_at: UtcDatetime
     ended_at: UtcDatetime
+    # What the turn ran on: its account and host kind, and whether it was handed off there
+    # (None: a line written before lines named them).
+    account: str | None = None
+    host_kind: str | None = None
+    handed_off: bool = False
 
 
 FAILURE_MESSAGE_CHARS = 300  # a history line stays compact; runs/<seq>.md keeps it whole
@@ -64,4 +70,7 @@ def history_line(journal: TurnJournal) -> HistoryLine:
         usage=journal.usage,
         started_at=journal.created_at,
         ended_at=journal.turn_end,
+        account=account_of(journal.plan.account, journal.plan.host_kind),
+        host_kind=journal.plan.host_kind,
+        handed_off=journal.plan.handoff is not None,
     )

@@ -19,6 +19,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
+from loopx.accounts.handoff import Handoff
 from loopx.accounts.windows import UsageWindow
 from loopx.donecheck import CheckResult, DoneCheckSpec
 from loopx.errors import JournalExistsError
@@ -100,6 +101,12 @@ class TurnPlan(Record):
     # The account's --max-overloads when the turn was planned: the gate after N overloads in a
     # row is decided from the journal, so editing the account later never changes a replay.
     max_overloads: Annotated[int, Field(ge=1, le=1000)] = 5
+    # Set when the turn runs on a fallback account (``account`` and ``host_kind`` name it):
+    # the hand-off step's decision (loopx.turn.steps.handoff).
+    handoff: Handoff | None = None
+    # The goal may hand off (it names fallbacks and is not pinned): a usage limit then
+    # holds its account, not the goal (loopx.turn.phases.schedule).
+    may_hand_off: bool = False
 
 
 class HostOutcome(Record):

@@ -190,6 +190,8 @@ def schedule(state: GoalState, journal: TurnJournal) -> GoalState:
     elif result is not None:
         wait = timedelta(seconds=result.wait_seconds or 0)
         resume_at = end + wait if result.kind is ResultKind.WAIT and wait else None
+        if journal.plan.may_hand_off and FailureReason.HOST_RATE_LIMITED.value in result.evidence:
+            resume_at = None  # the limit holds its account, and a fallback may take the goal on
         update = {"next_eligible_at": resume_at, "consecutive_failures": 0}
         if result.kind is ResultKind.NEEDS_HUMAN and not any(
             g.opened_by == journal.turn_key for g in state.gates

@@ -70,3 +70,5 @@ class Envelope(Record):
     interrupted: str | None = None
     # Set on a run of the stall ladder (loopx.turn.stall): why this run resumes or starts afresh
     stalled: str | None = None
+    # Set when the turn runs on a fallback account: what the fresh session is told of it
+    handoff: str | None = None

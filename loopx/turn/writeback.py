@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from loopx.accounts.handoff import HANDOFF_TIMES_KEPT, HANDOFF_WINDOW
+from loopx.accounts.model import account_of
 from loopx.donecheck import NEXT_ACTION as CHECK_NEXT_ACTION
 from loopx.donecheck import LastCheck
 from loopx.errors import CorruptFileError
@@ -71,10 +73,38 @@ def apply_patch(state: GoalState, journal: TurnJournal) -> GoalState:
         if result.next_action is not None:
             update["next_action"] = result.next_action
     if journal.outcome is not None and journal.outcome.session is not None:
-        update["host_session"] = journal.outcome.session
+        update.update(_session_fields(journal))
+    update.update(_handoff_fields(state, journal))
     if journal.check is not None:
         update.update(_check_fields(state, journal, next_action_given="next_action" in update))
     return state.model_copy(update=update)
+
+
+def _handoff_fields(state: GoalState, journal: TurnJournal) -> dict[str, object]:
+    """A handed-off turn counted: in all, and its time among the last 24 hours'. Pure."""
+    handoff = journal.plan.handoff
+    if handoff is None:
+        return {}
+    start = handoff.decided_at - HANDOFF_WINDOW
+    recent = [at for at in state.handed_off_at if at > start]
+    return {
+        "handoffs": state.handoffs + 1,
+        "handed_off_at": [*recent, handoff.decided_at][-HANDOFF_TIMES_KEPT:],
+    }
+
+
+def _session_fields(journal: TurnJournal) -> dict[str, object]:
+    """The session to keep, named by its account. Pure.
+
+    A handed-off turn's session is not kept: the goal's own session stays for
+    its return, and the next hand-off starts fresh with the state carried.
+    """
+    assert journal.outcome is not None  # noqa: S101 - the caller checked
+    session = journal.outcome.session
+    if session is None or journal.plan.handoff is not None:
+        return {}
+    account = account_of(journal.plan.account, journal.plan.host_kind)
+    return {"host_session": session.model_copy(update={"account": account})}
 
 
 def _check_fields(

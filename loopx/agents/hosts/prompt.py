@@ -108,6 +108,25 @@ def _continue_prompt(envelope: Envelope) -> str:
     )
 
 
+def _handoff(envelope: Envelope) -> list[str]:
+    """The section saying this turn runs in a fresh session on another account, if it does."""
+    if not envelope.handoff:
+        return []
+    return [f"## Hand-off: a fresh session continues this goal\n{envelope.handoff}"]
+
+
+def _last_check(envelope: Envelope) -> list[str]:
+    """A hand-off's fresh session is shown the last done-check even when it passed."""
+    check = envelope.state.last_check
+    if not envelope.handoff or check is None or not check.passed:
+        return []
+    output = check.output_tail.strip() or "(it printed nothing)"
+    return [
+        f"## Last done-check\nAfter turn {check.turn_key} it {check.summary}. The end of its "
+        "output:\n```\n" + output + "\n```"
+    ]
+
+
 def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
     """The whole prompt of one turn. Pure.
 
@@ -146,6 +165,7 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
         ),
         *_interrupted(envelope),
         *([f"## The previous session stalled\n{envelope.stalled}"] if envelope.stalled else []),
+        *_handoff(envelope),
         f"## Objective\n{envelope.objective}",
         f"## Next action\n{state.next_action or '(none recorded: choose the most useful step)'}",
         "## Beliefs (oldest first)\n" + _bullets(beliefs, "(none yet)"),
@@ -155,6 +175,7 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
         "## Answers from a human\n"
         + _bullets((f"Q: {g.question}\n  A: {g.answer}" for g in answered), "(none)"),
         *_check_section(envelope),
+        *_last_check(envelope),
         (
             "## How to answer\n"
             "When you stop, your final message must be exactly one JSON object (no prose "

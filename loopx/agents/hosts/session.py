@@ -1,13 +1,15 @@
 """Session continuity for CLI hosts: when to resume, what to keep, what a turn used.
 
 A goal's ``state.host_session`` names the CLI session (Codex thread, Claude
-session) the next turn resumes. It is dropped when the host kind changes,
+session) the next turn resumes, on its own account and host kind only. It
+is dropped when the host kind changes,
 after ``HostSpec.session_max_turns`` turns of one session, and on request
 (``loopx goal reset-session``). All functions here are pure.
 """
 
 from __future__ import annotations
 
+from loopx.accounts.model import account_of
 from loopx.registry.model import Goal
 from loopx.state import HostSession
 
@@ -22,6 +24,8 @@ def session_to_resume(goal: Goal, session: HostSession | None) -> HostSession | 
     """
     if session is None or session.kind != goal.host.kind or not session.session_id:
         return None
+    if session.account is not None and session.account != account_of(goal.account, goal.host.kind):
+        return None  # another account's session (a hand-off): that CLI home does not hold it
     limit = goal.host.session_max_turns
     if limit is not None and session.turns >= limit:
         return None

@@ -36,6 +36,7 @@ from loopx.turn.lease import (
 )
 
 if TYPE_CHECKING:
+    from loopx.accounts.handoff import Handoff
     from loopx.accounts.model import Account
     from loopx.donecheck import CheckResult
     from loopx.quota.decision import QuotaDecision
@@ -186,6 +187,7 @@ class TurnContext:
     workdir: WorkdirHold | None = None  # the workdir step's
     recovered: tuple[RecoveryAction, ...] = ()  # what the leftovers step finished
     decision: QuotaDecision | None = None  # the quota step's
+    handoff: Handoff | None = None  # the hand-off step's (None: the goal's own account)
     account: Account | None = None  # the account step's (None: the host kind's default)
     journal: TurnJournal | None = None  # planned, or left by an earlier attempt
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from loopx import __version__
+from loopx.accounts.handoff import Handoff, handoff_note
 from loopx.accounts.model import Account
 from loopx.accounts.rules import OVERLOADS_FOR_GATE
 from loopx.dropbox import result_path
@@ -47,7 +48,13 @@ def open_journal(ctx: TurnContext) -> TurnContext:
     if ctx.journal is None:
         assert ctx.decision is not None  # noqa: S101 - the quota step ran: the table's order
         journal = plan_turn(
-            ctx.layout, ctx.goal, claim.lease, ctx.decision, ctx.account, now=utcnow()
+            ctx.layout,
+            ctx.goal,
+            claim.lease,
+            ctx.decision,
+            ctx.account,
+            now=utcnow(),
+            handoff=ctx.handoff,
         )
         create_journal(ctx.layout, journal, claim.fence)
         started = journal.created_at
@@ -70,8 +77,12 @@ def plan_turn(
     account: Account | None,
     *,
     now: datetime,
+    handoff: Handoff | None = None,
 ) -> TurnJournal:
-    """The journal of the goal's next turn under ``lease``, not yet written. Reads the state."""
+    """The journal of the goal's next turn under ``lease``, not yet written. Reads the state.
+
+    ``handoff``: the turn runs on a fallback account (``goal`` is as it runs there).
+    """
     state = load_state(layout, goal.id)
     seq = max(state.turn_seq, last_seq(layout, goal.id)) + 1
     turn_key = make_turn_key(goal.id, seq, lease.epoch)
@@ -87,6 +98,7 @@ def plan_turn(
         turn_timeout_s=goal.quota.turn_timeout_s,
         deadline_at=now + timedelta(seconds=goal.quota.turn_timeout_s),
         state=state,
+        handoff=handoff_note(handoff) if handoff is not None else None,
     )
     waits = goal.max_limit_waits
     plan = TurnPlan(
@@ -105,6 +117,8 @@ def plan_turn(
         if waits is not None
         else (account.max_limit_waits if account is not None else None),
         max_overloads=account.max_overloads if account is not None else OVERLOADS_FOR_GATE,
+        handoff=handoff,
+        may_hand_off=goal.handoff and bool(goal.fallback_accounts),
     )
     return TurnJournal(
         loopx_version=__version__,

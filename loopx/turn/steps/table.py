@@ -39,6 +39,7 @@ from loopx.turn.steps.checking import check_due, run_check
 from loopx.turn.steps.claim import claim_lease, release_lease
 from loopx.turn.steps.committing import commit
 from loopx.turn.steps.context import Stop, StopKind, TurnContext
+from loopx.turn.steps.handoff import hand_off, may_hand_off
 from loopx.turn.steps.hosting import run_host, settle_outcome
 from loopx.turn.steps.hostkind import admit_host_kind
 from loopx.turn.steps.journaling import open_journal
@@ -117,8 +118,8 @@ def _terminal(journal: TurnJournal) -> bool:
     return journal.status is not TurnStatus.IN_PROGRESS
 
 
-# claim -> leftovers -> workdir | worktree -> quota -> account -> host_kind -> journal -> host
-# -> settle -> check -> writeback (the phases) -> release -> merge
+# claim -> leftovers -> workdir | worktree -> quota -> handoff -> account -> host_kind -> journal
+# -> host -> settle -> check -> writeback (the phases) -> release -> merge
 # (between host and settle, for a stalled host only: the stall ladder's rungs)
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
@@ -126,6 +127,7 @@ STEPS: tuple[Step, ...] = (
     Step("workdir", hold_workdir),
     Step("worktree", enter_worktree, applies=_has_worktree),
     Step("quota", check_quota, done=_planned),
+    Step("handoff", hand_off, applies=may_hand_off, done=_host_started),
     Step("account", admit_account, done=_host_started),
     Step("host_kind", admit_host_kind, done=_host_started),
     Step("journal", open_journal, done=_host_started),
