@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from loopx.accounts.files import HeldAccount
 from loopx.accounts.handoff import ChoiceReason, Handoff, choose_account, handoffs_in_window
 from loopx.accounts.model import AccountState, AccountSummary, Condition
+from loopx.accounts.windows import AdmissionPolicy
 from loopx.agents.hosts.session import session_to_resume
 from loopx.errors import InvalidPolicyError
 from loopx.registry.goals import GoalChanges, build_goal
@@ -44,7 +46,8 @@ def _limited(name: str, until: datetime = NOW + timedelta(hours=1)) -> AccountSt
 
 def _choose(goal: Goal, states: dict[str, AccountState], **kw: object) -> object:
     args: dict[str, object] = {"handed_off_at": [], "pending": None, "now": NOW} | kw
-    return choose_account(goal, states=states, kinds=KINDS, **args)  # type: ignore[arg-type]
+    held = {name: HeldAccount(state, AdmissionPolicy()) for name, state in states.items()}
+    return choose_account(goal, states=held, kinds=KINDS, **args)  # type: ignore[arg-type]
 
 
 def test_the_own_account_runs_the_turn_while_it_admits_it() -> None:

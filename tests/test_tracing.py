@@ -121,7 +121,7 @@ def test_a_turn_is_one_trace_with_a_span_per_step(layout: Layout, tmp_path: Path
     assert {s.parent_span_id for s in steps} == {turn.span_id}
     names = [s.name for s in sorted(steps, key=lambda s: s.start_time_unix_nano)]
     assert names == [
-        "claim", "leftovers", "workdir", "quota", "account", "journal", "host", "settle",
+        "claim", "leftovers", "workdir", "quota", "account", "host_kind", "journal", "host", "settle",
         "writeback", "unlock_workdir", "release",
     ]  # fmt: skip
     assert attributes(turn) == {
