@@ -81,7 +81,11 @@ def gemini_answer(model: MockModel, body: dict[str, Any], n: int) -> list[dict[s
     """The streamed chunks of one model turn: a shell call (``tool`` mode) or the answer."""
     if model.mode == "tool" and not _has_tool_result(body):
         part: dict[str, Any] = {
-            "functionCall": {"id": f"call_{n}", "name": SHELL_TOOL, "args": {"command": "ls"}}
+            "functionCall": {
+                "id": f"call_{n}",
+                "name": SHELL_TOOL,
+                "args": {"command": model.command},
+            }
         }
     else:
         part = {"text": model.answer}
