@@ -67,7 +67,7 @@ def replay(
     """Interpret the recorded output of ``kind`` in ``mode`` as the turn runner would."""
     host = host_for(kind)
     record = transcript(kind, mode)
-    goal = make_goal(tmp_path, HostKind(kind))
+    goal = make_goal(tmp_path, kind)
     envelope = make_envelope(tmp_path, goal, session=session)
     output = HostOutput(
         exit_code=record["exit_code"], stdout=record["stdout"], stderr=record["stderr"]
@@ -89,7 +89,7 @@ def program(tmp_path: Path) -> Path:
 
 def _prepared(tmp_path: Path, kind: str, program: Path, session: HostSession | None = None) -> Any:
     host: Host = host_for(kind)
-    goal = make_goal(tmp_path, HostKind(kind), [str(program)])
+    goal = make_goal(tmp_path, kind, [str(program)])
     envelope = make_envelope(tmp_path, goal, session=session)
     return envelope, host.prepare(goal, envelope)
 
@@ -136,7 +136,7 @@ def test_resumes_its_session_and_not_another_kinds(tmp_path, program, kind):
 @pytest.mark.parametrize("kind", CLI_KINDS)
 def test_a_missing_program_is_host_missing(tmp_path, kind):
     """A program that is not there is HostMissingError at prepare, never a spawn that fails."""
-    goal = make_goal(tmp_path, HostKind(kind), [str(tmp_path / "no-such-cli")])
+    goal = make_goal(tmp_path, kind, [str(tmp_path / "no-such-cli")])
     with pytest.raises(HostMissingError):
         host_for(kind).prepare(goal, make_envelope(tmp_path, goal))
 

@@ -70,11 +70,10 @@ def gemini_failure(model: MockModel) -> tuple[int, dict[str, Any]] | None:
 
 
 def _has_tool_result(body: dict[str, Any]) -> bool:
-    return any(
-        isinstance(p, dict) and "functionResponse" in p
-        for c in body.get("contents") or []
-        for p in (c.get("parts") or [] if isinstance(c, dict) else [])
-    )
+    """Whether the last content answers a call (a resumed chat holds earlier turns' answers)."""
+    contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
+    parts = contents[-1].get("parts") or [] if contents else []
+    return any(isinstance(p, dict) and "functionResponse" in p for p in parts)
 
 
 def gemini_answer(model: MockModel, body: dict[str, Any], n: int) -> list[dict[str, Any]]:

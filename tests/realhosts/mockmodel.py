@@ -80,22 +80,22 @@ def _sse(events: list[tuple[str, dict[str, Any]]]) -> Iterator[bytes]:
         yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
+# "The call was answered" is the conversation's last item being a tool result: a resumed
+# session carries the tool results of earlier turns, and the new turn's call is still due.
 def _has_tool_result_openai(body: dict[str, Any]) -> bool:
-    items = body.get("input")
-    return isinstance(items, list) and any(
-        isinstance(i, dict) and i.get("type") in ("function_call_output", "custom_tool_call_output")
-        for i in items
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    return bool(items) and items[-1].get("type") in (
+        "function_call_output",
+        "custom_tool_call_output",
     )
 
 
 def _has_tool_result_anthropic(body: dict[str, Any]) -> bool:
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, list) and any(
-            isinstance(c, dict) and c.get("type") == "tool_result" for c in content
-        ):
-            return True
-    return False
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    content = messages[-1].get("content") if messages else None
+    return isinstance(content, list) and any(
+        isinstance(c, dict) and c.get("type") == "tool_result" for c in content
+    )
 
 
 def _openai_tool(body: dict[str, Any], command: str) -> dict[str, Any]:
