@@ -14,6 +14,7 @@ from loopx.agents.hosts.diagnosis import Diagnosis, diagnose
 from loopx.agents.hosts.gemini import find_json_report
 from loopx.agents.hosts.resettime import retry_after_s
 from loopx.testing import fake_claude, fake_codex, fake_gemini
+from tests.realhosts.conftest import PINNED
 
 CAPTURES = Path(__file__).parent / "realhosts" / "captures"
 
@@ -44,7 +45,7 @@ def test_captures_name_their_versions():
         (c["cli"], c["version"])
         for c in map(json.loads, map(Path.read_text, CAPTURES.glob("*.json")))
     }
-    assert versions == {("codex", "0.171.0"), ("claude", "2.1.197"), ("gemini", "0.61.0")}
+    assert versions == set(PINNED.items())
 
 
 def test_codex_messages_match():

@@ -11,6 +11,10 @@ pins=(
     "@openai/codex@0.171.0"
     "@anthropic-ai/claude-code@2.1.197"
     "@google/gemini-cli@0.61.0"
+    "opencode-ai@1.18.33"
+    # The newest Qwen Code that runs on node 20 (0.21 and later need node >= 22).
+    "@qwen-code/qwen-code@0.15.10"
+    "@mariozechner/pi-coding-agent@0.73.1"
 )
 # The newest versions on npm when they were last looked up (`npm view PKG version`), for the
 # CLIs whose newest differs from its pin; NEWEST in tests/realhosts/conftest.py names them too,

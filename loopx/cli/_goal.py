@@ -48,7 +48,8 @@ def register(sub: Subparsers) -> None:
     add.add_argument(
         "--host-kind",
         metavar="KIND",
-        help="how the host is run: command, demo, codex, claude, gemini or a plug-in's kind "
+        help="how the host is run: command, demo, codex, claude, gemini, opencode, qwen, pi "
+        "or a plug-in's kind "
         "(default: command with --host, else demo)",
     )
     add.add_argument(

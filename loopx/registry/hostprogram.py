@@ -24,6 +24,9 @@ DEFAULT_PROGRAMS: dict[str, str] = {
     HostKind.CODEX: "codex",
     HostKind.CLAUDE: "claude",
     HostKind.GEMINI: "gemini",
+    HostKind.OPENCODE: "opencode",
+    HostKind.QWEN: "qwen",
+    HostKind.PI: "pi",
 }
 
 

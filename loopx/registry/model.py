@@ -34,6 +34,9 @@ class HostKind(StrEnum):
     CODEX = "codex"  # OpenAI Codex CLI (`codex exec --json`)
     CLAUDE = "claude"  # Claude Code (`claude -p --output-format json`)
     GEMINI = "gemini"  # Gemini CLI (`gemini --output-format json --prompt ""`)
+    OPENCODE = "opencode"  # OpenCode (`opencode run --format json`)
+    QWEN = "qwen"  # Qwen Code (`qwen --output-format json`)
+    PI = "pi"  # the pi coding agent (`pi -p --mode json`)
 
 
 # A host kind's name: a built-in HostKind or a plug-in's entry-point name (docs/hosts.md).

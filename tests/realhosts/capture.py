@@ -20,13 +20,25 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.realhosts.conftest import BIN, PINNED, REPO, gemini_home
+from tests.realhosts.conftest import (
+    BIN,
+    PINNED,
+    REPO,
+    gemini_home,
+    opencode_home,
+    pi_home,
+    qwen_home,
+)
 from tests.realhosts.mockmodel import MockServer
 
 CAPTURES = Path(__file__).parent / "captures"
 CODEX_MODES = ["ok", "usage_limit", "429", "500", "unreachable", "lost_session", "resume_cd"]
 CLAUDE_MODES = ["ok", "usage_limit", "weekly_limit", "429", "500", "unreachable", "lost_session"]
 GEMINI_MODES = ["ok", "usage_limit", "429", "401", "500", "unreachable", "lost_session"]
+CHAT_MODES = ["ok", "tool", "usage_limit", "429", "401", "500", "unreachable", "lost_session"]
+# OpenCode retries a 429, a 5xx or a refused connection without end: the capture stops it,
+# as LoopX's stall watch would, once it has logged its errors.
+OPENCODE_RETRY_S = 45
 
 
 def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -45,53 +57,103 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float) -> dic
     return {"exit_code": code, "stdout": out.decode(), "stderr": err.decode()}
 
 
+BOGUS_UUID = "4f0a5c8e-0000-4000-8000-000000000000"
+
+
+def _codex(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    home = tmp / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "mock-model"\nmodel_provider = "mock"\n'
+        '[model_providers.mock]\nname = "mock"\n'
+        f'base_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "MOCK_API_KEY"\n'
+        "request_max_retries = 0\nstream_max_retries = 0\n"
+    )
+    env = _env(tmp, {"CODEX_HOME": str(home), "MOCK_API_KEY": "sk-mock"})
+    argv = [str(BIN / "codex"), "exec", "--json", "--skip-git-repo-check", "--cd", str(work)]
+    bogus = "01a22e20-0000-7000-8000-000000000000"
+    if mode == "lost_session":
+        argv += ["resume", bogus]
+    if mode == "resume_cd":
+        argv += ["resume", bogus, "--cd", str(work)]
+    return [*argv, "-"], env
+
+
+def _claude(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    del work  # claude works in its cwd
+    env = _env(
+        tmp,
+        {
+            "CLAUDE_CONFIG_DIR": str(tmp / "claude"), "ANTHROPIC_BASE_URL": url,
+            "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-mock", "CLAUDE_CODE_MAX_RETRIES": "0",
+            "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        },
+    )  # fmt: skip
+    argv = [str(BIN / "claude"), "-p", "--output-format", "json"]
+    return argv + (["--resume", BOGUS_UUID] if mode == "lost_session" else []), env
+
+
+def _gemini(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    del work
+    argv = [str(BIN / "gemini"), "--output-format", "json", "--approval-mode", "yolo"]
+    argv += ["--resume", BOGUS_UUID] if mode == "lost_session" else []
+    return [*argv, "--prompt", ""], _env(tmp, gemini_home(tmp, url))
+
+
+def _opencode(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    argv = [str(BIN / "opencode"), "run", "--format", "json", "--print-logs"]
+    argv += ["--log-level", "ERROR", "--dir", str(work)]
+    argv += ["--session", "ses_00000000000000000000000000"] if mode == "lost_session" else []
+    return argv, _env(tmp, opencode_home(tmp, url))
+
+
+def _qwen(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    del work
+    argv = [str(BIN / "qwen"), "--output-format", "json", "--approval-mode", "yolo"]
+    argv += ["--resume", BOGUS_UUID] if mode == "lost_session" else []
+    return argv, _env(tmp, qwen_home(tmp, url))
+
+
+def _pi(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    del work
+    argv = [str(BIN / "pi"), "-p", "--mode", "json"]
+    argv += ["--session", BOGUS_UUID] if mode == "lost_session" else []
+    return argv, _env(tmp, pi_home(tmp, url))
+
+
+SETUPS = {
+    "codex": _codex,
+    "claude": _claude,
+    "gemini": _gemini,
+    "opencode": _opencode,
+    "qwen": _qwen,
+    "pi": _pi,
+}
+
+
+def _timeout(cli: str, mode: str) -> float:
+    if cli == "codex" and mode == "unreachable":
+        return 8
+    if cli == "opencode" and mode in ("usage_limit", "429", "500", "unreachable"):
+        return OPENCODE_RETRY_S
+    return 150
+
+
 def capture(cli: str, mode: str) -> dict[str, object]:
     """One run of the real ``cli`` against the mock in ``mode``."""
     server = MockServer()
     server.model.mode = {"weekly_limit": "usage_limit", "lost_session": "ok"}.get(mode, mode)
     server.model.limit_claim = "seven_day" if mode == "weekly_limit" else "five_hour"
     server.model.reset_at = int(time.time()) + (3 * 86400 if mode == "weekly_limit" else 7200)
+    if cli == "pi":
+        server.model.retry_after = "1"  # pi waits out a 429's retry-after before it reports
     tmp = Path(tempfile.mkdtemp())
     work = tmp / "work"
     work.mkdir()
     if mode == "unreachable":
         server.unreachable()
-    bogus = "01a22e20-0000-7000-8000-000000000000"
-    if cli == "codex":
-        home = tmp / "codex-home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            'model = "mock-model"\nmodel_provider = "mock"\n'
-            '[model_providers.mock]\nname = "mock"\n'
-            f'base_url = "{server.url}/v1"\nwire_api = "responses"\nenv_key = "MOCK_API_KEY"\n'
-            "request_max_retries = 0\nstream_max_retries = 0\n"
-        )
-        env = _env(tmp, {"CODEX_HOME": str(home), "MOCK_API_KEY": "sk-mock"})
-        argv = [str(BIN / "codex"), "exec", "--json", "--skip-git-repo-check", "--cd", str(work)]
-        if mode == "lost_session":
-            argv += ["resume", bogus]
-        if mode == "resume_cd":
-            argv += ["resume", bogus, "--cd", str(work)]
-        argv.append("-")
-    elif cli == "gemini":
-        env = _env(tmp, gemini_home(tmp, server.url))
-        argv = [str(BIN / "gemini"), "--output-format", "json", "--approval-mode", "yolo"]
-        if mode == "lost_session":
-            argv += ["--resume", "4f0a5c8e-0000-4000-8000-000000000000"]
-        argv += ["--prompt", ""]
-    else:
-        env = _env(
-            tmp,
-            {
-                "CLAUDE_CONFIG_DIR": str(tmp / "claude"), "ANTHROPIC_BASE_URL": server.url,
-                "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-mock", "CLAUDE_CODE_MAX_RETRIES": "0",
-                "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            },
-        )  # fmt: skip
-        argv = [str(BIN / "claude"), "-p", "--output-format", "json"]
-        if mode == "lost_session":
-            argv += ["--resume", "4f0a5c8e-0000-4000-8000-000000000000"]
-    out = _run(argv, env, work, timeout=8 if mode == "unreachable" and cli == "codex" else 60)
+    argv, env = SETUPS[cli](tmp, server.url, mode, work)
+    out = _run(argv, env, work, timeout=_timeout(cli, mode))
     if mode != "unreachable":
         server.close()
     text = json.dumps(out).replace(str(tmp), "$TMP").replace(str(server.port), "$PORT")
@@ -189,7 +251,14 @@ def main() -> None:
         return
     CAPTURES.mkdir(exist_ok=True)
     only = set(sys.argv[1:])  # e.g. `python -m tests.realhosts.capture gemini`
-    for cli, modes in (("codex", CODEX_MODES), ("claude", CLAUDE_MODES), ("gemini", GEMINI_MODES)):
+    for cli, modes in (
+        ("codex", CODEX_MODES),
+        ("claude", CLAUDE_MODES),
+        ("gemini", GEMINI_MODES),
+        ("opencode", CHAT_MODES),
+        ("qwen", CHAT_MODES),
+        ("pi", CHAT_MODES),
+    ):
         if only and cli not in only:
             continue
         for mode in modes:

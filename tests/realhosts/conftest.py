@@ -21,14 +21,22 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".realhosts" / "node_modules" / ".bin"
 NEWEST_BIN = REPO / ".realhosts-newest" / "node_modules" / ".bin"
 SETUP = ".ci/setup.d/realhosts.sh"
-PINNED = {"codex": "0.171.0", "claude": "2.1.197", "gemini": "0.61.0"}
-# The newest published versions when they were last looked up (as in SETUP).
+PINNED = {
+    "codex": "0.171.0",
+    "claude": "2.1.197",
+    "gemini": "0.61.0",
+    "opencode": "1.18.33",
+    "qwen": "0.15.10",
+    "pi": "0.73.1",
+}
+# The newest published versions when they were last looked up (as in SETUP); where it is the
+# pinned one, or cannot run here (qwen 0.21 and later need node >= 22), only the pinned runs.
 NEWEST = {"codex": "0.171.0", "claude": "2.1.332", "gemini": "0.61.0"}
 
 
 def releases(cli: str) -> list[str]:
     """``pinned``, and ``newest`` when the newest published version of ``cli`` is another."""
-    return ["pinned", *(["newest"] if NEWEST[cli] != PINNED[cli] else [])]
+    return ["pinned", *(["newest"] if NEWEST.get(cli, PINNED[cli]) != PINNED[cli] else [])]
 
 
 def bin_of(release: str) -> Path:
@@ -64,8 +72,11 @@ def base_env(tmp_path: Path, release: str = "pinned") -> dict[str, str]:
     """No credentials or config of this machine: a private HOME, the release's CLIs first on PATH."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
+    elsewhere = tmp_path / "elsewhere"  # never the checkout: a CLI that trusts $PWD works here
+    elsewhere.mkdir(exist_ok=True)
     return {
         "HOME": str(home),
+        "PWD": str(elsewhere),
         "PATH": f"{bin_of(release)}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "XDG_CONFIG_HOME": str(home / ".config"),
         "TZ": "Europe/Berlin",  # reset clocks are printed in the host's zone
@@ -147,6 +158,113 @@ def gemini_env(tmp_path: Path, mock: MockServer, release: str) -> dict[str, str]
     """Gemini CLI pointed at the mock with GOOGLE_GEMINI_BASE_URL and an API key."""
     require_cli("gemini", release)
     return {**base_env(tmp_path, release), **gemini_home(tmp_path, mock.url)}
+
+
+def opencode_home(tmp_path: Path, url: str) -> dict[str, str]:
+    """OpenCode's environment: a custom OpenAI-compatible provider at ``url``, its home under ``tmp_path``.
+
+    The provider uses the ``@ai-sdk/openai-compatible`` package OpenCode bundles (nothing
+    is downloaded); the models.dev catalogue, the auto-update and sharing are off.
+    """
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            "mock": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Mock",
+                "options": {"baseURL": f"{url}/v1", "apiKey": "sk-mock"},
+                "models": {"mock-model": {"name": "Mock"}},
+            }
+        },
+        "model": "mock/mock-model",
+        "autoupdate": False,
+        "share": "disabled",
+    }
+    home = tmp_path / "opencode-home"
+    (home / "config" / "opencode").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "opencode" / "opencode.json").write_text(json.dumps(config))
+    return {
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    }
+
+
+def qwen_home(tmp_path: Path, url: str) -> dict[str, str]:
+    """Qwen Code's environment: OpenAI auth against ``url``, its ``~/.qwen`` under ``tmp_path``.
+
+    ``model.generationConfig.maxRetries: 0`` turns off the CLI's own rate-limit retry loop
+    (ten retries a minute apart); its seven attempts per model call with backoff stay.
+    """
+    home = tmp_path / "qwen-home"
+    (home / ".qwen").mkdir(parents=True, exist_ok=True)
+    settings = {
+        "security": {"auth": {"selectedType": "openai"}},
+        "model": {"generationConfig": {"maxRetries": 0}},
+        "general": {"disableAutoUpdate": True},
+        "telemetry": {"enabled": False},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".qwen" / "settings.json").write_text(json.dumps(settings))
+    return {
+        "HOME": str(home),
+        "OPENAI_API_KEY": "sk-mock",
+        "OPENAI_BASE_URL": f"{url}/v1",
+        "OPENAI_MODEL": "mock-model",
+    }
+
+
+def pi_home(tmp_path: Path, url: str) -> dict[str, str]:
+    """pi's environment: a custom ``openai-completions`` provider at ``url``, its agent dir under ``tmp_path``.
+
+    ``retry.enabled: false`` turns off pi's own retries of a failed model call.
+    """
+    agent = tmp_path / "pi-agent"
+    agent.mkdir(parents=True, exist_ok=True)
+    provider = {
+        "baseUrl": f"{url}/v1",
+        "api": "openai-completions",
+        "apiKey": "MOCK_API_KEY",
+        "models": [{"id": "mock-model"}],
+    }
+    (agent / "models.json").write_text(json.dumps({"providers": {"mock": provider}}))
+    settings = {
+        "retry": {"enabled": False},
+        "defaultProvider": "mock",
+        "defaultModel": "mock-model",
+    }
+    (agent / "settings.json").write_text(json.dumps(settings))
+    return {
+        "PI_CODING_AGENT_DIR": str(agent),
+        "MOCK_API_KEY": "sk-mock",
+        "PI_OFFLINE": "1",
+        "PI_SKIP_VERSION_CHECK": "1",
+    }
+
+
+@pytest.fixture
+def pi_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """pi pointed at the mock's Chat Completions API through a custom provider."""
+    require_cli("pi")
+    return {**base_env(tmp_path), **pi_home(tmp_path, mock.url)}
+
+
+@pytest.fixture
+def opencode_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """OpenCode pointed at the mock's Chat Completions API through a custom provider."""
+    require_cli("opencode")
+    return {**base_env(tmp_path), **opencode_home(tmp_path, mock.url)}
+
+
+@pytest.fixture
+def qwen_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """Qwen Code pointed at the mock's Chat Completions API with OPENAI_BASE_URL."""
+    require_cli("qwen")
+    return {**base_env(tmp_path), **qwen_home(tmp_path, mock.url)}
 
 
 def add_goal(

@@ -76,18 +76,21 @@ def gemini_failure(model: MockModel) -> tuple[int, dict[str, Any]] | None:
 
 
 def _has_tool_result(body: dict[str, Any]) -> bool:
-    return any(
-        isinstance(p, dict) and "functionResponse" in p
-        for c in body.get("contents") or []
-        for p in (c.get("parts") or [] if isinstance(c, dict) else [])
-    )
+    """Whether the last content answers a call (a resumed chat holds earlier turns' answers)."""
+    contents = [c for c in body.get("contents") or [] if isinstance(c, dict)]
+    parts = contents[-1].get("parts") or [] if contents else []
+    return any(isinstance(p, dict) and "functionResponse" in p for p in parts)
 
 
 def gemini_answer(model: MockModel, body: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """The streamed chunks of one model turn: a shell call (``tool`` mode) or the answer."""
     if model.mode == "tool" and not _has_tool_result(body):
         part: dict[str, Any] = {
-            "functionCall": {"id": f"call_{n}", "name": SHELL_TOOL, "args": {"command": "ls"}}
+            "functionCall": {
+                "id": f"call_{n}",
+                "name": SHELL_TOOL,
+                "args": {"command": model.command},
+            }
         }
     else:
         part = {"text": model.answer}

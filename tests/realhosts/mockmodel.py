@@ -1,14 +1,16 @@
 """A loopback mock of the two model APIs the real CLIs call, switchable per test.
 
 It serves the OpenAI Responses API (``POST /v1/responses``, SSE, what Codex
-speaks), the Anthropic Messages API (``POST /v1/messages``, SSE or JSON,
+speaks), the OpenAI Chat Completions API (``POST /v1/chat/completions``, SSE or
+JSON, what OpenCode, Qwen Code, pi and aider speak; see :mod:`.mockchat`), the Anthropic Messages API (``POST /v1/messages``, SSE or JSON,
 what Claude Code speaks) and the Gemini API (``POST /v1beta/models/<model>:
 streamGenerateContent?alt=sse``, ``:generateContent`` and ``:countTokens``,
 what Gemini CLI speaks; see :mod:`.mockgemini`) on 127.0.0.1 only, logs every
 request it receives, and answers according to :attr:`MockModel.mode`:
 
 ``ok``           the model's final message is :attr:`MockModel.answer`
-``tool``         first a tool call (a shell ``ls``), then ``ok`` once the tool result comes back
+``tool``         first a tool call (a shell running :attr:`MockModel.command`), then ``ok``
+                 once the tool result comes back
 ``429``          HTTP 429 rate limit with ``retry-after``
 ``usage_limit``  the subscription's usage limit until :attr:`MockModel.reset_at`, then ``ok``
 ``401``          HTTP 401: the key is rejected
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.realhosts.mockchat import chat_completion, chat_sse
 from tests.realhosts.mockgemini import (
     gemini_answer,
     gemini_failure,
@@ -66,6 +69,8 @@ class MockModel:
 
     mode: str = "ok"
     answer: str = json.dumps(DEFAULT_ANSWER)
+    command: str = "ls"  # what the shell tool call runs (tool mode)
+    retry_after: str = "120"  # the retry-after header of a 429 (seconds)
     reset_at: int = 0  # epoch seconds the usage limit resets (usage_limit mode)
     limit_claim: str = "five_hour"  # Anthropic's limit that was hit: five_hour, seven_day
     utilization: list[float] = field(default_factory=list)  # percent, per model request
@@ -123,33 +128,34 @@ def _sse(events: list[tuple[str, dict[str, Any]]]) -> Iterator[bytes]:
         yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
+# "The call was answered" is the conversation's last item being a tool result: a resumed
+# session carries the tool results of earlier turns, and the new turn's call is still due.
 def _has_tool_result_openai(body: dict[str, Any]) -> bool:
-    items = body.get("input")
-    return isinstance(items, list) and any(
-        isinstance(i, dict) and i.get("type") in ("function_call_output", "custom_tool_call_output")
-        for i in items
+    items = [i for i in body.get("input") or [] if isinstance(i, dict)]
+    return bool(items) and items[-1].get("type") in (
+        "function_call_output",
+        "custom_tool_call_output",
     )
 
 
 def _has_tool_result_anthropic(body: dict[str, Any]) -> bool:
-    for message in body.get("messages") or []:
-        content = message.get("content")
-        if isinstance(content, list) and any(
-            isinstance(c, dict) and c.get("type") == "tool_result" for c in content
-        ):
-            return True
-    return False
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    content = messages[-1].get("content") if messages else None
+    return isinstance(content, list) and any(
+        isinstance(c, dict) and c.get("type") == "tool_result" for c in content
+    )
 
 
-def _openai_tool(body: dict[str, Any]) -> dict[str, Any]:
+def _openai_tool(body: dict[str, Any], command: str) -> dict[str, Any]:
     """A function call to the shell tool codex offered in this request."""
     names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
+    args: dict[str, Any]
     if "exec_command" in names:
-        name, args = "exec_command", {"cmd": "ls", "yield_time_ms": 1000}
+        name, args = "exec_command", {"cmd": command, "yield_time_ms": 10000}
     elif "shell_command" in names:
-        name, args = "shell_command", {"command": "ls"}
+        name, args = "shell_command", {"command": command}
     else:
-        name, args = "shell", {"command": ["bash", "-lc", "ls"]}
+        name, args = "shell", {"command": ["bash", "-lc", command]}
     return {
         "type": "function_call",
         "id": "fc_1",
@@ -164,7 +170,7 @@ def openai_events(model: MockModel, body: dict[str, Any], n: int) -> list[tuple[
     """The Responses API SSE events of one answer."""
     rid = f"resp_{n}"
     if model.mode == "tool" and not _has_tool_result_openai(body):
-        item = _openai_tool(body)
+        item = _openai_tool(body, model.command)
     else:
         item = {
             "type": "message",
@@ -205,7 +211,12 @@ def anthropic_message(model: MockModel, body: dict[str, Any], n: int) -> dict[st
     """The Messages API answer as one JSON message."""
     if model.mode == "tool" and not _has_tool_result_anthropic(body):
         content: list[dict[str, Any]] = [
-            {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": "ls"}}
+            {
+                "type": "tool_use",
+                "id": f"toolu_{n}",
+                "name": "Bash",
+                "input": {"command": model.command},
+            }
         ]
         stop = "tool_use"
     else:
@@ -345,6 +356,8 @@ class _Handler(BaseHTTPRequestHandler):
         n = len(model.requests)
         if path.startswith("/v1beta/models/"):
             self._gemini(model, body or {}, path, n)
+        elif path.endswith("/chat/completions"):
+            self._chat(model, body or {}, n)
         elif path.endswith("/responses"):
             self._openai(model, body or {}, n)
         elif path.endswith("/messages/count_tokens"):
@@ -376,7 +389,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not anthropic:
                 error = {**error, "code": "rate_limit_exceeded"}
             payload = {"type": "error", "error": error} if anthropic else {"error": error}
-            self._json(429, payload, {"retry-after": "120"})
+            self._json(429, payload, {"retry-after": model.retry_after})
             return True
         return False
 
@@ -394,6 +407,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(429, {"error": error})
             return
         self._stream(_sse(openai_events(model, body, n)), model.window_headers(anthropic=False))
+
+    def _chat(self, model: MockModel, body: dict[str, Any], n: int) -> None:
+        if self._common_failure(model, anthropic=False):
+            return
+        if model.mode == "usage_limit" and time.time() < model.reset_at:
+            error = {
+                "type": "insufficient_quota",
+                "code": "insufficient_quota",
+                "message": "You exceeded your current quota, please check your plan and "
+                "billing details.",
+            }
+            self._json(429, {"error": error})
+        elif body.get("stream"):
+            self._stream(chat_sse(model, body, n))
+        else:
+            self._json(200, chat_completion(model, body, n))
 
     def _gemini(self, model: MockModel, body: dict[str, Any], path: str, n: int) -> None:
         if model.mode == "hang":

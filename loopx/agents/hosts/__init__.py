@@ -14,7 +14,10 @@ from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.command import CommandHost
 from loopx.agents.hosts.demo import DemoHost
 from loopx.agents.hosts.gemini import GeminiHost
+from loopx.agents.hosts.opencode import OpencodeHost
+from loopx.agents.hosts.pi import PiHost
 from loopx.agents.hosts.plugins import ENTRY_POINT_GROUP, installed, kind_names, load
+from loopx.agents.hosts.qwen import QwenHost
 from loopx.errors import HostUnsupportedError
 from loopx.registry.model import HostKind
 
@@ -28,6 +31,9 @@ _BUILTIN: dict[str, type[Host]] = {
     HostKind.CODEX: CodexHost,
     HostKind.CLAUDE: ClaudeHost,
     HostKind.GEMINI: GeminiHost,
+    HostKind.OPENCODE: OpencodeHost,
+    HostKind.QWEN: QwenHost,
+    HostKind.PI: PiHost,
 }
 
 
@@ -69,6 +75,9 @@ __all__ = [
     "HostInvocation",
     "HostOutput",
     "Interpretation",
+    "OpencodeHost",
+    "PiHost",
+    "QwenHost",
     "host_for",
     "kind_names",
     "register_host",

@@ -40,6 +40,9 @@ LOGIN_HINTS: Final = {
     "codex": "run `codex login` (or set OPENAI_API_KEY)",
     "claude": "run `claude` and `/login` once (or set ANTHROPIC_API_KEY)",
     "gemini": "set GEMINI_API_KEY (or run `gemini` once and log in with Google)",
+    "opencode": "run `opencode auth login` (or set the provider's API key)",
+    "qwen": "run `qwen auth` (or set OPENAI_API_KEY and OPENAI_BASE_URL)",
+    "pi": "run `pi` and `/login` once (or set the provider's API key)",
 }
 
 
@@ -87,9 +90,11 @@ _SESSION_MISSING = re.compile(
 _STALLED = re.compile(r"idle[ _-]?timeout|stream (?:was )?idle|request timed out", re.IGNORECASE)
 # Codex 0.171 loops on "Reconnecting... waiting for network (Connection failed: error
 # sending request)"; Claude Code 2.1.197 ends with "API Error: Unable to connect to API
-# (ConnectionRefused)".
+# (ConnectionRefused)"; OpenCode 1.18 logs "Cannot connect to API: Unable to connect"; Qwen Code
+# 0.15 answers "[API Error: Connection error. (cause: fetch failed)]".
 _UNREACHABLE = re.compile(
-    r"waiting for network|unable to connect to (?:the )?api|connection failed|connection refused"
+    r"waiting for network|unable to connect to (?:the )?api|cannot connect to api"
+    r"|connection failed|connection refused|connection error"
     r"|ConnectionRefused|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|network is unreachable"
     r"|could not resolve host|error sending request|fetch failed",
     re.IGNORECASE,
