@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
@@ -120,6 +120,17 @@ class OpencodeHost:
     """The adapter of ``--host-kind opencode``."""
 
     kind = HostKind.OPENCODE
+    # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
+    tested_versions: ClassVar[tuple[str, ...]] = ("1.18.33",)
+    # What `prepare` relies on, looked for in `opencode run --help` by the canary.
+    help_argv: ClassVar[tuple[str, ...]] = ("run", "--help")
+    help_flags: ClassVar[tuple[str, ...]] = (
+        "--format",
+        "--print-logs",
+        "--log-level",
+        "--session",
+        "--dir",
+    )
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """``opencode run --format json --print-logs --log-level ERROR --dir W [--session ID] ...``.

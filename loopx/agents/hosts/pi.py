@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
@@ -113,6 +113,11 @@ class PiHost:
     """The adapter of ``--host-kind pi``."""
 
     kind = HostKind.PI
+    # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
+    tested_versions: ClassVar[tuple[str, ...]] = ("0.73.1",)
+    # What `prepare` relies on, looked for in `pi --help` by the canary.
+    help_argv: ClassVar[tuple[str, ...]] = ("--help",)
+    help_flags: ClassVar[tuple[str, ...]] = ("--print", "--mode", "--session")
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """``pi -p --mode json [--session ID] ...`` with the prompt on stdin.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
@@ -78,6 +78,11 @@ class QwenHost:
     """The adapter of ``--host-kind qwen``."""
 
     kind = HostKind.QWEN
+    # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
+    tested_versions: ClassVar[tuple[str, ...]] = ("0.15.10",)
+    # What `prepare` relies on, looked for in `qwen --help` by the canary.
+    help_argv: ClassVar[tuple[str, ...]] = ("--help",)
+    help_flags: ClassVar[tuple[str, ...]] = ("--output-format", "--resume")
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
         """``qwen --output-format json [--resume ID] ...`` with the prompt on stdin.
