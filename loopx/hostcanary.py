@@ -225,6 +225,20 @@ def stale_kinds(hosts: HostsFile, stats: Mapping[str, tuple[int, int] | None]) -
     return stale
 
 
+def quarantined_kinds(layout: Layout) -> dict[str, str]:
+    """The reason of each host kind the canary quarantined; a damaged file quarantines none.
+
+    As the turn's ``host_kind`` step reads it: the canary's own file must not hold
+    the fleet (or fail a root-wide command) until it is repaired.
+    """
+    try:
+        hosts = read_hosts(layout)
+    except CorruptFileError as e:
+        log.warning("hosts_file_damaged", error=e.message)
+        return {}
+    return {kind: reason for kind in hosts.kinds if (reason := quarantine_reason(hosts, kind))}
+
+
 class QuarantineWatch:
     """The quarantined kinds as an agent's index sees them: a ``stat`` a step, a read when moved."""
 

@@ -25,6 +25,7 @@ from loopx.hostcanary import (
     ProbeResult,
     TrustStatus,
     accept,
+    accept_version,
     apply_probe,
     quarantine_reason,
     read_hosts,
@@ -289,3 +290,31 @@ def test_the_echo_endpoint_answers_on_loopback_with_the_fixed_reply():
             answer = json.loads(reply.read())
         assert answer["content"][0]["text"] == ANSWER
         assert len(echo.requests) == 1
+
+
+def test_status_shows_a_quarantined_kinds_goals_waiting_on_a_person_until_accepted(
+    tmp_path, layout, monkeypatch
+):
+    """`status --json` says why (warm or cold); after `--accept` the goal is ready again."""
+    monkeypatch.setenv("PATH", _path(_fakes(tmp_path, "claude", "codex")))
+    _goal(layout.root, "c1", "claude", tmp_path / "w1")
+    _goal(layout.root, "x1", "codex", tmp_path / "w2")
+
+    def views() -> dict[str, dict]:
+        done = loopx_here(layout.root, "status", "--json")
+        return {g["goal_id"]: g for g in json.loads(done.stdout)["goals"]}
+
+    assert views()["c1"]["reason"] == "ready"  # a status memo exists before the quarantine
+    record_probe(layout, _failed("claude", "2.1.340", "--output-format missing"))
+    shown = views()
+    assert (shown["c1"]["reason"], shown["c1"]["actor"], shown["c1"]["host_kind"]) == (
+        "waiting",
+        "human",
+        "claude",
+    )
+    assert shown["c1"]["explanation"].startswith(
+        "host claude: 2.1.340 untested: --output-format missing (`loopx hosts check claude`"
+    )
+    assert shown["x1"]["reason"] == "ready"
+    accept_version(layout, "claude", "2.1.340", now=utcnow())
+    assert views()["c1"]["reason"] == "ready"

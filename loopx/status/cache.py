@@ -41,6 +41,7 @@ from loopx.accounts.views import account_summaries
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
 from loopx.hints import HintCursor, changes_file, read_hints, reset_hints
+from loopx.hostcanary import quarantined_kinds
 from loopx.log import get_logger
 from loopx.memo import fingerprint as file_fingerprint
 from loopx.memo import private_dir
@@ -179,8 +180,9 @@ class StatusCache:
             generated_at=self.index.generated_at,
             checked_at=self.index.checked_at,
             quarantined_total=self.index.quarantined_total,
-            # Read at every answer: a parked account shows at once.
+            # Read at every answer: a parked account, a quarantined host kind show at once.
             accounts=account_summaries(self.layout, now=utcnow()),
+            hosts=quarantined_kinds(self.layout),
         )
 
     def document(self, projection: StatusProjection) -> bytes:

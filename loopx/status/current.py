@@ -15,6 +15,7 @@ from loopx import memo
 from loopx.collector import collector_paused
 from loopx.errors import LoopxError
 from loopx.hints import changes_file
+from loopx.hostcanary import hosts_path
 from loopx.root import Layout
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.prefetch import Prefetch
@@ -96,7 +97,12 @@ def status_document(
     cache = status_cache(layout)
     cache.prefetch, cache.write_behind = prefetch, True
     hints, registry = str(changes_file(layout)), str(layout.registry)
-    before = {hints: memo.fingerprint(hints), registry: memo.fingerprint(registry)}
+    hosts = str(hosts_path(layout))  # a quarantine is no goal's change: it leaves no hint
+    before = {
+        hints: memo.fingerprint(hints),
+        registry: memo.fingerprint(registry),
+        hosts: memo.fingerprint(hosts),
+    }
     database = str(cache.store.path)
     with collector_paused():
         try:

@@ -42,7 +42,7 @@ parked account shows at once on every goal of it without re-projecting them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -468,6 +468,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "account": account_of(goal.account, goal.host.kind),
         "handoffs": 0,
         "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
+        "host_kind": goal.host.kind,
     }
     # Its values shared (in place: ``fields`` is the view's), so the views made from them
     # hold shared values already (share_values: a long-lived cache's memory).
@@ -524,6 +525,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "account": account_of(goal.account, goal.host.kind),
             "handoffs": state.handoffs,
             "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
+            "host_kind": goal.host.kind,
         },
     )
 
@@ -588,6 +590,33 @@ def overlay_accounts(
     return out, summaries
 
 
+def overlay_hosts(
+    views: Iterable[GoalStatusView], quarantined: Mapping[str, str]
+) -> Iterable[GoalStatusView]:
+    """Goals of a host kind the canary quarantined shown ``waiting`` on it. Pure.
+
+    ``quarantined``: the reason of each quarantined kind (``loopx hosts``). As for
+    an account's hold, only ``ready`` and ``waiting`` goals are overlaid.
+    """
+    if not quarantined:
+        return views
+    out = []
+    for view in views:
+        kind = view.host_kind
+        if kind is not None and kind in quarantined and view.reason in _HELD_BY_ACCOUNT:
+            view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it
+                update={
+                    "actor": Actor.HUMAN,  # `loopx hosts check KIND [--accept]`
+                    "reason": StatusReason.WAITING,
+                    "explanation": f"{quarantined[kind]} (`loopx hosts check {kind}`, "
+                    "or with `--accept` to trust it)",
+                    "next_eligible_at": None,
+                }
+            )
+        out.append(view)
+    return out
+
+
 def assemble(
     views: Iterable[GoalStatusView],
     *,
@@ -596,9 +625,13 @@ def assemble(
     checked_at: datetime,
     quarantined_total: int = 0,
     accounts: Sequence[AccountSummary] = (),
+    hosts: Mapping[str, str] | None = None,
 ) -> StatusProjection:
-    """The ordered attention queue with counts, the crash-loop and account overlays applied. Pure."""
-    held, summaries = overlay_accounts(views, accounts)
+    """The ordered attention queue with counts, the crash-loop, host and account overlays. Pure.
+
+    ``hosts``: the reason of each host kind the canary quarantined.
+    """
+    held, summaries = overlay_accounts(overlay_hosts(views, hosts or {}), accounts)
     ordered = sorted((overlay_crash_loop(v, fleet) for v in held), key=order_key)
     # One count per (actor, reason) pair: a few dozen keys to sum, not two per goal.
     pairs = Counter([(v.actor, v.reason) for v in ordered])

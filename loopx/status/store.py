@@ -48,8 +48,8 @@ from loopx.storage.locks import locked
 # PRAGMA user_version of a database this code wrote (3: last_turn.failure_message;
 # 4: the leased and probe columns, so a holder of no views loads none; 5: the
 # fingerprint as packed integers, a quarter of the cost of text both ways; 6: a goal's
-# hand-offs, and the account and host kind its last turn ran on).
-SCHEMA_VERSION: Final = 6
+# hand-offs, and the account and host kind its last turn ran on; 7: the goal's host kind).
+SCHEMA_VERSION: Final = 7
 _SCHEMA: Final = """
 CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), status_index TEXT NOT NULL);
 CREATE TABLE goals (

@@ -173,6 +173,8 @@ class GoalStatusView(Record):
     # accounts it may hand off to (empty: none, or pinned by --no-handoff).
     handoffs: int = 0
     fallback_accounts: list[str] = Field(default_factory=list)
+    # The host kind its turns run with (None: a view from before it was recorded).
+    host_kind: str | None = None
 
 
 class IncidentKind(StrEnum):
