@@ -27,7 +27,11 @@ CLOCK = re.compile(r"\d\d:\d\d:\d\d")
 TURN_EPOCH = re.compile(r"(-t\d{6}-e)\d+\b")
 EPOCH_FIELD = re.compile(r"(epoch\\*\": )\d+")
 RESUMED = [f"{edge}:stall_resume" for edge in ("before", "after")]
-GATED = [f"{edge}:{row}" for row in ("stall_fresh", "stall_gate") for edge in ("before", "after")]
+GATED = [
+    f"{edge}:{row}"
+    for row in ("stall_fresh", "stall_handoff", "stall_gate")
+    for edge in ("before", "after")
+]
 
 
 def _env(base: Path, mode: str) -> dict[str, str]:

@@ -113,6 +113,32 @@ def test_a_stall_that_persists_ends_at_a_gate_not_a_failure(cli, fake, tmp_path)
     assert account.condition is Condition.OVERLOADED  # backed off, like a 5xx
 
 
+def test_a_stall_that_persists_on_a_goal_with_a_fallback_hands_its_next_turn_off(
+    cli, fake, tmp_path
+):
+    """Rung 3: the turn ends as a wait that backs its account off; the next turn runs on the
+    fallback account's CLI, and nothing counts as a failure."""
+    cli.run("account", "add", "alt", "--host-kind", "codex", check=True)
+    cli.run(
+        "goal", "add", "g", "--objective", "make it work", "--workdir", str(fake),
+        "--host-kind", "claude", "--stall-timeout", "0.5", "--fallback-account", "alt",
+        check=True,
+    )  # fmt: skip
+    report = _turn(cli, "stall")
+    assert (report["status"], report["kind"]) == ("committed", "wait"), report
+    ladder = _journal(cli).stall
+    assert ladder is not None
+    assert [r.rung for r in ladder.runs] == ["resume", "resume", "fresh", "handoff"]
+    assert _journal(cli).result.evidence == ["host_stalled"]
+    account = read_state(Layout.at(cli.root), account_of(None, "claude"))
+    assert account.condition is Condition.OVERLOADED  # backed off, like a 5xx
+    handed = json.loads(cli.run("turn", "run-once", "g", "--json").stdout)["report"]
+    assert (handed["status"], handed["kind"]) == ("committed", "progress"), handed
+    assert len(log_lines(tmp_path / "codex.log")) == 1  # the fallback account's CLI ran it
+    state = cli.json("goal", "show", "g")["state"]
+    assert (state["consecutive_failures"], state["handoffs"]) == (0, 1)
+
+
 def test_the_host_s_own_idle_timeout_is_a_stall(cli, fake):
     """Claude Code's own "Request timed out." climbs the ladder too; it never counts as a failure."""
     _add(cli, fake, "30")

@@ -35,7 +35,7 @@ git diff --cached --quiet || git commit -q -m "write the notes"
 printf '{"kind": "completed", "summary": "notes written"}' > "$LOOPX_RESULT_FILE"
 """
 # The stall ladder's rows apply to a stalled host only: tests/test_stall_faults.py kills them.
-LADDER = ("stall_resume", "stall_fresh", "stall_gate")
+LADDER = ("stall_resume", "stall_fresh", "stall_handoff", "stall_gate")
 POINTS = list(fault_points([s for s in STEPS if s.name not in LADDER]))
 TURN_EPOCH = re.compile(r"(-t\d{6}-e)\d+\b")
 EPOCH_FIELD = re.compile(r"(epoch\\*\": )\d+")

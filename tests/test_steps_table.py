@@ -32,7 +32,7 @@ def test_the_table_reads_like_the_design() -> None:
     names = [s.name for s in STEPS]
     assert names == [
         "claim", "leftovers", "workdir", "worktree", "quota", "handoff", "account", "host_kind",
-        "journal", "host", "stall_resume", "stall_fresh", "stall_gate",
+        "journal", "host", "stall_resume", "stall_fresh", "stall_handoff", "stall_gate",
         "settle", "check", "writeback", "unlock_workdir", "release", "merge",
     ]  # fmt: skip
     assert len(set(fault_points())) == 2 * len(STEPS)

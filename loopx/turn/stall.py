@@ -10,10 +10,13 @@ rung's first run), each run journaled before it starts:
 
 1. ``resume``: the same session again, with a short "continue" prompt;
 2. ``fresh``: a fresh session in the same workdir, with the goal's state;
-3. ``handoff``: another account (not a row yet: no goal names a fallback account);
+3. ``handoff``: for a goal that may hand off (fallback accounts, not pinned, its
+   daily cap not reached, this turn on its own account), the turn ends as a
+   wait whose evidence backs the account off like a 5xx, so that the next
+   turn's ``handoff`` row runs it on the first fallback that admits it;
 4. ``gate``: a gate for a human, with the last output lines and what was tried.
 
-Rungs 1 and 2 are automatic resumes: at most :data:`MAX_RESUMES_PER_DAY` per
+Rungs 1 to 3 are automatic: at most :data:`MAX_RESUMES_PER_DAY` of them per
 goal in any 24 hours. The ladder never steps down. Everything here is pure.
 """
 
@@ -49,8 +52,10 @@ class Rung(StrEnum):
 
 
 RUNGS: Final = tuple(Rung)
-# Host runs a rung may start (the gate starts none; hand-off is not a row yet).
+# Host runs a rung may start (hand-off and the gate start none).
 RUNG_RUNS: Final = {Rung.RESUME: 2, Rung.FRESH: 1}
+# The rungs counted against MAX_RESUMES_PER_DAY.
+AUTOMATIC: Final = frozenset({Rung.RESUME, Rung.FRESH, Rung.HANDOFF})
 _DOING: Final = {
     Rung.RESUME: "resuming session",
     Rung.FRESH: "fresh session",
@@ -180,17 +185,50 @@ def climbed(
 
 
 def at_gate(
-    ladder: StallLadder | None, *, cause: str, stalled_at: datetime, output: str
+    ladder: StallLadder | None,
+    *,
+    cause: str,
+    stalled_at: datetime,
+    output: str,
+    rung: Rung = Rung.GATE,
 ) -> StallLadder:
-    """The ladder with its last stall recorded, at the gate. Pure."""
+    """The ladder with its last stall recorded, at the gate (or ``rung``, the hand-off). Pure."""
     ladder = ladder or StallLadder()
     seen = StallSeen(on=ladder.rung, cause=cause, at=stalled_at)
     return ladder.model_copy(
         update={
             "seen": [*ladder.seen, seen],
-            "runs": [*ladder.runs, RungRun(rung=Rung.GATE, at=stalled_at)],
+            "runs": [*ladder.runs, RungRun(rung=rung, at=stalled_at)],
             "last_output": output,
         }
+    )
+
+
+def may_hand_off(*, can_hand_off: bool, resumes: int) -> bool:
+    """Whether the ladder's third rung ends the turn for a hand-off. Pure.
+
+    ``can_hand_off``: the goal names fallback accounts, is not pinned, has not
+    reached its daily hand-off cap, and this turn runs on its own account;
+    ``resumes``: the goal's automatic rungs in the last 24 hours (a hand-off is one).
+    """
+    return can_hand_off and resumes < MAX_RESUMES_PER_DAY
+
+
+def handoff_result(ladder: StallLadder, *, turn_key: str, goal_id: str) -> HostResult:
+    """The ``wait`` the ladder's hand-off rung ends the turn with. Pure.
+
+    Its evidence ``host_stalled`` backs the account off like a 5xx, so the next
+    turn's ``handoff`` row finds it not admitting and takes a fallback account.
+    """
+    return HostResult(
+        kind=ResultKind.WAIT,
+        summary=f"the host stalled {len(ladder.seen)} times; its next turn goes to a "
+        "fallback account",
+        next_action="continue the goal on a fallback account",
+        evidence=[FailureReason.HOST_STALLED.value],
+        wait_seconds=0,
+        turn_key=turn_key,
+        goal_id=goal_id,
     )
 
 

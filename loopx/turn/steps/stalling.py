@@ -1,12 +1,14 @@
-"""The stall ladder's rows: resume the session, a fresh session, a gate (:mod:`loopx.turn.stall`).
+"""The stall ladder's rows: resume, a fresh session, a hand-off, a gate (:mod:`loopx.turn.stall`).
 
 They stand between the host and settle rows and apply only while the
 journal's outcome says the host stalled. A rung that runs a host writes the
 ladder into the journal before the run starts (a crash during it makes the
 host row run the same rung again: the envelope is derived from the
 journal), then runs the host through the turn's process side, as often as
-its bound allows. The lease shows the rung in force (``status``). The gate
-row turns the outcome into a ``needs_human`` result with the last output
+its bound allows. The lease shows the rung in force (``status``). The
+hand-off row, for a goal that may hand off, turns the outcome into a
+``wait`` that backs the account off, so the next turn runs on a fallback
+account. The gate row turns the outcome into a ``needs_human`` result with the last output
 and what was tried: the turn commits a gate, never a failure, and its
 evidence ``host_stalled`` backs the account off like a 5xx.
 """
@@ -16,22 +18,26 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
+from loopx.accounts.handoff import handoffs_in_window
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
+from loopx.state import load_state
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import HostOutcome, TurnJournal, journal_files, read_journal, write_journal
 from loopx.turn.stall import (
+    AUTOMATIC,
     RESUME_WINDOW,
-    RUNG_RUNS,
     Rung,
     activity,
     at_gate,
     climbed,
     gate_result,
+    handoff_result,
     last_lines,
     may_climb,
+    may_hand_off,
     stall_cause,
 )
 from loopx.turn.steps.context import TurnContext
@@ -65,6 +71,42 @@ def resume_session(ctx: TurnContext) -> TurnContext:
 def fresh_session(ctx: TurnContext) -> TurnContext:
     """Rung 2: a fresh session in the same workdir, with the goal's state."""
     return _stopped(ctx) if ctx.options.stopping else _climb(ctx, Rung.FRESH)
+
+
+def hand_off_stalled(ctx: TurnContext) -> TurnContext:
+    """Rung 3: end the turn as a wait that sends the next turn to a fallback account."""
+    if ctx.options.stopping:
+        return _stopped(ctx)
+    journal = ctx.planned
+    outcome = journal.outcome
+    cause = cause_of(outcome)
+    if outcome is None or cause is None:
+        return ctx
+    now = utcnow()
+    resumes = resumes_in_window(ctx.layout, journal, now)
+    if not may_hand_off(can_hand_off=_can_hand_off(ctx, now), resumes=resumes):
+        return ctx  # the gate's row ends it
+    ladder = at_gate(
+        journal.stall,
+        cause=cause,
+        stalled_at=outcome.ended_at,
+        output=last_lines(outcome.stdout, outcome.stderr),
+        rung=Rung.HANDOFF,
+    )
+    result = handoff_result(ladder, turn_key=journal.turn_key, goal_id=journal.goal_id)
+    log.warning("stall_handoff", stalls=len(ladder.seen), fallbacks=ctx.goal.fallback_accounts)
+    waiting = outcome.model_copy(update={"killed": None, "failure": None, "result": result})
+    return ctx.but(journal=journal.model_copy(update={"stall": ladder, "outcome": waiting}))
+
+
+def _can_hand_off(ctx: TurnContext, now: datetime) -> bool:
+    """The goal may hand off and this turn runs on its own account (not already handed off)."""
+    goal = ctx.goal
+    if ctx.planned.plan.handoff is not None or not goal.handoff or not goal.fallback_accounts:
+        return False
+    cap = goal.max_handoffs_per_day
+    handed = load_state(ctx.layout, goal.id).handed_off_at
+    return cap is None or handoffs_in_window(handed, now=now) < cap
 
 
 def gate_stall(ctx: TurnContext) -> TurnContext:
@@ -160,7 +202,7 @@ def resumes_in_window(layout: Layout, journal: TurnJournal, now: datetime) -> in
 def _resumes(journal: TurnJournal, *, since: float) -> int:
     if journal.stall is None:
         return 0
-    return sum(1 for r in journal.stall.runs if r.rung in RUNG_RUNS and r.at.timestamp() >= since)
+    return sum(1 for r in journal.stall.runs if r.rung in AUTOMATIC and r.at.timestamp() >= since)
 
 
 def _added(a: Usage, b: Usage) -> Usage:

@@ -46,7 +46,13 @@ from loopx.turn.steps.journaling import open_journal
 from loopx.turn.steps.leftovers import finish_leftovers
 from loopx.turn.steps.merging import auto_merges, merge_when_done
 from loopx.turn.steps.reporting import attempt_of
-from loopx.turn.steps.stalling import fresh_session, gate_stall, resume_session, stalled
+from loopx.turn.steps.stalling import (
+    fresh_session,
+    gate_stall,
+    hand_off_stalled,
+    resume_session,
+    stalled,
+)
 from loopx.turn.steps.workplace import enter_worktree, hold_workdir, unlock_workdir
 
 log = get_logger(__name__)
@@ -134,6 +140,7 @@ STEPS: tuple[Step, ...] = (
     Step("host", run_host, done=_host_started),
     Step("stall_resume", resume_session, applies=stalled, done=_settled),
     Step("stall_fresh", fresh_session, applies=stalled, done=_settled),
+    Step("stall_handoff", hand_off_stalled, applies=stalled, done=_settled),
     Step("stall_gate", gate_stall, applies=stalled, done=_settled),
     Step("settle", settle_outcome, done=_settled),
     Step("check", run_check, applies=check_due, done=_checked),
