@@ -87,6 +87,7 @@ KERNEL_ORDER: Final = (
     "hints",
     "goallock",
     "donecheck",  # a goal's done-check and its last result: the goal, its state and journals hold it
+    "sandbox",  # a goal's sandbox policy, whether bwrap can run, what a turn's proxy saw
     "state",
     "fleet",
     # the durable layers, each over the ones it reads

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from collections.abc import Mapping, Sequence
@@ -43,6 +44,8 @@ from loopx.registry.views import (
     goal_view,
 )
 from loopx.root import Layout
+from loopx.sandbox import SandboxOptions, SandboxSpec, sandbox_spec
+from loopx.sandbox import unavailable as sandbox_unavailable
 from loopx.turn.workdir import shared_workdirs
 
 # Imported where used: archiving, probing and merging cost `goal add` a fifth of its start.
@@ -144,6 +147,11 @@ class Goals:
         account: str | None = None,
         on_limit: str | None = None,
         max_limit_waits: int | None = None,
+        sandbox: str | None = None,
+        allow_domains: Sequence[str] | None = None,
+        autonomy: str | None = None,
+        max_processes: int | None = None,
+        max_file_mb: int | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
@@ -197,7 +205,14 @@ class Goals:
                 where or (None if update else Path.cwd()),
                 role="done-check",
             )
+        box = self._sandbox(
+            goal_id,
+            SandboxOptions(sandbox, allow_domains, autonomy, max_processes, max_file_mb),
+            update=update,
+        )
         changes = GoalChanges(
+            sandbox=box,
+            no_sandbox=sandbox == "none",
             objective=objective,
             workdir=None if where is None else str(where),
             host=spec,
@@ -224,6 +239,20 @@ class Goals:
         )
         shared = shared_workdirs([goal], own_workdirs(self.layout)).get(goal.id, [])
         return GoalDocument(goal=goal, shared_workdir=shared)
+
+    def _sandbox(
+        self, goal_id: str, options: SandboxOptions, *, update: bool
+    ) -> SandboxSpec | None:
+        existing = None
+        if update:
+            with contextlib.suppress(GoalNotFoundError):
+                existing = get_goal(self.layout, goal_id).sandbox
+        box = sandbox_spec(options, existing)
+        if box is not None and options.kind == "bwrap":
+            refused = sandbox_unavailable()
+            if refused is not None:
+                raise refused
+        return box
 
     def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
         if not update:

@@ -23,6 +23,7 @@ from loopx.registry.model import Goal, GoalStatus, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
+from loopx.sandbox import SandboxSpec
 from loopx.state import Gate, GoalState, HostSession, update_state
 from loopx.storage.files import atomic_write_model, describe_validation_error
 
@@ -45,6 +46,8 @@ class GoalChanges(Record):
     account: str | None = None  # the goal's account; "" moves it to the default
     on_limit: str | None = None  # its override of the account's --on-limit
     max_limit_waits: int | None = None  # its override of the account's --max-limit-waits
+    sandbox: SandboxSpec | None = None  # replaces the goal's sandbox when given
+    no_sandbox: bool = False  # `--sandbox none`: the goal runs unconfined again
 
 
 def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:
@@ -83,7 +86,9 @@ def build_goal(
         InvalidPolicyError: a field is out of range, or a new goal has no objective.
     """
     validate_goal_id(goal_id)
-    given = changes.model_dump(exclude_none=True, exclude={"quota", "host"})
+    given = changes.model_dump(exclude_none=True, exclude={"quota", "host", "no_sandbox"})
+    if changes.no_sandbox:
+        given["sandbox"] = None
     if changes.host is not None:
         given["host"] = changes.host
     if changes.workdir is not None:

@@ -12,6 +12,7 @@ from loopx.donecheck import DoneCheckSpec
 from loopx.ids import is_valid_goal_id, validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.quota_policy import PositiveFloat, QuotaPolicy
+from loopx.sandbox import SandboxSpec
 
 
 class GoalStatus(StrEnum):
@@ -129,6 +130,8 @@ class Goal(Record):
     account: str | None = None
     on_limit: Literal["wait", "gate", "stop"] | None = None
     max_limit_waits: Annotated[int, Field(ge=0)] | None = None
+    # Its host and done-check run inside bubblewrap, network through LoopX's proxy.
+    sandbox: SandboxSpec | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

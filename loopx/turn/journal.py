@@ -25,6 +25,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.quota.decision import QuotaDecision
 from loopx.registry.model import HostKindName
 from loopx.root import Layout
+from loopx.sandbox import NetworkReport, SandboxSpec
 from loopx.state import HostSession
 from loopx.storage.files import atomic_write_model, exclusive_create, read_model
 from loopx.turn.failures import FailureReason, TurnFailure
@@ -98,6 +99,8 @@ class TurnPlan(Record):
     # The account's --max-overloads when the turn was planned: the gate after N overloads in a
     # row is decided from the journal, so editing the account later never changes a replay.
     max_overloads: Annotated[int, Field(ge=1, le=1000)] = 5
+    # The goal's sandbox when the turn was planned: its host and check run inside it.
+    sandbox: SandboxSpec | None = None
 
 
 class HostOutcome(Record):
@@ -116,6 +119,8 @@ class HostOutcome(Record):
     # The adapter's interpretation (pure, made right after the host exited).
     result: HostResult | None = None
     failure: TurnFailure | None = None
+    # A sandboxed run: what its proxy let through, refused and carried.
+    network: NetworkReport | None = None
     session: HostSession | None = None
     started_at: UtcDatetime
     ended_at: UtcDatetime

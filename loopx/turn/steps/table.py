@@ -43,6 +43,7 @@ from loopx.turn.steps.journaling import open_journal
 from loopx.turn.steps.leftovers import finish_leftovers
 from loopx.turn.steps.merging import auto_merges, merge_when_done
 from loopx.turn.steps.reporting import attempt_of
+from loopx.turn.steps.sandboxing import close_sandbox, has_sandbox, open_sandbox, sandboxed
 from loopx.turn.steps.workplace import enter_worktree, hold_workdir, unlock_workdir
 
 log = get_logger(__name__)
@@ -114,7 +115,8 @@ def _terminal(journal: TurnJournal) -> bool:
     return journal.status is not TurnStatus.IN_PROGRESS
 
 
-# claim -> leftovers -> workdir | worktree -> quota -> account -> journal -> host -> settle
+# claim -> leftovers -> workdir | worktree -> quota -> account -> journal -> sandbox -> host
+# -> settle
 # -> check -> writeback (the phases) -> release -> merge
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
@@ -124,10 +126,12 @@ STEPS: tuple[Step, ...] = (
     Step("quota", check_quota, done=_planned),
     Step("account", admit_account, done=_host_started),
     Step("journal", open_journal, done=_host_started),
+    Step("sandbox", open_sandbox, applies=sandboxed),  # before the host and the check
     Step("host", run_host, done=_host_started),
     Step("settle", settle_outcome, done=_settled),
     Step("check", run_check, applies=check_due, done=_checked),
     Step("writeback", commit, done=_terminal),
+    Step("close_sandbox", close_sandbox, applies=has_sandbox, always=True),
     Step("unlock_workdir", unlock_workdir, applies=_in_workdir, always=True),
     Step("release", release_lease, applies=_claimed, always=True),
     Step("merge", merge_when_done, applies=auto_merges),
