@@ -25,6 +25,8 @@ from loopx.model import Record
 # The limits a sandboxed turn gets when its quota names none.
 DEFAULT_MAX_PROCESSES: Final = 256
 DEFAULT_MAX_FILE_MB: Final = 1024
+# goals/<id>/sandbox/: the sandboxed host's own home, kept between turns.
+SANDBOX_FOLDER: Final = "sandbox"
 # A domain of --allow-domain: host names, a leading "*." for every subdomain.
 _DOMAIN = r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*$"
 Domain = Annotated[str, Field(pattern=_DOMAIN, max_length=253)]
@@ -45,6 +47,11 @@ class SandboxSpec(Record):
     @classmethod
     def _lower_unique(cls, domains: list[str]) -> list[str]:
         return sorted({d.lower() for d in domains})
+
+
+def sandbox_line(spec: SandboxSpec) -> str:
+    """The sandbox in status's words: ``bwrap: pypi.org, github.com``. Pure."""
+    return f"{spec.kind}: {', '.join(spec.allow_domains) or 'provider only'}"
 
 
 class SandboxOptions(NamedTuple):
@@ -157,10 +164,12 @@ __all__ = [
     "DEFAULT_MAX_FILE_MB",
     "DEFAULT_MAX_PROCESSES",
     "NetworkReport",
+    "SANDBOX_FOLDER",
     "Refusal",
     "SandboxOptions",
     "SandboxSpec",
     "domain_allowed",
+    "sandbox_line",
     "sandbox_spec",
     "unavailable",
 ]

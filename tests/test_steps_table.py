@@ -31,8 +31,9 @@ def test_the_table_reads_like_the_design() -> None:
     """Claim first, release last but the merge; every row named once."""
     names = [s.name for s in STEPS]
     assert names == [
-        "claim", "leftovers", "workdir", "worktree", "quota", "account", "journal", "host",
-        "settle", "check", "writeback", "unlock_workdir", "release", "merge",
+        "claim", "leftovers", "workdir", "worktree", "quota", "account", "journal", "sandbox",
+        "host", "settle", "check", "writeback", "close_sandbox", "unlock_workdir", "release",
+        "merge",
     ]  # fmt: skip
     assert len(set(fault_points())) == 2 * len(STEPS)
     assert not {s.name for s in STEPS} & set(PHASES)  # a row's points never shadow a phase's

@@ -106,7 +106,7 @@ class AgentProcesses:
         if isinstance(ctx.sandbox, TurnSandbox):  # the same confinement as the host's
             env = ctx.sandbox.environment(env, own)
             argv = ctx.sandbox.wrap(argv, cwd=Path(workdir), env=env, result_file=None)
-        return run_done_check(
+        result = run_done_check(
             argv,
             cwd=Path(workdir),
             timeout_s=spec.timeout_s,
@@ -118,6 +118,8 @@ class AgentProcesses:
             tick=ctx.claimed.holder.renew,
             tick_every_s=ctx.config.renew_every_s,
         )
+        # The check as the goal states it, not the sandbox's wrapping (its scratch paths).
+        return result.model_copy(update={"argv": list(spec.argv)})
 
     def open_sandbox(self, ctx: TurnContext) -> TurnSandbox:
         """The turn's sandbox, with its proxy serving (:mod:`loopx.agents.sandbox`)."""

@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from loopx.accounts.model import AccountSummary, Condition, account_of
+from loopx.sandbox import sandbox_line
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
@@ -374,7 +375,7 @@ def _unrun_key(goal: Goal, now: datetime) -> tuple[object, ...]:
     """What a never-ran goal's view depends on besides its id: its key in ``_PLAIN_UNRUN``."""
     return (
         now, goal.status, goal.priority, goal.objective, goal.account, goal.host.kind,
-        *goal.quota.__dict__.values(),
+        goal.sandbox is not None and sandbox_line(goal.sandbox), *goal.quota.__dict__.values(),
     )  # fmt: skip
 
 
@@ -403,6 +404,10 @@ def _head(
         "explanation": explanation,
         "next_eligible_at": eligible,
     }
+
+
+def _sandbox(goal: Goal) -> str | None:
+    return sandbox_line(goal.sandbox) if goal.sandbox is not None else None
 
 
 def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
@@ -438,6 +443,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "recheck_at": account.recheck_at,
         "last_check": None,
         "account": account_of(goal.account, goal.host.kind),
+        "sandbox": _sandbox(goal),
     }
     # Its values shared (in place: ``fields`` is the view's), so the views made from them
     # hold shared values already (share_values: a long-lived cache's memory).
@@ -492,6 +498,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "recheck_at": _recheck_at(inputs, state, spend, quota, now),
             "last_check": state.last_check,
             "account": account_of(goal.account, goal.host.kind),
+            "sandbox": _sandbox(goal),
         },
     )
 

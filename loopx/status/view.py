@@ -163,6 +163,8 @@ class GoalStatusView(Record):
     last_check: LastCheck | None = None
     # The account the goal's turns run on (default-<kind> when it names none).
     account: str | None = None
+    # The goal's sandbox and allow-list ("bwrap: pypi.org, github.com"); None: unconfined.
+    sandbox: str | None = None
 
 
 class IncidentKind(StrEnum):

@@ -32,7 +32,7 @@ from loopx.accounts.headers import record_headers
 from loopx.agents.sandbox.bwrap import BRIDGE_PORT, INSIDE_DIR, SYSTEM_DIRS, Mounts, bwrap_argv
 from loopx.agents.sandbox.proxy import NetworkProxy, Provider
 from loopx.root import Layout
-from loopx.sandbox import NetworkReport, SandboxSpec
+from loopx.sandbox import SANDBOX_FOLDER, NetworkReport, SandboxSpec
 from loopx.storage.files import ensure_dir
 
 _BRIDGE: Final = Path(__file__).with_name("bridge.py")
@@ -69,7 +69,7 @@ class TurnSandbox:
     ) -> None:
         self.layout, self.goal_id, self.spec = layout, goal_id, spec
         self.account, self.host_kind = account, host_kind
-        self.home = ensure_dir(layout.goal_dir(goal_id) / "sandbox" / "home")
+        self.home = ensure_dir(layout.goal_dir(goal_id) / SANDBOX_FOLDER / "home")
         # Short: a Unix socket's path has at most 107 bytes.
         self.scratch = Path(tempfile.mkdtemp(prefix="loopx-sb-"))
         for name in ("tmp", "net", "results"):
@@ -106,7 +106,7 @@ class TurnSandbox:
         proxy_url = _BRIDGE_URL
         for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
             env[name] = proxy_url
-        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1"  # the bridge itself: the provider route
         env["HOME"] = self._home_at(full)
         env["TMPDIR"] = "/tmp"  # noqa: S108 - the sandbox's own /tmp
         return env

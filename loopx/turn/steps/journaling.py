@@ -105,6 +105,7 @@ def plan_turn(
         if waits is not None
         else (account.max_limit_waits if account is not None else None),
         max_overloads=account.max_overloads if account is not None else OVERLOADS_FOR_GATE,
+        sandbox=goal.sandbox,
     )
     return TurnJournal(
         loopx_version=__version__,
