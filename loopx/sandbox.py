@@ -163,8 +163,8 @@ def _sysctl(path: Path) -> int | None:
 __all__ = [
     "DEFAULT_MAX_FILE_MB",
     "DEFAULT_MAX_PROCESSES",
-    "NetworkReport",
     "SANDBOX_FOLDER",
+    "NetworkReport",
     "Refusal",
     "SandboxOptions",
     "SandboxSpec",

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from loopx.doctor.sandboxes import check_sandbox
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.merges import check_merge
 from loopx.doctor.reliability import check_future_dated
+from loopx.doctor.sandboxes import check_sandbox
 from loopx.doctor.worktrees import check_worktree
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id

@@ -46,13 +46,13 @@ from datetime import UTC, datetime
 from typing import Final
 
 from loopx.accounts.model import AccountSummary, Condition, account_of
-from loopx.sandbox import sandbox_line
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
+from loopx.sandbox import sandbox_line
 from loopx.state import GoalState
 from loopx.status.fleetview import fleet_view, overlay_crash_loop
 from loopx.status.view import (
