@@ -23,6 +23,7 @@ from loopx.accounts.model import account_of
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostInvocation, HostOutput, Interpretation, host_for
+from loopx.agents.hosts.autonomy import with_autonomy
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
 from loopx.agents.sandbox.session import TurnSandbox
@@ -162,7 +163,7 @@ def run_host_turn(
     clear_result(result_file)
     try:
         adapter = host or host_for(ctx.goal.host.kind)
-        invocation = adapter.prepare(ctx.goal, envelope)
+        invocation = with_autonomy(ctx.goal, adapter.prepare(ctx.goal, envelope))
     except (HostMissingError, HostUnsupportedError, PluginError) as e:
         return journal.model_copy(
             update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
@@ -243,7 +244,7 @@ class _HostWatch:
             # The journal rewrite moved turns/'s mtime: fingerprint again for the next attempt.
             self.guard = GoalFingerprint.take(ctx.layout, ctx.goal.id, running=journal.turn_key)
             envelope = _envelope(journal)
-            invocation = self.host.prepare(ctx.goal, envelope)
+            invocation = with_autonomy(ctx.goal, self.host.prepare(ctx.goal, envelope))
             clear_result(Path(envelope.result_file))
 
     def _once(

@@ -56,6 +56,7 @@ class MockModel:
     answer: str = json.dumps(DEFAULT_ANSWER)
     reset_at: int = 0  # epoch seconds the usage limit resets (usage_limit mode)
     limit_claim: str = "five_hour"  # Anthropic's limit that was hit: five_hour, seven_day
+    tool_command: str = "ls"  # what the shell tool call runs (tool mode)
     requests: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _release: threading.Event = field(default_factory=threading.Event)
@@ -93,15 +94,15 @@ def _has_tool_result_anthropic(body: dict[str, Any]) -> bool:
     return False
 
 
-def _openai_tool(body: dict[str, Any]) -> dict[str, Any]:
+def _openai_tool(body: dict[str, Any], command: str = "ls") -> dict[str, Any]:
     """A function call to the shell tool codex offered in this request."""
     names = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     if "exec_command" in names:
-        name, args = "exec_command", {"cmd": "ls", "yield_time_ms": 1000}
+        name, args = "exec_command", {"cmd": command, "yield_time_ms": 1000}
     elif "shell_command" in names:
-        name, args = "shell_command", {"command": "ls"}
+        name, args = "shell_command", {"command": command}
     else:
-        name, args = "shell", {"command": ["bash", "-lc", "ls"]}
+        name, args = "shell", {"command": ["bash", "-lc", command]}
     return {
         "type": "function_call",
         "id": "fc_1",
@@ -116,7 +117,7 @@ def openai_events(model: MockModel, body: dict[str, Any], n: int) -> list[tuple[
     """The Responses API SSE events of one answer."""
     rid = f"resp_{n}"
     if model.mode == "tool" and not _has_tool_result_openai(body):
-        item = _openai_tool(body)
+        item = _openai_tool(body, model.tool_command)
     else:
         item = {
             "type": "message",
@@ -157,7 +158,12 @@ def anthropic_message(model: MockModel, body: dict[str, Any], n: int) -> dict[st
     """The Messages API answer as one JSON message."""
     if model.mode == "tool" and not _has_tool_result_anthropic(body):
         content: list[dict[str, Any]] = [
-            {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": "ls"}}
+            {
+                "type": "tool_use",
+                "id": f"toolu_{n}",
+                "name": "Bash",
+                "input": {"command": model.tool_command},
+            }
         ]
         stop = "tool_use"
     else:

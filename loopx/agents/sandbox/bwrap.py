@@ -46,6 +46,7 @@ class Mounts:
     writable: tuple[str, ...] = ()  # more read-write paths (git dir, the account's CLI config)
     readable: tuple[str, ...] = ()  # more read-only paths (the interpreter's prefix)
     hidden: tuple[str, ...] = ()  # paths under a mounted one that must stay hidden (the root)
+    files: tuple[str, ...] = ()  # files of the root the command names (codex's result schema)
 
 
 def bwrap_argv(mounts: Mounts, *, exists: bool = True) -> list[str]:
@@ -77,6 +78,8 @@ def bwrap_argv(mounts: Mounts, *, exists: bool = True) -> list[str]:
     for path in mounts.hidden:
         if _under(path, [mounts.workdir, mounts.home_at, *mounts.writable, *mounts.readable]):
             argv += ["--tmpfs", path]
+    for path in mounts.files:
+        argv += ["--ro-bind", path, path]
     if mounts.results is not None:
         argv += ["--bind", *mounts.results]
     argv += ["--ro-bind", mounts.bridge, f"{INSIDE_DIR}/bridge.py"]

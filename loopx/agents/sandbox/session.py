@@ -133,7 +133,9 @@ class TurnSandbox:
         python = os.path.realpath(sys.executable)
         readable = {sys.prefix, sys.base_prefix, os.path.dirname(python)}
         program = Path(argv[0])
-        if program.is_absolute():
+        if program.is_absolute() and not _system(argv[0]):
+            # Its real path: only the real folder is bound, not the links on the way to it.
+            argv = [os.path.realpath(program), *argv[1:]]
             readable.add(str(_install_dir(program)))
         mounts = Mounts(
             workdir=str(cwd),
@@ -148,6 +150,7 @@ class TurnSandbox:
             writable=tuple(sorted({*_git_dirs(cwd), *_config_dirs(env)})),
             readable=tuple(sorted(p for p in readable if not _system(p) and os.path.isdir(p))),
             hidden=(str(self.layout.root),),
+            files=tuple(self._named_files(argv, result_file)),
         )
         limits = [str(self.spec.max_processes), str(self.spec.max_file_mb * 1024 * 1024)]
         bridge = [
@@ -157,6 +160,18 @@ class TurnSandbox:
             f"{INSIDE_DIR}/net/proxy.sock",
         ]
         return [*bwrap_argv(mounts), *bridge, *limits, "--", *argv]
+
+    def _named_files(self, argv: list[str], result_file: Path | None) -> list[str]:
+        """The root's files the command names (read-only inside): codex's result schema."""
+        root = self.layout.root
+        return [
+            arg
+            for arg in argv[1:]
+            if os.path.isabs(arg)
+            and Path(arg) != result_file
+            and root in Path(arg).parents
+            and os.path.isfile(arg)
+        ]
 
     def collect(self, result_file: Path) -> None:
         """Move the result the run wrote inside to the result file's real place."""
