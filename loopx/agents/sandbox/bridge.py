@@ -17,15 +17,17 @@ the sandbox's processes (its own PID namespace, its own ``/proc``): past
 
 from __future__ import annotations
 
-import contextlib
+# Every module imported here is start-up time of every sandboxed run: no contextlib or
+# subprocess, and the C modules under socket and signal, whose Python wrappers build their
+# enums at import (IntEnum._convert_: 10 ms of a 14 ms interpreter start), and _thread, not
+# threading (functools and collections behind it).
+import _signal  # type: ignore[import-not-found] # no stub: signal's C half
+import _socket
+import _thread
 import os
 import resource
 import select
-import signal
-import socket
-import subprocess
 import sys
-import threading
 
 _CHUNK = 65536
 _COUNT_EVERY_S = 0.02
@@ -33,38 +35,51 @@ _COUNT_EVERY_S = 0.02
 _LIMIT_EXIT = 137
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+def _pipe(src: _socket.socket, dst: _socket.socket) -> None:
     """Copy ``src`` to ``dst`` until ``src`` ends, then end ``dst``'s writing side."""
-    with contextlib.suppress(OSError):
+    try:
         while data := src.recv(_CHUNK):
             dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    try:  # noqa: SIM105 - as above
+        dst.shutdown(_socket.SHUT_WR)
+    except OSError:
+        pass
 
 
-def _carry(client: socket.socket, path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _carry(client: _socket.socket, path: str) -> None:
+    upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         upstream.connect(path)
     except OSError:
         client.close()
         upstream.close()
         return
-    back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
-    back.start()
+    done = _thread.allocate_lock()
+    done.acquire()
+    _thread.start_new_thread(_pipe_then_release, (upstream, client, done))
     _pipe(client, upstream)
-    back.join()
+    done.acquire()  # the way back ended too
     client.close()
     upstream.close()
 
 
-def _serve(listener: socket.socket, path: str) -> None:
+def _pipe_then_release(src: _socket.socket, dst: _socket.socket, done: _thread.LockType) -> None:
+    try:
+        _pipe(src, dst)
+    finally:
+        done.release()
+
+
+def _serve(listener: _socket.socket, path: str) -> None:
     while True:
         try:
-            client, _ = listener.accept()
+            fd, _ = listener._accept()  # type: ignore[attr-defined]  # noqa: SLF001 - the C accept
         except OSError:
             return
-        threading.Thread(target=_carry, args=(client, path), daemon=True).start()
+        client = _socket.socket(fileno=fd)
+        _thread.start_new_thread(_carry, (client, path))
 
 
 def _processes() -> int:
@@ -76,22 +91,28 @@ def _processes() -> int:
 
 def _limit(max_file_bytes: int, max_processes: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
-    with contextlib.suppress(ValueError, OSError):
+    try:  # noqa: SIM105 - as above
         resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+    except (ValueError, OSError):
+        pass  # above the hard limit: the count in _wait still holds
     # A file past the limit fails with EFBIG instead of killing the writer unannounced.
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_IGN)
 
 
-def _wait(child: subprocess.Popen[bytes], max_processes: int) -> int:
+def _exit_code(pid: int) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _wait(pid: int, max_processes: int) -> int:
     """The host's exit status; every process of the sandbox killed past the process limit."""
-    pidfd = os.pidfd_open(child.pid)
+    pidfd = os.pidfd_open(pid)
     while True:
         ready, _, _ = select.select([pidfd], [], [], _COUNT_EVERY_S)
         if ready:
-            return child.wait()
+            return _exit_code(pid)
         if _processes() > max_processes:
-            os.kill(-1, signal.SIGKILL)  # every process of the namespace but us and its init
-            child.wait()
+            os.kill(-1, _signal.SIGKILL)  # every process of the namespace but us and its init
+            _exit_code(pid)
             sys.stderr.write(
                 f"loopx sandbox: more than {max_processes} processes: every process of the "
                 "sandbox was killed (raise the goal's --max-processes)\n"
@@ -103,20 +124,20 @@ def main(argv: list[str]) -> int:
     """Bridge, limit, run the host; its exit status (a signal re-raised on ourselves)."""
     port, path, max_processes, max_file_bytes = argv[:4]
     command = argv[5:]  # after "--"
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(port)))
     listener.listen(64)
-    threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
+    _thread.start_new_thread(_serve, (listener, path))
     _limit(int(max_file_bytes), int(max_processes))
-    try:
-        child = subprocess.Popen(command)  # stdin, stdout, stderr: ours, the agent's pipes
+    try:  # stdin, stdout, stderr: ours, the agent's pipes (the listener is close-on-exec)
+        pid = os.posix_spawnp(command[0], command, os.environ)
     except OSError as e:
         sys.stderr.write(f"loopx sandbox: cannot start {command[0]!r}: {e.strerror or e}\n")
         return 127
-    code = _wait(child, int(max_processes))
+    code = _wait(pid, int(max_processes))
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        _signal.signal(-code, _signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import socketserver
 import ssl
 import threading
 from collections.abc import Callable
@@ -122,23 +121,31 @@ class NetworkProxy:
         self.provider = provider
         self.on_headers = on_headers
         self.counters = _Counters()
-        proxy = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                proxy.handle(self.request)
-
-        class Server(socketserver.ThreadingUnixStreamServer):
-            daemon_threads = True
-
-        self.server = Server(str(socket_path), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(socket_path))
+        self.listener.listen(64)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
+    def _serve(self) -> None:
+        """Accept until closed; each connection served by a thread of its own."""
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._handle_closing, args=(client,), daemon=True).start()
+
+    def _handle_closing(self, client: socket.socket) -> None:
+        with client:
+            self.handle(client)
+
     def close(self) -> None:
-        """Stop serving (open tunnels end with the sandbox)."""
-        self.server.shutdown()
-        self.server.server_close()
+        """Stop accepting (at once: no poll interval to wait out); open tunnels end with the sandbox."""
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self.listener.close()
+        self.thread.join(timeout=1.0)
 
     def report(self) -> NetworkReport:
         """What was allowed, refused and carried since the last report; counters reset."""

@@ -153,8 +153,11 @@ class TurnSandbox:
             files=tuple(self._named_files(argv, result_file)),
         )
         limits = [str(self.spec.max_processes), str(self.spec.max_file_mb * 1024 * 1024)]
+        # -I -S: the stdlib only (site's .pth files were most of a fresh interpreter's start).
         bridge = [
             python,
+            "-I",
+            "-S",
             f"{INSIDE_DIR}/bridge.py",
             str(BRIDGE_PORT),
             f"{INSIDE_DIR}/net/proxy.sock",
