@@ -278,7 +278,11 @@ def test_a_fork_bomb_is_bounded_and_killed(tmp_path):
     assert journal.outcome is not None
     assert "more than 64 processes" in journal.outcome.stderr
     assert journal.outcome.exit_code == 137
-    assert not [p for p in psutil.process_iter() if _of_turn(p, journal.turn_key)]
+    # Killed processes of the namespace may take a moment to go: poll, with a deadline.
+    deadline = time.monotonic() + 5
+    while [p for p in psutil.process_iter() if _of_turn(p, journal.turn_key)]:
+        assert time.monotonic() < deadline, "processes of the sandbox outlived its turn"
+        time.sleep(0.02)
 
 
 def _of_turn(process: psutil.Process, turn_key: str) -> bool:
@@ -308,7 +312,7 @@ def test_the_sandbox_dies_with_its_agent(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 4
+        deadline = time.monotonic() + 15
         while not (wd / "started").exists():
             assert time.monotonic() < deadline, "the host never started"
             time.sleep(0.02)

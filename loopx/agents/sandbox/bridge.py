@@ -42,7 +42,7 @@ def _pipe(src: _socket.socket, dst: _socket.socket) -> None:
             dst.sendall(data)
     except OSError:
         pass
-    try:  # noqa: SIM105 - as above
+    try:  # noqa: SIM105 - contextlib would cost start-up (see the imports)
         dst.shutdown(_socket.SHUT_WR)
     except OSError:
         pass
