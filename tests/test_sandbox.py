@@ -24,7 +24,7 @@ import pytest
 
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.api import Root
-from loopx.errors import SandboxUnavailableError
+from loopx.errors import LoopxError, SandboxUnavailableError
 from loopx.root import Layout
 from loopx.sandbox import unavailable
 from loopx.turn.journal import TurnJournal
@@ -389,3 +389,22 @@ def test_user_namespaces_off_names_the_sysctl(tmp_path):
     assert refused.hint == "sysctl -w user.max_user_namespaces=15000"
     assert unavailable(sysctl_dir=tmp_path / "none") is None
     assert os.environ.get("PATH")
+
+
+def test_a_batch_plan_and_an_import_carry_the_sandbox(tmp_path, monkeypatch):
+    """A plan's `sandbox` object registers a sandboxed goal; without bwrap the import is refused."""
+    root = Root.open(tmp_path / "root", create=True)
+    (tmp_path / "work" / "p").mkdir(parents=True)
+    plan = tmp_path / "plan.json"
+    box = {"kind": "bwrap", "allow_domains": ["pypi.org"], "autonomy": "full"}
+    goal = {"id": "p", "objective": "o", "host": "/bin/true", "sandbox": box}
+    plan.write_text(json.dumps({"goals": [goal]}))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(LoopxError) as refused:
+        root.goals.import_file(plan)
+    assert "bubblewrap" in refused.value.message
+    monkeypatch.undo()
+    root.goals.import_file(plan)
+    sandbox = root.goals.show("p").goal.sandbox
+    assert sandbox is not None
+    assert (sandbox.allow_domains, sandbox.autonomy) == (["pypi.org"], "full")
