@@ -8,7 +8,9 @@ printing a ``progress`` result: one plain, one with ``--sandbox bwrap``
 turns alternate (plain, sandboxed, plain, ...), each a whole in-process turn
 (:func:`loopx.agents.turn.run_one_turn`), so both see the same machine at
 the same moment. Printed: each side's median and 90th percentile, the median
-of the pairwise differences, and the ratio of the medians.
+of the pairwise differences, and the ratio of the medians; and each side's
+CPU time per turn (this process's and its reaped children's, from
+``getrusage``), which a loaded machine moves far less than wall time.
 
 Target: a sandboxed turn costs at most 50 ms more than an unsandboxed one.
 """
@@ -16,6 +18,7 @@ Target: a sandboxed turn costs at most 50 ms more than an unsandboxed one.
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import sys
@@ -47,10 +50,18 @@ def _goal(layout: Layout, goal_id: str, workdir: Path, *, sandbox: bool) -> None
     add_goal(layout, goal_id, changes, update=False, default_workdir=workdir, now=utcnow())
 
 
-def _turn(layout: Layout, goal_id: str) -> float:
-    t0 = time.perf_counter()
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _turn(layout: Layout, goal_id: str, cpu: list[float] | None = None) -> float:
+    t0, c0 = time.perf_counter(), _cpu()
     report = run_one_turn(layout, goal_id, agent_id="bench", config=CONFIG)
     elapsed = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(_cpu() - c0)
     if report is None or report.status != "committed":
         sys.exit(f"{goal_id}: the turn did not commit: {report}")
     return elapsed
@@ -77,10 +88,10 @@ def main() -> None:
         _goal(layout, "plain", base / "plain", sandbox=False)
         _goal(layout, "boxed", base / "boxed", sandbox=True)
         _turn(layout, "plain"), _turn(layout, "boxed")  # warm both paths
-        plain, boxed = [], []
+        plain, boxed, plain_cpu, boxed_cpu = [], [], [], []
         for _ in range(args.turns):
-            plain.append(_turn(layout, "plain"))
-            boxed.append(_turn(layout, "boxed"))
+            plain.append(_turn(layout, "plain", plain_cpu))
+            boxed.append(_turn(layout, "boxed", boxed_cpu))
     diffs = [b - p for p, b in zip(plain, boxed, strict=True)]
     ms = 1000.0
     print(f"turns per side: {args.turns}")
@@ -92,6 +103,8 @@ def main() -> None:
     ratio = statistics.median(boxed) / statistics.median(plain)
     print(f"sandbox cost per turn (median of pairs): {extra:.1f} ms; ratio {ratio:.2f}")
     print(f"target <= 50 ms: {'met' if extra <= 50 else 'NOT met'}")
+    cpu_plain, cpu_boxed = statistics.median(plain_cpu) * ms, statistics.median(boxed_cpu) * ms
+    print(f"CPU per turn: unsandboxed {cpu_plain:.1f} ms, sandboxed {cpu_boxed:.1f} ms")
 
 
 if __name__ == "__main__":
