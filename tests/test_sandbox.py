@@ -408,3 +408,17 @@ def test_a_batch_plan_and_an_import_carry_the_sandbox(tmp_path, monkeypatch):
     sandbox = root.goals.show("p").goal.sandbox
     assert sandbox is not None
     assert (sandbox.allow_domains, sandbox.autonomy) == (["pypi.org"], "full")
+
+
+def test_a_goal_added_on_a_sandboxed_account_gets_its_sandbox(tmp_path):
+    """An account's sandbox is the default of goals added on it; the goal may narrow it."""
+    root = Root.open(tmp_path / "root", create=True)
+    root.accounts.add("boxed", host_kind="command", sandbox="bwrap", allow_domains=["pypi.org"])
+    add = {"objective": "o", "workdir": tmp_path, "host": ["/bin/true"], "account": "boxed"}
+    root.goals.add("a", **add)  # type: ignore[arg-type]
+    root.goals.add("b", max_processes=32, **add)  # type: ignore[arg-type]
+    root.goals.add("c", sandbox="none", **add)  # type: ignore[arg-type]
+    a, b, c = (root.goals.show(g).goal.sandbox for g in "abc")
+    assert a is not None and a.allow_domains == ["pypi.org"]
+    assert b is not None and (b.allow_domains, b.max_processes) == (["pypi.org"], 32)
+    assert c is None

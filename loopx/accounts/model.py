@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import HostKindName
+from loopx.sandbox import SandboxSpec
 
 DEFAULT_PREFIX: Final = "default-"
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -84,6 +85,8 @@ class Account(Record):
     budget: AccountBudget = Field(default_factory=AccountBudget)
     price_in_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     price_out_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    # The sandbox a goal added on this account gets when `goal add` names none (docs/sandbox.md).
+    sandbox: SandboxSpec | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from loopx.accounts.files import check_goal_account
+from loopx.accounts.files import check_goal_account, read_account
 from loopx.api._work import (
     WorktreeOptions,
     abort_merge_worktree,
@@ -209,6 +209,7 @@ class Goals:
             goal_id,
             SandboxOptions(sandbox, allow_domains, autonomy, max_processes, max_file_mb),
             update=update,
+            account=account,
         )
         changes = GoalChanges(
             sandbox=box,
@@ -241,12 +242,17 @@ class Goals:
         return GoalDocument(goal=goal, shared_workdir=shared)
 
     def _sandbox(
-        self, goal_id: str, options: SandboxOptions, *, update: bool
+        self, goal_id: str, options: SandboxOptions, *, update: bool, account: str | None
     ) -> SandboxSpec | None:
+        """The goal's sandbox: as given, over its own (update) or its account's (a new goal)."""
         existing = None
         if update:
             with contextlib.suppress(GoalNotFoundError):
                 existing = get_goal(self.layout, goal_id).sandbox
+        elif account and options.kind != "none":
+            named = read_account(self.layout, account)  # a missing one is refused later
+            existing = named.sandbox if named is not None else None
+            options = options._replace(kind=options.kind or ("bwrap" if existing else None))
         box = sandbox_spec(options, existing)
         if box is not None and options.kind == "bwrap":
             refused = sandbox_unavailable()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
+from loopx.cli._sandbox import add_sandbox_options, sandbox_arguments
 
 if TYPE_CHECKING:
     from loopx.accounts.views import AccountSummary
@@ -46,6 +47,7 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--price-out-per-mtok", type=float, metavar="USD", help="estimate cost: output price"
     )
+    add_sandbox_options(parser)  # the default of goals added on the account
     parser.add_argument("--json", action="store_true")
 
 
@@ -98,7 +100,7 @@ def register(sub: Subparsers) -> None:
 
 
 def _policy(args: argparse.Namespace) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in POLICY_OPTIONS}
+    return {name: getattr(args, name) for name in POLICY_OPTIONS} | sandbox_arguments(args)
 
 
 def run_add(args: argparse.Namespace) -> int:

@@ -49,8 +49,6 @@ _PROVIDERS: Final = {
         ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
     ),
 }
-# Any host kind: the account names its provider's URL with this setting.
-PROVIDER_URL: Final = "LOOPX_PROVIDER_URL"
 _PLACEHOLDER: Final = "loopx-sandbox-placeholder-"
 _CONFIG_SUFFIXES: Final = ("_HOME", "_CONFIG_DIR")
 
@@ -97,11 +95,11 @@ class TurnSandbox:
                 placeholder = _PLACEHOLDER + name
                 self.keys[placeholder] = env[name]
                 env[name] = placeholder
-        upstream = env.pop(PROVIDER_URL, None) or env.get(url_var) or default_url
+        upstream = env.pop(environ.PROVIDER_URL, None) or env.get(url_var) or default_url
         if url_var:
             env[url_var] = _BRIDGE_URL
         if upstream:
-            env[PROVIDER_URL] = _BRIDGE_URL
+            env[environ.PROVIDER_URL] = _BRIDGE_URL
         self._serve(upstream)
         proxy_url = _BRIDGE_URL
         for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
@@ -199,7 +197,7 @@ class TurnSandbox:
 def _secret_names(own: Mapping[str, str]) -> list[str]:
     """Variables that look like credentials: the env file's keys, tokens, passwords."""
     words = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-    return [k for k in own if any(w in k.upper() for w in words) and not k.startswith("LOOPX_")]
+    return [k for k in own if any(w in k.upper() for w in words) and not k.startswith(environ.PREFIX)]
 
 
 def _system(path: str) -> bool:
@@ -241,4 +239,4 @@ def _config_dirs(env: Mapping[str, str]) -> list[str]:
     ]
 
 
-__all__ = ["PROVIDER_URL", "TurnSandbox"]
+__all__ = ["TurnSandbox"]
