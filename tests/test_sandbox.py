@@ -27,6 +27,7 @@ from loopx.api import Root
 from loopx.errors import LoopxError, SandboxUnavailableError
 from loopx.root import Layout
 from loopx.sandbox import unavailable
+from loopx.testing.gitwork import git, make_repo
 from loopx.turn.journal import TurnJournal
 from tests.turnkit import cli_env, make_root
 
@@ -422,3 +423,26 @@ def test_a_goal_added_on_a_sandboxed_account_gets_its_sandbox(tmp_path):
     assert a is not None and a.allow_domains == ["pypi.org"]
     assert b is not None and (b.allow_domains, b.max_processes) == (["pypi.org"], 32)
     assert c is None
+
+
+def test_a_sandboxed_worktree_goal_commits_on_its_branch(tmp_path):
+    """In a worktree, git inside the sandbox reaches the repository's git directory: it commits."""
+    repo = make_repo(tmp_path / "repo")
+    root = Root.open(tmp_path / "root", create=True)
+    script = (
+        "cat > /dev/null; echo notes > notes.txt; git add notes.txt; "
+        "git -c user.name=t -c user.email=t@x commit -q -m notes; "
+        'printf \'{"kind": "progress", "summary": "ok"}\' > "$LOOPX_RESULT_FILE"'
+    )
+    root.goals.add(
+        "g",
+        objective="write notes",
+        workdir=repo,
+        host=["sh", "-c", script],
+        worktree=True,
+        sandbox="bwrap",
+    )
+    run_one_turn(root.layout, "g", agent_id="a", config=FAST)
+    journal = _journal(root.layout)
+    assert journal.outcome is not None and journal.outcome.exit_code == 0, journal.outcome
+    assert git(repo, "show", "loopx/g:notes.txt") == "notes"
