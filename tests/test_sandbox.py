@@ -7,6 +7,7 @@ the journal (what the proxy refused, carried and injected).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -446,3 +447,22 @@ def test_a_sandboxed_worktree_goal_commits_on_its_branch(tmp_path):
     journal = _journal(root.layout)
     assert journal.outcome is not None and journal.outcome.exit_code == 0, journal.outcome
     assert git(repo, "show", "loopx/g:notes.txt") == "notes"
+
+
+def test_a_file_past_the_size_limit_is_refused(tmp_path):
+    """A host writing a file larger than --max-file-mb gets EFBIG; the file stops at the limit."""
+    root, wd = _goal(
+        tmp_path,
+        """
+        try:
+            with open("big.bin", "wb") as f:
+                f.write(b"x" * (2 * 1024 * 1024))
+            seen["big"] = "written"
+        except OSError as e:
+            seen["big"] = e.errno
+        """,
+        max_file_mb=1,
+    )
+    seen, _ = _turn(root)
+    assert seen == {"big": errno.EFBIG}
+    assert (wd / "big.bin").stat().st_size == 1024 * 1024
