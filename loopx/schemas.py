@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from loopx.accounts.budget import AccountSpend
+from loopx.accounts.headers import ProviderHeaders
 from loopx.accounts.model import Account, AccountState, RootBudget
 from loopx.accounts.views import AccountDocument, AccountList, AccountShow, AccountSummary
 from loopx.archive import ArchiveResult
@@ -119,6 +120,8 @@ FILES: dict[str, type[BaseModel]] = {
     "account-state": AccountState,
     "account-spend": AccountSpend,
     "root-budget": RootBudget,
+    # accounts/<name>/provider-headers.json: the rate-limit headers a sandboxed turn's proxy saw
+    "provider-headers": ProviderHeaders,
     "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped
     "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
     "notify-outbox": Outbox,  # notify.d/outbox.json
