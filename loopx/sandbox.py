@@ -109,9 +109,8 @@ class Refusal(Record):
 
 
 class NetworkReport(Record):
-    """What a sandboxed turn's proxy saw (the journal's ``network``)."""
+    """What a sandboxed turn's proxy saw (the journal's host outcome's ``network``)."""
 
-    schema_version: Literal[1] = 1
     allowed: list[str] = Field(default_factory=list)  # the allow-list the proxy enforced
     refused: list[Refusal] = Field(default_factory=list)
     bytes_up: int = 0  # from the sandbox to the world
