@@ -292,6 +292,9 @@ class NetworkProxy:
             while data := client.recv(_CHUNK):
                 upstream.sendall(data)
                 self._count(up=len(data))
+        if not isinstance(upstream, ssl.SSLSocket):  # TLS ends with its own close, not a FIN
+            with contextlib.suppress(OSError):  # the sandbox's side ended: tell the upstream
+                upstream.shutdown(socket.SHUT_WR)
 
     def _count(self, *, up: int = 0, down: int = 0) -> None:
         with self.counters.lock:

@@ -197,7 +197,9 @@ class TurnSandbox:
 def _secret_names(own: Mapping[str, str]) -> list[str]:
     """Variables that look like credentials: the env file's keys, tokens, passwords."""
     words = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-    return [k for k in own if any(w in k.upper() for w in words) and not k.startswith(environ.PREFIX)]
+    return [
+        k for k in own if any(w in k.upper() for w in words) and not k.startswith(environ.PREFIX)
+    ]
 
 
 def _system(path: str) -> bool:
