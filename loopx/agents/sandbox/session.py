@@ -112,7 +112,8 @@ class TurnSandbox:
     def _serve(self, upstream: str | None) -> None:
         if self.proxy is not None:
             return
-        provider = Provider(upstream, dict(self.keys)) if upstream else None
+        # The keys dict itself: a later run of the turn (the host after a resumed check) adds to it.
+        provider = Provider(upstream, self.keys) if upstream else None
         self.proxy = NetworkProxy(
             self.socket,
             list(self.spec.allow_domains),
