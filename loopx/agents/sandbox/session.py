@@ -112,7 +112,7 @@ class TurnSandbox:
     def _serve(self, upstream: str | None) -> None:
         if self.proxy is not None:
             return
-        # The keys dict itself: a later run of the turn (the host after a resumed check) adds to it.
+        # Shared, not copied: a later run of the turn adds its keys to the same dict.
         provider = Provider(upstream, self.keys) if upstream else None
         self.proxy = NetworkProxy(
             self.socket,
