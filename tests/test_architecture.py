@@ -76,6 +76,7 @@ KERNEL_ORDER: Final = (
     "storage",
     "model",
     "usage",  # what a turn or a check spent: journals, ledgers and done-checks record it
+    "sandbox",  # a sandbox's policy (goal, account, root default), whether bwrap can run here
     "git",  # the git CLI, one function per question (worktrees, merges)
     "githolders",  # who holds a repository: the proof a killed git's lock may be removed
     # the root, and what every layer above writes through it
@@ -87,7 +88,6 @@ KERNEL_ORDER: Final = (
     "hints",
     "goallock",
     "donecheck",  # a goal's done-check and its last result: the goal, its state and journals hold it
-    "sandbox",  # a goal's sandbox policy, whether bwrap can run, what a turn's proxy saw
     "state",
     "fleet",
     # the durable layers, each over the ones it reads

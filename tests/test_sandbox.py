@@ -466,3 +466,17 @@ def test_a_file_past_the_size_limit_is_refused(tmp_path):
     seen, _ = _turn(root)
     assert seen == {"big": errno.EFBIG}
     assert (wd / "big.bin").stat().st_size == 1024 * 1024
+
+
+def test_the_roots_default_sandbox_goes_to_goals_added_without_one(tmp_path):
+    """`init --sandbox bwrap` sets the root's default: a new goal gets it unless it says none."""
+    report = Root.init(tmp_path / "root", sandbox="bwrap", allow_domains=["github.com"])
+    assert report.sandbox is not None and report.sandbox.allow_domains == ["github.com"]
+    root = Root.open(tmp_path / "root")
+    add = {"objective": "o", "workdir": tmp_path, "host": ["/bin/true"]}
+    root.goals.add("a", **add)  # type: ignore[arg-type]
+    root.goals.add("b", sandbox="none", **add)  # type: ignore[arg-type]
+    a = root.goals.show("a").goal.sandbox
+    assert a is not None and a.allow_domains == ["github.com"]
+    assert root.goals.show("b").goal.sandbox is None
+    assert Root.init(tmp_path / "root").sandbox == report.sandbox  # a plain init keeps it

@@ -35,6 +35,7 @@ from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session
 from loopx.registry.lifecycle import StatusRequest, change_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
+from loopx.registry.store import read_settings
 from loopx.registry.views import (
     GoalDocument,
     GoalList,
@@ -249,9 +250,12 @@ class Goals:
         if update:
             with contextlib.suppress(GoalNotFoundError):
                 existing = get_goal(self.layout, goal_id).sandbox
-        elif account and options.kind != "none":
-            named = read_account(self.layout, account)  # a missing one is refused later
+        elif options.kind != "none":  # a new goal: its account's default, else the root's
+            named = (
+                read_account(self.layout, account) if account else None
+            )  # missing: refused later
             existing = named.sandbox if named is not None else None
+            existing = existing or read_settings(self.layout).sandbox
             options = options._replace(kind=options.kind or ("bwrap" if existing else None))
         box = sandbox_spec(options, existing)
         if box is not None and options.kind == "bwrap":

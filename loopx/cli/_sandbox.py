@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from loopx.registry.model import Goal
+from loopx.sandbox import SandboxSpec
 
 
 def add_sandbox_options(add: argparse.ArgumentParser) -> None:
@@ -45,9 +46,11 @@ def sandbox_arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 def describe_sandbox(goal: Goal) -> str:
     """`goal show`'s sandbox line."""
-    box = goal.sandbox
-    if box is None:
-        return "none"
+    return "none" if goal.sandbox is None else describe_spec(goal.sandbox)
+
+
+def describe_spec(box: SandboxSpec) -> str:
+    """A sandbox in one line: kind, autonomy, network, limits."""
     domains = ", ".join(box.allow_domains) or "only its provider"
     return (
         f"{box.kind}, autonomy {box.autonomy}, network: {domains}; "
