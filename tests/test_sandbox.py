@@ -179,9 +179,13 @@ def test_the_key_stays_outside_and_the_proxy_adds_it(tmp_path, provider):
             data=b"{}", headers={"Authorization": "Bearer " + key})
         with urllib.request.urlopen(req, timeout=5) as r:
             seen["status"] = r.status
+        s = socket.create_connection(("127.0.0.1", 3128))  # the provider's host, another port
+        s.sendall(b"CONNECT 127.0.0.1:FREE_PORT HTTP/1.1\\r\\n\\r\\n")
+        seen["other_port"] = s.recv(100).split(b" ")[1].decode()
         """.replace("HALF_A", SECRET[:8])
         .replace("HALF_B", SECRET[8:])
-        .replace("ENV_FILE", str(env_file)),
+        .replace("ENV_FILE", str(env_file))
+        .replace("FREE_PORT", str(socket_port())),
         account="acct",
     )
     seen, journal = _turn(root)
@@ -191,6 +195,7 @@ def test_the_key_stays_outside_and_the_proxy_adds_it(tmp_path, provider):
         "env_file": False,
         "placeholder": True,
         "status": 200,
+        "other_port": "403",  # the provider is allowed on its own port alone
     }
     assert seen_auth == [f"Bearer {SECRET}"]
     assert journal.outcome is not None and journal.outcome.network is not None

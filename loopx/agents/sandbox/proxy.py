@@ -49,9 +49,10 @@ class Provider:
     keys: dict[str, str] = field(default_factory=dict)
 
     @property
-    def host(self) -> str:
-        """The provider's host name (always allowed)."""
-        return urlsplit(self.url).hostname or ""
+    def endpoint(self) -> tuple[str, int]:
+        """The provider's host and port: always allowed, on that port alone."""
+        url = urlsplit(self.url)
+        return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
 
 
 @dataclass(slots=True)
@@ -117,8 +118,10 @@ class NetworkProxy:
         provider: Provider | None = None,
         on_headers: Callable[[dict[str, str]], None] | None = None,
     ) -> None:
-        self.allowed = sorted({*allowed, *([provider.host] if provider and provider.host else [])})
+        self.domains = sorted(allowed)
         self.provider = provider
+        host, port = provider.endpoint if provider is not None else ("", 0)
+        self.allowed = [*self.domains, *([f"{host}:{port}"] if host else [])]
         self.on_headers = on_headers
         self.counters = _Counters()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -180,7 +183,8 @@ class NetworkProxy:
             self._refuse(client, target or "?")
 
     def _permitted(self, client: socket.socket, host: str, port: int) -> bool:
-        if domain_allowed(host, self.allowed):
+        provider = self.provider is not None and (host, port) == self.provider.endpoint
+        if provider or domain_allowed(host, self.domains):
             return True
         self._refuse(client, f"{host}:{port}")
         return False
