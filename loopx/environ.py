@@ -30,6 +30,9 @@ HOST_RUN: Final = "LOOPX_HOST_RUN"
 WORKDIR: Final = "LOOPX_WORKDIR"
 RESULT_FILE: Final = "LOOPX_RESULT_FILE"  # where the host writes its result JSON
 READ_ONLY: Final = "LOOPX_READ_ONLY"  # "1" for a probe
+# An account's provider endpoint: a sandboxed host's proxy forwards its model requests there
+# (docs/sandbox.md); inside the sandbox it names the bridge.
+PROVIDER_URL: Final = "LOOPX_PROVIDER_URL"
 
 # Tuning, read by agents (see loopx.agents.turn.TurnConfig) and the lock factory.
 LEASE_TTL_S: Final = "LOOPX_LEASE_TTL_S"

@@ -186,6 +186,15 @@ class HostMissingError(LoopxError):
         self.kind = kind
 
 
+class SandboxUnavailableError(UsageError):
+    """``--sandbox bwrap`` on a machine where bubblewrap cannot run."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"--sandbox bwrap refused: {problem}", hint=fix)
+        self.problem = problem
+        self.fix = fix
+
+
 class LeaseLostError(LoopxError):
     """A newer epoch took the goal's lease; this holder must stop and write nothing more."""
 

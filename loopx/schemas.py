@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from loopx.accounts.budget import AccountSpend
 from loopx.accounts.handoffs import AccountHandoffs
+from loopx.accounts.headers import ProviderHeaders
 from loopx.accounts.model import Account, AccountState, RootBudget
 from loopx.accounts.views import (
     AccountCheck,
@@ -129,6 +130,8 @@ FILES: dict[str, type[BaseModel]] = {
     "account-spend": AccountSpend,
     "account-handoffs": AccountHandoffs,
     "root-budget": RootBudget,
+    # accounts/<name>/provider-headers.json: the rate-limit headers a sandboxed turn's proxy saw
+    "provider-headers": ProviderHeaders,
     "root-moved-note": RootMovedNote,  # root-moved.json: why a supervisor stopped
     "notify-config": NotifyConfig,  # notify.json (0600: the URLs hold secrets)
     "notify-outbox": Outbox,  # notify.d/outbox.json

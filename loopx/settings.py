@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from loopx.model import Record
+from loopx.sandbox import SandboxSpec
 from loopx.storage.files import atomic_write_model, fsync_dir
 
 SETTINGS_VERSION: Final = 2  # RegistrySettings.schema_version; 1 held every goal
@@ -25,6 +26,8 @@ class RegistrySettings(Record):
 
     schema_version: Literal[2] = 2
     common_runtime_root: str | None = None
+    # The sandbox a goal added without one gets (`loopx init --sandbox bwrap`; docs/sandbox.md).
+    sandbox: SandboxSpec | None = None
 
 
 def create_settings(registry: Path, root: Path) -> bool:

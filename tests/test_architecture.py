@@ -77,6 +77,7 @@ KERNEL_ORDER: Final = (
     "storage",
     "model",
     "usage",  # what a turn or a check spent: journals, ledgers and done-checks record it
+    "sandbox",  # a sandbox's policy (goal, account, root default), whether bwrap can run here
     "git",  # the git CLI, one function per question (worktrees, merges)
     "githolders",  # who holds a repository: the proof a killed git's lock may be removed
     # the root, and what every layer above writes through it

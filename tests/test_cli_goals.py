@@ -25,7 +25,7 @@ def test_init_creates_a_private_root_and_registry(tmp_path: Path) -> None:
     assert first["registry_created"] is True
     assert cli.json("init")["registry_created"] is False
     settings = json.loads((cli.root / "registry.json").read_text())
-    assert settings == {"schema_version": 2, "common_runtime_root": None}
+    assert settings == {"schema_version": 2, "common_runtime_root": None, "sandbox": None}
     assert cli.json("goal", "list")["goals"] == []
 
 

@@ -109,6 +109,7 @@ def test_migration_survives_a_kill_at_every_step(cli: Cli, fault: str) -> None:
     assert json.loads((cli.root / "registry.json").read_text()) == {
         "schema_version": 2,
         "common_runtime_root": None,
+        "sandbox": None,
     }
     for goal_id, policy in before.items():
         assert json.loads((cli.root / "goals" / goal_id / "goal.json").read_text()) == policy

@@ -32,8 +32,9 @@ def test_the_table_reads_like_the_design() -> None:
     names = [s.name for s in STEPS]
     assert names == [
         "claim", "leftovers", "workdir", "worktree", "quota", "handoff", "account", "host_kind",
-        "journal", "host", "stall_resume", "stall_fresh", "stall_handoff", "stall_gate",
-        "settle", "check", "writeback", "unlock_workdir", "release", "merge",
+        "journal", "sandbox", "host", "stall_resume", "stall_fresh", "stall_handoff",
+        "stall_gate", "settle", "check", "writeback", "close_sandbox", "unlock_workdir",
+        "release", "merge",
     ]  # fmt: skip
     assert len(set(fault_points())) == 2 * len(STEPS)
     assert not {s.name for s in STEPS} & set(PHASES)  # a row's points never shadow a phase's

@@ -24,6 +24,7 @@ from loopx.accounts.windows import AdmissionPolicy, UsageWindow
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import HostKindName
+from loopx.sandbox import SandboxSpec
 
 DEFAULT_PREFIX: Final = "default-"
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -89,6 +90,8 @@ class Account(Record):
     price_out_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     # Where the account stops starting turns in a provider window (--admit-until).
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy)
+    # The sandbox a goal added on this account gets when `goal add` names none (docs/sandbox.md).
+    sandbox: SandboxSpec | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

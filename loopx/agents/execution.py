@@ -24,10 +24,12 @@ from loopx.accounts.windows import UsageWindow
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostInvocation, HostOutput, Interpretation, host_for
+from loopx.agents.hosts.autonomy import with_autonomy
 from loopx.agents.hosts.base import SessionRecords
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
 from loopx.agents.hosts.windows import RECORDS_TAIL_BYTES
+from loopx.agents.sandbox.session import TurnSandbox
 from loopx.errors import (
     HostMissingError,
     HostUnsupportedError,
@@ -74,6 +76,10 @@ def _host_env(
         }
     )
     return env
+
+
+def _loopx_vars(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(environ.PREFIX)}
 
 
 def _account_env(layout: Layout, journal: TurnJournal) -> HostEnvironment | TurnFailure:
@@ -164,7 +170,7 @@ def run_host_turn(
     clear_result(result_file)
     try:
         adapter = host or host_for(ctx.goal.host.kind)
-        invocation = adapter.prepare(ctx.goal, envelope)
+        invocation = with_autonomy(ctx.goal, adapter.prepare(ctx.goal, envelope))
     except (HostMissingError, HostUnsupportedError, PluginError) as e:
         return journal.model_copy(
             update={"failure": TurnFailure.of(FailureReason.HOST_MISSING, e.message)}
@@ -173,7 +179,12 @@ def run_host_turn(
     if isinstance(account, TurnFailure):
         return journal.model_copy(update={"failure": account})
     env = _host_env(ctx.layout, journal, invocation.env, account.env)
-    watch = _HostWatch(ctx, adapter, _secrets_of(env, account, console), console)
+    secrets = _secrets_of(env, account, console)
+    sandbox = ctx.sandbox if isinstance(ctx.sandbox, TurnSandbox) else None
+    if sandbox is not None:  # the keys stay outside: the proxy adds them
+        own = {k: env[k] for k in (*account.env, *invocation.env) if k in env}
+        env = sandbox.environment(env, {**own, **_loopx_vars(env)})
+    watch = _HostWatch(ctx, adapter, secrets, console, sandbox)
     run, journal, envelope = watch.run(journal, envelope, invocation, env)
     # Host output is stored (journal, run logs, history): secret values of the
     # host's environment are replaced before anything reads or keeps it.
@@ -184,6 +195,8 @@ def run_host_turn(
     windows = reported_windows(adapter, env, reading)
     if windows:
         outcome = outcome.model_copy(update={"windows": windows})
+    if sandbox is not None:
+        outcome = outcome.model_copy(update={"network": sandbox.report()})
     return journal.model_copy(
         update={"outcome": outcome, "usage": _with_tokens(run.usage, reading)}
     )
@@ -212,9 +225,15 @@ class _HostWatch:
     """One host run and its reruns after a SIGKILL from outside, watched for root tampering."""
 
     def __init__(
-        self, ctx: TurnContext, host: Host, secrets: list[str], console: AgentConsole | None
+        self,
+        ctx: TurnContext,
+        host: Host,
+        secrets: list[str],
+        console: AgentConsole | None,
+        sandbox: TurnSandbox | None = None,
     ) -> None:
         self.ctx, self.host, self.secrets, self.console = ctx, host, secrets, console
+        self.sandbox = sandbox
         self.tampered_before: list[str] = []  # found before a retry's own journal write
         self.guard = GoalFingerprint.take(ctx.layout, ctx.goal.id, running=ctx.planned.turn_key)
 
@@ -247,7 +266,7 @@ class _HostWatch:
             # The journal rewrite moved turns/'s mtime: fingerprint again for the next attempt.
             self.guard = GoalFingerprint.take(ctx.layout, ctx.goal.id, running=journal.turn_key)
             envelope = _envelope(journal)
-            invocation = self.host.prepare(ctx.goal, envelope)
+            invocation = with_autonomy(ctx.goal, self.host.prepare(ctx.goal, envelope))
             clear_result(Path(envelope.result_file))
 
     def _once(
@@ -263,9 +282,14 @@ class _HostWatch:
             tail.feed(chunk)
             holder.last_output_at = utcnow()  # published with the lease's next renewal
 
+        argv, result_file = invocation.argv, Path(journal.plan.envelope.result_file)
+        if self.sandbox is not None:
+            argv = self.sandbox.wrap(
+                argv, cwd=Path(ctx.goal.workdir), env=env, result_file=result_file
+            )
         try:
             return run_host(
-                invocation.argv,
+                argv,
                 stdin=invocation.stdin,
                 cwd=Path(ctx.goal.workdir),
                 env=env,
@@ -288,6 +312,8 @@ class _HostWatch:
             tail.close()  # the host ended (or the turn failed): no live output any more
             if holder.last_output_at is not None:
                 log.info("host_output_last", at=holder.last_output_at.isoformat())
+            if self.sandbox is not None:
+                self.sandbox.collect(result_file)
 
     def tampered(self, journal: TurnJournal) -> list[str]:
         """LoopX's files the host changed while it ran (in any of its attempts)."""

@@ -19,11 +19,13 @@ from pathlib import Path
 import structlog
 
 from loopx import environ
+from loopx.accounts.model import account_of
 from loopx.agents.console import AgentConsole
 from loopx.agents.donecheck import run_done_check
 from loopx.agents.execution import run_host_turn
 from loopx.agents.hosts import Host
 from loopx.agents.merging import auto_merge
+from loopx.agents.sandbox.session import TurnSandbox
 from loopx.clock import calibrate
 from loopx.donecheck import CheckResult
 from loopx.log import get_logger
@@ -98,9 +100,14 @@ class AgentProcesses:
         assert spec is not None  # noqa: S101 - the check step runs only when one is due
         workdir = journal.plan.envelope.workdir
         env = environ.without((environ.FAULT,))
-        env.update({environ.GOAL_ID: journal.goal_id, environ.WORKDIR: workdir})
-        return run_done_check(
-            spec.argv,
+        own = {environ.GOAL_ID: journal.goal_id, environ.WORKDIR: workdir}
+        env.update(own)
+        argv = spec.argv
+        if isinstance(ctx.sandbox, TurnSandbox):  # the same confinement as the host's
+            env = ctx.sandbox.environment(env, own)
+            argv = ctx.sandbox.wrap(argv, cwd=Path(workdir), env=env, result_file=None)
+        result = run_done_check(
+            argv,
             cwd=Path(workdir),
             timeout_s=spec.timeout_s,
             env=env,
@@ -110,6 +117,20 @@ class AgentProcesses:
             stop=ctx.options.stop,
             tick=ctx.claimed.holder.renew,
             tick_every_s=ctx.config.renew_every_s,
+        )
+        # The check as the goal states it, not the sandbox's wrapping (its scratch paths).
+        return result.model_copy(update={"argv": list(spec.argv)})
+
+    def open_sandbox(self, ctx: TurnContext) -> TurnSandbox:
+        """The turn's sandbox, with its proxy serving (:mod:`loopx.agents.sandbox`)."""
+        plan = ctx.planned.plan
+        assert plan.sandbox is not None  # noqa: S101 - the sandbox row applies only then
+        return TurnSandbox(
+            ctx.layout,
+            ctx.goal.id,
+            plan.sandbox,
+            account=account_of(plan.account, plan.host_kind),
+            host_kind=plan.host_kind,
         )
 
     def merge(self, layout: Layout, goal_id: str) -> None:

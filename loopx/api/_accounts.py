@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -40,6 +40,8 @@ from loopx.errors import (
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
+from loopx.sandbox import SandboxOptions, SandboxSpec, sandbox_spec
+from loopx.sandbox import unavailable as sandbox_unavailable
 from loopx.secrets import is_secret_name
 from loopx.storage.files import describe_validation_error, ensure_dir
 from loopx.storage.locks import locked
@@ -203,6 +205,7 @@ class Accounts:
             raise UsageError(msg, hint="log it in there with `loopx account login NAME`")
         if given_env is not None:
             values["env"] = {**values.get("env", {}), **given_env}
+        values["sandbox"] = _account_sandbox(existing, policy)
         budget = dict(values.get("budget") or {})
         values["admission"] = _admission(values.get("admission"), policy)
         for key, value in policy.items():
@@ -349,6 +352,26 @@ class Accounts:
         record = RootBudget(budget=budget, updated_at=at)
         store.write_root_budget(self.layout, record)
         return record
+
+
+# `account add|edit`'s sandbox keywords, in SandboxOptions' order.
+SANDBOX_KEYS: Final = ("sandbox", "allow_domains", "autonomy", "max_processes", "max_file_mb")
+
+
+def _account_sandbox(existing: Account | None, policy: dict[str, Any]) -> SandboxSpec | None:
+    """The account's sandbox after the sandbox keywords of ``policy`` (taken out of it).
+
+    Raises:
+        SandboxUnavailableError: ``sandbox="bwrap"`` where bubblewrap cannot run.
+        InvalidPolicyError: a sandbox option without a sandbox, or out of range.
+    """
+    options = SandboxOptions(*(policy.pop(key, None) for key in SANDBOX_KEYS))
+    box = sandbox_spec(options, existing.sandbox if existing is not None else None)
+    if box is not None and options.kind == "bwrap":
+        refused = sandbox_unavailable()
+        if refused is not None:
+            raise refused
+    return box
 
 
 __all__ = ["Accounts"]

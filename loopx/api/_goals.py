@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from collections.abc import Mapping, Sequence
@@ -10,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from loopx.accounts.files import check_goal_account
+from loopx.accounts.files import check_goal_account, read_account
 from loopx.api._work import (
     WorktreeOptions,
     abort_merge_worktree,
@@ -34,6 +35,7 @@ from loopx.registry.checks import check_program, check_workdir
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session
 from loopx.registry.lifecycle import StatusRequest, change_status
 from loopx.registry.model import GoalStatus, HostKind, HostSpec
+from loopx.registry.store import read_settings
 from loopx.registry.views import (
     GoalDocument,
     GoalList,
@@ -43,6 +45,8 @@ from loopx.registry.views import (
     goal_view,
 )
 from loopx.root import Layout
+from loopx.sandbox import SandboxOptions, SandboxSpec, sandbox_spec
+from loopx.sandbox import unavailable as sandbox_unavailable
 from loopx.turn.workdir import shared_workdirs
 
 # Imported where used: archiving, probing and merging cost `goal add` a fifth of its start.
@@ -147,6 +151,11 @@ class Goals:
         fallback_accounts: Sequence[str] | None = None,
         handoff: bool | None = None,
         max_handoffs_per_day: int | None = None,
+        sandbox: str | None = None,
+        allow_domains: Sequence[str] | None = None,
+        autonomy: str | None = None,
+        max_processes: int | None = None,
+        max_file_mb: int | None = None,
         update: bool = False,
         check: bool = True,
         default_workdir: Path | None = None,
@@ -205,7 +214,15 @@ class Goals:
                 where or (None if update else Path.cwd()),
                 role="done-check",
             )
+        box = self._sandbox(
+            goal_id,
+            SandboxOptions(sandbox, allow_domains, autonomy, max_processes, max_file_mb),
+            update=update,
+            account=account,
+        )
         changes = GoalChanges(
+            sandbox=box,
+            no_sandbox=sandbox == "none",
             objective=objective,
             workdir=None if where is None else str(where),
             host=spec,
@@ -235,6 +252,28 @@ class Goals:
         )
         shared = shared_workdirs([goal], own_workdirs(self.layout)).get(goal.id, [])
         return GoalDocument(goal=goal, shared_workdir=shared)
+
+    def _sandbox(
+        self, goal_id: str, options: SandboxOptions, *, update: bool, account: str | None
+    ) -> SandboxSpec | None:
+        """The goal's sandbox: as given, over its own (update) or its account's (a new goal)."""
+        existing = None
+        if update:
+            with contextlib.suppress(GoalNotFoundError):
+                existing = get_goal(self.layout, goal_id).sandbox
+        elif options.kind != "none":  # a new goal: its account's default, else the root's
+            named = (
+                read_account(self.layout, account) if account else None
+            )  # missing: refused later
+            existing = named.sandbox if named is not None else None
+            existing = existing or read_settings(self.layout).sandbox
+            options = options._replace(kind=options.kind or ("bwrap" if existing else None))
+        box = sandbox_spec(options, existing)
+        if box is not None and options.kind == "bwrap":
+            refused = sandbox_unavailable()
+            if refused is not None:
+                raise refused
+        return box
 
     def _existing_check(self, goal_id: str, *, update: bool) -> DoneCheckSpec | None:
         if not update:

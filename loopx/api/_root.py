@@ -72,16 +72,23 @@ class Root:
         env: Mapping[str, str] | None = None,
         home: Path | None = None,
         upgrade: bool = False,
+        **sandbox: Any,  # noqa: ANN401 - SandboxOptions' fields, as `goal add` takes them
     ) -> InitReport:
         """`loopx init`: create the root (0700) and an empty registry; idempotent.
 
         ``upgrade`` (`init --upgrade`) first moves an old single-file
-        registry's goals into one goal file each.
+        registry's goals into one goal file each. ``sandbox``, ``allow_domains``,
+        ``autonomy``, ``max_processes``, ``max_file_mb`` set the root's default
+        sandbox of goals added without one (docs/sandbox.md).
         """
         from loopx.registry.initialise import initialise  # noqa: PLC0415 - lazy group
+        from loopx.sandbox import SandboxOptions  # noqa: PLC0415 - lazy group
 
+        options = SandboxOptions(kind=sandbox.pop("sandbox", None), **sandbox)
         return initialise(
-            resolve_root(flag=path, registry=registry, env=env, home=home), upgrade=upgrade
+            resolve_root(flag=path, registry=registry, env=env, home=home),
+            upgrade=upgrade,
+            sandbox=options,
         )
 
     @staticmethod

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
+from loopx.cli._sandbox import add_sandbox_options, sandbox_arguments
 
 if TYPE_CHECKING:
     from loopx.accounts.model import Account
@@ -73,6 +74,7 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
     past.add_argument(
         "--no-admit-past", action="store_true", help="no goal starts past the mark (default)"
     )
+    add_sandbox_options(parser)  # the default of goals added on the account
     parser.add_argument("--json", action="store_true")
 
 
@@ -137,7 +139,7 @@ def register(sub: Subparsers) -> None:
 
 
 def _policy(args: argparse.Namespace) -> dict[str, Any]:
-    return {name: getattr(args, name) for name in POLICY_OPTIONS}
+    return {name: getattr(args, name) for name in POLICY_OPTIONS} | sandbox_arguments(args)
 
 
 def run_add(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.cli._goalstatus import register_status
 from loopx.cli._handoff import add_handoff_options, handoff_arguments
+from loopx.cli._sandbox import add_sandbox_options, describe_sandbox, sandbox_arguments
 from loopx.cli._work import add_worktree_options, register_work, worktree_arguments
 from loopx.errors import InvalidPolicyError
 from loopx.registry.model import Goal, HostKind
@@ -94,6 +95,7 @@ def register(sub: Subparsers) -> None:
     _add_account_options(add)  # --account ...
     add_handoff_options(add)  # --fallback-account ...
     add_worktree_options(add)  # --worktree ...
+    add_sandbox_options(add)  # --sandbox ...
     add.add_argument("--update", action="store_true", help="change an existing goal")
     add.add_argument("--json", action="store_true", help="print the goal as JSON")
     add.set_defaults(func=run_add)
@@ -236,6 +238,7 @@ def run_add(args: argparse.Namespace) -> int:
             done_check_timeout_s=args.done_check_timeout,
             done_check_every_turn=args.done_check_every_turn,
             **worktree_arguments(args),
+            **sandbox_arguments(args),
             account="" if args.no_account else args.account,
             on_limit=args.on_limit,
             max_limit_waits=args.max_limit_waits,
@@ -327,6 +330,7 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"  objective: {goal.objective}")
     print(f"  workdir:   {goal.workdir}")
     print(f"  host:      {goal.host.kind} {shlex.join(goal.host.argv)}".rstrip())
+    print(f"  sandbox:   {describe_sandbox(goal)}")
     quota = goal.quota.model_dump(mode="json")
     print("  quota:     " + ", ".join(f"{k}={v}" for k, v in quota.items() if v is not None))
     if goal.done_check is not None:

@@ -12,6 +12,7 @@ import psutil
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.registry.worktree_record import FOLDER_NAME, MERGE_FOLDER
+from loopx.sandbox import SANDBOX_FOLDER
 
 # A temp file of a live writer younger than this is an atomic write in flight.
 TEMP_IN_FLIGHT: Final = timedelta(hours=1)
@@ -58,6 +59,9 @@ def walk_root(doc: Checker) -> None:
                 continue  # removed while we walked
             if top in git_tops and stat.S_ISDIR(st.st_mode) and name != MERGE_FOLDER:
                 dirs.remove(name)  # a worktree folder: git's, not walked
+                continue
+            if name == SANDBOX_FOLDER and Path(top).parent == doc.layout.goals_dir:
+                dirs.remove(name)  # a sandboxed host's own home: its files, its modes
                 continue
             check_entry(doc, path, st)
 

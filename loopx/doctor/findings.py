@@ -63,6 +63,7 @@ class FindingCode(StrEnum):
     CLOCK_BEHIND = "clock_behind"  # this clock is behind the files the fleet just wrote
     NO_FREE_INODES = "no_free_inodes"  # the root's filesystem has no inode left
     NOT_A_DIRECTORY = "not_a_directory"  # the root (or a directory LoopX makes) is a file
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # a sandboxed goal where bwrap cannot run
     WORKTREE_MISSING = "worktree_missing"  # a ready worktree's folder or repository is gone
     WORKTREE_UNREGISTERED = "worktree_unregistered"  # git no longer lists the worktree
     WORKTREE_WRONG_BRANCH = "worktree_wrong_branch"  # not on the goal's loopx/<id> branch

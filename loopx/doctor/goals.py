@@ -14,6 +14,7 @@ from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, 
 from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.merges import check_merge
 from loopx.doctor.reliability import check_future_dated
+from loopx.doctor.sandboxes import check_sandbox
 from loopx.doctor.worktrees import check_worktree
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id
@@ -87,6 +88,7 @@ def check_goal(doc: Checker, goal_id: str, *, registered: bool) -> None:
     check_future_dated(doc, goal_id, state, ledger)
     if isinstance(goal, Goal):
         check_worktree(doc, goal)
+        check_sandbox(doc, goal)
     check_merge(doc, goal_id)
 
 

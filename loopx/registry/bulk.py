@@ -34,7 +34,7 @@ from loopx.hints import note_goal_changed
 from loopx.model import Record
 from loopx.pids import pid_held
 from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
-from loopx.registry.checks import GoalSetupError, check_program, check_workdir
+from loopx.registry.checks import GoalSetupError, check_program, check_sandbox, check_workdir
 from loopx.registry.model import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
 from loopx.root import Layout
@@ -169,6 +169,8 @@ def _setup_checks(goal: Goal) -> Iterator[tuple[tuple[str, ...], Callable[[], No
         relative = "/" in program and not program.startswith("/")
         key = ("program", program, goal.workdir if relative else "")
         yield key, lambda: check_program(program, workdir)
+    if goal.sandbox is not None:  # bubblewrap can run here (checked once per import)
+        yield ("sandbox",), check_sandbox
     if goal.done_check is not None:  # the done-check's program, like a host's
         check_prog = goal.done_check.argv[0]
         relative = "/" in check_prog and not check_prog.startswith("/")

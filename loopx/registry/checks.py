@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from loopx.errors import UsageError
+from loopx.sandbox import unavailable
 
 
 class GoalSetupError(UsageError):
@@ -62,3 +63,14 @@ def check_program(program: str, workdir: Path | None, *, role: str = "host") -> 
             "is not an executable file",
             hint=f"check the path (relative paths start in the workdir); `chmod +x {path}`",
         )
+
+
+def check_sandbox() -> None:
+    """Refuse ``--sandbox bwrap`` where bubblewrap cannot run (:func:`loopx.sandbox.unavailable`).
+
+    Raises:
+        GoalSetupError: bwrap is missing or user namespaces are off.
+    """
+    refused = unavailable()
+    if refused is not None:
+        raise GoalSetupError("--sandbox bwrap", refused.problem, refused.fix)

@@ -23,6 +23,7 @@ from loopx.registry.model import Goal, GoalStatus, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
+from loopx.sandbox import SandboxSpec
 from loopx.state import Gate, GoalState, HostSession, update_state
 from loopx.storage.files import atomic_write_model, describe_validation_error
 
@@ -48,6 +49,8 @@ class GoalChanges(Record):
     fallback_accounts: list[str] | None = None  # replaces the goal's list when given
     handoff: bool | None = None  # False: `--no-handoff`, the goal stays on its own account
     max_handoffs_per_day: int | None = None  # -1: no cap
+    sandbox: SandboxSpec | None = None  # replaces the goal's sandbox when given
+    no_sandbox: bool = False  # `--sandbox none`: the goal runs unconfined again
 
 
 def _validation_failure(e: ValidationError, *, prefix: str = "") -> InvalidPolicyError:
@@ -86,7 +89,9 @@ def build_goal(
         InvalidPolicyError: a field is out of range, or a new goal has no objective.
     """
     validate_goal_id(goal_id)
-    given = changes.model_dump(exclude_none=True, exclude={"quota", "host"})
+    given = changes.model_dump(exclude_none=True, exclude={"quota", "host", "no_sandbox"})
+    if changes.no_sandbox:
+        given["sandbox"] = None
     if changes.host is not None:
         given["host"] = changes.host
     if changes.workdir is not None:

@@ -12,6 +12,7 @@ from loopx.donecheck import DoneCheckSpec
 from loopx.ids import is_valid_goal_id, validate_goal_id
 from loopx.model import Record, UtcDatetime
 from loopx.registry.quota_policy import PositiveFloat, QuotaPolicy
+from loopx.sandbox import SandboxSpec
 
 # Handed-off turns a goal may take in any 24 hours unless it says otherwise.
 DEFAULT_MAX_HANDOFFS_PER_DAY = 24
@@ -141,6 +142,8 @@ class Goal(Record):
     fallback_accounts: list[str] = Field(default_factory=list)
     handoff: bool = True
     max_handoffs_per_day: Annotated[int, Field(ge=0)] | None = DEFAULT_MAX_HANDOFFS_PER_DAY
+    # Its host and done-check run inside bubblewrap, network through LoopX's proxy.
+    sandbox: SandboxSpec | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
 

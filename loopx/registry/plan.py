@@ -18,6 +18,7 @@ from loopx.registry.goals import GoalChanges
 from loopx.registry.model import HostKind, HostKindName, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.worktree_spec import worktree_spec
+from loopx.sandbox import SandboxSpec
 from loopx.storage.files import read_bytes
 
 
@@ -68,6 +69,8 @@ class PlanGoal(Record):
     # Failed turns in a row after which the batch ends the goal as `failed` (paused in
     # the registry) instead of retrying it with backoff; None: retry (or --fail-fast's 1).
     max_failures: Annotated[int, Field(ge=1, le=1000)] | None = None
+    # Run the host and the done-check in bubblewrap (docs/sandbox.md); `goal add --sandbox bwrap`.
+    sandbox: SandboxSpec | None = None
 
     @field_validator("id")
     @classmethod
@@ -131,6 +134,7 @@ class PlanGoal(Record):
             fallback_accounts=self.fallback_accounts or None,
             handoff=None if self.handoff else False,
             max_handoffs_per_day=self.max_handoffs_per_day,
+            sandbox=self.sandbox,
         )
 
     def worktree_spec(self, plan_dir: Path) -> WorktreeSpec | None:

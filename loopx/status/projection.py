@@ -54,6 +54,7 @@ from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.window import SpendColumns, WindowSpend
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
+from loopx.sandbox import sandbox_line
 from loopx.state import GoalState
 from loopx.status.fleetview import fleet_view, overlay_crash_loop
 from loopx.status.view import (
@@ -402,7 +403,8 @@ def _unrun_key(goal: Goal, now: datetime) -> tuple[object, ...]:
     """What a never-ran goal's view depends on besides its id: its key in ``_PLAIN_UNRUN``."""
     return (
         now, goal.status, goal.priority, goal.objective, goal.account, goal.host.kind,
-        tuple(goal.fallback_accounts) if goal.handoff else (), *goal.quota.__dict__.values(),
+        tuple(goal.fallback_accounts) if goal.handoff else (),
+        goal.sandbox is not None and sandbox_line(goal.sandbox), *goal.quota.__dict__.values(),
     )  # fmt: skip
 
 
@@ -431,6 +433,10 @@ def _head(
         "explanation": explanation,
         "next_eligible_at": eligible,
     }
+
+
+def _sandbox(goal: Goal) -> str | None:
+    return sandbox_line(goal.sandbox) if goal.sandbox is not None else None
 
 
 def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
@@ -469,6 +475,7 @@ def _project_unrun(inputs: GoalInputs, now: datetime) -> GoalStatusView:
         "handoffs": 0,
         "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
         "host_kind": goal.host.kind,
+        "sandbox": _sandbox(goal),
     }
     # Its values shared (in place: ``fields`` is the view's), so the views made from them
     # hold shared values already (share_values: a long-lived cache's memory).
@@ -526,6 +533,7 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "handoffs": state.handoffs,
             "fallback_accounts": list(goal.fallback_accounts) if goal.handoff else [],
             "host_kind": goal.host.kind,
+            "sandbox": _sandbox(goal),
         },
     )
 

@@ -175,6 +175,8 @@ class GoalStatusView(Record):
     fallback_accounts: list[str] = Field(default_factory=list)
     # The host kind its turns run with (None: a view from before it was recorded).
     host_kind: str | None = None
+    # The goal's sandbox and allow-list ("bwrap: pypi.org, github.com"); None: unconfined.
+    sandbox: str | None = None
 
 
 class IncidentKind(StrEnum):

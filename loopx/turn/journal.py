@@ -27,6 +27,7 @@ from loopx.model import Record, UtcDatetime
 from loopx.quota.decision import QuotaDecision
 from loopx.registry.model import HostKindName
 from loopx.root import Layout
+from loopx.sandbox import NetworkReport, SandboxSpec
 from loopx.state import HostSession
 from loopx.storage.files import atomic_write_model, exclusive_create, read_model
 from loopx.turn.failures import FailureReason, TurnFailure
@@ -107,6 +108,8 @@ class TurnPlan(Record):
     # The goal may hand off (it names fallbacks and is not pinned): a usage limit then
     # holds its account, not the goal (loopx.turn.phases.schedule).
     may_hand_off: bool = False
+    # The goal's sandbox when the turn was planned: its host and check run inside it.
+    sandbox: SandboxSpec | None = None
 
 
 class HostOutcome(Record):
@@ -126,6 +129,8 @@ class HostOutcome(Record):
     # The adapter's interpretation (pure, made right after the host exited).
     result: HostResult | None = None
     failure: TurnFailure | None = None
+    # A sandboxed run: what its proxy let through, refused and carried.
+    network: NetworkReport | None = None
     session: HostSession | None = None
     # The provider's usage windows the CLI reported in this run (its output, its session file).
     windows: list[UsageWindow] = Field(default_factory=list)

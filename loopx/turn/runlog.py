@@ -81,6 +81,13 @@ def render_markdown(report: RunReport) -> str:
         lines.append(f"- failure: `{report.failure.reason}`: {report.failure.message}")
     if report.check is not None:
         lines.append(f"- done-check: `{' '.join(report.check.argv)}` {report.check.describe()}")
+    network = report.outcome.network if report.outcome is not None else None
+    if network is not None:
+        lines.append(
+            f"- sandbox network: {network.bytes_up} bytes up, {network.bytes_down} down, "
+            f"allowed {', '.join(network.allowed) or 'nothing'}"
+        )
+        lines += [f"- {line}" for line in network.lines()]
     if report.result is not None:
         lines += ["", "## Summary", "", report.result.summary or "(none)"]
         if report.result.next_action:

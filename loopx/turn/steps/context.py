@@ -76,6 +76,13 @@ class TurnConfig:
         return max(self.lease_ttl_s / 3, 0.05)
 
 
+class TurnSandboxHandle(Protocol):
+    """A turn's open sandbox (the agent package's), closed by the turn's last rows."""
+
+    def close(self) -> None:
+        """Stop its proxy and remove its scratch."""
+
+
 class TurnProcesses(Protocol):
     """The process side of a turn, which the agent package provides."""
 
@@ -102,6 +109,9 @@ class TurnProcesses(Protocol):
 
     def run_check(self, ctx: TurnContext, journal: TurnJournal) -> CheckResult:
         """Run the journal's done-check in its workdir, the lease renewed meanwhile."""
+
+    def open_sandbox(self, ctx: TurnContext) -> TurnSandboxHandle:
+        """Prepare the planned sandbox of the turn: its scratch and its network proxy."""
 
     def merge(self, layout: Layout, goal_id: str) -> None:
         """Merge a goal with ``--auto-merge`` that a turn made done (its check on the merged tree)."""
@@ -190,6 +200,7 @@ class TurnContext:
     handoff: Handoff | None = None  # the hand-off step's (None: the goal's own account)
     account: Account | None = None  # the account step's (None: the host kind's default)
     journal: TurnJournal | None = None  # planned, or left by an earlier attempt
+    sandbox: TurnSandboxHandle | None = None  # the sandbox step's
 
     def but(self, **changes: object) -> TurnContext:
         """A copy with ``changes``."""

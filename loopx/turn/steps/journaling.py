@@ -119,6 +119,7 @@ def plan_turn(
         max_overloads=account.max_overloads if account is not None else OVERLOADS_FOR_GATE,
         handoff=handoff,
         may_hand_off=goal.handoff and bool(goal.fallback_accounts),
+        sandbox=goal.sandbox,
     )
     return TurnJournal(
         loopx_version=__version__,

@@ -46,6 +46,7 @@ from loopx.turn.steps.journaling import open_journal
 from loopx.turn.steps.leftovers import finish_leftovers
 from loopx.turn.steps.merging import auto_merges, merge_when_done
 from loopx.turn.steps.reporting import attempt_of
+from loopx.turn.steps.sandboxing import close_sandbox, has_sandbox, open_sandbox, sandboxed
 from loopx.turn.steps.stalling import (
     fresh_session,
     gate_stall,
@@ -125,8 +126,8 @@ def _terminal(journal: TurnJournal) -> bool:
 
 
 # claim -> leftovers -> workdir | worktree -> quota -> handoff -> account -> host_kind -> journal
-# -> host -> settle -> check -> writeback (the phases) -> release -> merge
-# (between host and settle, for a stalled host only: the stall ladder's rungs)
+# -> sandbox -> host -> settle -> check -> writeback (the phases) -> close_sandbox -> release
+# -> merge (between host and settle, for a stalled host only: the stall ladder's rungs)
 STEPS: tuple[Step, ...] = (
     Step("claim", claim_lease),
     Step("leftovers", finish_leftovers),
@@ -137,6 +138,7 @@ STEPS: tuple[Step, ...] = (
     Step("account", admit_account, done=_host_started),
     Step("host_kind", admit_host_kind, done=_host_started),
     Step("journal", open_journal, done=_host_started),
+    Step("sandbox", open_sandbox, applies=sandboxed),  # before the host and the check
     Step("host", run_host, done=_host_started),
     Step("stall_resume", resume_session, applies=stalled, done=_settled),
     Step("stall_fresh", fresh_session, applies=stalled, done=_settled),
@@ -145,6 +147,7 @@ STEPS: tuple[Step, ...] = (
     Step("settle", settle_outcome, done=_settled),
     Step("check", run_check, applies=check_due, done=_checked),
     Step("writeback", commit, done=_terminal),
+    Step("close_sandbox", close_sandbox, applies=has_sandbox, always=True),
     Step("unlock_workdir", unlock_workdir, applies=_in_workdir, always=True),
     Step("release", release_lease, applies=_claimed, always=True),
     Step("merge", merge_when_done, applies=auto_merges),
