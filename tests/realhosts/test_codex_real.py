@@ -50,8 +50,8 @@ def test_tool_call_runs_and_the_turn_commits(cli, codex_env, mock, tmp_path):
     mock.model.mode = "tool"
     work = tmp_path / "work"
     # Not codex's workspace-write sandbox: with Debian's bwrap on PATH (the suites install it)
-    # codex 0.171 starts its command in it and cannot find its own helper there
-    # ("bwrap: execvp codex-linux-sandbox: No such file or directory"; docs/hosts.md).
+    # codex 0.171 runs the command through a helper it does not set up under a temporary
+    # directory, where tmp_path puts CODEX_HOME ("bwrap: execvp codex-linux-sandbox"; docs/hosts.md).
     add_goal(cli, codex_env, "c1", "codex", work, "--host=--sandbox danger-full-access")
     (work / "marker.txt").write_text("x")
     report = run_once(cli, "c1", codex_env)
