@@ -29,6 +29,7 @@ POLICY = {
     "--max-load-per-cpu": ("max_load_per_cpu", "1.5"),
     "--max-tokens": ("max_tokens", "100000"),
     "--max-cost-usd": ("max_cost_usd", "4.75"),
+    "--stall-timeout": ("stall_timeout_s", "120"),
 }
 
 
