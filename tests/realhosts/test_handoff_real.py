@@ -33,14 +33,23 @@ TAUGHT = json.dumps({
 })  # fmt: skip
 
 
+OWN_DIRS = ("CODEX_HOME", "CLAUDE_CONFIG_DIR")  # an account has its own, under the root
+
+
 def _account(cli: Any, env: dict[str, str], name: str, kind: str, vars_: dict[str, str]) -> None:
-    """An account whose secrets are in its env file and its other settings in ``--env``."""
+    """An account whose secrets are in its env file and its other settings in ``--env``; a
+    codex account's own CODEX_HOME gets the config.toml pointing at the mock."""
     env_file = cli.root.parent / f"{name}.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in vars_.items() if is_secret_name(k)))
     env_file.chmod(0o600)
-    settings = [f"--env={k}={v}" for k, v in vars_.items() if not is_secret_name(k)]
+    settings = [
+        f"--env={k}={v}" for k, v in vars_.items() if not is_secret_name(k) and k not in OWN_DIRS
+    ]
     cli.run("account", "add", name, "--host-kind", kind, "--env-file", str(env_file), *settings,
             check=True, **env)  # fmt: skip
+    if "CODEX_HOME" in vars_:
+        home = Path(cli.json("account", "show", name, **env)["summary"]["config_dir"])
+        (home / "config.toml").write_text((Path(vars_["CODEX_HOME"]) / "config.toml").read_text())
 
 
 def _last_line(root: Path) -> dict[str, Any]:
@@ -58,7 +67,6 @@ def test_a_capped_codex_goal_goes_on_in_claude_and_comes_back(
         env = base_env(tmp_path)
         _account(cli, env, "work", "codex", {k: v for k, v in codex_env.items() if k not in env})
         _account(cli, env, "spare", "claude", {
-            "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-config"),
             "ANTHROPIC_BASE_URL": spare.url,
             "CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-mock",
             "CLAUDE_CODE_MAX_RETRIES": "0",

@@ -73,10 +73,11 @@ def _assert_key_stayed_outside(cli: Any, mock: MockServer, path: str, header: st
 def test_codex_sandboxed_with_full_autonomy_reaches_done(cli, mock, tmp_path):
     """Codex through the proxy: two turns, done; the key only outside."""
     require_cli("codex")
-    codex_home = tmp_path / "codex-home"
-    codex_home.mkdir()
-    # Codex 0.171 ignores OPENAI_BASE_URL: a provider names the bridge inside every sandbox,
-    # and the account's LOOPX_PROVIDER_URL the real endpoint the proxy forwards to.
+    env = base_env(tmp_path)
+    _account(cli, tmp_path, "codex", "OPENAI_API_KEY", f"LOOPX_PROVIDER_URL={mock.url}/v1")
+    codex_home = Path(cli.json("account", "show", "acct")["summary"]["config_dir"])
+    # Codex 0.171 ignores OPENAI_BASE_URL: a provider in the account's own CODEX_HOME names the
+    # bridge inside every sandbox, and LOOPX_PROVIDER_URL the real endpoint the proxy forwards to.
     (codex_home / "config.toml").write_text(
         'model = "mock-model"\n'
         'model_provider = "mock"\n'
@@ -88,11 +89,6 @@ def test_codex_sandboxed_with_full_autonomy_reaches_done(cli, mock, tmp_path):
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
-    env = base_env(tmp_path)
-    _account(
-        cli, tmp_path, "codex", "OPENAI_API_KEY",
-        f"CODEX_HOME={codex_home}", f"LOOPX_PROVIDER_URL={mock.url}/v1",
-    )  # fmt: skip
     _goal(cli, env, "codex", tmp_path / "work")
     first, second = _two_turns(cli, env, mock)
     assert (first["status"], second["status"], second["kind"]) == (
@@ -106,12 +102,9 @@ def test_codex_sandboxed_with_full_autonomy_reaches_done(cli, mock, tmp_path):
 def test_claude_sandboxed_with_full_autonomy_reaches_done(cli, mock, tmp_path):
     """Claude Code through the proxy: two turns, done; the key only outside."""
     require_cli("claude")
-    config = tmp_path / "claude-config"
-    config.mkdir()
     env = base_env(tmp_path)
     _account(
-        cli, tmp_path, "claude", "ANTHROPIC_API_KEY",
-        f"CLAUDE_CONFIG_DIR={config}", f"ANTHROPIC_BASE_URL={mock.url}",
+        cli, tmp_path, "claude", "ANTHROPIC_API_KEY", f"ANTHROPIC_BASE_URL={mock.url}",
         "CLAUDE_CODE_MAX_RETRIES=0", "DISABLE_TELEMETRY=1", "DISABLE_AUTOUPDATER=1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
     )  # fmt: skip
