@@ -16,6 +16,7 @@ evidence ``host_stalled`` backs the account off like a 5xx.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import datetime
 
 from loopx.accounts.handoff import handoffs_in_window
@@ -26,6 +27,7 @@ from loopx.root import Layout
 from loopx.state import load_state
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import HostOutcome, TurnJournal, journal_files, read_journal, write_journal
+from loopx.turn.protocol import HostResult
 from loopx.turn.stall import (
     AUTOMATIC,
     RESUME_WINDOW,
@@ -77,26 +79,11 @@ def hand_off_stalled(ctx: TurnContext) -> TurnContext:
     """Rung 3: end the turn as a wait that sends the next turn to a fallback account."""
     if ctx.options.stopping:
         return _stopped(ctx)
-    journal = ctx.planned
-    outcome = journal.outcome
-    cause = cause_of(outcome)
-    if outcome is None or cause is None:
-        return ctx
     now = utcnow()
-    resumes = resumes_in_window(ctx.layout, journal, now)
+    resumes = resumes_in_window(ctx.layout, ctx.planned, now)
     if not may_hand_off(can_hand_off=_can_hand_off(ctx, now), resumes=resumes):
         return ctx  # the gate's row ends it
-    ladder = at_gate(
-        journal.stall,
-        cause=cause,
-        stalled_at=outcome.ended_at,
-        output=last_lines(outcome.stdout, outcome.stderr),
-        rung=Rung.HANDOFF,
-    )
-    result = handoff_result(ladder, turn_key=journal.turn_key, goal_id=journal.goal_id)
-    log.warning("stall_handoff", stalls=len(ladder.seen), fallbacks=ctx.goal.fallback_accounts)
-    waiting = outcome.model_copy(update={"killed": None, "failure": None, "result": result})
-    return ctx.but(journal=journal.model_copy(update={"stall": ladder, "outcome": waiting}))
+    return _end_ladder(ctx, Rung.HANDOFF, handoff_result)
 
 
 def _can_hand_off(ctx: TurnContext, now: datetime) -> bool:
@@ -113,6 +100,11 @@ def gate_stall(ctx: TurnContext) -> TurnContext:
     """Rung 4: the outcome becomes a gate with the last output lines and what was tried."""
     if ctx.options.stopping:
         return _stopped(ctx)
+    return _end_ladder(ctx, Rung.GATE, gate_result)
+
+
+def _end_ladder(ctx: TurnContext, rung: Rung, result_of: Callable[..., HostResult]) -> TurnContext:
+    """The stalled outcome replaced by ``rung``'s result (a hand-off's wait, the gate)."""
     journal = ctx.planned
     outcome = journal.outcome
     cause = cause_of(outcome)
@@ -123,11 +115,13 @@ def gate_stall(ctx: TurnContext) -> TurnContext:
         cause=cause,
         stalled_at=outcome.ended_at,
         output=last_lines(outcome.stdout, outcome.stderr),
+        rung=rung,
     )
-    result = gate_result(ladder, turn_key=journal.turn_key, goal_id=journal.goal_id)
-    log.warning("stall_gate", stalls=len(ladder.seen), runs=len(ladder.runs) - 1)
-    gated = outcome.model_copy(update={"killed": None, "failure": None, "result": result})
-    return ctx.but(journal=journal.model_copy(update={"stall": ladder, "outcome": gated}))
+    result = result_of(ladder, turn_key=journal.turn_key, goal_id=journal.goal_id)
+    event = "stall_handoff" if rung is Rung.HANDOFF else "stall_gate"
+    log.warning(event, stalls=len(ladder.seen), runs=len(ladder.runs) - 1)
+    ended = outcome.model_copy(update={"killed": None, "failure": None, "result": result})
+    return ctx.but(journal=journal.model_copy(update={"stall": ladder, "outcome": ended}))
 
 
 def _stopped(ctx: TurnContext) -> TurnContext:
