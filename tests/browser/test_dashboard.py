@@ -247,3 +247,24 @@ def test_phone_width_and_keyboard(layout, tmp_path, browser, artifacts):
     finally:
         context.close()
     assert errors == []
+
+
+def test_the_goal_page_says_where_its_turns_run_and_in_which_sandbox(layout, tmp_path, tab):
+    """The goal's account and host kind, its sandbox's allow-list; an unconfined goal says so."""
+    from loopx.registry.goals import GoalChanges, add_goal
+    from loopx.sandbox import SandboxSpec
+
+    demo_goal(layout, "boxed", tmp_path / "w1")
+    demo_goal(layout, "plain", tmp_path / "w2")
+    changes = GoalChanges(sandbox=SandboxSpec(allow_domains=["pypi.org"]))
+    add_goal(layout, "boxed", changes, update=True, default_workdir=tmp_path, now=utcnow())
+    with served(layout) as url:
+        page = tab.page
+        page.goto(f"{url}#/goal/boxed")
+        page.wait_for_selector("#runs-on")
+        text = page.inner_text("#runs-on")
+        assert "account default-demo (demo)" in text, text
+        assert "sandbox bwrap: pypi.org" in text, text
+        page.goto(f"{url}#/goal/plain")
+        wait_until(lambda: "no sandbox" in page.inner_text("#runs-on"), 15, "an unconfined goal")
+    assert tab.errors == []

@@ -872,6 +872,7 @@ async function goalView(route) {
       el("p", { class: "lead" }, v.explanation),
       v.warnings.length ? el("ul", { class: "warn" }, v.warnings.map((w) => el("li", {}, w))) : null,
       lastFailure(v),
+      runsOn(v),
       d.actions ? el("div", { class: "buttons" },
         v.goal_status === "active" ? el("button", { type: "button", id: "act-pause", onclick: (ev) => act(v.goal_id, "pause", {}, ev.currentTarget) }, "Pause") : null,
         v.goal_status === "paused" ? el("button", { type: "button", id: "act-resume", onclick: (ev) => act(v.goal_id, "resume", {}, ev.currentTarget) }, "Resume") : null,
@@ -915,6 +916,18 @@ function lastFailure(v) {
     failureLine(t.seq, t.failure, t.failure_message || "(no message recorded)"),
     el("p", {}, el("a", { href: `#/goal/${encodeURIComponent(v.goal_id)}/run/${t.seq}`, id: "failure-log" },
       `Run log of turn ${t.seq}`), " ", el("span", { class: "muted" }, when(t.ended_at))));
+}
+
+// Where the goal's turns run: its account and host kind, its sandbox and allow-list (or none),
+// the accounts it hands off to.
+function runsOn(v) {
+  const parts = [];
+  if (v.account) parts.push(`account ${v.account}${v.host_kind ? ` (${v.host_kind})` : ""}`);
+  parts.push(v.sandbox ? `sandbox ${v.sandbox}` : "no sandbox");
+  if ((v.fallback_accounts || []).length) {
+    parts.push(`hands off to ${v.fallback_accounts.join(", ")} (${v.handoffs} so far)`);
+  }
+  return el("p", { class: "muted", id: "runs-on" }, "Runs on ", parts.join(" · "));
 }
 
 // Worktree: a --worktree goal's own branch and folder, how far it is from its base, its last merge.
