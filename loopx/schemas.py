@@ -10,8 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from loopx.accounts.budget import AccountSpend
+from loopx.accounts.files import ProviderHeaders
 from loopx.accounts.handoffs import AccountHandoffs
-from loopx.accounts.headers import ProviderHeaders
 from loopx.accounts.model import Account, AccountState, RootBudget
 from loopx.accounts.views import (
     AccountCheck,

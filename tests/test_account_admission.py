@@ -289,3 +289,56 @@ def test_a_codex_turn_reporting_96_percent_stops_the_accounts_next_turn(cli, tmp
         ("primary", 96.0),
         ("secondary", 40.0),
     ]
+
+
+# --- the provider's headers, as a sandboxed turn's proxy saw them ----------------------------------
+
+
+def test_the_proxy_s_headers_become_the_windows_the_clis_name():
+    """Codex's x-codex-* and Anthropic's unified headers, in the names the CLIs report."""
+    from loopx.accounts.headerwindows import header_windows
+
+    reset = int(RESET.timestamp())
+    seen = {
+        "x-codex-primary-used-percent": ("96.0", NOW),
+        "x-codex-primary-window-minutes": ("300", NOW),
+        "x-codex-primary-reset-at": (str(reset), NOW),
+        "x-codex-secondary-used-percent": ("40", NOW),
+        "x-codex-secondary-reset-after-seconds": ("3600", NOW),
+        "anthropic-ratelimit-unified-5h-utilization": ("0.9712", NOW),
+        "anthropic-ratelimit-unified-5h-reset": (str(reset), NOW),
+        "anthropic-ratelimit-unified-7d_opus-utilization": ("0.1", NOW),
+        "anthropic-ratelimit-unified-7d-utilization": ("not a number", NOW),
+        "retry-after": ("30", NOW),
+    }
+    windows = {w.name: w for w in header_windows(seen)}
+    assert sorted(windows) == ["five_hour", "primary", "secondary", "seven_day_opus"]
+    primary = windows["primary"]
+    assert (primary.used_percent, primary.window_minutes, primary.resets_at) == (96.0, 300, RESET)
+    assert windows["secondary"].resets_at == NOW + timedelta(hours=1)
+    assert round(windows["five_hour"].used_percent, 2) == 97.12
+    assert windows["five_hour"].seen_at == NOW
+
+
+def test_headers_a_sandboxed_turn_recorded_hold_the_account_past_its_mark(tmp_path):
+    """The proxy's record of a 96% window refuses the next turn, as a CLI's report would."""
+    import loopx
+    from loopx.accounts.files import held_account
+    from loopx.accounts.headers import record_headers
+    from loopx.model import utcnow
+
+    root = loopx.Root.open(tmp_path / "root", create=True)
+    root.accounts.add("work", host_kind="codex")
+    layout = Layout.at(tmp_path / "root")
+    held = held_account(layout, "work")
+    assert rules.account_admits(held.state, "g1", now=utcnow(), policy=held.policy)
+    later = int((utcnow() + timedelta(hours=2)).timestamp())
+    record_headers(layout, "work", {
+        "x-codex-primary-used-percent": "96.0",
+        "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-reset-at": str(later),
+    })  # fmt: skip
+    held = held_account(layout, "work")
+    refusal = rules.admit(held.state, "g1", now=utcnow(), policy=held.policy)
+    assert not refusal.allowed
+    assert refusal.message.startswith("account work: 5-hour window at 96%, resets ")

@@ -16,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
+from loopx.accounts.headerwindows import header_windows
 from loopx.accounts.model import (
     DEFAULT_PREFIX,
     Account,
@@ -33,7 +35,7 @@ from loopx.accounts.model import (
     is_default,
     valid_account_name,
 )
-from loopx.accounts.windows import AdmissionPolicy
+from loopx.accounts.windows import AdmissionPolicy, merged
 from loopx.errors import (
     AccountDamagedError,
     AccountMismatchError,
@@ -43,13 +45,14 @@ from loopx.errors import (
     UnsafePathError,
     UsageError,
 )
+from loopx.model import Record, UtcDatetime, utcnow
 from loopx.registry.model import Goal
 from loopx.root import Layout
 from loopx.storage.files import read_model_or_none
 
 ACCOUNTS_NAME: Final = "accounts"
 # The files admission reads, whose change the scheduler looks at an account's goals again for.
-_WATCHED: Final = ("account.json", "state.json", "budget.json")
+_WATCHED: Final = ("account.json", "state.json", "budget.json", "provider-headers.json")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -245,13 +248,56 @@ def admission_policy(layout: Layout, name: str) -> AdmissionPolicy:
     return account.admission if account is not None else AdmissionPolicy()
 
 
+class SeenHeader(Record):
+    """One header's latest value."""
+
+    value: str
+    seen_at: UtcDatetime
+
+
+class ProviderHeaders(Record):
+    """The latest rate-limit and usage headers of the account's provider, by lower-case name."""
+
+    schema_version: Literal[1] = 1
+    account: str
+    headers: dict[str, SeenHeader] = Field(default_factory=dict)
+
+    def pairs(self) -> dict[str, tuple[str, datetime]]:
+        """Each header's value and when it was seen."""
+        return {name: (h.value, h.seen_at) for name, h in self.headers.items()}
+
+
+def headers_file(layout: Layout, account: str) -> Path:
+    """``accounts/<name>/provider-headers.json``."""
+    return accounts_dir(layout) / account / "provider-headers.json"
+
+
+def read_headers(layout: Layout, account: str) -> ProviderHeaders | None:
+    """What was recorded for ``account`` (None: nothing yet, or a file LoopX did not write).
+
+    A damaged file is no word from the provider: the windows the turns reported still hold.
+    """
+    try:
+        return read_model_or_none(headers_file(layout, account), ProviderHeaders)
+    except (CorruptFileError, UnsafePathError):
+        return None
+
+
 def held_account(layout: Layout, name: str) -> HeldAccount:
-    """:func:`held_state` with the account's admission policy; a damaged policy holds it too."""
+    """:func:`held_state` with the account's admission policy; a damaged policy holds it too.
+
+    The windows are the turns' reports merged with what a sandboxed turn's proxy
+    saw in the provider's headers, newest first (:func:`read_headers`).
+    """
     state = held_state(layout, name)
     try:
         policy = admission_policy(layout, name)
     except AccountDamagedError as e:
         return HeldAccount(damaged_state(e), AdmissionPolicy())
+    seen = read_headers(layout, name) if state.condition is not Condition.DAMAGED else None
+    if seen is not None and (reported := header_windows(seen.pairs())):
+        windows = merged(state.windows, reported, at=utcnow())
+        state = state.model_copy(update={"windows": windows})
     return HeldAccount(state, policy)
 
 
