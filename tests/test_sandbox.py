@@ -485,3 +485,37 @@ def test_the_roots_default_sandbox_goes_to_goals_added_without_one(tmp_path):
     assert a is not None and a.allow_domains == ["github.com"]
     assert root.goals.show("b").goal.sandbox is None
     assert Root.init(tmp_path / "root").sandbox == report.sandbox  # a plain init keeps it
+
+
+def test_a_merge_runs_the_goal_s_check_on_the_merged_tree_in_its_sandbox(tmp_path):
+    """A check that passes only when it cannot see another goal's workdir passes at the merge
+    too: the merged tree's check is confined as the turn's was."""
+    from loopx.agents.merging import merge
+
+    other = tmp_path / "other-goal"
+    other.mkdir()
+    repo = make_repo(tmp_path / "repo")
+    root = Root.open(tmp_path / "root", create=True)
+    script = (
+        "cat > /dev/null; echo notes > notes.txt; git add notes.txt; "
+        "git -c user.name=t -c user.email=t@x commit -q -m notes; "
+        'printf \'{"kind": "completed", "summary": "ok"}\' > "$LOOPX_RESULT_FILE"'
+    )
+    check = f"import os, sys; sys.exit(1 if os.path.exists({str(other)!r}) else 0)"
+    root.goals.add(
+        "g",
+        objective="write notes",
+        workdir=repo,
+        host=["sh", "-c", script],
+        worktree=True,
+        done_check=[sys.executable, "-c", check],
+        sandbox="bwrap",
+    )
+    run_one_turn(root.layout, "g", agent_id="a", config=FAST)
+    assert root.goals.show("g").goal.status == "done"
+    journal = merge(root.layout, "g")
+    assert (journal.outcome, journal.check is not None and journal.check.passed) == (
+        "merged",
+        True,
+    ), journal
+    assert git(repo, "show", "main:notes.txt") == "notes"

@@ -3,7 +3,7 @@
 :func:`merge` is :func:`loopx.worktree.merge.merge_goal` with the goal's
 done-check run by the one runner of checks
 (:func:`loopx.agents.donecheck.run_done_check`) in the merge's scratch
-worktree. :func:`auto_merge` merges a goal with ``--auto-merge`` once a turn
+worktree, inside the goal's sandbox when it has one. :func:`auto_merge` merges a goal with ``--auto-merge`` once a turn
 made it done, through the same path; :func:`resume_merges` finishes every
 merge a kill interrupted (`loopx recover`).
 """
@@ -16,7 +16,9 @@ from datetime import datetime
 from pathlib import Path
 
 from loopx import environ
+from loopx.accounts.model import account_of
 from loopx.agents.donecheck import run_done_check
+from loopx.agents.sandbox.session import TurnSandbox
 from loopx.errors import GitError, LoopxError, MergeBusyError, MergeRefusedError
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
@@ -44,14 +46,28 @@ def merged_tree_check(layout: Layout) -> CheckRunner:
         if spec is None:
             return None
         env = environ.without((environ.FAULT,))
-        env.update({environ.GOAL_ID: goal.id, environ.WORKDIR: str(where)})
-        result = run_done_check(
-            list(spec.argv),
-            cwd=where,
-            timeout_s=spec.timeout_s,
-            env=env,
-            loopx_root=str(layout.root),
-        )
+        own = {environ.GOAL_ID: goal.id, environ.WORKDIR: str(where)}
+        env.update(own)
+        argv = list(spec.argv)
+        # A sandboxed goal's check runs in its sandbox on the merged tree too, as in its turns.
+        sandbox = None
+        if goal.sandbox is not None:
+            sandbox = TurnSandbox(
+                layout,
+                goal.id,
+                goal.sandbox,
+                account=account_of(goal.account, goal.host.kind),
+                host_kind=goal.host.kind,
+            )
+            env = sandbox.environment(env, own)
+            argv = sandbox.wrap(argv, cwd=where, env=env, result_file=None)
+        try:
+            result = run_done_check(
+                argv, cwd=where, timeout_s=spec.timeout_s, env=env, loopx_root=str(layout.root)
+            )
+        finally:
+            if sandbox is not None:
+                sandbox.close()
         return MergeCheck(
             exit_code=None if result.timed_out else result.exit_code,
             passed=result.passed,
