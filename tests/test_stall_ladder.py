@@ -139,6 +139,25 @@ def test_a_stall_that_persists_on_a_goal_with_a_fallback_hands_its_next_turn_off
     assert (state["consecutive_failures"], state["handoffs"]) == (0, 1)
 
 
+def test_an_account_s_max_resumes_bounds_the_automatic_resumes_of_all_its_goals(
+    cli, fake, tmp_path
+):
+    """With --max-resumes 1 the ladder resumes once, then goes to its gate: the cap holds."""
+    cli.run("account", "add", "work", "--host-kind", "claude", "--max-resumes", "1", check=True)
+    cli.run(
+        "goal", "add", "g", "--objective", "make it work", "--workdir", str(fake),
+        "--host-kind", "claude", "--account", "work", "--stall-timeout", "0.5", check=True,
+    )  # fmt: skip
+    report = _turn(cli, "stall")
+    assert (report["status"], report["kind"]) == ("committed", "needs_human"), report
+    ladder = _journal(cli).stall
+    assert ladder is not None
+    assert [r.rung for r in ladder.runs] == ["resume", "gate"]
+    taken = json.loads((cli.root / "accounts" / "work" / "resumes.json").read_text())["taken"]
+    assert [goal for goal, _ in taken] == ["g"]
+    assert len(log_lines(tmp_path / "claude.log")) == 2  # the turn's run and one resume
+
+
 def test_the_host_s_own_idle_timeout_is_a_stall(cli, fake):
     """Claude Code's own "Request timed out." climbs the ladder too; it never counts as a failure."""
     _add(cli, fake, "30")

@@ -1,10 +1,11 @@
-"""``accounts/<name>/handoffs.json``: the handed-off turns an account took, for its cap.
+"""``accounts/<name>/handoffs.json`` and ``resumes.json``: automatic work an account took.
 
 An account with ``max_handoffs`` takes at most that many turns handed off
-from other accounts in its budget window (``budget.window_hours``). The
-hand-off step takes a slot under the file's lock before the turn is
-planned (:func:`take_slot`); a turn cut short before it ran keeps its slot,
-so the count errs toward fewer hand-offs, never more.
+from other accounts in its budget window (``budget.window_hours``), and one
+with ``max_resumes`` at most that many automatic resumes of a stalled host
+(the stall ladder's runs). The step takes a slot under the file's lock before
+the work starts (:func:`take_slot`); work cut short keeps its slot, so the
+count errs toward less automatic work, never more.
 """
 
 from __future__ import annotations
@@ -23,19 +24,24 @@ from loopx.storage.files import atomic_write_model, ensure_dir, read_model_or_no
 from loopx.storage.locks import locked
 
 FILE_NAME: Final = "handoffs.json"
+Kind = Literal["handoffs", "resumes"]  # what the slots count, and the file's name
 
 
 class AccountHandoffs(Record):
-    """The hand-offs an account took in its window: when each was decided, by goal."""
+    """The hand-offs (or resumes) an account took in its window: when each began, by goal."""
 
     schema_version: Literal[1] = 1
     name: str
     taken: list[tuple[str, UtcDatetime]] = Field(default_factory=list)  # (goal id, decided at)
 
 
-def handoffs_file(layout: Layout, name: str) -> Path:
-    """``accounts/<name>/handoffs.json``."""
-    return accounts_dir(layout) / name / FILE_NAME
+def handoffs_file(layout: Layout, name: str, kind: Kind = "handoffs") -> Path:
+    """``accounts/<name>/handoffs.json`` (or ``resumes.json``)."""
+    return accounts_dir(layout) / name / f"{kind}.json"
+
+
+def _cap(account: Account, kind: Kind) -> int | None:
+    return account.max_handoffs if kind == "handoffs" else account.max_resumes
 
 
 def _window(account: Account) -> timedelta:
@@ -48,22 +54,25 @@ def in_window(record: AccountHandoffs, account: Account, *, now: datetime) -> in
     return sum(1 for _, at in record.taken if start < at <= now)
 
 
-def at_cap(layout: Layout, name: str, *, now: datetime) -> bool:
-    """Whether the account took its ``max_handoffs`` in its window (a default one has no cap).
+def at_cap(layout: Layout, name: str, *, now: datetime, kind: Kind = "handoffs") -> bool:
+    """Whether the account took its cap of ``kind`` in its window (a default one has no cap).
 
     Raises:
         LoopxError: its policy or this file is damaged.
     """
     account = None if is_default(name) else read_account(layout, name)
-    if account is None or account.max_handoffs is None:
+    cap = _cap(account, kind) if account is not None else None
+    if account is None or cap is None:
         return False
-    record = read_model_or_none(handoffs_file(layout, name), AccountHandoffs)
+    record = read_model_or_none(handoffs_file(layout, name, kind), AccountHandoffs)
     taken = in_window(record, account, now=now) if record is not None else 0
-    return taken >= account.max_handoffs
+    return taken >= cap
 
 
-def take_slot(layout: Layout, name: str, goal_id: str, *, now: datetime) -> bool:
-    """Record a hand-off to the account under the file's lock; False when its cap is reached.
+def take_slot(
+    layout: Layout, name: str, goal_id: str, *, now: datetime, kind: Kind = "handoffs"
+) -> bool:
+    """Record one of ``kind`` on the account under the file's lock; False at its cap.
 
     Raises:
         AccountNotFoundError: a named account without a file.
@@ -72,13 +81,14 @@ def take_slot(layout: Layout, name: str, goal_id: str, *, now: datetime) -> bool
     if is_default(name):
         return True
     account = load_account(layout, name)
-    if account.max_handoffs is None:
+    cap = _cap(account, kind)
+    if cap is None:
         return True
-    path = handoffs_file(layout, name)
+    path = handoffs_file(layout, name, kind)
     ensure_dir(path.parent)
     with locked(path):
         record = read_model_or_none(path, AccountHandoffs) or AccountHandoffs(name=name)
-        if in_window(record, account, now=now) >= account.max_handoffs:
+        if in_window(record, account, now=now) >= cap:
             return False
         start = now - _window(account)
         kept = [(g, at) for g, at in record.taken if at > start]

@@ -85,6 +85,8 @@ class Account(Record):
     max_overloads: Annotated[int, Field(ge=1, le=1000)] = 5  # in a row, then a gate
     # Turns handed off to it from other accounts per budget window (None: no cap).
     max_handoffs: Annotated[int, Field(ge=0)] | None = None
+    # Automatic resumes of its stalled hosts (the stall ladder's runs) per budget window.
+    max_resumes: Annotated[int, Field(ge=0)] | None = None
     budget: AccountBudget = Field(default_factory=AccountBudget)
     price_in_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     price_out_per_mtok: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None

@@ -18,7 +18,7 @@ BAR_WIDTH = 20
 POLICY_OPTIONS = (
     "on_limit", "max_limit_waits", "max_overloads", "max_tokens", "max_cost_usd", "window_hours",
     "price_in_per_mtok", "price_out_per_mtok", "admit_until", "admit_past_priority",
-    "no_admit_past", "max_handoffs",
+    "no_admit_past", "max_handoffs", "max_resumes",
 )  # fmt: skip
 
 
@@ -50,6 +50,12 @@ def policy_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="turns other accounts' goals hand off to it per budget window (no cap)",
+    )
+    parser.add_argument(
+        "--max-resumes",
+        type=int,
+        metavar="N",
+        help="automatic resumes of its stalled hosts per budget window (no cap; 0: none)",
     )
     parser.add_argument(
         "--price-in-per-mtok", type=float, metavar="USD", help="estimate cost: input price"

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from loopx.accounts.handoff import handoffs_in_window
+from loopx.accounts.handoffs import take_slot
+from loopx.accounts.model import account_of
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.model import utcnow
@@ -144,6 +146,8 @@ def _climb(ctx: TurnContext, rung: Rung) -> TurnContext:
         timeout = journal.plan.turn_timeout_s
         if not may_climb(journal.stall, rung, now=now, resumes=resumes, turn_timeout_s=timeout):
             break
+        if not _resume_slot(ctx, journal, now):
+            break  # the account's --max-resumes in its window: the next rung decides
         ladder = climbed(
             journal.stall,
             rung,
@@ -160,6 +164,16 @@ def _climb(ctx: TurnContext, rung: Rung) -> TurnContext:
         journal = _run(ctx.but(journal=journal), rung)
         journal = journal.model_copy(update={"usage": _added(spent, journal.usage)})
     return ctx.but(journal=journal)
+
+
+def _resume_slot(ctx: TurnContext, journal: TurnJournal, now: datetime) -> bool:
+    """A slot of the account's ``max_resumes`` taken for one more run (no cap: always)."""
+    account = account_of(journal.plan.account, journal.plan.host_kind)
+    try:
+        return take_slot(ctx.layout, account, journal.goal_id, now=now, kind="resumes")
+    except LoopxError as e:  # its policy damaged: no automatic resume on it until repaired
+        log.warning("resume_slot_unusable", account=account, error=e.message)
+        return False
 
 
 def _run(ctx: TurnContext, rung: Rung) -> TurnJournal:
