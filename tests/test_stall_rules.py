@@ -174,13 +174,15 @@ def test_kill_reason_stops_a_quiet_host_past_its_stall_timeout() -> None:
     assert kill_reason(quiet, Limits(timeout_s=600)) is None
 
 
-def _run(tmp_path: Path, script: str, stall_s: float):
+def _run(tmp_path: Path, script: str, stall_s: float, activity: tuple[str, ...] = ()):
     return run_host(
         [sys.executable, "-c", script],
         stdin=b"",
         cwd=tmp_path,
         env={**os.environ, "LOOPX_TURN_KEY": "k", "LOOPX_ROOT": str(tmp_path)},
-        limits=Limits(timeout_s=60, stall_timeout_s=stall_s, kill_grace_s=0.5),
+        limits=Limits(
+            timeout_s=60, stall_timeout_s=stall_s, kill_grace_s=0.5, activity_paths=activity
+        ),
         turn_key="k",
         loopx_root=str(tmp_path),
     )
@@ -280,3 +282,22 @@ def test_resumes_are_counted_over_the_goal_s_journals_of_the_last_day(tmp_path: 
         update={"turn_key": "g-t000003-e1", "seq": 3, "stall": _ladder(Rung.RESUME, at=now)}
     )
     assert resumes_in_window(layout, current, now) == 3
+
+
+def test_a_host_that_writes_only_its_session_records_is_not_stalled(tmp_path: Path) -> None:
+    """Quiet pipes, but a file under its activity folder keeps moving: it runs to its end;
+    once the file stops moving too, it is stalled."""
+    records = tmp_path / "sessions" / "2026" / "12"
+    records.mkdir(parents=True)
+    script = (
+        "import time, pathlib\n"
+        f"p = pathlib.Path({str(records / 'rollout.jsonl')!r})\n"
+        "for _ in range(12):\n"
+        "    with p.open('a') as f: f.write('{}\\n')\n"
+        "    time.sleep(0.25)\n"
+    )
+    sessions = str(tmp_path / "sessions")
+    run = _run(tmp_path, script, 1.0, (sessions,))
+    assert (run.killed, run.exit_code) == (None, 0)
+    silent = _run(tmp_path, script + "time.sleep(60)\n", 1.0, (sessions,))
+    assert silent.killed is FailureReason.HOST_STALLED

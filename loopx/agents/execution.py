@@ -25,7 +25,7 @@ from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
 from loopx.agents.hosts import Host, HostInvocation, HostOutput, Interpretation, host_for
 from loopx.agents.hosts.autonomy import with_autonomy
-from loopx.agents.hosts.base import SessionRecords
+from loopx.agents.hosts.base import ActivityFiles, SessionRecords
 from loopx.agents.hosts.plugins import PluginError
 from loopx.agents.hosts.watch import StallWatcher
 from loopx.agents.hosts.windows import RECORDS_TAIL_BYTES
@@ -213,6 +213,11 @@ def _envelope(journal: TurnJournal) -> Envelope:
     return stalled_envelope(envelope, journal.stall)
 
 
+def activity_paths(host: Host, env: Mapping[str, str]) -> tuple[str, ...]:
+    """What the host's CLI writes while it works, a sign of life besides its pipes."""
+    return tuple(host.activity_paths(env)) if isinstance(host, ActivityFiles) else ()
+
+
 def stall_timeout(ctx: TurnContext, invocation: HostInvocation) -> float | None:
     """The run's stall timeout: the goal's, else the default of a host that streams output."""
     own = ctx.goal.quota.stall_timeout_s
@@ -298,6 +303,7 @@ class _HostWatch:
                     max_rss_mb=journal.plan.max_rss_mb,
                     kill_grace_s=ctx.config.kill_grace_s,
                     stall_timeout_s=stall_timeout(ctx, invocation),
+                    activity_paths=activity_paths(self.host, env),
                 ),
                 turn_key=journal.turn_key,
                 loopx_root=str(ctx.layout.root),

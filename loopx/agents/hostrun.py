@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Final
 
 from loopx import environ
+from loopx.agents.activity import newest_mtime
 from loopx.agents.hostguard import HostGuard, guard_for_run
 from loopx.agents.hostpipes import Capture, Pipes
 from loopx.agents.hosttree import Tree, leftovers, own_children, sweep
@@ -82,6 +83,9 @@ class Limits:
     max_rss_mb: float | None = None
     kill_grace_s: float = DEFAULT_KILL_GRACE_S
     stall_timeout_s: float | None = None  # no output for this long: stalled (None: never)
+    # Files or folders the host is known to write (its session records): a file in them
+    # modified within the stall timeout is a sign of life too.
+    activity_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +300,7 @@ class _Running:
         self.t0 = time.monotonic()
         self.wall_s = 0.0
         self.watched = False  # ended because the adapter's watch saw it stuck
+        self.file_at = 0.0  # when a file of its activity paths last moved (monotonic)
         self.error: BaseException | None = None
 
     def watch(
@@ -339,9 +344,12 @@ class _Running:
                 elapsed_s=now_m - self.t0,
                 rss_bytes=rss,
                 stop_requested=stop is not None and stop.is_set(),
-                quiet_s=now_m - max(self.t0, self.out.last_at or 0.0, self.err.last_at or 0.0),
-            )
+                quiet_s=now_m - max(self.t0, self.out.last_at or 0.0, self.err.last_at or 0.0,
+                                    self.file_at),
+            )  # fmt: skip
             killed = kill_reason(observed, self.limits)
+            if killed is FailureReason.HOST_STALLED and self._wrote_files(now_m):
+                killed = None  # its files moved since: quiet on its pipes, not stalled
             if killed is None and tick is not None and now_m >= next_tick:
                 next_tick = now_m + tick_every_s
                 try:
@@ -355,6 +363,20 @@ class _Running:
             self._terminate()
         self.wall_s = time.monotonic() - self.t0
         return killed
+
+    def _wrote_files(self, now_m: float) -> bool:
+        """Whether a file of ``activity_paths`` moved since the last sign of life.
+
+        Read only when the pipes have been quiet past the stall timeout: one walk per spell.
+        """
+        newest = newest_mtime(self.limits.activity_paths)
+        if newest is None:
+            return False
+        at_m = now_m - max(0.0, time.time() - newest)  # the wall clock's mtime, on our clock
+        if at_m <= max(self.t0, self.file_at):
+            return False
+        self.file_at = at_m
+        return now_m - at_m <= (self.limits.stall_timeout_s or 0.0)
 
     def reap(self, killed: FailureReason | None) -> resource.struct_rusage:
         """Sweep what the host left, then collect its exit status and rusage."""

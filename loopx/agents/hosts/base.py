@@ -121,6 +121,19 @@ class Host(Protocol):
 
 
 @runtime_checkable
+class ActivityFiles(Protocol):
+    """An adapter whose CLI writes session records while it works (a sign of life).
+
+    The turn runner looks at :meth:`activity_paths` only once the host's pipes
+    have been quiet past the stall timeout: a file there modified since is not a stall.
+    """
+
+    def activity_paths(self, env: Mapping[str, str]) -> list[str]:
+        """The files or folders the CLI writes while it works, under ``env``'s homes."""
+        ...
+
+
+@runtime_checkable
 class SessionRecords(Protocol):
     """An adapter whose CLI reports usage windows only in its session records (Codex).
 

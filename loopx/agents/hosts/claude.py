@@ -20,6 +20,8 @@ run's cost is their increase (:func:`~loopx.agents.hosts.session.turn_cost`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from pydantic import ValidationError
@@ -165,6 +167,13 @@ class ClaudeHost:
         argv += extra
         prompt = build_prompt(envelope, resumed=resume is not None)
         return HostInvocation(argv=argv, stdin=prompt.encode(), streams=True)
+
+    def activity_paths(self, env: Mapping[str, str]) -> list[str]:
+        """``$CLAUDE_CONFIG_DIR/projects``: Claude Code appends each message to its transcript."""
+        home = env.get("CLAUDE_CONFIG_DIR") or (
+            str(Path(env["HOME"]) / ".claude") if "HOME" in env else ""
+        )
+        return [str(Path(home) / "projects")] if home else []
 
     def interpret(self, envelope: Envelope, output: HostOutput) -> Interpretation:
         """The result in Claude Code's final JSON, or a typed failure. Pure."""

@@ -217,6 +217,11 @@ class CodexHost:
             outcome, session=session, input_tokens=tokens[0], output_tokens=tokens[1]
         )
 
+    def activity_paths(self, env: Mapping[str, str]) -> list[str]:
+        """``$CODEX_HOME/sessions``: Codex appends each event of a turn to its rollout file."""
+        home = env.get("CODEX_HOME") or (str(Path(env["HOME"]) / ".codex") if "HOME" in env else "")
+        return [str(Path(home) / "sessions")] if home else []
+
     def records_file(self, env: Mapping[str, str], reading: Interpretation) -> Path | None:
         """The thread's session file: ``$CODEX_HOME/sessions/*/*/*/rollout-*-<thread>.jsonl``.
 
