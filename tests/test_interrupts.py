@@ -133,3 +133,22 @@ def test_ctrl_c_ends_supervisor_run(tmp_path: Path, moment: float) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_ctrl_c_wrapped_by_an_import_is_still_an_interruption():
+    """pydantic's class set-up wraps a KeyboardInterrupt in a RuntimeError: still exit 130."""
+    from loopx.cli._app import _caused_by_interrupt
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    def import_cut_short() -> None:
+        try:
+            interrupted()
+        except KeyboardInterrupt as e:
+            raise RuntimeError("Error calling __set_name__ on ...") from e
+
+    with pytest.raises(RuntimeError) as wrapped:
+        import_cut_short()
+    assert _caused_by_interrupt(wrapped.value)
+    assert not _caused_by_interrupt(RuntimeError("a plain error"))

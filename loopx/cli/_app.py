@@ -167,13 +167,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             call, arguments = args.warm
             remember_answer(words, call, **arguments)
     except KeyboardInterrupt:
-        from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
-
-        print("loopx: interrupted", file=sys.stderr)
-        return exitcodes.INTERRUPTED
+        return _interrupted()
     except Exception as e:  # noqa: BLE001 - _failed re-raises what it does not handle
+        if _caused_by_interrupt(e):
+            # A Ctrl-C inside an import can reach us wrapped (pydantic's class set-up
+            # raises a RuntimeError from it): still the interruption, not an error.
+            return _interrupted()
         return _failed(e, args)
     return code
+
+
+def _interrupted() -> int:
+    from loopx import exitcodes  # noqa: PLC0415 - not needed by --help/--version
+
+    print("loopx: interrupted", file=sys.stderr)
+    return exitcodes.INTERRUPTED
+
+
+def _caused_by_interrupt(e: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among ``e``'s causes."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _failed(e: Exception, args: argparse.Namespace | None) -> int:
