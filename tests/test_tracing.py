@@ -139,7 +139,18 @@ def test_a_turn_is_one_trace_with_a_span_per_step(layout: Layout, tmp_path: Path
     assert seen.read_text() == f"loopx.goal_id=g1,loopx.turn_key={turn_key}"
 
 
-def test_a_spans_ids_are_bound_into_the_structured_logs(monkeypatch, receiver):
+@pytest.fixture
+def in_process_tracer():
+    """The provider a test makes in this process, shut down after it (its export thread goes:
+    a later test in this worker may fork)."""
+    yield
+    for made in tracing._tracers.values():
+        if made is not None:
+            made[0].shutdown()
+    tracing._tracers.clear()
+
+
+def test_a_spans_ids_are_bound_into_the_structured_logs(monkeypatch, receiver, in_process_tracer):
     """Inside a span, every log event carries its trace_id and span_id, as exported."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
     with tracing.span("turn", {"loopx.goal_id": "g"}):

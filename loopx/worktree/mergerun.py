@@ -50,7 +50,6 @@ _POLL_S: Final = 0.05
 _GIT_TIMEOUT_S: Final = 300.0
 # The runs whose interruption may leave a lock outside the scratch worktree, and where.
 _SYNC_ACTIONS: Final = frozenset({"sync", "unsync"})
-_MOVE_ACTIONS: Final = frozenset({"move", "move_back"})
 
 
 @dataclass(slots=True)
@@ -187,9 +186,10 @@ class MergeRun:
             if where.is_dir():
                 index = Path(git.output(where, "rev-parse", "--absolute-git-dir")) / "index.lock"
                 found += [index] if index.exists() else []
-        if self._failed(_MOVE_ACTIONS):
-            ref = git.common_dir(repo) / "refs" / "heads" / f"{journal.base}.lock"
-            found += [ref] if ref.exists() else []
+        # The base's ref lock whoever left it (this merge's killed move, or a git killed while
+        # it moved the base for another goal): removed only once no process holds the repository.
+        ref = git.common_dir(repo) / "refs" / "heads" / f"{journal.base}.lock"
+        found += [ref] if ref.exists() else []
         return found
 
     # --- the scratch worktree -------------------------------------------------------------------
