@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import signal
-from typing import Final
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -26,6 +27,28 @@ def describe_exit(exit_code: int | None, sig: int | None) -> str:
             name = str(sig)
         return f"was killed by signal {name}"
     return f"exited with code {exit_code}"
+
+
+def typed_events(stdout: str) -> tuple[list[dict[str, Any]], int]:
+    """A JSON-lines stdout's objects with a string ``type``, in order, and its other lines. Pure.
+
+    The count is of the other non-blank lines (not JSON, or no ``type``).
+    """
+    events: list[dict[str, Any]] = []
+    junk = 0
+    for raw in stdout.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and isinstance(event.get("type"), str):
+            events.append(event)
+        else:
+            junk += 1
+    return events, junk
 
 
 def _last_json_line(stdout: str) -> str | None:

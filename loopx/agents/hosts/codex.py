@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from loopx.accounts.windows import UsageWindow
+from loopx.agents.hosts._parse import typed_events
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
     Diagnosis,
@@ -104,19 +105,9 @@ def _on_item(parsed: CodexEvents, item: dict[str, Any]) -> None:
 def parse_events(stdout: str) -> CodexEvents:
     """Read a ``codex exec --json`` stdout. Pure; unknown events are skipped."""
     parsed = CodexEvents()
-    for raw in stdout.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            parsed.junk_lines += 1
-            continue
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            parsed.junk_lines += 1
-            continue
-        parsed.events += 1
+    events, parsed.junk_lines = typed_events(stdout)
+    parsed.events = len(events)
+    for event in events:
         _on_event(parsed, event)
     return parsed
 

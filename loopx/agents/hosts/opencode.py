@@ -16,11 +16,11 @@ A session it cannot find is ``Error: Session not found`` on stderr, exit 1.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
+from loopx.agents.hosts._parse import typed_events
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
     AUTH_STATUSES,
@@ -99,19 +99,9 @@ def _on_event(parsed: OpencodeEvents, event: dict[str, Any]) -> None:
 def parse_events(stdout: str) -> OpencodeEvents:
     """Read an ``opencode run --format json`` stdout. Pure; unknown events are skipped."""
     parsed = OpencodeEvents()
-    for raw in stdout.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            parsed.junk_lines += 1
-            continue
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            parsed.junk_lines += 1
-            continue
-        parsed.events += 1
+    events, parsed.junk_lines = typed_events(stdout)
+    parsed.events = len(events)
+    for event in events:
         _on_event(parsed, event)
     return parsed
 

@@ -15,11 +15,11 @@ model call ends the run with exit 0 and that message, after pi's own retries
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from loopx.agents.hosts._parse import typed_events
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.diagnosis import (
     AUTH_STATUSES,
@@ -76,16 +76,9 @@ def _on_assistant(parsed: PiEvents, message: dict[str, Any]) -> None:
 def parse_events(stdout: str) -> PiEvents:
     """Read a ``pi --mode json`` stdout. Pure; unknown events are skipped."""
     parsed = PiEvents()
-    for raw in stdout.splitlines():
-        line = raw.strip()
-        try:
-            event = json.loads(line) if line else None
-        except ValueError:
-            event = None
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            parsed.junk_lines += bool(line)
-            continue
-        parsed.events += 1
+    events, parsed.junk_lines = typed_events(stdout)
+    parsed.events = len(events)
+    for event in events:
         if event["type"] == "session" and isinstance(event.get("id"), str):
             parsed.session_id = parsed.session_id or event["id"]
         message = event.get("message")
