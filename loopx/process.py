@@ -24,9 +24,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final
 
 from loopx import environ
 from loopx.pids import pid_held
@@ -316,6 +317,22 @@ def signals_blocked(signals: Iterable[int] = HANDLED_SIGNALS) -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def own_sigint(
+    handler: Callable[[int, FrameType | None], Any],
+) -> Callable[[int, FrameType | None], Any] | int | None:
+    """Install ``handler`` for SIGINT; a Ctrl-C that came before and was lost is handed to it now.
+
+    The CLI's first handler notes every Ctrl-C (``interrupted``) besides raising
+    KeyboardInterrupt, which CPython drops when it lands in a weakref callback or
+    a finalizer. Returns the previous handler, for the caller to restore.
+    """
+    previous = signal.signal(signal.SIGINT, handler)
+    if getattr(previous, "interrupted", False):
+        previous.interrupted = False  # type: ignore[union-attr] # handed over once
+        handler(signal.SIGINT, None)
+    return previous
 
 
 def unblock_handled_signals() -> None:

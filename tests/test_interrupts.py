@@ -152,3 +152,36 @@ def test_a_ctrl_c_wrapped_by_an_import_is_still_an_interruption():
         import_cut_short()
     assert _caused_by_interrupt(wrapped.value)
     assert not _caused_by_interrupt(RuntimeError("a plain error"))
+
+
+LOST_CTRL_C = """
+import gc, os, signal, weakref
+from loopx import cli, process
+
+cli._note_ctrl_c()
+
+class Thing:
+    pass
+
+# SIGINT raised while a weakref callback runs: CPython drops the KeyboardInterrupt and goes on.
+ref = weakref.ref(Thing(), lambda _: (os.kill(os.getpid(), signal.SIGINT), sum(range(10**5))))
+gc.collect()
+seen = []
+process.own_sigint(lambda signum, _frame: seen.append(int(signum)))
+process.own_sigint(lambda signum, _frame: seen.append(-int(signum)))
+print(seen)
+"""
+
+
+def test_a_ctrl_c_cpython_drops_before_a_command_owns_sigint_is_handed_to_its_handler() -> None:
+    """A Ctrl-C swallowed in a weakref callback (as at import) still stops a later server, once."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOST_CTRL_C],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=True,
+    )
+    assert done.stderr == ""  # nothing printed of the dropped KeyboardInterrupt
+    assert done.stdout.strip() == f"[{int(signal.SIGINT)}]", done.stdout

@@ -1,6 +1,7 @@
 """The `loopx` command line: thin over the library."""
 
 import os
+import signal
 import sys
 
 # Set by a command whose objects only the operating system needs to free (leave_heap_to_os).
@@ -9,12 +10,42 @@ _heap_to_os = False
 _PARSER_OWN = frozenset({"-h", "--help", "--version"})
 
 
+class _EarlyInterrupt:
+    """SIGINT until a command owns it: the KeyboardInterrupt, and a note that it came.
+
+    CPython raises a signal's exception in whichever Python code runs next. When
+    that is a weakref callback (importlib's module locks have one, run at every
+    import) the interpreter prints "Exception ignored" and goes on: the Ctrl-C
+    would be lost, and a server that starts afterwards would serve on. A command
+    that installs its own handler through :func:`loopx.process.own_sigint` is
+    handed the noted one.
+    """
+
+    interrupted = False
+
+    def __call__(self, _signum: int, _frame: object) -> None:
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+
+def _note_ctrl_c() -> None:
+    """SIGINT to :class:`_EarlyInterrupt`; a dropped KeyboardInterrupt is noted, not printed."""
+    signal.signal(signal.SIGINT, _EarlyInterrupt())
+    sys.unraisablehook = _unraisable
+
+
+def _unraisable(unraisable: "sys.UnraisableHookArgs") -> None:
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+
+
 def run() -> None:
     """Console-script entry: a Ctrl-C while the CLI is still importing exits 130 quietly.
 
     A warm `status --json` or `quota should-run` is answered before argparse
     (:func:`warm_answer`).
     """
+    _note_ctrl_c()
     try:
         argv = sys.argv[1:]
         if argv and _PARSER_OWN.isdisjoint(argv):

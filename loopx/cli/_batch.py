@@ -7,7 +7,7 @@ import signal
 import threading
 from pathlib import Path
 
-from loopx import exitcodes
+from loopx import exitcodes, process
 from loopx.cli._common import (
     Subparsers,
     add_agent_options,
@@ -71,7 +71,7 @@ def run_batch(args: argparse.Namespace) -> int:
         stop.set()
 
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, on_sigint)
+    process.own_sigint(on_sigint)
     with display_for() as show:
         report = fleet.run_plan(
             args.plan,

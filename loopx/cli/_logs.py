@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from loopx import exitcodes
+from loopx import exitcodes, process
 from loopx.cli._common import Subparsers, add_command, root
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def run_logs(args: argparse.Namespace) -> int:
         return exitcodes.OK
     stopped: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stopped.append(exitcodes.OK))
-    signal.signal(signal.SIGINT, lambda *_: stopped.append(exitcodes.INTERRUPTED))
+    process.own_sigint(lambda *_: stopped.append(exitcodes.INTERRUPTED))
     for entry in logs.follow(args.goal_id, stop=lambda: bool(stopped), **options):
         _print(entry, as_json=args.json)
         if stopped:

@@ -10,7 +10,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from loopx import exitcodes
+from loopx import exitcodes, process
 from loopx.cli import leave_heap_to_os
 from loopx.cli._common import Subparsers, add_command, configure_logging, root, stored_answer
 
@@ -275,7 +275,7 @@ class _WatchStop:
 
     def install(self) -> None:
         """Own SIGINT and SIGTERM; SIGALRM is the grace's end."""
-        signal.signal(signal.SIGINT, self.handle_signal)
+        process.own_sigint(self.handle_signal)
         signal.signal(signal.SIGTERM, self.handle_signal)
         signal.signal(signal.SIGALRM, lambda *_: os._exit(exitcodes.OK))
 

@@ -636,8 +636,9 @@ class Supervisor:
         os.set_blocking(read_fd, False)
         os.set_blocking(write_fd, False)
         old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+        handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
         old_handlers = {s: signal.signal(s, self.handle_signal) for s in handled}
+        old_handlers[signal.SIGINT] = process.own_sigint(self.handle_signal)
         # Started by `supervisor start`, we inherit the spawner's blocked mask (see process.spawn).
         process.unblock_handled_signals()
         try:

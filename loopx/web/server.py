@@ -37,6 +37,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from loopx import process
 from loopx.errors import UsageError
 from loopx.log import get_logger
 from loopx.root import Layout
@@ -246,7 +247,8 @@ class HttpServer:
         handlers: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             handlers = {
-                s: signal.signal(s, self.handle_signal) for s in (signal.SIGINT, signal.SIGTERM)
+                signal.SIGTERM: signal.signal(signal.SIGTERM, self.handle_signal),
+                signal.SIGINT: process.own_sigint(self.handle_signal),
             }
         try:
             asyncio.run(self._serve())
