@@ -25,9 +25,9 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from loopx.hints import note_goal_changed
 from loopx.log import configure_logging
 from loopx.model import utcnow
+from loopx.root.hints import note_goal_changed
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import append_history, history_line, make_root
 from loopx.web.server import make_server

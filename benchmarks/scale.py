@@ -51,10 +51,10 @@ import psutil
 from _fleet import ENV, SH_SCRIPT, compile_package, cpu_seconds, start_fleet, stop_fleet, turns
 from status_scale import http_latency  # benchmarks/status_scale.py, next to this script
 
-from loopx.hints import note_goal_changed
 from loopx.log import configure_logging
 from loopx.model import utcnow
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.state import GoalState
 from loopx.storage.files import atomic_write_model
 

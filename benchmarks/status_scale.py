@@ -33,9 +33,9 @@ from pathlib import Path
 
 from _fleet import compile_package
 
-from loopx.hints import note_goal_changed
 from loopx.log import configure_logging
 from loopx.model import utcnow
+from loopx.root.hints import note_goal_changed
 from loopx.status.cache import StatusCache
 from loopx.status.current import clear_status_cache
 from loopx.testing.status_fixtures import (

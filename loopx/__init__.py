@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
     # The Python API: the names of ``__all__`` below that ``loopx.api`` defines.
     from loopx.api import *  # noqa: F403
-    from loopx.archive import ArchiveResult
     from loopx.batch.report import BatchReport, RunSummary
     from loopx.doctor import DoctorReport
     from loopx.errors import (
@@ -47,6 +46,7 @@ if TYPE_CHECKING:
     from loopx.registry.plan import BatchPlan
     from loopx.registry.quota_policy import QuotaPolicy
     from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
+    from loopx.retention.archive import ArchiveResult
     from loopx.root import Layout, ResolvedRoot, open_root, resolve_root
     from loopx.state import Gate, GoalState, Todo
     from loopx.status.refresh import RefreshReport
@@ -93,7 +93,7 @@ _EXPORTS: dict[str, str] = {
         "loopx.fleet",
     ),
     **dict.fromkeys(("QuotaDecision", "QuotaReport"), "loopx.quota.decision"),
-    "ArchiveResult": "loopx.archive",
+    "ArchiveResult": "loopx.retention.archive",
     "ImportReport": "loopx.registry.bulk",
     "DoctorReport": "loopx.doctor",
     "InitReport": "loopx.registry.initialise",

@@ -21,9 +21,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-from loopx.goallock import goal_lock
 from loopx.model import current_offset, set_clock_offset
 from loopx.root import Layout
+from loopx.root.goallock import goal_lock
 from loopx.state import GoalState
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.turn.clockshift import read_shifts, record_shift, recorded_shift, shifted

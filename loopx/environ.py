@@ -44,7 +44,7 @@ SOFT_LOCK_STALE_S: Final = "LOOPX_SOFT_LOCK_STALE_S"
 # The HTTP status server's bearer token.
 SERVE_TOKEN: Final = "LOOPX_SERVE_TOKEN"  # noqa: S105 - the variable's name, not a token
 
-# Log files (loopx.logfile): the file this process's stdout and stderr write to, which it
+# Log files (loopx.log.rotation): the file this process's stdout and stderr write to, which it
 # rotates by size; the size (bytes, default 10 MiB) is for tests and small disks.
 LOG_FILE: Final = "LOOPX_LOG_FILE"
 LOG_MAX_BYTES: Final = "LOOPX_LOG_MAX_BYTES"

@@ -20,7 +20,6 @@ from loopx.accounts.views import (
     AccountShow,
     AccountSummary,
 )
-from loopx.archive import ArchiveResult
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
@@ -34,8 +33,8 @@ from loopx.fleet import (
     SupervisorStatus,
     SupervisorStopped,
 )
+from loopx.history.logreader import LogEntry
 from loopx.hostcanary import HostCheck, HostList, HostsFile
-from loopx.logs import LogEntry
 from loopx.notify.config import NotifyConfig
 from loopx.notify.links import ServeAddress
 from loopx.notify.outbox import Outbox
@@ -51,11 +50,12 @@ from loopx.registry.model import Goal
 from loopx.registry.plan import BatchPlan
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
 from loopx.registry.worktree_record import WorktreeRecord
+from loopx.retention.archive import ArchiveResult
 from loopx.retention.gc import GcReport
 from loopx.retention.policy import RetentionSettings
 from loopx.retention.space import SpaceReading
-from loopx.rootwatch import RootMovedNote
-from loopx.settings import RegistrySettings
+from loopx.root.settings import RegistrySettings
+from loopx.root.watch import RootMovedNote
 from loopx.state import GoalState
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
 from loopx.status.refresh import RefreshReport, StatusIndex

@@ -10,9 +10,9 @@ from typing import Annotated, Final, Literal
 from pydantic import Field
 
 from loopx.donecheck import LastCheck
-from loopx.hints import note_goal_changed
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.locks import locked
 

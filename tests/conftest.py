@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import loopx.log
-from loopx.forking import can_fork
+from loopx.process.forking import can_fork
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 # The tests press Ctrl-C as a terminal does. Run from a script's background job (`pytest &`
@@ -159,7 +159,7 @@ def _no_apprise_threads() -> Iterator[None]:
     """Stop the worker threads Apprise (2.x) keeps for the rest of a process that sent in it.
 
     Left running, they would keep every later test's process from forking
-    (:func:`loopx.forking.can_fork`): a status would do its child's work itself.
+    (:func:`loopx.process.forking.can_fork`): a status would do its child's work itself.
     """
     yield
     module = sys.modules.get("apprise.apprise")
@@ -171,7 +171,7 @@ def _no_apprise_threads() -> Iterator[None]:
 
 @pytest.fixture
 def forkable() -> None:
-    """This process may fork (:func:`loopx.forking.can_fork`): no thread left by an earlier test.
+    """This process may fork (:func:`loopx.process.forking.can_fork`): no thread left by an earlier test.
 
     A test of the forked child needs it: without a fork the parent does the
     child's work itself, and a fault point meant for the child ends pytest.

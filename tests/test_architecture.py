@@ -45,6 +45,7 @@ ALLOWED: Final = {
     "facade": {"kernel", "api"},
 }
 # A CLI module parses, calls the library, prints and exits; file work is the library's.
+TOP_LEVEL_MAX_MODULES: Final = 20  # __init__, __main__ and _version included
 CLI_MODULE_MAX_LINES: Final = 350
 CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options) aside
 FILE_METHODS: Final = frozenset(
@@ -63,31 +64,19 @@ KERNEL_ORDER: Final = (
     "errors",
     "ids",
     "environ",
-    "pids",
-    "process",
+    "process",  # pids, process trees, signals; a forked child; the cyclic collector paused
     "faults",
-    "forking",  # a child process doing a piece of a command's work on the other core
     "secrets",
-    "logfile",  # log files under logs/, rotated by size
-    "log",
+    "log",  # structlog configured once, and the log files it writes, rotated by size
     "tracing",  # OTLP spans of a turn and its steps, only when an endpoint is configured
-    "duties",  # a long-running loop's duties: a resource error degrades one, never ends the loop
-    "collector",
     "memo",
-    "storage",
+    "storage",  # atomic files, locks, resource faults, a long-running loop's duties
     "model",
     "usage",  # what a turn or a check spent: journals, ledgers and done-checks record it
     "sandbox",  # a sandbox's policy (goal, account, root default), whether bwrap can run here
-    "git",  # the git CLI, one function per question (worktrees, merges)
-    "githolders",  # who holds a repository: the proof a killed git's lock may be removed
-    # the root, and what every layer above writes through it
-    "settings",
+    "git",  # the git CLI, one function per question; who holds a repository
+    # the root (settings, layout, the held directory, change hints, goal locks, the drop box)
     "root",
-    "logs",  # `loopx logs`: reading the logs under the root across their rotation
-    "rootwatch",  # the root held by directory descriptor, and what a moved root leaves
-    "dropbox",  # where hosts write their result: a private tmpfs folder outside the root
-    "hints",
-    "goallock",
     "donecheck",  # a goal's done-check and its last result: the goal, its state and journals hold it
     "state",
     "fleet",
@@ -97,11 +86,10 @@ KERNEL_ORDER: Final = (
     "accounts",  # provider accounts: their limits and budgets park goals before a turn plans
     "hostcanary",  # host kinds the canary quarantined (hosts.json): their goals wait
     "turn",
-    "history",
+    "history",  # a goal's turns and the logs under the root, read across their rotation
     "clock",
-    "archive",
     "batch",
-    "retention",  # folds turns (replay, registry) and holds turns for space; status reads it
+    "retention",  # archives goals, folds turns (replay, registry), holds turns for space
     "worktree",  # makes a goal's worktree at its claim (fenced by the lease) and merges it
     # the readers of many layers, and the list of every file kind
     "status",
@@ -249,6 +237,12 @@ def test_the_kernel_order_names_every_kernel_package() -> None:
     units = {kernel_unit(module_name(p)) for p in package_files()} - {None}
     assert len(set(KERNEL_ORDER)) == len(KERNEL_ORDER)
     assert sorted(units) == sorted(KERNEL_ORDER)
+
+
+def test_at_most_twenty_modules_sit_at_the_top_of_the_package() -> None:
+    """A new module joins the package of what it holds: the top stays a short list."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= TOP_LEVEL_MAX_MODULES, top
 
 
 def test_kernel_imports_follow_the_kernel_order() -> None:

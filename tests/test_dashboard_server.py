@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.registry.goals import get_goal
 from loopx.registry.model import GoalStatus
+from loopx.root.hints import note_goal_changed
 from loopx.state import load_state
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.testing.status_fixtures import append_history, history_line

@@ -1,7 +1,7 @@
 """A host's result survives a root fault: the drop box is outside the root.
 
 A host that finishes while the root is read-only writes its result to the
-private tmpfs drop box (``loopx.dropbox``); the agent keeps it in memory,
+private tmpfs drop box (``loopx.root.dropbox``); the agent keeps it in memory,
 waits out the refused journal writes, and commits the turn when the root
 takes writes again. Mounting needs root (CAP_SYS_ADMIN): elsewhere skipped.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.dropbox import drop_box_base, result_path
 from loopx.registry.model import HostKind
+from loopx.root.dropbox import drop_box_base, result_path
 from tests.fleet_helpers import wait_for
 from tests.turnkit import cli_env, demo_goal, make_root
 

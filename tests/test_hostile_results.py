@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from loopx.agents.turn import attempt_turn
-from loopx.dropbox import result_path
 from loopx.errors import FileTooLargeError, NotRegularFileError
 from loopx.registry.model import HostKind
+from loopx.root.dropbox import result_path
 from loopx.storage.files import MAX_READ_BYTES, read_bytes
 from loopx.turn.failures import FailureReason
 from tests.turnkit import cli_env, demo_goal, make_root

@@ -6,9 +6,9 @@ import os
 import time
 from datetime import datetime, timedelta
 
-from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.schedule.index import DEFAULT_DEEP_SWEEP_S, DEFAULT_SWEEP_S, ScheduleIndex
 from loopx.state import GoalState
 from loopx.status.cache import StatusCache

@@ -16,8 +16,8 @@ import pytest
 
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
-from loopx.logfile import RotatingFile, rotated
-from loopx.logs import LogQuery, read
+from loopx.history.logreader import LogQuery, read
+from loopx.log.rotation import RotatingFile, rotated
 from loopx.model import utcnow
 from loopx.supervisor.windowlog import pump
 from loopx.testing.status_fixtures import make_goal

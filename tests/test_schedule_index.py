@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from loopx.hints import note_goal_changed
 from loopx.model import utcnow
 from loopx.registry.model import GoalStatus, QuotaPolicy
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.schedule.candidates import gather_candidates
 from loopx.schedule.index import ScheduleIndex
 from loopx.schedule.select import select

@@ -19,9 +19,9 @@ import pytest
 
 from loopx.agents.turn import run_one_turn
 from loopx.cli._app import main
-from loopx.dropbox import drop_box_base
 from loopx.log import configure_logging
 from loopx.root import Layout
+from loopx.root.dropbox import drop_box_base
 from loopx.turn.journal import journal_files
 from tests.turnkit import cli_env, demo_goal, loopx, make_root
 
@@ -187,7 +187,7 @@ def test_planted_symlink_is_never_followed(tmp_path: Path, where: str, capsys) -
         assert "Traceback" not in text, text
     assert link.is_symlink(), "the planted link was replaced or removed"
     assert _snapshot(decoy) == before, "the symlink's target was written through"
-    # With the drop box outside the root (loopx.dropbox) nothing uses results/.
+    # With the drop box outside the root (loopx.root.dropbox) nothing uses results/.
     if where != "goals/g/results" or drop_box_base() is None:
         assert any("symlink" in text for text in errors), errors
     doctor = json.loads(loopx(layout.root, "doctor", "--json").stdout)

@@ -13,10 +13,10 @@ from pathlib import Path
 import filelock
 import pytest
 
-from loopx import goallock
 from loopx.errors import LockTimeoutError
 from loopx.model import utcnow
 from loopx.process import ProcessIdentity
+from loopx.root import goallock
 from loopx.storage import locks
 from loopx.storage.locks import locked
 from loopx.storage.softlock import (

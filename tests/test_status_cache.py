@@ -7,7 +7,6 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from loopx.hints import note_goal_changed
 from loopx.history.reader import (
     HistoryCounts,
     count_history,
@@ -19,6 +18,7 @@ from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.registry.goals import open_gate, set_status
 from loopx.registry.model import GoalStatus
+from loopx.root.hints import note_goal_changed
 from loopx.status.cache import StatusCache
 from loopx.status.current import clear_status_cache, current_status, refresh_status
 from loopx.status.store import StatusStore, store_file

@@ -12,11 +12,11 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from loopx.dropbox import result_path as dropbox_result_path
 from loopx.model import utcnow
 from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+from loopx.root.dropbox import result_path as dropbox_result_path
 
 _VOLATILE = {
     "pid",
@@ -135,7 +135,7 @@ def durable_snapshot(layout: Layout, goal_id: str, workdir: Path) -> dict[str, A
     """The goal's durable files with timestamps, pids, usage, attempts and paths removed."""
     goal_dir = layout.goal_dir(goal_id)
 
-    # The result drop box is outside the root, one directory per root (loopx.dropbox).
+    # The result drop box is outside the root, one directory per root (loopx.root.dropbox).
     drop_box = str(dropbox_result_path(layout, goal_id, "k").parent.parent)
 
     def read(path: Path) -> str:

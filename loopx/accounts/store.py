@@ -45,10 +45,10 @@ from loopx.accounts.model import (
 )
 from loopx.errors import AccountDamagedError
 from loopx.faults import fault_point
-from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.quota.decision import QuotaDecision, QuotaReason
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.storage.files import atomic_write_model, ensure_dir
 from loopx.storage.locks import locked
 

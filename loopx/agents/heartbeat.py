@@ -14,13 +14,13 @@ import socket
 import threading
 from datetime import datetime
 
-from loopx.duties import Duties
 from loopx.errors import resource_fault
 from loopx.fleet import AgentConfig, AgentHeartbeat, AgentPhase
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import ProcessIdentity
 from loopx.root import Layout
+from loopx.storage.duties import Duties
 from loopx.storage.files import atomic_write_model
 
 log = get_logger(__name__)

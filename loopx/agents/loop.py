@@ -32,7 +32,6 @@ from loopx.agents.hostguard import stop_guard
 from loopx.agents.outcome import show_outcome
 from loopx.agents.signals import install_signal_handlers
 from loopx.clock import calibrate
-from loopx.duties import Duties
 from loopx.errors import LoopxError
 from loopx.faults import fault_point
 from loopx.fleet import AgentConfig, AgentPhase
@@ -45,9 +44,10 @@ from loopx.process import (
 from loopx.registry.model import Goal
 from loopx.retention.space import check_space
 from loopx.root import Layout
-from loopx.rootwatch import RootHandle
+from loopx.root.watch import RootHandle
 from loopx.schedule.index import ScheduleIndex
 from loopx.secrets import secret_values
+from loopx.storage.duties import Duties
 
 log = get_logger(__name__)
 

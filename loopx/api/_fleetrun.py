@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from loopx.batch.report import RunSummary
 from loopx.errors import LoopxError, UsageError
 from loopx.fleet import Backend, Visibility
-from loopx.logfile import open_log
+from loopx.log.rotation import open_log
 from loopx.process import set_parent_death_signal
 from loopx.root import Layout
 from loopx.storage.files import ensure_dir

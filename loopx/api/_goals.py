@@ -52,7 +52,7 @@ from loopx.turn.workdir import shared_workdirs
 # Imported where used: archiving, probing and merging cost `goal add` a fifth of its start.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from loopx.archive import ArchiveResult
+    from loopx.retention.archive import ArchiveResult
     from loopx.status.view import ProbeObservation
     from loopx.worktree.mergejournal import MergeJournal, MergeMode
     from loopx.worktree.view import WorktreeView
@@ -483,7 +483,7 @@ class Goals:
         now: datetime | None = None,
     ) -> ArchiveResult:
         """`loopx archive`: move a goal's files aside and mark it archived."""
-        from loopx.archive import archive_goal, parse_archive_root  # noqa: PLC0415
+        from loopx.retention.archive import archive_goal, parse_archive_root  # noqa: PLC0415
 
         where = (
             parse_archive_root(archive_root)

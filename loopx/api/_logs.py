@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from loopx.errors import UsageError
-from loopx.logs import LogEntry, LogQuery, follow, parse_duration, read
+from loopx.history.logreader import LogEntry, LogQuery, follow, parse_duration, read
 from loopx.model import utcnow
 from loopx.root import Layout
 

@@ -12,7 +12,7 @@ from loopx import exitcodes, process
 from loopx.cli._common import Subparsers, add_command, root
 
 if TYPE_CHECKING:
-    from loopx.logs import LogEntry
+    from loopx.history.logreader import LogEntry
 
 
 def register(sub: Subparsers) -> None:

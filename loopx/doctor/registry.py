@@ -12,7 +12,7 @@ import os
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.registry.store import registry_version
-from loopx.settings import SETTINGS_VERSION, RegistrySettings
+from loopx.root.settings import SETTINGS_VERSION, RegistrySettings
 
 
 def check_registry(doc: Checker) -> bool:

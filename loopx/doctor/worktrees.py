@@ -38,7 +38,7 @@ import psutil
 from loopx import git
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
-from loopx.githolders import Holder
+from loopx.git.holders import Holder
 from loopx.registry.model import Goal
 from loopx.registry.worktree_record import (
     WorktreePhase,

@@ -30,14 +30,14 @@ from pydantic import Field, ValidationError
 
 from loopx.errors import UsageError
 from loopx.faults import fault_point
-from loopx.hints import note_goal_changed
 from loopx.model import Record
-from loopx.pids import pid_held
+from loopx.process.pids import pid_held
 from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
 from loopx.registry.checks import GoalSetupError, check_program, check_sandbox, check_workdir
 from loopx.registry.model import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.storage.files import FILE_MODE, describe_validation_error, read_bytes
 
 _TIMESTAMPS: Final = ("created_at", "updated_at")

@@ -26,12 +26,11 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from loopx.collector import collector_paused
 from loopx.errors import LoopxError
-from loopx.hints import HintCursor, read_hints
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import utcnow
+from loopx.process.collector import collector_paused
 from loopx.registry.goal_index import (
     ABSENT,
     Fingerprint,
@@ -45,7 +44,8 @@ from loopx.registry.goal_index import VERSION as INDEX_VERSION
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.registry.store import read_settings
 from loopx.root import Layout
-from loopx.settings import create_settings
+from loopx.root.hints import HintCursor, read_hints
+from loopx.root.settings import create_settings
 from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
 
 DEFAULT_VERIFY_S: Final = 600.0  # a replaced goal file moves its directory: seen sooner

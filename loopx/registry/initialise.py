@@ -9,8 +9,8 @@ from loopx.registry.catalog import init_registry
 from loopx.registry.migrate import MigrationReport, migrate_registry
 from loopx.registry.store import read_settings
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
+from loopx.root.settings import RegistrySettings
 from loopx.sandbox import SandboxOptions, SandboxSpec, sandbox_spec, unavailable
-from loopx.settings import RegistrySettings
 from loopx.storage.files import atomic_write_model
 
 

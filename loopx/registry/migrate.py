@@ -25,7 +25,7 @@ from loopx.faults import fault_point
 from loopx.model import Record
 from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.settings import SETTINGS_VERSION, RegistrySettings
+from loopx.root.settings import SETTINGS_VERSION, RegistrySettings
 from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,

@@ -3,7 +3,7 @@
 A change to one goal reads and writes that goal's file only, under that
 file's lock, so writers of different goals never wait for each other and a
 change costs the same at ten goals and at a hundred thousand. Every write
-leaves a change hint (:func:`loopx.hints.note_goal_changed`) that
+leaves a change hint (:func:`loopx.root.hints.note_goal_changed`) that
 the goal index, the status cache and the agents' scheduling index follow.
 """
 
@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
-from loopx.hints import note_goal_changed
 from loopx.registry.model import Goal
 from loopx.root import Layout
-from loopx.settings import SETTINGS_VERSION, RegistrySettings
+from loopx.root.hints import note_goal_changed
+from loopx.root.settings import SETTINGS_VERSION, RegistrySettings
 from loopx.storage.files import atomic_write_model, parse_model, read_bytes
 from loopx.storage.locks import locked
 

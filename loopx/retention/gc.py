@@ -23,7 +23,6 @@ from typing import Final, Literal
 
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.faults import fault_point
-from loopx.hints import note_goal_changed
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record
@@ -33,6 +32,7 @@ from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
 from loopx.retention.settle import Tally, expire, notable, settle, unsettled
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.storage.files import (
     atomic_write_model,
     read_bytes,

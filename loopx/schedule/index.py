@@ -4,7 +4,7 @@ Built once (every registered goal's select inputs), then each step looks
 again only at goals that may have changed:
 
 * goals hinted as changed since the last step (every write to a goal's
-  files leaves a hint, :mod:`loopx.hints`), and new or removed goals
+  files leaves a hint, :mod:`loopx.root.hints`), and new or removed goals
   (the goal index, :mod:`loopx.registry.catalog`);
 * goals whose wake time passed: a future ``next_eligible_at``, a lease
   another agent holds, a quota window that frees up
@@ -48,13 +48,13 @@ from loopx.accounts.files import HeldAccount, account_fingerprints, held_account
 from loopx.accounts.model import Condition, account_of
 from loopx.accounts.rules import same_admission
 from loopx.errors import LoopxError
-from loopx.hints import changes_file
 from loopx.hostcanary import QuarantineWatch
 from loopx.log import get_logger
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.registry.catalog import GoalCatalog
 from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
+from loopx.root.hints import changes_file
 from loopx.schedule.candidates import candidate_and_decision
 from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint

@@ -38,17 +38,17 @@ from pydantic import TypeAdapter
 from pydantic_core import SchemaSerializer
 
 from loopx.accounts.views import account_summaries
-from loopx.collector import collector_paused
 from loopx.errors import LoopxError, resource_fault
-from loopx.hints import HintCursor, changes_file, read_hints, reset_hints
 from loopx.hostcanary import quarantined_kinds
 from loopx.log import get_logger
 from loopx.memo import fingerprint as file_fingerprint
 from loopx.memo import private_dir
 from loopx.model import utcnow
+from loopx.process.collector import collector_paused
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
+from loopx.root.hints import HintCursor, changes_file, read_hints, reset_hints
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.prefetch import Fingerprints, Prefetch
 from loopx.status.projection import assemble

@@ -12,11 +12,11 @@ from datetime import datetime
 from pathlib import Path
 
 from loopx import memo
-from loopx.collector import collector_paused
 from loopx.errors import LoopxError
-from loopx.hints import changes_file
 from loopx.hostcanary import hosts_path
+from loopx.process.collector import collector_paused
 from loopx.root import Layout
+from loopx.root.hints import changes_file
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.prefetch import Prefetch
 from loopx.status.refresh import RefreshReport, StatusIndex

@@ -24,7 +24,7 @@ import marshal
 import os
 import signal
 
-from loopx.forking import exited_ok, fork
+from loopx.process.forking import exited_ok, fork
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 
 Fingerprints = dict[str, Fingerprint]

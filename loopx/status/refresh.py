@@ -21,10 +21,10 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from loopx.hints import HintCursor
 from loopx.history.reader import HistoryCounts
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal, GoalStatus
+from loopx.root.hints import HintCursor
 from loopx.status.fingerprint import Fingerprint
 from loopx.status.view import FleetView, GoalStatusView, ProbeObservation
 

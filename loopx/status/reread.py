@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from loopx.hints import HintCursor
 from loopx.history.reader import HistoryCounts
 from loopx.memo import fingerprint
 from loopx.registry.model import Goal
 from loopx.root import Layout
+from loopx.root.hints import HintCursor
 from loopx.status.fingerprint import Fingerprint, absent_files
 from loopx.status.projection import project_goal, project_unrun
 from loopx.status.refresh import CachedGoal, SharedSources, StatusIndex

@@ -4,7 +4,7 @@ The shell around the pure :mod:`loopx.status.projection`: fingerprints of a goal
 history tails (:mod:`loopx.history.reader`), the quota window's buckets (from
 the ledger's aggregate, the same reader the quota decision uses),
 the quarantine listing, probe observations and the fleet (the change hints that let
-a refresh skip the scan of unchanged goals are :mod:`loopx.hints`).
+a refresh skip the scan of unchanged goals are :mod:`loopx.root.hints`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Final, TypeVar
 
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord, process_runs, ray_fleet, ray_slot_of
-from loopx.hints import note_goal_changed
 from loopx.history.reader import HistoryCounts, tail_and_counts
 from loopx.memo import Fingerprint, fingerprint
 from loopx.model import utcnow
@@ -29,6 +28,7 @@ from loopx.registry.model import Goal, GoalStatus
 from loopx.retention.policy import RETENTION_FILE
 from loopx.retention.space import root_problem
 from loopx.root import GOALS_NAME, Layout
+from loopx.root.hints import note_goal_changed
 from loopx.state import GoalState
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
 from loopx.status.projection import NO_SPEND, GoalInputs

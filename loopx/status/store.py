@@ -33,11 +33,11 @@ from typing import Final
 from pydantic import ValidationError
 
 from loopx.faults import fault_point
-from loopx.forking import exited_ok, fork
 from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.memo import host_cache_dir
-from loopx.pids import pid_held
+from loopx.process.forking import exited_ok, fork
+from loopx.process.pids import pid_held
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
 from loopx.status.sources import NO_COUNTS

@@ -31,7 +31,7 @@ from loopx.batch.report import (
 )
 from loopx.errors import LoopxError
 from loopx.log import get_logger
-from loopx.logfile import open_log
+from loopx.log.rotation import open_log
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
 from loopx.registry.catalog import load_registry

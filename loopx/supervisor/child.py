@@ -30,7 +30,7 @@ def supervisor_argv(layout: Layout, options: Sequence[str]) -> list[str]:
 
 
 def log_env(env: Mapping[str, str], path: Path) -> dict[str, str]:
-    """``env`` naming ``path`` as the child's log file, which the child rotates (loopx.logfile)."""
+    """``env`` naming ``path`` as the child's log file, which the child rotates (loopx.log.rotation)."""
     return {**env, environ.LOG_FILE: str(path)}
 
 

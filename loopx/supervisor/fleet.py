@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from loopx import exitcodes, process
 from loopx.clock import calibrate
-from loopx.duties import Duties
 from loopx.errors import CorruptFileError, LoopxError, loop_fault, resource_fault
 from loopx.fleet import (
     ACTIVE_STATES,
@@ -40,7 +39,8 @@ from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
-from loopx.rootwatch import RootHandle, take_note
+from loopx.root.watch import RootHandle, take_note
+from loopx.storage.duties import Duties
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
 from loopx.supervisor.canary import CanaryDuty
@@ -135,7 +135,7 @@ class Supervisor:
         # The host CLIs probed at start and when a binary changes (loopx.hostcanary).
         self.canary = CanaryDuty(layout, self.env, python=config.python)
         # The root by directory descriptor; its path is checked every few seconds, so a root
-        # moved away stops the fleet with a record (loopx.rootwatch).
+        # moved away stops the fleet with a record (loopx.root.watch).
         self._root: RootHandle | None = None
         self._next_root_check = 0.0
         self._root_moved = False

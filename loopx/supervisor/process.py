@@ -15,7 +15,7 @@ from typing import IO
 import psutil
 
 from loopx import environ
-from loopx.logfile import open_log
+from loopx.log.rotation import open_log
 from loopx.process import find_by_env, signals_blocked
 from loopx.supervisor.child import log_env
 
@@ -35,7 +35,7 @@ def spawn(
     out: IO[bytes] | int = subprocess.DEVNULL
     if log_path is not None:
         out = os.fdopen(open_log(log_path), "ab", buffering=0)
-        env = log_env(env, log_path)  # the child rotates it (loopx.logfile)
+        env = log_env(env, log_path)  # the child rotates it (loopx.log.rotation)
     try:
         with signals_blocked():
             return subprocess.Popen(

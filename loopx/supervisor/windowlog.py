@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from loopx.logfile import RotatingFile
+from loopx.log.rotation import RotatingFile
 
 # CSI (colours, cursor moves), OSC (titles, ended by BEL or ST), and single-character escapes.
 _ESCAPES: Final = re.compile(

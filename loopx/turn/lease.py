@@ -24,12 +24,12 @@ from typing import Final, Literal
 
 from loopx import environ
 from loopx.errors import CorruptFileError, LeaseLostError
-from loopx.goallock import goal_lock
-from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
 from loopx.root import Layout
+from loopx.root.goallock import goal_lock
+from loopx.root.hints import note_goal_changed
 from loopx.storage.files import (
     atomic_write_bytes,
     atomic_write_model,

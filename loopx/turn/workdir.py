@@ -53,12 +53,12 @@ from typing import Final, Literal
 from pydantic import Field
 
 from loopx.errors import CorruptFileError
-from loopx.hints import note_goal_changed
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.registry.model import Goal
 from loopx.registry.worktree_record import turn_workdir as worktree_turn_workdir
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.storage.files import (
     atomic_write_model,
     ensure_dir,

@@ -36,7 +36,7 @@ from pathlib import Path
 from loopx import git
 from loopx.errors import WorktreeError
 from loopx.faults import fault_point
-from loopx.githolders import Holder
+from loopx.git.holders import Holder
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.model import Goal

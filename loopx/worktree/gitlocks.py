@@ -14,7 +14,7 @@ making. Every later git command there refuses to run while a lock stays.
 A lock may go only when its owner is proven gone (:func:`holders`): the git
 process LoopX recorded for the operation is not alive (its pid *and* start
 time, :class:`loopx.process.ProcessIdentity`), and no other process holds the
-repository (:func:`loopx.githolders.holders`, the rule `goal merge` judges its
+repository (:func:`loopx.git.holders.holders`, the rule `goal merge` judges its
 own locks by): none works inside the repository's git directory, none has a
 file open under it, and no git program works in the repository or the
 worktree. (Any other program whose working directory is the repository, a
@@ -41,7 +41,7 @@ from typing import Final
 
 import psutil
 
-from loopx.githolders import Holder, holders
+from loopx.git.holders import Holder, holders
 from loopx.process import ProcessIdentity
 
 INITIALIZING: Final = "initializing"  # the reason `git worktree add` locks a worktree with
@@ -57,7 +57,7 @@ def is_git(holder: Holder) -> bool:
 
 @dataclass(slots=True)
 class Processes:
-    """Who holds a repository (:func:`loopx.githolders.holders`), and when that was asked.
+    """Who holds a repository (:func:`loopx.git.holders.holders`), and when that was asked.
 
     Args:
         exclude: pids never counted (the asking process and its ancestors are always left out).

@@ -18,7 +18,7 @@ that died holding a lock.
 
 Either only once the interrupted git and the merge process that ran it are
 gone (by their recorded pid and start time) and no other live process holds
-the repository (:mod:`loopx.githolders`); until then it waits, at most
+the repository (:mod:`loopx.git.holders`); until then it waits, at most
 :data:`SETTLE_WAIT_S`, then stops naming the lock and its holder.
 """
 
@@ -35,7 +35,7 @@ from typing import Final
 
 from loopx import git
 from loopx.errors import GitError, MergeBusyError
-from loopx.githolders import gone, holders
+from loopx.git.holders import gone, holders
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import ProcessIdentity

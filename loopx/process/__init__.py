@@ -30,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 from loopx import environ
-from loopx.pids import pid_held
+from loopx.process.pids import pid_held
 
 # psutil and ctypes are imported where they are used: a cold `loopx status` asks only
 # whether a few recorded pids still run, which a dead pid answers without psutil

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from loopx.logfile import StdioRotation
+from loopx.log.rotation import StdioRotation
 from loopx.secrets import RedactSecrets, secret_values
 
 if TYPE_CHECKING:

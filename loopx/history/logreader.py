@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from loopx.errors import UsageError
-from loopx.logfile import KEEP, rotated
+from loopx.log.rotation import KEEP, rotated
 from loopx.model import Record
 from loopx.root import Layout
 

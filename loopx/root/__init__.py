@@ -303,7 +303,7 @@ def _make_dirs(layout: Layout, resolved: ResolvedRoot) -> None:
 def _initialise_registry(layout: Layout) -> None:
     # Lazy: only a new root needs pydantic. Only the settings file is written here: an
     # old single-file registry is migrated by its first reader (or `init --upgrade`).
-    from loopx.settings import create_settings  # noqa: PLC0415
+    from loopx.root.settings import create_settings  # noqa: PLC0415
 
     create_settings(layout.registry, layout.root)
 

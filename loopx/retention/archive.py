@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Final, Literal
 
 from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageError
-from loopx.hints import note_goal_changed
 from loopx.history.reader import history_tail
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime, iso_utc
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
+from loopx.root.hints import note_goal_changed
 from loopx.state import GoalState
 from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_model_or_none
 from loopx.storage.locks import locked

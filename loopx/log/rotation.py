@@ -6,7 +6,7 @@ write, when the file has passed its size, the older files shift up by one, the
 oldest beyond ``keep`` goes, and a fresh file takes the place of descriptors 1
 and 2 (``dup2``), so every later write of this process, its console included,
 lands in the new file (logs were appended to for ever).
-Readers (:mod:`loopx.logs`) read the rotated files oldest first.
+Readers (:mod:`loopx.history.logreader`) read the rotated files oldest first.
 """
 
 from __future__ import annotations
