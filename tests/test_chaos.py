@@ -49,6 +49,7 @@ from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout
 from loopx.turn.replay import replay
+from tests.faketime import LIBFAKETIME, faketime_env
 from tests.turnkit import cli_env, loopx, make_root
 
 SEED = int(os.environ.get("LOOPX_CHAOS_SEED", "20261129"))
@@ -420,15 +421,20 @@ def plant_lease(layout: Layout, goal_id: str, data: bytes) -> bool:
 
 def offset_turn(layout: Layout, goal_id: str) -> bool:
     """One `turn run-once` whose process clock runs a day ahead (Debian's faketime)."""
-    if shutil.which("faketime") is None:
+    if LIBFAKETIME is None:
         return False
     subprocess.run(
         [
-            *("faketime", "-f", "+1d", sys.executable, "-m", "loopx"),
+            *(sys.executable, "-m", "loopx"),
             *("--root", str(layout.root), "turn", "run-once", goal_id),
         ],
         capture_output=True,
-        env=cli_env(NO_FAKE_STAT="1", FAKETIME_DONT_FAKE_MONOTONIC="1", **RESOURCE_TIMING),
+        env=cli_env(
+            NO_FAKE_STAT="1",
+            FAKETIME_DONT_FAKE_MONOTONIC="1",
+            **faketime_env("+1d"),
+            **RESOURCE_TIMING,
+        ),
         timeout=120,
         check=False,
     )

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from loopx.clock import MAX_SKEW_S, skew
 from loopx.model import utcnow
+from tests.faketime import faketime_env, needs_faketime
 from tests.turnkit import cli_env, demo_goal, loopx_here, make_root
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -31,18 +29,18 @@ def test_skew_within_tolerance_is_ignored() -> None:
     assert skew(T0 - timedelta(hours=3), T0) == timedelta(hours=-3)
 
 
-@pytest.mark.skipif(shutil.which("faketime") is None, reason="Debian's faketime is not installed")
+@needs_faketime
 def test_a_turn_a_day_ahead_waits_what_its_result_asked(tmp_path: Path) -> None:
     """`wait 60` under a clock one day ahead: eligible about 60 s from now, window not exhausted."""
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "work", "--kind", "wait", "--wait-seconds", "60")
     # Only this process's clock is off; the file times it reads stay the kernel's
     # (NO_FAKE_STAT), like an agent on a machine whose clock runs ahead.
-    env = cli_env(NO_FAKE_STAT="1", FAKETIME_DONT_FAKE_MONOTONIC="1")
+    env = cli_env(NO_FAKE_STAT="1", FAKETIME_DONT_FAKE_MONOTONIC="1", **faketime_env("+1d"))
     before = utcnow()
     done = subprocess.run(
         [
-            *("faketime", "-f", "+1d", sys.executable, "-m", "loopx"),
+            *(sys.executable, "-m", "loopx"),
             *("--root", str(layout.root), "turn", "run-once", "g", "--json"),
         ],
         capture_output=True,

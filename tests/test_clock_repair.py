@@ -10,7 +10,6 @@ journals and the repaired states agree, done goals included.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -26,20 +25,17 @@ from loopx.state import load_state
 from loopx.storage.files import atomic_write_model
 from loopx.turn.clockshift import read_shifts, record_shift
 from loopx.turn.replay import replay
+from tests.faketime import faketime_env, needs_faketime
 from tests.turnkit import cli_env, demo_goal, make_root
-
-needs_faketime = pytest.mark.skipif(
-    shutil.which("faketime") is None, reason="Debian's faketime is not installed"
-)
 
 
 def _behind(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI under a clock two hours behind the one that wrote the root."""
     return subprocess.run(
-        ["faketime", "-f", "-2h", sys.executable, "-m", "loopx", "--root", str(root), *args],
+        [sys.executable, "-m", "loopx", "--root", str(root), *args],
         capture_output=True,
         text=True,
-        env=cli_env(),
+        env=cli_env(**faketime_env("-2h")),
         timeout=120,
         check=False,
     )

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,16 +29,13 @@ from loopx.root import Layout
 from loopx.state import update_state
 from loopx.turn.lease import claim
 from loopx.usage import Usage
+from tests.faketime import faketime_env, needs_faketime
 from tests.turnkit import cli_env
 
 T1 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 T2 = T1 + timedelta(seconds=95)
 GOAL = "g"
 HOST_NUMBERS = re.compile(rb'("available_memory_mb"|"load_1m"): [-+.e0-9]+')
-
-needs_faketime = pytest.mark.skipif(
-    shutil.which("faketime") is None, reason="Debian's faketime is not installed"
-)
 
 
 def add_goal(root: Path, *flags: str) -> Layout:
@@ -58,10 +54,12 @@ def should_run(root: Path, *flags: str, at: datetime) -> subprocess.CompletedPro
     clock = at.strftime("%Y-%m-%d %H:%M:%S")
     argv = [sys.executable, "-m", "loopx", "--root", str(root), "quota", "should-run", GOAL]
     return subprocess.run(
-        ["faketime", "-f", clock, *argv, *flags],
+        [*argv, *flags],
         capture_output=True,
         timeout=60,
-        env=cli_env(TZ="UTC", NO_FAKE_STAT="1", FAKETIME_DONT_FAKE_MONOTONIC="1"),
+        env=cli_env(
+            TZ="UTC", NO_FAKE_STAT="1", FAKETIME_DONT_FAKE_MONOTONIC="1", **faketime_env(clock)
+        ),
         check=False,
     )
 

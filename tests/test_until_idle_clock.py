@@ -11,7 +11,6 @@ recorded ahead of its clock as every decision does (``GoalState.eligible_at``).
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -28,10 +27,10 @@ from loopx.supervisor.config import SupervisorConfig
 from loopx.supervisor.fleet import Supervisor
 from loopx.supervisor.idle import Outcome, idle_verdict
 from loopx.supervisor.progress import goal_progress
+from tests.faketime import LIBFAKETIME
 from tests.fleet_helpers import kill_everything, start_supervisor
 from tests.turnkit import demo_goal, make_root
 
-LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 HORIZON = timedelta(seconds=60)
 # A host whose first turn asks to wait 20 s and whose second completes the goal.
 WAIT_THEN_DONE = f"""
@@ -91,7 +90,7 @@ def test_until_idle_under_a_clock_an_hour_behind_finishes_a_goal_that_waits_20_s
     tmp_path: Path,
 ) -> None:
     """Given a goal of two turns 20 s apart, `--until-idle` under faketime -1h exits 0, done."""
-    if not LIBFAKETIME.exists() or shutil.which("faketime") is None:
+    if LIBFAKETIME is None:
         pytest.skip("libfaketime is not installed (apt install faketime)")
     layout = make_root(tmp_path / "root")
     demo_goal(layout, "g", tmp_path / "work", sys.executable, "-c", WAIT_THEN_DONE,
@@ -102,7 +101,7 @@ def test_until_idle_under_a_clock_an_hour_behind_finishes_a_goal_that_waits_20_s
         "1",
         "--until-idle",
         log=tmp_path / "supervisor.log",
-        LD_PRELOAD=str(LIBFAKETIME),
+        LD_PRELOAD=LIBFAKETIME,
         FAKETIME="-1h",
         FAKETIME_DONT_FAKE_MONOTONIC="1",
     )
