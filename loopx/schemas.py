@@ -67,6 +67,7 @@ from loopx.turn.historyline import HistoryLine
 from loopx.turn.inspection import JournalInspection, JournalList
 from loopx.turn.journal import TurnJournal
 from loopx.turn.lease import Lease
+from loopx.turn.livetail import LiveOutput
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
@@ -76,7 +77,6 @@ from loopx.web import dashboard
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
 from loopx.web.bulk import BulkActionResult, BulkAnswerResult
 from loopx.web.events import ChangeEvent
-from loopx.web.livetail import LiveOutput
 from loopx.web.timeline import Timeline
 from loopx.web.worktrees import WorktreeState
 from loopx.worktree.gitrun import GitRun

@@ -245,6 +245,20 @@ def test_at_most_twenty_modules_sit_at_the_top_of_the_package() -> None:
     assert len(top) <= TOP_LEVEL_MAX_MODULES, top
 
 
+def test_only_the_api_and_the_schema_list_import_the_web_front_end() -> None:
+    """The agents and the kernel below it never import ``loopx.web``: it is the outer ring."""
+    allowed = ("loopx.web", "loopx.api", "loopx.schemas")
+    offenders = []
+    for path in package_files():
+        module = module_name(path)
+        if module == "loopx" or module.startswith(allowed) or layer_of(module) == "cli":
+            continue
+        for line, name in imported(ast.parse(path.read_text())):
+            if name == "loopx.web" or name.startswith("loopx.web."):
+                offenders.append(f"{module}:{line} imports {name}")
+    assert offenders == []
+
+
 def test_kernel_imports_follow_the_kernel_order() -> None:
     """A kernel module imports only its own package and those below it: no package cycle."""
     rank = {unit: i for i, unit in enumerate(KERNEL_ORDER)}

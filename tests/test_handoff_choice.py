@@ -16,7 +16,8 @@ from loopx.errors import InvalidPolicyError
 from loopx.registry.goals import GoalChanges, build_goal
 from loopx.registry.model import Goal, HostSpec
 from loopx.state import HostSession
-from loopx.status.projection import overlay_accounts, project_unrun
+from loopx.status.projection import project_unrun
+from loopx.status.queue import overlay_accounts
 from loopx.status.view import StatusReason
 from loopx.turn.steps.handoff import handed_goal
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from loopx.registry.model import HostKind
-from loopx.web.livetail import TAIL_BYTES, LiveTail, live_file, read_live
+from loopx.turn.livetail import TAIL_BYTES, LiveTail, live_file, read_live
 from loopx.web.server import make_server
 from tests.test_dashboard_server import call
 from tests.test_server import running

@@ -15,7 +15,8 @@ from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for
 from loopx.registry.model import HostKind
 from loopx.root import Layout
 from loopx.state import GoalState, HostSession
-from loopx.status.projection import GoalInputs, project_goal
+from loopx.status.inputs import GoalInputs
+from loopx.status.projection import project_goal
 from loopx.testing.status_fixtures import make_goal
 from loopx.turn.failures import FailureReason
 from loopx.turn.journal import HostOutcome, TurnJournal, TurnPlan, write_journal_unfenced

@@ -14,7 +14,9 @@ from loopx.registry.model import GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.state import GoalState
 from loopx.status.fleetview import fleet_view
-from loopx.status.projection import GoalInputs, project, project_goal
+from loopx.status.inputs import GoalInputs
+from loopx.status.projection import project_goal
+from loopx.status.queue import project
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import history_line, make_goal, open_gate_state
 from loopx.turn.outcome import ResultKind
@@ -378,7 +380,7 @@ def test_no_supervisor_fleet_view():
 @pytest.mark.parametrize("reason", list(StatusReason))
 def test_every_reason_code_has_a_rank(reason):
     """Every reason code can be ordered (the queue never fails on a new code)."""
-    from loopx.status.projection import _REASON_RANK
+    from loopx.status.queue import _REASON_RANK
 
     assert reason in _REASON_RANK
 

@@ -43,13 +43,13 @@ from loopx.secrets import redact_text, secret_values
 from loopx.storage.files import ensure_dir, read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import HostOutcome, TurnJournal, write_journal
+from loopx.turn.livetail import LiveTail
 from loopx.turn.protocol import Envelope
 from loopx.turn.stall import DEFAULT_STALL_TIMEOUT_S, stalled_envelope
 from loopx.turn.steps.committing import clear_result
 from loopx.turn.steps.context import TurnContext
 from loopx.turn.tamper import GoalFingerprint
 from loopx.usage import Usage
-from loopx.web.livetail import LiveTail
 
 log = get_logger(__name__)
 

@@ -51,7 +51,7 @@ from loopx.root import Layout
 from loopx.root.hints import HintCursor, changes_file, read_hints, reset_hints
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.prefetch import Fingerprints, Prefetch
-from loopx.status.projection import assemble
+from loopx.status.queue import assemble
 from loopx.status.refresh import (
     HINT_LOG_MAX,
     CachedGoal,

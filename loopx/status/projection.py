@@ -27,45 +27,31 @@ waiting             none    ``next_eligible_at`` is in the future
 ready               agent   none of the above
 ==================  ======  ==============================================
 
-``crash_loop`` (human) overlays ``ready``/``running`` when the lease holder's
-agent slot, or every agent slot, is in a crash loop: no agent can make
-progress there until a human looks at the logs.
-
-``waiting`` on an account overlays ``ready``/``waiting`` when the
-goal's account holds its goals back: ``account NAME limited until 19:05:34
-UTC (seen by goal G, turn T)``, overloaded, probing, staggered (actor none,
-until the account's time), or spent or needing a human (actor human). It is
-applied when the queue is assembled, from the account files read then, so a
-parked account shows at once on every goal of it without re-projecting them.
+The queue of every goal in order, and what overlays a goal's view there (a crash loop, an
+account's hold, a quarantined host kind), is :mod:`loopx.status.queue`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from loopx.accounts.model import AccountSummary, Condition, account_of
-from loopx.fleet import AgentHeartbeat, FleetRecord
+from loopx.accounts.model import account_of
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
-from loopx.quota.window import SpendColumns, WindowSpend
+from loopx.quota.window import WindowSpend
 from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.sandbox import sandbox_line
 from loopx.state import GoalState
-from loopx.status.fleetview import fleet_view, overlay_crash_loop
+from loopx.status.inputs import NO_SPEND, GoalInputs
 from loopx.status.view import (
     Actor,
-    FleetView,
     GoalStatusView,
     LastTurn,
     LeaseView,
-    ProbeObservation,
-    StatusCounts,
-    StatusProjection,
     StatusReason,
     share_values,
     trusted,
@@ -73,54 +59,13 @@ from loopx.status.view import (
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
 from loopx.turn.outcome import ResultKind
-from loopx.turn.workdir import WorkdirWait
 
 FAILING_HUMAN_AFTER: Final = 3  # consecutive failed turns before a human must look
 _OBJECTIVE_CHARS: Final = 200
 _SUMMARY_CHARS: Final = 500
-NO_SPEND: Final = SpendColumns()  # a goal that never ran has no bucket (frozen, so shared)
-
-
-_ACTOR_RANK: Final = {Actor.HUMAN: 0, Actor.AGENT: 1, Actor.NONE: 2}
-# Within an actor: the most urgent first.
-_REASON_RANK: Final = {
-    StatusReason.CRASH_LOOP: 0,
-    StatusReason.QUARANTINED: 1,
-    StatusReason.FAILING: 2,
-    StatusReason.GATE_PENDING: 3,
-    StatusReason.PAUSED: 4,
-    StatusReason.RUNNING: 5,
-    StatusReason.READY: 6,
-    StatusReason.QUOTA_EXHAUSTED: 7,
-    StatusReason.WAITING: 8,
-    StatusReason.DONE: 9,
-}
 
 
 # --- inputs ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class GoalInputs:
-    """Everything the projection reads about one goal (gathered by the caller).
-
-    ``history`` is the tail of ``history.jsonl``, oldest first; ``spend`` the
-    ledger's minute buckets reaching back at least to the quota window's start
-    (:func:`loopx.quota.ledger.window_spend`); ``damage`` one line per
-    file that could not be read; ``quarantined`` the names of the goal's
-    journals in ``quarantine/``.
-    """
-
-    goal: Goal
-    state: GoalState | None = None
-    lease: Lease | None = None
-    history: Sequence[HistoryLine] = ()
-    spend: SpendColumns = NO_SPEND
-    quarantined: Sequence[str] = ()
-    damage: Sequence[str] = ()
-    probe: ProbeObservation | None = None
-    # The goal waits for another goal's turn in its workdir (goals/<id>/turns/.workdir-wait.json).
-    workdir_wait: WorkdirWait | None = None
 
 
 # --- pieces ------------------------------------------------------------------------------------
@@ -535,150 +480,4 @@ def project_goal(inputs: GoalInputs, *, now: datetime) -> GoalStatusView:
             "host_kind": goal.host.kind,
             "sandbox": _sandbox(goal),
         },
-    )
-
-
-def order_key(view: GoalStatusView) -> tuple[int, int, int, str]:
-    """Humans first, then agents, then quiet goals; urgent reasons, then priority, then id."""
-    return (_ACTOR_RANK[view.actor], _REASON_RANK[view.reason], -view.priority, view.goal_id)
-
-
-_HELD_BY_ACCOUNT: Final = frozenset({StatusReason.READY, StatusReason.WAITING})
-_ACCOUNT_NEEDS_HUMAN: Final = frozenset(
-    {Condition.NEEDS_HUMAN, Condition.LOGIN_REFUSED, Condition.BUDGET_SPENT, Condition.DAMAGED}
-)
-
-
-def overlay_accounts(
-    views: Iterable[GoalStatusView], accounts: Sequence[AccountSummary]
-) -> tuple[list[GoalStatusView], list[AccountSummary]]:
-    """Goals their account holds back shown ``waiting`` on it; each account with its goals. Pure.
-
-    Only ``ready`` and ``waiting`` goals are overlaid: a running, gated,
-    paused, failing or done goal says so first; a goal the account lets past
-    its admission mark (its priority above ``lets_past_priority``) is not held,
-    nor is a goal a fallback account that holds nothing back may take on (hand-off).
-    """
-    if not accounts:  # no account to show or to hold a goal back: the views as they are
-        return list(views), []
-    holding = {a.name: a for a in accounts if a.message}
-    goals: dict[str, list[str]] = {a.name: [] for a in accounts}
-    waiting: dict[str, list[str]] = {a.name: [] for a in accounts}
-    root = next((a for a in accounts if a.whole_root and a.message), None)
-    out = []
-    for view in views:
-        name = view.account or ""
-        goals.setdefault(name, []).append(view.goal_id)
-        hold = root or holding.get(name)
-        if hold is not None and hold.lets_past_priority is not None:
-            hold = None if view.priority > hold.lets_past_priority else hold
-        if root is None and not all(f in holding for f in view.fallback_accounts):
-            hold = None  # a fallback account takes its turns on (hand-off)
-        if hold is not None and view.reason in _HELD_BY_ACCOUNT:
-            human = hold.state in _ACCOUNT_NEEDS_HUMAN
-            view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it
-                update={
-                    "actor": Actor.HUMAN if human else Actor.NONE,
-                    "reason": StatusReason.WAITING,
-                    "explanation": hold.message,
-                    "next_eligible_at": hold.until,
-                }
-            )
-            waiting.setdefault(hold.name, []).append(view.goal_id)
-        out.append(view)
-    summaries = [
-        a.model_copy(
-            update={
-                "goals": sorted(goals.get(a.name, [])) if not a.whole_root else [],
-                "waiting": sorted(waiting.get(a.name, [])),
-            }
-        )
-        for a in accounts
-    ]
-    return out, summaries
-
-
-def overlay_hosts(
-    views: Iterable[GoalStatusView], quarantined: Mapping[str, str]
-) -> Iterable[GoalStatusView]:
-    """Goals of a host kind the canary quarantined shown ``waiting`` on it. Pure.
-
-    ``quarantined``: the reason of each quarantined kind (``loopx hosts``). As for
-    an account's hold, only ``ready`` and ``waiting`` goals are overlaid.
-    """
-    if not quarantined:
-        return views
-    out = []
-    for view in views:
-        kind = view.host_kind
-        if kind is not None and kind in quarantined and view.reason in _HELD_BY_ACCOUNT:
-            view = view.model_copy(  # noqa: PLW2901 - the overlaid view replaces it
-                update={
-                    "actor": Actor.HUMAN,  # `loopx hosts check KIND [--accept]`
-                    "reason": StatusReason.WAITING,
-                    "explanation": f"{quarantined[kind]} (`loopx hosts check {kind}`, "
-                    "or with `--accept` to trust it)",
-                    "next_eligible_at": None,
-                }
-            )
-        out.append(view)
-    return out
-
-
-def assemble(
-    views: Iterable[GoalStatusView],
-    *,
-    fleet: FleetView,
-    generated_at: datetime,
-    checked_at: datetime,
-    quarantined_total: int = 0,
-    accounts: Sequence[AccountSummary] = (),
-    hosts: Mapping[str, str] | None = None,
-) -> StatusProjection:
-    """The ordered attention queue with counts, the crash-loop, host and account overlays. Pure.
-
-    ``hosts``: the reason of each host kind the canary quarantined.
-    """
-    held, summaries = overlay_accounts(overlay_hosts(views, hosts or {}), accounts)
-    ordered = sorted((overlay_crash_loop(v, fleet) for v in held), key=order_key)
-    # One count per (actor, reason) pair: a few dozen keys to sum, not two per goal.
-    pairs = Counter([(v.actor, v.reason) for v in ordered])
-    actors: Counter[Actor] = Counter()
-    reasons: Counter[StatusReason] = Counter()
-    for (actor, reason), n in pairs.items():
-        actors[actor] += n
-        reasons[reason] += n
-    return StatusProjection(
-        generated_at=generated_at,
-        checked_at=checked_at,
-        counts=StatusCounts(
-            total=len(ordered),
-            by_actor={a.value: actors[a] for a in Actor},
-            by_reason={r.value: reasons[r] for r in StatusReason},
-        ),
-        fleet=fleet,
-        quarantined_total=quarantined_total,
-        accounts=summaries,
-        goals=ordered,
-    )
-
-
-def project(
-    goals: Iterable[GoalInputs],
-    *,
-    fleet: FleetRecord | None,
-    heartbeats: Iterable[AgentHeartbeat],
-    quarantined_total: int,
-    now: datetime,
-    accounts: Sequence[AccountSummary] = (),
-) -> StatusProjection:
-    """The whole projection from scratch (the cache does the same incrementally). Pure."""
-    views = [project_goal(g, now=now) for g in goals if g.goal.status is not GoalStatus.ARCHIVED]
-    return assemble(
-        views,
-        fleet=fleet_view(fleet, heartbeats, now=now),
-        generated_at=now,
-        checked_at=now,
-        quarantined_total=quarantined_total,
-        accounts=accounts,
     )

@@ -31,7 +31,7 @@ from loopx.root import GOALS_NAME, Layout
 from loopx.root.hints import note_goal_changed
 from loopx.state import GoalState
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
-from loopx.status.projection import NO_SPEND, GoalInputs
+from loopx.status.inputs import NO_SPEND, GoalInputs
 from loopx.status.view import FleetView, ProbeObservation
 from loopx.storage.files import (
     atomic_write_model,

@@ -48,11 +48,11 @@ from loopx.status.documents import (
 )
 from loopx.status.sources import read_fleet
 from loopx.status.view import Actor, GoalStatusView
+from loopx.turn.livetail import read_live
 from loopx.web import dashboard
 from loopx.web.actions import read_audit
 from loopx.web.bind import host_allowed
 from loopx.web.events import StreamSlots
-from loopx.web.livetail import read_live
 from loopx.web.metrics import render_metrics
 from loopx.web.service import Snapshot, StatusService
 from loopx.web.worktrees import WorktreeStates, done_worktree_goals
