@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loopx.errors import RootMovedError
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from tests.turnkit import make_root
 
 

@@ -11,7 +11,7 @@ from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.registry.goals import GoalChanges, add_goal
 from loopx.registry.model import HostKind, HostSpec
-from loopx.storage import files
+from loopx.storage import dirs
 from loopx.turn.journal import journal_files
 from loopx.turn.lease import claim, read_epoch
 from tests.turnkit import demo_goal, make_root
@@ -107,7 +107,7 @@ def test_a_symlink_the_host_planted_is_refused_after_it(tmp_path: Path, monkeypa
     decoy = tmp_path / "decoy"
     monkeypatch.setenv("DECOY", str(decoy))
     layout.ensure_goal_dirs("g")  # the goal's directories checked before the host
-    assert files.checked_dirs(layout.goal_dir("g"))
+    assert dirs.checked_dirs(layout.goal_dir("g"))
     try:
         run_one_turn(layout, "g", agent_id="a", config=FAST)
     except LoopxError as e:

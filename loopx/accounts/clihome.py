@@ -29,7 +29,7 @@ from loopx.accounts.envfile import file_secrets, read_env_file
 from loopx.accounts.files import accounts_dir, load_account, read_account
 from loopx.accounts.model import Account, is_default
 from loopx.root import Layout
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 
 CLI_HOME_NAME: Final = "cli-home"
 PRIVATE: Final = 0o700

@@ -20,7 +20,8 @@ from loopx.accounts.files import accounts_dir, load_account, read_account
 from loopx.accounts.model import Account, is_default
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, ensure_dir, read_model_or_none
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.locks import locked
 
 FILE_NAME: Final = "handoffs.json"

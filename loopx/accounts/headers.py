@@ -15,7 +15,8 @@ from __future__ import annotations
 from loopx.accounts.files import ProviderHeaders, SeenHeader, headers_file, read_headers
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, ensure_dir
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model
 
 
 def record_headers(layout: Layout, account: str, seen: dict[str, str]) -> None:

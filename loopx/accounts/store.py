@@ -49,7 +49,8 @@ from loopx.log import get_logger
 from loopx.quota.decision import QuotaDecision, QuotaReason
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed
-from loopx.storage.files import atomic_write_model, ensure_dir
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model
 from loopx.storage.locks import locked
 
 BUDGET_GATE: Final = "budget"  # the opened_by of a budget's gate

@@ -40,7 +40,8 @@ from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
-from loopx.storage.files import ensure_dir, read_bytes
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import HostOutcome, TurnJournal, write_journal
 from loopx.turn.livetail import LiveTail

@@ -43,7 +43,8 @@ from loopx.root import Layout
 from loopx.sandbox import SandboxOptions, SandboxSpec, sandbox_spec
 from loopx.sandbox import unavailable as sandbox_unavailable
 from loopx.secrets import is_secret_name
-from loopx.storage.files import describe_validation_error, ensure_dir
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import describe_validation_error
 from loopx.storage.locks import locked
 
 BUDGET_FIELDS = ("max_tokens", "max_cost_usd", "window_hours")

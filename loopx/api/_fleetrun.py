@@ -23,7 +23,7 @@ from loopx.fleet import Backend, Visibility
 from loopx.log.rotation import open_log
 from loopx.process import set_parent_death_signal
 from loopx.root import Layout
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.supervisor.child import last_error, log_end, log_env, supervisor_argv
 from loopx.supervisor.notify import child_env
 

@@ -17,7 +17,7 @@ from loopx.notify.config import (
 from loopx.notify.outbox import load_outbox, outbox_path, save_outbox
 from loopx.notify.views import NotifyList, NotifyTestReport, TestDelivery, notify_list
 from loopx.root import Layout
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.storage.locks import locked
 
 NO_LINK_BASE = (

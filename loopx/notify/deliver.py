@@ -330,7 +330,7 @@ def run_notify(
     if not config.targets and not outbox_path(layout).exists():
         return None
     from loopx.errors import LockTimeoutError  # noqa: PLC0415 - small
-    from loopx.storage.files import ensure_dir  # noqa: PLC0415 - small
+    from loopx.storage.dirs import ensure_dir  # noqa: PLC0415 - small
 
     ensure_dir(outbox_path(layout).parent)
     try:

@@ -20,7 +20,8 @@ from loopx.notify.config import NotifyConfig
 from loopx.notify.outbox import OUTBOX_DIR
 from loopx.process import ProcessIdentity
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, ensure_dir, read_model_or_none
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model, read_model_or_none
 
 SERVE_NAME: Final = "serve.json"
 LEGACY_SERVE_NAME: Final = "serve.url"  # written at every start and never cleared: not read

@@ -35,7 +35,8 @@ from loopx.model import Record, UtcDatetime
 from loopx.notify.config import EventKind
 from loopx.notify.events import NotifyEvent, recovered
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_model, ensure_dir, read_model_or_none
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model, read_model_or_none
 
 OUTBOX_DIR: Final = "notify.d"
 OUTBOX_NAME: Final = "outbox.json"

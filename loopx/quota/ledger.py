@@ -47,16 +47,15 @@ from loopx.quota.window import (
     window_of,
 )
 from loopx.root import Layout
+from loopx.storage.dirs import ensure_dir, refuse_symlinked_parents
 from loopx.storage.files import (
     atomic_write_bytes,
     describe_validation_error,
-    ensure_dir,
     open_at,
     open_dir,
     open_regular,
     parse_model,
     read_bytes_at,
-    refuse_symlinked_parents,
 )
 from loopx.storage.jsonl import append_record, read_records
 from loopx.usage import Usage

@@ -46,7 +46,8 @@ from loopx.registry.store import read_settings
 from loopx.root import Layout
 from loopx.root.hints import HintCursor, read_hints
 from loopx.root.settings import create_settings
-from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model, parse_model, read_bytes
 
 DEFAULT_VERIFY_S: Final = 600.0  # a replaced goal file moves its directory: seen sooner
 GOAL_FILE: Final = "goal.json"

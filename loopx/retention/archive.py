@@ -25,7 +25,8 @@ from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed
 from loopx.state import GoalState
-from loopx.storage.files import atomic_write_model, ensure_dir, fsync_dir, read_model_or_none
+from loopx.storage.dirs import ensure_dir, fsync_dir
+from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.locks import locked
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Holder, Lease, holder_state

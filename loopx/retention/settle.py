@@ -18,7 +18,8 @@ from loopx.errors import LoopxError
 from loopx.faults import fault_point
 from loopx.retention.policy import KeepPolicy
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_bytes, ensure_dir, fsync_dir, read_bytes
+from loopx.storage.dirs import ensure_dir, fsync_dir
+from loopx.storage.files import atomic_write_bytes, read_bytes
 from loopx.turn.checkpoint import KEPT_DIR, Checkpoint
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
 from loopx.turn.outcome import ResultKind

@@ -12,7 +12,8 @@ from pathlib import Path
 from loopx import environ
 from loopx.errors import RootError, UnsafePathError
 from loopx.ids import validate_goal_id
-from loopx.storage.files import checked_dirs, ensure_dir, note_root, read_bytes
+from loopx.storage.dirs import checked_dirs, ensure_dir, note_root
+from loopx.storage.files import read_bytes
 
 TYPE_CHECKING = False  # not `typing`: a warm `quota should-run` must not pay for its import
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from typing import Final, Literal
 
 from loopx.model import Record
 from loopx.sandbox import SandboxSpec
-from loopx.storage.files import atomic_write_model, fsync_dir
+from loopx.storage.dirs import fsync_dir
+from loopx.storage.files import atomic_write_model
 
 SETTINGS_VERSION: Final = 2  # RegistrySettings.schema_version; 1 held every goal
 

@@ -69,7 +69,7 @@ from loopx.status.reread import read_shared, reread_goal
 from loopx.status.store import BehindWrite, StatusStore
 from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
 from loopx.status.watch import FingerprintMemo
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.storage.locks import locked
 
 DEFAULT_TTL_S: Final = 5.0

@@ -33,9 +33,9 @@ from loopx.state import GoalState
 from loopx.status.fleetview import HEARTBEAT_STALE_S, FleetLiveness, fleet_view
 from loopx.status.inputs import NO_SPEND, GoalInputs
 from loopx.status.view import FleetView, ProbeObservation
+from loopx.storage.dirs import ensure_dir
 from loopx.storage.files import (
     atomic_write_model,
-    ensure_dir,
     open_dir,
     parse_model,
     read_bytes,

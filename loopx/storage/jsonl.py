@@ -19,13 +19,8 @@ from pydantic import BaseModel, ValidationError
 
 from loopx.errors import CorruptFileError
 from loopx.faults import io_fault_point
-from loopx.storage.files import (
-    FILE_MODE,
-    describe_validation_error,
-    fsync_dir,
-    read_bytes,
-    refuse_symlink,
-)
+from loopx.storage.dirs import fsync_dir, refuse_symlink
+from loopx.storage.files import FILE_MODE, describe_validation_error, read_bytes
 from loopx.storage.locks import DEFAULT_LOCK_TIMEOUT_S, locked
 
 # A replayed append can only repeat one of the newest records of a file: each

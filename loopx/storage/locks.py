@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from loopx.errors import LockTimeoutError, UnsafePathError
-from loopx.storage.files import FILE_MODE, refuse_symlink, refuse_symlinked_parents
+from loopx.storage.dirs import refuse_symlink, refuse_symlinked_parents
+from loopx.storage.files import FILE_MODE
 from loopx.storage.softlock import LockMode, SoftLock, lock_mode_for
 
 # filelock is imported only when a lock is busy (its ``Timeout``) or flock is missing: its

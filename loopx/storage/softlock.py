@@ -33,7 +33,7 @@ from typing import Final
 from loopx import environ
 from loopx.errors import UsageError
 from loopx.process import ProcessIdentity
-from loopx.storage.files import opened_root_of
+from loopx.storage.dirs import opened_root_of
 
 DEFAULT_STALE_S: Final = 20.0
 # How long a holder on this host that still runs keeps its lock before a waiter breaks it:

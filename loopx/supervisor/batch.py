@@ -40,7 +40,8 @@ from loopx.registry.model import GoalStatus
 from loopx.registry.plan import BatchPlan
 from loopx.root import Layout
 from loopx.state import load_state
-from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_bytes, atomic_write_model
 from loopx.supervisor.child import last_error, log_end, log_env, supervisor_argv
 from loopx.supervisor.lock import acquire
 from loopx.supervisor.notify import child_env

@@ -18,7 +18,8 @@ from loopx.registry.model import HostKind
 from loopx.registry.plan import BatchPlan, PlanGoal
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
-from loopx.storage.files import atomic_write_bytes, ensure_dir
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_bytes
 from loopx.supervisor.batch import BatchConfig, BatchRun, Progress, register_plan, write_report
 
 QUESTION = "Which database should the service use?"

@@ -21,7 +21,8 @@ from loopx.errors import LoopxError
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
 from loopx.secrets import redact_text
-from loopx.storage.files import atomic_write_model, ensure_dir, parse_model, read_bytes
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model, parse_model, read_bytes
 
 LIVE_DIR: Final = "live"
 TAIL_BYTES: Final = 16 * 1024

@@ -44,7 +44,7 @@ from loopx.registry.goals import get_goal, set_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state, update_state
-from loopx.storage.files import dir_sync_batch
+from loopx.storage.dirs import dir_sync_batch
 from loopx.turn.accounting import apply_turn
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.journal import Phase, TurnJournal, final_status, write_journal_unfenced

@@ -35,13 +35,8 @@ from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
-from loopx.storage.files import (
-    atomic_write_model,
-    ensure_dir,
-    fsync_dir,
-    read_bytes,
-    read_model_or_none,
-)
+from loopx.storage.dirs import ensure_dir, fsync_dir
+from loopx.storage.files import atomic_write_model, read_bytes, read_model_or_none
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.inspection import (
     JournalInspection,

@@ -40,13 +40,8 @@ from loopx.ids import validate_goal_id
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.root import Layout
-from loopx.storage.files import (
-    atomic_write_bytes,
-    atomic_write_model,
-    ensure_dir,
-    fsync_dir,
-    read_bytes,
-)
+from loopx.storage.dirs import ensure_dir, fsync_dir
+from loopx.storage.files import atomic_write_bytes, atomic_write_model, read_bytes
 from loopx.turn.checkpoint import Checkpoint, read_checkpoint
 from loopx.turn.clockshift import ClockShift, read_shifts
 from loopx.turn.differences import Difference, compare_files, file_order, json_lines

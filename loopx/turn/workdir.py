@@ -59,12 +59,8 @@ from loopx.registry.model import Goal
 from loopx.registry.worktree_record import turn_workdir as worktree_turn_workdir
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed
-from loopx.storage.files import (
-    atomic_write_model,
-    ensure_dir,
-    exclusive_create,
-    read_model_or_none,
-)
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_model, exclusive_create, read_model_or_none
 from loopx.storage.locks import locked
 from loopx.turn.lease import Lease, holder_state, read_lease, takeover_allowed
 

@@ -31,7 +31,8 @@ from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.root import Layout
 from loopx.state import GoalState, Todo, load_state, update_state
-from loopx.storage.files import atomic_write_bytes, atomic_write_model, ensure_dir
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_bytes, atomic_write_model
 from loopx.storage.jsonl import append_record
 from loopx.turn.historyline import history_line
 from loopx.turn.journal import Phase, TurnJournal, parse_turn_key, read_journal

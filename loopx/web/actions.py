@@ -27,7 +27,7 @@ from loopx.registry.lifecycle import StatusRequest, change_status
 from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.storage.jsonl import append_record
 from loopx.worktree.merge import merge_in_child
 from loopx.worktree.mergejournal import MergeJournal

@@ -49,7 +49,7 @@ from loopx.registry.worktree_record import (
     write_record,
 )
 from loopx.root import Layout
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.turn.lease import Fence
 from loopx.worktree.gitlocks import (
     Processes,

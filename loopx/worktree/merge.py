@@ -53,7 +53,7 @@ from loopx.registry.worktree_record import (
     read_record,
 )
 from loopx.root import Layout
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.storage.locks import locked
 from loopx.worktree.mergecheckout import bring_checkout
 from loopx.worktree.mergegates import answer_merge_gates, gate_question, open_gate_once, reactivate

@@ -40,7 +40,7 @@ from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import ProcessIdentity
 from loopx.root import Layout
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 from loopx.worktree.mergejournal import GitRun, MergeJournal, MergeMark, write_merge_journal
 
 log = get_logger(__name__)

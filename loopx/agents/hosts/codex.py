@@ -46,7 +46,8 @@ from loopx.registry.hostprogram import require_program, split_program
 from loopx.registry.model import Goal, HostKind
 from loopx.root import Layout
 from loopx.state import HostSession
-from loopx.storage.files import atomic_write_bytes, ensure_dir, read_bytes
+from loopx.storage.dirs import ensure_dir
+from loopx.storage.files import atomic_write_bytes, read_bytes
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 

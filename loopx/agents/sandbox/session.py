@@ -33,7 +33,7 @@ from loopx.agents.sandbox.bwrap import BRIDGE_PORT, INSIDE_DIR, SYSTEM_DIRS, Mou
 from loopx.agents.sandbox.proxy import NetworkProxy, Provider
 from loopx.root import Layout
 from loopx.sandbox import SANDBOX_FOLDER, NetworkReport, SandboxSpec
-from loopx.storage.files import ensure_dir
+from loopx.storage.dirs import ensure_dir
 
 _BRIDGE: Final = Path(__file__).with_name("bridge.py")
 _BRIDGE_URL: Final = f"http://127.0.0.1:{BRIDGE_PORT}"

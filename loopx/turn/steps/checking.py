@@ -15,7 +15,7 @@ from __future__ import annotations
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.storage.files import forget_checked_dirs
+from loopx.storage.dirs import forget_checked_dirs
 from loopx.turn.journal import Phase, write_journal
 from loopx.turn.phases import record_check
 from loopx.turn.steps.context import Stop, StopKind, TurnContext

@@ -21,7 +21,7 @@ from loopx.errors import CorruptFileError
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.storage.files import forget_checked_dirs
+from loopx.storage.dirs import forget_checked_dirs
 from loopx.storage.locks import lock_busy
 from loopx.turn.lease import (
     Lease,

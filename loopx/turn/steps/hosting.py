@@ -20,7 +20,7 @@ from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
-from loopx.storage.files import forget_checked_dirs
+from loopx.storage.dirs import forget_checked_dirs
 from loopx.turn.accounting import apply_turn
 from loopx.turn.journal import Phase, TurnJournal
 from loopx.turn.phases import settle
