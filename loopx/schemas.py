@@ -73,7 +73,7 @@ from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
 from loopx.turn.workdir import WorkdirHold, WorkdirWait
-from loopx.web import dashboard
+from loopx.web import dashboard, goaldetail
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
 from loopx.web.bulk import BulkActionResult, BulkAnswerResult
 from loopx.web.events import ChangeEvent
@@ -179,8 +179,8 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "change-event": ChangeEvent,
     "dashboard-overview": dashboard.Overview,
     "dashboard-goals": dashboard.GoalsPage,
-    "dashboard-goal": dashboard.GoalDetail,
-    "dashboard-run-log": dashboard.RunLog,
+    "dashboard-goal": goaldetail.GoalDetail,
+    "dashboard-run-log": goaldetail.RunLog,
     "dashboard-action": ActionResult,
     "goal-worktree": WorktreeView,  # `loopx goal worktree --json`
     # `loopx account ... --json`; account-summary is also inside `status --json`.

@@ -506,3 +506,49 @@ def test_issue_number_exemptions_are_still_needed() -> None:
         if not (repo / name).is_file() or not _tracker_numbers(repo / name)
     ]
     assert not stale, f"drop these from ISSUE_NUMBER_PENDING (no issue number left): {stale}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and the modules it imports (inside functions too)."""
+    modules = {module_name(p): p for p in package_files()}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for _line, name in imported(ast.parse(path.read_text())):
+            target = name if name in modules else name.rpartition(".")[0]
+            if target in modules and target != module and not module.startswith(target + "."):
+                graph[module].add(target)
+    return graph
+
+
+def module_cycles() -> list[list[str]]:
+    """Every cycle of modules importing each other, as its members (Tarjan's components)."""
+    graph = import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+            if nxt in stack:
+                low[node] = min(low[node], low[nxt])
+        if low[node] == index[node]:
+            members = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
+            if len(members) > 1:
+                cycles.append(sorted(members))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """No module cycle, through any number of modules: each can be read after what it imports."""
+    assert module_cycles() == []

@@ -11,7 +11,7 @@ import os
 
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, UnsafePathError
-from loopx.registry.store import registry_version
+from loopx.registry.version import registry_version
 from loopx.root.settings import SETTINGS_VERSION, RegistrySettings
 
 

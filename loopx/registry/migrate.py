@@ -24,6 +24,7 @@ from pydantic import Field
 from loopx.faults import fault_point
 from loopx.model import Record
 from loopx.registry.model import Goal
+from loopx.registry.version import registry_version
 from loopx.root import Layout
 from loopx.root.settings import SETTINGS_VERSION, RegistrySettings
 from loopx.storage.files import (
@@ -61,8 +62,6 @@ def migrate_registry(layout: Layout) -> MigrationReport:
         CorruptFileError: the old registry is damaged (it is left as it is).
         NewerRootError: a newer LoopX wrote the registry.
     """
-    from loopx.registry.store import registry_version  # noqa: PLC0415 - cycle
-
     path = layout.registry
     with locked(path):
         version = registry_version(path)

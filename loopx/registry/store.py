@@ -9,13 +9,13 @@ the goal index, the status cache and the agents' scheduling index follow.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
 from loopx.registry.model import Goal
+from loopx.registry.version import registry_version
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed
 from loopx.root.settings import SETTINGS_VERSION, RegistrySettings
@@ -24,28 +24,6 @@ from loopx.storage.locks import locked
 
 # Registry files found current (not an old single-file registry) by this process.
 _CURRENT: set[Path] = set()
-
-
-def registry_version(path: Path) -> int | None:
-    """The ``schema_version`` of a registry file, or None when it does not exist.
-
-    Raises:
-        CorruptFileError: not JSON, or no integer ``schema_version``.
-    """
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
-        return None
-    try:
-        document = json.loads(data)
-    except ValueError as e:
-        raise CorruptFileError(path, f"not valid JSON: {e}") from e
-    if not isinstance(document, dict):
-        raise CorruptFileError(path, "not a JSON object")
-    version = document.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise CorruptFileError(path, f"schema_version: expected an integer, got {version!r}")
-    return version
 
 
 def ensure_current(layout: Layout) -> None:

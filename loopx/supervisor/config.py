@@ -8,14 +8,11 @@ or the Ray one when ``ray`` is installed and asked for).
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from loopx.errors import UsageError
-from loopx.fleet import AgentLoopFactory, Backend, Visibility
-from loopx.root import Layout
+from loopx.fleet import Backend, Visibility
 from loopx.supervisor.backoff import RestartPolicy
-from loopx.supervisor.runner import AgentRunner, AgentSpec, LocalRunner
+from loopx.supervisor.runner import AgentSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,28 +49,3 @@ class SupervisorConfig:
             log_level=self.log_level,
             python=self.python,
         )
-
-
-def make_runner(
-    layout: Layout,
-    config: SupervisorConfig,
-    env: Mapping[str, str],
-    make_agent: AgentLoopFactory | None = None,
-) -> AgentRunner:
-    """The back-end ``config.backend`` names.
-
-    Raises:
-        RayUnavailableError: ``--backend ray`` without ray installed.
-        UsageError: ``--backend ray`` without ``make_agent``.
-
-    """
-    if config.backend is Backend.RAY:
-        from loopx.supervisor.ray_backend import RayRunner  # noqa: PLC0415 - optional extra
-
-        if make_agent is None:
-            raise UsageError(
-                "--backend ray runs the agent loop inside each actor, and none was given",
-                hint="start the supervisor with `loopx supervisor run --backend ray`",
-            )
-        return RayRunner.from_config(layout, config, make_agent)
-    return LocalRunner(layout, config.agent_spec(), env, visible=config.visible)

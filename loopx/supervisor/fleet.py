@@ -43,8 +43,9 @@ from loopx.root.watch import RootHandle, take_note
 from loopx.storage.duties import Duties
 from loopx.storage.files import atomic_write_model, read_model_or_none
 from loopx.storage.resources import retry_delay
+from loopx.supervisor.backends import make_runner
 from loopx.supervisor.canary import CanaryDuty
-from loopx.supervisor.config import SupervisorConfig, make_runner
+from loopx.supervisor.config import SupervisorConfig
 from loopx.supervisor.exits import log_exit, settle_exit, working_on
 from loopx.supervisor.gcduty import GcDuty
 from loopx.supervisor.idle import idle_verdict

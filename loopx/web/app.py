@@ -17,14 +17,12 @@ are in :mod:`loopx.web.routes_actions`.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from http import HTTPStatus
 from importlib import resources
 from typing import Any, Final
 
-from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -32,13 +30,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from loopx.errors import LoopxError
-from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import Record, utcnow
-from loopx.registry.model import Goal
 from loopx.status.documents import (
-    ErrorReply,
     Health,
     goal_detail,
     goal_page,
@@ -47,15 +41,28 @@ from loopx.status.documents import (
     status_page,
 )
 from loopx.status.sources import read_fleet
-from loopx.status.view import Actor, GoalStatusView
-from loopx.turn.livetail import read_live
-from loopx.web import dashboard
-from loopx.web.actions import read_audit
 from loopx.web.bind import host_allowed
 from loopx.web.events import StreamSlots
 from loopx.web.metrics import render_metrics
-from loopx.web.service import Snapshot, StatusService
-from loopx.web.worktrees import WorktreeStates, done_worktree_goals
+from loopx.web.replies import (
+    authorized,
+    dumps,
+    error_reply,
+    handled,
+    json_reply,
+    known_goal,
+    no_such_goal,
+    not_allowed,
+    query_actor,
+    query_number,
+    service_of,
+    unauthorized,
+)
+from loopx.web.routes_actions import post_action, post_answers, post_bulk
+from loopx.web.routes_dashboard import api_goal, api_goals, api_live, api_run, audit, overview
+from loopx.web.routes_panels import api_latest_run, api_timeline
+from loopx.web.routes_worktree import api_worktree
+from loopx.web.service import StatusService
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -88,43 +95,6 @@ STREAM_RETRY_AFTER_S: Final = 10
 _ALLOWED_METHODS: Final = frozenset({"GET", "HEAD", "POST"})
 
 log = get_logger(__name__)
-
-
-def dumps(doc: BaseModel) -> bytes:
-    """A reply body: compact JSON and a newline."""
-    return doc.model_dump_json().encode() + b"\n"
-
-
-def json_reply(
-    doc: BaseModel, status: int = HTTPStatus.OK, headers: dict[str, str] | None = None
-) -> Response:
-    """``doc`` as an ``application/json`` reply."""
-    return Response(dumps(doc), status, headers, media_type="application/json")
-
-
-def error_reply(
-    status: HTTPStatus, message: str, hint: str | None = None, headers: dict[str, str] | None = None
-) -> Response:
-    """An :class:`ErrorReply`."""
-    return json_reply(ErrorReply(error=message, status=status.value, hint=hint), status, headers)
-
-
-def authorized(token: str | None, header: str | None) -> bool:
-    """Whether an ``Authorization`` header carries the bearer ``token`` (always, without one)."""
-    if not token:
-        return True
-    return hmac.compare_digest((header or "").encode(), f"Bearer {token}".encode())
-
-
-def unauthorized() -> Response:
-    """The 401 a request without the right token gets."""
-    return error_reply(
-        HTTPStatus.UNAUTHORIZED,
-        "missing or wrong bearer token",
-        hint="open the URL `loopx serve` printed (it carries the token), or send "
-        "`Authorization: Bearer TOKEN`",
-        headers={"WWW-Authenticate": 'Bearer realm="loopx"'},
-    )
 
 
 class Guard:
@@ -196,63 +166,7 @@ class Guard:
         return None
 
 
-def not_allowed() -> Response:
-    """405: only GET and HEAD (POST on the action routes)."""
-    return error_reply(
-        HTTPStatus.METHOD_NOT_ALLOWED,
-        "only GET is allowed here (POST only on /api/goals/<id>/<action>, /api/bulk/<action> "
-        "and /api/answers)",
-        headers={"Allow": "GET, HEAD", "Connection": "close"},
-    )
-
-
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _number(request: Request, name: str, default: int, top: int) -> int:
-    raw = request.query_params.get(name, str(default))
-    if not raw.isdigit():
-        raise ValueError(f"{name} must be a non-negative integer")
-    return min(int(raw), top)
-
-
-def _actor(request: Request) -> Actor | None:
-    actor = request.query_params.get("actor")
-    if actor not in (None, *Actor):
-        raise ValueError("actor must be human, agent or none")
-    return Actor(actor) if actor is not None else None
-
-
-def _query(request: Request) -> dict[str, list[str]]:
-    query: dict[str, list[str]] = {}
-    for key, value in request.query_params.multi_items():
-        query.setdefault(key, []).append(value)
-    return query
-
-
-def _service(request: Request) -> StatusService:
-    service: StatusService = request.app.state.service
-    return service
-
-
-def handled(endpoint: Callable[[Request], Response]) -> Callable[[Request], Response]:
-    """Map a bad query (400) and a failing root (503) to JSON errors."""
-
-    def run(request: Request) -> Response:
-        try:
-            return endpoint(request)
-        except ValueError as e:
-            return error_reply(HTTPStatus.BAD_REQUEST, str(e))
-        except (LoopxError, OSError) as e:
-            return error_reply(
-                HTTPStatus.SERVICE_UNAVAILABLE,
-                f"the root cannot be read now: {e}",
-                hint="retry shortly; /healthz says whether the server can refresh",
-            )
-
-    run.__name__ = endpoint.__name__
-    run.__doc__ = endpoint.__doc__
-    return run
 
 
 # --- the page and its assets ---------------------------------------------------------------------
@@ -294,7 +208,7 @@ def healthz(request: Request) -> Response:
     Without the token the body is ``{"ok": true}`` (or false) only; with it,
     the full health (goals, degraded, the refresh's error).
     """
-    service = _service(request)
+    service = service_of(request)
     failure = service.failure
     if not authorized(request.app.state.token, request.headers.get("authorization")):
         status = HTTPStatus.OK if failure is None else HTTPStatus.SERVICE_UNAVAILABLE
@@ -316,9 +230,12 @@ def healthz(request: Request) -> Response:
 @handled
 def status(request: Request) -> Response:
     """``/status``: one page of the status document."""
-    offset, limit = _number(request, "offset", 0, 10**9), _number(request, "limit", 100, MAX_PAGE)
-    actor = _actor(request)
-    body = _service(request).cached(
+    offset, limit = (
+        query_number(request, "offset", 0, 10**9),
+        query_number(request, "limit", 100, MAX_PAGE),
+    )
+    actor = query_actor(request)
+    body = service_of(request).cached(
         f"status:{offset}:{limit}:{actor}",
         lambda s: dumps(status_page(s.projection, offset=offset, limit=limit, actor=actor)),
     )
@@ -328,52 +245,41 @@ def status(request: Request) -> Response:
 @handled
 def goals(request: Request) -> Response:
     """``/goals``: one compact row per goal, a page of them."""
-    offset, limit = _number(request, "offset", 0, 10**9), _number(request, "limit", 100, MAX_PAGE)
-    actor = _actor(request)
-    body = _service(request).cached(
+    offset, limit = (
+        query_number(request, "offset", 0, 10**9),
+        query_number(request, "limit", 100, MAX_PAGE),
+    )
+    actor = query_actor(request)
+    body = service_of(request).cached(
         f"goals:{offset}:{limit}:{actor}",
         lambda s: dumps(goal_page(s.projection, offset=offset, limit=limit, actor=actor)),
     )
     return Response(body, media_type="application/json")
 
 
-def _known(request: Request) -> str | None:
-    goal_id: str = request.path_params["goal_id"]
-    snap = _service(request).snapshot()
-    return goal_id if is_valid_goal_id(goal_id) and goal_id in snap.by_id else None
-
-
-def _no_goal(request: Request) -> Response:
-    return error_reply(
-        HTTPStatus.NOT_FOUND,
-        f"no goal {request.path_params['goal_id']!r} in the status projection",
-        hint="list the goals at /goals",
-    )
-
-
 @handled
 def goal(request: Request) -> Response:
     """``/goals/<id>``: one goal's view."""
-    goal_id = _known(request)
+    goal_id = known_goal(request)
     if goal_id is None:
-        return _no_goal(request)
-    snap = _service(request).snapshot()
+        return no_such_goal(request)
+    snap = service_of(request).snapshot()
     return json_reply(goal_detail(snap.projection.goals[snap.by_id[goal_id]]))
 
 
 @handled
 def turns(request: Request) -> Response:
     """``/goals/<id>/turns``: the newest history lines."""
-    goal_id = _known(request)
+    goal_id = known_goal(request)
     if goal_id is None:
-        return _no_goal(request)
-    return json_reply(goal_turns(_service(request).layout, goal_id, TURNS_PAGE))
+        return no_such_goal(request)
+    return json_reply(goal_turns(service_of(request).layout, goal_id, TURNS_PAGE))
 
 
 @handled
 def metrics(request: Request) -> Response:
     """``/metrics``: Prometheus text from prometheus_client."""
-    service = _service(request)
+    service = service_of(request)
     snap = service.snapshot()
     fleet, beats = read_fleet(service.layout)
     text = service.with_cache(
@@ -385,125 +291,6 @@ def metrics(request: Request) -> Response:
 
 
 # --- the dashboard's API -------------------------------------------------------------------------
-
-
-@handled
-def overview(request: Request) -> Response:
-    """``/api/overview``."""
-    service = _service(request)
-    snap = service.snapshot()
-    fleet, beats = read_fleet(service.layout)
-    head = [g.goal_id for g in dashboard.attention_head(snap.projection) if g.open_gates]
-    doc = dashboard.overview(
-        snap.projection,
-        snap.by_id,
-        agents=dashboard.agent_rows(fleet, beats, now=utcnow()),
-        seq=service.feed.seq,
-        actions=service.actions,
-        gates=dashboard.oldest_open_gates(service.layout, head),
-    )
-    waiting, total = worktree_states(request).merge_waiting(_done_worktree_goals(request, snap))
-    return json_reply(
-        doc.model_copy(update={"merge_waiting": waiting, "merge_waiting_total": total})
-    )
-
-
-def worktree_states(request: Request) -> WorktreeStates:
-    """The server's worktree states (made at the first ask)."""
-    states: WorktreeStates | None = getattr(request.app.state, "worktrees", None)
-    if states is None:
-        states = request.app.state.worktrees = WorktreeStates(_service(request).layout)
-    return states
-
-
-def _done_worktree_goals(
-    request: Request, snap: Snapshot
-) -> list[tuple[Goal, GoalStatusView | None]]:
-    """The done worktree goals of ``snap``: one pass over the goals per snapshot generation."""
-    kept = getattr(request.app.state, "done_worktree_goals", None)
-    if kept is not None and kept[0] == snap.generation:
-        found: list[tuple[Goal, GoalStatusView | None]] = kept[1]
-        return found
-    found = done_worktree_goals(snap.projection.goals, _service(request).goal_policy)
-    request.app.state.done_worktree_goals = (snap.generation, found)
-    return found
-
-
-@handled
-def api_goals(request: Request) -> Response:
-    """``/api/goals``: a filtered page of the queue."""
-    f = dashboard.parse_filter(_query(request))
-    offset = _number(request, "offset", 0, 10**9)
-    limit = _number(request, "limit", dashboard.DEFAULT_ROWS, dashboard.MAX_ROWS)
-    service = _service(request)
-    running = _running(service)
-    now_running = ",".join(f"{g}={a.turn_key}" for g, a in sorted(running.items()))
-
-    def build(snap: Snapshot) -> bytes:
-        goals = dashboard.filtered(snap.projection.goals, f)
-        gated = [g.goal_id for g in goals[offset : offset + limit] if g.open_gates]
-        gates = dashboard.oldest_open_gates(service.layout, gated)  # a page's states at most
-        return dumps(
-            dashboard.goals_page(goals, f, offset=offset, limit=limit, running=running, gates=gates)
-        )
-
-    body = service.cached(f"api-goals:{offset}:{limit}:{f.model_dump_json()}:{now_running}", build)
-    return Response(body, media_type="application/json")
-
-
-@handled
-def api_goal(request: Request) -> Response:
-    """``/api/goals/<id>``: policy, state, view and recent turns."""
-    goal_id = _known(request)
-    if goal_id is None:
-        return _no_goal(request)
-    service = _service(request)
-    snap = service.snapshot()
-    view = snap.projection.goals[snap.by_id[goal_id]]
-    policy = service.goal_policy(goal_id)
-    tree = None
-    if policy is not None and policy.worktree is not None:
-        tree = worktree_states(request).state(policy, view).panel
-    doc = dashboard.goal_detail(
-        service.layout, view, policy, actions=service.actions, worktree=tree
-    )
-    return json_reply(doc.model_copy(update={"running": _running(service).get(goal_id)}))
-
-
-def _running(service: StatusService) -> dict[str, dashboard.AgentRow]:
-    fleet, beats = read_fleet(service.layout)
-    return dashboard.running_turns(dashboard.agent_rows(fleet, beats, now=utcnow()))
-
-
-@handled
-def api_live(request: Request) -> Response:
-    """``/api/goals/<id>/live``: the running host's output; 204 when none runs."""
-    goal_id = _known(request)
-    if goal_id is None:
-        return _no_goal(request)
-    live = read_live(_service(request).layout, goal_id)
-    return Response(status_code=HTTPStatus.NO_CONTENT) if live is None else json_reply(live)
-
-
-@handled
-def api_run(request: Request) -> Response:
-    """``/api/goals/<id>/runs/<seq>``: a turn's markdown report."""
-    goal_id = _known(request)
-    if goal_id is None:
-        return _no_goal(request)
-    log_doc = dashboard.run_log(_service(request).layout, goal_id, request.path_params["seq"])
-    if log_doc is None:
-        return error_reply(
-            HTTPStatus.NOT_FOUND, f"goal {goal_id!r} has no run log {request.path_params['seq']}"
-        )
-    return json_reply(log_doc)
-
-
-@handled
-def audit(request: Request) -> Response:
-    """``/api/audit?limit=100``: who did what, when, applied or refused; newest first."""
-    limit = _number(request, "limit", 100, 1000)
-    return json_reply(read_audit(_service(request).layout, limit))
 
 
 class _CountedStream(EventSourceResponse):
@@ -526,7 +313,7 @@ async def events(request: Request) -> Response:
 
     Past the server's stream cap a new stream is a 503 with ``Retry-After``.
     """
-    service = _service(request)
+    service = service_of(request)
     if request.method == "HEAD":
         return Response(b"", media_type="text/event-stream; charset=utf-8")
     slots: StreamSlots = request.app.state.streams
@@ -596,19 +383,6 @@ def build_app(
 
     ``max_streams``: how many ``/events`` streams may be open at once.
     """
-    from loopx.web.routes_actions import (  # noqa: PLC0415 - routes of their own module
-        post_action,
-        post_answers,
-        post_bulk,
-    )
-    from loopx.web.routes_panels import (  # noqa: PLC0415 - routes of their own module
-        api_latest_run,
-        api_timeline,
-    )
-    from loopx.web.routes_worktree import (  # noqa: PLC0415 - routes of their own module
-        api_worktree,
-    )
-
     routes = [
         Route("/", page, methods=["GET"]),
         Route("/static/{name}", page, methods=["GET"]),

@@ -35,7 +35,6 @@ from loopx.web.actions import (
     record_audit,
     refusal_status,
 )
-from loopx.web.app import authorized, error_reply, json_reply
 from loopx.web.bulk import (
     BULK_ACTIONS,
     MAX_BULK_BODY,
@@ -45,6 +44,7 @@ from loopx.web.bulk import (
     act_each,
     answer_each,
 )
+from loopx.web.replies import authorized, error_reply, json_reply
 from loopx.web.service import StatusService
 
 _FIELDS = "send answer, gate_id and question (resolve-gate) or {} (pause, resume, done, reopen)"

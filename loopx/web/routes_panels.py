@@ -13,20 +13,28 @@ from starlette.responses import Response
 
 from loopx.model import utcnow
 from loopx.status.sources import read_fleet
-from loopx.web import dashboard, timeline
-from loopx.web.app import _known, _no_goal, _service, dumps, error_reply, handled, json_reply
+from loopx.web import dashboard, goaldetail, timeline
+from loopx.web.replies import (
+    dumps,
+    error_reply,
+    handled,
+    json_reply,
+    known_goal,
+    no_such_goal,
+    service_of,
+)
 from loopx.web.service import Snapshot
 
 
 @handled
 def api_latest_run(request: Request) -> Response:
     """``/api/goals/<id>/runs/latest``: the newest turn's markdown report (a failing goal's link)."""
-    goal_id = _known(request)
+    goal_id = known_goal(request)
     if goal_id is None:
-        return _no_goal(request)
-    layout = _service(request).layout
-    seq = dashboard.latest_run_seq(layout, goal_id)
-    log_doc = dashboard.run_log(layout, goal_id, seq) if seq is not None else None
+        return no_such_goal(request)
+    layout = service_of(request).layout
+    seq = goaldetail.latest_run_seq(layout, goal_id)
+    log_doc = goaldetail.run_log(layout, goal_id, seq) if seq is not None else None
     if log_doc is None:
         return error_reply(HTTPStatus.NOT_FOUND, f"goal {goal_id!r} has no run log yet")
     return json_reply(log_doc)
@@ -35,14 +43,14 @@ def api_latest_run(request: Request) -> Response:
 def _turn_reader(request: Request) -> timeline.TurnReader:
     reader: timeline.TurnReader | None = getattr(request.app.state, "turn_reader", None)
     if reader is None:
-        reader = request.app.state.turn_reader = timeline.TurnReader(_service(request).layout)
+        reader = request.app.state.turn_reader = timeline.TurnReader(service_of(request).layout)
     return reader
 
 
 @handled
 def api_timeline(request: Request) -> Response:
     """``/api/timeline``: each agent's turns of the last hour (bounded; see loopx.web.timeline)."""
-    service = _service(request)
+    service = service_of(request)
     now = utcnow()
     fleet, beats = read_fleet(service.layout)
     agents = dashboard.agent_rows(fleet, beats, now=now)

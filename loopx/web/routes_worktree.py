@@ -12,13 +12,13 @@ from http import HTTPStatus
 from starlette.requests import Request
 from starlette.responses import Response
 
-from loopx.web.app import (
-    _known,
-    _no_goal,
-    _service,
+from loopx.web.replies import (
     error_reply,
     handled,
     json_reply,
+    known_goal,
+    no_such_goal,
+    service_of,
     worktree_states,
 )
 
@@ -26,10 +26,10 @@ from loopx.web.app import (
 @handled
 def api_worktree(request: Request) -> Response:
     """``/api/goals/<id>/worktree``: 404 for an unknown goal or one without a worktree."""
-    goal_id = _known(request)
+    goal_id = known_goal(request)
     if goal_id is None:
-        return _no_goal(request)
-    service = _service(request)
+        return no_such_goal(request)
+    service = service_of(request)
     goal = service.goal_policy(goal_id)
     if goal is None or goal.worktree is None:
         return error_reply(
