@@ -186,7 +186,8 @@ class AiderHost:
     kind = HostKind.AIDER
     # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
     tested_versions: ClassVar[tuple[str, ...]] = ("0.86.2",)
-    # What `prepare` relies on, looked for in `aider --help` by the canary.
+    # What `prepare` relies on, looked for in `aider --help` by the canary (which finds an
+    # option at the start of a help line: ``--pretty, --no-pretty`` lists ``--pretty``).
     help_argv: ClassVar[tuple[str, ...]] = ("--help",)
     help_flags: ClassVar[tuple[str, ...]] = (
         "--message-file",
@@ -194,7 +195,7 @@ class AiderHost:
         "--chat-history-file",
         "--restore-chat-history",
         "--analytics-log",
-        "--no-pretty",
+        "--pretty",
         "--map-tokens",
     )
 
