@@ -186,17 +186,27 @@ class AiderHost:
     kind = HostKind.AIDER
     # The versions the realhosts suite ran and tests/realhosts/captures/ recorded.
     tested_versions: ClassVar[tuple[str, ...]] = ("0.86.2",)
-    # What `prepare` relies on, looked for in `aider --help` by the canary (which finds an
-    # option at the start of a help line: ``--pretty, --no-pretty`` lists ``--pretty``).
+    # Every flag `prepare` passes, looked for in `aider --help` by the canary (which finds an
+    # option at the start of a help line: ``--pretty, --no-pretty`` lists ``--pretty``); aider
+    # refuses a flag it does not know, so a renamed one would fail every turn.
     help_argv: ClassVar[tuple[str, ...]] = ("--help",)
     help_flags: ClassVar[tuple[str, ...]] = (
         "--message-file",
         "--yes-always",
-        "--chat-history-file",
-        "--restore-chat-history",
-        "--analytics-log",
         "--pretty",
+        "--stream",
+        "--fancy-input",
+        "--check-update",
+        "--show-release-notes",
+        "--analytics",
+        "--analytics-log",
+        "--gitignore",
+        "--show-model-warnings",
+        "--detect-urls",
         "--map-tokens",
+        "--chat-history-file",
+        "--input-history-file",
+        "--restore-chat-history",
     )
 
     def prepare(self, goal: Goal, envelope: Envelope) -> HostInvocation:
