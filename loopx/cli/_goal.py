@@ -49,7 +49,7 @@ def register(sub: Subparsers) -> None:
     add.add_argument(
         "--host-kind",
         metavar="KIND",
-        help="how the host is run: command, demo, codex, claude, gemini, opencode, qwen, pi "
+        help="how the host is run: command, demo, codex, claude, gemini, opencode, qwen, pi, aider "
         "or a plug-in's kind "
         "(default: command with --host, else demo)",
     )

@@ -27,6 +27,7 @@ DEFAULT_PROGRAMS: dict[str, str] = {
     HostKind.OPENCODE: "opencode",
     HostKind.QWEN: "qwen",
     HostKind.PI: "pi",
+    HostKind.AIDER: "aider",
 }
 
 

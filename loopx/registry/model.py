@@ -38,6 +38,7 @@ class HostKind(StrEnum):
     OPENCODE = "opencode"  # OpenCode (`opencode run --format json`)
     QWEN = "qwen"  # Qwen Code (`qwen --output-format json`)
     PI = "pi"  # the pi coding agent (`pi -p --mode json`)
+    AIDER = "aider"  # aider (`aider --message-file /dev/stdin --yes-always`)
 
 
 # A host kind's name: a built-in HostKind or a plug-in's entry-point name (docs/hosts.md).

@@ -20,10 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from loopx.agents.hosts.aider import BASE_FLAGS, RUN_ENV
 from tests.realhosts.conftest import (
+    AIDER_FLAGS,
     BIN,
     PINNED,
+    PYTHON_CLIS,
     REPO,
+    aider_home,
     gemini_home,
     opencode_home,
     pi_home,
@@ -39,6 +43,10 @@ CHAT_MODES = ["ok", "tool", "usage_limit", "429", "401", "500", "unreachable", "
 # OpenCode retries a 429, a 5xx or a refused connection without end: the capture stops it,
 # as LoopX's stall watch would, once it has logged its errors.
 OPENCODE_RETRY_S = 45
+# aider retries those for about 100 s: the capture stops it sooner, as the stall watch would.
+AIDER_RETRY_S = 15
+# aider's edits in ``tool`` mode: it writes the file and commits it itself.
+AIDER_EDITS = {"hello.txt": "hi\n"}
 
 
 def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -121,6 +129,26 @@ def _pi(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str
     return argv, _env(tmp, pi_home(tmp, url))
 
 
+def _aider(tmp: Path, url: str, mode: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    """aider as the adapter runs it, in a git repository; ``ok`` resumes a chat history.
+
+    ``ok`` is a resumed session (a history file with an earlier exchange, restored), as a
+    goal's every turn after its first; ``lost_session`` names a history file that is not there.
+    """
+    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com"}
+    identity |= {"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    subprocess.run(["git", "init", "-q", str(work)], check=True, timeout=30)
+    history = tmp / "history" / "1-1.chat.md"
+    history.parent.mkdir()
+    if mode == "ok":
+        history.write_text("#### say hello\n\nhello\n\n")
+    argv = [str(PYTHON_CLIS["aider"] / "aider"), "--message-file", "/dev/stdin", *BASE_FLAGS]
+    argv += ["--chat-history-file", str(history)]
+    argv += ["--input-history-file", str(tmp / "history" / "input.history")]
+    argv += ["--restore-chat-history", *AIDER_FLAGS.split()]
+    return argv, {**_env(tmp, aider_home(tmp, url)), **RUN_ENV, **identity}
+
+
 SETUPS = {
     "codex": _codex,
     "claude": _claude,
@@ -128,6 +156,7 @@ SETUPS = {
     "opencode": _opencode,
     "qwen": _qwen,
     "pi": _pi,
+    "aider": _aider,
 }
 
 
@@ -136,6 +165,8 @@ def _timeout(cli: str, mode: str) -> float:
         return 8
     if cli == "opencode" and mode in ("usage_limit", "429", "500", "unreachable"):
         return OPENCODE_RETRY_S
+    if cli == "aider" and mode in ("usage_limit", "429", "500", "unreachable"):
+        return AIDER_RETRY_S
     return 150
 
 
@@ -147,6 +178,8 @@ def capture(cli: str, mode: str) -> dict[str, object]:
     server.model.reset_at = int(time.time()) + (3 * 86400 if mode == "weekly_limit" else 7200)
     if cli == "pi":
         server.model.retry_after = "1"  # pi waits out a 429's retry-after before it reports
+    if cli == "aider" and mode == "tool":
+        server.model.edits = AIDER_EDITS
     tmp = Path(tempfile.mkdtemp())
     work = tmp / "work"
     work.mkdir()
@@ -258,6 +291,7 @@ def main() -> None:
         ("opencode", CHAT_MODES),
         ("qwen", CHAT_MODES),
         ("pi", CHAT_MODES),
+        ("aider", CHAT_MODES),
     ):
         if only and cli not in only:
             continue

@@ -21,6 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".realhosts" / "node_modules" / ".bin"
 NEWEST_BIN = REPO / ".realhosts-newest" / "node_modules" / ".bin"
 SETUP = ".ci/setup.d/realhosts.sh"
+# The CLIs installed from PyPI, each in a virtual environment of its own (.ci/setup.d/<name>.sh):
+# the folder that holds the CLI alone, for PATH.
+PYTHON_CLIS = {"aider": REPO / ".realhosts" / "aider" / "cli"}
 PINNED = {
     "codex": "0.171.0",
     "claude": "2.1.197",
@@ -28,6 +31,7 @@ PINNED = {
     "opencode": "1.18.33",
     "qwen": "0.15.10",
     "pi": "0.73.1",
+    "aider": "0.86.2",
 }
 # The newest published versions when they were last looked up (as in SETUP); where it is the
 # pinned one, or cannot run here (qwen 0.21 and later need node >= 22), only the pinned runs.
@@ -39,8 +43,10 @@ def releases(cli: str) -> list[str]:
     return ["pinned", *(["newest"] if NEWEST.get(cli, PINNED[cli]) != PINNED[cli] else [])]
 
 
-def bin_of(release: str) -> Path:
-    """Where the CLIs of ``release`` (pinned, newest) are installed."""
+def bin_of(release: str, name: str = "") -> Path:
+    """Where the CLIs of ``release`` (pinned, newest) are installed (``name``'s, if from PyPI)."""
+    if name in PYTHON_CLIS:
+        return PYTHON_CLIS[name]
     return NEWEST_BIN if release == "newest" else BIN
 
 
@@ -52,7 +58,9 @@ def release(request: pytest.FixtureRequest) -> str:
 
 def require_cli(name: str, release: str = "pinned") -> Path:
     """The installed CLI ``name`` of ``release``, or skip the test saying how to install it."""
-    path = bin_of(release) / name
+    path = bin_of(release, name) / name
+    if name in PYTHON_CLIS and not path.exists():
+        pytest.skip(f"the real {name} CLI is not installed: run `bash .ci/setup.d/{name}.sh`")
     if not path.exists():
         pytest.skip(f"the real {name} CLI is not installed: run `bash {SETUP}` (node >= 20, npm)")
     return path
@@ -244,6 +252,54 @@ def pi_home(tmp_path: Path, url: str) -> dict[str, str]:
         "PI_OFFLINE": "1",
         "PI_SKIP_VERSION_CHECK": "1",
     }
+
+
+# What aider is told of the mock's model (its model database's fields): a context window, so
+# that it warns of nothing, and prices, so that it reports a cost.
+AIDER_MODEL_INFO = {
+    "max_input_tokens": 128_000,
+    "max_output_tokens": 4096,
+    "input_cost_per_token": 1e-6,
+    "output_cost_per_token": 2e-6,
+    "litellm_provider": "openai",
+    "mode": "chat",
+}
+
+
+def aider_home(tmp_path: Path, url: str) -> dict[str, str]:
+    """aider's environment: the mock as its OpenAI endpoint, its ``~/.aider`` under ``tmp_path``.
+
+    aider fetches litellm's model database from GitHub when its cached copy (under
+    ``~/.aider/caches``, a day old at most) is missing or empty: a copy that knows the mock's
+    model is written there, so no run reaches the network. ``AIDER_CHECK_UPDATE``,
+    ``LITELLM_LOCAL_MODEL_COST_MAP`` keep aider and litellm off the network too. The model and
+    the edit format are the goal's host flags (:data:`AIDER_FLAGS`).
+    """
+    home = tmp_path / "aider-home"
+    caches = home / ".aider" / "caches"
+    caches.mkdir(parents=True, exist_ok=True)
+    models = {"openai/mock-model": AIDER_MODEL_INFO}
+    (caches / "model_prices_and_context_window.json").write_text(json.dumps(models))
+    return {
+        "HOME": str(home),
+        "PATH": f"{bin_of('pinned', 'aider')}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "OPENAI_API_BASE": f"{url}/v1",
+        "OPENAI_API_KEY": "sk-mock",
+        "AIDER_CHECK_UPDATE": "false",
+        "AIDER_ANALYTICS": "false",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+
+
+# The goal's host flags that make aider use the mock's model and answer in whole files.
+AIDER_FLAGS = "--model openai/mock-model --edit-format whole"
+
+
+@pytest.fixture
+def aider_env(tmp_path: Path, mock: MockServer) -> dict[str, str]:
+    """aider pointed at the mock's Chat Completions API with OPENAI_API_BASE."""
+    require_cli("aider")
+    return {**base_env(tmp_path), **aider_home(tmp_path, mock.url)}
 
 
 @pytest.fixture

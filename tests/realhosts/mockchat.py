@@ -7,6 +7,13 @@ the first answer is a call of the shell tool the CLI offered (``bash``,
 ``run_shell_command``, ...) running :attr:`MockModel.command`; the answer after the tool's
 result comes back is :attr:`MockModel.answer`. Requests that offer no tools (a CLI's own
 title or summary calls) always get the answer text.
+
+aider offers no tools: it asks for edits in its edit format (its system prompt begins
+``Act as an expert software developer``). Its edit requests are answered, in any mode that
+answers, with a *file listing* (``--edit-format whole``) of each of :attr:`MockModel.edits`
+and then the answer text; its commit-message requests with :attr:`MockModel.commit_message`;
+its history-summary requests with the conversation's own text, so that what a resumed
+session carried stays visible in later requests.
 """
 
 from __future__ import annotations
@@ -38,8 +45,45 @@ def _has_tool_result(body: dict[str, Any]) -> bool:
     return bool(messages) and messages[-1].get("role") == "tool"
 
 
+# How aider 0.86's system prompts begin: its edit formats', its commit message's, its summary's.
+AIDER_EDIT = "Act as an expert software developer"
+AIDER_COMMIT = "one-line Git commit messages"
+AIDER_SUMMARY = "summarize this partial conversation"
+
+
+def _system_text(body: dict[str, Any]) -> str:
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    return "\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+
+
+def aider_request(body: dict[str, Any]) -> str | None:
+    """Which of aider's requests this is (``edit``, ``commit``, ``summary``), or None."""
+    system = _system_text(body)
+    if system.startswith(AIDER_EDIT):
+        return "edit"
+    if AIDER_COMMIT in system:
+        return "commit"
+    if AIDER_SUMMARY in system:
+        return "summary"
+    return None
+
+
+def aider_text(model: MockModel, body: dict[str, Any], request: str) -> str:
+    """The answer to one of aider's requests (see the module's docstring)."""
+    if request == "commit":
+        return model.commit_message
+    if request == "summary":
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        return "\n".join(str(m.get("content")) for m in messages if m.get("role") != "system")
+    listings = "".join(f"{path}\n```\n{text}```\n\n" for path, text in model.edits.items())
+    return listings + model.answer
+
+
 def chat_delta(model: MockModel, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """(the assistant's message delta, its finish reason) of one answer."""
+    aider = aider_request(body)
+    if aider is not None:
+        return {"role": "assistant", "content": aider_text(model, body, aider)}, "stop"
     shell = _offered_shell(body)
     if model.mode == "tool" and shell is not None and not _has_tool_result(body):
         name, arg = shell

@@ -2,8 +2,8 @@
 
 It serves the OpenAI Responses API (``POST /v1/responses``, SSE, what Codex
 speaks), the OpenAI Chat Completions API (``POST /v1/chat/completions``, SSE or
-JSON, what OpenCode, Qwen Code, pi and aider speak; see :mod:`.mockchat`), the Anthropic Messages API (``POST /v1/messages``, SSE or JSON,
-what Claude Code speaks) and the Gemini API (``POST /v1beta/models/<model>:
+JSON, what OpenCode, Qwen Code, pi and aider speak; see :mod:`.mockchat`), the Anthropic
+Messages API (``POST /v1/messages``, SSE or JSON, what Claude Code speaks) and the Gemini API (``POST /v1beta/models/<model>:
 streamGenerateContent?alt=sse``, ``:generateContent`` and ``:countTokens``,
 what Gemini CLI speaks; see :mod:`.mockgemini`) on 127.0.0.1 only, logs every
 request it receives, and answers according to :attr:`MockModel.mode`:
@@ -70,6 +70,8 @@ class MockModel:
     mode: str = "ok"
     answer: str = json.dumps(DEFAULT_ANSWER)
     command: str = "ls"  # what the shell tool call runs (tool mode)
+    edits: dict[str, str] = field(default_factory=dict)  # aider: path -> the file's new text
+    commit_message: str = "mock edit"  # aider: the commit message it asks for
     retry_after: str = "120"  # the retry-after header of a 429 (seconds)
     reset_at: int = 0  # epoch seconds the usage limit resets (usage_limit mode)
     limit_claim: str = "five_hour"  # Anthropic's limit that was hit: five_hour, seven_day

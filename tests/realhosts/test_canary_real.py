@@ -31,6 +31,18 @@ def test_every_tested_version_passes_the_contract_probe(cli, release):
     assert (result.fingerprint.version, result.tested, result.smoke) == (expected, True, True)
 
 
+def test_aider_passes_the_probe_without_a_smoke():
+    """aider: version read and flags present; the echo endpoint speaks no Chat Completions."""
+    result = probe("aider", now=utcnow(), path=str(require_cli("aider").parent))
+    assert (result.outcome, result.detail) == (ProbeOutcome.PASSED, "")
+    assert result.fingerprint is not None
+    assert (result.fingerprint.version, result.tested, result.smoke) == (
+        PINNED["aider"],
+        True,
+        False,
+    )
+
+
 def _wrapped(tmp_path, release: str, script: str) -> str:
     """A PATH whose claude is a shell wrapper around the real one of ``release``."""
     real = require_cli("claude", release)

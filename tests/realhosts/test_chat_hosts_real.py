@@ -1,28 +1,32 @@
-"""The real OpenCode, Qwen Code and pi CLIs against the mock's Chat Completions API: typed failures.
+"""The real OpenCode, Qwen Code, pi and aider CLIs against the mock's Chat Completions API: typed failures.
 
 Success over several turns is tests/realhosts/test_contract_real.py; what each CLI printed
 for every mode is replayed by tests/test_host_contract.py. Here each failure the mock can
 produce is met by the live CLI and must end in its typed outcome. Qwen Code retries a 429 and
 a 5xx seven times with backoff (about 80 s) before it reports; those two are left to its
-recorded transcripts.
+recorded transcripts. aider retries them (and a refused connection) for about 100 s, printing
+each error: LoopX's stall watch stops it after --unreachable-after and reads the last one.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.realhosts.conftest import add_goal, run_once
+from tests.realhosts.conftest import AIDER_FLAGS, add_goal, run_once
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(120)]
 
-ENVS = {"opencode": "opencode_env", "qwen": "qwen_env", "pi": "pi_env"}
-# OpenCode retries these without end: LoopX's stall watch stops it after this many seconds.
+ENVS = {"opencode": "opencode_env", "qwen": "qwen_env", "pi": "pi_env", "aider": "aider_env"}
+# OpenCode retries these without end, aider for long: LoopX's stall watch stops them after this
+# many seconds.
 STALL = ("--unreachable-after", "3")
+# The flags a kind needs to reach the mock's model.
+FLAGS = {"aider": (f"--host={AIDER_FLAGS}",)}
 
 
 def _goal(cli, request, tmp_path, kind):
     env = request.getfixturevalue(ENVS[kind])
-    add_goal(cli, env, "c1", kind, tmp_path / "work", *STALL)
+    add_goal(cli, env, "c1", kind, tmp_path / "work", *STALL, *FLAGS.get(kind, ()))
     return env
 
 
@@ -46,7 +50,7 @@ def test_unreachable_server_is_a_wait(cli, mock, tmp_path, request, kind):
     assert report["result"]["wait_seconds"] == 300
 
 
-@pytest.mark.parametrize("kind", ["opencode", "pi"])
+@pytest.mark.parametrize("kind", ["opencode", "pi", "aider"])
 @pytest.mark.parametrize(
     ("mode", "evidence"), [("429", "host_rate_limited"), ("500", "host_server_error")]
 )

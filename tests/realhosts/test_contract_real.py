@@ -5,7 +5,9 @@ the mock model: turn one writes ``app.py`` and commits it, turn two writes a fai
 and commits it, turn three fixes ``app.py``, runs the test and commits; the done-check
 (the test) then passes and the goal is done. Each turn's prompt carries the state the
 previous one left, the CLI resumes its session where it has one, the turns report
-tokens, and no process of a turn outlives it. The recorded half is
+tokens, and no process of a turn outlives it. aider runs no shell commands: the mock
+answers it with the same files in its edit format (:data:`AIDER_TURNS`), aider writes and
+commits them itself, and its session is its chat history, restored. The recorded half is
 tests/test_host_contract.py.
 """
 
@@ -21,7 +23,7 @@ import pytest
 from loopx import environ
 from loopx.process import find_by_env
 from loopx.testing.gitwork import IDENTITY, git, make_repo
-from tests.realhosts.conftest import add_goal, goal_state, run_once
+from tests.realhosts.conftest import AIDER_FLAGS, add_goal, goal_state, run_once
 
 pytestmark = [pytest.mark.realhosts, pytest.mark.timeout(180)]
 
@@ -39,6 +41,7 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "opencode": ("opencode_env", CHAT, ()),
     "qwen": ("qwen_env", CHAT, ("--host=--approval-mode yolo",)),
     "pi": ("pi_env", CHAT, ()),
+    "aider": ("aider_env", CHAT, (f"--host={AIDER_FLAGS}",)),
 }
 PY = sys.executable
 TURNS = (
@@ -73,6 +76,16 @@ TURNS = (
     ),
 )
 
+# What each of TURNS leaves in the worktree, as aider's edits: the files and the commit message.
+AIDER_TURNS = (
+    ({"app.py": "def add(a, b):\n    return a - b\n"}, "add app.py"),
+    (
+        {"test_app.py": 'import app\nassert app.add(2, 2) == 4, app.add(2, 2)\nprint("4 ok")\n'},
+        "test add",
+    ),
+    ({"app.py": "def add(a, b):\n    return a + b\n"}, "fix add"),
+)
+
 
 def _sent(requests: list[Any]) -> str:
     return json.dumps([r.body for r in requests])
@@ -93,9 +106,10 @@ def test_three_turns_edit_test_and_commit_to_done(cli, mock, tmp_path, request, 
     tree = cli.root / "worktrees" / "t1"
     mock.model.mode = "tool"
     sessions, reports, sent = [], [], []
-    for command, answer in TURNS:
+    for (command, answer), (edits, message) in zip(TURNS, AIDER_TURNS, strict=True):
         before = len(mock.model.model_requests(path))
         mock.model.command, mock.model.answer = command, json.dumps(answer)
+        mock.model.edits, mock.model.commit_message = edits, message
         reports.append(run_once(cli, "t1", env))
         sent.append(_sent(mock.model.model_requests(path)[before:]))
         sessions.append(goal_state(cli, "t1")["host_session"])

@@ -8,6 +8,7 @@ entry point of the ``loopx.hosts`` group (see :mod:`.plugins`);
 
 from __future__ import annotations
 
+from loopx.agents.hosts.aider import AiderHost
 from loopx.agents.hosts.base import Host, HostInvocation, HostOutput, Interpretation
 from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
@@ -34,6 +35,7 @@ _BUILTIN: dict[str, type[Host]] = {
     HostKind.OPENCODE: OpencodeHost,
     HostKind.QWEN: QwenHost,
     HostKind.PI: PiHost,
+    HostKind.AIDER: AiderHost,
 }
 
 
@@ -66,6 +68,7 @@ def host_for(kind: str) -> Host:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "HOSTS",
+    "AiderHost",
     "ClaudeHost",
     "CodexHost",
     "CommandHost",

@@ -43,6 +43,7 @@ LOGIN_HINTS: Final = {
     "opencode": "run `opencode auth login` (or set the provider's API key)",
     "qwen": "run `qwen auth` (or set OPENAI_API_KEY and OPENAI_BASE_URL)",
     "pi": "run `pi` and `/login` once (or set the provider's API key)",
+    "aider": "set the provider's API key (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) or --api-key",
 }
 
 
@@ -63,7 +64,9 @@ class Diagnosis(StrEnum):
 # refresh token was revoked. Please log out and sign in again."; Claude Code 2.1.197 "Failed to
 # authenticate. API Error: 401 ...", "OAuth token revoked · Please run /login", "Your account
 # does not have access to Claude. Please login again ..."; Gemini CLI 0.61 the API's 401
-# UNAUTHENTICATED ("Request had invalid authentication credentials").
+# UNAUTHENTICATED ("Request had invalid authentication credentials"); aider 0.86 litellm's
+# "litellm.AuthenticationError: ..." and its advice "The API provider is not able to
+# authenticate you. Check your API key.".
 _AUTH = re.compile(
     r"\b401\b|unauthori[sz]ed|invalid (?:x-)?api[ -]key|(?:missing|no) api[ -]key|not logged in"
     r"|not signed in|please run /login|codex login|authentication[_ ](?:error|failed)"
@@ -71,7 +74,8 @@ _AUTH = re.compile(
     r"|UNAUTHENTICATED|oauth token (?:has been )?revoked|failed to authenticate"
     r"|refresh token (?:was revoked|was already used|has expired|is no longer valid)"
     r"|access token could not be refreshed|sign in again|please login again"
-    r"|token_invalidated|invalid authentication credentials",
+    r"|token_invalidated|invalid authentication credentials"
+    r"|AuthenticationError|not able to authenticate you",
     re.IGNORECASE,
 )
 _RATE_LIMIT = re.compile(
@@ -101,10 +105,12 @@ _UNREACHABLE = re.compile(
 )
 # A 5xx from the model server as each CLI words it: Claude Code 2.1.197 "API Error: 500 Internal
 # server error", Codex 0.171 "We're currently experiencing high demand", Gemini CLI 0.61 the
-# API's JSON with "code": 500 (its adapter reads the code).
+# API's JSON with "code": 500 (its adapter reads the code), aider 0.86 litellm's
+# "litellm.InternalServerError: ..." with its advice "The API provider's servers are down or
+# overloaded." (a refused connection too: "... - Connection error.", unreachable first).
 _SERVER_ERROR = re.compile(
     r"API Error: 5\d\d\b|internal server error|experiencing high demand|\bHTTP 5\d\d\b"
-    r"|service unavailable|bad gateway|overloaded",
+    r"|service unavailable|bad gateway|overloaded|InternalServerError|ServiceUnavailableError",
     re.IGNORECASE,
 )
 

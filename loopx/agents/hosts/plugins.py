@@ -7,8 +7,8 @@ A package adds a host kind by declaring, in its ``pyproject.toml``::
 
 where ``MyHost`` is a class (or zero-argument factory) whose instances
 implement :class:`loopx.agents.hosts.base.Host` with ``kind = "mykind"``.
-LoopX's own kinds (command, demo, codex, claude, gemini, opencode, qwen, pi) are declared the same way in
-its pyproject. See docs/hosts.md.
+LoopX's own kinds (command, demo, codex, claude, gemini, opencode, qwen, pi, aider) are declared the
+same way in its pyproject. See docs/hosts.md.
 """
 
 from __future__ import annotations
