@@ -7,27 +7,23 @@ own session; ``READY=1``. Each tick: reap dead agents and restart them with
 exponential backoff (a crash loop is recorded for a human), kill agents
 whose heartbeat stalled, apply a requested stop or reload, ping the
 watchdog, refresh the status projection and, with ``--until-idle``, stop
-once no goal can progress. Signal handlers only record intent; ``tick``
-acts on it.
+once no goal can progress. Signal handlers only record intent; ``tick`` acts on it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, TypeVar
 
 from loopx import exitcodes, process
 from loopx.clock import calibrate
-from loopx.errors import CorruptFileError, LoopxError, loop_fault, resource_fault
+from loopx.errors import CorruptFileError, LoopxError
 from loopx.fleet import (
-    ACTIVE_STATES,
     AgentHeartbeat,
     AgentLoopFactory,
     ExitKind,
@@ -41,36 +37,27 @@ from loopx.registry.catalog import load_registry
 from loopx.root import Layout
 from loopx.root.watch import RootHandle, take_note
 from loopx.storage.duties import Duties
-from loopx.storage.files import atomic_write_model, read_model_or_none
-from loopx.storage.resources import retry_delay
+from loopx.storage.files import read_model_or_none
 from loopx.supervisor.backends import make_runner
 from loopx.supervisor.canary import CanaryDuty
 from loopx.supervisor.config import SupervisorConfig
 from loopx.supervisor.exits import log_exit, settle_exit, working_on
 from loopx.supervisor.gcduty import GcDuty
-from loopx.supervisor.idle import idle_verdict
-from loopx.supervisor.leftovers import kill_leftovers, reap_previous
+from loopx.supervisor.idlecheck import IdleCheck
+from loopx.supervisor.leftovers import kill_leftovers, reap_previous, recover_turns
 from loopx.supervisor.lock import acquire, read_record
-from loopx.supervisor.memory import TRIM_AFTER_REREAD, return_freed_memory
+from loopx.supervisor.mainloop import run_loop
 from loopx.supervisor.notify import Notifier
 from loopx.supervisor.process import reap_orphans
-from loopx.supervisor.progress import goal_progress
+from loopx.supervisor.publish import RecordPublisher
 from loopx.supervisor.runner import AgentRunner
 from loopx.supervisor.scale import read_scale, scale_file
 from loopx.supervisor.slot import Slot, resize
-from loopx.turn.recovery import recover
-
-if TYPE_CHECKING:
-    from loopx.notify.deliver import NotifyDuty
+from loopx.supervisor.statusduty import StatusDuty
 
 log = get_logger(__name__)
 
 STALL_KILL_GRACE_S: Final = 2.0
-# The status refresh's scan of every goal's fingerprint (a stat per unchanged goal): every
-# minute, or one goal per 1 / STATUS_SCAN_RATE s when that is longer (500 s at 100,000 goals),
-# so an idle fleet's cost does not grow with the goals (hints make the scan a safety net).
-STATUS_FULL_SCAN_S: Final = 60.0
-STATUS_SCAN_RATE: Final = 200.0
 # How often the root's path is checked against the directory the supervisor opened.
 _ROOT_CHECK_S: Final = 2.0
 _SPAWN_RETRY_S: Final = 1.0
@@ -121,17 +108,14 @@ class Supervisor:
         self._stop_code = exitcodes.OK
         self._next_watchdog = 0.0
         self._next_refresh = 0.0
-        self._next_idle_check = 0.0
-        self._idle_streak: int | None = None  # exit code seen idle at the previous check
+        self.idle = IdleCheck(layout, config)
         self._next_extend = 0.0
         self._last_status = ""
         self._published_pids: list[int | None] = []
-        # Why writes are refused now (disk full...), None when healthy; the
-        # supervisor keeps going and retries the record with backoff.
-        self.degraded: str | None = None
-        self._record_failures = 0
-        self._record_retry_at: float | None = None
-        self._goals: int | None = None  # goals in the last status refresh (for STATUS=)
+        # supervisor.json: a refused write degrades the supervisor and is retried with backoff.
+        self.publisher = RecordPublisher(layout)
+        # The status projection on the fleet's cadence, and the notifications it feeds.
+        self.status = StatusDuty(layout, ttl_s=config.status_cache_ttl_s)
         self.gc = GcDuty(layout)
         # The host CLIs probed at start and when a binary changes (loopx.hostcanary).
         self.canary = CanaryDuty(layout, self.env, python=config.python)
@@ -140,7 +124,6 @@ class Supervisor:
         self._root: RootHandle | None = None
         self._next_root_check = 0.0
         self._root_moved = False
-        self._notify: NotifyDuty | None = None  # notifications, sent off the main thread
         # Duties a resource error (EMFILE, MemoryError...) stopped: retried each tick, never fatal.
         self.duties = Duties("supervisor")
 
@@ -193,9 +176,11 @@ class Supervisor:
         scale_file(self.layout).unlink(missing_ok=True)
         process.become_subreaper()
         reap_previous(self.layout, previous, self.me.pid, self.config.stop_grace_s)
-        self._notify_previous_death(previous)
-        self._recover()
-        self.duties.run("refresh", self._refresh_status)
+        self.status.previous_death(previous, me=self.me.pid)
+        deferred = recover_turns(self.layout)
+        if deferred is not None:
+            self.publisher.degraded = deferred
+        self.duties.run("refresh", self.status.refresh)
         self.runner.open()
         self.slots = [Slot(i, f"agent-{i}") for i in range(1, self.wanted + 1)]
         now = time.monotonic()
@@ -229,85 +214,6 @@ class Supervisor:
             log.warning("root_moved_note_failed", error=str(e))
         self.request_stop(exitcodes.FAILURE)
         return True
-
-    def _recover(self) -> None:
-        try:
-            report = recover(self.layout)
-        except OSError as e:
-            reason = resource_fault(e)
-            if reason is None:
-                raise
-            # Agents recover each goal's journal at their next claim anyway.
-            log.warning("recovery_deferred", reason=reason)
-            self.degraded = reason
-            return
-        log.info(
-            "recovery_done",
-            actions=len(report.actions),
-            quarantined=len(report.quarantined),
-            busy_goals=report.busy_goals,
-            errors=report.errors,
-        )
-
-    def _refresh_status(self) -> None:
-        """Refresh the status projection (every ``--refresh-interval-seconds``, TTL from the config)."""
-        from loopx.status.current import refresh_status, status_cache  # noqa: PLC0415 - heavy
-        from loopx.status.watch import FingerprintMemo  # noqa: PLC0415 - with the cache
-
-        try:
-            cache = status_cache(self.layout)
-            if cache.memo is None:
-                # The once-a-minute full scan costs a stat per unchanged goal.
-                cache.memo = FingerprintMemo()
-                cache.keep_views = False  # the rows hold them; it prints none
-            scan_s = max(STATUS_FULL_SCAN_S, (self._goals or 0) / STATUS_SCAN_RATE)
-            report = refresh_status(
-                self.layout,
-                now=utcnow(),
-                ttl_s=self.config.status_cache_ttl_s,
-                full_scan_after_s=scan_s,
-            )
-            self._goals = report.goals
-            if report.reread >= TRIM_AFTER_REREAD:
-                return_freed_memory()  # the views it replaced, freed between the live ones
-        except Exception as e:
-            if loop_fault(e) is not None:
-                raise  # the refresh duty is degraded, said in the status line and record
-            log.warning("status_refresh_failed", error=str(e))
-            return
-        self._notify_duty()
-
-    def _notify_previous_death(self, previous: FleetRecord | None) -> None:
-        """A predecessor that died without a stop: its "down" and "recovered" notifications."""
-        if previous is None or previous.state not in ACTIVE_STATES or previous.pid == self.me.pid:
-            return
-        from loopx.notify.incident import record_restart  # noqa: PLC0415 - only after a death
-
-        try:
-            events = record_restart(
-                self.layout, pid=previous.pid, last_heard=previous.updated_at, now=utcnow()
-            )
-        except Exception as e:  # noqa: BLE001 - notifications must never stop the fleet
-            log.warning("notify_restart_failed", error=str(e))
-            return
-        if events:
-            log.info("notify_previous_death", pid=previous.pid, events=len(events))
-
-    def _notify_duty(self) -> None:
-        """Hand the fresh projection to the notifications, which send from a background thread."""
-        from loopx.notify.deliver import NotifyDuty  # noqa: PLC0415 - only with notifications
-        from loopx.status.current import current_status  # noqa: PLC0415 - heavy
-
-        if not NotifyDuty.wanted(self.layout):
-            return
-        try:
-            if self._notify is None:
-                self._notify = NotifyDuty(self.layout)
-            # Just refreshed: the cached projection answers without a scan.
-            projection = current_status(self.layout, now=utcnow())
-            self._notify.kick(projection, utcnow())
-        except Exception as e:  # noqa: BLE001 - notifications must never stop the fleet
-            log.warning("notify_duty_failed", error=str(e))
 
     # --- agents ---------------------------------------------------------------------------------
 
@@ -424,8 +330,7 @@ class Supervisor:
         kill_leftovers(self.layout, self.me.pid, expected=clean)
         for slot in self.slots:
             slot.agent, slot.next_start = None, None
-        if self._notify is not None:
-            self._notify.join(2.0)  # a send in flight may finish; the outbox resends it if not
+        self.status.join(2.0)
         self.state = FleetState.STOPPED
         self._write_record()
         code = self.exit_code if self.exit_code is not None else exitcodes.OK
@@ -433,33 +338,9 @@ class Supervisor:
         return code
 
     def _check_idle(self, now: float) -> None:
-        self._next_idle_check = now + self.config.idle_check_s
-        # The goals' next-eligible times are in the fleet's clock (agents calibrate theirs
-        # against the files'); judged by this process's own clock, an hour behind, a goal
-        # waiting 20 s looked an hour away and the run ended as blocked.
-        calibrate(self.layout.agents_dir)
-        wall = utcnow()
-        live_slots = [s for s in self.slots if not s.retiring]
-        fleet_dead = bool(live_slots) and all(s.crash_loop for s in live_slots)
-        verdict = idle_verdict(
-            goal_progress(self.layout, now=wall),
-            now=wall,
-            horizon=timedelta(seconds=self.config.idle_horizon_s),
-            fleet_dead=fleet_dead,
-        )
-        if not verdict.idle:
-            self._idle_streak = None
-            return
-        # Two idle checks in a row with the same answer: a goal between two of an
-        # agent's file writes must not end the run.
-        if self._idle_streak == verdict.exit_code:
-            log.info(
-                "fleet_idle",
-                exit_code=verdict.exit_code,
-                outcomes={k: str(v) for k, v in verdict.outcomes.items()},
-            )
-            self.request_stop(verdict.exit_code)
-        self._idle_streak = verdict.exit_code
+        code = self.idle.step(now, self.slots)
+        if code is not None:
+            self.request_stop(code)
 
     # --- one step -------------------------------------------------------------------------------
 
@@ -496,7 +377,7 @@ class Supervisor:
             self._reload(now)
             self._write_record()
         # A Ray actor's pid becomes known after its spawn: publish it then too.
-        retry_due = self._record_retry_at is not None and now >= self._record_retry_at
+        retry_due = self.publisher.retry_at is not None and now >= self.publisher.retry_at
         degraded = self.duties.reason
         changed = self._duty("slots", lambda: self._check_slots(now))
         if changed or self._pids() != self._published_pids or retry_due:
@@ -533,15 +414,15 @@ class Supervisor:
             self.duties.run("root", self._check_root)
         if now >= self._next_refresh:
             self._next_refresh = now + self.config.refresh_interval_s
-            self._duty("refresh", self._refresh_status)
-        if self.config.until_idle and now >= self._next_idle_check:
+            self._duty("refresh", self.status.refresh)
+        if self.idle.due(now):
             self._duty("idle", lambda: self._check_idle(now))
         if self.canary.due(now):
             self._duty("canary", lambda: self.canary.step(now))
         if self.gc.due(now):
             agents = [s.agent_id for s in self._live()]
             self._duty("gc", lambda: self.gc.step(now, wall=utcnow(), agents=agents))
-        if self.duties.reason != degraded and self._record_retry_at is None:
+        if self.duties.reason != degraded and self.publisher.retry_at is None:
             self._write_record()  # a duty began or stopped failing: the record says so
 
     def next_wait(self, now: float) -> float:
@@ -552,9 +433,9 @@ class Supervisor:
         if self.state is FleetState.STOPPING:
             due.append(now + 0.1)
         if self.config.until_idle:
-            due.append(self._next_idle_check)
-        if self._record_retry_at is not None:
-            due.append(self._record_retry_at)
+            due.append(self.idle.next_at)
+        if self.publisher.retry_at is not None:
+            due.append(self.publisher.retry_at)
         due += [s.next_start for s in self.slots if s.next_start is not None and s.agent is None]
         return max(0.0, min(due) - now)
 
@@ -563,15 +444,15 @@ class Supervisor:
         loops = sum(1 for s in self.slots if s.crash_loop)
         text = f"{self.state}: {alive}/{self.wanted} agents alive"
         text += f", {loops} in crash loop" if loops else ""
-        if self._goals is not None:
-            text += f", {self._goals} goals"
+        if self.status.goals is not None:
+            text += f", {self.status.goals} goals"
         degraded = self.degraded_reason
         return text + (f"; degraded: {degraded}" if degraded else "")
 
     @property
     def degraded_reason(self) -> str | None:
         """Why the supervisor is degraded now: refused record writes, then failing duties."""
-        parts = [p for p in (self.degraded, self.duties.reason) if p]
+        parts = [p for p in (self.publisher.degraded, self.duties.reason) if p]
         return "; ".join(parts) or None
 
     def _pids(self) -> list[int | None]:
@@ -597,75 +478,23 @@ class Supervisor:
             slots=[s.record() for s in self.slots],
             degraded=self.duties.reason,
         )
-        try:
-            atomic_write_model(self.layout.supervisor_file, record)
-        except (OSError, MemoryError, LoopxError) as e:
-            reason = loop_fault(e) if isinstance(e, OSError | MemoryError) else None
-            if reason is None:
-                if self._check_root():
-                    # The path refuses the write (gone, or a symlink above it now): the
-                    # record goes where the note went, into the directory opened.
-                    self._record_in_moved_root(record)
-                    return
-                raise
-            self._record_failures += 1
-            delay = retry_delay(self._record_failures)
-            self._record_retry_at = time.monotonic() + delay
-            if self.degraded != reason:
-                log.warning("supervisor_degraded", reason=reason, retry_in_s=delay)
-            self.degraded = reason
-            return
-        if self.degraded is not None:
-            log.info("supervisor_recovered", was=self.degraded, failures=self._record_failures)
-        self.degraded, self._record_failures, self._record_retry_at = None, 0, None
-
-    def _record_in_moved_root(self, record: FleetRecord) -> None:
-        """Write ``supervisor.json`` through the root's descriptor, so its end is recorded."""
-        if self._root is None:
-            return
-        data = record.model_dump_json(indent=2).encode() + b"\n"
-        try:
-            self._root.write_file(self.layout.supervisor_file.name, data)
-        except OSError as e:
-            log.warning("root_moved_record_failed", error=str(e))
+        self.publisher.publish(record, root_moved=self._check_root, root=self._root)
 
     # --- the loop -------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Start, then tick until stopped; returns the exit code. Main thread only."""
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        os.set_blocking(write_fd, False)
-        old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
-        old_handlers = {s: signal.signal(s, self.handle_signal) for s in handled}
-        old_handlers[signal.SIGINT] = process.own_sigint(self.handle_signal)
-        # Started by `supervisor start`, we inherit the spawner's blocked mask (see process.spawn).
-        process.unblock_handled_signals()
-        try:
-            self.start()
-            while True:
-                now = time.monotonic()
-                code = self.tick(now)
-                if code is not None:
-                    return code
-                with contextlib.suppress(InterruptedError):
-                    select.select([read_fd], [], [], self.next_wait(time.monotonic()))
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(read_fd, 512):
-                        pass
-        except BaseException:
-            if self._lock is not None and self.state is not FleetState.STOPPED:
-                self.exit_code = exitcodes.FAILURE
-                with contextlib.suppress(Exception):
-                    self._finish()
-            raise
-        finally:
-            for signum, handler in old_handlers.items():
-                signal.signal(signum, handler)
-            signal.set_wakeup_fd(old_wakeup)
-            os.close(read_fd)
-            os.close(write_fd)
-            self.notifier.close()
-            if self._lock is not None:
-                self._lock.release()  # type: ignore[attr-defined]
+        return run_loop(self)
+
+    def abandon(self) -> None:
+        """After an error that ends the loop: a started fleet is ended and recorded as failed."""
+        if self._lock is not None and self.state is not FleetState.STOPPED:
+            self.exit_code = exitcodes.FAILURE
+            with contextlib.suppress(Exception):
+                self._finish()
+
+    def close(self) -> None:
+        """Release the notifier and the root's lock, whatever ended the loop."""
+        self.notifier.close()
+        if self._lock is not None:
+            self._lock.release()  # type: ignore[attr-defined]

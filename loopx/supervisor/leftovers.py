@@ -1,9 +1,10 @@
-"""What a fleet leaves behind: a previous (SIGKILLed) supervisor's agents, and this one's at its end.
+"""What a fleet leaves behind: a previous (SIGKILLed) supervisor's agents and turns, and this one's at its end.
 
 Zero survivors either way: the processes a ``supervisor.json`` names, every
 process whose environment names this root and an agent (``LOOPX_*``), and
 at the end this supervisor's own descendants (the tmux server, a host an
-agent detached) are killed as a tree.
+agent detached) are killed as a tree. The turns a previous fleet left half-done are
+recovered before the first agent starts (:func:`recover_turns`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Final
 import psutil
 
 from loopx import environ, process
+from loopx.errors import resource_fault
 from loopx.fleet import FleetRecord
 from loopx.log import get_logger
 from loopx.root import Layout
 from loopx.supervisor.process import fleet_processes, reap_orphans
 from loopx.supervisor.tmux import TmuxSession
+from loopx.turn.recovery import recover
 
 log = get_logger(__name__)
 
@@ -87,3 +90,28 @@ def kill_leftovers(layout: Layout, me_pid: int, *, expected: bool) -> None:
         _log_turns("leftover_host_killed", leftovers.values(), warn=not expected)
         process.kill_tree(list(leftovers.values()), grace_s=0)
     reap_orphans()
+
+
+def recover_turns(layout: Layout) -> str | None:
+    """Recover what the previous fleet's turns left; the resource fault that deferred it, if one.
+
+    Raises:
+        OSError: a failure that is not a resource fault (ENOSPC, EMFILE...).
+    """
+    try:
+        report = recover(layout)
+    except OSError as e:
+        reason = resource_fault(e)
+        if reason is None:
+            raise
+        # Agents recover each goal's journal at their next claim anyway.
+        log.warning("recovery_deferred", reason=reason)
+        return reason
+    log.info(
+        "recovery_done",
+        actions=len(report.actions),
+        quarantined=len(report.quarantined),
+        busy_goals=report.busy_goals,
+        errors=report.errors,
+    )
+    return None
