@@ -46,6 +46,7 @@ ALLOWED: Final = {
 }
 # A CLI module parses, calls the library, prints and exits; file work is the library's.
 TOP_LEVEL_MAX_MODULES: Final = 20  # __init__, __main__ and _version included
+MODULE_MAX_LINES: Final = 500
 CLI_MODULE_MAX_LINES: Final = 350
 CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options) aside
 FILE_METHODS: Final = frozenset(
@@ -243,6 +244,16 @@ def test_at_most_twenty_modules_sit_at_the_top_of_the_package() -> None:
     """A new module joins the package of what it holds: the top stays a short list."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= TOP_LEVEL_MAX_MODULES, top
+
+
+def test_no_module_is_over_five_hundred_lines() -> None:
+    """A module a newcomer can read in one sitting: past 500 lines, it holds two concepts."""
+    long = {
+        module_name(p): n
+        for p in package_files()
+        if (n := len(p.read_text().splitlines())) > MODULE_MAX_LINES
+    }
+    assert long == {}
 
 
 def test_only_the_api_and_the_schema_list_import_the_web_front_end() -> None:

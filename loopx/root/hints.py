@@ -57,6 +57,15 @@ class HintCursor:
     offset: int = 0
 
 
+def hinted_since(layout: Layout, cursor: HintCursor) -> bool:
+    """Whether the log holds more than a reader at ``cursor`` has read (one ``stat``)."""
+    try:
+        st = os.stat(changes_file(layout))
+    except FileNotFoundError:
+        return cursor.inode != 0
+    return st.st_ino != cursor.inode or st.st_size != cursor.offset
+
+
 def read_hints(layout: Layout, cursor: HintCursor) -> tuple[set[str] | None, HintCursor]:
     """Goal ids noted since ``cursor``; None when the log was replaced (rescan everything).
 

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import heapq
-import json
-import operator
 import secrets
 import sqlite3
 import time
@@ -33,9 +30,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
-
-from pydantic import TypeAdapter
-from pydantic_core import SchemaSerializer
 
 from loopx.accounts.views import account_summaries
 from loopx.errors import LoopxError, resource_fault
@@ -48,7 +42,7 @@ from loopx.process.collector import collector_paused
 from loopx.registry.catalog import goal_catalog
 from loopx.registry.model import Goal, GoalStatus, Registry
 from loopx.root import Layout
-from loopx.root.hints import HintCursor, changes_file, read_hints, reset_hints
+from loopx.root.hints import HintCursor, hinted_since, read_hints, reset_hints
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.prefetch import Fingerprints, Prefetch
 from loopx.status.queue import assemble
@@ -64,10 +58,12 @@ from loopx.status.refresh import (
     goals_to_reread,
     next_index,
     plan_scan,
+    pop_expired,
 )
 from loopx.status.reread import read_shared, reread_goal
 from loopx.status.store import BehindWrite, StatusStore
-from loopx.status.view import GoalStatusView, StatusProjection, json_bytes, serializer
+from loopx.status.view import GoalStatusView, StatusProjection, json_bytes
+from loopx.status.viewbytes import document_bytes, view_bytes
 from loopx.status.watch import FingerprintMemo
 from loopx.storage.dirs import ensure_dir
 from loopx.storage.locks import locked
@@ -80,9 +76,6 @@ _BUCKETS: Final = 256  # what RefreshReport.shards_written counts in (see there)
 # A rebuild of fewer goals is written in the process: at 1,000 goals a fork cost as much CPU
 # (copies of the pages either process then writes) as it saved time.
 _BEHIND_MIN_GOALS: Final = 5000
-_EMPTY_GOALS: Final = b"[]\n}"
-_GOAL_START: Final = b"    {\n"
-_BETWEEN: Final = b",\n" + _GOAL_START  # between two goals of the document: nothing deeper
 
 log = get_logger(__name__)
 
@@ -204,19 +197,14 @@ class StatusCache:
             with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S):
                 if self._in_sync_with_disk() and not self._rebuild:
                     stored = self.store.views(wanted if len(wanted) * 2 < len(views) else None)
-        pieces: list[bytes] = []
-        missing: list[int] = []
-        for view in views:
+
+        def known(view: GoalStatusView) -> bytes | None:
             cached = goals.get(view.goal_id)
-            own = cached is not None and cached.view is view
-            piece = (fresh.get(view.goal_id) or stored.get(view.goal_id)) if own else None
-            if piece is None:
-                missing.append(len(pieces))
-                piece = b""
-            pieces.append(piece)
-        for at, piece in zip(missing, view_bytes([views[i] for i in missing]), strict=True):
-            pieces[at] = piece
-        return head[: -len(_EMPTY_GOALS)] + b"[\n" + b",\n".join(pieces) + b"\n  ]\n}\n"
+            if cached is None or cached.view is not view:
+                return None
+            return fresh.get(view.goal_id) or stored.get(view.goal_id)
+
+        return document_bytes(head, views, known)
 
     # --- refreshing ------------------------------------------------------------------------
 
@@ -253,7 +241,11 @@ class StatusCache:
                 and (now - index.checked_at).total_seconds() < ttl_s
                 and list(file_fingerprint(self.layout.registry)) == index.registry_fp
             )
-            if young and index is not None and not _hinted_since(self.layout, index):
+            if (
+                young
+                and index is not None
+                and not hinted_since(self.layout, HintCursor(index.hint_inode, index.hint_offset))
+            ):
                 return RefreshReport(
                     refreshed=False,
                     full_scan=False,
@@ -318,7 +310,7 @@ class StatusCache:
             goals=goals,
             cached=self.goals,
             fingerprints=fingerprints,
-            expired=self._expired(now),
+            expired=pop_expired(self._rechecks, self.goals, now),
             quarantine_before=quarantine_before,
             sources=sources,
         )
@@ -470,17 +462,6 @@ class StatusCache:
             self._drop(goal_id)
         return removed, dirty
 
-    def _expired(self, now: datetime) -> set[str]:
-        """Goals whose cached view expires by time at ``now`` (popped from the recheck heap)."""
-        out: set[str] = set()
-        now_ts = now.timestamp()
-        while self._rechecks and self._rechecks[0][0] <= now_ts:
-            ts, goal_id = heapq.heappop(self._rechecks)
-            cached = self.goals.get(goal_id)
-            if cached is not None and cached.recheck_ts == ts:  # else a stale heap entry
-                out.add(goal_id)
-        return out
-
     def _reproject(
         self, goal_id: str, fp: Fingerprint | None, sources: SharedSources, *, now: datetime
     ) -> None:
@@ -502,94 +483,6 @@ class StatusCache:
         self.goals.pop(goal_id, None)
         self._fresh.pop(goal_id, None)
         self._leased.discard(goal_id)
-
-
-def _hinted_since(layout: Layout, index: StatusIndex) -> bool:
-    """Whether the change-hint log holds more than the index has read (one ``stat``)."""
-    ino, _mtime, size = file_fingerprint(changes_file(layout))
-    if size < 0:
-        return index.hint_inode != 0
-    return ino != index.hint_inode or size != index.hint_offset
-
-
-def view_bytes(views: list[GoalStatusView]) -> list[bytes]:
-    r"""Each view as it stands in ``loopx status --json``: indent 2, moved right by four spaces.
-
-    Views that hold the very same value objects but their goal id (goals that
-    never ran, of one policy: :func:`loopx.status.projection.project_unrun`
-    builds them from one set of values) are serialized once and the others'
-    bytes made from it: at 10,000 such goals that was most of a cold status's
-    serialization. The rest are serialized in one call as a list, then cut
-    between the goals: a JSON string never holds a raw newline, so
-    ``},\n    {`` at the start of a line, four spaces in, is only ever
-    between two goals.
-    """
-    first_of: dict[tuple[int, ...], int] = {}
-    alike: list[tuple[int, int]] = []  # (a view, the first view holding its values)
-    for at, view in enumerate(views):
-        fields = view.__dict__
-        # Ids are only compared while the views (and so their values) live: none is reused.
-        # A view with warnings or quarantined journals holds lists of its own: keyed alone.
-        key = (
-            (-1, at)
-            if fields["warnings"] or fields["quarantined"]
-            else tuple(map(id, _ALL_BUT_ID(fields)))
-        )
-        first = first_of.setdefault(key, at)
-        if first != at:
-            alike.append((at, first))
-    distinct = list(first_of.values())
-    out = dict(zip(distinct, _serialized([views[i] for i in distinct]), strict=True))
-    tails: dict[int, bytes] = {}
-    for at, first in alike:
-        tail = tails.get(first)
-        if tail is None:
-            tail = tails[first] = _after_id(out[first], views[first].goal_id)
-        out[at] = _ID_AT + _json_id(views[at].goal_id) + tail
-    return [out[at] for at in range(len(views))]
-
-
-# A view's values but its goal id and its two lists (empty where this is used: they print []).
-_ALL_BUT_ID: Final = operator.itemgetter(
-    *(n for n in GoalStatusView.model_fields if n not in {"goal_id", "warnings", "quarantined"})
-)
-_ID_AT: Final = b'    {\n      "goal_id": '  # a view's bytes begin so, its id next
-
-
-def _json_id(goal_id: str) -> bytes:
-    """``goal_id`` as a JSON string (a valid id has nothing to escape)."""
-    if goal_id.isprintable() and '"' not in goal_id and "\\" not in goal_id:
-        return b'"' + goal_id.encode() + b'"'
-    return json.dumps(goal_id, ensure_ascii=False).encode()  # pragma: no cover - ids are checked
-
-
-def _after_id(piece: bytes, goal_id: str) -> bytes:
-    """What follows the goal id in ``piece``, the view of ``goal_id``."""
-    head = _ID_AT + _json_id(goal_id)
-    if not piece.startswith(head):  # pragma: no cover - a view's first field is its id
-        msg = f"status cache: the view of {goal_id!r} does not begin with its id"
-        raise LoopxError(msg)
-    return piece[len(head) :]
-
-
-def _serialized(views: list[GoalStatusView]) -> list[bytes]:
-    """Each of ``views`` serialized in one call (see :func:`view_bytes`)."""
-    if not views:
-        return []
-    blob = _list_serializer().to_json(views, indent=2).replace(b"\n", b"\n  ")
-    inner = blob[len(b"[\n") : -len(b"\n  ]")]  # "    {" ... "    }"
-    parts = inner.split(_BETWEEN)
-    if len(parts) != len(views):  # pragma: no cover - see view_bytes
-        to_json = serializer(GoalStatusView).to_json
-        return [b"    " + to_json(v, indent=2).replace(b"\n", b"\n    ") for v in views]
-    return [parts[0], *(_GOAL_START + p for p in parts[1:])]
-
-
-@functools.cache
-def _list_serializer() -> SchemaSerializer:
-    adapter = TypeAdapter(list[GoalStatusView])
-    adapter.rebuild(_types_namespace={})  # built here, as loopx.status.view.serializer does
-    return adapter.serializer
 
 
 @contextlib.contextmanager

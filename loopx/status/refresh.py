@@ -14,6 +14,7 @@ decisions :class:`loopx.status.cache.StatusCache` runs between its reads:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -235,3 +236,17 @@ def next_index(
         quarantined_total=sources.quarantined_total,
         quarantine={g: list(v) for g, v in sources.quarantine.items()},
     )
+
+
+def pop_expired(
+    rechecks: list[tuple[float, str]], goals: Mapping[str, CachedGoal], now: datetime
+) -> set[str]:
+    """Goals whose cached view expires by time at ``now``, popped from the recheck heap."""
+    out: set[str] = set()
+    now_ts = now.timestamp()
+    while rechecks and rechecks[0][0] <= now_ts:
+        ts, goal_id = heapq.heappop(rechecks)
+        cached = goals.get(goal_id)
+        if cached is not None and cached.recheck_ts == ts:  # else a stale heap entry
+            out.add(goal_id)
+    return out
