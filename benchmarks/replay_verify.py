@@ -30,8 +30,8 @@ from _fleet import ENV, SH_SCRIPT, compile_package
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.log import configure_logging
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 

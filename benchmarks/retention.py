@@ -43,7 +43,7 @@ from _timing import lowest
 
 from loopx.api import configure_logging
 from loopx.model import utcnow
-from loopx.quota.warm import memo_path
+from loopx.quota.warmanswer import memo_path
 from loopx.retention.gc import collect
 from loopx.retention.space import measure
 from loopx.root import Layout

@@ -29,8 +29,8 @@ from pathlib import Path
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.log import configure_logging
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.sandbox import SandboxSpec
 

@@ -23,7 +23,7 @@ from _timing import lowest  # benchmarks/_timing.py, next to this script
 from loopx.model import utcnow
 from loopx.quota.ledger import window_spend
 from loopx.registry.catalog import goal_catalog
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.root import Layout
 from loopx.status.fingerprint import absent_files, goal_fingerprint
 from loopx.status.sources import gather_goal

@@ -28,8 +28,8 @@ from pathlib import Path
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.log import configure_logging
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.storage.files import atomic_write_bytes
 from loopx.turn.tamper import GoalFingerprint

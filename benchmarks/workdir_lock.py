@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.turn.lease import claim, release
 from loopx.turn.workdir import acquire_workdir, release_workdir

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from loopx.ids import validate_goal_id
     from loopx.quota.decision import QuotaDecision, QuotaReport
     from loopx.registry.bulk import ImportReport
+    from loopx.registry.goalrecords import Goal, GoalStatus, HostKind, HostSpec, Registry
     from loopx.registry.initialise import InitReport
-    from loopx.registry.model import Goal, GoalStatus, HostKind, HostSpec, Registry
     from loopx.registry.plan import BatchPlan
     from loopx.registry.quota_policy import QuotaPolicy
     from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
@@ -80,7 +80,7 @@ _EXPORTS: dict[str, str] = {
     "validate_goal_id": "loopx.ids",
     **dict.fromkeys(
         ("Goal", "GoalStatus", "HostKind", "HostSpec", "Registry"),
-        "loopx.registry.model",
+        "loopx.registry.goalrecords",
     ),
     "QuotaPolicy": "loopx.registry.quota_policy",
     **dict.fromkeys(("Layout", "ResolvedRoot", "open_root", "resolve_root"), "loopx.root"),

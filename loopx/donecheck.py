@@ -8,7 +8,7 @@ A goal may name a check (``goal add --done-check CMD``). When its host reports
 goal's workdir as the turn's ``done_check`` phase (:mod:`loopx.turn.phases`),
 and its result is recorded in the journal before any effect of the turn is
 written: a crash before the record runs it again, a recorded one is never run
-again. The runner is :func:`loopx.agents.donecheck.run_done_check`; this module
+again. The runner is :func:`loopx.agents.checkrun.run_done_check`; this module
 holds the records and the pure decisions over them.
 """
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from loopx.accounts.budget import AccountSpend
-from loopx.accounts.files import ProviderHeaders
+from loopx.accounts.accountfiles import ProviderHeaders
 from loopx.accounts.handoffs import AccountHandoffs
-from loopx.accounts.model import Account, AccountState, RootBudget
-from loopx.accounts.views import (
+from loopx.accounts.outputs import (
     AccountCheck,
     AccountDocument,
     AccountList,
     AccountShow,
     AccountSummary,
 )
+from loopx.accounts.records import Account, AccountState, RootBudget
+from loopx.accounts.rollingbudget import AccountSpend
 from loopx.batch.report import BatchReport, RunSummary
 from loopx.doctor import DoctorReport
 from loopx.errors import UsageError
@@ -35,18 +35,18 @@ from loopx.fleet import (
 )
 from loopx.history.logreader import LogEntry
 from loopx.hostcanary import HostCheck, HostList, HostsFile
-from loopx.notify.config import NotifyConfig
 from loopx.notify.links import ServeAddress
 from loopx.notify.outbox import Outbox
-from loopx.notify.views import NotifyList, NotifyTestReport
+from loopx.notify.targets import NotifyConfig
+from loopx.notify.targetviews import NotifyList, NotifyTestReport
 from loopx.quota.decision import QuotaDecision, QuotaReport
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.ledger import SpendAggregate, SpendRecord
 from loopx.registry.bulk import ImportReport
 from loopx.registry.goal_index import GoalIndex
+from loopx.registry.goalrecords import Goal
 from loopx.registry.initialise import InitReport
 from loopx.registry.migrate import MigrationReport, RegistryV1
-from loopx.registry.model import Goal
 from loopx.registry.plan import BatchPlan
 from loopx.registry.views import GateDocument, GoalDocument, GoalList, GoalView, SessionReset
 from loopx.registry.worktree_record import WorktreeRecord
@@ -54,8 +54,8 @@ from loopx.retention.archive import ArchiveResult
 from loopx.retention.gc import GcReport
 from loopx.retention.policy import RetentionSettings
 from loopx.retention.space import SpaceReading
+from loopx.root.held import RootMovedNote
 from loopx.root.settings import RegistrySettings
-from loopx.root.watch import RootMovedNote
 from loopx.state import GoalState
 from loopx.status.documents import ErrorReply, GoalDetail, GoalPage, GoalTurns, Health, StatusPage
 from loopx.status.refresh import RefreshReport, StatusIndex
@@ -75,13 +75,13 @@ from loopx.turn.runlog import RunReport
 from loopx.turn.workdir import WorkdirHold, WorkdirWait
 from loopx.web import dashboard, goaldetail
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
-from loopx.web.bulk import BulkActionResult, BulkAnswerResult
-from loopx.web.events import ChangeEvent
+from loopx.web.bulkactions import BulkActionResult, BulkAnswerResult
+from loopx.web.changefeed import ChangeEvent
 from loopx.web.timeline import Timeline
 from loopx.web.worktrees import WorktreeState
 from loopx.worktree.gitrun import GitRun
 from loopx.worktree.mergejournal import MergeJournal
-from loopx.worktree.view import WorktreeView
+from loopx.worktree.show import WorktreeView
 
 # Files under a runtime root (and the batch plan a person writes).
 FILES: dict[str, type[BaseModel]] = {

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput
-from loopx.registry.model import Goal, HostKind, HostSpec
+from loopx.registry.goalrecords import Goal, HostKind, HostSpec
 from loopx.state import GoalState, HostSession
 from loopx.turn.protocol import Envelope
 

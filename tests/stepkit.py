@@ -18,7 +18,7 @@ from loopx.agents.turn import AgentProcesses
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.turn.attempt import TurnAttempt
 from loopx.turn.steps import STEPS, Step, TurnConfig, TurnContext, TurnOptions, take_turn
-from loopx.turn.steps.leftovers import read_goal
+from loopx.turn.steps.recovering import read_goal
 from loopx.turn.steps.table import recorded
 
 NOOP_LOG = "noop.log"

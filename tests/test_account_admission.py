@@ -10,12 +10,12 @@ import pytest
 
 from loopx import exitcodes
 from loopx.accounts import rules
-from loopx.accounts.model import AccountState, Condition, Signal, TurnSignal
-from loopx.accounts.store import update_state
+from loopx.accounts.accountstore import update_state
+from loopx.accounts.records import AccountState, Condition, Signal, TurnSignal
 from loopx.accounts.windows import AdmissionPolicy, UsageWindow, merged, parse_mark, with_marks
 from loopx.agents.hosts.base import Interpretation
 from loopx.agents.hosts.codex import CodexHost
-from loopx.agents.hosts.windows import claude_windows, codex_windows
+from loopx.agents.hosts.reportedwindows import claude_windows, codex_windows
 from loopx.root import Layout
 from loopx.state import HostSession
 from loopx.testing import install_fake_host
@@ -323,7 +323,7 @@ def test_the_proxy_s_headers_become_the_windows_the_clis_name():
 def test_headers_a_sandboxed_turn_recorded_hold_the_account_past_its_mark(tmp_path):
     """The proxy's record of a 96% window refuses the next turn, as a CLI's report would."""
     import loopx
-    from loopx.accounts.files import held_account
+    from loopx.accounts.accountfiles import held_account
     from loopx.accounts.headers import record_headers
     from loopx.model import utcnow
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from loopx.accounts.files import damaged_state
-from loopx.accounts.model import AccountState, Condition
+from loopx.accounts.accountfiles import damaged_state
+from loopx.accounts.records import AccountState, Condition
 from loopx.accounts.rules import admit
 from loopx.errors import AccountDamagedError
 from loopx.root import Layout

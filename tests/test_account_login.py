@@ -18,16 +18,16 @@ import pytest
 
 import loopx
 from loopx.accounts import rules
+from loopx.accounts.accountfiles import read_state
+from loopx.accounts.accountstore import reopen_login, update_state
 from loopx.accounts.clihome import config_dir, host_environment
-from loopx.accounts.files import read_state
-from loopx.accounts.model import AccountState, AccountSummary, Condition, Signal, TurnSignal
-from loopx.accounts.store import reopen_login, update_state
-from loopx.accounts.views import CheckOutcome
+from loopx.accounts.outputs import CheckOutcome
+from loopx.accounts.records import AccountState, AccountSummary, Condition, Signal, TurnSignal
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose
 from loopx.agents.login import check_argv, login_argv
 from loopx.errors import UsageError
-from loopx.notify.config import EventKind
 from loopx.notify.events import conditions, events_between
+from loopx.notify.targets import EventKind
 from loopx.root import Layout
 from loopx.status.view import FleetView, StatusCounts, StatusProjection
 from loopx.testing import install_fake_host

@@ -11,9 +11,8 @@ import pytest
 
 from loopx import exitcodes
 from loopx.accounts import rules
-from loopx.accounts.budget import AccountSpend, added, breach, raised, totals
 from loopx.accounts.envfile import parse_env_text
-from loopx.accounts.model import (
+from loopx.accounts.records import (
     AccountBudget,
     AccountState,
     Condition,
@@ -21,6 +20,7 @@ from loopx.accounts.model import (
     Signal,
     TurnSignal,
 )
+from loopx.accounts.rollingbudget import AccountSpend, added, breach, raised, totals
 from loopx.errors import AccountEnvFileError
 
 NOW = datetime(2026, 12, 1, 19, 3, 34, tzinfo=UTC)
@@ -333,7 +333,7 @@ def test_account_list_and_show_never_print_the_credentials(with_account):
 
 def test_status_shows_an_account_change_at_once_even_warm(with_account):
     """A parked account shows in the next `status --json`, also when its document was stored."""
-    from loopx.accounts.store import update_state
+    from loopx.accounts.accountstore import update_state
     from loopx.root import Layout
 
     cli = with_account

@@ -17,7 +17,7 @@ import pytest
 import loopx
 from loopx.agents.hosts import DemoHost
 from loopx.agents.hosts.base import HostInvocation
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.turn.protocol import Envelope
 from tests.conftest import Cli

@@ -194,7 +194,7 @@ def test_every_module_is_walked() -> None:
     seen = package_files()
     print(f"test_architecture sees {len(seen)} modules")
     assert len(seen) == len(list(PACKAGE.rglob("*.py")))
-    assert {module_name(p) for p in seen} >= {"loopx.supervisor.fleet", "loopx.agents.loop"}
+    assert {module_name(p) for p in seen} >= {"loopx.supervisor.supervisor", "loopx.agents.loop"}
 
 
 def test_the_top_level_shows_the_design_cards_parts_as_links_into_the_package() -> None:
@@ -254,6 +254,17 @@ def test_no_module_is_over_five_hundred_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MODULE_MAX_LINES
     }
     assert long == {}
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name says which module it is (the API's and the CLI's groups mirror each other)."""
+    seen: dict[str, list[str]] = {}
+    for path in package_files():
+        inside = path.relative_to(PACKAGE).parts[0]
+        if path.name in {"__init__.py", "__main__.py"} or inside in {"api", "cli"}:
+            continue
+        seen.setdefault(path.name, []).append(module_name(path))
+    assert {name: mods for name, mods in seen.items() if len(mods) > 1} == {}
 
 
 def test_only_the_api_and_the_schema_list_import_the_web_front_end() -> None:

@@ -10,8 +10,8 @@ import pytest
 from loopx.errors import GoalStateError, InvalidGoalIdError
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import set_status
-from loopx.registry.model import GoalStatus
 from loopx.retention.archive import CrossDeviceArchiveError, LiveLeaseError, archive_goal
 from loopx.testing.status_fixtures import register_goals, seed_goal, write_lease
 from tests.conftest import Cli

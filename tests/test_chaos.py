@@ -45,8 +45,8 @@ from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.doctor import diagnose
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout
 from loopx.turn.replay import replay
 from tests.faketime import LIBFAKETIME, faketime_env

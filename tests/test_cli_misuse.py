@@ -28,8 +28,8 @@ import pytest
 from loopx import exitcodes
 from loopx.cli._app import build_parser
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 NOBODY = 65534

@@ -21,7 +21,7 @@ import pytest
 
 from loopx.agents.turn import run_one_turn
 from loopx.root import Layout
-from loopx.status.store import store_file
+from loopx.status.database import store_file
 from loopx.turn.journal import journal_files
 from tests.turnkit import demo_goal, loopx, loopx_here, make_root
 

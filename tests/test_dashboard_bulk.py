@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from loopx.model import utcnow
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal
-from loopx.registry.model import GoalStatus
 from loopx.testing.dashboard_fixtures import seed_fleet_root
 from loopx.web.server import HttpServer, make_server
 from tests.test_dashboard_server import AUTH, JSON_AUTH, TOKEN, audit_lines, call

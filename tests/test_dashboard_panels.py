@@ -156,8 +156,9 @@ def test_run_logs_need_the_token_and_a_known_host(server, path):
 def seed_accounts(layout: Layout, workdir: Path) -> None:
     """`work` limited for two minutes (3 goals wait), `metered` with an estimated spend, and
     `authy` needing a human, its question carrying hostile text."""
-    from loopx.accounts.files import state_file
-    from loopx.accounts.model import (
+    from loopx.accounts.accountfiles import state_file
+    from loopx.accounts.accountstore import record_spend, write_account
+    from loopx.accounts.records import (
         Account,
         AccountBudget,
         AccountGate,
@@ -166,7 +167,6 @@ def seed_accounts(layout: Layout, workdir: Path) -> None:
         Signal,
         TurnSignal,
     )
-    from loopx.accounts.store import record_spend, write_account
     from loopx.storage.files import atomic_write_model
 
     now = utcnow()
@@ -234,7 +234,7 @@ def test_the_overview_shows_each_accounts_state_spend_and_waiting_goals(layout, 
 
 def test_an_account_row_names_at_most_twenty_waiting_goals():
     """An account holding 500 goals back costs the overview 20 ids and a count."""
-    from loopx.accounts.model import AccountSummary, Condition
+    from loopx.accounts.records import AccountSummary, Condition
     from loopx.web.panels import account_row
 
     ids = [f"g{i:03d}" for i in range(500)]

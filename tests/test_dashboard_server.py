@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from loopx.model import utcnow
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal
-from loopx.registry.model import GoalStatus
 from loopx.root.hints import note_goal_changed
 from loopx.state import load_state
 from loopx.testing.dashboard_fixtures import seed_fleet_root

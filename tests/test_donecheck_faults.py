@@ -18,8 +18,8 @@ import pytest
 
 from loopx.donecheck import DoneCheckSpec
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from tests.checkkit import check_runs, write_scripts
 from tests.fleet_helpers import alive
 from tests.turnkit import cli_env, durable_snapshot, loopx, loopx_here, make_root

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from loopx.agents.donecheck import run_done_check
+from loopx.agents.checkrun import run_done_check
 from loopx.donecheck import OUTPUT_TAIL_CHARS
 from tests.fleet_helpers import alive
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root.dropbox import drop_box_base, result_path
 from tests.fleet_helpers import wait_for
 from tests.turnkit import cli_env, demo_goal, make_root

@@ -22,7 +22,7 @@ from loopx.agents.hosts import host_for
 from loopx.agents.hosts.base import HostOutput
 from loopx.errors import CorruptFileError, InvalidGoalIdError, LoopxError
 from loopx.ids import validate_goal_id
-from loopx.registry.model import Goal, HostKind, HostSpec, Registry
+from loopx.registry.goalrecords import Goal, HostKind, HostSpec, Registry
 from loopx.state import Gate, GoalState, Todo
 from loopx.storage.files import parse_model
 from loopx.turn.failures import FailureReason

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from loopx.model import utcnow
 from loopx.registry.catalog import GoalCatalog
 from loopx.registry.goal_index import GoalIndex
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.status.current import status_document
 from loopx.testing.status_fixtures import make_goal, register_goals

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from loopx.errors import GoalStateError
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.lifecycle import GoalDoneError, NotDoneError, StatusRequest, target_status
-from loopx.registry.model import GoalStatus
 from tests.conftest import Cli
 
 DONE_LINE = "loopx: error: goal g is done; `loopx goal reopen g` runs it again"

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from loopx.accounts.files import HeldAccount
+from loopx.accounts.accountfiles import HeldAccount
 from loopx.accounts.handoff import ChoiceReason, Handoff, choose_account, handoffs_in_window
-from loopx.accounts.model import AccountState, AccountSummary, Condition
+from loopx.accounts.records import AccountState, AccountSummary, Condition
 from loopx.accounts.windows import AdmissionPolicy
 from loopx.agents.hosts.session import session_to_resume
 from loopx.errors import InvalidPolicyError
+from loopx.registry.goalrecords import Goal, HostSpec
 from loopx.registry.goals import GoalChanges, build_goal
-from loopx.registry.model import Goal, HostSpec
 from loopx.state import HostSession
 from loopx.status.projection import project_unrun
 from loopx.status.queue import overlay_accounts
 from loopx.status.view import StatusReason
-from loopx.turn.steps.handoff import handed_goal
+from loopx.turn.steps.handing import handed_goal
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 KINDS = {"b": "claude", "c": "codex", "default-gemini": "gemini"}

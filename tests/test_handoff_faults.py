@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.accounts.model import Condition
-from loopx.accounts.store import update_state
+from loopx.accounts.accountstore import update_state
+from loopx.accounts.records import Condition
 from tests.turnkit import durable_snapshot, loopx, loopx_here, make_root
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 import loopx
-from loopx.accounts.files import held_state
+from loopx.accounts.accountfiles import held_state
+from loopx.accounts.accountstore import update_state
 from loopx.accounts.rules import admit
-from loopx.accounts.store import update_state
 from loopx.agents.turn import attempt_turn
 from loopx.history.reader import read_history
 from loopx.model import utcnow

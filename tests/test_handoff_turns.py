@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import loopx
-from loopx.accounts.model import Condition
-from loopx.accounts.store import update_state
+from loopx.accounts.accountstore import update_state
+from loopx.accounts.records import Condition
 from loopx.agents.turn import attempt_turn
 from loopx.history.reader import read_history
 from loopx.quota.decision import QuotaReason
@@ -22,7 +22,7 @@ from loopx.root import Layout
 from loopx.testing.gitwork import git, make_repo
 from loopx.turn.journal import TurnJournal
 from loopx.turn.outcome import TurnStatus
-from loopx.turn.steps.handoff import last_turn_pending
+from loopx.turn.steps.handing import last_turn_pending
 
 pytestmark = pytest.mark.timeout(60)
 

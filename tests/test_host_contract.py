@@ -23,7 +23,7 @@ from loopx.agents.hosts.base import Host, HostOutput, Interpretation
 from loopx.agents.hosts.plugins import installed
 from loopx.agents.hosts.session import no_session
 from loopx.errors import HostMissingError
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind

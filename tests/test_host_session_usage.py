@@ -17,7 +17,7 @@ import pytest
 
 from loopx.agents.hosts import host_for
 from loopx.agents.hosts.base import HostOutput, Interpretation
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession
 from tests.hostkit import make_envelope, make_goal
 from tests.realhosts.mockmodel import USAGE_IN, USAGE_OUT

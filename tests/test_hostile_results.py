@@ -18,7 +18,7 @@ import pytest
 
 from loopx.agents.turn import attempt_turn
 from loopx.errors import FileTooLargeError, NotRegularFileError
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root.dropbox import result_path
 from loopx.storage.files import MAX_READ_BYTES, read_bytes
 from loopx.turn.failures import FailureReason

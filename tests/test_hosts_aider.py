@@ -22,7 +22,7 @@ from loopx.agents.hosts.aider import (
     token_count,
 )
 from loopx.agents.hosts.base import HostOutput
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind

@@ -13,7 +13,7 @@ from loopx.agents.hosts.base import HostOutput
 from loopx.agents.hosts.opencode import OpencodeHost, stream_errors
 from loopx.agents.hosts.pi import PiHost
 from loopx.agents.hosts.qwen import QwenHost
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind

@@ -12,7 +12,7 @@ from loopx.agents.hosts.base import HostOutput
 from loopx.agents.hosts.claude import ClaudeHost, find_result_object, reported_usage
 from loopx.errors import HostMissingError
 from loopx.model import utcnow
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import RESET_UNKNOWN, FailureReason
 from loopx.turn.outcome import ResultKind

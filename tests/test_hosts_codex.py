@@ -12,7 +12,7 @@ import pytest
 from loopx.agents.hosts.base import HostOutput
 from loopx.agents.hosts.codex import CodexHost, parse_events
 from loopx.errors import HostMissingError
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession, update_state
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind

@@ -12,10 +12,10 @@ import pytest
 from loopx.agents.hosts import host_for
 from loopx.agents.hosts.base import HostOutput
 from loopx.agents.hosts.gemini import GeminiHost, find_json_report, reported_tokens
-from loopx.agents.hosts.watch import StallWatcher
+from loopx.agents.hosts.stallwatch import StallWatcher
 from loopx.errors import HostMissingError
 from loopx.model import utcnow
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind

@@ -19,7 +19,7 @@ from loopx.agents.hosts.extract import find_json_object, parse_result
 from loopx.agents.hosts.prompt import build_prompt, result_schema
 from loopx.agents.hosts.resettime import MAX_RESET_S, retry_after_s
 from loopx.agents.hosts.session import session_after_turn, session_to_resume, turn_tokens
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import Gate, HostSession, Todo, TodoStatus
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.outcome import ResultKind

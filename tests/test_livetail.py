@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.turn.livetail import TAIL_BYTES, LiveTail, live_file, read_live
 from loopx.web.server import make_server
 from tests.test_dashboard_server import call

@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from loopx.agents.turn import TurnConfig, run_one_turn
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root import Layout
 from loopx.turn.journal import journal_files, read_journal
 from tests.fleet_helpers import alive

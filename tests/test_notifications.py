@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from loopx.model import utcnow
-from loopx.notify.config import EventKind, redact_url
 from loopx.notify.events import conditions, events_between, message
 from loopx.notify.outbox import Outbox, record_events, record_result, record_try
+from loopx.notify.targets import EventKind, redact_url
 from loopx.status.view import StatusProjection
 from tests.fleet_helpers import (
     add_demo_goal,
@@ -346,7 +346,7 @@ def test_a_limited_account_and_a_spent_budget_are_events() -> None:
     """An account's limit or spent budget is one event each, keyed by the account."""
     from datetime import UTC, datetime
 
-    from loopx.accounts.model import AccountSummary, Condition
+    from loopx.accounts.records import AccountSummary, Condition
     from loopx.notify.events import conditions
     from loopx.status.view import FleetView, StatusCounts, StatusProjection
 

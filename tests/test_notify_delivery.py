@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from loopx.model import utcnow
-from loopx.notify.config import EventKind
 from loopx.notify.deliver import apprise_url, run_notify
 from loopx.notify.events import Severity, conditions, message
 from loopx.notify.outbox import (
@@ -35,6 +34,7 @@ from loopx.notify.outbox import (
     load_outbox,
     record_events,
 )
+from loopx.notify.targets import EventKind
 from loopx.root import Layout
 from loopx.status.view import StatusProjection
 from tests.fleet_helpers import add_demo_goal, cli, kill_everything, start_supervisor, wait_for

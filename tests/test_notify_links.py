@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from loopx.model import utcnow
-from loopx.notify.config import load_config
 from loopx.notify.links import ServeAddress, link_base, serve_path
+from loopx.notify.targets import load_config
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model
 from tests.fleet_helpers import clean_env, cli, wait_for

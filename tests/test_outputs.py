@@ -141,7 +141,7 @@ def test_schema_lists_every_output_and_file_model() -> None:
     # Load the modules outside the kernel that define records, so their subclasses exist.
     import loopx.agents.turn
     import loopx.supervisor.control
-    import loopx.supervisor.fleet  # noqa: F401 - imported for its side effect
+    import loopx.supervisor.supervisor  # noqa: F401 - imported for its side effect
 
     def subclasses(cls: type[BaseModel]) -> Iterator[type[BaseModel]]:
         for sub in cls.__subclasses__():
@@ -181,8 +181,8 @@ def _check_notify(check: Callable[..., BaseModel]) -> None:
 
 def _check_accounts(check: Any, root: Path) -> None:
     """Every `loopx account` command's --json, with an account gate as an auth failure leaves it."""
-    from loopx.accounts.model import AccountGate
-    from loopx.accounts.store import update_state
+    from loopx.accounts.accountstore import update_state
+    from loopx.accounts.records import AccountGate
     from loopx.model import utcnow
     from loopx.root import Layout
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.registry.plan import PlanError, load_plan
 
 TOML_PLAN = """

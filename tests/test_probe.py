@@ -7,7 +7,7 @@ import pytest
 from loopx.errors import GoalStateError
 from loopx.model import utcnow
 from loopx.status.cache import StatusCache
-from loopx.status.probe import run_probe
+from loopx.status.nextprobe import run_probe
 from loopx.testing.status_fixtures import make_goal, register_goals
 from tests.conftest import Cli
 
@@ -82,6 +82,6 @@ def test_probe_cli_json(layout, tmp_path, cli):
 def test_the_api_defaults_are_the_probe_defaults() -> None:
     """`loopx probe`'s defaults are spelled in the API too, so `goal add` does not import probing."""
     from loopx.api import Goals
-    from loopx.status.probe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S
+    from loopx.status.nextprobe import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S
 
     assert (Goals.PROBE_TIMEOUT_S, Goals.PROBE_MAX_BYTES) == (DEFAULT_TIMEOUT_S, DEFAULT_MAX_BYTES)

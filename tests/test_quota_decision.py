@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from loopx.quota.decision import QuotaReason, should_run
 from loopx.quota.headroom import HostHeadroom
 from loopx.quota.window import BucketFold, WindowSpend, window_of
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.state import Gate, GoalState
 

@@ -22,9 +22,9 @@ import pytest
 
 from loopx.api import Root
 from loopx.quota.ledger import SpendRecord, append_spend
-from loopx.quota.warm import memo_path, print_decision
+from loopx.quota.warmanswer import memo_path, print_decision
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import open_gate, set_status
-from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import update_state
 from loopx.turn.lease import claim

@@ -22,7 +22,7 @@ from loopx.fleet import (
 )
 from loopx.model import utcnow
 from loopx.process import ProcessIdentity
-from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.registry.goalrecords import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.status.sources import fleet_liveness, read_fleet
 from loopx.storage.files import atomic_write_model

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 import loopx
-from loopx.accounts.model import Signal
+from loopx.accounts.records import Signal
 from loopx.agents.turn import attempt_turn
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal
-from loopx.registry.model import GoalStatus
 from loopx.retention.policy import KeepPolicy, update_settings
 from loopx.root import Layout
 from loopx.turn.accounting import turn_signal

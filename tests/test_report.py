@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from loopx import exitcodes
 from loopx.batch.report import Outcome, build_report, exit_code_for, goal_report, render_markdown
 from loopx.quota.ledger import SpendRecord
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.state import Gate, GoalState
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.outcome import ResultKind

@@ -23,7 +23,7 @@ from loopx.agents.hosts.diagnosis import (
     rate_limited,
 )
 from loopx.agents.hosts.resettime import MAX_RESET_S, read_reset, retry_after_s
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root import Layout
 from loopx.testing import install_fake_host
 from loopx.turn.journal import journal_files, read_journal

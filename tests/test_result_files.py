@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from loopx.agents.turn import attempt_turn
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.turn.failures import FailureReason
 from tests.turnkit import demo_goal, make_root
 

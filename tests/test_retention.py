@@ -18,8 +18,8 @@ import loopx
 from loopx.agents.turn import attempt_turn
 from loopx.errors import CorruptFileError
 from loopx.model import utcnow
-from loopx.quota.warm import memo_path
-from loopx.retention.fold import TurnMeta, plan_fold
+from loopx.quota.warmanswer import memo_path
+from loopx.retention.foldplan import TurnMeta, plan_fold
 from loopx.retention.policy import (
     KeepPolicy,
     RetentionChange,

@@ -9,7 +9,7 @@ import pytest
 
 from loopx.agents.hosts import host_for
 from loopx.agents.hosts.prompt import build_prompt
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from tests.hostkit import make_envelope, make_goal
 from tests.turnkit import demo_goal, make_root
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loopx.root.watch import NOTE_NAME
+from loopx.root.held import NOTE_NAME
 from tests.fleet_helpers import kill_everything, start_supervisor, wait_for
 from tests.turnkit import make_root
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from loopx.errors import LoopxError
-from loopx.root.watch import NOTE_NAME
+from loopx.root.held import NOTE_NAME
 from tests.fleet_helpers import kill_everything, wait_for
 from tests.turnkit import cli_env, demo_goal, make_root
 

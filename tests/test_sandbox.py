@@ -490,7 +490,7 @@ def test_the_roots_default_sandbox_goes_to_goals_added_without_one(tmp_path):
 def test_a_merge_runs_the_goal_s_check_on_the_merged_tree_in_its_sandbox(tmp_path):
     """A check that passes only when it cannot see another goal's workdir passes at the merge
     too: the merged tree's check is confined as the turn's was."""
-    from loopx.agents.merging import merge
+    from loopx.agents.automerge import merge
 
     other = tmp_path / "other-goal"
     other.mkdir()

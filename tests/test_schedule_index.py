@@ -6,7 +6,7 @@ import random
 from datetime import timedelta
 
 from loopx.model import utcnow
-from loopx.registry.model import GoalStatus, QuotaPolicy
+from loopx.registry.goalrecords import GoalStatus, QuotaPolicy
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed
 from loopx.schedule.candidates import gather_candidates

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.schedule.select import Candidate, Ineligible, select, select_one, why_ineligible
 

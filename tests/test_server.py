@@ -296,7 +296,7 @@ def test_metrics_show_each_accounts_state_waiting_goals_and_spend():
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from loopx.accounts.model import AccountSummary, Condition, WindowTotals
+    from loopx.accounts.records import AccountSummary, Condition, WindowTotals
     from loopx.web.metrics import _account_metrics, _Families
 
     until = datetime(2026, 12, 1, 19, 5, 59, tzinfo=UTC)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.accounts.files import read_state
-from loopx.accounts.model import Condition, account_of
+from loopx.accounts.accountfiles import read_state
+from loopx.accounts.records import Condition, account_of
 from loopx.root import Layout
 from loopx.testing import install_fake_host
 from loopx.turn.journal import TurnJournal

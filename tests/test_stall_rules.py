@@ -12,7 +12,7 @@ import pytest
 
 from loopx.agents.hostrun import Limits, Observation, kill_reason, run_host
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root import Layout
 from loopx.state import GoalState, HostSession
 from loopx.status.inputs import GoalInputs

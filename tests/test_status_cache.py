@@ -16,12 +16,12 @@ from loopx.history.reader import (
 )
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import open_gate, set_status
-from loopx.registry.model import GoalStatus
 from loopx.root.hints import note_goal_changed
 from loopx.status.cache import StatusCache
 from loopx.status.current import clear_status_cache, current_status, refresh_status
-from loopx.status.store import StatusStore, store_file
+from loopx.status.database import StatusStore, store_file
 from loopx.status.view import Actor, StatusReason
 from loopx.testing.status_fixtures import (
     append_history,

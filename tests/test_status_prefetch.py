@@ -14,9 +14,9 @@ from loopx.model import utcnow
 from loopx.registry.goals import open_gate
 from loopx.root import Layout
 from loopx.status.cache import StatusCache
+from loopx.status.database import StatusStore
 from loopx.status.fingerprint import goal_fingerprint
 from loopx.status.prefetch import Prefetch, start
-from loopx.status.store import StatusStore
 from loopx.testing.status_fixtures import make_goal, register_goals, seed_goal
 
 pytestmark = pytest.mark.usefixtures("forkable")  # every test here forks, or must

@@ -10,7 +10,7 @@ import pytest
 
 from loopx.fleet import AgentSlot, FleetRecord
 from loopx.quota.window import BucketFold, SpendColumns
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.state import GoalState
 from loopx.status.fleetview import fleet_view

@@ -20,7 +20,7 @@ from loopx.api import Root, print_status_snapshot
 from loopx.root import Layout
 from loopx.status import cache as cache_module
 from loopx.status.cache import StatusCache
-from loopx.status.store import StatusStore
+from loopx.status.database import StatusStore
 from loopx.testing.status_fixtures import make_goal, register_goals, seed_goal
 from tests.fleet_helpers import alive, wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from loopx import exitcodes
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.supervisor.backoff import RestartPolicy, decide_restart, exponential_delay
 from loopx.supervisor.idle import GoalProgress, Outcome, idle_verdict
 

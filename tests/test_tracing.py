@@ -20,7 +20,7 @@ import pytest
 import structlog
 
 from loopx import tracing
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root import Layout
 from tests.turnkit import demo_goal, loopx
 

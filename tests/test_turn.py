@@ -6,7 +6,7 @@ import json
 import threading
 
 from loopx.agents.turn import TurnConfig, attempt_turn, run_one_turn
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.state import load_state
 from loopx.turn.journal import PHASES
 from loopx.turn.outcome import TurnStatus

@@ -9,8 +9,8 @@ from pathlib import Path
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.errors import LoopxError
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.storage import dirs
 from loopx.turn.journal import journal_files
 from loopx.turn.lease import claim, read_epoch

@@ -20,13 +20,13 @@ import pytest
 from loopx import environ, exitcodes
 from loopx.agents.turn import attempt_turn
 from loopx.model import current_offset, set_clock_offset, utcnow
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.supervisor.config import SupervisorConfig
-from loopx.supervisor.fleet import Supervisor
 from loopx.supervisor.idle import Outcome, idle_verdict
 from loopx.supervisor.progress import goal_progress
+from loopx.supervisor.supervisor import Supervisor
 from tests.faketime import LIBFAKETIME
 from tests.fleet_helpers import kill_everything, start_supervisor
 from tests.turnkit import demo_goal, make_root

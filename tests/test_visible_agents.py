@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loopx.agents.console import MAX_LINES_PER_TURN, AgentConsole
-from loopx.registry.model import Goal, HostKind, HostSpec
+from loopx.registry.goalrecords import Goal, HostKind, HostSpec
 from loopx.supervisor.tmux import session_name
 from tests.fleet_helpers import clean_env, cli, kill_everything, sigterm_and_wait, wait_for
 

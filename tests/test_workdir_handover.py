@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from tests.fleet_helpers import journals, kill_everything, wait_for
 from tests.turnkit import cli_env, make_root
 

@@ -15,8 +15,8 @@ import pytest
 
 from loopx.agents.turn import attempt_turn
 from loopx.model import utcnow
+from loopx.registry.goalrecords import Goal, HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import Goal, HostKind, HostSpec
 from loopx.turn.lease import claim, read_epoch, release
 from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir, shared_workdirs
 from tests.fleet_helpers import (

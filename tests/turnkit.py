@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from loopx.model import utcnow
+from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.registry.model import HostKind, HostSpec
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 from loopx.root.dropbox import result_path as dropbox_result_path
 

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
+from loopx.accounts.accountfiles import accounts_dir, load_account, read_account
 from loopx.accounts.envfile import file_secrets, read_env_file
-from loopx.accounts.files import accounts_dir, load_account, read_account
-from loopx.accounts.model import Account, is_default
+from loopx.accounts.records import Account, is_default
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir
 

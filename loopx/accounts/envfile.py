@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import Final
 
-from loopx.accounts.model import ENV_NAME
+from loopx.accounts.records import ENV_NAME
 from loopx.errors import AccountEnvFileError
 
 MAX_ENV_FILE_BYTES: Final = 64 * 1024

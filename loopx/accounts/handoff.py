@@ -30,11 +30,11 @@ from typing import Final
 
 from pydantic import Field
 
-from loopx.accounts.files import HeldAccount
-from loopx.accounts.model import account_of
+from loopx.accounts.accountfiles import HeldAccount
+from loopx.accounts.records import account_of
 from loopx.accounts.rules import account_admits, parked
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 
 HANDOFF_WINDOW: Final = timedelta(hours=24)  # the per-goal cap counts hand-offs in this window
 HANDOFF_TIMES_KEPT: Final = 1000  # hand-off times a goal state keeps (the cap's evidence)

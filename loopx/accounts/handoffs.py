@@ -16,8 +16,8 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from loopx.accounts.files import accounts_dir, load_account, read_account
-from loopx.accounts.model import Account, is_default
+from loopx.accounts.accountfiles import accounts_dir, load_account, read_account
+from loopx.accounts.records import Account, is_default
 from loopx.model import Record, UtcDatetime
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir

@@ -4,15 +4,15 @@ The proxy of a sandboxed turn (:mod:`loopx.agents.sandbox.proxy`) sees every
 response of the account's provider, and keeps the latest value of each
 rate-limit, retry and usage header here, with when it saw it. Admission
 reads them as the account's latest word on its windows
-(:func:`loopx.accounts.files.held_account`, through
+(:func:`loopx.accounts.accountfiles.held_account`, through
 :mod:`loopx.accounts.headerwindows`); nothing here decides. The file's model
-and its reading are in :mod:`loopx.accounts.files`, with the account's others. Last writer wins: each write is one atomic rewrite of the whole
+and its reading are in :mod:`loopx.accounts.accountfiles`, with the account's others. Last writer wins: each write is one atomic rewrite of the whole
 file, merged with the one it replaces.
 """
 
 from __future__ import annotations
 
-from loopx.accounts.files import ProviderHeaders, SeenHeader, headers_file, read_headers
+from loopx.accounts.accountfiles import ProviderHeaders, SeenHeader, headers_file, read_headers
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir

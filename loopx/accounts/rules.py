@@ -3,7 +3,7 @@
 :func:`admit` refuses, in this order (the first that applies is the answer):
 
 1. ``damaged``: a file of the account cannot be read (the state
-   :func:`~loopx.accounts.files.damaged_state` stands for); only a repair
+   :func:`~loopx.accounts.accountfiles.damaged_state` stands for); only a repair
    clears it, since what the file held (a limit, a gate, a spent budget) is
    not known.
 2. ``login refused`` (an auth failure: a new login clears it) or ``needs a
@@ -23,7 +23,7 @@
 7. ``staggered``: after a probe got through, the other goals start one every
    ``STAGGER_S`` for ``STAGGER_WINDOW_S``.
 
-:func:`observe` applies one turn's :class:`~loopx.accounts.model.TurnSignal`
+:func:`observe` applies one turn's :class:`~loopx.accounts.records.TurnSignal`
 to the state; a turn key already applied changes nothing. :func:`parked` holds
 the first five refusals (what holds every goal of the account), and
 :func:`account_admits` is the question a hand-off asks of each account.
@@ -34,7 +34,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Final
 
-from loopx.accounts.model import (
+from loopx.accounts.records import (
     APPLIED_KEPT,
     AccountGate,
     AccountState,

@@ -22,7 +22,7 @@ from typing import Final, TextIO
 
 from loopx.log import TolerantStream
 from loopx.model import utcnow
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.secrets import redact_text
 
 MAX_LINES_PER_TURN: Final = 200  # a chatty host must not bury the outcome lines

@@ -19,7 +19,7 @@ from typing import Final
 
 from loopx import environ, tracing
 from loopx.accounts.clihome import HostEnvironment, host_environment
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
 from loopx.accounts.windows import UsageWindow
 from loopx.agents.console import AgentConsole
 from loopx.agents.hostrun import HostRun, Limits, run_host
@@ -27,9 +27,9 @@ from loopx.agents.hosts import Host, HostInvocation, HostOutput, Interpretation,
 from loopx.agents.hosts.autonomy import with_autonomy
 from loopx.agents.hosts.base import ActivityFiles, SessionRecords
 from loopx.agents.hosts.plugins import PluginError
-from loopx.agents.hosts.watch import StallWatcher
-from loopx.agents.hosts.windows import RECORDS_TAIL_BYTES
-from loopx.agents.sandbox.session import TurnSandbox
+from loopx.agents.hosts.reportedwindows import RECORDS_TAIL_BYTES
+from loopx.agents.hosts.stallwatch import StallWatcher
+from loopx.agents.sandbox.sandboxturn import TurnSandbox
 from loopx.errors import (
     HostMissingError,
     HostUnsupportedError,

@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Final
 
 from loopx import environ
+from loopx.accounts.accountfiles import load_account
 from loopx.accounts.clihome import (
     HostEnvironment,
     config_dir_of,
     ensure_config_dir,
     host_environment,
 )
-from loopx.accounts.files import load_account
-from loopx.accounts.model import Account
-from loopx.accounts.views import AccountCheck, CheckOutcome
+from loopx.accounts.outputs import AccountCheck, CheckOutcome
+from loopx.accounts.records import Account
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose
 from loopx.errors import HostMissingError, LoopxError, UsageError
 from loopx.root import Layout

@@ -27,9 +27,9 @@ import structlog
 
 from loopx import exitcodes
 from loopx.agents.console import AgentConsole
+from loopx.agents.consoleline import show_outcome
 from loopx.agents.heartbeat import Heartbeat, parent_of
 from loopx.agents.hostguard import stop_guard
-from loopx.agents.outcome import show_outcome
 from loopx.agents.signals import install_signal_handlers
 from loopx.clock import calibrate
 from loopx.errors import LoopxError
@@ -41,10 +41,10 @@ from loopx.process import (
     set_parent_death_signal,
     unblock_handled_signals,
 )
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.retention.space import check_space
 from loopx.root import Layout
-from loopx.root.watch import RootHandle
+from loopx.root.held import RootHandle
 from loopx.schedule.index import ScheduleIndex
 from loopx.secrets import secret_values
 from loopx.storage.duties import Duties

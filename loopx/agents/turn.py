@@ -19,13 +19,13 @@ from pathlib import Path
 import structlog
 
 from loopx import environ
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
+from loopx.agents.automerge import auto_merge
+from loopx.agents.checkrun import run_done_check
 from loopx.agents.console import AgentConsole
-from loopx.agents.donecheck import run_done_check
 from loopx.agents.execution import run_host_turn
 from loopx.agents.hosts import Host
-from loopx.agents.merging import auto_merge
-from loopx.agents.sandbox.session import TurnSandbox
+from loopx.agents.sandbox.sandboxturn import TurnSandbox
 from loopx.clock import calibrate
 from loopx.donecheck import CheckResult
 from loopx.log import get_logger
@@ -34,7 +34,7 @@ from loopx.root import Layout
 from loopx.turn.attempt import TurnAttempt, TurnReport
 from loopx.turn.journal import TurnJournal
 from loopx.turn.steps import TurnConfig, TurnContext, TurnOptions, take_turn
-from loopx.turn.steps.leftovers import read_goal
+from loopx.turn.steps.recovering import read_goal
 
 log = get_logger(__name__)
 
@@ -134,7 +134,7 @@ class AgentProcesses:
         )
 
     def merge(self, layout: Layout, goal_id: str) -> None:
-        """Merge the goal's branch if it is done (:func:`loopx.agents.merging.auto_merge`)."""
+        """Merge the goal's branch if it is done (:func:`loopx.agents.automerge.auto_merge`)."""
         auto_merge(layout, goal_id)
 
 

@@ -45,13 +45,13 @@ if TYPE_CHECKING:
     )
     from loopx.log import configure_logging
     from loopx.supervisor.batch import Progress
-    from loopx.supervisor.demo import DemoResult
+    from loopx.supervisor.demorun import DemoResult
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     "Accounts": "loopx.api._accounts",
     "Demo": "loopx.api._demo",
-    "DemoResult": "loopx.supervisor.demo",
+    "DemoResult": "loopx.supervisor.demorun",
     "Fleet": "loopx.api._fleet",
     "FleetOptions": "loopx.api._fleetrun",
     "Gates": "loopx.api._gates",

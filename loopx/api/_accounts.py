@@ -11,12 +11,10 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from loopx.accounts import files, store
-from loopx.accounts.budget import ROOT_BUDGET, breach, raised
+from loopx.accounts import accountfiles, accountstore
 from loopx.accounts.clihome import config_var, ensure_config_dir
 from loopx.accounts.envfile import read_env_file
-from loopx.accounts.model import Account, AccountBudget, RootBudget, is_default
-from loopx.accounts.views import (
+from loopx.accounts.outputs import (
     AccountCheck,
     AccountDocument,
     AccountList,
@@ -27,6 +25,8 @@ from loopx.accounts.views import (
     summaries,
     summarise,
 )
+from loopx.accounts.records import Account, AccountBudget, RootBudget, is_default
+from loopx.accounts.rollingbudget import ROOT_BUDGET, breach, raised
 from loopx.accounts.windows import AdmissionPolicy, with_marks
 from loopx.agents import login as cli_login
 from loopx.errors import (
@@ -137,13 +137,13 @@ class Accounts:
             raise UsageError(msg, hint="choose another name")
         at = now or utcnow()
         with self._locked(name):
-            if files.read_account(self.layout, name) is not None and not update:
+            if accountfiles.read_account(self.layout, name) is not None and not update:
                 raise AccountExistsError(name)
             account = self._build(
                 None, name=name, host_kind=host_kind, env_file=env_file, env=env,
                 policy=policy, now=at,
             )  # fmt: skip
-            store.write_account(self.layout, account)
+            accountstore.write_account(self.layout, account)
             ensure_config_dir(self.layout, account)
         return AccountDocument(account=redacted(account))
 
@@ -165,18 +165,18 @@ class Accounts:
         """
         at = now or utcnow()
         with self._locked(name):
-            existing = files.load_account(self.layout, name)
+            existing = accountfiles.load_account(self.layout, name)
             account = self._build(
                 existing, name=name, host_kind=existing.host_kind, env_file=env_file, env=env,
                 policy=policy, now=at, clear=clear_env_file,
             )  # fmt: skip
-            store.write_account(self.layout, account)
+            accountstore.write_account(self.layout, account)
         return AccountDocument(account=redacted(account))
 
     def _locked(self, name: str) -> AbstractContextManager[None]:
         """The lock every account policy change takes (rare; the directory may not exist yet)."""
-        files.account_file(self.layout, name)  # the name is checked before anything is made
-        return locked(ensure_dir(files.accounts_dir(self.layout)) / ".policy")
+        accountfiles.account_file(self.layout, name)  # the name is checked before anything is made
+        return locked(ensure_dir(accountfiles.accounts_dir(self.layout)) / ".policy")
 
     def _build(
         self,
@@ -237,7 +237,7 @@ class Accounts:
         account = None
         if not is_default(name):
             try:
-                account = files.load_account(self.layout, name)
+                account = accountfiles.load_account(self.layout, name)
             except AccountDamagedError:
                 account = None  # the summary reads it again and says what is damaged
         goals = list(load_registry(self.layout).goals.values())
@@ -253,11 +253,11 @@ class Accounts:
             AccountNotFoundError: no such account.
             AccountInUseError: goals name it; nothing was removed.
         """
-        account = files.load_account(self.layout, name)
+        account = accountfiles.load_account(self.layout, name)
         users = sorted(g.id for g in load_registry(self.layout).goals.values() if g.account == name)
         if users:
             raise AccountInUseError(name, users)
-        store.remove_account(self.layout, name)
+        accountstore.remove_account(self.layout, name)
         return AccountDocument(account=redacted(account))
 
     def resolve(
@@ -277,33 +277,33 @@ class Accounts:
         at = now or utcnow()
         key = ROOT_BUDGET if name is None else name
         if name is not None and not is_default(name):
-            files.load_account(self.layout, name)
-        state = files.read_state(self.layout, key)
+            accountfiles.load_account(self.layout, name)
+        state = accountfiles.read_state(self.layout, key)
         who = "the root's budget" if name is None else f"account {name}"
         if state.gate is None:
             msg = f"{who} has no open gate"
             raise GoalStateError(msg, hint="see `loopx account list`")
-        if state.gate.opened_by == store.BUDGET_GATE:
+        if state.gate.opened_by == accountstore.BUDGET_GATE:
             self._raise_budget(key, answer, at)
-            state = store.check_budget(self.layout, key, now=at)
+            state = accountstore.check_budget(self.layout, key, now=at)
         else:
-            state = store.resolve_gate(self.layout, key, now=at)
+            state = accountstore.resolve_gate(self.layout, key, now=at)
         goals = list(load_registry(self.layout).goals.values())
         return summarise(self.layout, key, goals, now=at, state=state)
 
     def _raise_budget(self, key: str, answer: str, now: datetime) -> None:
-        budget = files.budget_of(self.layout, key)
-        found = breach(budget, files.read_spend(self.layout, key), now) if budget else None
+        budget = accountfiles.budget_of(self.layout, key)
+        found = breach(budget, accountfiles.read_spend(self.layout, key), now) if budget else None
         new = raised(budget, found, answer) if budget is not None and found is not None else None
         if new is None or budget is None or found is None:
             spent = f" above {found.spent:,.0f}" if found is not None else ""
             msg = f"answer `raise N` with N{spent} to raise the spent budget, got {answer!r}"
             raise GoalStateError(msg, hint="or wait until the window refills")
         if key == ROOT_BUDGET:
-            store.write_root_budget(self.layout, RootBudget(budget=new, updated_at=now))
+            accountstore.write_root_budget(self.layout, RootBudget(budget=new, updated_at=now))
         else:
-            account = files.load_account(self.layout, key)
-            store.write_account(
+            account = accountfiles.load_account(self.layout, key)
+            accountstore.write_account(
                 self.layout, account.model_copy(update={"budget": new, "updated_at": now})
             )
 
@@ -333,17 +333,17 @@ class Accounts:
         found = cli_login.check(self.layout, name)
         at = now or utcnow()
         if found.outcome is CheckOutcome.AUTH:
-            state = store.park_login(self.layout, name, found.message, now=at)
+            state = accountstore.park_login(self.layout, name, found.message, now=at)
         elif found.outcome is CheckOutcome.OK:
-            state = store.reopen_login(self.layout, name, now=at)
+            state = accountstore.reopen_login(self.layout, name, now=at)
         else:
-            state = files.read_state(self.layout, name)
+            state = accountfiles.read_state(self.layout, name)
         return found.model_copy(update={"state": state.condition})
 
     def set_root_budget(self, *, now: datetime | None = None, **fields: Any) -> RootBudget:  # noqa: ANN401 - AccountBudget fields
         """`loopx account budget`: set the whole root's budget (fields not given are kept)."""
         at = now or utcnow()
-        current = files.read_root_budget(self.layout)
+        current = accountfiles.read_root_budget(self.layout)
         values = current.budget.model_dump() if current is not None else {}
         values |= {k: v for k, v in fields.items() if v is not None}
         try:
@@ -351,7 +351,7 @@ class Accounts:
         except ValidationError as e:
             raise InvalidPolicyError("budget", describe_validation_error(e)) from e
         record = RootBudget(budget=budget, updated_at=at)
-        store.write_root_budget(self.layout, record)
+        accountstore.write_root_budget(self.layout, record)
         return record
 
 

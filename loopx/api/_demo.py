@@ -13,7 +13,7 @@ from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 if TYPE_CHECKING:
     from loopx.supervisor.batch import Progress
-    from loopx.supervisor.demo import DemoResult
+    from loopx.supervisor.demorun import DemoResult
 
 
 def _ignore(_progress: Progress) -> None:
@@ -34,7 +34,7 @@ class Demo:
         Like `loopx demo`, only ``path`` (``--root``) is used: ``$LOOPX_ROOT``
         is not, so a demo never lands in a real root by accident.
         """
-        from loopx.supervisor.demo import demo_home  # noqa: PLC0415 - heavy
+        from loopx.supervisor.demorun import demo_home  # noqa: PLC0415 - heavy
 
         home, root = demo_home(Path(path).resolve() if path is not None else None)
         resolved = ResolvedRoot(root, root / "registry.json", RootSource.FLAG)
@@ -61,7 +61,7 @@ class Demo:
             BatchError: the fleet could not run.
         """
         from loopx.errors import UsageError  # noqa: PLC0415
-        from loopx.supervisor.demo import run_demo  # noqa: PLC0415 - heavy
+        from loopx.supervisor.demorun import run_demo  # noqa: PLC0415 - heavy
 
         if agents < 1:
             raise UsageError(f"--agents must be at least 1, got {agents}", hint="pass --agents N")
@@ -69,6 +69,6 @@ class Demo:
 
     def next_steps(self, result: DemoResult) -> list[str]:
         """The commands a newcomer should try next, with this demo's paths filled in."""
-        from loopx.supervisor.demo import next_steps  # noqa: PLC0415 - heavy
+        from loopx.supervisor.demorun import next_steps  # noqa: PLC0415 - heavy
 
         return next_steps(result, self.root)

@@ -23,7 +23,7 @@ from loopx.ids import validate_goal_id
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.registry.checks import GoalSetupError, check_program, check_workdir
-from loopx.registry.model import GoalStatus, HostKind
+from loopx.registry.goalrecords import GoalStatus, HostKind
 from loopx.registry.plan import BatchPlan, PlanError, load_plan
 from loopx.root import Layout
 
@@ -259,7 +259,7 @@ class Fleet:
 
     def _run_here(self, config: SupervisorConfig) -> int:
         from loopx.agents.loop import Agent  # noqa: PLC0415 - heavy
-        from loopx.supervisor.fleet import Supervisor  # noqa: PLC0415
+        from loopx.supervisor.supervisor import Supervisor  # noqa: PLC0415
 
         return Supervisor(self.layout, config, make_agent=Agent).run()
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from loopx.accounts.files import check_goal_account, read_account
+from loopx.accounts.accountfiles import check_goal_account, read_account
 from loopx.api._hostspec import host_spec
 from loopx.api._work import (
     WorktreeOptions,
@@ -32,9 +32,9 @@ from loopx.registry.bulk import (
 )
 from loopx.registry.catalog import own_workdirs
 from loopx.registry.checks import check_program, check_workdir
+from loopx.registry.goalrecords import GoalStatus, HostKind
 from loopx.registry.goals import GoalChanges, add_goal, get_goal, reset_session
 from loopx.registry.lifecycle import StatusRequest, change_status
-from loopx.registry.model import GoalStatus, HostKind
 from loopx.registry.store import read_settings
 from loopx.registry.views import (
     GoalDocument,
@@ -55,9 +55,9 @@ if TYPE_CHECKING:
     from loopx.retention.archive import ArchiveResult
     from loopx.status.view import ProbeObservation
     from loopx.worktree.mergejournal import MergeJournal, MergeMode
-    from loopx.worktree.view import WorktreeView
+    from loopx.worktree.show import WorktreeView
 
-# loopx.status.probe's DEFAULT_TIMEOUT_S and DEFAULT_MAX_BYTES (a test checks they agree).
+# loopx.status.nextprobe's DEFAULT_TIMEOUT_S and DEFAULT_MAX_BYTES (a test checks they agree).
 _PROBE_TIMEOUT_S: Final = 30.0
 _PROBE_MAX_BYTES: Final = 64 * 1024
 
@@ -413,7 +413,7 @@ class Goals:
             GoalNotFoundError: no such goal.
             UsageError: the goal has no ``next_probe``.
         """
-        from loopx.status.probe import run_probe  # noqa: PLC0415
+        from loopx.status.nextprobe import run_probe  # noqa: PLC0415
 
         goal = get_goal(self.layout, goal_id)
         return run_probe(

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Sequence
 
 from loopx.errors import InvalidPolicyError, UsageError
-from loopx.registry.model import HostKind, HostSpec
+from loopx.registry.goalrecords import HostKind, HostSpec
 
 
 def host_spec(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from loopx.model import utcnow
-from loopx.notify.config import (
+from loopx.notify.outbox import load_outbox, outbox_path, save_outbox
+from loopx.notify.targets import (
     NotifyTarget,
     add_target,
     load_config,
@@ -14,8 +15,7 @@ from loopx.notify.config import (
     remove_target,
     set_link_base,
 )
-from loopx.notify.outbox import load_outbox, outbox_path, save_outbox
-from loopx.notify.views import NotifyList, NotifyTestReport, TestDelivery, notify_list
+from loopx.notify.targetviews import NotifyList, NotifyTestReport, TestDelivery, notify_list
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir
 from loopx.storage.locks import locked
@@ -131,9 +131,9 @@ class Notify:
         Raises:
             NotifyTargetNotFoundError: ``target`` names no target.
         """
-        from loopx.notify.config import NotifyTargetNotFoundError  # noqa: PLC0415
         from loopx.notify.deliver import send_message  # noqa: PLC0415 - apprise
         from loopx.notify.links import link_base  # noqa: PLC0415 - small
+        from loopx.notify.targets import NotifyTargetNotFoundError  # noqa: PLC0415
 
         config = load_config(self.layout)
         targets = [t for t in config.targets if target is None or target in (t.id, t.url)]

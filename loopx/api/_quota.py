@@ -42,7 +42,7 @@ class Quota:
         """`loopx quota should-run`: may the goal run a turn now (``.allowed``), and why.
 
         Decided on the real clock (no ``now``), the decision is also stored for
-        the warm `loopx quota should-run` (:mod:`loopx.quota.warm`).
+        the warm `loopx quota should-run` (:mod:`loopx.quota.warmanswer`).
 
         Raises:
             GoalNotFoundError: no such goal.

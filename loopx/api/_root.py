@@ -155,7 +155,7 @@ class Root:
         Raises:
             CorruptFileError: the registry cannot be read.
         """
-        from loopx.doctor.worktrees import repair_worktree_locks  # noqa: PLC0415 - only for --repair
+        from loopx.doctor.worktreecheck import repair_worktree_locks  # noqa: PLC0415 - only for --repair
         from loopx.registry.catalog import load_registry  # noqa: PLC0415
 
         layout = Layout.of(resolve_root(flag=path, registry=registry, env=env, home=home))

@@ -87,7 +87,7 @@ class Turns:
         (`loopx goal merge --abort`) when git refuses to finish it.
         """
         report = recover(self.layout, now=now)
-        from loopx.agents.merging import resume_merges  # noqa: PLC0415 - the agents' side is heavy
+        from loopx.agents.automerge import resume_merges  # noqa: PLC0415 - the agents' side is heavy
 
         merges = resume_merges(self.layout, now=now)
         return report.model_copy(

@@ -113,7 +113,7 @@ def print_quota_snapshot(
 
     The output holds while the files the decision read are the same and the
     clock has not reached the instant they would decide otherwise
-    (:mod:`loopx.quota.warm`). The clock is read directly: a fresh process has
+    (:mod:`loopx.quota.warmanswer`). The clock is read directly: a fresh process has
     no measured clock offset.
 
     Returns:
@@ -123,7 +123,7 @@ def print_quota_snapshot(
     Raises:
         RootError: the root is missing, uninitialised, shared or not ours.
     """
-    from loopx.quota.warm import print_decision  # noqa: PLC0415 - a warm status needs none
+    from loopx.quota.warmanswer import print_decision  # noqa: PLC0415 - a warm status needs none
 
     layout = _layout(path, registry, env, home)
     return print_decision(layout, goal_id, as_json=as_json, out=out)

@@ -10,8 +10,8 @@ from pathlib import Path
 from loopx.errors import UsageError, WorktreeError
 from loopx.model import utcnow
 from loopx.registry.bulk import GoalImportError
+from loopx.registry.goalrecords import Goal, WorktreeSpec
 from loopx.registry.goals import get_goal
-from loopx.registry.model import Goal, WorktreeSpec
 from loopx.registry.store import read_goal
 from loopx.registry.worktree_spec import worktree_spec
 from loopx.root import Layout
@@ -20,7 +20,7 @@ from loopx.root import Layout
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from loopx.worktree.mergejournal import MergeJournal, MergeMode
-    from loopx.worktree.view import WorktreeView
+    from loopx.worktree.show import WorktreeView
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ def show_worktree(layout: Layout, goal_id: str, *, remove: bool = False) -> Work
         GoalNotFoundError: no such goal.
         WorktreeError: no worktree, or `--remove` of one that holds work (nothing removed).
     """
-    from loopx.worktree.view import remove_worktree, worktree_view  # noqa: PLC0415
+    from loopx.worktree.show import remove_worktree, worktree_view  # noqa: PLC0415
 
     goal = get_goal(layout, goal_id)
     return remove_worktree(layout, goal) if remove else worktree_view(layout, goal)
@@ -101,8 +101,8 @@ def show_worktree(layout: Layout, goal_id: str, *, remove: bool = False) -> Work
 def merge_worktree(
     layout: Layout, goal_id: str, *, mode: MergeMode | None, now: datetime | None = None
 ) -> MergeJournal:
-    """`loopx goal merge ID [--mode M]` (see :func:`loopx.agents.merging.merge`)."""
-    from loopx.agents.merging import merge  # noqa: PLC0415 - the agents' side is heavy
+    """`loopx goal merge ID [--mode M]` (see :func:`loopx.agents.automerge.merge`)."""
+    from loopx.agents.automerge import merge  # noqa: PLC0415 - the agents' side is heavy
 
     return merge(layout, goal_id, mode=mode, now=now or utcnow())
 

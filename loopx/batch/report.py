@@ -15,7 +15,7 @@ from loopx.history.reader import read_history
 from loopx.model import Record, UtcDatetime
 from loopx.quota.ledger import SpendRecord, read_spend
 from loopx.registry.catalog import load_registry
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
 from loopx.turn.historyline import HistoryLine

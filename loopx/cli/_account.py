@@ -10,8 +10,8 @@ from loopx.cli._common import Subparsers, add_command, print_json, root
 from loopx.cli._sandbox import add_sandbox_options, sandbox_arguments
 
 if TYPE_CHECKING:
-    from loopx.accounts.model import Account
-    from loopx.accounts.views import AccountSummary
+    from loopx.accounts.outputs import AccountSummary
+    from loopx.accounts.records import Account
 
 BAR_WIDTH = 20
 
@@ -313,7 +313,7 @@ def run_login(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """One call through the account's CLI: 0 when it got through, 4 when the login was refused."""
-    from loopx.accounts.views import CheckOutcome  # noqa: PLC0415 - the result's enum only
+    from loopx.accounts.outputs import CheckOutcome  # noqa: PLC0415 - the result's enum only
 
     found = root(args).accounts.check(args.name)
     if args.json:

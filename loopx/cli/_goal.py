@@ -14,7 +14,7 @@ from loopx.cli._handoff import add_handoff_options, handoff_arguments
 from loopx.cli._sandbox import add_sandbox_options, describe_sandbox, sandbox_arguments
 from loopx.cli._work import add_worktree_options, register_work, worktree_arguments
 from loopx.errors import InvalidPolicyError
-from loopx.registry.model import Goal, HostKind
+from loopx.registry.goalrecords import Goal, HostKind
 from loopx.state import TodoStatus
 
 # CLI flag -> QuotaPolicy field.

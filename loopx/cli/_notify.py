@@ -10,7 +10,7 @@ from loopx import exitcodes
 from loopx.cli._common import Subparsers, add_command, print_json, root
 
 if TYPE_CHECKING:
-    from loopx.notify.views import NotifyList
+    from loopx.notify.targetviews import NotifyList
 
 EVENTS_HELP = (
     "comma-separated: gate,failing,crash_loop,limit,budget,done,disk,supervisor,host (default: all)"

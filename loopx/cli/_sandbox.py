@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.sandbox import SandboxSpec
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from loopx.worktree.mergejournal import MergeJournal
-    from loopx.worktree.view import WorktreeView
+    from loopx.worktree.show import WorktreeView
 
 # Outcomes after which the base is unchanged and a gate waits for a person.
 _GATED = frozenset({MergeOutcome.CONFLICT, MergeOutcome.CHECK_FAILED, MergeOutcome.BASE_MOVED})

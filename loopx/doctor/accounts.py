@@ -11,19 +11,19 @@ import contextlib
 import os
 from typing import Final
 
-from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
-from loopx.accounts.files import (
+from loopx.accounts.accountfiles import (
     account_file,
     accounts_dir,
     root_budget_file,
     spend_file,
     state_file,
 )
-from loopx.accounts.model import Account, AccountState, RootBudget, account_of, is_default
+from loopx.accounts.records import Account, AccountState, RootBudget, account_of, is_default
+from loopx.accounts.rollingbudget import ROOT_BUDGET, AccountSpend
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.storage.files import read_model
 
 _SHOWN: Final = 5  # goal ids named in a finding; the rest are counted

@@ -6,11 +6,10 @@ import os
 from datetime import datetime
 
 from loopx.doctor.accounts import check_accounts
-from loopx.doctor.files import walk_root
 from loopx.doctor.findings import Checker, DoctorReport, FindingCode, Severity, q
-from loopx.doctor.fleet import check_fleet
-from loopx.doctor.goals import check_goal
-from loopx.doctor.links import check_links
+from loopx.doctor.fleethealth import check_fleet
+from loopx.doctor.goalfiles import check_goal
+from loopx.doctor.linkcheck import check_links
 from loopx.doctor.projections import check_projections, check_quarantine
 from loopx.doctor.registry import check_registry, goal_names
 from loopx.doctor.reliability import (
@@ -18,6 +17,7 @@ from loopx.doctor.reliability import (
     check_free_inodes,
     check_leftover_processes,
 )
+from loopx.doctor.rootfiles import walk_root
 from loopx.errors import LoopxError
 from loopx.model import utcnow
 from loopx.root import Layout

@@ -8,7 +8,7 @@ from pathlib import Path
 from loopx.doctor.findings import Checker, FindingCode, Severity, listed_files, q
 from loopx.errors import LoopxError
 from loopx.ids import is_valid_goal_id
-from loopx.status.store import StatusStore
+from loopx.status.database import StatusStore
 from loopx.status.view import ProbeObservation
 from loopx.storage.files import read_bytes
 

@@ -1,7 +1,7 @@
 """The registry check: ``registry.json`` (root-wide settings) parses, or is an old layout.
 
 Each goal's policy (``goals/<id>/goal.json``) is checked with the goal
-(:mod:`loopx.doctor.goals`). The doctor is read-only: an old single-file
+(:mod:`loopx.doctor.goalfiles`). The doctor is read-only: an old single-file
 registry is reported, not migrated.
 """
 

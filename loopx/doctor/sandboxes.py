@@ -4,13 +4,13 @@
 installed or user namespaces are off (:func:`loopx.sandbox.unavailable`,
 the check ``goal add`` makes). The goal's folder ``sandbox/`` (the host's
 own home, written with the host's modes) is the host's, and the root walk
-leaves it alone (:mod:`loopx.doctor.files`).
+leaves it alone (:mod:`loopx.doctor.rootfiles`).
 """
 
 from __future__ import annotations
 
 from loopx.doctor.findings import Checker, FindingCode, Severity
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.sandbox import unavailable
 
 

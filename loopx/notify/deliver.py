@@ -21,14 +21,6 @@ from loopx.faults import fault_point
 from loopx.hostcanary import read_hosts
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.notify.config import (
-    CONNECT_TIMEOUT_S,
-    READ_TIMEOUT_S,
-    NotifyTarget,
-    config_path,
-    load_config,
-    redact_url,
-)
 from loopx.notify.events import (
     NotifyEvent,
     Severity,
@@ -51,6 +43,14 @@ from loopx.notify.outbox import (
     record_result,
     record_try,
     save_outbox,
+)
+from loopx.notify.targets import (
+    CONNECT_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    NotifyTarget,
+    config_path,
+    load_config,
+    redact_url,
 )
 from loopx.root import Layout
 from loopx.status.view import StatusProjection, StatusReason

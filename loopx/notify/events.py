@@ -18,7 +18,7 @@ from typing import Final
 
 from loopx.hostcanary import HostsFile, TrustStatus
 from loopx.model import Record, UtcDatetime
-from loopx.notify.config import EventKind
+from loopx.notify.targets import EventKind
 from loopx.status.fleetview import DISK_PHRASES
 from loopx.status.view import GoalStatusView, IncidentKind, StatusProjection, StatusReason
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from loopx.errors import LockTimeoutError
-from loopx.notify.config import load_config
 from loopx.notify.events import SUPERVISOR_DOWN, NotifyEvent, recovered, supervisor_down
 from loopx.notify.outbox import load_outbox, outbox_path, pend, save_outbox
+from loopx.notify.targets import load_config
 from loopx.root import Layout
 from loopx.storage.locks import locked
 

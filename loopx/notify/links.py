@@ -16,8 +16,8 @@ from typing import Final, Literal
 
 from loopx.fleet import process_runs
 from loopx.model import Record, UtcDatetime, utcnow
-from loopx.notify.config import NotifyConfig
 from loopx.notify.outbox import OUTBOX_DIR
+from loopx.notify.targets import NotifyConfig
 from loopx.process import ProcessIdentity
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir

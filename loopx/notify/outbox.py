@@ -32,8 +32,8 @@ from typing import Final, Literal
 from pydantic import Field
 
 from loopx.model import Record, UtcDatetime
-from loopx.notify.config import EventKind
 from loopx.notify.events import NotifyEvent, recovered
+from loopx.notify.targets import EventKind
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir
 from loopx.storage.files import atomic_write_model, read_model_or_none

@@ -3,7 +3,7 @@
 Two places use it, both in a cold ``loopx status --json``: the goals'
 fingerprints taken while the parent imports (:mod:`loopx.status.prefetch`)
 and a rebuilt status database written while the parent assembles the
-document (:mod:`loopx.status.store`). Either is a shortcut: where this
+document (:mod:`loopx.status.database`). Either is a shortcut: where this
 process may not fork, or the child fails, the parent does the work itself.
 """
 

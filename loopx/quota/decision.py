@@ -47,7 +47,7 @@ from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
 from loopx.quota.phrases import in_phrase, seconds_phrase, should_run_line
 from loopx.quota.window import SpendTotals, WindowSpend, leaves_at
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
 from loopx.state import GoalState, load_state

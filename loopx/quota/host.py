@@ -1,7 +1,7 @@
 """The host's available memory, 1-minute load and CPU count, read with the standard library.
 
 The one measurement behind :class:`loopx.quota.headroom.HostHeadroom`: the
-quota decision and the warm ``loopx quota should-run`` (:mod:`loopx.quota.warm`,
+quota decision and the warm ``loopx quota should-run`` (:mod:`loopx.quota.warmanswer`,
 which must not import psutil) both call :func:`host_numbers`. On Linux the
 numbers are psutil's exactly: ``virtual_memory().available`` is ``MemAvailable``
 of ``/proc/meminfo`` (the free memory when it exceeds the total, as in a

@@ -1,7 +1,7 @@
 """The wording of quota decisions that a warm ``loopx quota should-run`` renders again.
 
 Standard library only: :mod:`loopx.quota.decision` builds its messages with
-these functions and :mod:`loopx.quota.warm` fills the holes of a stored
+these functions and :mod:`loopx.quota.warmanswer` fills the holes of a stored
 decision that move with the clock with the same ones, so the two cannot
 word a decision differently.
 """

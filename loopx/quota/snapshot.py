@@ -1,4 +1,4 @@
-"""Store a quota decision for the warm ``loopx quota should-run`` (:mod:`loopx.quota.warm`).
+"""Store a quota decision for the warm ``loopx quota should-run`` (:mod:`loopx.quota.warmanswer`).
 
 The validated path calls :func:`store_snapshot` after it decided with the
 real clock. It stores the decision's ``--json`` document and its line as
@@ -8,7 +8,7 @@ memos (:mod:`loopx.memo`), only when they can be trusted:
   before and after agree; the aggregate is taken after, since the decision
   itself may fold new ledger lines into it);
 * the goal has no host guard (its answer moves with the host's memory and load);
-* filling the holes (:func:`loopx.quota.warm.filler`) for the decision's own
+* filling the holes (:func:`loopx.quota.warmanswer.filler`) for the decision's own
   instant and host numbers gives back exactly the bytes the validated path
   prints, so the two paths print the same bytes.
 """
@@ -23,8 +23,8 @@ from loopx import exitcodes, memo
 from loopx.quota.decision import QuotaDecision
 from loopx.quota.host import HostNumbers
 from loopx.quota.phrases import in_phrase
-from loopx.quota.warm import filler, input_files, iso_z, memo_key, memo_path
-from loopx.registry.model import Goal
+from loopx.quota.warmanswer import filler, input_files, iso_z, memo_key, memo_path
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 
 # Stop serving this much before the computed instant: a bucket's leaving time

@@ -34,7 +34,7 @@ from loopx.model import Record
 from loopx.process.pids import pid_held
 from loopx.registry.catalog import goal_catalog, goal_file_fingerprint
 from loopx.registry.checks import GoalSetupError, check_program, check_sandbox, check_workdir
-from loopx.registry.model import Goal, HostKind
+from loopx.registry.goalrecords import Goal, HostKind
 from loopx.registry.store import ensure_current, read_goal
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed

@@ -41,7 +41,7 @@ from loopx.registry.goal_index import (
     own_workdirs_of,
 )
 from loopx.registry.goal_index import VERSION as INDEX_VERSION
-from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.registry.goalrecords import Goal, GoalStatus, Registry
 from loopx.registry.store import read_settings
 from loopx.root import Layout
 from loopx.root.hints import HintCursor, read_hints

@@ -30,7 +30,7 @@ from pydantic import Field
 from loopx.errors import CorruptFileError
 from loopx.ids import GOAL_ID_RULE
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 
 if TYPE_CHECKING:
     from collections.abc import Container, Mapping

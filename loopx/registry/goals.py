@@ -18,8 +18,8 @@ from loopx.errors import (
 )
 from loopx.ids import validate_goal_id
 from loopx.model import Record
+from loopx.registry.goalrecords import Goal, GoalStatus, HostSpec, WorktreeSpec
 from loopx.registry.hostprogram import DEFAULT_PROGRAMS, require_program
-from loopx.registry.model import Goal, GoalStatus, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout

@@ -11,7 +11,7 @@ import shutil
 import sys
 
 from loopx.errors import HostMissingError
-from loopx.registry.model import HostKind, HostSpec
+from loopx.registry.goalrecords import HostKind, HostSpec
 
 # The entry-point group where packages declare host kinds (loopx.agents.hosts.plugins).
 HOST_ENTRY_POINTS = "loopx.hosts"

@@ -24,8 +24,8 @@ from typing import Final
 
 from loopx.errors import GoalNotFoundError, GoalStateError
 from loopx.ids import validate_goal_id
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.goals import get_goal
-from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.store import update_goal
 from loopx.root import Layout
 

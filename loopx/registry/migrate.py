@@ -23,7 +23,7 @@ from pydantic import Field
 
 from loopx.faults import fault_point
 from loopx.model import Record
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.version import registry_version
 from loopx.root import Layout
 from loopx.root.settings import SETTINGS_VERSION, RegistrySettings

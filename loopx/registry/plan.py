@@ -14,8 +14,8 @@ from loopx.donecheck import DoneCheckSpec
 from loopx.errors import NotRegularFileError, UsageError
 from loopx.ids import validate_goal_id
 from loopx.model import Record
+from loopx.registry.goalrecords import HostKind, HostKindName, HostSpec, WorktreeSpec
 from loopx.registry.goals import GoalChanges
-from loopx.registry.model import HostKind, HostKindName, HostSpec, WorktreeSpec
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.worktree_spec import worktree_spec
 from loopx.sandbox import SandboxSpec

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loopx.errors import CorruptFileError, GoalNotFoundError, NewerRootError
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.version import registry_version
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from loopx.model import Record
 from loopx.registry.catalog import load_registry
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, HostSession, load_state
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
 

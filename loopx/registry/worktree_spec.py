@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from loopx import git
 from loopx.errors import WorktreeError
-from loopx.registry.model import WorktreeSpec
+from loopx.registry.goalrecords import WorktreeSpec
 from loopx.storage.files import describe_validation_error
 
 

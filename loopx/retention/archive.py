@@ -20,7 +20,7 @@ from loopx.errors import GoalNotFoundError, GoalStateError, LoopxError, UsageErr
 from loopx.history.reader import history_tail
 from loopx.ids import validate_goal_id
 from loopx.model import Record, UtcDatetime, iso_utc
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.store import read_goal, update_goal
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed

@@ -2,7 +2,7 @@
 
 For one goal, a pass (under the goal's lease, so no turn runs meanwhile):
 
-1. plan the fold (:func:`loopx.retention.fold.plan_fold`);
+1. plan the fold (:func:`loopx.retention.foldplan.plan_fold`);
 2. fold the previous checkpoint and the folded journals with the turn's own pure
    functions and write the new checkpoint atomically: from here it is the record;
 3. settle (:mod:`loopx.retention.settle`): remove or keep what it replaces.
@@ -28,7 +28,7 @@ from loopx.log import get_logger
 from loopx.model import Record
 from loopx.quota.ledger import refold_aggregate
 from loopx.registry.goals import get_goal
-from loopx.retention.fold import FoldPlan, TurnMeta, plan_fold
+from loopx.retention.foldplan import FoldPlan, TurnMeta, plan_fold
 from loopx.retention.policy import KeepPolicy, RetentionSettings, load_settings
 from loopx.retention.settle import Tally, expire, notable, settle, unsettled
 from loopx.root import Layout

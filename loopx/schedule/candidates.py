@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import HeldAccount, held_account
+from loopx.accounts.accountfiles import HeldAccount, held_account
+from loopx.accounts.accountstore import refused_by_account
 from loopx.accounts.handoff import accounts_of, handoffs_in_window
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
+from loopx.accounts.rollingbudget import ROOT_BUDGET
 from loopx.accounts.rules import account_admits, admit
-from loopx.accounts.store import refused_by_account
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.log import get_logger
 from loopx.model import Record
@@ -22,7 +22,7 @@ from loopx.quota.decision import QuotaDecision, should_run
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
 from loopx.registry.catalog import goal_catalog
-from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.registry.goalrecords import Goal, GoalStatus, Registry
 from loopx.registry.store import ensure_current
 from loopx.root import Layout
 from loopx.schedule.select import Candidate

@@ -43,16 +43,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from loopx.accounts.budget import ROOT_BUDGET
-from loopx.accounts.files import HeldAccount, account_fingerprints, held_account
-from loopx.accounts.model import Condition, account_of
+from loopx.accounts.accountfiles import HeldAccount, account_fingerprints, held_account
+from loopx.accounts.records import Condition, account_of
+from loopx.accounts.rollingbudget import ROOT_BUDGET
 from loopx.accounts.rules import same_admission
 from loopx.errors import LoopxError
 from loopx.hostcanary import QuarantineWatch
 from loopx.log import get_logger
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.registry.catalog import GoalCatalog
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.root.hints import changes_file
 from loopx.schedule.candidates import candidate_and_decision

@@ -1,6 +1,6 @@
 """The status projection, cached in one SQLite database and refreshed incrementally.
 
-The database (:mod:`loopx.status.store`, in this host's cache directory)
+The database (:mod:`loopx.status.database`, in this host's cache directory)
 holds each goal's view and the fingerprint of the files it was read from,
 and a meta row (:class:`StatusIndex`): when the sources were last checked,
 the shared sources' fingerprints, the fleet summary, the hint cursor. A
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from loopx.accounts.views import account_summaries
+from loopx.accounts.outputs import account_summaries
 from loopx.errors import LoopxError, resource_fault
 from loopx.hostcanary import quarantined_kinds
 from loopx.log import get_logger
@@ -40,9 +40,10 @@ from loopx.memo import private_dir
 from loopx.model import utcnow
 from loopx.process.collector import collector_paused
 from loopx.registry.catalog import goal_catalog
-from loopx.registry.model import Goal, GoalStatus, Registry
+from loopx.registry.goalrecords import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.root.hints import HintCursor, hinted_since, read_hints, reset_hints
+from loopx.status.database import BehindWrite, StatusStore
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.prefetch import Fingerprints, Prefetch
 from loopx.status.queue import assemble
@@ -61,7 +62,6 @@ from loopx.status.refresh import (
     pop_expired,
 )
 from loopx.status.reread import read_shared, reread_goal
-from loopx.status.store import BehindWrite, StatusStore
 from loopx.status.view import GoalStatusView, StatusProjection, json_bytes
 from loopx.status.viewbytes import document_bytes, view_bytes
 from loopx.status.watch import FingerprintMemo

@@ -18,10 +18,10 @@ from loopx.process.collector import collector_paused
 from loopx.root import Layout
 from loopx.root.hints import changes_file
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
+from loopx.status.database import StatusStore
 from loopx.status.prefetch import Prefetch
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.sources import current_fleet_keyed
-from loopx.status.store import StatusStore
 from loopx.status.view import StatusProjection
 from loopx.status.warm import memo_key, memo_path
 from loopx.storage.locks import locked

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from loopx.quota.window import SpendColumns
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.state import GoalState
 from loopx.status.view import ProbeObservation
 from loopx.turn.historyline import HistoryLine

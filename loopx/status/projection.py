@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
 from loopx.model import iso_utc
 from loopx.quota.budget import QuotaView, quota_view, spend_at
 from loopx.quota.window import WindowSpend
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.sandbox import sandbox_line
 from loopx.state import GoalState

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
-from loopx.accounts.model import AccountSummary, Condition
+from loopx.accounts.records import AccountSummary, Condition
 from loopx.fleet import AgentHeartbeat, FleetRecord
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.status.fleetview import fleet_view, overlay_crash_loop
 from loopx.status.inputs import GoalInputs
 from loopx.status.projection import project_goal

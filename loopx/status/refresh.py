@@ -1,7 +1,7 @@
 """What a status refresh re-reads and what it writes. Pure.
 
 The cache's records (:class:`CachedGoal`, a goal's row; :class:`StatusIndex`, the
-meta row of :mod:`loopx.status.store`) and the three
+meta row of :mod:`loopx.status.database`) and the three
 decisions :class:`loopx.status.cache.StatusCache` runs between its reads:
 
 1. :func:`plan_scan`: scan every goal's fingerprint, or only the hinted and
@@ -24,7 +24,7 @@ from pydantic import Field
 
 from loopx.history.reader import HistoryCounts
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.root.hints import HintCursor
 from loopx.status.fingerprint import Fingerprint
 from loopx.status.view import FleetView, GoalStatusView, ProbeObservation
@@ -53,7 +53,7 @@ class CachedGoal:
 
 
 class StatusIndex(Record):
-    """The status database's meta row (:mod:`loopx.status.store`): what the goals' rows hold under."""
+    """The status database's meta row (:mod:`loopx.status.database`): what the goals' rows hold under."""
 
     schema_version: Literal[3] = 3
     generation: int  # raised by every write; a reader holding another one reloads

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from loopx.history.reader import HistoryCounts
 from loopx.memo import fingerprint
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.root.hints import HintCursor
 from loopx.status.fingerprint import Fingerprint, absent_files

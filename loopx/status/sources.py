@@ -24,7 +24,7 @@ from loopx.memo import Fingerprint, fingerprint
 from loopx.model import utcnow
 from loopx.quota.ledger import window_buckets_at
 from loopx.quota.window import SpendColumns
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.retention.policy import RETENTION_FILE
 from loopx.retention.space import root_problem
 from loopx.root import GOALS_NAME, Layout

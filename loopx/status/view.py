@@ -14,12 +14,12 @@ from typing import Final, Literal
 from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_core import SchemaSerializer
 
-from loopx.accounts.model import AccountSummary
+from loopx.accounts.records import AccountSummary
 from loopx.donecheck import LastCheck
 from loopx.fleet import FleetState
 from loopx.model import Record, UtcDatetime, trusted
 from loopx.quota.budget import QuotaView
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind, TurnStatus
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from loopx.root import Layout
 
 MEMO_NAME: Final = "status.memo"
-STORE_NAME: Final = "status.db"  # loopx.status.store's database, beside the memo
+STORE_NAME: Final = "status.db"  # loopx.status.database's database, beside the memo
 
 
 def memo_path(layout: Layout) -> str:
@@ -35,7 +35,7 @@ def memo_path(layout: Layout) -> str:
 
 
 def store_path(layout: Layout) -> str:
-    """``<host cache dir>/status.db``: the status database (:mod:`loopx.status.store`)."""
+    """``<host cache dir>/status.db``: the status database (:mod:`loopx.status.database`)."""
     return os.path.join(host_cache_dir(layout.root), STORE_NAME)
 
 

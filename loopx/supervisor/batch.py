@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from loopx import exitcodes
-from loopx.accounts.files import check_goal_account
+from loopx.accounts.accountfiles import check_goal_account
 from loopx.batch.report import (
     BatchReport,
     GoalReport,
@@ -35,8 +35,8 @@ from loopx.log.rotation import open_log
 from loopx.model import utcnow
 from loopx.process import set_parent_death_signal
 from loopx.registry.catalog import load_registry
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import add_goal, build_goal, set_status
-from loopx.registry.model import GoalStatus
 from loopx.registry.plan import BatchPlan
 from loopx.root import Layout
 from loopx.state import load_state

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from loopx import exitcodes
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 
 
 class Outcome(StrEnum):

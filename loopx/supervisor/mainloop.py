@@ -20,7 +20,7 @@ from loopx import process
 
 
 class Ticking(Protocol):
-    """What the loop drives (:class:`loopx.supervisor.fleet.Supervisor`)."""
+    """What the loop drives (:class:`loopx.supervisor.supervisor.Supervisor`)."""
 
     def handle_signal(self, signum: int, frame: FrameType | None = None) -> None:
         """Record what a signal asks for."""

@@ -1,7 +1,7 @@
 """The supervisor's own processes: spawn an agent, find the fleet's processes, reap, describe.
 
 Identity, liveness and killing live in the kernel (:mod:`loopx.process`);
-the policy (when to kill, how long to wait) in :mod:`loopx.supervisor.fleet`.
+the policy (when to kill, how long to wait) in :mod:`loopx.supervisor.supervisor`.
 """
 
 from __future__ import annotations

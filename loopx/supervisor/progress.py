@@ -9,7 +9,7 @@ from loopx.history.reader import last_history_line
 from loopx.log import get_logger
 from loopx.quota.decision import decide
 from loopx.registry.catalog import load_registry
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.root import Layout
 from loopx.schedule.candidates import held_by_account, lease_expiry
 from loopx.state import load_state

@@ -15,7 +15,7 @@ from loopx.errors import LoopxError, loop_fault
 from loopx.fleet import FleetRecord
 from loopx.log import get_logger
 from loopx.root import Layout
-from loopx.root.watch import RootHandle
+from loopx.root.held import RootHandle
 from loopx.storage.files import atomic_write_model
 from loopx.storage.resources import retry_delay
 

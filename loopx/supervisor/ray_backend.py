@@ -42,7 +42,7 @@ from loopx.fleet import (
 )
 from loopx.log import get_logger
 from loopx.registry.catalog import load_registry
-from loopx.registry.model import GoalStatus, Registry
+from loopx.registry.goalrecords import GoalStatus, Registry
 from loopx.root import Layout
 from loopx.supervisor.process import fleet_processes
 from loopx.supervisor.runner import AgentSpec

@@ -1,6 +1,6 @@
 """Where agents run: the back-end interface the supervisor drives, and the local back-end.
 
-The supervisor (:mod:`loopx.supervisor.fleet`) owns the policy: how many
+The supervisor (:mod:`loopx.supervisor.supervisor`) owns the policy: how many
 agents, when to restart one (backoff, crash loop), when one stalled, how a
 stop proceeds. A back-end owns the mechanism of one place agents can live:
 

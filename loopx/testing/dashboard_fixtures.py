@@ -14,7 +14,7 @@ from pathlib import Path
 
 from loopx.fleet import AgentHeartbeat, AgentPhase, AgentSlot, ExitKind, ExitStatus, FleetRecord
 from loopx.quota.ledger import SpendRecord
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, Todo, TodoStatus

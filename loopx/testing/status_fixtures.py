@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from loopx.quota.ledger import SpendRecord
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.registry.store import write_goals
 from loopx.root import Layout

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from loopx.accounts.files import read_state
-from loopx.accounts.model import OnLimit, Signal, TurnSignal, account_of
-from loopx.accounts.store import apply_signal
+from loopx.accounts.accountfiles import read_state
+from loopx.accounts.accountstore import apply_signal
+from loopx.accounts.records import OnLimit, Signal, TurnSignal, account_of
 from loopx.errors import GoalNotFoundError
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal, set_status
-from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.turn.failures import RESET_UNKNOWN, FailureReason
 from loopx.turn.journal import TurnJournal

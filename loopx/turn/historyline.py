@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
 from loopx.model import Record, UtcDatetime
 from loopx.turn.failures import FailureReason
 from loopx.turn.outcome import ResultKind, TurnStatus

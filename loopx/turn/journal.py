@@ -25,7 +25,7 @@ from loopx.donecheck import CheckResult, DoneCheckSpec
 from loopx.errors import JournalExistsError
 from loopx.model import Record, UtcDatetime
 from loopx.quota.decision import QuotaDecision
-from loopx.registry.model import HostKindName
+from loopx.registry.goalrecords import HostKindName
 from loopx.root import Layout
 from loopx.sandbox import NetworkReport, SandboxSpec
 from loopx.state import HostSession
@@ -103,7 +103,7 @@ class TurnPlan(Record):
     # row is decided from the journal, so editing the account later never changes a replay.
     max_overloads: Annotated[int, Field(ge=1, le=1000)] = 5
     # Set when the turn runs on a fallback account (``account`` and ``host_kind`` name it):
-    # the hand-off step's decision (loopx.turn.steps.handoff).
+    # the hand-off step's decision (loopx.turn.steps.handing).
     handoff: Handoff | None = None
     # The goal may hand off (it names fallbacks and is not pinned): a usage limit then
     # holds its account, not the goal (loopx.turn.phases.schedule).

@@ -40,8 +40,8 @@ from loopx.donecheck import CheckResult
 from loopx.errors import CheckPendingError, GoalNotFoundError
 from loopx.faults import fault_point
 from loopx.quota.ledger import SpendRecord, append_spend
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal, set_status
-from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state, update_state
 from loopx.storage.dirs import dir_sync_batch

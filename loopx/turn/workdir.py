@@ -55,7 +55,7 @@ from pydantic import Field
 from loopx.errors import CorruptFileError
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.worktree_record import turn_workdir as worktree_turn_workdir
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed

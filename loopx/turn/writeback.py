@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loopx.accounts.handoff import HANDOFF_TIMES_KEPT, HANDOFF_WINDOW
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
 from loopx.donecheck import NEXT_ACTION as CHECK_NEXT_ACTION
 from loopx.donecheck import LastCheck
 from loopx.errors import CorruptFileError

@@ -22,9 +22,9 @@ from pydantic import Field
 
 from loopx.errors import GoalNotFoundError, GoalStateError, InvalidPolicyError, LoopxError
 from loopx.model import Record, UtcDatetime
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal, resolve_gate
 from loopx.registry.lifecycle import StatusRequest, change_status
-from loopx.registry.model import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state
 from loopx.storage.dirs import ensure_dir

@@ -9,7 +9,7 @@ other GET needs it when the server has one. Replies are JSON except
 ``/metrics`` (Prometheus text), ``/events`` (Server-Sent Events) and the
 static files. ``/healthz`` answers without the token too, with ``{"ok": ...}``
 only (for a systemd or load-balancer probe); with the token it is the full
-health. Event streams are capped (:class:`~loopx.web.events.StreamSlots`): past
+health. Event streams are capped (:class:`~loopx.web.changefeed.StreamSlots`): past
 the cap a new stream is a 503, so streams never take the descriptors that
 ``/healthz`` and ``/status`` need. Actions (``POST /api/goals/<id>/<action>``)
 are in :mod:`loopx.web.routes_actions`.
@@ -42,7 +42,7 @@ from loopx.status.documents import (
 )
 from loopx.status.sources import read_fleet
 from loopx.web.bind import host_allowed
-from loopx.web.events import StreamSlots
+from loopx.web.changefeed import StreamSlots
 from loopx.web.metrics import render_metrics
 from loopx.web.replies import (
     authorized,

@@ -21,7 +21,7 @@ from pydantic import Field
 from loopx.errors import LoopxError
 from loopx.fleet import AgentHeartbeat, FleetRecord
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate, load_state
 from loopx.status.fleetview import HEARTBEAT_STALE_S

@@ -11,7 +11,7 @@ from pydantic import Field
 from loopx.errors import LoopxError
 from loopx.history.reader import newest_lines
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.state import GoalState, load_state
 from loopx.status.view import (

@@ -13,7 +13,7 @@ from typing import Final
 
 from pydantic import Field
 
-from loopx.accounts.model import (
+from loopx.accounts.records import (
     AccountBudget,
     AccountSummary,
     Condition,
@@ -22,10 +22,10 @@ from loopx.accounts.model import (
 )
 from loopx.errors import LoopxError
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.worktree.mergejournal import MergeOutcome, MergeStep, read_merge_journal
-from loopx.worktree.view import WorktreeView, worktree_view
+from loopx.worktree.show import WorktreeView, worktree_view
 
 WAITING_SHOWN: Final = 20  # goal ids an account row names; the count says how many in all
 

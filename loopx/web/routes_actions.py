@@ -35,7 +35,7 @@ from loopx.web.actions import (
     record_audit,
     refusal_status,
 )
-from loopx.web.bulk import (
+from loopx.web.bulkactions import (
     BULK_ACTIONS,
     MAX_BULK_BODY,
     Audit,

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from loopx.model import utcnow
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.status.sources import read_fleet
 from loopx.status.view import GoalStatusView
 from loopx.turn.livetail import read_live

@@ -43,7 +43,7 @@ from loopx.log import get_logger
 from loopx.root import Layout
 from loopx.web.app import MAX_HEADER_BYTES, MAX_REQUEST_LINE, build_app
 from loopx.web.bind import allowed_hosts, check_bind
-from loopx.web.events import ChangeFeed
+from loopx.web.changefeed import ChangeFeed
 from loopx.web.service import StatusService
 from loopx.web.serving import DEFAULT_HOST, DEFAULT_PORT, SERVE_REFRESH_S, SERVE_TTL_S
 

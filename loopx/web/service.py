@@ -27,11 +27,11 @@ from loopx.errors import LoopxError
 from loopx.faults import loop_fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.status.cache import StatusCache
 from loopx.status.view import StatusProjection
-from loopx.web.events import ChangeFeed, change_event
+from loopx.web.changefeed import ChangeFeed, change_event
 
 if TYPE_CHECKING:
     from loopx.notify.deliver import NotifyDuty

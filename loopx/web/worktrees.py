@@ -33,7 +33,7 @@ from loopx import git
 from loopx.errors import LoopxError
 from loopx.model import Record, UtcDatetime, utcnow
 from loopx.process import ProcessIdentity
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.worktree_record import record_file
 from loopx.root import Layout
 from loopx.status.view import GoalStatusView

@@ -39,7 +39,7 @@ from loopx.faults import fault_point
 from loopx.git.holders import Holder
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.worktree_record import (
     WorktreePhase,
     WorktreeRecord,

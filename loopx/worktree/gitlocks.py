@@ -24,7 +24,7 @@ terminal stays open there.) Processes of other users psutil cannot inspect
 are not seen. A lock made after the processes were listed is never
 judged dead (:func:`older_than`).
 
-``doctor`` (:mod:`loopx.doctor.worktrees`) and the claim that makes a goal's
+``doctor`` (:mod:`loopx.doctor.worktreecheck`) and the claim that makes a goal's
 worktree (:mod:`loopx.worktree.creation`) both judge by these functions.
 """
 

@@ -43,8 +43,8 @@ from loopx.errors import GitError, MergeRefusedError
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.goals import get_goal
-from loopx.registry.model import Goal, GoalStatus
 from loopx.registry.worktree_record import (
     FOLDER_NAME,
     MERGE_FOLDER,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.store import update_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, update_state

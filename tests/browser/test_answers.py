@@ -8,8 +8,8 @@ import time
 import pytest
 
 from loopx.model import utcnow
+from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal, open_gate
-from loopx.registry.model import GoalStatus
 from loopx.state import load_state
 from loopx.web.actions import audit_file
 from tests.browser.conftest import TOKEN, Tab, served, wait_js, with_token

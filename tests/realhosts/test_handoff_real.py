@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from loopx.accounts.store import update_state
+from loopx.accounts.accountstore import update_state
 from loopx.model import utcnow
 from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.secrets import is_secret_name

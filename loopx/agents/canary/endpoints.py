@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 
 CANARY_KEY: Final = "loopx-canary-no-key"  # never leaves 127.0.0.1
 

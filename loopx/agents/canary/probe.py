@@ -33,8 +33,8 @@ from loopx.agents.canary.endpoints import ENDPOINTS
 from loopx.agents.hosts import host_for
 from loopx.agents.hosts.base import Host, HostOutput, Interpretation
 from loopx.hostcanary import Fingerprint, ProbeOutcome, ProbeResult
+from loopx.registry.goalrecords import Goal, HostSpec
 from loopx.registry.hostprogram import DEFAULT_PROGRAMS
-from loopx.registry.model import Goal, HostSpec
 from loopx.state import GoalState, HostSession
 from loopx.turn.protocol import Envelope
 

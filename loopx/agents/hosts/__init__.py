@@ -13,14 +13,14 @@ from loopx.agents.hosts.base import Host, HostInvocation, HostOutput, Interpreta
 from loopx.agents.hosts.claude import ClaudeHost
 from loopx.agents.hosts.codex import CodexHost
 from loopx.agents.hosts.command import CommandHost
-from loopx.agents.hosts.demo import DemoHost
+from loopx.agents.hosts.demohost import DemoHost
 from loopx.agents.hosts.gemini import GeminiHost
 from loopx.agents.hosts.opencode import OpencodeHost
 from loopx.agents.hosts.pi import PiHost
 from loopx.agents.hosts.plugins import ENTRY_POINT_GROUP, installed, kind_names, load
 from loopx.agents.hosts.qwen import QwenHost
 from loopx.errors import HostUnsupportedError
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 
 # The loaded adapters, by kind.
 HOSTS: dict[str, Host] = {}

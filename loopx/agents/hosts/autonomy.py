@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from loopx.agents.hosts.base import HostInvocation
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 
 # kind -> (where the flags go in argv, the flags, the environment they need)
 FULL_AUTONOMY: Final[dict[str, tuple[int, tuple[str, ...], dict[str, str]]]] = {

@@ -14,9 +14,9 @@ from typing import Protocol, runtime_checkable
 from pydantic import Field
 
 from loopx.accounts.windows import UsageWindow
-from loopx.agents.hosts.watch import StallWatch
+from loopx.agents.hosts.stallwatch import StallWatch
 from loopx.model import Record
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.state import HostSession
 from loopx.turn.failures import TurnFailure
 from loopx.turn.protocol import Envelope, HostResult

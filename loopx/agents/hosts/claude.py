@@ -41,6 +41,7 @@ from loopx.agents.hosts.diagnosis import (
 )
 from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
+from loopx.agents.hosts.reportedwindows import claude_windows
 from loopx.agents.hosts.resettime import host_zone
 from loopx.agents.hosts.session import (
     no_session,
@@ -48,9 +49,8 @@ from loopx.agents.hosts.session import (
     session_to_resume,
     turn_cost,
 )
-from loopx.agents.hosts.windows import claude_windows
+from loopx.registry.goalrecords import Goal, HostKind
 from loopx.registry.hostprogram import require_program, split_program
-from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
 from loopx.storage.files import describe_validation_error
 from loopx.turn.failures import FailureReason, TurnFailure

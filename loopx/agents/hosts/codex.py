@@ -33,6 +33,7 @@ from loopx.agents.hosts.diagnosis import (
 )
 from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt, strict_result_schema
+from loopx.agents.hosts.reportedwindows import SAFE_ID, codex_windows
 from loopx.agents.hosts.resettime import host_zone
 from loopx.agents.hosts.session import (
     no_session,
@@ -40,10 +41,9 @@ from loopx.agents.hosts.session import (
     session_to_resume,
     turn_tokens,
 )
-from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
-from loopx.agents.hosts.windows import SAFE_ID, codex_windows
+from loopx.agents.hosts.stallwatch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
+from loopx.registry.goalrecords import Goal, HostKind
 from loopx.registry.hostprogram import require_program, split_program
-from loopx.registry.model import Goal, HostKind
 from loopx.root import Layout
 from loopx.state import HostSession
 from loopx.storage.dirs import ensure_dir

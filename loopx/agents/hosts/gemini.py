@@ -36,11 +36,11 @@ from loopx.agents.hosts.diagnosis import (
 )
 from loopx.agents.hosts.extract import parse_result
 from loopx.agents.hosts.prompt import build_prompt
+from loopx.agents.hosts.reportedwindows import spent_window
 from loopx.agents.hosts.session import no_session, session_after_turn, session_to_resume
-from loopx.agents.hosts.watch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
-from loopx.agents.hosts.windows import spent_window
+from loopx.agents.hosts.stallwatch import DEFAULT_UNREACHABLE_AFTER_S, StallWatch
+from loopx.registry.goalrecords import Goal, HostKind
 from loopx.registry.hostprogram import require_program, split_program
-from loopx.registry.model import Goal, HostKind
 from loopx.state import HostSession
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult

@@ -18,8 +18,8 @@ from typing import Final
 
 from loopx.agents.hosts.base import Host
 from loopx.errors import HostUnsupportedError, UsageError
+from loopx.registry.goalrecords import HostKind
 from loopx.registry.hostprogram import HOST_ENTRY_POINTS
-from loopx.registry.model import HostKind
 
 ENTRY_POINT_GROUP: Final = HOST_ENTRY_POINTS
 

@@ -9,8 +9,8 @@ after ``HostSpec.session_max_turns`` turns of one session, and on request
 
 from __future__ import annotations
 
-from loopx.accounts.model import account_of
-from loopx.registry.model import Goal
+from loopx.accounts.records import account_of
+from loopx.registry.goalrecords import Goal
 from loopx.state import HostSession
 
 

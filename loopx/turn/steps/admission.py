@@ -2,7 +2,7 @@
 
 The quota decides from the goal's budget and the machine's headroom
 (:func:`loopx.quota.decision.decide`); the account from its provider
-limits, budgets and gates (:func:`loopx.accounts.store.admit_turn`). A
+limits, budgets and gates (:func:`loopx.accounts.accountstore.admit_turn`). A
 refusal is a wait, never a failure: the goal runs once the reason passes.
 A host retried into a parked account would only meet the limit again, so a
 retry asks the account of its journal's plan too.
@@ -10,9 +10,9 @@ retry asks the account of its journal's plan too.
 
 from __future__ import annotations
 
-from loopx.accounts.files import load_account
-from loopx.accounts.model import account_of
-from loopx.accounts.store import admit_turn, refused_by_account
+from loopx.accounts.accountfiles import load_account
+from loopx.accounts.accountstore import admit_turn, refused_by_account
+from loopx.accounts.records import account_of
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.quota.decision import decide

@@ -37,10 +37,10 @@ from loopx.turn.lease import (
 
 if TYPE_CHECKING:
     from loopx.accounts.handoff import Handoff
-    from loopx.accounts.model import Account
+    from loopx.accounts.records import Account
     from loopx.donecheck import CheckResult
     from loopx.quota.decision import QuotaDecision
-    from loopx.registry.model import Goal
+    from loopx.registry.goalrecords import Goal
     from loopx.root import Layout
     from loopx.turn.journal import TurnJournal
     from loopx.turn.recovery import RecoveryAction

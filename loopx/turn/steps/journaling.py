@@ -16,11 +16,11 @@ import structlog
 
 from loopx import __version__
 from loopx.accounts.handoff import Handoff, handoff_note
-from loopx.accounts.model import Account
+from loopx.accounts.records import Account
 from loopx.accounts.rules import OVERLOADS_FOR_GATE
 from loopx.model import utcnow
 from loopx.quota.decision import QuotaDecision
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.root.dropbox import result_path
 from loopx.state import load_state

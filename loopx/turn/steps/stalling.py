@@ -21,7 +21,7 @@ from datetime import datetime
 
 from loopx.accounts.handoff import handoffs_in_window
 from loopx.accounts.handoffs import take_slot
-from loopx.accounts.model import account_of
+from loopx.accounts.records import account_of
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.model import utcnow

@@ -39,12 +39,12 @@ from loopx.turn.steps.checking import check_due, run_check
 from loopx.turn.steps.claim import claim_lease, release_lease
 from loopx.turn.steps.committing import commit
 from loopx.turn.steps.context import Stop, StopKind, TurnContext
-from loopx.turn.steps.handoff import hand_off, may_hand_off
+from loopx.turn.steps.handing import hand_off, may_hand_off
 from loopx.turn.steps.hosting import run_host, settle_outcome
 from loopx.turn.steps.hostkind import admit_host_kind
 from loopx.turn.steps.journaling import open_journal
-from loopx.turn.steps.leftovers import finish_leftovers
 from loopx.turn.steps.merging import auto_merges, merge_when_done
+from loopx.turn.steps.recovering import finish_leftovers
 from loopx.turn.steps.reporting import attempt_of
 from loopx.turn.steps.sandboxing import close_sandbox, has_sandbox, open_sandbox, sandboxed
 from loopx.turn.steps.stalling import (

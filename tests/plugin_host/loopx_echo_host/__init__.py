@@ -6,7 +6,7 @@ import json
 import sys
 
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.turn.failures import FailureReason, TurnFailure
 from loopx.turn.protocol import Envelope, HostResult
 

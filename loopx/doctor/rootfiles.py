@@ -45,7 +45,7 @@ def walk_root(doc: Checker) -> None:
     worktree under ``worktrees/.merge/``) and everything in them are the
     repository's: git chose their modes and tracks the executable bit, so
     the root's 0700/0600 rule does not apply there and a ``chmod`` would be a
-    change to commit (:mod:`loopx.doctor.worktrees` checks them as git sees them).
+    change to commit (:mod:`loopx.doctor.worktreecheck` checks them as git sees them).
     """
     root = doc.layout.root
     check_entry(doc, root, root.lstat())

@@ -2,7 +2,7 @@
 
 The files inside a goal's worktree belong to the repository: git chose their
 modes and tracks the executable bit, so a ``chmod 600`` there is a change
-``goal merge`` refuses to merge over. The root walk (:mod:`loopx.doctor.files`)
+``goal merge`` refuses to merge over. The root walk (:mod:`loopx.doctor.rootfiles`)
 therefore leaves every worktree folder under ``<root>/worktrees`` alone, and
 doctor checks instead, for each goal with ``--worktree``:
 
@@ -39,7 +39,7 @@ from loopx import git
 from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, LoopxError, UnsafePathError
 from loopx.git.holders import Holder
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.worktree_record import (
     WorktreePhase,
     WorktreeRecord,

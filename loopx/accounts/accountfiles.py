@@ -3,7 +3,7 @@
 ``accounts/<name>/account.json`` (policy), ``state.json`` (what the turns
 taught), ``spend.json`` (a budgeted account's recent spend) and the root's
 ``accounts/.root/``. Status reads these at every answer, so this module
-imports no lock or decision machinery; :mod:`loopx.accounts.store` writes.
+imports no lock or decision machinery; :mod:`loopx.accounts.accountstore` writes.
 
 A file that cannot be read raises :class:`~loopx.errors.AccountDamagedError`,
 naming the account: one bad file costs its account, never the root. The
@@ -22,9 +22,8 @@ from typing import Final, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, Field
 
-from loopx.accounts.budget import ROOT_BUDGET, AccountSpend
 from loopx.accounts.headerwindows import header_windows
-from loopx.accounts.model import (
+from loopx.accounts.records import (
     DEFAULT_PREFIX,
     Account,
     AccountBudget,
@@ -35,6 +34,7 @@ from loopx.accounts.model import (
     is_default,
     valid_account_name,
 )
+from loopx.accounts.rollingbudget import ROOT_BUDGET, AccountSpend
 from loopx.accounts.windows import AdmissionPolicy, merged
 from loopx.errors import (
     AccountDamagedError,
@@ -46,7 +46,7 @@ from loopx.errors import (
     UsageError,
 )
 from loopx.model import Record, UtcDatetime, utcnow
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.storage.files import read_model_or_none
 
@@ -219,7 +219,7 @@ def damaged_state(error: AccountDamagedError) -> AccountState:
 def held_state(layout: Layout, name: str) -> AccountState:
     """The account's state as admission reads it, or :func:`damaged_state` when it cannot.
 
-    Reads what :func:`loopx.accounts.store.check_budget` reads (the state, the
+    Reads what :func:`loopx.accounts.accountstore.check_budget` reads (the state, the
     policy's budget and, when one is capped, the spend), and writes nothing.
     """
     try:

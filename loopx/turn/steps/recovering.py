@@ -19,7 +19,7 @@ from __future__ import annotations
 from loopx.errors import GoalNotFoundError
 from loopx.ids import validate_goal_id
 from loopx.model import utcnow
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.schedule.candidates import read_goal_cached
 from loopx.turn.journal import newest_journal

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from loopx.errors import LoopxError
 from loopx.model import Record
-from loopx.registry.model import GoalStatus
+from loopx.registry.goalrecords import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate
 from loopx.web.actions import (

@@ -35,7 +35,7 @@ from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.registry.catalog import load_registry
 from loopx.root import Layout
-from loopx.root.watch import RootHandle, take_note
+from loopx.root.held import RootHandle, take_note
 from loopx.storage.duties import Duties
 from loopx.storage.files import read_model_or_none
 from loopx.supervisor.backends import make_runner
@@ -120,7 +120,7 @@ class Supervisor:
         # The host CLIs probed at start and when a binary changes (loopx.hostcanary).
         self.canary = CanaryDuty(layout, self.env, python=config.python)
         # The root by directory descriptor; its path is checked every few seconds, so a root
-        # moved away stops the fleet with a record (loopx.root.watch).
+        # moved away stops the fleet with a record (loopx.root.held).
         self._root: RootHandle | None = None
         self._next_root_check = 0.0
         self._root_moved = False

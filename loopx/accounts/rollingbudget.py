@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from loopx.accounts.model import APPLIED_KEPT, AccountBudget, WindowTotals
+from loopx.accounts.records import APPLIED_KEPT, AccountBudget, WindowTotals
 from loopx.model import Record, UtcDatetime
 
 MINUTE_S: Final = 60

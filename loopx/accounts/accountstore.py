@@ -15,14 +15,7 @@ from datetime import datetime
 from typing import Final
 
 from loopx.accounts import rules
-from loopx.accounts.budget import (
-    ROOT_BUDGET,
-    Breach,
-    added,
-    breach,
-    estimated_cost,
-)
-from loopx.accounts.files import (
+from loopx.accounts.accountfiles import (
     account_file,
     admission_policy,
     budget_of,
@@ -34,7 +27,7 @@ from loopx.accounts.files import (
     spend_file,
     state_file,
 )
-from loopx.accounts.model import (
+from loopx.accounts.records import (
     Account,
     AccountGate,
     AccountState,
@@ -42,6 +35,13 @@ from loopx.accounts.model import (
     Condition,
     RootBudget,
     TurnSignal,
+)
+from loopx.accounts.rollingbudget import (
+    ROOT_BUDGET,
+    Breach,
+    added,
+    breach,
+    estimated_cost,
 )
 from loopx.errors import AccountDamagedError
 from loopx.faults import fault_point

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Final
 
 from loopx import git
-from loopx.accounts.files import HeldAccount, account_host_kind, held_account
+from loopx.accounts.accountfiles import HeldAccount, account_host_kind, held_account
 from loopx.accounts.handoff import Handoff, accounts_of, choose_account
 from loopx.accounts.handoffs import at_cap, take_slot
-from loopx.accounts.model import is_default
+from loopx.accounts.records import is_default
 from loopx.accounts.rules import account_admits
 from loopx.errors import LoopxError
 from loopx.log import get_logger
 from loopx.model import utcnow
-from loopx.registry.model import Goal, HostSpec
+from loopx.registry.goalrecords import Goal, HostSpec
 from loopx.root import Layout
 from loopx.state import load_state
 from loopx.turn.failures import FailureReason

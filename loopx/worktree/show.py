@@ -18,7 +18,7 @@ from pydantic import Field
 from loopx import git
 from loopx.errors import WorktreeError
 from loopx.model import Record
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.registry.worktree_record import (
     WorktreePhase,
     branch_of,

@@ -2,7 +2,7 @@
 
 :func:`merge` is :func:`loopx.worktree.merge.merge_goal` with the goal's
 done-check run by the one runner of checks
-(:func:`loopx.agents.donecheck.run_done_check`) in the merge's scratch
+(:func:`loopx.agents.checkrun.run_done_check`) in the merge's scratch
 worktree, inside the goal's sandbox when it has one. :func:`auto_merge` merges a goal with ``--auto-merge`` once a turn
 made it done, through the same path; :func:`resume_merges` finishes every
 merge a kill interrupted (`loopx recover`).
@@ -16,15 +16,15 @@ from datetime import datetime
 from pathlib import Path
 
 from loopx import environ
-from loopx.accounts.model import account_of
-from loopx.agents.donecheck import run_done_check
-from loopx.agents.sandbox.session import TurnSandbox
+from loopx.accounts.records import account_of
+from loopx.agents.checkrun import run_done_check
+from loopx.agents.sandbox.sandboxturn import TurnSandbox
 from loopx.errors import GitError, LoopxError, MergeBusyError, MergeRefusedError
 from loopx.ids import is_valid_goal_id
 from loopx.log import get_logger
 from loopx.model import utcnow
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.goals import get_goal, open_gate
-from loopx.registry.model import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.worktree.merge import CheckRunner, abort_merge, merge_goal
 from loopx.worktree.mergejournal import (

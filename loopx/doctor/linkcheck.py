@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from loopx.doctor.findings import Checker, FindingCode, Severity
-from loopx.notify.config import config_path, load_config
 from loopx.notify.links import link_base, probe
+from loopx.notify.targets import config_path, load_config
 
 
 def check_links(doc: Checker) -> None:

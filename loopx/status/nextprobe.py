@@ -21,7 +21,7 @@ from typing import IO, Final
 
 from loopx import environ
 from loopx.errors import GoalStateError, UsageError
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.secrets import redact_text, secret_values
 from loopx.status.sources import write_probe

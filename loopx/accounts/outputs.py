@@ -8,9 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from loopx.accounts.budget import ROOT_BUDGET, totals
-from loopx.accounts.clihome import config_dir_of
-from loopx.accounts.files import (
+from loopx.accounts.accountfiles import (
     account_file,
     account_names,
     admission_policy,
@@ -22,7 +20,8 @@ from loopx.accounts.files import (
     root_budget_file,
     state_file,
 )
-from loopx.accounts.model import (
+from loopx.accounts.clihome import config_dir_of
+from loopx.accounts.records import (
     Account,
     AccountState,
     AccountSummary,
@@ -32,11 +31,12 @@ from loopx.accounts.model import (
     default_account,
     is_default,
 )
+from loopx.accounts.rollingbudget import ROOT_BUDGET, totals
 from loopx.accounts.rules import admit, mark_admission
 from loopx.accounts.windows import AdmissionPolicy, UsageWindow, label, live, past_mark
 from loopx.errors import AccountDamagedError
 from loopx.model import Record
-from loopx.registry.model import Goal, GoalStatus
+from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.secrets import redact_env
 

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 from loopx.accounts.windows import AdmissionPolicy, UsageWindow
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record, UtcDatetime
-from loopx.registry.model import HostKindName
+from loopx.registry.goalrecords import HostKindName
 from loopx.sandbox import SandboxSpec
 
 DEFAULT_PREFIX: Final = "default-"
@@ -154,7 +154,7 @@ class AccountGate(Record):
 class AccountState(Record):
     """``accounts/<name>/state.json``: what the account's turns taught LoopX.
 
-    Every change is made under the file's lock by :mod:`loopx.accounts.store`;
+    Every change is made under the file's lock by :mod:`loopx.accounts.accountstore`;
     a turn's effect is fenced by its key (``applied``), so replaying a turn
     (recovery, a second agent finishing the same journal) changes nothing.
     """

@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import Field
 
 from loopx.model import Record, UtcDatetime
-from loopx.notify.config import READ_TIMEOUT_S, EventKind, NotifyConfig, NotifyTarget, redact_url
 from loopx.notify.outbox import Outbox
+from loopx.notify.targets import READ_TIMEOUT_S, EventKind, NotifyConfig, NotifyTarget, redact_url
 
 
 class TargetView(Record):

@@ -6,7 +6,7 @@ import sys
 
 from loopx.agents.hosts._parse import read_protocol_result
 from loopx.agents.hosts.base import HostInvocation, HostOutput, Interpretation
-from loopx.registry.model import Goal, HostKind
+from loopx.registry.goalrecords import Goal, HostKind
 from loopx.turn.protocol import Envelope
 
 

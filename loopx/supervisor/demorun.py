@@ -14,7 +14,7 @@ from pathlib import Path
 
 from loopx.batch.report import BatchReport, Outcome
 from loopx.model import utcnow
-from loopx.registry.model import HostKind
+from loopx.registry.goalrecords import HostKind
 from loopx.registry.plan import BatchPlan, PlanGoal
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout

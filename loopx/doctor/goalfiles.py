@@ -15,12 +15,12 @@ from loopx.doctor.journals import check_lease_and_journals
 from loopx.doctor.merges import check_merge
 from loopx.doctor.reliability import check_future_dated
 from loopx.doctor.sandboxes import check_sandbox
-from loopx.doctor.worktrees import check_worktree
+from loopx.doctor.worktreecheck import check_worktree
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record
 from loopx.quota.ledger import SpendAggregate, SpendRecord
-from loopx.registry.model import Goal
+from loopx.registry.goalrecords import Goal
 from loopx.state import GoalState
 from loopx.turn.checkpoint import CHECKPOINT_NAME, read_checkpoint
 from loopx.turn.historyline import HistoryLine
