@@ -2,7 +2,8 @@
 
 Every call runs ``git -C DIR ...`` with a fixed environment (no pager, no
 prompt, the C locale so messages parse the same everywhere) and raises
-:class:`loopx.errors.GitError` with git's last stderr line when it fails.
+:class:`loopx.errors.GitError` with git's last stderr line when it fails. Who
+holds a repository, the proof a killed git's lock may go, is :mod:`loopx.git.holders`.
 """
 
 from __future__ import annotations

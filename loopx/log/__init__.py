@@ -1,7 +1,8 @@
 """structlog, configured once: JSON lines on stderr, console rendering on a TTY.
 
 structlog is imported on the first event, not at start: importing it costs
-more than the rest of a quick command such as ``loopx quota should-run``.
+more than the rest of a quick command such as ``loopx quota should-run``. The
+files the logs go to rotate by size (:mod:`loopx.log.rotation`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ Also here, because agents and the supervisor both need them: the Linux
 mask a spawning supervisor hands down.
 
 Each helper does one OS-level thing; the policy (when to kill, how long a
-grace) belongs to the caller.
+grace) belongs to the caller. The package also holds :mod:`~loopx.process.pids`
+(whether any process holds a pid, without psutil), :mod:`~loopx.process.forking`
+(a forked child doing a piece of a command's work) and
+:mod:`~loopx.process.collector` (the cyclic collector paused during a burst).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The runtime root: where it is (resolution) and what lives in it (layout)."""
+"""The runtime root: where it is (resolution) and what lives in it (layout).
+
+What every layer above writes through it has a module here: ``settings``
+(``registry.json``), ``held`` (the root held by directory descriptor), ``hints``
+(the change-hint log), ``goallock`` (a goal's lock) and ``dropbox`` (where a host
+writes its result, outside the root).
+"""
 
 from __future__ import annotations
 
