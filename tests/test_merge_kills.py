@@ -16,6 +16,7 @@ within a bounded budget.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -62,7 +63,11 @@ def _git_child(proc: subprocess.Popen[str]) -> psutil.Process | None:
         kids = psutil.Process(proc.pid).children(recursive=True)
     except psutil.Error:
         return None
-    return next((k for k in kids if k.name() == "git"), None)
+    for kid in kids:
+        with contextlib.suppress(psutil.Error):  # a child may end between the listing and now
+            if kid.name() == "git":
+                return kid
+    return None
 
 
 def kill_at(proc: subprocess.Popen[str], victim: str, delay: float) -> bool:
