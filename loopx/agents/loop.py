@@ -305,21 +305,23 @@ class Agent:
         )
         return float(base * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not cryptography
 
-    def _idle_wait(self) -> None:
+    def _idle_wait(self) -> bool:
         """Sleep until a waiting goal's time comes, the index's next sweep, or a change hint.
 
         At most the idle backoff while some goal is eligible now (its claim lost
         a race); the hint log is checked with one ``stat`` every
         ``HINT_CHECK_S``, so a new or changed goal is picked up at once while an
-        idle fleet costs next to nothing, however many goals wait.
+        idle fleet costs next to nothing, however many goals wait. True once
+        waited (the ``idle`` duty: None there is a resource error).
         """
         deadline = self.index.idle_sleep(now=utcnow(), longest=self.idle_delay())
         waited = 0.0
         while waited < deadline and not self.stop.is_set():
             chunk = min(HINT_CHECK_S, deadline - waited)
             if self._wake.wait(chunk) or self.index.hinted_since_refresh():
-                return
+                break
             waited += chunk
+        return True
 
     def done(self) -> bool:
         """Whether the loop should end (stop requested or the turn budget used)."""
@@ -349,7 +351,9 @@ class Agent:
                     self._wake.clear()
                     if self.stop.is_set():
                         break
-                    self._idle_wait()
+                    if self.duties.run("idle", self._idle_wait) is None:
+                        # A resource error (a full disk, no descriptor) in the wait: the backoff.
+                        self.stop.wait(self.idle_delay())
         finally:
             self.stop_heartbeat()
             self._final_beat()
