@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
@@ -30,6 +31,18 @@ from loopx.turn.clockshift import read_shifts, record_shift, recorded_shift, shi
 
 # Up to this much disagreement is accepted as it is (coarse mtimes, slow writes).
 MAX_SKEW_S: Final = 2.0
+# A measurement of the same filesystem this recent is reused: a clock's skew moves
+# rarely, and a probe costs a file's creation and removal, the dearest system
+# calls of a turn (an agent would otherwise probe twice a turn).
+REMEASURE_AFTER_S: Final = 1.0
+
+
+class _LastProbe:
+    """The filesystem (device) this process measured last, when (monotonic), and what it set."""
+
+    device: int | None = None
+    at: float = 0.0
+    offset: timedelta | None = None
 
 
 def skew(
@@ -45,12 +58,25 @@ def calibrate(directory: Path) -> timedelta:
 
     The probe is a temp file (``.clock.<pid>.<hex>.tmp``) created, read back
     with ``fstat`` and removed at once: no fsync, three system calls. If it
-    cannot be created (a full or read-only disk) the previous correction stays.
+    cannot be created (a full or read-only disk) the previous correction stays,
+    as it does when this process probed the same filesystem less than
+    :data:`REMEASURE_AFTER_S` ago.
 
     Returns:
         The offset :func:`loopx.model.utcnow` applies from now on (zero within tolerance).
 
     """
+    try:
+        device = os.stat(directory).st_dev
+    except OSError:
+        return current_offset()
+    started = time.monotonic()
+    if (
+        device == _LastProbe.device
+        and started - _LastProbe.at < REMEASURE_AFTER_S
+        and current_offset() == _LastProbe.offset
+    ):
+        return current_offset()
     probe = directory / f".clock.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -65,6 +91,7 @@ def calibrate(directory: Path) -> timedelta:
             probe.unlink()
     offset = skew(now, written)
     set_clock_offset(offset)
+    _LastProbe.device, _LastProbe.at, _LastProbe.offset = device, started, offset
     return offset
 
 

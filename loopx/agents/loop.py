@@ -251,7 +251,9 @@ class Agent:
         for goal_id, wait in tries:
             if self.stop.is_set():
                 return Step.STOPPING
-            self.beat(AgentPhase.RUNNING, goal_id=goal_id)
+            # Published by the turn's own beat once its journal exists (``on_turn``),
+            # or by the heartbeat thread: a claim that runs no turn writes nothing.
+            self.heartbeat.set_phase(AgentPhase.RUNNING, goal_id=goal_id)
             structlog.contextvars.bind_contextvars(goal_id=goal_id)
             try:
                 attempt = attempt_turn(
