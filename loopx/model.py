@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -118,3 +119,49 @@ def iso_utc(at: datetime, timespec: str = "auto") -> str:
     Text outputs use it too, so one run never mixes ``Z`` and ``+00:00``.
     """
     return at.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def model_shape(model: type[BaseModel]) -> str:
+    """Every field of ``model`` and of the models nested in it, with its type, as one text. Pure.
+
+    Two models store and read the same JSON when their shapes are equal; a cache
+    of a model's bytes keys on it, so a new field rebuilds the cache by itself.
+    The text is the same in every process (no addresses, no validators).
+    """
+    seen: set[type[BaseModel]] = set()
+    lines: list[str] = []
+
+    def walk(model: type[BaseModel]) -> None:
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            lines.append(f"{model.__qualname__}.{name}: {type_text(field.annotation)}")
+        for field in model.model_fields.values():
+            for nested in _models_in(field.annotation):
+                if nested not in seen:
+                    walk(nested)
+
+    walk(model)
+    return "\n".join(lines)
+
+
+def type_text(annotation: object) -> str:
+    """A type as stable text: classes by name, generics with their arguments, validators left out. Pure."""
+    origin, arguments = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return type_text(arguments[0])
+    if origin is Literal:
+        return f"Literal{list(arguments)!r}"
+    if origin is not None:
+        name = (
+            "Union"
+            if origin in (Union, UnionType)
+            else getattr(origin, "__qualname__", str(origin))
+        )
+        return f"{name}[{', '.join(type_text(a) for a in arguments)}]"
+    return getattr(annotation, "__qualname__", repr(annotation))
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for argument in get_args(annotation) for m in _models_in(argument)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,15 +15,15 @@ from loopx.history.reader import (
     iter_lines_backwards,
     newest_lines,
 )
-from loopx.model import utcnow
+from loopx.model import model_shape, utcnow
 from loopx.registry.catalog import load_registry
 from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import open_gate, set_status
 from loopx.root.hints import note_goal_changed
 from loopx.status.cache import StatusCache
 from loopx.status.current import clear_status_cache, current_status, refresh_status
-from loopx.status.database import StatusStore, store_file
-from loopx.status.view import Actor, StatusReason
+from loopx.status.database import SCHEMA_VERSION, StatusStore, store_file
+from loopx.status.view import Actor, GoalStatusView, StatusReason
 from loopx.testing.status_fixtures import (
     append_history,
     history_line,
@@ -260,6 +261,26 @@ def test_a_damaged_database_is_set_aside_and_rebuilt(layout):
     report = cache.refresh(now=utcnow(), ttl_s=60)
     assert (report.full_scan, report.reread) == (True, 5)
     assert path.with_name("status.db.damaged").exists()
+    loaded = StatusStore(layout).load()
+    assert loaded is not None and len(loaded.goals) == 5
+
+
+def test_a_new_view_field_changes_the_schema_and_rows_without_it_are_rebuilt(layout):
+    """The database's version follows the view's fields: rows stored before a field was added are not read."""
+
+    class Wider(GoalStatusView):
+        added: int = 0
+
+    assert model_shape(Wider) != model_shape(GoalStatusView)
+    assert "LeaseView.epoch" in model_shape(GoalStatusView)  # nested views count too
+    seeded(layout)
+    fresh_cache(layout)
+    path = store_file(layout)
+    with sqlite3.connect(path) as db:  # as a LoopX whose view had other fields wrote it
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION ^ 1}")
+    assert StatusStore(layout).load() is None
+    report = StatusCache(layout).refresh(now=utcnow(), ttl_s=60)
+    assert (report.full_scan, report.reread) == (True, 5)
     loaded = StatusStore(layout).load()
     assert loaded is not None and len(loaded.goals) == 5
 

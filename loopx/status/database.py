@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -36,6 +37,7 @@ from loopx.faults import fault_point
 from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.memo import host_cache_dir
+from loopx.model import model_shape
 from loopx.process.forking import exited_ok, fork
 from loopx.process.pids import pid_held
 from loopx.root import Layout
@@ -45,11 +47,9 @@ from loopx.status.view import GoalStatusView, ProbeObservation, share_values
 from loopx.status.warm import STORE_NAME, store_path
 from loopx.storage.locks import locked
 
-# PRAGMA user_version of a database this code wrote (3: last_turn.failure_message;
-# 4: the leased and probe columns, so a holder of no views loads none; 5: the
-# fingerprint as packed integers, a quarter of the cost of text both ways; 6: a goal's
-# hand-offs, and the account and host kind its last turn ran on; 7: the goal's host kind).
-SCHEMA_VERSION: Final = 7
+# How the rows encode what they hold, where the tables' text does not show it (5: the
+# fingerprint as packed integers); raise it when that changes.
+_ENCODING: Final = 7
 _SCHEMA: Final = """
 CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 1), status_index TEXT NOT NULL);
 CREATE TABLE goals (
@@ -63,6 +63,12 @@ CREATE TABLE goals (
     view BLOB NOT NULL
 );
 """
+# PRAGMA user_version of a database this code wrote: it changes with the tables, the
+# encoding and every field of the stored views, so a view with a new field is never
+# read from rows written without it (the database is rebuilt instead).
+SCHEMA_VERSION: Final = (
+    zlib.crc32(f"{_ENCODING}\n{_SCHEMA}\n{model_shape(GoalStatusView)}".encode()) & 0x7FFFFFFF
+)
 _NO_COUNTS_JSON: Final = "{}"
 FAULT_ROWS_WRITTEN: Final = "status:rows_written"  # the rows are in, the commit is not
 
