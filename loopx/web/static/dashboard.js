@@ -316,11 +316,18 @@ function parseRoute() {
   return { goal: null, run: null };
 }
 
+// Renders overlap (a live change, an action's own render); each builds its view after awaiting
+// the server, so only the newest one started may show: an older one that finishes later would
+// put back what was true before (a draft before it moved to the goal's new question).
+let renders = 0;
+
 async function render(live) {
+  const mine = ++renders;
   state.route = parseRoute();
   const main = document.getElementById("main");
   try {
     const view = state.route.goal ? await goalView(state.route) : await overviewView();
+    if (mine !== renders) return;
     const active = document.activeElement;
     const focused = active && active.id;
     if (live && active && active.tagName === "INPUT" && active.closest("form.answer")) {
