@@ -72,7 +72,7 @@ from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
-from loopx.turn.workdir import WorkdirHold, WorkdirWait
+from loopx.turn.workdirfiles import WorkdirHold, WorkdirWait
 from loopx.web import dashboard, goaldetail
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
 from loopx.web.bulkactions import BulkActionResult, BulkAnswerResult
