@@ -16,8 +16,8 @@ import structlog
 
 from loopx import __version__
 from loopx.accounts.handoff import Handoff, handoff_note
+from loopx.accounts.observation import OVERLOADS_FOR_GATE
 from loopx.accounts.records import Account
-from loopx.accounts.rules import OVERLOADS_FOR_GATE
 from loopx.model import utcnow
 from loopx.quota.decision import QuotaDecision
 from loopx.registry.goalrecords import Goal
