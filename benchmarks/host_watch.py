@@ -56,7 +56,8 @@ import psutil
 from _fleet import ENV, SH_SCRIPT, init_root  # benchmarks/_fleet.py, next to this script
 
 from loopx.agents.hostguard import stop_guard
-from loopx.agents.hostrun import Limits, run_host
+from loopx.agents.hostlimits import Limits
+from loopx.agents.hostrun import run_host
 
 T = TypeVar("T")
 # A lease renewed every 2 s (a third of its time to live) instead of every 10 s.

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     )
     from loopx.fleet import ScaleResult, SupervisorStarted, SupervisorStatus, SupervisorStopped
     from loopx.ids import validate_goal_id
-    from loopx.quota.decision import QuotaDecision, QuotaReport
+    from loopx.quota.decision import QuotaDecision
+    from loopx.quota.quotareport import QuotaReport
     from loopx.registry.bulk import ImportReport
     from loopx.registry.goalrecords import Goal, GoalStatus, HostKind, HostSpec, Registry
     from loopx.registry.initialise import InitReport
@@ -92,7 +93,8 @@ _EXPORTS: dict[str, str] = {
         ("ScaleResult", "SupervisorStarted", "SupervisorStatus", "SupervisorStopped"),
         "loopx.fleet",
     ),
-    **dict.fromkeys(("QuotaDecision", "QuotaReport"), "loopx.quota.decision"),
+    "QuotaDecision": "loopx.quota.decision",
+    "QuotaReport": "loopx.quota.quotareport",
     "ArchiveResult": "loopx.retention.archive",
     "ImportReport": "loopx.registry.bulk",
     "DoctorReport": "loopx.doctor",

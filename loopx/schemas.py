@@ -39,9 +39,11 @@ from loopx.notify.links import ServeAddress
 from loopx.notify.outbox import Outbox
 from loopx.notify.targets import NotifyConfig
 from loopx.notify.targetviews import NotifyList, NotifyTestReport
-from loopx.quota.decision import QuotaDecision, QuotaReport
+from loopx.quota.aggregate import SpendAggregate
+from loopx.quota.decision import QuotaDecision
 from loopx.quota.headroom import HostHeadroom
-from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.quota.ledger import SpendRecord
+from loopx.quota.quotareport import QuotaReport
 from loopx.registry.bulk import ImportReport
 from loopx.registry.goal_index import GoalIndex
 from loopx.registry.goalrecords import Goal
@@ -72,7 +74,7 @@ from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
-from loopx.turn.workdir import WorkdirHold, WorkdirWait
+from loopx.turn.workdirfiles import WorkdirHold, WorkdirWait
 from loopx.web import dashboard, goaldetail
 from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
 from loopx.web.bulkactions import BulkActionResult, BulkAnswerResult

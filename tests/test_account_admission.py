@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loopx import exitcodes
-from loopx.accounts import rules
+from loopx.accounts import observation, rules
 from loopx.accounts.accountstore import update_state
 from loopx.accounts.records import AccountState, Condition, Signal, TurnSignal
 from loopx.accounts.windows import AdmissionPolicy, UsageWindow, merged, parse_mark, with_marks
@@ -105,9 +105,11 @@ def test_codex_finds_the_threads_session_file_under_codex_home(tmp_path):
 
 def test_a_turns_windows_are_kept_and_an_older_replay_changes_nothing():
     """Each window keeps its newest report, whatever the turn's signal; a replay is a no-op."""
-    first = rules.observe(_state(), _turn(_window(90.0), _window(40.0, "secondary")))
-    later = rules.observe(first, _turn(_window(96.0), key="g1-t000002-e1#1", at=NOW + timedelta(1)))
-    replayed = rules.observe(later, _turn(_window(90.0)))
+    first = observation.observe(_state(), _turn(_window(90.0), _window(40.0, "secondary")))
+    later = observation.observe(
+        first, _turn(_window(96.0), key="g1-t000002-e1#1", at=NOW + timedelta(1))
+    )
+    replayed = observation.observe(later, _turn(_window(90.0)))
     assert [(w.name, w.used_percent) for w in later.windows] == [
         ("primary", 96.0),
         ("secondary", 40.0),
@@ -165,11 +167,13 @@ def test_a_window_without_a_reset_counts_for_its_length_only():
 def test_a_new_report_below_the_mark_leaves_every_goals_admission_as_it_was():
     """The scheduler looks at an account's goals again only when a report crosses the mark."""
     policy = AdmissionPolicy()
-    before = rules.observe(_state(), _turn(_window(80.0)))
-    below = rules.observe(
+    before = observation.observe(_state(), _turn(_window(80.0)))
+    below = observation.observe(
         before, _turn(_window(90.0), key="g1-t000002-e1#1", at=NOW + timedelta(1))
     )
-    over = rules.observe(below, _turn(_window(96.0), key="g1-t000003-e1#1", at=NOW + timedelta(2)))
+    over = observation.observe(
+        below, _turn(_window(96.0), key="g1-t000003-e1#1", at=NOW + timedelta(2))
+    )
     assert rules.same_admission((before, policy), (below, policy), now=NOW)
     assert not rules.same_admission((below, policy), (over, policy), now=NOW)
     assert not rules.same_admission(
@@ -218,7 +222,7 @@ def _report(cli, used: float) -> None:
     window = _window(used, resets_at=soon)
     turn = _turn(window, at=datetime.now(UTC))
     proven = AccountState(name="work", proven=True)
-    update_state(Layout.at(cli.root), "work", lambda s: rules.observe(proven, turn))
+    update_state(Layout.at(cli.root), "work", lambda s: observation.observe(proven, turn))
 
 
 def test_account_edit_sets_the_mark_and_show_draws_each_window(work_account):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import loopx
-from loopx.accounts import rules
+from loopx.accounts import observation, rules
 from loopx.accounts.accountfiles import read_state
 from loopx.accounts.accountstore import reopen_login, update_state
 from loopx.accounts.clihome import config_dir, host_environment
@@ -148,8 +148,8 @@ def _auth(key: str = "g1-1-1#1", goal: str = "g1") -> TurnSignal:
 
 def test_a_refused_login_parks_the_account_once_whatever_number_of_turns_meet_it() -> None:
     """The second goal's refused turn keeps the first gate; the account says what to do."""
-    first = rules.observe(AccountState(name="plan", proven=True), _auth())
-    second = rules.observe(first, _auth(key="g2-1-1#1", goal="g2"))
+    first = observation.observe(AccountState(name="plan", proven=True), _auth())
+    second = observation.observe(first, _auth(key="g2-1-1#1", goal="g2"))
     assert (second.login_refused, second.gate) == (True, first.gate)
     assert first.gate is not None
     assert "loopx account login plan" in first.gate.question
@@ -159,7 +159,7 @@ def test_a_refused_login_parks_the_account_once_whatever_number_of_turns_meet_it
 
 def test_a_default_account_is_told_to_log_its_user_in() -> None:
     """`default-codex` has no directory of its own: its user logs in, then resolves."""
-    question = rules.login_question("default-codex", "401")
+    question = observation.login_question("default-codex", "401")
     assert "loopx account resolve default-codex" in question
     assert "account login" not in question
 
@@ -167,7 +167,7 @@ def test_a_default_account_is_told_to_log_its_user_in() -> None:
 def test_only_an_account_parked_for_its_login_is_reopened_by_a_check(tmp_path: Path) -> None:
     """A passing check reopens ``login_refused`` (a probe goes first); a limit stays."""
     layout = Layout.at(_root(tmp_path).path)
-    update_state(layout, "a", lambda s: rules.observe(s, _auth()))
+    update_state(layout, "a", lambda s: observation.observe(s, _auth()))
     until = NOW + timedelta(hours=1)
     update_state(layout, "b", lambda s: s.model_copy(update={"condition": Condition.LIMITED,
                                                              "until": until}))  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from loopx import exitcodes
-from loopx.accounts import rules
+from loopx.accounts import observation, rules
 from loopx.accounts.envfile import parse_env_text
 from loopx.accounts.records import (
     AccountBudget,
@@ -42,7 +42,7 @@ def _proven() -> AccountState:
 def test_a_limit_parks_the_account_until_its_reset_and_names_who_saw_it():
     """Until the reset every goal is refused with the limit's words and the reset time."""
     reset = NOW + timedelta(minutes=2)
-    state = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=reset))
+    state = observation.observe(_proven(), _turn(Signal.LIMIT, reset_at=reset))
     refusal = rules.admit(state, "g2", now=NOW + timedelta(seconds=30))
     assert (state.condition, refusal.allowed, refusal.until) == (Condition.LIMITED, False, reset)
     assert refusal.message == (
@@ -53,13 +53,13 @@ def test_a_limit_parks_the_account_until_its_reset_and_names_who_saw_it():
 def test_a_replayed_turn_changes_nothing():
     """The same turn applied twice (recovery, a second finisher) is one change."""
     turn = _turn(Signal.LIMIT, reset_at=NOW + timedelta(minutes=2))
-    once = rules.observe(_proven(), turn)
-    assert rules.observe(once, turn) == once
+    once = observation.observe(_proven(), turn)
+    assert observation.observe(once, turn) == once
 
 
 def test_at_the_reset_one_goal_probes_and_the_others_wait_for_it():
     """The first goal after the reset takes the probe; another is refused until its turn ends."""
-    state = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW + timedelta(minutes=2)))
+    state = observation.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW + timedelta(minutes=2)))
     after = NOW + timedelta(minutes=3)
     first = rules.admit(state, "g2", now=after)
     assert (first.allowed, first.take_probe) == (True, True)
@@ -71,9 +71,9 @@ def test_at_the_reset_one_goal_probes_and_the_others_wait_for_it():
 
 def test_a_probe_through_lets_the_others_follow_staggered():
     """A probe that got through opens the account; the others start one every STAGGER_S."""
-    state = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
+    state = observation.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
     probe = rules.taken(state, rules.admit(state, "g2", now=NOW), "g2", now=NOW, turn_timeout_s=60)
-    through = rules.observe(probe, _turn(Signal.THROUGH, key="g2-1-1#1", goal="g2"))
+    through = observation.observe(probe, _turn(Signal.THROUGH, key="g2-1-1#1", goal="g2"))
     assert (through.condition, through.probe_goal, through.proven) == (Condition.OK, None, True)
     first = rules.admit(through, "g3", now=NOW)
     assert first.allowed
@@ -84,11 +84,11 @@ def test_a_probe_through_lets_the_others_follow_staggered():
 
 def test_a_probe_meeting_the_limit_again_parks_with_a_backoff():
     """A limit hit twice in a row waits at least the backoff, even if the reset said sooner."""
-    first = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
+    first = observation.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
     probe = rules.taken(first, rules.admit(first, "g2", now=NOW), "g2", now=NOW, turn_timeout_s=60)
-    again = rules.observe(probe, _turn(Signal.LIMIT, key="g2-1-1#1", goal="g2", reset_at=NOW))
+    again = observation.observe(probe, _turn(Signal.LIMIT, key="g2-1-1#1", goal="g2", reset_at=NOW))
     assert again.limit_hits == 2
-    assert again.until == NOW + timedelta(seconds=rules.LIMIT_BACKOFF_BASE_S)
+    assert again.until == NOW + timedelta(seconds=observation.LIMIT_BACKOFF_BASE_S)
     assert again.probe_goal is None
 
 
@@ -105,7 +105,9 @@ def test_a_limit_without_a_reset_backs_off_briefly_growing_to_a_cap_with_a_probe
             held = rules.admit(state, "other", now=at)
             assert not held.allowed
             assert held.message == f"account plan: goal {goal} goes first as a probe"
-        state = rules.observe(state, _turn(Signal.LIMIT, key=f"{goal}-1-1#1", goal=goal, at=at))
+        state = observation.observe(
+            state, _turn(Signal.LIMIT, key=f"{goal}-1-1#1", goal=goal, at=at)
+        )
         assert state.until is not None
         waits.append((state.until - at).total_seconds())
         refusal = rules.admit(state, "other", now=at)
@@ -117,41 +119,43 @@ def test_a_limit_without_a_reset_backs_off_briefly_growing_to_a_cap_with_a_probe
     # The provider answering again ends the backoff: the next 429 starts at 60 s once more.
     at = state.until
     state = rules.taken(state, rules.admit(state, "g9", now=at), "g9", now=at, turn_timeout_s=60)
-    state = rules.observe(state, _turn(Signal.THROUGH, key="g9-1-1#1", goal="g9", at=at))
+    state = observation.observe(state, _turn(Signal.THROUGH, key="g9-1-1#1", goal="g9", at=at))
     assert (state.condition, state.reset_unknown, state.limit_hits) == (Condition.OK, False, 0)
-    again = rules.observe(state, _turn(Signal.LIMIT, key="g9-2-1#1", goal="g9", at=at))
-    assert again.until == at + timedelta(seconds=rules.RATE_LIMIT_BASE_S)
+    again = observation.observe(state, _turn(Signal.LIMIT, key="g9-2-1#1", goal="g9", at=at))
+    assert again.until == at + timedelta(seconds=observation.RATE_LIMIT_BASE_S)
 
 
 def test_a_turn_in_flight_when_the_account_parked_does_not_reopen_it():
     """A turn that got through before the limit, or met it too, leaves the account parked."""
     reset = NOW + timedelta(minutes=2)
-    parked = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=reset))
-    through = rules.observe(parked, _turn(Signal.THROUGH, key="g2-1-1#1", goal="g2"))
+    parked = observation.observe(_proven(), _turn(Signal.LIMIT, reset_at=reset))
+    through = observation.observe(parked, _turn(Signal.THROUGH, key="g2-1-1#1", goal="g2"))
     assert (through.condition, through.until) == (Condition.LIMITED, reset)
-    also = rules.observe(parked, _turn(Signal.LIMIT, key="g3-1-1#1", goal="g3", reset_at=reset))
+    also = observation.observe(
+        parked, _turn(Signal.LIMIT, key="g3-1-1#1", goal="g3", reset_at=reset)
+    )
     assert (also.condition, also.limit_hits, also.until) == (Condition.LIMITED, 1, reset)
 
 
 def test_another_goals_turn_leaves_the_probe_held():
     """Only the probe's own turn releases the probe."""
-    state = rules.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
+    state = observation.observe(_proven(), _turn(Signal.LIMIT, reset_at=NOW))
     held = rules.taken(state, rules.admit(state, "g2", now=NOW), "g2", now=NOW, turn_timeout_s=60)
-    other = rules.observe(held, _turn(Signal.NONE, key="g3-1-1#1", goal="g3"))
+    other = observation.observe(held, _turn(Signal.NONE, key="g3-1-1#1", goal="g3"))
     assert other.probe_goal == "g2"
 
 
 def test_overload_backs_off_briefly_and_the_fifth_in_a_row_opens_a_gate():
     """Overloads back the account off, bounded, and after N in a row ask a human."""
     state = _proven()
-    for n in range(1, rules.OVERLOADS_FOR_GATE + 1):
-        state = rules.observe(
+    for n in range(1, observation.OVERLOADS_FOR_GATE + 1):
+        state = observation.observe(
             state, _turn(Signal.OVERLOAD, key=f"g1-{n}-1#1", message="high demand")
         )
-        if n < rules.OVERLOADS_FOR_GATE:
+        if n < observation.OVERLOADS_FOR_GATE:
             assert state.condition is Condition.OVERLOADED
             assert state.until is not None
-            assert state.until - NOW <= timedelta(seconds=rules.OVERLOAD_MAX_S)
+            assert state.until - NOW <= timedelta(seconds=observation.OVERLOAD_MAX_S)
     assert state.condition is Condition.NEEDS_HUMAN
     assert state.gate is not None
     assert "overloaded 5 turns in a row" in state.gate.question
@@ -160,13 +164,13 @@ def test_overload_backs_off_briefly_and_the_fifth_in_a_row_opens_a_gate():
 def test_an_auth_failure_gates_the_account_at_once_with_the_cli_advice():
     """One auth failure parks the account as login_refused, with the CLI's words and the fix."""
     advice = "codex is not authenticated: 401; run `codex login` (or set OPENAI_API_KEY)"
-    state = rules.observe(_proven(), _turn(Signal.AUTH, message=advice))
+    state = observation.observe(_proven(), _turn(Signal.AUTH, message=advice))
     refusal = rules.admit(state, "g2", now=NOW)
     expected = (Condition.LOGIN_REFUSED, True, False, None)
     assert (state.condition, state.login_refused, refusal.allowed, refusal.until) == expected
     assert "run `codex login`" in refusal.message
     assert state.reason.startswith("login refused: ")
-    resolved = rules.resolved(state, now=NOW)
+    resolved = observation.resolved(state, now=NOW)
     assert rules.admit(resolved, "g2", now=NOW).take_probe
 
 
@@ -177,7 +181,7 @@ def test_an_auth_failure_gates_the_account_at_once_with_the_cli_advice():
 def test_the_resume_policy_decides_whether_a_limit_waits_or_asks(policy, waits, gated):
     """--on-limit gate, or more limit waits than --max-limit-waits, opens a gate instead."""
     turn = _turn(Signal.LIMIT, reset_at=NOW, on_limit=policy, max_limit_waits=waits)
-    state = rules.observe(_proven(), turn)
+    state = observation.observe(_proven(), turn)
     assert (state.gate is not None) is gated
 
 
@@ -341,7 +345,7 @@ def test_status_shows_an_account_change_at_once_even_warm(with_account):
     assert [a["state"] for a in before["accounts"] if a["name"] == "plan"] == ["ok"]
     reset = datetime.now(UTC) + timedelta(minutes=5)
     turn = _turn(Signal.LIMIT, key="g1-9-1#1", reset_at=reset)
-    update_state(Layout.at(cli.root), "plan", lambda s: rules.observe(s, turn))
+    update_state(Layout.at(cli.root), "plan", lambda s: observation.observe(s, turn))
     after = cli.json("status")
     (plan,) = [a for a in after["accounts"] if a["name"] == "plan"]
     assert (plan["state"], plan["waiting"]) == ("limited", ["g1"])
@@ -354,5 +358,5 @@ def test_max_overloads_sets_how_many_in_a_row_ask_a_human():
     """--max-overloads 2: the second overload in a row opens the gate."""
     state = _proven()
     for n in (1, 2):
-        state = rules.observe(state, _turn(Signal.OVERLOAD, key=f"k{n}#1", max_overloads=2))
+        state = observation.observe(state, _turn(Signal.OVERLOAD, key=f"k{n}#1", max_overloads=2))
     assert state.condition is Condition.NEEDS_HUMAN

@@ -17,7 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loopx.agents.hostrun import Limits, run_host
+from loopx.agents.hostlimits import Limits
+from loopx.agents.hostrun import run_host
 from loopx.agents.hosttree import own_children
 
 KEY = "g-t000001-e1"

@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from loopx.agents.hostguard import guard_for_run, stop_guard
-from loopx.agents.hostrun import Limits, run_host
+from loopx.agents.hostlimits import Limits
+from loopx.agents.hostrun import run_host
 from loopx.registry.goalrecords import HostKind
 from tests.fleet_helpers import alive, kill_everything, start_supervisor, wait_for
 from tests.turnkit import cli_env, demo_goal, make_root

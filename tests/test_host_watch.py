@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from loopx import environ
-from loopx.agents.hostrun import Limits, next_period, next_wait, run_host
+from loopx.agents.hostlimits import Limits, next_period, next_wait
+from loopx.agents.hostrun import run_host
 from loopx.agents.hosttree import Tree
 from loopx.process import subreaper
 from loopx.turn.failures import FailureReason

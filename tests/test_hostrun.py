@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from loopx import environ
-from loopx.agents.hostrun import Limits, run_host
+from loopx.agents.hostlimits import Limits
+from loopx.agents.hostrun import run_host
 from loopx.errors import LeaseLostError
 from loopx.process import find_by_env
 from loopx.turn.failures import FailureReason

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loopx.registry.quota_policy import QuotaPolicy
-from loopx.schedule.index import RollingSweep
+from loopx.schedule.rollingsweep import RollingSweep
 from loopx.state import GoalState
 
 GOALS = [f"g{i:06d}" for i in range(100_000)]

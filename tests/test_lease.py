@@ -15,13 +15,12 @@ import pytest
 
 from loopx.errors import LeaseLostError
 from loopx.model import utcnow
+from loopx.turn.fencing import Fence, read_epoch
 from loopx.turn.lease import (
-    Fence,
     Holder,
     Lease,
     claim,
     fence_of,
-    read_epoch,
     read_lease,
     release,
     renew,

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from loopx.model import utcnow
 from loopx.schedule.candidates import lease_expiry
-from loopx.turn.lease import claim, damaged_lease_free_at, read_epoch
+from loopx.turn.damagedlease import damaged_lease_free_at
+from loopx.turn.fencing import read_epoch
+from loopx.turn.lease import claim
 from loopx.turn.recovery import recover
 from tests.turnkit import demo_goal, loopx, make_root
 

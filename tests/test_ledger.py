@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopx.errors import CorruptFileError
+from loopx.quota.aggregate import SpendAggregate
 from loopx.quota.ledger import (
-    SpendAggregate,
     SpendRecord,
     append_spend,
     read_spend,

@@ -15,7 +15,8 @@ import pytest
 
 from loopx.environ import FAULT as FAULT_ENV
 from loopx.faults import FAULT_EXIT_CODE
-from loopx.quota.ledger import SpendAggregate, read_spend, window_spend
+from loopx.quota.aggregate import SpendAggregate
+from loopx.quota.ledger import read_spend, window_spend
 from loopx.root import Layout
 
 pytestmark = pytest.mark.timeout(120)

@@ -30,7 +30,8 @@ from loopx.storage.softlock import (
     lock_mode_for,
     mount_fstype,
 )
-from loopx.turn.lease import claim, read_epoch
+from loopx.turn.fencing import read_epoch
+from loopx.turn.lease import claim
 from tests.test_lease import _RACER
 from tests.turnkit import cli_env, make_root
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from loopx.agents.hostrun import Limits, Observation, kill_reason, run_host
+from loopx.agents.hostlimits import Limits, Observation, kill_reason
+from loopx.agents.hostrun import run_host
 from loopx.agents.hosts.diagnosis import Diagnosis, diagnose, failure_for
 from loopx.registry.goalrecords import HostKind
 from loopx.root import Layout

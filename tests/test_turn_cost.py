@@ -12,8 +12,9 @@ from loopx.model import utcnow
 from loopx.registry.goalrecords import HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
 from loopx.storage import dirs
+from loopx.turn.fencing import read_epoch
 from loopx.turn.journal import journal_files
-from loopx.turn.lease import claim, read_epoch
+from loopx.turn.lease import claim
 from tests.turnkit import demo_goal, make_root
 
 FAST = TurnConfig(lease_ttl_s=5, lease_grace_s=1, kill_grace_s=0.3)

@@ -17,8 +17,11 @@ from loopx.agents.turn import attempt_turn
 from loopx.model import utcnow
 from loopx.registry.goalrecords import Goal, HostKind, HostSpec
 from loopx.registry.goals import GoalChanges, add_goal
-from loopx.turn.lease import claim, read_epoch, release
-from loopx.turn.workdir import acquire_workdir, read_wait, release_workdir, shared_workdirs
+from loopx.turn.fencing import read_epoch
+from loopx.turn.lease import claim, release
+from loopx.turn.sharedworkdirs import shared_workdirs
+from loopx.turn.workdir import acquire_workdir, release_workdir
+from loopx.turn.workdirfiles import read_wait
 from tests.fleet_helpers import (
     journals,
     kill_everything,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Final
 
-from loopx.accounts import rules
+from loopx.accounts import observation, rules
 from loopx.accounts.accountfiles import (
     account_file,
     admission_policy,
@@ -158,7 +158,7 @@ def apply_signal(layout: Layout, turn: TurnSignal) -> AccountState:
 
     def observe(state: AccountState) -> AccountState:
         before.append(state)
-        return rules.observe(state, turn)
+        return observation.observe(state, turn)
 
     state = update_state(layout, turn.account, observe, hint_goal=turn.goal_id)
     if before and _parking(before[-1]) != _parking(state):
@@ -189,7 +189,7 @@ def _log_parking(state: AccountState, turn: TurnSignal) -> None:
 
 def resolve_gate(layout: Layout, name: str, *, now: datetime) -> AccountState:
     """A human answered the account's gate: its goals may go on (the next turn is a probe)."""
-    return update_state(layout, name, lambda s: rules.resolved(s, now=now))
+    return update_state(layout, name, lambda s: observation.resolved(s, now=now))
 
 
 def reopen_login(layout: Layout, name: str, *, now: datetime) -> AccountState:
@@ -198,13 +198,15 @@ def reopen_login(layout: Layout, name: str, *, now: datetime) -> AccountState:
     Any other state is left as it is.
     """
     return update_state(
-        layout, name, lambda s: rules.resolved(s, now=now) if s.login_refused else s
+        layout, name, lambda s: observation.resolved(s, now=now) if s.login_refused else s
     )
 
 
 def park_login(layout: Layout, name: str, message: str, *, now: datetime) -> AccountState:
     """A check through the CLI was refused: the account is parked for its login (one gate)."""
-    return update_state(layout, name, lambda s: rules.refuse_login(s, message, at=now, by="check"))
+    return update_state(
+        layout, name, lambda s: observation.refuse_login(s, message, at=now, by="check")
+    )
 
 
 def refused_by_account(decision: QuotaDecision, admission: Admission) -> QuotaDecision:

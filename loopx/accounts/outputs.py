@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from loopx.accounts.accountfiles import (
     account_file,
@@ -23,10 +23,12 @@ from loopx.accounts.accountfiles import (
 from loopx.accounts.clihome import config_dir_of
 from loopx.accounts.records import (
     Account,
+    AccountBudget,
     AccountState,
     AccountSummary,
     Condition,
     WindowBar,
+    WindowTotals,
     account_of,
     default_account,
     is_default,
@@ -109,28 +111,18 @@ def summarise(
     """
     mine = [g for g in goals if name == ROOT_BUDGET or account_of(g.account, g.host.kind) == name]
     active = [g for g in mine if g.status is GoalStatus.ACTIVE]
-    damaged: str | None = None
-    policy = AdmissionPolicy()
-    try:
-        state = state or read_state(layout, name)
-        account = account if account is not None else read_account(layout, name)
-        policy = account.admission if account is not None else admission_policy(layout, name)
-        budget = budget_of(layout, name)
-        spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
-    except AccountDamagedError as e:
-        state, budget, spend, damaged = damaged_state(e), None, None, str(e.path)
+    state, account, policy, budget, spend, damaged = _read(
+        layout, name, now=now, account=account, state=state
+    )
     home = config_dir_of(layout, account) if account is not None else None
     # "" is no goal, of no priority: what every goal but the probe (and those let past) is told.
     probe = admit(state, "", now=now, policy=policy)
     holding = not probe.allowed
     # Held back by a window past its mark: goals above --admit-past-priority still start.
     marked = holding and probe == mark_admission(name, state, policy, now)
-    kind = account.host_kind if account is not None else None
-    if kind is None and is_default(name):
-        kind = name.removeprefix("default-")
     return AccountSummary(
         name=name,
-        host_kind=kind,
+        host_kind=_host_kind(name, account),
         default=is_default(name),
         state=state.condition,
         until=state.until,
@@ -155,6 +147,49 @@ def summarise(
         lets_past_priority=policy.past_priority if marked else None,
         config_dir=str(home) if home is not None else None,
     )
+
+
+class _Files(NamedTuple):
+    """What a summary reads of an account's files."""
+
+    state: AccountState
+    account: Account | None
+    policy: AdmissionPolicy
+    budget: AccountBudget | None
+    spend: WindowTotals | None
+    damaged: str | None  # the damaged file's path
+
+
+def _read(
+    layout: Layout,
+    name: str,
+    *,
+    now: datetime,
+    account: Account | None,
+    state: AccountState | None,
+) -> _Files:
+    """The account's state, account, policy, budget and window spend (those given not read).
+
+    A damaged file gives the ``damaged`` state and its path, with what was read before it.
+    """
+    policy = AdmissionPolicy()
+    try:
+        state = state or read_state(layout, name)
+        account = account if account is not None else read_account(layout, name)
+        policy = account.admission if account is not None else admission_policy(layout, name)
+        budget = budget_of(layout, name)
+        spend = totals(read_spend(layout, name), budget.window_hours, now) if budget else None
+    except AccountDamagedError as e:
+        return _Files(damaged_state(e), account, policy, None, None, str(e.path))
+    return _Files(state, account, policy, budget, spend, None)
+
+
+def _host_kind(name: str, account: Account | None) -> str | None:
+    """The account's host kind: its own, or the one a default account is named for."""
+    kind = account.host_kind if account is not None else None
+    if kind is None and is_default(name):
+        kind = name.removeprefix("default-")
+    return kind
 
 
 def window_bars(

@@ -26,7 +26,7 @@ from loopx.model import utcnow
 from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.goals import get_goal, open_gate
 from loopx.root import Layout
-from loopx.worktree.merge import CheckRunner, abort_merge, merge_goal
+from loopx.worktree.merge import abort_merge, merge_goal
 from loopx.worktree.mergejournal import (
     CHECK_TAIL_CHARS,
     MergeCheck,
@@ -34,6 +34,7 @@ from loopx.worktree.mergejournal import (
     MergeMode,
     read_merge_journal,
 )
+from loopx.worktree.mergesteps import CheckRunner
 
 log = get_logger(__name__)
 

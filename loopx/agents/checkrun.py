@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from loopx import environ
-from loopx.agents.hostrun import DEFAULT_KILL_GRACE_S, Limits, run_host
+from loopx.agents.hostlimits import DEFAULT_KILL_GRACE_S, Limits
+from loopx.agents.hostrun import HostRun, run_host
 from loopx.donecheck import OUTPUT_TAIL_CHARS, CheckResult
 from loopx.turn.failures import FailureReason
 
@@ -98,6 +99,11 @@ def run_done_check(
         tick_every_s=tick_every_s,
         tee=tail.feed,
     )
+    return _check_result(argv, run, tail)
+
+
+def _check_result(argv: list[str], run: HostRun, tail: _Tail) -> CheckResult:
+    """What the check's run gave, with the tail of its output."""
     text, dropped = tail.text()
     return CheckResult(
         argv=list(argv),

@@ -47,7 +47,7 @@ from loopx.registry.views import (
 from loopx.root import Layout
 from loopx.sandbox import SandboxOptions, SandboxSpec, sandbox_spec
 from loopx.sandbox import unavailable as sandbox_unavailable
-from loopx.turn.workdir import shared_workdirs
+from loopx.turn.sharedworkdirs import shared_workdirs
 
 # Imported where used: archiving, probing and merging cost `goal add` a fifth of its start.
 TYPE_CHECKING = False

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 
 from loopx.model import current_offset, utcnow
 from loopx.quota import decision as rules
-from loopx.quota.decision import QuotaDecision, QuotaReport, quota_report
+from loopx.quota.decision import QuotaDecision
+from loopx.quota.quotareport import QuotaReport, quota_report
 from loopx.quota.snapshot import fingerprints, store_snapshot
 from loopx.registry.goals import get_goal
 from loopx.root import Layout

@@ -19,7 +19,7 @@ from loopx.cli._common import (
 # A warm `loopx quota should-run` prints a stored decision with the standard library
 # only (to start within 2x of a bare Python); the rest is imported when needed.
 if TYPE_CHECKING:
-    from loopx.quota.decision import QuotaReport
+    from loopx.quota.quotareport import QuotaReport
 
 
 def register(sub: Subparsers) -> None:

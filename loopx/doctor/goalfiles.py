@@ -19,7 +19,8 @@ from loopx.doctor.worktreecheck import check_worktree
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.ids import is_valid_goal_id
 from loopx.model import Record
-from loopx.quota.ledger import SpendAggregate, SpendRecord
+from loopx.quota.aggregate import SpendAggregate
+from loopx.quota.ledger import SpendRecord
 from loopx.registry.goalrecords import Goal
 from loopx.state import GoalState
 from loopx.turn.checkpoint import CHECKPOINT_NAME, read_checkpoint

@@ -9,6 +9,7 @@ from loopx.doctor.findings import Checker, FindingCode, Severity, q
 from loopx.errors import CorruptFileError, UnsafePathError
 from loopx.model import iso_utc
 from loopx.storage.files import read_bytes
+from loopx.turn.fencing import read_epoch
 from loopx.turn.inspection import RecoveryDecision, inspect
 from loopx.turn.journal import TurnJournal, parse_turn_key
 from loopx.turn.lease import (
@@ -17,7 +18,6 @@ from loopx.turn.lease import (
     Lease,
     holder_state,
     lease_grace_s,
-    read_epoch,
 )
 
 

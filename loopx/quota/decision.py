@@ -46,7 +46,7 @@ from loopx.quota.budget import Budget, QuotaRemaining, QuotaView, quota_view, re
 from loopx.quota.headroom import HostHeadroom, measure_headroom
 from loopx.quota.ledger import window_spend
 from loopx.quota.phrases import in_phrase, seconds_phrase, should_run_line
-from loopx.quota.window import SpendTotals, WindowSpend, leaves_at
+from loopx.quota.window import WindowSpend, leaves_at
 from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.registry.quota_policy import QuotaPolicy
 from loopx.root import Layout
@@ -58,12 +58,10 @@ __all__ = [
     "QuotaDecision",
     "QuotaReason",
     "QuotaRemaining",
-    "QuotaReport",
     "WindowSpend",
     "decide",
     "gather_inputs",
     "holds_until",
-    "quota_report",
     "should_run",
 ]
 
@@ -127,20 +125,6 @@ _REFUSAL: Final = {
 }
 
 
-class QuotaReport(Record):
-    """The `loopx quota show --json` document: policy, window, spend, remaining, decision."""
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    policy: QuotaPolicy
-    window_start: UtcDatetime
-    window_end: UtcDatetime
-    spend: SpendTotals  # inside the window
-    lifetime: SpendTotals  # everything the ledger holds
-    remaining: QuotaRemaining
-    decision: QuotaDecision
-
-
 # --- the pure decision -------------------------------------------------------------------------
 
 
@@ -173,7 +157,15 @@ def _exhausted_sentence(budget: Budget, policy: QuotaPolicy, view: QuotaView) ->
     )
 
 
-def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's precedence
+class _Refusal(NamedTuple):
+    """A refusal's reason, its sentence, and when it clears by itself (None: it does not)."""
+
+    reason: QuotaReason
+    message: str
+    at: datetime | None = None
+
+
+def should_run(
     goal: Goal,
     state: GoalState,
     spend: WindowSpend,
@@ -197,7 +189,35 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
     """
     policy = goal.quota
     view = quota_view(policy, spend, now=now)
-    numbers = {
+    numbers = _numbers(policy, view, headroom, now=now)
+    who = f"goal {goal.id}"
+    # The module's precedence: each group is asked only when the ones before it allow.
+    refusal = (
+        _waits_on_someone(goal, state, who=who, leased=leased)
+        or _waits_on_time(policy, state, view, who=who, now=now)
+        or _waits_on_host(policy, headroom, who=who)
+    )
+    if refusal is not None:
+        return QuotaDecision.model_validate(
+            {
+                "allowed": False,
+                "reason": refusal.reason,
+                "message": refusal.message,
+                "next_eligible_at": refusal.at,
+            }
+            | numbers
+        )
+    return QuotaDecision.model_validate(
+        {"allowed": True, "reason": QuotaReason.OK, "message": _may_run(policy, spend, view, who)}
+        | numbers
+    )
+
+
+def _numbers(
+    policy: QuotaPolicy, view: QuotaView, headroom: HostHeadroom, *, now: datetime
+) -> dict[str, object]:
+    """The window's numbers every decision carries, allowed or not. Pure."""
+    return {
         "window_start": view.window_start,
         "window_hours": policy.window_hours,
         "allowance_wall_s": view.allowance_wall_s,
@@ -214,21 +234,18 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
         "decided_at": now,
     }
 
-    def refuse(reason: QuotaReason, message: str, at: datetime | None = None) -> QuotaDecision:
-        return QuotaDecision.model_validate(
-            {"allowed": False, "reason": reason, "message": message, "next_eligible_at": at}
-            | numbers
-        )
 
-    who = f"goal {goal.id}"
+def _waits_on_someone(goal: Goal, state: GoalState, *, who: str, leased: bool) -> _Refusal | None:
+    """Reasons 1 to 4: the goal is done or paused, a gate is open, another turn runs it. Pure."""
+    policy = goal.quota
     if goal.status in (GoalStatus.DONE, GoalStatus.ARCHIVED):
-        return refuse(QuotaReason.DONE, f"{who} is {goal.status}; it runs no more turns")
+        return _Refusal(QuotaReason.DONE, f"{who} is {goal.status}; it runs no more turns")
     if goal.status is GoalStatus.PAUSED:
-        return refuse(
+        return _Refusal(
             QuotaReason.PAUSED, f"{who} is paused; resume it with `loopx goal resume {goal.id}`"
         )
     if policy.compute == 0:
-        return refuse(
+        return _Refusal(
             QuotaReason.PAUSED,
             f"{who} has a compute share of 0, which pauses it; "
             f"raise --quota-compute above 0 to let it run",
@@ -237,17 +254,23 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
         gate = gates[0]
         question = gate.question if len(gate.question) <= 80 else gate.question[:77] + "..."  # noqa: PLR2004
         more = f" (and {len(gates) - 1} more)" if len(gates) > 1 else ""
-        return refuse(
+        return _Refusal(
             QuotaReason.GATE_PENDING,
             f"{who} waits for a human to answer gate {gate.id}{more}: {question!r}",
         )
     if leased:
-        return refuse(QuotaReason.LEASED, f"{who} is leased: another agent's turn is running it")
+        return _Refusal(QuotaReason.LEASED, f"{who} is leased: another agent's turn is running it")
+    return None
 
+
+def _waits_on_time(
+    policy: QuotaPolicy, state: GoalState, view: QuotaView, *, who: str, now: datetime
+) -> _Refusal | None:
+    """Reasons 5 to 9: not yet eligible, or a budget of the window spent; each with its time. Pure."""
     not_before = state.eligible_at(now)
     if not_before is not None and not_before > now:
         at = max(not_before, view.refills_at or not_before)
-        return refuse(
+        return _Refusal(
             QuotaReason.NOT_YET_ELIGIBLE,
             f"{who} is not eligible before {iso_utc(not_before, 'seconds')}"
             f"; next eligible at {_when(at, now)}",
@@ -255,39 +278,42 @@ def should_run(  # noqa: C901, PLR0911 - one return per reason of the module's p
         )
     if view.exhausted is not None and view.refills_at is not None:
         sentence = _exhausted_sentence(view.exhausted, policy, view)
-        return refuse(
+        return _Refusal(
             _REFUSAL[view.exhausted],
             f"{who} {sentence}; enough of it leaves the window at {_when(view.refills_at, now)}",
             view.refills_at,
         )
+    return None
 
+
+def _waits_on_host(policy: QuotaPolicy, headroom: HostHeadroom, *, who: str) -> _Refusal | None:
+    """Reasons 10 and 11: the host's memory or load is past the goal's guard. Pure."""
     if policy.min_free_memory_mb is not None and (
         headroom.available_memory_mb < policy.min_free_memory_mb
     ):
-        return refuse(
+        return _Refusal(
             QuotaReason.HOST_MEMORY_LOW,
             f"the host has {headroom.available_memory_mb:,.0f} MB of memory available, below "
             f"{who}'s guard of {policy.min_free_memory_mb:,} MB (--min-free-memory-mb)",
         )
     if policy.max_load_per_cpu is not None and headroom.load_per_cpu > policy.max_load_per_cpu:
-        return refuse(
+        return _Refusal(
             QuotaReason.HOST_OVERLOADED,
             f"the host's 1-minute load {headroom.load_1m:.2f} over {headroom.cpu_count} CPUs is "
             f"{headroom.load_per_cpu:.2f} per CPU, above {who}'s guard of "
             f"{policy.max_load_per_cpu:g} (--max-load-per-cpu)",
         )
+    return None
 
+
+def _may_run(policy: QuotaPolicy, spend: WindowSpend, view: QuotaView, who: str) -> str:
+    """The sentence of an allowed turn: what is left of the window's allowance. Pure."""
     left = remaining_of(policy, spend)
     extra = "" if left.cpu_s is None else f" and {left.cpu_s:,.1f} CPU-s"
-    return QuotaDecision.model_validate(
-        {
-            "allowed": True,
-            "reason": QuotaReason.OK,
-            "message": f"{who} may run: {seconds_phrase(left.wall_s)} of its "
-            f"{seconds_phrase(view.allowance_wall_s)} wall-time allowance{extra} left in the "
-            f"{_hours(policy.window_hours)} window",
-        }
-        | numbers
+    return (
+        f"{who} may run: {seconds_phrase(left.wall_s)} of its "
+        f"{seconds_phrase(view.allowance_wall_s)} wall-time allowance{extra} left in the "
+        f"{_hours(policy.window_hours)} window"
     )
 
 
@@ -357,30 +383,5 @@ def decide(
     Raises:
         CorruptFileError: the goal's state or a ledger line is damaged.
     """
-    return _decided(layout, goal, now=now, leased=leased, headroom=headroom)[0]
-
-
-def _decided(
-    layout: Layout, goal: Goal, *, now: datetime, leased: bool, headroom: HostHeadroom | None
-) -> tuple[QuotaDecision, WindowSpend]:
     state, spend, room = gather_inputs(layout, goal, now=now, headroom=headroom)
-    return should_run(goal, state, spend, room, leased=leased, now=now), spend
-
-
-def quota_report(layout: Layout, goal: Goal, *, now: datetime, leased: bool = False) -> QuotaReport:
-    """Everything `loopx quota show` prints: policy, window, spend, remaining and the decision.
-
-    Raises:
-        CorruptFileError: the goal's state or a ledger line is damaged.
-    """
-    decision, spend = _decided(layout, goal, now=now, leased=leased, headroom=None)
-    return QuotaReport(
-        goal_id=goal.id,
-        policy=goal.quota,
-        window_start=spend.window_start,
-        window_end=now,
-        spend=SpendTotals.model_validate(spend, from_attributes=True),  # the window's sums
-        lifetime=spend.lifetime,
-        remaining=remaining_of(goal.quota, spend),
-        decision=decision,
-    )
+    return should_run(goal, state, spend, room, leased=leased, now=now)

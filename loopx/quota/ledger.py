@@ -22,20 +22,26 @@ newline are), so it cannot be counted before it is complete.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Final, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from loopx.errors import CorruptFileError, LoopxError
 from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
+from loopx.quota.aggregate import (
+    AGGREGATE_NAME,
+    SpendAggregate,
+    covers_prefix,
+    load_aggregate,
+    write_aggregate,
+)
 from loopx.quota.window import (
     COLUMNS,
     BucketFold,
@@ -49,13 +55,10 @@ from loopx.quota.window import (
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir, refuse_symlinked_parents
 from loopx.storage.files import (
-    atomic_write_bytes,
     describe_validation_error,
     open_at,
     open_dir,
     open_regular,
-    parse_model,
-    read_bytes_at,
 )
 from loopx.storage.jsonl import append_record, read_records
 from loopx.usage import Usage
@@ -67,7 +70,6 @@ log = get_logger(__name__)
 # the cache instead of forcing a rebuild.
 PRUNE_SLACK: Final = timedelta(hours=1)
 LEDGER_NAME: Final = "quota.jsonl"  # in the goal's directory (Layout.quota_file)
-AGGREGATE_NAME: Final = "quota.agg.json"  # Layout.quota_aggregate_file
 _CHUNK: Final = 1024 * 1024
 _NO_BUCKETS: Final = SpendColumns()  # frozen, so shared
 _NO_TOTALS: Final = SpendTotals()
@@ -83,22 +85,6 @@ class SpendRecord(Record):
     usage: Usage
     started_at: UtcDatetime
     ended_at: UtcDatetime
-
-
-class SpendAggregate(Record):
-    """``goals/<id>/quota.agg.json``: the recent minute buckets of a ledger prefix.
-
-    A cache: deleting it is always safe; it is rebuilt from the ledger.
-    """
-
-    schema_version: Literal[1] = 1
-    goal_id: str
-    ledger_inode: int
-    ledger_offset: Annotated[int, Field(ge=0)]  # bytes folded; always just after a newline
-    last_turn_key: str | None = None  # turn_key of the line ending at ledger_offset
-    kept_minute: int | None = None  # buckets of earlier minutes were dropped
-    lifetime: SpendTotals = Field(default_factory=SpendTotals)
-    buckets: SpendColumns = Field(default_factory=SpendColumns)
 
 
 # --- the ledger --------------------------------------------------------------------------------
@@ -186,7 +172,7 @@ def _spend_at(
         return _NO_BUCKETS, _NO_TOTALS
     wanted = minute_of(window_start - PRUNE_SLACK)
     try:
-        cached = _load_aggregate(dir_fd, goal_dir, goal_id)
+        cached = load_aggregate(dir_fd, goal_dir, goal_id)
         kept = cached.kept_minute if cached is not None else None
         if kept is not None and minute_of(window_start) < kept:
             log.debug("quota_aggregate_rebuild", goal_id=goal_id, why="window reaches before cache")
@@ -195,7 +181,7 @@ def _spend_at(
         if (
             cached is not None
             and cached.ledger_offset == st.st_size
-            and _covers_prefix(fd, cached, st)
+            and covers_prefix(fd, cached, st)
         ):
             # The usual case, nothing appended since: the buckets serve as they are. Those
             # a prune would drop ended before the window: summing a window skips them too.
@@ -205,7 +191,7 @@ def _spend_at(
         os.close(fd)
     if dirty is not None:
         try:
-            _write_aggregate(Path(goal_dir, AGGREGATE_NAME), dirty)
+            write_aggregate(Path(goal_dir, AGGREGATE_NAME), dirty)
         except (LoopxError, OSError) as e:
             # Only a cache: the sum is right without it, and the next read retries.
             log.warning("quota_aggregate_not_written", goal_id=goal_id, error=str(e))
@@ -228,7 +214,7 @@ def rebuild_aggregate(layout: Layout, goal_id: str, *, window_start: datetime) -
     finally:
         os.close(fd)
     assert agg is not None  # a rebuild always produces a fresh aggregate  # noqa: S101
-    _write_aggregate(layout.quota_aggregate_file(goal_id), agg)
+    write_aggregate(layout.quota_aggregate_file(goal_id), agg)
     return agg
 
 
@@ -264,40 +250,13 @@ def refold_aggregate(layout: Layout, goal_id: str, *, window: timedelta) -> Spen
         newest = datetime.fromtimestamp(max(ends), UTC)
         fold.prune(minute_of(newest - window - PRUNE_SLACK))
         agg = agg.model_copy(update={"kept_minute": fold.kept_minute, "buckets": fold.columns()})
-    _write_aggregate(layout.quota_aggregate_file(goal_id), agg)
+    write_aggregate(layout.quota_aggregate_file(goal_id), agg)
     return agg
-
-
-# --- the aggregate -----------------------------------------------------------------------------
 
 
 def _open_ledger(path: Path) -> int:
     refuse_symlinked_parents(path)
     return open_regular(path)
-
-
-def _write_aggregate(path: Path, agg: SpendAggregate) -> None:
-    # Compact JSON: every decision parses this file, so its size is its cost.
-    # Not fsynced: it is a cache written after the ledger line is durable, and
-    # whatever a power cut leaves of it (old, missing, damaged) is checked
-    # against the ledger on the next read and caught up or rebuilt.
-    atomic_write_bytes(path, agg.model_dump_json().encode() + b"\n", durable=False)
-
-
-def _load_aggregate(dir_fd: int, goal_dir: str, goal_id: str) -> SpendAggregate | None:
-    """The aggregate in an open goal directory, or None when missing or damaged (only a cache)."""
-    path = f"{goal_dir}/{AGGREGATE_NAME}"
-    try:
-        agg = parse_model(path, SpendAggregate, read_bytes_at(dir_fd, AGGREGATE_NAME, path))
-    except FileNotFoundError:
-        return None
-    except CorruptFileError as e:
-        log.warning("quota_aggregate_damaged", goal_id=goal_id, problem=e.problem)
-        return None
-    if agg.goal_id != goal_id:
-        log.warning("quota_aggregate_damaged", goal_id=goal_id, problem="another goal's aggregate")
-        return None
-    return agg
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +270,7 @@ def _catch_up(layout: Layout, goal_id: str) -> None:
     goal_dir = str(layout.goal_dir(goal_id))
     dir_fd = open_dir(goal_dir)
     try:
-        cached = _load_aggregate(dir_fd, goal_dir, goal_id)
+        cached = load_aggregate(dir_fd, goal_dir, goal_id)
         if cached is None:
             return
         ledger = os.path.join(goal_dir, LEDGER_NAME)
@@ -319,49 +278,13 @@ def _catch_up(layout: Layout, goal_id: str) -> None:
     finally:
         os.close(dir_fd)
     try:
-        if not _covers_prefix(fd, cached):
+        if not covers_prefix(fd, cached):
             return
         _, dirty = _fold_ledger(fd, ledger, goal_id, cached, kept_minute=cached.kept_minute)
     finally:
         os.close(fd)
     if dirty is not None:
-        _write_aggregate(Path(goal_dir, AGGREGATE_NAME), dirty)
-
-
-def _covers_prefix(fd: int, agg: SpendAggregate, st: os.stat_result | None = None) -> bool:
-    """Whether ``agg`` still describes a prefix of the open ledger (``st``: its fstat, if taken)."""
-    st = st if st is not None else os.fstat(fd)
-    if st.st_ino != agg.ledger_inode or st.st_size < agg.ledger_offset:
-        return False
-    if agg.ledger_offset == 0:
-        return agg.last_turn_key is None
-    key = agg.last_turn_key
-    return key is not None and _line_ending_at_has_key(fd, agg.ledger_offset, key)
-
-
-def _line_ending_at_has_key(fd: int, offset: int, key: str) -> bool:
-    """Whether the line whose newline is the byte before ``offset`` carries turn_key ``key``."""
-    want = 512  # one pread reads the newline and, usually, the whole line before it
-    while True:
-        start = max(0, offset - 1 - want)
-        chunk = os.pread(fd, offset - start, start)
-        if not chunk.endswith(b"\n"):
-            return False
-        chunk = chunk[:-1]
-        newline = chunk.rfind(b"\n")
-        if newline >= 0 or start == 0:
-            line = chunk[newline + 1 :]
-            break
-        want *= 4
-    # Ledger lines are compact JSON, where a quote inside a string is escaped:
-    # the key's member, found as written, is the line's own (parsing costs more).
-    if b'"turn_key":' + json.dumps(key).encode() in line:
-        return True
-    try:
-        found = json.loads(line).get("turn_key")
-    except (ValueError, AttributeError):
-        return False
-    return bool(found == key)
+        write_aggregate(Path(goal_dir, AGGREGATE_NAME), dirty)
 
 
 def _fold_ledger(
@@ -381,7 +304,7 @@ def _fold_ledger(
         The fold, and the aggregate to write back (None when nothing changed).
     """
     st = st if st is not None else os.fstat(fd)
-    if cached is not None and not _covers_prefix(fd, cached, st):
+    if cached is not None and not covers_prefix(fd, cached, st):
         # Debug, not info: a root copied with `cp -a` rebuilds every goal's once
         # (the aggregate names its ledger by inode), a line per goal that ran.
         log.debug("quota_aggregate_rebuild", goal_id=goal_id, why="cache is not a ledger prefix")

@@ -406,7 +406,7 @@ def load_registry(layout: Layout, *, now: datetime | None = None) -> Registry:
 def own_workdirs(layout: Layout) -> list[tuple[str, str]]:
     """``(workdir, id)`` of every goal turning in its own workdir, from the goal index kept current.
 
-    What :func:`loopx.turn.workdir.shared_workdirs` compares a new goal with,
+    What :func:`loopx.turn.sharedworkdirs.shared_workdirs` compares a new goal with,
     without putting every goal together.
 
     Raises:

@@ -144,7 +144,7 @@ def built_goals(index: GoalIndex) -> dict[str, Goal]:
 def own_workdirs_of(index: GoalIndex, skip: Container[str]) -> list[tuple[str, str]]:
     """``(workdir, id)`` of each goal but ``skip`` that turns in its own workdir, built from no goal.
 
-    Its own workdir: not archived, and no worktree (:func:`loopx.turn.workdir.has_worktree`).
+    Its own workdir: not archived, and no worktree (:func:`loopx.turn.sharedworkdirs.has_worktree`).
     """
     archived = GoalStatus.ARCHIVED
     own = [shape.worktree is None for shape in index.shapes]

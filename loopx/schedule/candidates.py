@@ -28,8 +28,8 @@ from loopx.root import Layout
 from loopx.schedule.select import Candidate
 from loopx.state import GoalState
 from loopx.storage.files import parse_model, read_bytes
+from loopx.turn.damagedlease import damaged_lease_blocks_until
 from loopx.turn.lease import (
-    damaged_lease_blocks_until,
     holder_state,
     lease_grace_s,
     lease_ttl_s,
@@ -107,7 +107,7 @@ def lease_expiry(layout: Layout, goal_id: str, *, now: datetime) -> datetime | N
     lets the next claim take it over (and recover the turn) at once instead
     of after the expiry. :func:`loopx.turn.lease.claim` re-checks under the goal's
     lock, with the same rules: the lease settings and, for a lease file that
-    cannot be read, :func:`loopx.turn.lease.damaged_lease_free_at`.
+    cannot be read, :func:`loopx.turn.damagedlease.damaged_lease_free_at`.
     """
     grace_s = lease_grace_s()
     try:

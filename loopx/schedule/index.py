@@ -21,7 +21,7 @@ again only at goals that may have changed:
   which compares each goal's file fingerprints
   (:func:`loopx.status.fingerprint.goal_fingerprint`).
 
-Both sweeps are spread over time (:class:`RollingSweep`): a step takes the
+Both sweeps are spread over time (:class:`~loopx.schedule.rollingsweep.RollingSweep`): a step takes the
 goals whose turn came since the last one, at most ``SWEEP_CHUNK`` of them, so
 no step pays for every goal. A goal waiting on a human (a gate, paused,
 compute 0) costs nothing until its files change. So a step costs O(changed
@@ -56,6 +56,7 @@ from loopx.registry.goalrecords import Goal, GoalStatus
 from loopx.root import Layout
 from loopx.root.hints import changes_file
 from loopx.schedule.candidates import candidate_and_decision
+from loopx.schedule.rollingsweep import DEEP_SWEEP_RATE, SWEEP_CHUNK, SWEEP_RATE, RollingSweep
 from loopx.schedule.select import Candidate, rank_key, wake_at, why_ineligible
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
 from loopx.status.watch import DirStat, dir_stat
@@ -66,58 +67,6 @@ DEFAULT_SLICE: Final = 32  # goal directories stat-checked per step as a safety 
 DEFAULT_SWEEP_S: Final = 60.0  # every goal directory stat-checked this often
 DEFAULT_DEEP_SWEEP_S: Final = 600.0  # every goal's file fingerprints compared this often
 DEFAULT_RANKED: Final = 8  # goals offered per step (tried in order until a claim wins)
-# The sweeps' pace past 12,000 goals: at most this many goals a second (a stat; a fingerprint).
-SWEEP_RATE: Final = 200.0
-DEEP_SWEEP_RATE: Final = 20.0
-SWEEP_CHUNK: Final = (
-    1000  # goals a step takes from one sweep at most (an idle agent wakes for them)
-)
-
-
-class RollingSweep:
-    """A round-robin pass over the goals spread over time: every goal once per period.
-
-    The period is ``period_s``, or ``len(goals) / rate`` seconds when that is
-    longer, so the pass costs at most ``rate`` goals a second of time passed
-    however many goals there are. :meth:`take` returns the goals whose turn
-    came since the last call (at most ``chunk``; a step that lags catches up
-    in the next ones); :meth:`next_at` says when the next chunk is due.
-    """
-
-    def __init__(self, period_s: float, rate: float, *, chunk: int = SWEEP_CHUNK) -> None:
-        self.period_s, self.rate, self.chunk = period_s, rate, chunk
-        self.at = 0.0  # POSIX seconds: the pass has covered its goals' turns up to here
-        self._pos = 0
-
-    def period(self, goals: int) -> float:
-        """Seconds for one pass over ``goals`` goals."""
-        return max(self.period_s, goals / self.rate)
-
-    def restart(self, ts: float) -> None:
-        """Every goal was just looked at: the next pass starts at ``ts``."""
-        self.at = ts
-
-    def take(self, order: list[str], ts: float) -> list[str]:
-        """The goals of ``order`` (round-robin) whose turn came between the last call and ``ts``."""
-        n = len(order)
-        if n == 0:
-            self.at = ts
-            return []
-        per_goal = self.period(n) / n
-        count = min(n, self.chunk, int((ts - self.at) / per_goal))
-        if count <= 0:
-            return []
-        self.at = ts if count == n else self.at + count * per_goal
-        start = self._pos % n
-        picked = order[start : start + count]
-        picked += order[: count - len(picked)]
-        self._pos = (start + count) % n
-        return picked
-
-    def next_at(self, goals: int) -> float:
-        """POSIX seconds when the next chunk of the pass is due."""
-        n = max(goals, 1)
-        return self.at + self.period(n) / n * min(n, self.chunk)
 
 
 UNREADABLE_RETRY_S: Final = 30.0  # a goal whose files cannot be read is tried again after this

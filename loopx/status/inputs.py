@@ -12,7 +12,7 @@ from loopx.state import GoalState
 from loopx.status.view import ProbeObservation
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
-from loopx.turn.workdir import WorkdirWait
+from loopx.turn.workdirfiles import WorkdirWait
 
 NO_SPEND: Final = SpendColumns()  # a goal that never ran has no bucket (frozen, so shared)
 

@@ -44,7 +44,7 @@ from loopx.storage.files import (
 )
 from loopx.turn.historyline import HistoryLine
 from loopx.turn.lease import Lease
-from loopx.turn.workdir import WAIT_FILE, WorkdirWait
+from loopx.turn.workdirfiles import WAIT_FILE, WorkdirWait
 
 PROBES_DIR: Final = "probes"
 _READ_ORDER: Final = ("state.json", "lease.json", "history.jsonl", "quota.jsonl")

@@ -4,7 +4,7 @@
 created (``in_progress``) before the host runs, rewritten atomically once the
 host's outcome is known, and once more when the turn ends
 (``committed``/``failed``/``stopped``); then it stays as a tombstone. Every
-write happens inside the holder's :class:`~loopx.turn.lease.Fence`, so a holder
+write happens inside the holder's :class:`~loopx.turn.fencing.Fence`, so a holder
 whose lease was taken over writes nothing.
 """
 
@@ -31,7 +31,7 @@ from loopx.sandbox import NetworkReport, SandboxSpec
 from loopx.state import HostSession
 from loopx.storage.files import atomic_write_model, exclusive_create, read_model
 from loopx.turn.failures import FailureReason, TurnFailure
-from loopx.turn.lease import Fence
+from loopx.turn.fencing import Fence
 from loopx.turn.outcome import ResultKind, TurnStatus
 from loopx.turn.protocol import Envelope, HostResult
 from loopx.turn.stall import StallLadder

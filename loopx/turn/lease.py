@@ -11,32 +11,26 @@ between the check and the write.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import Final, Literal
 
 from loopx import environ
-from loopx.errors import CorruptFileError, LeaseLostError
+from loopx.errors import CorruptFileError
 from loopx.log import get_logger
 from loopx.model import Record, UtcDatetime
 from loopx.process import ProcessIdentity, started_at
 from loopx.root import Layout
 from loopx.root.goallock import goal_lock
 from loopx.root.hints import note_goal_changed
-from loopx.storage.files import (
-    atomic_write_bytes,
-    atomic_write_model,
-    exclusive_create,
-    read_bytes,
-    read_model_or_none,
-)
+from loopx.storage.files import atomic_write_model, exclusive_create, read_model_or_none
+from loopx.turn.damagedlease import damaged_lease_blocks_until
+from loopx.turn.fencing import Fence, raise_epoch, read_epoch, recorded_epoch
 
 log = get_logger(__name__)
 
@@ -116,35 +110,6 @@ def takeover_allowed(lease: Lease, holder: Holder, *, now: datetime, grace_s: fl
     return now >= lease.expires_at + timedelta(seconds=grace_s)
 
 
-def damaged_lease_free_at(
-    size: int, modified_at: datetime, *, ttl_s: float, grace_s: float
-) -> datetime | None:
-    """When a lease file that cannot be read stops blocking its goal; None: at once. Pure.
-
-    An empty file is what a create that failed half-way leaves (ENOSPC):
-    nobody holds it. Other damage may be a writer we cannot see (another
-    machine, soft locks), so it is respected for one lease duration plus the
-    grace after its last change, like a lease that stopped being renewed.
-    """
-    if size == 0:
-        return None
-    return modified_at + timedelta(seconds=ttl_s + grace_s)
-
-
-def damaged_lease_blocks_until(
-    path: Path, *, now: datetime, ttl_s: float, grace_s: float
-) -> datetime | None:
-    """For a lease file that failed to parse: until when it blocks a claim (None: free now)."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    free_at = damaged_lease_free_at(
-        st.st_size, datetime.fromtimestamp(st.st_mtime, tz=UTC), ttl_s=ttl_s, grace_s=grace_s
-    )
-    return free_at if free_at is not None and now < free_at else None
-
-
 def holder_state(lease: Lease, *, hostname: str) -> Holder:
     """Whether the lease's holder process still runs (psutil; this host only)."""
     if lease.hostname != hostname:
@@ -167,24 +132,6 @@ def own_started_at(pid: int) -> float:
     ``/proc/<pid>/stat`` and the boot time, about 0.1 ms).
     """
     return started_at(pid) or 0.0
-
-
-def read_epoch(layout: Layout, goal_id: str) -> int:
-    """The goal's fencing counter (0 before the first claim).
-
-    Raises:
-        CorruptFileError: the counter file is not an integer.
-
-    """
-    path = layout.epoch_file(goal_id)
-    try:
-        text = read_bytes(path).decode().strip()
-    except FileNotFoundError:
-        return 0
-    try:
-        return int(text)
-    except ValueError as e:
-        raise CorruptFileError(path, f"the epoch counter is not an integer: {text[:40]!r}") from e
 
 
 def read_lease(layout: Layout, goal_id: str) -> Lease | None:
@@ -216,7 +163,7 @@ def claim(
     expire would stall the goal for a lease's length.
 
     A lease file that cannot be read is taken over once
-    :func:`damaged_lease_free_at` says so (an empty one at once), with the
+    :func:`~loopx.turn.damagedlease.damaged_lease_free_at` says so (an empty one at once), with the
     epoch raised like any takeover.
 
     Returns:
@@ -230,36 +177,14 @@ def claim(
     ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
     grace_s = lease_grace_s() if grace_s is None else grace_s
     pid = os.getpid()
-
-    def lease_of(epoch: int) -> Lease:
-        return Lease(
-            goal_id=goal_id,
-            agent_id=agent_id,
-            pid=pid,
-            pid_started_at=own_started_at(pid),
-            hostname=socket.gethostname(),
-            epoch=epoch,
-            turn_key=turn_key,
-            acquired_at=now,
-            renewed_at=now,
-            expires_at=now + timedelta(seconds=ttl_s),
-        )
-
-    path = layout.lease_file(goal_id)
+    lease_of = functools.partial(
+        _new_lease, goal_id, agent_id=agent_id, pid=pid, turn_key=turn_key, now=now, ttl_s=ttl_s
+    )
     with goal_lock(layout, goal_id):
         recorded = recorded_epoch(layout, goal_id)
-        # The common case, a free goal: the exclusive create is the check, so the lease
-        # is not read here (the caller read it, without the lock, to skip a held goal).
-        # A crash before the counter rises leaves a lease naming the new epoch, which
-        # the next claim's takeover counts: an epoch number is wasted, never reused.
-        lease = lease_of(recorded + 1)
-        if exclusive_create(path, lease.model_dump_json(indent=2).encode() + b"\n", durable=False):
-            try:
-                _raise_epoch(layout, goal_id, lease.epoch)
-            except BaseException:  # a refused write (ENOSPC): the goal stays free, as before
-                path.unlink(missing_ok=True)
-                raise
-            return ClaimResult(lease=lease)
+        created = _create_free(layout, lease_of, recorded)
+        if created is not None:
+            return ClaimResult(lease=created)
         found = _claimable(
             layout, goal_id, now=now, ttl_s=ttl_s, grace_s=grace_s, own=reclaim_own, pid=pid
         )
@@ -269,51 +194,54 @@ def claim(
         lease = lease_of(max(recorded, current.epoch if current else 0) + 1)
         # The counter rises before the lease names the epoch: a crash in between
         # wastes an epoch number, never hands one out twice.
-        _raise_epoch(layout, goal_id, lease.epoch)
-        atomic_write_model(path, lease, durable=False)
+        raise_epoch(layout, goal_id, lease.epoch)
+        atomic_write_model(layout.lease_file(goal_id), lease, durable=False)
     return ClaimResult(lease=lease, took_over=current)
 
 
-def recorded_epoch(layout: Layout, goal_id: str) -> int:
-    """The highest epoch the goal's files name: its counter, or its newest journal's.
+def _new_lease(
+    goal_id: str,
+    epoch: int,
+    *,
+    agent_id: str,
+    pid: int,
+    turn_key: str | None,
+    now: datetime,
+    ttl_s: float,
+) -> Lease:
+    """The lease this process makes at ``epoch``, acquired ``now``."""
+    return Lease(
+        goal_id=goal_id,
+        agent_id=agent_id,
+        pid=pid,
+        pid_started_at=own_started_at(pid),
+        hostname=socket.gethostname(),
+        epoch=epoch,
+        turn_key=turn_key,
+        acquired_at=now,
+        renewed_at=now,
+        expires_at=now + timedelta(seconds=ttl_s),
+    )
 
-    The counter's rename is made durable by the turn's next fsync of the goal's
-    directory (its writeback), not by the claim: until then the only durable
-    record of the epoch is the journal the holder creates (fsynced, with its
-    directory, before its host runs), whose name ends in ``-e<epoch>``. So a
-    power cut that loses the counter's rename cannot make a claim hand out an
-    epoch any durable file names. Every holder on this machine dies with it;
-    on a network filesystem the server commits a rename before it answers.
 
-    Raises:
-        CorruptFileError: the counter file is damaged.
+def _create_free(layout: Layout, lease_of: Callable[[int], Lease], recorded: int) -> Lease | None:
+    """Claim a free goal (no lease file) at the next epoch; None: a lease file exists.
+
+    Called under the goal's lock. The exclusive create is the check, so the lease is
+    not read here (the caller read it, without the lock, to skip a held goal). A crash
+    before the counter rises leaves a lease naming the new epoch, which the next
+    claim's takeover counts: an epoch number is wasted, never reused.
     """
-    return max(read_epoch(layout, goal_id), highest_journal_epoch(layout.turns_dir(goal_id)))
-
-
-def highest_journal_epoch(directory: Path) -> int:
-    """The highest epoch a turn journal's name in ``directory`` ends with (0: none).
-
-    Journal names are ``<turn_key>.json`` with keys ``<goal>-t<seq>-e<epoch>``.
-    """
+    lease = lease_of(recorded + 1)
+    path = layout.lease_file(lease.goal_id)
+    if not exclusive_create(path, lease.model_dump_json(indent=2).encode() + b"\n", durable=False):
+        return None
     try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return 0
-    high = 0
-    for name in names:
-        epoch = name.removesuffix(".json").rpartition("-e")[2]
-        if name.endswith(".json") and epoch.isdigit():
-            high = max(high, int(epoch))
-    return high
-
-
-def _raise_epoch(layout: Layout, goal_id: str, epoch: int) -> None:
-    """Write the goal's fencing counter (under the goal's lock): content fsynced, rename not.
-
-    See :func:`recorded_epoch` for why the directory's fsync can wait.
-    """
-    atomic_write_bytes(layout.epoch_file(goal_id), f"{epoch}\n".encode(), sync_dir=False)
+        raise_epoch(layout, lease.goal_id, lease.epoch)
+    except BaseException:  # a refused write (ENOSPC): the goal stays free, as before
+        path.unlink(missing_ok=True)
+        raise
+    return lease
 
 
 def _claimable(
@@ -347,38 +275,6 @@ def _claimable(
     ):
         return ClaimResult(lease=None, blocking=current)
     return current, False
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """A holder's right to write for a goal: valid while the counter equals ``epoch``."""
-
-    layout: Layout
-    goal_id: str
-    epoch: int
-
-    def check(self) -> None:
-        """Raise unless the goal's counter still equals this fence's epoch.
-
-        Raises:
-            LeaseLostError: a takeover raised the counter.
-
-        """
-        current = read_epoch(self.layout, self.goal_id)
-        if current != self.epoch:
-            raise LeaseLostError(self.goal_id, self.epoch, current)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the goal lock with the epoch checked: write only inside this block.
-
-        Raises:
-            LeaseLostError: a takeover raised the counter.
-
-        """
-        with goal_lock(self.layout, self.goal_id):
-            self.check()
-            yield
 
 
 def fence_of(layout: Layout, lease: Lease) -> Fence:
@@ -456,7 +352,7 @@ def clear_dead_lease(layout: Layout, goal_id: str, *, now: datetime | None = Non
     """Remove the goal's lease if nobody can hold it any more; return whether it was removed.
 
     Removed: a lease whose holder is dead on this host, and a damaged one
-    that :func:`damaged_lease_free_at` frees. Either would be taken over at
+    that :func:`~loopx.turn.damagedlease.damaged_lease_free_at` frees. Either would be taken over at
     the next claim anyway; clearing it at recovery makes ``status`` stop
     reporting the goal as running.
     """

@@ -21,7 +21,7 @@ process deaths, where nothing written is lost):
   content is fsynced as it is written, and the directory fsyncs they owe are
   paid once per directory (:func:`loopx.storage.files.dir_sync_batch`) before the
   terminal rewrite starts. The goal directory's fsync also makes durable the
-  rename of the epoch counter the claim raised (:func:`loopx.turn.lease.recorded_epoch`).
+  rename of the epoch counter the claim raised (:func:`loopx.turn.fencing.recorded_epoch`).
 * The terminal rewrite fsyncs its content but not the ``turns/`` directory.
   Losing that rename leaves the previous journal, whose host outcome is
   durable: recovery finishes the turn again from it and writes the same
@@ -47,8 +47,8 @@ from loopx.state import Gate, GoalState, load_state, update_state
 from loopx.storage.dirs import dir_sync_batch
 from loopx.turn.accounting import apply_turn
 from loopx.turn.failures import FailureReason, TurnFailure
+from loopx.turn.fencing import Fence
 from loopx.turn.journal import Phase, TurnJournal, final_status, write_journal_unfenced
-from loopx.turn.lease import Fence
 from loopx.turn.outcome import ResultKind
 from loopx.turn.writeback import durable_writeback
 

@@ -38,6 +38,7 @@ from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir, fsync_dir
 from loopx.storage.files import atomic_write_model, read_bytes, read_model_or_none
 from loopx.turn.failures import FailureReason, TurnFailure
+from loopx.turn.fencing import Fence
 from loopx.turn.inspection import (
     JournalInspection,
     JournalList,
@@ -47,7 +48,7 @@ from loopx.turn.inspection import (
     inspect,
 )
 from loopx.turn.journal import Phase, TurnJournal, journal_files, newest_journal
-from loopx.turn.lease import Fence, claim, clear_dead_lease, fence_of, release
+from loopx.turn.lease import claim, clear_dead_lease, fence_of, release
 from loopx.turn.outcome import TurnStatus
 from loopx.turn.phases import finish
 from loopx.turn.writeback import restore_run_log

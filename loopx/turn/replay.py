@@ -31,6 +31,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import Field, JsonValue
@@ -48,7 +49,7 @@ from loopx.turn.differences import Difference, compare_files, file_order, json_l
 from loopx.turn.fold import fold
 from loopx.turn.inspection import RecoveryDecision, inspect_parsed
 from loopx.turn.journal import TurnJournal, journal_files, parse_turn_key
-from loopx.turn.lease import claim, fence_of, release
+from loopx.turn.lease import Lease, claim, fence_of, release
 
 log = get_logger(__name__)
 
@@ -248,47 +249,11 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
             "unfinished or invalid, so the replay would be incomplete",
             hint="run `loopx recover` first, then `loopx replay GOAL --repair` again",
         )
-    claimed = claim(layout, goal_id, agent_id=REPLAY_AGENT_ID, now=now)
-    if claimed.lease is None:
-        holder = claimed.blocking.agent_id if claimed.blocking else "?"
-        raise GoalStateError(
-            f"goal {goal_id} is leased by {holder}; a repair needs the goal to itself",
-            hint="pause the goal (`loopx goal pause`) or stop the supervisor, then retry",
-        )
-    repaired: list[str] = []
-    set_aside: list[str] = []
+    lease = _claim_alone(layout, goal_id, now=now)
     try:
-        differences = compare(layout, goal_id, rebuilt)
-        names = sorted(
-            {d.file for d in differences if not d.file.startswith("turns/")}, key=file_order
-        )
-        goal_dir = layout.goal_dir(goal_id)
-        stamp = now.strftime("%Y%m%dT%H%M%SZ")
-        with fence_of(layout, claimed.lease).held():
-            for name in names:
-                target = goal_dir / name
-                if target.exists() and not target.is_symlink():
-                    aside_dir = ensure_dir(ensure_dir(layout.quarantine_dir) / goal_id)
-                    aside = aside_dir / f"{name.replace('/', '_')}.{stamp}"
-                    note = SetAsideNote(
-                        goal_id=goal_id,
-                        original_path=str(target),
-                        set_aside_at=now,
-                        reason="replaced by `loopx replay --repair` with the file rebuilt from "
-                        "the goal's journals; delete once you no longer need it",
-                    )
-                    atomic_write_model(aside.with_name(aside.name + ".reason.json"), note)
-                    os.replace(target, aside)
-                    fsync_dir(aside_dir)
-                    set_aside.append(str(aside))
-                data = rebuilt.files.get(name)
-                if data is not None:
-                    ensure_dir(target.parent)
-                    atomic_write_bytes(target, data)
-                    repaired.append(name)
-            layout.quota_aggregate_file(goal_id).unlink(missing_ok=True)
+        repaired, set_aside = _rewrite(layout, goal_id, rebuilt, lease, now=now)
     finally:
-        release(layout, claimed.lease)
+        release(layout, lease)
     log.info("goal_repaired_from_journals", goal_id=goal_id, files=repaired)
     state, history, ledger = _documents(rebuilt)
     return ReplayReport(
@@ -307,6 +272,68 @@ def repair(layout: Layout, goal_id: str, *, now: datetime | None = None) -> Repl
         repaired=repaired,
         set_aside=set_aside,
     )
+
+
+def _claim_alone(layout: Layout, goal_id: str, *, now: datetime) -> Lease:
+    """The goal's lease for the repair, so no turn writes meanwhile.
+
+    Raises:
+        GoalStateError: another agent holds it.
+
+    """
+    claimed = claim(layout, goal_id, agent_id=REPLAY_AGENT_ID, now=now)
+    if claimed.lease is None:
+        holder = claimed.blocking.agent_id if claimed.blocking else "?"
+        raise GoalStateError(
+            f"goal {goal_id} is leased by {holder}; a repair needs the goal to itself",
+            hint="pause the goal (`loopx goal pause`) or stop the supervisor, then retry",
+        )
+    return claimed.lease
+
+
+def _rewrite(
+    layout: Layout, goal_id: str, rebuilt: Rebuilt, lease: Lease, *, now: datetime
+) -> tuple[list[str], list[str]]:
+    """Rewrite each projection file that differs from the replay, under the lease's fence.
+
+    Returns:
+        The files rewritten, and where the files they replaced were set aside.
+
+    """
+    repaired: list[str] = []
+    set_aside: list[str] = []
+    differences = compare(layout, goal_id, rebuilt)
+    names = sorted({d.file for d in differences if not d.file.startswith("turns/")}, key=file_order)
+    goal_dir = layout.goal_dir(goal_id)
+    with fence_of(layout, lease).held():
+        for name in names:
+            target = goal_dir / name
+            if target.exists() and not target.is_symlink():
+                set_aside.append(_set_aside(layout, goal_id, target, name, now=now))
+            data = rebuilt.files.get(name)
+            if data is not None:
+                ensure_dir(target.parent)
+                atomic_write_bytes(target, data)
+                repaired.append(name)
+        layout.quota_aggregate_file(goal_id).unlink(missing_ok=True)
+    return repaired, set_aside
+
+
+def _set_aside(layout: Layout, goal_id: str, target: Path, name: str, *, now: datetime) -> str:
+    """Move ``target`` to ``quarantine/<goal>/<name>.<UTC time>`` with a note saying why."""
+    aside_dir = ensure_dir(ensure_dir(layout.quarantine_dir) / goal_id)
+    aside = aside_dir / f"{name.replace('/', '_')}.{now.strftime('%Y%m%dT%H%M%SZ')}"
+    note = SetAsideNote(
+        goal_id=goal_id,
+        original_path=str(target),
+        set_aside_at=now,
+        reason="replaced by `loopx replay --repair` with the file rebuilt from "
+        "the goal's journals; delete once you no longer need it",
+    )
+    atomic_write_model(aside.with_name(aside.name + ".reason.json"), note)
+    os.replace(target, aside)
+    fsync_dir(aside_dir)
+    return str(aside)
 
 
 __all__ = [

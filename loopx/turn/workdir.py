@@ -39,70 +39,38 @@ so it is not claimed again on a timer.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import socket
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import islice
-from pathlib import Path
-from typing import Final, Literal
-
-from pydantic import Field
 
 from loopx.errors import CorruptFileError
 from loopx.log import get_logger
-from loopx.model import Record, UtcDatetime
 from loopx.registry.goalrecords import Goal
 from loopx.registry.worktree_record import turn_workdir as worktree_turn_workdir
 from loopx.root import Layout
 from loopx.root.hints import note_goal_changed
 from loopx.storage.dirs import ensure_dir
-from loopx.storage.files import atomic_write_model, exclusive_create, read_model_or_none
+from loopx.storage.files import atomic_write_model, exclusive_create
 from loopx.storage.locks import locked
 from loopx.turn.lease import Lease, holder_state, read_lease, takeover_allowed
+from loopx.turn.workdirfiles import (
+    WorkdirHold,
+    WorkdirWait,
+    ancestors,
+    below_dir,
+    hold_file,
+    holds_dir,
+    read_hold,
+    read_wait,
+    real_workdir,
+    wait_file,
+    waiters_dir,
+    workdir_key,
+)
 
 log = get_logger(__name__)
-
-# In turns/ (a dot file, which journal listings skip) so that writing or removing it
-# moves the directory's mtime, part of the status fingerprint: a hinted refresh sees it.
-WAIT_FILE: Final = "turns/.workdir-wait.json"
-
-
-class WorkdirHold(Record):
-    """``workdirs/<key>.json``: the goal whose turn holds a workdir now."""
-
-    schema_version: Literal[1] = 1
-    path: str  # the real path
-    goal_id: str
-    epoch: int  # the goal's lease epoch: the hold is stale once that lease is gone
-    agent_id: str
-    acquired_at: UtcDatetime
-
-
-class WorkdirWait(Record):
-    """``goals/<id>/turns/.workdir-wait.json``: the goal waits for another goal's turn to end."""
-
-    schema_version: Literal[1] = 1
-    workdir: str
-    holder_goal_id: str
-    holder_path: str  # the held directory: the same one, or one inside or above it
-    since: UtcDatetime
-    # Set: the holder's turn is over (its agent died) but these processes of it still run;
-    # they are killed before this goal's turn starts there.
-    processes: list[int] = Field(default_factory=list)
-
-    def describe(self) -> str:
-        """The status line of a goal that waits."""
-        if self.processes:
-            pids = " ".join(str(p) for p in self.processes)
-            return (
-                "waiting for the previous turn's processes to exit "
-                f"(goal {self.holder_goal_id}'s turn: pids {pids})"
-            )
-        return f"workdir busy: goal {self.holder_goal_id} runs a turn there"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,117 +92,6 @@ def turn_workdir(layout: Layout, goal: Goal) -> str:
     or not); every other goal in its workdir.
     """
     return str(worktree_turn_workdir(layout, goal))
-
-
-def has_worktree(goal: Goal) -> bool:
-    """Whether the goal runs in a worktree of its own (`goal add --worktree`)."""
-    return goal.worktree is not None
-
-
-SHARED_NAMED: Final = 10  # ids named per goal: 10,000 goals in one folder are not 10,000 lists
-
-
-def shared_workdirs(
-    new: Iterable[Goal], in_use: Iterable[tuple[str, str]], *, limit: int = SHARED_NAMED
-) -> dict[str, list[str]]:
-    """For each new goal without a worktree, up to ``limit`` other goals whose workdir overlaps. Pure.
-
-    ``in_use`` is ``(workdir, id)`` of every registered goal that turns in its
-    own workdir (:meth:`loopx.registry.catalog.GoalCatalog.own_workdirs`: not
-    archived, no worktree); the new goals' own pairs in it are passed over.
-    Overlap: the same directory, or one inside the other (workdirs are stored
-    resolved, so no path is looked up). Costs one sort of the workdirs and a
-    bisection per new goal, and at most ``limit`` ids a goal: the ones in the
-    same directory first, then those inside it, then those above it, each by id.
-    """
-    new = [g for g in new if not has_worktree(g)]
-    ids = {g.id for g in new}
-    pairs = [(w, i) for w, i in in_use if i not in ids] + [(g.workdir, g.id) for g in new]
-    pool = sorted((w.rstrip("/") or "/", i) for w, i in pairs)
-    paths = [p for p, _ in pool]
-    out: dict[str, list[str]] = {}
-    for goal in new:
-        found = list(islice(_overlapping(pool, paths, goal), limit))
-        if found:
-            out[goal.id] = sorted(found)
-    return out
-
-
-def _overlapping(pool: list[tuple[str, str]], paths: list[str], goal: Goal) -> Iterator[str]:
-    """The ids of the other goals whose workdir overlaps ``goal``'s, lazily, each once."""
-    mine = goal.workdir.rstrip("/") or "/"
-    seen = {goal.id}
-    # The paths inside it sort between "<mine>/" and "<mine>0" ("0" follows "/").
-    inside = range(
-        bisect_left(paths, mine.rstrip("/") + "/"), bisect_left(paths, mine.rstrip("/") + "0")
-    )
-    ranges = [_equal(paths, mine), inside]
-    ranges += [_equal(paths, ancestor) for ancestor in _ancestors(mine)]
-    for positions in ranges:
-        for i in positions:
-            goal_id = pool[i][1]
-            if goal_id not in seen:
-                seen.add(goal_id)
-                yield goal_id
-
-
-def _equal(paths: list[str], path: str) -> range:
-    """The positions of ``path`` in the sorted ``paths``."""
-    return range(bisect_left(paths, path), bisect_right(paths, path))
-
-
-def workdir_key(path: str) -> str:
-    """The file-name key of a real path. Pure."""
-    return hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
-def real_workdir(workdir: str) -> str:
-    """The real path the lock is taken on (symlinks resolved)."""
-    return os.path.realpath(workdir)
-
-
-def _ancestors(path: str) -> list[str]:
-    out, current = [], os.path.dirname(path)
-    while current and current != path:
-        out.append(current)
-        path, current = current, os.path.dirname(current)
-    return out
-
-
-def _dir(layout: Layout) -> Path:
-    return layout.root / "workdirs"
-
-
-def _hold_file(layout: Layout, path: str) -> Path:
-    return _dir(layout) / f"{workdir_key(path)}.json"
-
-
-def _below_dir(layout: Layout, ancestor: str) -> Path:
-    return _dir(layout) / f"{workdir_key(ancestor)}.below"
-
-
-def _waiters_dir(layout: Layout, path: str) -> Path:
-    return _dir(layout) / f"{workdir_key(path)}.waiters"
-
-
-def wait_file(layout: Layout, goal_id: str) -> Path:
-    """``goals/<id>/turns/.workdir-wait.json``."""
-    return layout.goal_dir(goal_id) / WAIT_FILE
-
-
-def read_wait(layout: Layout, goal_id: str) -> WorkdirWait | None:
-    """The goal's workdir wait, if it waits (a damaged file reads as none)."""
-    try:
-        return read_model_or_none(wait_file(layout, goal_id), WorkdirWait)
-    except CorruptFileError:
-        return None
-
-
-def _read_hold(path: Path) -> WorkdirHold | None:
-    try:
-        return read_model_or_none(path, WorkdirHold)
-    except CorruptFileError:
-        return None  # a create cut short: nobody holds it
 
 
 def hold_is_live(layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: float) -> bool:
@@ -262,14 +119,14 @@ def _take_exact(
     Another goal's stale hold is taken over only when it is ``cleared`` (its
     turn's processes are known gone); otherwise it is handed back as ``stale``.
     """
-    path = _hold_file(layout, hold.path)
+    path = hold_file(layout, hold.path)
     data = hold.model_dump_json(indent=2).encode() + b"\n"
     if exclusive_create(path, data, durable=False):  # the common case: a free workdir
         return WorkdirClaim(hold=hold)
     with locked(path):  # held already: judge and take over under the hold's lock
         if exclusive_create(path, data, durable=False):
             return WorkdirClaim(hold=hold)
-        current = _read_hold(path)
+        current = read_hold(path)
         if current is not None and current.goal_id == hold.goal_id:
             took = None  # our own goal's earlier hold (its lease was taken over: fenced)
         elif current is not None and hold_is_live(layout, current, now=now, grace_s=grace_s):
@@ -291,21 +148,21 @@ def _blocking_relative(
     layout: Layout, hold: WorkdirHold, *, now: datetime, grace_s: float
 ) -> WorkdirHold | None:
     """A live hold of an ancestor or descendant of ``hold.path`` (other goals only)."""
-    for ancestor in _ancestors(hold.path):
-        other = _read_hold(_hold_file(layout, ancestor))
+    for ancestor in ancestors(hold.path):
+        other = read_hold(hold_file(layout, ancestor))
         if (
             other is not None
             and other.goal_id != hold.goal_id
             and hold_is_live(layout, other, now=now, grace_s=grace_s)
         ):
             return other
-    below = _below_dir(layout, hold.path)
+    below = below_dir(layout, hold.path)
     try:
         names = os.listdir(below)
     except FileNotFoundError:
         return None
     for name in names:
-        other = _read_hold(_dir(layout) / f"{name}.json")
+        other = read_hold(holds_dir(layout) / f"{name}.json")
         if other is None or not hold_is_live(layout, other, now=now, grace_s=grace_s):
             with contextlib.suppress(OSError):  # a stale marker: its holder is gone
                 (below / name).unlink()
@@ -324,7 +181,7 @@ def busy_with(
     the claim and :func:`acquire_workdir`, which decides.
     """
     real = real_workdir(workdir)
-    exact = _read_hold(_hold_file(layout, real))
+    exact = read_hold(hold_file(layout, real))
     if (
         exact is not None
         and exact.goal_id != goal_id
@@ -348,7 +205,7 @@ def waits_on_live_hold(
     wait = read_wait(layout, goal_id)
     if wait is None:
         return None
-    hold = _read_hold(_hold_file(layout, wait.holder_path))
+    hold = read_hold(hold_file(layout, wait.holder_path))
     if hold is None or hold.goal_id != wait.holder_goal_id:
         return None
     if not hold_is_live(layout, hold, now=now, grace_s=grace_s):
@@ -385,13 +242,13 @@ def acquire_workdir(
         path=real, goal_id=lease.goal_id, epoch=lease.epoch, agent_id=lease.agent_id,
         acquired_at=now,
     )  # fmt: skip
-    ensure_dir(_dir(layout))
+    ensure_dir(holds_dir(layout))
     claim = _take_exact(layout, hold, now=now, grace_s=grace_s, cleared=cleared)
     if claim.hold is None:
         return claim
     key = workdir_key(real)
-    for ancestor in _ancestors(real):  # our markers first, then look for the others
-        marker_dir = ensure_dir(_below_dir(layout, ancestor))
+    for ancestor in ancestors(real):  # our markers first, then look for the others
+        marker_dir = ensure_dir(below_dir(layout, ancestor))
         exclusive_create(marker_dir / key, b"", durable=False)
     blocking = _blocking_relative(layout, hold, now=now, grace_s=grace_s)
     if blocking is not None:
@@ -404,20 +261,20 @@ def acquire_workdir(
 
 def release_workdir(layout: Layout, hold: WorkdirHold) -> None:
     """Remove a hold if it is still this goal's and epoch's, its markers, and wake its waiters."""
-    path = _hold_file(layout, hold.path)
+    path = hold_file(layout, hold.path)
     key = workdir_key(hold.path)
-    for ancestor in _ancestors(hold.path):
+    for ancestor in ancestors(hold.path):
         with contextlib.suppress(OSError):
-            (_below_dir(layout, ancestor) / key).unlink()
+            (below_dir(layout, ancestor) / key).unlink()
     with locked(path):
-        current = _read_hold(path)
+        current = read_hold(path)
         if current is not None and (current.goal_id, current.epoch) == (hold.goal_id, hold.epoch):
             path.unlink(missing_ok=True)
     _wake_waiters(layout, hold.path)
 
 
 def _wake_waiters(layout: Layout, held_path: str) -> None:
-    waiters = _waiters_dir(layout, held_path)
+    waiters = waiters_dir(layout, held_path)
     try:
         names = os.listdir(waiters)
     except FileNotFoundError:
@@ -458,27 +315,20 @@ def note_waiting(
     ):
         atomic_write_model(wait_file(layout, goal_id), wait, durable=False)
         note_goal_changed(layout, goal_id)
-    exclusive_create(ensure_dir(_waiters_dir(layout, blocking.path)) / goal_id, b"", durable=False)
+    exclusive_create(ensure_dir(waiters_dir(layout, blocking.path)) / goal_id, b"", durable=False)
     # Released while we wrote? Then nobody will wake us: wake ourselves.
-    if _read_hold(_hold_file(layout, blocking.path)) is None:
+    if read_hold(hold_file(layout, blocking.path)) is None:
         _wake_waiters(layout, blocking.path)
     return wait
 
 
 __all__ = [
     "WorkdirClaim",
-    "WorkdirHold",
-    "WorkdirWait",
     "acquire_workdir",
     "busy_with",
     "hold_is_live",
     "note_waiting",
-    "read_wait",
-    "real_workdir",
     "release_workdir",
-    "shared_workdirs",
     "turn_workdir",
-    "wait_file",
     "waits_on_live_hold",
-    "workdir_key",
 ]

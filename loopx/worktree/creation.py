@@ -50,7 +50,7 @@ from loopx.registry.worktree_record import (
 )
 from loopx.root import Layout
 from loopx.storage.dirs import ensure_dir
-from loopx.turn.lease import Fence
+from loopx.turn.fencing import Fence
 from loopx.worktree.gitlocks import (
     Processes,
     admin_dir,

@@ -25,7 +25,7 @@ from loopx.model import Record, UtcDatetime, utcnow
 from loopx.process import started_at
 from loopx.root import Layout
 from loopx.storage.files import atomic_write_model, read_model_or_none
-from loopx.turn.lease import Fence
+from loopx.turn.fencing import Fence
 
 RECORD_NAME: Final = "worktree-git.json"
 TIMED_OUT: Final = 124  # the exit code reported for a git killed at TIMEOUT_S (as timeout(1))

@@ -139,18 +139,7 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
     """
     if resumed and envelope.stalled:
         return _continue_prompt(envelope)
-    state = envelope.state
-    beliefs = state.beliefs[-MAX_BELIEFS:]
-    todos = [t for t in state.todos if t.status is TodoStatus.OPEN][:MAX_TODOS]
-    answered = [g for g in state.gates if g.answer is not None][-MAX_GATES:]
     minutes = max(1, int(envelope.turn_timeout_s // 60))
-    example = HostResult(
-        kind=ResultKind.PROGRESS,
-        summary="what you did this turn, in one or two sentences",
-        next_action="the single most useful next step",
-        evidence=["tests/test_x.py passes", "commit abc123"],
-    ).model_dump(mode="json", exclude={"turn_key", "goal_id"})
-    kinds = "\n".join(f'- "{kind}": {meaning}' for kind, meaning in KIND_MEANINGS)
     intro = (
         "This continues the same goal as before; the state below is current."
         if resumed
@@ -166,6 +155,21 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
         *_interrupted(envelope),
         *([f"## The previous session stalled\n{envelope.stalled}"] if envelope.stalled else []),
         *_handoff(envelope),
+        *_state_sections(envelope),
+        *_check_section(envelope),
+        *_last_check(envelope),
+        *_answer_sections(envelope),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _state_sections(envelope: Envelope) -> list[str]:
+    """The objective and the goal's state: next action, beliefs, lists, todos, answers. Pure."""
+    state = envelope.state
+    beliefs = state.beliefs[-MAX_BELIEFS:]
+    todos = [t for t in state.todos if t.status is TodoStatus.OPEN][:MAX_TODOS]
+    answered = [g for g in state.gates if g.answer is not None][-MAX_GATES:]
+    return [
         f"## Objective\n{envelope.objective}",
         f"## Next action\n{state.next_action or '(none recorded: choose the most useful step)'}",
         "## Beliefs (oldest first)\n" + _bullets(beliefs, "(none yet)"),
@@ -174,8 +178,19 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
         "## Open todos\n" + _bullets((f"[{t.id}] {t.text}" for t in todos), "(none)"),
         "## Answers from a human\n"
         + _bullets((f"Q: {g.question}\n  A: {g.answer}" for g in answered), "(none)"),
-        *_check_section(envelope),
-        *_last_check(envelope),
+    ]
+
+
+def _answer_sections(envelope: Envelope) -> list[str]:
+    """How to answer: the result's kinds and fields, an example, the JSON Schema. Pure."""
+    example = HostResult(
+        kind=ResultKind.PROGRESS,
+        summary="what you did this turn, in one or two sentences",
+        next_action="the single most useful next step",
+        evidence=["tests/test_x.py passes", "commit abc123"],
+    ).model_dump(mode="json", exclude={"turn_key", "goal_id"})
+    kinds = "\n".join(f'- "{kind}": {meaning}' for kind, meaning in KIND_MEANINGS)
+    return [
         (
             "## How to answer\n"
             "When you stop, your final message must be exactly one JSON object (no prose "
@@ -189,4 +204,3 @@ def build_prompt(envelope: Envelope, *, resumed: bool = False) -> str:
         "Example:\n```json\n" + json.dumps(example, indent=2) + "\n```",
         "JSON Schema:\n```json\n" + json.dumps(result_schema(), separators=(",", ":")) + "\n```",
     ]
-    return "\n\n".join(sections) + "\n"

@@ -52,7 +52,7 @@ def claim_lease(ctx: TurnContext) -> TurnContext | Stop:
         return Stop(StopKind.WAIT, "busy", claimed=False, busy=True)
     in_flight = ctx.options.in_flight
     # The claim fsyncs only the raised counter's content; its directory entry is made
-    # durable by the turn's writeback (loopx.turn.lease.recorded_epoch says why).
+    # durable by the turn's writeback (loopx.turn.fencing.recorded_epoch says why).
     claimed = claim(
         layout,
         goal_id,

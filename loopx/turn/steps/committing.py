@@ -25,8 +25,8 @@ from loopx.faults import fault_point
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.root import Layout
+from loopx.turn.fencing import Fence
 from loopx.turn.journal import Phase, TurnJournal, write_journal_unfenced
-from loopx.turn.lease import Fence
 from loopx.turn.phases import finish_held
 from loopx.turn.steps.checking import OUTCOME_POINTS
 from loopx.turn.steps.context import TurnContext

@@ -25,10 +25,10 @@ from loopx import environ
 from loopx.errors import resource_fault
 from loopx.log import get_logger
 from loopx.model import utcnow
+from loopx.turn.fencing import Fence
 from loopx.turn.lease import (
     DEFAULT_GRACE_S,
     DEFAULT_TTL_S,
-    Fence,
     Lease,
     lease_grace_s,
     lease_ttl_s,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from loopx.root import Layout
     from loopx.turn.journal import TurnJournal
     from loopx.turn.recovery import RecoveryAction
-    from loopx.turn.workdir import WorkdirHold
+    from loopx.turn.workdirfiles import WorkdirHold
 
 log = get_logger(__name__)
 

@@ -16,14 +16,14 @@ import structlog
 
 from loopx import __version__
 from loopx.accounts.handoff import Handoff, handoff_note
+from loopx.accounts.observation import OVERLOADS_FOR_GATE
 from loopx.accounts.records import Account
-from loopx.accounts.rules import OVERLOADS_FOR_GATE
 from loopx.model import utcnow
 from loopx.quota.decision import QuotaDecision
 from loopx.registry.goalrecords import Goal
 from loopx.root import Layout
 from loopx.root.dropbox import result_path
-from loopx.state import load_state
+from loopx.state import GoalState, load_state
 from loopx.turn.journal import (
     TurnJournal,
     TurnPlan,
@@ -100,8 +100,32 @@ def plan_turn(
         state=state,
         handoff=handoff_note(handoff) if handoff is not None else None,
     )
+    plan = _turn_plan(goal, envelope, decision, account, state=state, handoff=handoff)
+    return TurnJournal(
+        loopx_version=__version__,
+        goal_id=goal.id,
+        agent_id=lease.agent_id,
+        turn_key=turn_key,
+        seq=seq,
+        epoch=lease.epoch,
+        plan=plan,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def _turn_plan(
+    goal: Goal,
+    envelope: Envelope,
+    decision: QuotaDecision,
+    account: Account | None,
+    *,
+    state: GoalState,
+    handoff: Handoff | None,
+) -> TurnPlan:
+    """The plan of the turn: the goal's host and bounds, the account's limits where the goal has none."""
     waits = goal.max_limit_waits
-    plan = TurnPlan(
+    return TurnPlan(
         envelope=envelope,
         host_kind=goal.host.kind,
         argv=list(goal.host.argv),
@@ -120,15 +144,4 @@ def plan_turn(
         handoff=handoff,
         may_hand_off=goal.handoff and bool(goal.fallback_accounts),
         sandbox=goal.sandbox,
-    )
-    return TurnJournal(
-        loopx_version=__version__,
-        goal_id=goal.id,
-        agent_id=lease.agent_id,
-        turn_key=turn_key,
-        seq=seq,
-        epoch=lease.epoch,
-        plan=plan,
-        created_at=now,
-        updated_at=now,
     )

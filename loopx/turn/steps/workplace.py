@@ -30,13 +30,13 @@ from loopx.state import Gate, GoalState, update_state
 from loopx.turn.journal import newest_journal
 from loopx.turn.steps.context import Stop, StopKind, TurnContext
 from loopx.turn.workdir import (
-    WorkdirHold,
     acquire_workdir,
     busy_with,
     note_waiting,
     release_workdir,
     turn_workdir,
 )
+from loopx.turn.workdirfiles import WorkdirHold
 from loopx.worktree.creation import WorktreeLockHeldError, turn_goal
 
 log = get_logger(__name__)
