@@ -400,7 +400,7 @@ def output_model_modules() -> set[str]:
 
     from pydantic import BaseModel
 
-    from loopx.schemas import SCHEMAS
+    from loopx.api._schemas import SCHEMAS
 
     # A document's enum fields are part of it, wherever the enum is defined
     # (TurnStatus lives in loopx.turn.outcome so readers need not import the journal).
