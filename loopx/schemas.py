@@ -1,11 +1,16 @@
-"""Every document LoopX stores or prints, by name: `loopx schema NAME` prints its JSON Schema.
+"""The kernel's documents, by name: `loopx schema NAME` prints the JSON Schema of each.
 
 Two kinds: the files under a runtime root (``FILES``) and the JSON that
 commands print with ``--json`` and the HTTP server replies (``OUTPUTS``).
 Each is a frozen :class:`loopx.model.Record` with an integer ``schema_version``.
+The web front end's documents (the audit log, the dashboard's replies) are
+listed by ``loopx.web.schemalist``, which the kernel never imports; the API
+joins both lists into the one `loopx schema` knows (``loopx.api._schemas``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from pydantic import BaseModel
 
@@ -75,12 +80,6 @@ from loopx.turn.recovery import QuarantineNote, RecoveryReport
 from loopx.turn.replay import ReplayReport, SetAsideNote
 from loopx.turn.runlog import RunReport
 from loopx.turn.workdirfiles import WorkdirHold, WorkdirWait
-from loopx.web import dashboard, goaldetail
-from loopx.web.actions import ActionResult, AuditPage, AuditRecord, GateConflict
-from loopx.web.bulkactions import BulkActionResult, BulkAnswerResult
-from loopx.web.changefeed import ChangeEvent
-from loopx.web.timeline import Timeline
-from loopx.web.worktrees import WorktreeState
 from loopx.worktree.gitrun import GitRun
 from loopx.worktree.mergejournal import MergeJournal
 from loopx.worktree.show import WorktreeView
@@ -113,7 +112,6 @@ FILES: dict[str, type[BaseModel]] = {
     "scale-request": ScaleRequest,
     "batch-plan": BatchPlan,
     "batch-report": BatchReport,
-    "audit": AuditRecord,
     "live-output": LiveOutput,
     # One turn per workdir.
     "workdir-hold": WorkdirHold,  # workdirs/<key>.json
@@ -177,13 +175,6 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "http-turns": GoalTurns,
     "http-healthz": Health,
     "http-error": ErrorReply,
-    # What the dashboard's routes on `loopx serve` reply (docs/cli.md "loopx serve").
-    "change-event": ChangeEvent,
-    "dashboard-overview": dashboard.Overview,
-    "dashboard-goals": dashboard.GoalsPage,
-    "dashboard-goal": goaldetail.GoalDetail,
-    "dashboard-run-log": goaldetail.RunLog,
-    "dashboard-action": ActionResult,
     "goal-worktree": WorktreeView,  # `loopx goal worktree --json`
     # `loopx account ... --json`; account-summary is also inside `status --json`.
     "account-document": AccountDocument,
@@ -191,12 +182,6 @@ OUTPUTS: dict[str, type[BaseModel]] = {
     "account-show": AccountShow,
     "account-summary": AccountSummary,
     "account-check": AccountCheck,
-    "dashboard-gate-conflict": GateConflict,
-    "dashboard-audit": AuditPage,
-    "dashboard-bulk-answer": BulkAnswerResult,  # POST /api/answers
-    "dashboard-bulk-action": BulkActionResult,  # POST /api/bulk/<pause|resume>
-    "dashboard-timeline": Timeline,  # GET /api/timeline
-    "dashboard-worktree": WorktreeState,  # GET /api/goals/<id>/worktree
     # `loopx logs --json`: one per line.
     "log-entry": LogEntry,
     "notify-list": NotifyList,  # `notify list|add|set|remove --json`
@@ -206,15 +191,15 @@ OUTPUTS: dict[str, type[BaseModel]] = {
 SCHEMAS: dict[str, type[BaseModel]] = FILES | OUTPUTS
 
 
-def schema_model(name: str) -> type[BaseModel]:
-    """The model behind schema ``name``.
+def schema_model(name: str, schemas: Mapping[str, type[BaseModel]] = SCHEMAS) -> type[BaseModel]:
+    """The model behind schema ``name`` of ``schemas`` (the API passes the whole list).
 
     Raises:
-        UsageError: unknown name.
+        UsageError: unknown name (the hint lists the names of ``schemas``).
     """
     try:
-        return SCHEMAS[name]
+        return schemas[name]
     except KeyError:
         raise UsageError(
-            f"unknown schema {name!r}", hint=f"choose one of: {', '.join(sorted(SCHEMAS))}"
+            f"unknown schema {name!r}", hint=f"choose one of: {', '.join(sorted(schemas))}"
         ) from None

@@ -1,15 +1,18 @@
 """The package's dependency directions, the thin CLI, and one spelling per LOOPX_* name.
 
-Layers: the kernel (``loopx/`` minus the four below), ``loopx.agents``,
-``loopx.supervisor``, ``loopx.cli`` and ``loopx.testing``. The kernel imports
-no other layer; agents and supervisor import only the kernel (the
-supervisor starts agents as ``python -m loopx.agents``, a process boundary,
-and the Ray back-end gets the agent loop injected by the API); only
-``loopx.api`` (the composition root) imports both, and the package's
-``__init__`` exports the API lazily. The CLI is a client of the API: it
-imports the API, the errors, the exit codes and the output models, nothing
-else; nothing but ``loopx/__main__.py`` imports the CLI. Every import counts,
-also one inside a function or under ``TYPE_CHECKING``.
+Layers: the kernel (``loopx/`` minus the six below), ``loopx.agents``,
+``loopx.supervisor``, ``loopx.api``, ``loopx.cli``, ``loopx.web`` and
+``loopx.testing``. The kernel imports no other layer; agents and supervisor
+import only the kernel (the supervisor starts agents as ``python -m
+loopx.agents``, a process boundary, and the Ray back-end gets the agent loop
+injected by the API); only ``loopx.api`` (the composition root) imports both,
+and the package's ``__init__`` exports the API lazily. The web front end
+(``loopx serve``) is an outer ring beside them: it imports only the kernel,
+and only the API imports it, handing it the calls its actions make. The CLI
+is a client of the API: it imports the API, the errors, the exit codes and
+the output models, nothing else; nothing but ``loopx/__main__.py`` imports
+the CLI. Every import counts, also one inside a function or under
+``TYPE_CHECKING``.
 
 Inside the kernel the packages (and top-level modules) stand in one order,
 ``KERNEL_ORDER``, bottom to top: each imports only those below it, so no
@@ -31,14 +34,16 @@ from typing import Final
 import pytest
 
 PACKAGE: Final = Path(__file__).resolve().parent.parent / "loopx"
-LAYERS: Final = ("agents", "supervisor", "api", "cli", "testing")
+LAYERS: Final = ("agents", "supervisor", "api", "cli", "web", "testing")
 # What each layer may import besides itself.
 ALLOWED: Final = {
     "kernel": {"kernel"},
     "agents": {"kernel", "agents"},
     "supervisor": {"kernel", "supervisor"},
     "testing": {"kernel", "testing"},
-    "api": {"kernel", "agents", "supervisor", "api"},
+    # The HTTP front end: it reads the kernel; its actions' calls come from the API, handed in.
+    "web": {"kernel", "web"},
+    "api": {"kernel", "agents", "supervisor", "web", "api"},
     "cli": {"kernel", "api", "cli"},  # and of the kernel only what the test at the end allows
     "main": {"kernel", "cli"},
     # `import loopx` exports the kernel's names and the Python API, lazily.
@@ -92,10 +97,9 @@ KERNEL_ORDER: Final = (
     "batch",
     "retention",  # archives goals, folds turns (replay, registry), holds turns for space
     "worktree",  # makes a goal's worktree at its claim (fenced by the lease) and merges it
-    # the readers of many layers, and the list of every file kind
+    # the readers of many layers, and the list of the kernel's file kinds
     "status",
     "notify",  # notifications of what the status projection shows, each sent once
-    "web",  # the HTTP server and dashboard over the status projection (`loopx serve`)
     "schedule",
     # the turn as a table of steps, claim to release: it reads layers above `turn` (the
     # worktree, the schedule's goal cache), so it ranks above them though it lives in turn/
@@ -267,13 +271,18 @@ def test_no_two_modules_share_a_file_name() -> None:
     assert {name: mods for name, mods in seen.items() if len(mods) > 1} == {}
 
 
-def test_only_the_api_and_the_schema_list_import_the_web_front_end() -> None:
-    """The agents and the kernel below it never import ``loopx.web``: it is the outer ring."""
-    allowed = ("loopx.web", "loopx.api", "loopx.schemas")
+def test_only_the_api_imports_the_web_front_end() -> None:
+    """Nothing but the API (and the web itself) imports ``loopx.web``: it is the outer ring.
+
+    Not the kernel (its schema list names the kernel's documents only), the
+    agents, the supervisor, the CLI (which serves through the API), the
+    testing helpers or the package's ``__init__``.
+    """
+    allowed = {"web", "api"}
     offenders = []
     for path in package_files():
         module = module_name(path)
-        if module == "loopx" or module.startswith(allowed) or layer_of(module) == "cli":
+        if module != "loopx" and layer_of(module) in allowed:
             continue
         for line, name in imported(ast.parse(path.read_text())):
             if name == "loopx.web" or name.startswith("loopx.web."):
@@ -400,7 +409,7 @@ def output_model_modules() -> set[str]:
 
     from pydantic import BaseModel
 
-    from loopx.schemas import SCHEMAS
+    from loopx.api._schemas import SCHEMAS
 
     # A document's enum fields are part of it, wherever the enum is defined
     # (TurnStatus lives in loopx.turn.outcome so readers need not import the journal).

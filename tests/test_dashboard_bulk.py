@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from loopx.api._serve import action_calls
 from loopx.model import utcnow
 from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal
@@ -27,7 +28,7 @@ def server(layout, tmp_path) -> Iterator[HttpServer]:
             layout,
             port=0,
             token=TOKEN,
-            actions=True,
+            actions=action_calls(layout),
             refresh_interval_s=0.2,
             ttl_s=0.0,
             request_timeout_s=2.0,

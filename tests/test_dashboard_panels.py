@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from loopx.api._serve import action_calls
 from loopx.model import utcnow
 from loopx.root import Layout
 from loopx.state import GoalState
@@ -83,7 +84,14 @@ def seed_failing(layout: Layout, goal_id: str, workdir: Path, *, message: str) -
 @contextlib.contextmanager
 def _served(layout: Layout) -> Iterator[HttpServer]:
     yield from running(
-        make_server(layout, port=0, token=TOKEN, actions=True, refresh_interval_s=0.2, ttl_s=0.0)
+        make_server(
+            layout,
+            port=0,
+            token=TOKEN,
+            actions=action_calls(layout),
+            refresh_interval_s=0.2,
+            ttl_s=0.0,
+        )
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from loopx.api._serve import action_calls
 from loopx.model import utcnow
 from loopx.registry.goalrecords import GoalStatus
 from loopx.registry.goals import get_goal
@@ -35,7 +36,7 @@ def server(layout, tmp_path) -> Iterator[HttpServer]:
             layout,
             port=0,
             token=TOKEN,
-            actions=True,
+            actions=action_calls(layout),
             refresh_interval_s=0.2,
             ttl_s=0.0,
             request_timeout_s=2.0,
@@ -218,7 +219,7 @@ def test_readonly_server_refuses_actions_and_writes_nothing(readonly, layout):
 def test_actions_need_a_token(layout):
     """Actions are never enabled without a token."""
     with pytest.raises(ActionsNeedTokenError):
-        make_server(layout, port=0, actions=True)
+        make_server(layout, port=0, actions=action_calls(layout))
 
 
 def test_cross_site_reason_rules():

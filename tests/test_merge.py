@@ -188,13 +188,17 @@ def test_killed_at_each_merge_step_recovery_converges_to_the_undisturbed_merge(
 
 def test_the_dashboard_merge_action_takes_the_same_path(cli_root: Path, tmp_path: Path) -> None:
     """`perform(..., Action.MERGE)` merges through `loopx goal merge` and returns its journal."""
+    from loopx.api._serve import action_calls
     from loopx.model import utcnow
     from loopx.root import Layout
     from loopx.web.actions import Action, ActionRequest, perform
 
     repo = repo_with_ignored_env(tmp_path / "repo")
     done_goal(cli_root, repo)
-    result = perform(Layout.at(cli_root), "g1", Action.MERGE, ActionRequest(), now=utcnow())
+    layout = Layout.at(cli_root)
+    result = perform(
+        action_calls(layout), layout, "g1", Action.MERGE, ActionRequest(), now=utcnow()
+    )
     assert result.merge is not None and result.merge.outcome == "merged"
     assert head(repo) == result.merge.merged_commit
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from loopx.api._schemas import FILES, OUTPUTS, SCHEMAS
 from loopx.cli._app import build_parser
 from loopx.model import Record
 from loopx.root import ResolvedRoot, RootSource, open_root
-from loopx.schemas import FILES, OUTPUTS, SCHEMAS
 from loopx.testing.gitwork import host_argv, make_repo
 from loopx.web.server import make_server
 from tests.conftest import Cli
@@ -156,6 +156,17 @@ def test_schema_lists_every_output_and_file_model() -> None:
     unused -= NOT_A_GET_REPLY
     assert unused == set()  # every output model is printed by a command or a route, or inside one
     assert not set(FILES) & set(OUTPUTS)
+
+
+def test_the_kernel_and_the_web_list_no_document_under_one_name() -> None:
+    """The API joins the kernel's list and the web's: a name in both would hide a model."""
+    from loopx import schemas
+    from loopx.web import schemalist
+
+    kernel = {*schemas.FILES, *schemas.OUTPUTS}
+    web = {*schemalist.FILES, *schemalist.OUTPUTS}
+    assert kernel & web == set()
+    assert set(SCHEMAS) == kernel | web
 
 
 def test_schema_command_prints_each_listed_schema(cli: Cli) -> None:

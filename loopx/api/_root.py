@@ -175,9 +175,9 @@ class Root:
     @staticmethod
     def schema_names() -> list[str]:
         """Every name `loopx schema NAME` knows: file kinds and ``--json`` outputs, sorted."""
-        from loopx.schemas import SCHEMAS  # noqa: PLC0415 - imports every model
+        from loopx.api._schemas import schema_names  # noqa: PLC0415 - imports every model
 
-        return sorted(SCHEMAS)
+        return schema_names()
 
     @staticmethod
     def schema(name: str) -> dict[str, Any]:
@@ -186,9 +186,9 @@ class Root:
         Raises:
             UsageError: unknown name (the hint lists the known ones).
         """
-        from loopx.schemas import schema_model  # noqa: PLC0415 - imports every model
+        from loopx.api._schemas import json_schema  # noqa: PLC0415 - imports every model
 
-        return schema_model(name).model_json_schema()
+        return json_schema(name)
 
     @property
     def path(self) -> Path:

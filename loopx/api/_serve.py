@@ -15,7 +15,35 @@ from loopx.web import serving
 
 if TYPE_CHECKING:
     from loopx.web import server as http
+    from loopx.web.actioncalls import ActionCalls
     from loopx.web.token import ServeToken
+
+
+def action_calls(layout: Layout) -> ActionCalls:
+    """The calls the dashboard's actions make: the CLI's, ``root.gates`` and ``root.goals``.
+
+    The web never imports the API; the server gets these from here, so a gate
+    answered or a goal paused from the page goes through the same API call as
+    ``loopx gate resolve`` or ``loopx goal pause``. A merge runs as
+    ``loopx goal merge`` in a child process (``merge_in_child``), apart from
+    the server's threads.
+    """
+    from functools import partial  # noqa: PLC0415 - only a server with actions needs these
+
+    from loopx.api._gates import Gates  # noqa: PLC0415
+    from loopx.api._goals import Goals  # noqa: PLC0415
+    from loopx.web.actioncalls import ActionCalls  # noqa: PLC0415
+    from loopx.worktree.merge import merge_in_child  # noqa: PLC0415
+
+    gates, goals = Gates(layout), Goals(layout)
+    return ActionCalls(
+        resolve_gate=gates.resolve,
+        pause=goals.pause,
+        resume=goals.resume,
+        done=goals.done,
+        reopen=goals.reopen,
+        merge=partial(merge_in_child, layout),
+    )
 
 
 class StatusServer:
@@ -52,7 +80,7 @@ class StatusServer:
             token=token.value,
             ttl_s=ttl_s,
             refresh_interval_s=refresh_interval_s,
-            actions=actions,
+            actions=action_calls(layout) if actions else None,
             allowed_hosts=allowed_hosts,
         )
         self.actions = actions

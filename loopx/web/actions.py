@@ -1,8 +1,9 @@
 """Dashboard actions: answer a gate, pause, resume, mark done, reopen; each one audited.
 
-Every action calls the same registry function as the CLI (``loopx gate
-resolve``, ``loopx goal pause|resume|done|reopen``), so validation, locks and
-error messages are the CLI's: a done goal is neither paused nor resumed (409,
+Every action makes the same API call as the CLI (``loopx gate resolve``,
+``loopx goal pause|resume|done|reopen``), handed to the server by the API as
+:class:`~loopx.web.actioncalls.ActionCalls`, so validation, locks and error
+messages are the CLI's: a done goal is neither paused nor resumed (409,
 "goal X is done; `loopx goal reopen X` runs it again"). Every attempt that reaches the server with actions
 enabled, allowed or refused, is appended to ``logs/audit.jsonl``.
 """
@@ -23,13 +24,12 @@ from pydantic import Field
 from loopx.errors import GoalNotFoundError, GoalStateError, InvalidPolicyError, LoopxError
 from loopx.model import Record, UtcDatetime
 from loopx.registry.goalrecords import GoalStatus
-from loopx.registry.goals import get_goal, resolve_gate
-from loopx.registry.lifecycle import StatusRequest, change_status
+from loopx.registry.goals import get_goal
 from loopx.root import Layout
 from loopx.state import Gate, GoalState, load_state
 from loopx.storage.dirs import ensure_dir
 from loopx.storage.jsonl import append_record
-from loopx.worktree.merge import merge_in_child
+from loopx.web.actioncalls import ActionCalls, ChangeStatus
 from loopx.worktree.mergejournal import MergeJournal
 
 AUDIT_NAME: Final = "audit.jsonl"
@@ -48,14 +48,6 @@ class Action(StrEnum):
     DONE = "done"
     REOPEN = "reopen"  # a done goal runs again; the page asks to confirm first
     MERGE = "merge"  # `loopx goal merge` (docs/work.md), run as a child process
-
-
-_REQUEST_OF: Final = {
-    Action.PAUSE: StatusRequest.PAUSE,
-    Action.RESUME: StatusRequest.RESUME,
-    Action.DONE: StatusRequest.DONE,
-    Action.REOPEN: StatusRequest.REOPEN,
-}
 
 
 class Outcome(StrEnum):
@@ -191,9 +183,15 @@ def record_audit(layout: Layout, record: AuditRecord) -> None:
 
 
 def perform(
-    layout: Layout, goal_id: str, action: Action, request: ActionRequest, *, now: datetime
+    calls: ActionCalls,
+    layout: Layout,
+    goal_id: str,
+    action: Action,
+    request: ActionRequest,
+    *,
+    now: datetime,
 ) -> ActionResult:
-    """Apply ``action`` through the CLI's library call.
+    """Apply ``action`` through the CLI's API call, one of ``calls``; ``layout`` is read only.
 
     Raises:
         GoalNotFoundError: no such goal.
@@ -204,13 +202,24 @@ def perform(
 
     """
     if action is Action.RESOLVE_GATE:
-        return _answer(layout, goal_id, request, now=now)
+        return _answer(calls, layout, goal_id, request, now=now)
     if action is Action.MERGE:
-        return ActionResult(goal_id=goal_id, action=action, merge=merge_in_child(layout, goal_id))
-    change = change_status(layout, goal_id, _REQUEST_OF[action], now=now)
+        return ActionResult(goal_id=goal_id, action=action, merge=calls.merge(goal_id))
+    change = _status_call(calls, action)(goal_id, now=now)
     return ActionResult(
         goal_id=goal_id, action=action, goal_status=change.goal.status, repeated=change.repeated
     )
+
+
+def _status_call(calls: ActionCalls, action: Action) -> ChangeStatus:
+    """The call behind a status action: pause, resume, done or reopen."""
+    by_action = {
+        Action.PAUSE: calls.pause,
+        Action.RESUME: calls.resume,
+        Action.DONE: calls.done,
+        Action.REOPEN: calls.reopen,
+    }
+    return by_action[action]
 
 
 def _check_gate(goal_id: str, state: GoalState, request: ActionRequest) -> Gate | None:
@@ -237,7 +246,9 @@ def _check_gate(goal_id: str, state: GoalState, request: ActionRequest) -> Gate 
     return gate
 
 
-def _answer(layout: Layout, goal_id: str, request: ActionRequest, *, now: datetime) -> ActionResult:
+def _answer(
+    calls: ActionCalls, layout: Layout, goal_id: str, request: ActionRequest, *, now: datetime
+) -> ActionResult:
     if request.answer is None or not request.answer.strip():
         raise InvalidPolicyError("answer", "a gate answer must not be empty")
     if request.gate_id is None:
@@ -250,7 +261,7 @@ def _answer(layout: Layout, goal_id: str, request: ActionRequest, *, now: dateti
         done = next(g for g in load_state(layout, goal_id).gates if g.id == request.gate_id)
         return ActionResult(goal_id=goal_id, action=Action.RESOLVE_GATE, gate=done, repeated=True)
     try:
-        resolved = resolve_gate(layout, goal_id, request.answer, now=now, gate_id=gate.id)
+        resolved = calls.resolve_gate(goal_id, answer=request.answer, gate=gate.id, now=now).gate
     except GoalStateError:  # answered in between: judged again against what is there now
         state = load_state(layout, goal_id)
         if _check_gate(goal_id, state, request) is None:

@@ -1,6 +1,6 @@
 """Bulk requests: one answer for several gates, one pause or resume for several goals.
 
-``POST /api/goals/pause`` and ``POST /api/goals/resume`` (body ``{"goal_ids": [...]}``)
+``POST /api/bulk/pause`` and ``POST /api/bulk/resume`` (body ``{"goal_ids": [...]}``)
 apply one status change to many goals in one request, each through the same
 :func:`~loopx.web.actions.perform` as a single click: a done goal is refused
 on its own (409, naming ``loopx goal reopen``), the others are applied, and
@@ -29,6 +29,7 @@ from loopx.model import Record
 from loopx.registry.goalrecords import GoalStatus
 from loopx.root import Layout
 from loopx.state import Gate
+from loopx.web.actioncalls import ActionCalls
 from loopx.web.actions import (
     MAX_ANSWER_CHARS,
     Action,
@@ -117,10 +118,18 @@ Audit = Callable[[str, Outcome, str, str | None], None]  # goal id, outcome, det
 
 
 def act_each(
-    layout: Layout, action: Action, request: BulkActionRequest, *, now: datetime, audit: Audit
+    calls: ActionCalls,
+    layout: Layout,
+    action: Action,
+    request: BulkActionRequest,
+    *,
+    now: datetime,
+    audit: Audit,
 ) -> BulkActionResult:
     """Apply ``action`` to each goal of ``request`` through :func:`perform`, auditing each."""
-    results = [_act(layout, action, goal_id, now=now, audit=audit) for goal_id in request.goal_ids]
+    results = [
+        _act(calls, layout, action, goal_id, now=now, audit=audit) for goal_id in request.goal_ids
+    ]
     applied = sum(r.outcome != "failed" for r in results)
     return BulkActionResult(
         action=action, applied=applied, refused=len(results) - applied, results=results
@@ -128,10 +137,10 @@ def act_each(
 
 
 def _act(
-    layout: Layout, action: Action, goal_id: str, *, now: datetime, audit: Audit
+    calls: ActionCalls, layout: Layout, action: Action, goal_id: str, *, now: datetime, audit: Audit
 ) -> GoalOutcome:
     try:
-        result = perform(layout, goal_id, action, ActionRequest(), now=now)
+        result = perform(calls, layout, goal_id, action, ActionRequest(), now=now)
     except LoopxError as e:
         audit(goal_id, Outcome.FAILED, f"{e.message} (bulk)", None)
         status = refusal_status(e)
@@ -151,21 +160,25 @@ def _act(
 
 
 def answer_each(
-    layout: Layout, request: BulkAnswerRequest, *, now: datetime, audit: Audit
+    calls: ActionCalls, layout: Layout, request: BulkAnswerRequest, *, now: datetime, audit: Audit
 ) -> BulkAnswerResult:
     """Answer each gate of ``request`` through :func:`perform`, auditing each attempt."""
-    results = [_one(layout, ref, request.answer, now=now, audit=audit) for ref in request.gates]
+    results = [
+        _one(calls, layout, ref, request.answer, now=now, audit=audit) for ref in request.gates
+    ]
     applied = sum(r.outcome in {"applied", "repeated"} for r in results)
     return BulkAnswerResult(
         answer=request.answer, applied=applied, refused=len(results) - applied, results=results
     )
 
 
-def _one(layout: Layout, ref: GateRef, answer: str, *, now: datetime, audit: Audit) -> GateAnswer:
+def _one(
+    calls: ActionCalls, layout: Layout, ref: GateRef, answer: str, *, now: datetime, audit: Audit
+) -> GateAnswer:
     asked = ActionRequest(answer=answer, gate_id=ref.gate_id, question=ref.question)
     base = {"goal_id": ref.goal_id, "gate_id": ref.gate_id}
     try:
-        result = perform(layout, ref.goal_id, Action.RESOLVE_GATE, asked, now=now)
+        result = perform(calls, layout, ref.goal_id, Action.RESOLVE_GATE, asked, now=now)
     except StaleGateError as e:
         audit(ref.goal_id, Outcome.FAILED, f"{e.message} (bulk answer)", answer)
         return GateAnswer(

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from loopx.errors import LoopxError
 from loopx.model import utcnow
+from loopx.web.actioncalls import ActionCalls
 from loopx.web.actions import (
     MAX_ACTION_BODY,
     Action,
@@ -123,7 +124,8 @@ async def post_action(request: Request) -> Response:
     service: StatusService = request.app.state.service
     goal_id: str = request.path_params["goal_id"]
     name: str = request.path_params["action"]
-    if not service.actions:
+    calls = service.calls
+    if calls is None:
         return _read_only()
     client = request.client.host if request.client is not None else "unknown"
 
@@ -160,7 +162,9 @@ async def post_action(request: Request) -> Response:
         message = describe_request_error(e)
         await run_in_threadpool(audit, Outcome.REFUSED, message)
         return error_reply(HTTPStatus.BAD_REQUEST, message)
-    return await run_in_threadpool(_apply, service, goal_id, action, asked, audit)
+    return await run_in_threadpool(
+        _apply, service, calls, goal_id, action=action, asked=asked, audit=audit
+    )
 
 
 def _bulk_audit(request: Request, service: StatusService, action: str) -> Audit:
@@ -198,7 +202,8 @@ async def _bulk_body(request: Request, service: StatusService, audit: Audit) -> 
 async def post_answers(request: Request) -> Response:
     """``POST /api/answers``: one answer for several gates, each judged and audited on its own."""
     service: StatusService = request.app.state.service
-    if not service.actions:
+    calls = service.calls
+    if calls is None:
         return _read_only()
     audit = _bulk_audit(request, service, Action.RESOLVE_GATE.value)
     body = await _bulk_body(request, service, audit)
@@ -212,7 +217,7 @@ async def post_answers(request: Request) -> Response:
         return error_reply(HTTPStatus.BAD_REQUEST, message)
 
     def run() -> Response:
-        result = answer_each(service.layout, asked, now=utcnow(), audit=audit)
+        result = answer_each(calls, service.layout, asked, now=utcnow(), audit=audit)
         if result.applied:
             service.tick_now()
         return json_reply(result)
@@ -224,7 +229,8 @@ async def post_bulk(request: Request) -> Response:
     """``POST /api/bulk/<pause|resume>``: one status change for many goals, applied as a batch."""
     service: StatusService = request.app.state.service
     name: str = request.path_params["action"]
-    if not service.actions:
+    calls = service.calls
+    if calls is None:
         return _read_only()
     audit = _bulk_audit(request, service, name)
     body = await _bulk_body(request, service, audit)
@@ -242,7 +248,7 @@ async def post_bulk(request: Request) -> Response:
         return error_reply(HTTPStatus.BAD_REQUEST, message)
 
     def run() -> Response:
-        result = act_each(service.layout, Action(name), asked, now=utcnow(), audit=audit)
+        result = act_each(calls, service.layout, Action(name), asked, now=utcnow(), audit=audit)
         if result.applied:
             service.tick_now()
         return json_reply(result)
@@ -252,14 +258,16 @@ async def post_bulk(request: Request) -> Response:
 
 def _apply(
     service: StatusService,
+    calls: ActionCalls,
     goal_id: str,
+    *,
     action: Action,
     asked: ActionRequest,
     audit: object,
 ) -> Response:
     assert callable(audit)  # noqa: S101 - the closure above
     try:
-        result = perform(service.layout, goal_id, action, asked, now=utcnow())
+        result = perform(calls, service.layout, goal_id, action, asked, now=utcnow())
     except StaleGateError as e:
         audit(Outcome.FAILED, e.message, asked.answer)
         conflict = GateConflict(

@@ -41,6 +41,7 @@ from loopx import process
 from loopx.errors import UsageError
 from loopx.log import get_logger
 from loopx.root import Layout
+from loopx.web.actioncalls import ActionCalls
 from loopx.web.app import MAX_HEADER_BYTES, MAX_REQUEST_LINE, build_app
 from loopx.web.bind import allowed_hosts, check_bind
 from loopx.web.changefeed import ChangeFeed
@@ -299,12 +300,15 @@ def make_server(
     token: str | None = None,
     ttl_s: float = SERVE_TTL_S,
     refresh_interval_s: float = SERVE_REFRESH_S,
-    actions: bool = False,
+    actions: ActionCalls | None = None,
     request_timeout_s: float = REQUEST_TIMEOUT_S,
     allowed_hosts: Iterable[str] = (),
     grace_s: float = GRACE_S,
 ) -> HttpServer:
     """A bound (not yet serving) status server; ``port`` 0 picks a free port.
+
+    ``actions``: the calls the dashboard's actions make, which the API hands in
+    (``loopx.api._serve.action_calls``); without them the server is read-only.
 
     Raises:
         InsecureBindError: a non-loopback host without a token.
@@ -312,7 +316,7 @@ def make_server(
         UsageError: the address cannot be bound.
 
     """
-    check_bind(host, token, actions=actions)
+    check_bind(host, token, actions=actions is not None)
     limit = raise_descriptor_limit()
     service = StatusService(
         layout, ttl_s=ttl_s, refresh_interval_s=refresh_interval_s, actions=actions

@@ -35,6 +35,7 @@ from loopx.web.changefeed import ChangeFeed, change_event
 
 if TYPE_CHECKING:
     from loopx.notify.deliver import NotifyDuty
+    from loopx.web.actioncalls import ActionCalls
 
 log = get_logger(__name__)
 MAX_CACHED_REPLIES = 1024  # per generation: bounds what a crawler of query strings can pin
@@ -67,12 +68,13 @@ class StatusService:
         *,
         ttl_s: float,
         refresh_interval_s: float,
-        actions: bool = False,
+        actions: ActionCalls | None = None,
     ) -> None:
         self.layout = layout
         self.ttl_s = ttl_s
         self.refresh_interval_s = refresh_interval_s
-        self.actions = actions
+        self.calls = actions  # the API's calls the actions make; None: a read-only server
+        self.actions = actions is not None
         self.feed = ChangeFeed()
         self.failure: RefreshFailure | None = None
         self._cache = StatusCache(layout)

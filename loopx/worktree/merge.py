@@ -285,11 +285,12 @@ def _plan(
 
 
 def merge_in_child(layout: Layout, goal_id: str) -> MergeJournal:
-    """`loopx goal merge ID` run as a child process, for callers inside the kernel.
+    """`loopx goal merge ID` run as a child process.
 
-    The dashboard's merge action uses it: the done-check runner lives with the
-    agents, which the kernel never imports (a process boundary, as the
-    supervisor starts its agents).
+    The dashboard's merge action makes this call (the API hands it to the
+    server): the merge and its done-check, whose runner lives with the agents,
+    run in a process of their own (a process boundary, as the supervisor
+    starts its agents), and the server's thread only waits for the journal.
 
     Raises:
         MergeRefusedError: the merge was refused or failed (the child's error line).

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from loopx.api._serve import action_calls
 from loopx.root import Layout
 from loopx.web.server import make_server
 
@@ -88,9 +89,13 @@ def with_token(tab: Tab, token: str = TOKEN) -> None:
 
 
 @contextmanager
-def served(layout: Layout, **options: Any) -> Iterator[str]:
-    """``loopx serve`` on a free loopback port; yields the dashboard's URL."""
-    server = make_server(layout, host="127.0.0.1", port=0, **options)
+def served(layout: Layout, *, actions: bool = False, **options: Any) -> Iterator[str]:
+    """``loopx serve`` on a free loopback port; yields the dashboard's URL.
+
+    ``actions``: with the calls the API hands a server with actions.
+    """
+    calls = action_calls(layout) if actions else None
+    server = make_server(layout, host="127.0.0.1", port=0, actions=calls, **options)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
