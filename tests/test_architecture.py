@@ -52,6 +52,22 @@ ALLOWED: Final = {
 # A CLI module parses, calls the library, prints and exits; file work is the library's.
 TOP_LEVEL_MAX_MODULES: Final = 20  # __init__, __main__ and _version included
 MODULE_MAX_LINES: Final = 500
+# The turn's path, claim to release: the packages and modules its steps run in, held to a
+# tighter size, since every new capability of a turn lands there.
+TURN_PATH: Final = (
+    "turn",
+    "agents",
+    "quota",
+    "accounts",
+    "worktree",
+    "schedule",
+    "storage",
+    "root",
+    "state",
+    "clock",
+)
+TURN_PATH_MODULE_MAX_LINES: Final = 400
+TURN_PATH_FUNCTION_MAX_LINES: Final = 60
 CLI_MODULE_MAX_LINES: Final = 350
 CLI_FUNCTION_MAX_LINES: Final = 50  # argparse declarations (register, *_options) aside
 FILE_METHODS: Final = frozenset(
@@ -258,6 +274,26 @@ def test_no_module_is_over_five_hundred_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MODULE_MAX_LINES
     }
     assert long == {}
+
+
+def _on_the_turn_path(path: Path) -> bool:
+    parts = module_name(path).split(".")
+    return len(parts) > 1 and parts[1] in TURN_PATH
+
+
+def test_the_turns_path_has_short_modules_and_functions() -> None:
+    """On the turn's path no module is over 400 lines and no function over 60."""
+    long_modules, long_functions = {}, {}
+    for path in filter(_on_the_turn_path, package_files()):
+        text = path.read_text()
+        if (n := len(text.splitlines())) > TURN_PATH_MODULE_MAX_LINES:
+            long_modules[module_name(path)] = n
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > TURN_PATH_FUNCTION_MAX_LINES:
+                    long_functions[f"{module_name(path)}.{node.name}"] = lines
+    assert (long_modules, long_functions) == ({}, {})
 
 
 def test_no_two_modules_share_a_file_name() -> None:
