@@ -21,6 +21,9 @@ Nesting, without a scan of the goals: a holder of ``/repo/a`` also leaves a
 marker ``workdirs/<key(/repo)>.below/<key(/repo/a)>`` under each ancestor;
 a claim of ``/repo`` finds held descendants in its own ``.below/`` (one
 listing, usually empty) and held ancestors by one ``stat`` per path level.
+A marker outlives its hold: the next claim of the same workdir finds it made
+(a file created and removed per path level was the dearest part of the lock),
+and a claim of the ancestor that finds one whose hold is gone removes it.
 Each claimant first makes its own records, then looks for the other's, so
 two overlapping claims cannot both miss each other (at worst both back off
 and try again).
@@ -248,8 +251,9 @@ def acquire_workdir(
         return claim
     key = workdir_key(real)
     for ancestor in ancestors(real):  # our markers first, then look for the others
-        marker_dir = ensure_dir(below_dir(layout, ancestor))
-        exclusive_create(marker_dir / key, b"", durable=False)
+        marker = below_dir(layout, ancestor) / key
+        if not os.path.lexists(marker):  # left by an earlier hold of this workdir, usually
+            exclusive_create(ensure_dir(marker.parent) / key, b"", durable=False)
     blocking = _blocking_relative(layout, hold, now=now, grace_s=grace_s)
     if blocking is not None:
         release_workdir(layout, hold)
@@ -260,12 +264,11 @@ def acquire_workdir(
 
 
 def release_workdir(layout: Layout, hold: WorkdirHold) -> None:
-    """Remove a hold if it is still this goal's and epoch's, its markers, and wake its waiters."""
+    """Remove a hold if it is still this goal's and epoch's, and wake its waiters.
+
+    Its markers stay for the next hold of the workdir (the module's docstring says why).
+    """
     path = hold_file(layout, hold.path)
-    key = workdir_key(hold.path)
-    for ancestor in ancestors(hold.path):
-        with contextlib.suppress(OSError):
-            (below_dir(layout, ancestor) / key).unlink()
     with locked(path):
         current = read_hold(path)
         if current is not None and (current.goal_id, current.epoch) == (hold.goal_id, hold.epoch):
