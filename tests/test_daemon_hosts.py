@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -105,6 +106,26 @@ def test_a_python_daemon_with_a_scrubbed_environment_is_killed(tmp_path: Path) -
     while _sleepers():
         assert time.monotonic() < deadline, "a daemon survived"
         time.sleep(0.02)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the subreaper is Linux's")
+def test_a_process_of_another_root_under_the_same_turn_key_is_spared(tmp_path: Path) -> None:
+    """Two roots in one process may run turns of the same key at once: a sweep spares the other's."""
+    (tmp_path / "a").mkdir()
+    started: list[subprocess.Popen[bytes]] = []
+    # Started while the host runs, so it is not among the children the run found before.
+    timer = threading.Timer(
+        0.2, lambda: started.append(subprocess.Popen(["sleep", "30"], env=_env(tmp_path / "b")))
+    )
+    timer.start()
+    try:
+        _run(tmp_path / "a", ["sleep", "1"])
+        timer.join()
+        assert len(started) == 1 and started[0].poll() is None  # not this run's: left alone
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
 
 
 def test_doctor_reports_a_live_process_of_a_finished_turn(tmp_path: Path) -> None:

@@ -136,6 +136,27 @@ class Tree:
             marks[environ.HOST_RUN] = self.run_id
         return find_by_env(self.loopx_root, marks)
 
+    def owns(self, proc: psutil.Process) -> bool:
+        """Whether a child of ours (or below one) belongs to this host run.
+
+        One without a turn key is ours (a host may scrub its environment, and a
+        zombie's cannot be read); one of another root, or of another host run,
+        is a concurrent run's in this process, even under the same turn key.
+        """
+        try:
+            env = proc.environ()
+        except psutil.Error:
+            return True  # a zombie's environment cannot be read: it is ours to reap
+        key = env.get(environ.TURN_KEY)
+        if key is None:
+            return True
+        if env.get(environ.ROOT, self.loopx_root) != self.loopx_root:
+            return False
+        run = env.get(environ.HOST_RUN)
+        if self.run_id is not None and run is not None:
+            return run == self.run_id
+        return key == self.turn_key
+
     def sample(self, *, scan_marked: bool = False, extra: Iterable[psutil.Process] = ()) -> Sample:
         """Record CPU and RSS of the tree (and ``extra``) now.
 
@@ -241,7 +262,7 @@ class Tree:
         try:
             proc = psutil.Process(stat.pid)
             if stat.ppid == os.getpid():
-                return _turn_key_of(proc) in {self.turn_key, None}
+                return self.owns(proc)
             if stat.ppid not in {0, 1}:
                 return False
             env = proc.environ()
@@ -335,30 +356,23 @@ def own_children() -> set[int]:
     return out
 
 
-def leftovers(before: set[int], host_pid: int, turn_key: str) -> list[psutil.Process]:
+def leftovers(before: set[int], host_pid: int, tree: Tree) -> list[psutil.Process]:
     """Processes a finished host left behind, found through the subreaper. Reads /proc.
 
     Every descendant of the host is now below one of our children that was
-    not ours before the host started (``before``). A process carrying
-    another turn's key belongs to a concurrent run in this process and is
-    left alone; one without a key (a host may scrub its environment) is ours.
+    not ours before the host started (``before``). One that is not this
+    run's (:meth:`Tree.owns`) belongs to a concurrent run in this process
+    and is left alone.
     """
     out: list[psutil.Process] = []
     for pid in own_children() - before - {host_pid}:
         try:
             top = psutil.Process(pid)
-            tree = [top, *top.children(recursive=True)]
+            family = [top, *top.children(recursive=True)]
         except psutil.Error:
             continue
-        out += [p for p in tree if _turn_key_of(p) in {turn_key, None}]
+        out += [p for p in family if tree.owns(p)]
     return out
-
-
-def _turn_key_of(proc: psutil.Process) -> str | None:
-    try:
-        return proc.environ().get(environ.TURN_KEY)
-    except psutil.Error:
-        return None  # a zombie's environment cannot be read: it is ours to reap
 
 
 def reap_children(pids: Iterable[int]) -> None:
@@ -368,7 +382,7 @@ def reap_children(pids: Iterable[int]) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
-def sweep(before: set[int], host_pid: int, turn_key: str, *, grace_s: float) -> int:
+def sweep(before: set[int], host_pid: int, tree: Tree, *, grace_s: float) -> int:
     """Kill and reap everything the host left (see :func:`leftovers`); return how many.
 
     Rounds repeat until nothing is left: killing a parent reparents its
@@ -379,7 +393,7 @@ def sweep(before: set[int], host_pid: int, turn_key: str, *, grace_s: float) -> 
     deadline = time.monotonic() + _SWEEP_S + grace_s
     grace = grace_s
     while time.monotonic() < deadline:
-        found = leftovers(before, host_pid, turn_key)
+        found = leftovers(before, host_pid, tree)
         if not found:
             break
         killed += sum(1 for p in found if running(p))

@@ -176,12 +176,12 @@ class RunningHost:
 
     def reap(self, killed: FailureReason | None) -> resource.struct_rusage:
         """Sweep what the host left, then collect its exit status and rusage."""
-        pid, key = self.proc.pid, self.tree.turn_key
+        pid = self.proc.pid
         if self.reaper:
-            found = leftovers(self.before, pid, key)
+            found = leftovers(self.before, pid, self.tree)
             if found:
                 self.tree.sample(extra=found)  # their CPU counts towards the turn
-                count = sweep(self.before, pid, key, grace_s=self.limits.kill_grace_s)
+                count = sweep(self.before, pid, self.tree, grace_s=self.limits.kill_grace_s)
                 log.info("host_leftovers_killed", pid=pid, processes=count)
         elif killed is None and (self.tree.forked or self.pipes.held_elsewhere()):
             # No subreaper (not Linux): find what setsid'd away by its turn key.
