@@ -148,6 +148,7 @@ def test_a_memory_spike_between_two_samples_is_in_the_peak(tmp_path):
 
 FORKER = """
 import os, signal, sys
+print("ready", flush=True)
 for line in sys.stdin:
     pid = os.fork()
     if pid == 0:
@@ -159,6 +160,8 @@ for line in sys.stdin:
 def test_a_quiet_tree_is_unchanged_and_a_new_child_is_a_change(tmp_path):
     """Two samples of an idle host see no change; the sample that finds its new child does."""
     with _host(tmp_path, FORKER) as host:
+        assert host.stdout is not None
+        assert host.stdout.readline() == b"ready\n"  # started: its memory no longer grows
         tree = Tree(host.pid, KEY, str(tmp_path), RUN)
         first = tree.sample()
         again = tree.sample()
