@@ -8,6 +8,7 @@ writes its result, outside the root).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -128,6 +129,17 @@ def resolve_root(
     return ResolvedRoot(root, registry_path or root / REGISTRY_NAME, source)
 
 
+@functools.lru_cache(maxsize=8192)
+def _goal_path(root: Path, goal_id: str, names: tuple[str, ...]) -> Path:
+    """``<root>/goals/<id>/<names...>``, the id checked.
+
+    Remembered: a turn asks for the same few paths of its goal dozens of times,
+    and an id once checked stays valid.
+    """
+    # One join, not one per segment: a status refresh builds these for every goal that ran.
+    return root.joinpath(GOALS_NAME, validate_goal_id(goal_id), *names)
+
+
 class Layout(_LayoutFields):
     """Every path under a runtime root. Goal paths validate the id first."""
 
@@ -200,8 +212,9 @@ class Layout(_LayoutFields):
         return self._in_goal(goal_id)
 
     def _in_goal(self, goal_id: str, *names: str) -> Path:
-        # One join, not one per segment: a status refresh builds these for every goal that ran.
-        return self.root.joinpath(GOALS_NAME, validate_goal_id(goal_id), *names)
+        if not isinstance(goal_id, str):
+            validate_goal_id(goal_id)  # raises: a path is never built from it
+        return _goal_path(self.root, goal_id, names)
 
     def goal_file(self, goal_id: str) -> Path:
         """``goals/<id>/goal.json``: the goal's policy."""
