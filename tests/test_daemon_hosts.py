@@ -20,7 +20,7 @@ import pytest
 
 from loopx.agents.hostlimits import Limits
 from loopx.agents.hostrun import run_host
-from loopx.agents.hosttree import own_children
+from loopx.agents.hostsweep import own_children
 
 KEY = "g-t000001-e1"
 

@@ -45,7 +45,8 @@ from loopx import environ
 from loopx.agents.hostguard import HostGuard, guard_for_run
 from loopx.agents.hostlimits import MB, Limits
 from loopx.agents.hostpipes import Capture
-from loopx.agents.hosttree import Tree, own_children
+from loopx.agents.hostsweep import own_children
+from loopx.agents.hosttree import Tree
 from loopx.agents.hostwatch import RunningHost
 from loopx.model import utcnow
 from loopx.process import subreaper

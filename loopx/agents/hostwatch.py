@@ -32,7 +32,8 @@ from loopx.agents.hostlimits import (
     next_wait,
 )
 from loopx.agents.hostpipes import Capture, Pipes
-from loopx.agents.hosttree import Tree, leftovers, sweep
+from loopx.agents.hostsweep import leftovers, sweep
+from loopx.agents.hosttree import Tree
 from loopx.log import get_logger
 from loopx.model import utcnow
 from loopx.process import child_running, kill_tree, running
