@@ -9,7 +9,7 @@ For each size, in one run, on a fresh root:
   a day (``next_eligible_at`` tomorrow);
 * ``loopx goal add`` latency (median of 3);
 * ``loopx status --json --clear-cache`` (cold: best of 3, each from no cache; wall clock
-  and CPU, since a forked child fingerprints the goals meanwhile) and
+  and CPU) and
   ``loopx status --json`` (warm: within the cache's TTL, passed as ``--ttl 300``; best of 5,
   each run next to one of ``python3 -c pass``, whose best is the size's reference);
 * ``GET /status`` (first page of 100) on a real status server: median of ``--requests``;
@@ -311,8 +311,7 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, float]:
             out["quota should-run (s)"] = paired_best(cli(root, *should_run), out, check=False)
         if "status" in parts:
             # Cold: best of 3, each from no cache (a single run is at the mercy of the load).
-            # By wall clock, what a user waits: a forked child fingerprints the goals
-            # meanwhile, so its CPU (printed too) counts two processes.
+            # By wall clock, what a user waits, and by CPU (children included).
             cold = [timed_both(cli(root, "status", "--json", "--clear-cache")) for _ in range(3)]
             out["status cold, wall (s)"] = min(wall for wall, _ in cold)
             out["status cold, CPU (s)"] = min(cpu for _, cpu in cold)

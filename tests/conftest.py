@@ -7,8 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,6 @@ from typing import Any
 import pytest
 
 import loopx.log
-from loopx.process.forking import can_fork
 from loopx.root import Layout, ResolvedRoot, RootSource, open_root
 
 # The tests press Ctrl-C as a terminal does. Run from a script's background job (`pytest &`
@@ -152,36 +149,3 @@ def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = saved
-
-
-@pytest.fixture(autouse=True)
-def _no_apprise_threads() -> Iterator[None]:
-    """Stop the worker threads Apprise (2.x) keeps for the rest of a process that sent in it.
-
-    Left running, they would keep every later test's process from forking
-    (:func:`loopx.process.forking.can_fork`): a status would do its child's work itself.
-    """
-    yield
-    module = sys.modules.get("apprise.apprise")
-    executor = getattr(module, "_shared_executor", None)
-    if executor is not None:
-        executor.shutdown(wait=True)
-        module._shared_executor = None  # type: ignore[union-attr]
-
-
-@pytest.fixture
-def forkable() -> None:
-    """This process may fork (:func:`loopx.process.forking.can_fork`): no thread left by an earlier test.
-
-    A test of the forked child needs it: without a fork the parent does the
-    child's work itself, and a fault point meant for the child ends pytest.
-    AnyIO's worker threads (Starlette's test client) end after 10 s idle.
-    """
-    deadline = time.monotonic() + 30.0
-    while not can_fork():
-        if time.monotonic() > deadline:
-            names = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-            pytest.fail(
-                f"threads left running by an earlier test keep this one from forking: {names}"
-            )
-        time.sleep(0.05)

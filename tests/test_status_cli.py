@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 
+from loopx.api import Root
 from loopx.model import utcnow
+from loopx.root import Layout
+from loopx.status.database import StatusStore
+from loopx.status.fingerprint import goal_fingerprint
 from loopx.testing.status_fixtures import open_gate_state, register_goals, seed_goal, write_state
 
 
@@ -67,6 +72,26 @@ def test_clear_cache_then_status(layout, cli):
     cli.run("status", check=True)
     doc = cli.json("status", "--clear-cache")
     assert doc["counts"]["total"] == 2
+
+
+def _instants_masked(document: str) -> str:
+    return re.sub(r'"\d{4}-\d\d-\d\dT[^"]*"', '"<instant>"', document)
+
+
+def test_a_cold_status_json_prints_and_stores_what_the_library_does(cli):
+    for i in range(5):
+        cli.run("goal", "add", f"g{i}", "--objective", "x", check=True)
+    cli.run("gate", "open", "g1", "--question", "why?", check=True)
+    printed = cli.run("status", "--json", "--clear-cache", check=True).stdout
+    stored = StatusStore(Layout.at(cli.root)).load()
+    assert stored is not None
+    assert {g: c.fingerprint for g, c in stored.goals.items()} == {
+        g: goal_fingerprint(f"{cli.root}/goals/{g}") for g in stored.goals
+    }
+    library = Root.open(cli.root).status
+    library.clear_cache()
+    assert _instants_masked(printed) == _instants_masked(library.document().decode())
+    assert '"gate_question": "why?"' in printed
 
 
 def test_watch_redraws_until_interrupted(layout, cli):

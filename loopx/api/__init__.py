@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from loopx.api._status import Status
     from loopx.api._turns import Turns
     from loopx.api._warm import (
-        prefetch_status_scan,
         print_quota_snapshot,
         print_status_snapshot,
         remember_answer,
@@ -66,7 +65,6 @@ _EXPORTS: dict[str, str] = {
     "add_agent_run_options": "loopx.agents.options",  # `loopx agent run` = the agent process
     "configure_logging": "loopx.log",  # structlog as the CLI sets it up
     # The warm answers, standard library only (`quota should-run`, `status --json`).
-    "prefetch_status_scan": "loopx.api._warm",  # a cold status's fingerprints, in a child
     "print_quota_snapshot": "loopx.api._warm",
     "print_status_snapshot": "loopx.api._warm",
     "remember_answer": "loopx.api._warm",
@@ -108,7 +106,6 @@ __all__ = [
     "Turns",
     "add_agent_run_options",
     "configure_logging",
-    "prefetch_status_scan",
     "print_quota_snapshot",
     "print_status_snapshot",
     "remember_answer",

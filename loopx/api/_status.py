@@ -15,7 +15,6 @@ from loopx.status.current import (
     refresh_status,
     status_document,
 )
-from loopx.status.prefetch import Prefetch
 from loopx.status.refresh import RefreshReport
 from loopx.status.view import Actor, StatusProjection
 
@@ -71,20 +70,16 @@ class Status:
         ttl_s: float = DEFAULT_TTL_S,
         full_scan_after_s: float = 0.0,
         now: datetime | None = None,
-        prefetch: Prefetch | None = None,
     ) -> bytes:
         """`loopx status --json`'s bytes (every goal), kept for the next warm CLI to print as is.
 
-        The same document as ``project()`` serialised with an indent of 2. A full
-        scan takes ``prefetch``'s fingerprints (:func:`loopx.status.prefetch.start`,
-        called before the heavy imports); the caller closes it.
+        The same document as ``project()`` serialised with an indent of 2.
         """
         return status_document(
             self.layout,
             now=now or utcnow(),
             ttl_s=ttl_s,
             full_scan_after_s=full_scan_after_s,
-            prefetch=prefetch,
         )
 
     def clear_cache(self) -> None:

@@ -16,7 +16,6 @@ parsed it the first time, and the same words give the same call.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from loopx._version import VERSION
@@ -28,8 +27,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import BinaryIO
-
-    from loopx.status.prefetch import Prefetch
 
 
 def _layout(
@@ -67,36 +64,6 @@ def print_status_snapshot(
     from loopx.status.warm import print_document  # noqa: PLC0415 - a warm quota answer needs none
 
     return print_document(_layout(path, registry, env, home), ttl_s=ttl_s, out=out)
-
-
-def prefetch_status_scan(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    ttl_s: float,
-    full_scan_after_s: float,
-    clear_cache: bool,
-    registry: str | os.PathLike[str] | None = None,
-) -> Prefetch | None:
-    """Start fingerprinting every goal in a forked child, when the coming refresh scans them all.
-
-    For a `loopx status --json` whose memo missed, before it imports the rest
-    (:mod:`loopx.status.prefetch`): a scan is due when the cache is cleared,
-    missing, or older than ``ttl_s`` with ``full_scan_after_s`` 0. A younger
-    cache is refreshed from the change hints alone, which the child would not
-    speed up. Pass the result to ``root.status.document`` and close it after.
-    """
-    from loopx.status.prefetch import start  # noqa: PLC0415 - a warm answer needs none
-    from loopx.status.warm import store_path  # noqa: PLC0415 - nor this
-
-    layout = _layout(path, registry, None, None)
-    if not clear_cache:
-        try:
-            age = time.time() - os.stat(store_path(layout)).st_mtime
-        except FileNotFoundError:
-            age = float("inf")
-        if age < ttl_s or full_scan_after_s > 0:
-            return None
-    return start(str(layout.goals_dir))
 
 
 def print_quota_snapshot(
@@ -177,7 +144,6 @@ def warm_call(call: str, arguments: Mapping[str, object], *, out: int | BinaryIO
 
 
 __all__ = [
-    "prefetch_status_scan",
     "print_quota_snapshot",
     "print_status_snapshot",
     "remember_answer",

@@ -203,23 +203,14 @@ def _print_document(args: argparse.Namespace) -> None:
     where = {"path": args.root, "registry": args.registry}
     if not args.clear_cache and stored_answer(args, "status", **where, ttl_s=args.ttl) is not None:
         return
-    from loopx.api import prefetch_status_scan  # noqa: PLC0415 - standard library only
-
-    # Before the imports below: a child fingerprints every goal meanwhile, on the other core.
-    scan = {"ttl_s": args.ttl, "full_scan_after_s": args.full_scan_after}
-    prefetch = prefetch_status_scan(**where, **scan, clear_cache=args.clear_cache)
-    try:
-        # One pass over every goal whose objects all live until the process exits: the
-        # cyclic collector would only rescan them, at exit too (a fifth of a cold run).
-        gc.disable()
-        configure_logging(args)
-        status = root(args).status
-        if args.clear_cache:
-            status.clear_cache()
-        document = status.document(**scan, prefetch=prefetch)
-    finally:
-        if prefetch is not None:
-            prefetch.close()
+    # One pass over every goal whose objects all live until the process exits: the
+    # cyclic collector would only rescan them, at exit too (a fifth of a cold run).
+    gc.disable()
+    configure_logging(args)
+    status = root(args).status
+    if args.clear_cache:
+        status.clear_cache()
+    document = status.document(ttl_s=args.ttl, full_scan_after_s=args.full_scan_after)
     sys.stdout.flush()
     sys.stdout.buffer.write(document)
     gc.freeze()

@@ -14,8 +14,7 @@ mask a spawning supervisor hands down.
 
 Each helper does one OS-level thing; the policy (when to kill, how long a
 grace) belongs to the caller. The package also holds :mod:`~loopx.process.pids`
-(whether any process holds a pid, without psutil), :mod:`~loopx.process.forking`
-(a forked child doing a piece of a command's work) and
+(whether any process holds a pid, without psutil) and
 :mod:`~loopx.process.collector` (the cyclic collector paused during a burst).
 """
 

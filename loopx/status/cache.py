@@ -43,9 +43,8 @@ from loopx.registry.catalog import goal_catalog
 from loopx.registry.goalrecords import Goal, GoalStatus, Registry
 from loopx.root import Layout
 from loopx.root.hints import HintCursor, hinted_since, read_hints, reset_hints
-from loopx.status.database import BehindWrite, StatusStore
+from loopx.status.database import StatusStore
 from loopx.status.fingerprint import Fingerprint, goal_fingerprint
-from loopx.status.prefetch import Fingerprints, Prefetch
 from loopx.status.queue import assemble
 from loopx.status.refresh import (
     HINT_LOG_MAX,
@@ -73,9 +72,6 @@ DEFAULT_FULL_SCAN_S: Final = 60.0
 LOCK_TIMEOUT_S: Final = 60.0
 _SAME_TICK_NS: Final = 50_000_000
 _BUCKETS: Final = 256  # what RefreshReport.shards_written counts in (see there)
-# A rebuild of fewer goals is written in the process: at 1,000 goals a fork cost as much CPU
-# (copies of the pages either process then writes) as it saved time.
-_BEHIND_MIN_GOALS: Final = 5000
 
 log = get_logger(__name__)
 
@@ -110,12 +106,6 @@ class StatusCache:
     # right after its refresh). The supervisor prints none and keeps neither once a row is
     # written (about 1 KB a goal live); asked for a projection, it loads them for good.
     keep_views: bool = True
-    # A forked child's fingerprints for the next full scan (a cold CLI's; loopx.status.prefetch).
-    prefetch: Prefetch | None = None
-    # A rebuild of many goals is written by a forked child while this process goes on; the
-    # caller then calls finish_write (a cold CLI assembling its document meanwhile).
-    write_behind: bool = False
-    _behind: BehindWrite | None = None
 
     def __post_init__(self) -> None:
         self.store = StatusStore(self.layout)
@@ -193,7 +183,6 @@ class StatusCache:
         stored: Mapping[str, bytes] = {}
         wanted = [v.goal_id for v in views if v.goal_id not in fresh]
         if wanted:
-            self.finish_write()
             with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S):
                 if self._in_sync_with_disk() and not self._rebuild:
                     stored = self.store.views(wanted if len(wanted) * 2 < len(views) else None)
@@ -227,7 +216,6 @@ class StatusCache:
         """
         ensure_dir(self.layout.projections_dir)
         private_dir(self.store.path.parent)
-        self.finish_write()
         with locked(self.store.lock_path, timeout=LOCK_TIMEOUT_S), collector_paused():
             reloaded = self.index is not None and not self._in_sync_with_disk()
             if self.index is None or reloaded:
@@ -286,14 +274,9 @@ class StatusCache:
             full_scan_after_s=full_scan_after_s,
             force=force,
         )
-        # Hinted and leased goals are fingerprinted afresh; a full scan's others may be
-        # remembered, or taken by the prefetch.
+        # Hinted and leased goals are fingerprinted afresh; a full scan's others may be remembered.
         exact = candidates if not full or hinted is None else {*hinted, *self._leased}
-        taken = (self._prefetched() if full else None) or {}
-        fingerprints = {}
-        for g in candidates:
-            fp = None if g in exact else taken.get(g)
-            fingerprints[g] = fp if fp is not None else self._fingerprint(g, exact=g in exact)
+        fingerprints = {g: self._fingerprint(g, exact=g in exact) for g in candidates}
         if full and scan_all:
             gone, moved = self._confirm_goal_files(fingerprints)
             removed.extend(gone)
@@ -362,32 +345,9 @@ class StatusCache:
         changed = {g: (goals[g], fresh[g]) for g in fresh}
         with _cache_write(self):
             self._database = None
-            if rebuild and self.write_behind and len(changed) >= _BEHIND_MIN_GOALS:
-                self._behind = self.store.rebuild_behind(self.index, changed=changed)
-            if self._behind is None:
-                self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
-                self._database = file_fingerprint(self.store.path)
-            self._rebuild = False
-
-    @property
-    def writing_behind(self) -> bool:
-        """Whether a write behind is under way (:meth:`finish_write` ends it)."""
-        return self._behind is not None
-
-    def finish_write(self) -> bool:
-        """Wait for a write behind (:attr:`write_behind`) and put it in place; whether it is.
-
-        False when none is under way, when it failed (the next write rebuilds
-        the database), or when another process wrote the database meanwhile.
-        """
-        behind, self._behind = self._behind, None
-        if behind is None:
-            return False
-        if behind.finish(timeout=LOCK_TIMEOUT_S):
+            self.store.write(self.index, changed=changed, removed=removed, replace_all=rebuild)
             self._database = file_fingerprint(self.store.path)
-            return True
-        self._rebuild = not self.store.path.exists()
-        return False
+            self._rebuild = False
 
     def _views(self, goal_ids: list[str]) -> list[GoalStatusView]:
         """The views of ``goal_ids`` to write, each projected by this process or loaded."""
@@ -402,11 +362,6 @@ class StatusCache:
                 raise LoopxError(msg)
             out.append(view)
         return out
-
-    def _prefetched(self) -> Fingerprints | None:
-        """The prefetch's fingerprints, once: a later refresh must take its own."""
-        prefetch, self.prefetch = self.prefetch, None
-        return prefetch.fingerprints() if prefetch is not None else None
 
     def _fingerprint(self, goal_id: str, *, exact: bool = True) -> Fingerprint:
         goal_dir = f"{self.layout.goals_dir}/{goal_id}"

@@ -19,7 +19,6 @@ from loopx.root import Layout
 from loopx.root.hints import changes_file
 from loopx.status.cache import DEFAULT_FULL_SCAN_S, DEFAULT_TTL_S, LOCK_TIMEOUT_S, StatusCache
 from loopx.status.database import StatusStore
-from loopx.status.prefetch import Prefetch
 from loopx.status.refresh import RefreshReport, StatusIndex
 from loopx.status.sources import current_fleet_keyed
 from loopx.status.view import StatusProjection
@@ -83,19 +82,15 @@ def status_document(
     now: datetime,
     ttl_s: float = DEFAULT_TTL_S,
     full_scan_after_s: float = DEFAULT_FULL_SCAN_S,
-    prefetch: Prefetch | None = None,
 ) -> bytes:
     """``loopx status --json``'s bytes, assembled from the cache and kept as a memo.
 
     The memo (:mod:`loopx.status.warm`) lets the next warm CLI print the same
     bytes without loading the cache while nothing it shows changed. The hint
     log's and the registry's fingerprints are taken before the refresh reads
-    them: a write during this call leaves no memo that hides it. A full scan
-    takes ``prefetch``'s fingerprints (the caller closes it); a rebuild's
-    database is written by a forked child while the document is assembled.
+    them: a write during this call leaves no memo that hides it.
     """
     cache = status_cache(layout)
-    cache.prefetch, cache.write_behind = prefetch, True
     hints, registry = str(changes_file(layout)), str(layout.registry)
     hosts = str(hosts_path(layout))  # a quarantine is no goal's change: it leaves no hint
     before = {
@@ -105,21 +100,11 @@ def status_document(
     }
     database = str(cache.store.path)
     with collector_paused():
-        try:
-            cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s)
-            # A rebuild's database may be written by a child meanwhile (write_behind).
-            behind = cache.writing_behind
-            written = None if behind else memo.fingerprint(database)  # as the refresh left it
-            projection, index, fleet, until = _current(cache, now=now)
-            document = cache.document(projection)
-            if behind and cache.finish_write():
-                written = memo.fingerprint(database)  # as the child wrote it
-        finally:
-            cache.prefetch, cache.write_behind = None, False
-            cache.finish_write()  # after an error: the child's database is not left unplaced
-    # No memo over a database another process wrote: it may show more than this document.
-    if fleet is not None and written is not None:
-        before[database] = written
+        cache.refresh(now=now, ttl_s=ttl_s, full_scan_after_s=full_scan_after_s)
+        before[database] = memo.fingerprint(database)  # as the refresh left it
+        projection, index, fleet, until = _current(cache, now=now)
+        document = cache.document(projection)
+    if fleet is not None:
         memo.store(
             memo_path(layout),
             document,

@@ -33,19 +33,15 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from loopx.faults import fault_point
 from loopx.history.reader import HistoryCounts
 from loopx.log import get_logger
 from loopx.memo import host_cache_dir
 from loopx.model import model_shape
-from loopx.process.forking import exited_ok, fork
-from loopx.process.pids import pid_held
 from loopx.root import Layout
 from loopx.status.refresh import CachedGoal, StatusIndex
 from loopx.status.sources import NO_COUNTS
 from loopx.status.view import GoalStatusView, ProbeObservation, share_values
 from loopx.status.warm import STORE_NAME, store_path
-from loopx.storage.locks import locked
 
 # How the rows encode what they hold, where the tables' text does not show it (5: the
 # fingerprint as packed integers); raise it when that changes.
@@ -70,7 +66,6 @@ SCHEMA_VERSION: Final = (
     zlib.crc32(f"{_ENCODING}\n{_SCHEMA}\n{model_shape(GoalStatusView)}".encode()) & 0x7FFFFFFF
 )
 _NO_COUNTS_JSON: Final = "{}"
-FAULT_ROWS_WRITTEN: Final = "status:rows_written"  # the rows are in, the commit is not
 
 log = get_logger(__name__)
 
@@ -102,13 +97,12 @@ class StatusStore:
         self.lock_path = self.path  # `locked` adds its ".lock"
 
     @contextlib.contextmanager
-    def _connect(self, *, create: bool, path: Path | None = None) -> Iterator[sqlite3.Connection]:
-        path = path or self.path
-        if not create and not path.exists():
-            raise FileNotFoundError(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection]:
+        if not create and not self.path.exists():
+            raise FileNotFoundError(self.path)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         os.close(fd)
-        db = sqlite3.connect(path, isolation_level=None)
+        db = sqlite3.connect(self.path, isolation_level=None)
         try:
             # The rollback journal, not WAL: a commit moves the database file itself,
             # whose fingerprint the warm memo holds (loopx.memo).
@@ -199,34 +193,7 @@ class StatusStore:
         """
         if replace_all:
             self.remove()
-        self._write_into(self.path, index, changed=changed, removed=removed)
-
-    def rebuild_behind(
-        self, index: StatusIndex, *, changed: Mapping[str, tuple[CachedGoal, bytes]]
-    ) -> BehindWrite | None:
-        """Start a rebuild (``changed`` holds every goal) in a forked child; None: can't fork.
-
-        The database goes at once (a reader rebuilds its own meanwhile); the
-        child writes the new one beside it, and :meth:`BehindWrite.finish`
-        moves it into place. For a command that has more to do before it
-        exits (a cold ``status --json`` assembles its document meanwhile).
-        """
-        self.remove()
-        new = self.path.with_name(f"{STORE_NAME}.{os.getpid()}.new")
-        with contextlib.suppress(FileNotFoundError):
-            new.unlink()
-        pid = fork(lambda: self._write_into(new, index, changed=changed, removed=()))
-        return BehindWrite(self, pid, new) if pid is not None else None
-
-    def _write_into(
-        self,
-        path: Path,
-        index: StatusIndex,
-        *,
-        changed: Mapping[str, tuple[CachedGoal, bytes]],
-        removed: Iterable[str],
-    ) -> None:
-        with self._connect(create=True, path=path) as db:
+        with self._connect(create=True) as db:
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 db.executescript(
                     # Large pages: most rows are a view of about a kilobyte.
@@ -241,26 +208,16 @@ class StatusStore:
                     (_row(goal_id, entry, view) for goal_id, (entry, view) in changed.items()),
                 )
                 db.execute("INSERT OR REPLACE INTO meta VALUES (1, ?)", (index.model_dump_json(),))
-                fault_point(FAULT_ROWS_WRITTEN)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
 
     def remove(self) -> None:
-        """Delete the database (``--clear-cache``, a rebuild), and what killed writers left.
-
-        A cold status killed while its child wrote leaves ``status.db.<pid>.new``;
-        the file of a status still running is its own.
-        """
+        """Delete the database and its journal (``--clear-cache``, a rebuild)."""
         for name in (STORE_NAME, STORE_NAME + "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 (self.path.parent / name).unlink()
-        for path in self.path.parent.glob(f"{STORE_NAME}.*.new*"):
-            pid = path.name.removeprefix(f"{STORE_NAME}.").split(".")[0]
-            if pid.isdigit() and not pid_held(int(pid)):  # this host's cache: its pids are ours
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
 
     def problem(self) -> str | None:
         """What is wrong with the database (``loopx doctor``), or None: missing is fine."""
@@ -277,32 +234,6 @@ class StatusStore:
         if version != SCHEMA_VERSION:
             return f"schema {version}, this LoopX writes {SCHEMA_VERSION}"
         return None
-
-
-class BehindWrite:
-    """A rebuilt database being written by a forked child (:meth:`StatusStore.rebuild_behind`)."""
-
-    def __init__(self, store: StatusStore, pid: int, path: Path) -> None:
-        self.store, self.pid, self.path = store, pid, path
-
-    def finish(self, *, timeout: float) -> bool:
-        """Wait for the child and move its database into place; whether it is there now.
-
-        Not when the child failed, nor when another process wrote a database
-        meanwhile (it read the files after this one did): the new file goes.
-        """
-        written = exited_ok(self.pid)
-        with locked(self.store.lock_path, timeout=timeout):
-            if written and not self.store.path.exists():
-                with contextlib.suppress(FileNotFoundError):  # a `--clear-cache` took it
-                    self.path.replace(self.store.path)
-                    return True
-        if not written:
-            log.warning("status_cache_not_written", reason="the writing child failed")
-        for leftover in (self.path, self.path.with_name(self.path.name + "-journal")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-        return False
 
 
 _EMPTY_COUNTS: Final = NO_COUNTS  # the instance every entry without history shares
