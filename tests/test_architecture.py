@@ -86,7 +86,7 @@ KERNEL_ORDER: Final = (
     "errors",
     "ids",
     "environ",
-    "process",  # pids, process trees, signals; a forked child; the cyclic collector paused
+    "process",  # pids, process trees, signals; the cyclic collector paused
     "faults",
     "secrets",
     "log",  # structlog configured once, and the log files it writes, rotated by size
