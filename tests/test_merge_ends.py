@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from loopx import exitcodes
-from loopx.testing.gitwork import commit_file, git
+from loopx.model import utcnow
+from loopx.root import ResolvedRoot, RootSource, open_root
+from loopx.testing.gitwork import commit_file, git, make_repo
+from loopx.worktree.mergejournal import MergeJournal, MergeMode
+from loopx.worktree.mergerun import MergeRun
 from tests.conftest import Cli
 from tests.gitkit import goal_doc, head, repo_with_ignored_env, worktree_paths
 from tests.test_merge import done_goal, merge
@@ -181,3 +185,32 @@ def test_recover_cancels_a_merge_git_refuses_to_finish_and_exits_0(
     assert (journal["step"], journal["outcome"], head(repo)) == ("aborted", "aborted", old)
     assert _scratch_gone(cli.root, repo)
     assert loopx(cli.root, "recover").returncode == 0
+
+
+def test_a_git_refused_by_a_lock_left_after_the_settle_is_settled_and_run_once_more(
+    tmp_path: Path,
+) -> None:
+    """A ref lock a killed merge's surviving git took late: no live holder, so removed and retried."""
+    repo = make_repo(tmp_path / "repo", {"a.txt": "one\n"})
+    old = git(repo, "rev-parse", "HEAD")
+    new = commit_file(repo, "a.txt", "two\n")
+    git(repo, "update-ref", "refs/heads/main", old)
+    lock = repo / ".git" / "refs" / "heads" / "main.lock"
+    lock.write_text(new + "\n")  # left by a git that is gone
+    now = utcnow()
+    journal = MergeJournal(
+        goal_id="g1", repo=str(repo), base="main", branch="loopx/g1", mode=MergeMode.MERGE,
+        base_old=old, branch_head=new, scratch=str(tmp_path / "scratch"), created_at=now,
+        updated_at=now,
+    )  # fmt: skip
+    root = tmp_path / "root"
+    layout = open_root(ResolvedRoot(root, root / "registry.json", RootSource.FLAG), create=True)
+    layout.ensure_goal_dirs("g1")
+    run = MergeRun(layout, journal)
+    done = run.git("move", repo, "update-ref", "refs/heads/main", new, old)
+    assert done.returncode == 0
+    assert git(repo, "rev-parse", "main") == new and not lock.exists()
+    assert [(r.action, r.exit_code != 0) for r in run.journal.runs] == [
+        ("move", True),
+        ("move", False),
+    ]

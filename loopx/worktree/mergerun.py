@@ -25,6 +25,7 @@ the repository (:mod:`loopx.git.holders`); until then it waits, at most
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import time
@@ -50,6 +51,9 @@ _POLL_S: Final = 0.05
 _GIT_TIMEOUT_S: Final = 300.0
 # The runs whose interruption may leave a lock outside the scratch worktree, and where.
 _SYNC_ACTIONS: Final = frozenset({"sync", "unsync"})
+# How git says it changed nothing because a lock file exists ("Unable to create
+# '.../index.lock': File exists.", "cannot lock ref ...: Unable to create '....lock'").
+_LOCK_REFUSAL: Final = re.compile(r"Unable to create '[^']*\.lock'")
 
 
 @dataclass(slots=True)
@@ -60,6 +64,7 @@ class MergeRun:
     journal: MergeJournal
     me: ProcessIdentity = field(default_factory=ProcessIdentity.current)
     scratch_is_mine: bool = False  # this process made the scratch worktree as it is now
+    settling: bool = False  # inside settle(): its own git runs are not retried
 
     def record(self, journal: MergeJournal) -> MergeJournal:
         """Write ``journal`` (dated now; a new step gets its mark) and keep it as the current one."""
@@ -89,9 +94,30 @@ class MergeRun:
     ) -> subprocess.CompletedProcess[str]:
         """``git -C where args...`` as a journaled run named ``action``.
 
+        A run git refused because a lock file exists (it changed nothing) is run once more
+        after :meth:`settle`: the git of a merge killed just before (its process ended, its
+        git did not) may take a lock after this merge looked for leftovers.
+
         Raises:
             GitError: git exited non-zero (or was killed) and ``check`` is set.
+            MergeBusyError: a refusal by a lock, and a live process still holds the repository.
         """
+        done = self._run_git(action, where, *args, env=env)
+        if done.returncode != 0 and not self.settling and _LOCK_REFUSAL.search(done.stderr):
+            self.settling = True
+            try:
+                self.settle()
+            finally:
+                self.settling = False
+            done = self._run_git(action, where, *args, env=env)
+        if check and done.returncode != 0:
+            code = done.returncode
+            raise GitError(["git", *args], where, code, done.stderr or f"killed by signal {-code}")
+        return done
+
+    def _run_git(
+        self, action: str, where: Path, *args: str, env: Mapping[str, str] | None
+    ) -> subprocess.CompletedProcess[str]:
         run = GitRun(
             action=action,
             argv=list(args),
@@ -115,8 +141,6 @@ class MergeRun:
                 proc.wait()
         code = proc.returncode
         self._set_run(run.model_copy(update={"ended_at": utcnow(), "exit_code": code}))
-        if check and code != 0:
-            raise GitError(["git", *args], where, code, err or f"killed by signal {-code}")
         return subprocess.CompletedProcess([git.GIT, *args], code, out, err)
 
     # --- continuing after a kill ----------------------------------------------------------------

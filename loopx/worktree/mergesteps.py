@@ -140,13 +140,7 @@ def _move(run: MergeRun) -> MergeJournal:
     ref = f"refs/heads/{journal.base}"
     message = f"loopx: merge {journal.branch}"
     argv = ("update-ref", "-m", message, ref, journal.merged_commit, journal.base_old)
-    done = run.git("move", repo, *argv, check=False)
-    # The git of a merge killed just before (its process ended, its git did not) may take
-    # the base's lock after this merge looked for leftovers: settle, then once more.
-    locked_out = done.returncode != 0 and ".lock" in done.stderr
-    if locked_out and git.branch_commit(repo, journal.base) == journal.base_old:
-        run.settle()
-        done = run.git("move", repo, *argv, check=False)
+    done = run.git("move", repo, *argv, check=False)  # a lock's refusal is settled and retried
     if done.returncode != 0:
         now_at = git.branch_commit(repo, journal.base)
         if now_at == journal.base_old:  # refused for another reason (killed, a lock): redo
