@@ -25,16 +25,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from _echoroot import HOST, echo_root
+
 from loopx.agents.turn import TurnConfig, run_one_turn
 from loopx.log import configure_logging
-from loopx.model import utcnow
-from loopx.registry.goalrecords import HostKind, HostSpec
-from loopx.registry.goals import GoalChanges, add_goal
-from loopx.root import ResolvedRoot, RootSource, open_root
 from loopx.storage.files import atomic_write_bytes
 from loopx.turn.tamper import GoalFingerprint
-
-HOST = ["/bin/echo", '{"schema_version": 1, "kind": "progress", "summary": "ok"}']
 
 # Count the fsyncs each path makes (files.py calls os.fsync through the module).
 FSYNCS = [0]
@@ -100,22 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging(level="warning")
     base = Path(tempfile.mkdtemp(prefix="loopx-bench-"))
-    layout = open_root(
-        ResolvedRoot(base / "root", base / "root/registry.json", RootSource.FLAG), create=True
-    )
-    (base / "wd").mkdir()
-    add_goal(
-        layout,
-        "bench",
-        GoalChanges(
-            objective="benchmark",
-            workdir=str(base / "wd"),
-            host=HostSpec(kind=HostKind.COMMAND, argv=HOST),
-        ),
-        update=False,
-        default_workdir=base / "wd",
-        now=utcnow(),
-    )
+    layout = echo_root(base, "bench", objective="benchmark")
     config = TurnConfig()
     turn_s, host_s, floor_s, turn_cpu, floor_cpu = [], [], [], [], []
     floor_dir = base / "floor"

@@ -31,16 +31,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _echoroot import echo_root  # noqa: E402
+
 from loopx.agents.turn import TurnConfig, run_one_turn  # noqa: E402
 from loopx.log import configure_logging  # noqa: E402
-from loopx.model import utcnow  # noqa: E402
-from loopx.registry.goalrecords import Goal, HostKind, HostSpec  # noqa: E402
-from loopx.registry.goals import GoalChanges, add_goal  # noqa: E402
-from loopx.root import Layout, ResolvedRoot, RootSource, open_root  # noqa: E402
+from loopx.registry.goalrecords import Goal  # noqa: E402
 from loopx.turn.steps.context import TurnContext  # noqa: E402
 from tests.test_architecture import KERNEL_ORDER, LAYERS, kernel_unit, layer_of  # noqa: E402
 
-HOST = ["/bin/echo", '{"schema_version": 1, "kind": "progress", "summary": "ok"}']
 GOAL = "pathgoal"
 PACKAGE_DIR = str(REPO / "loopx")
 # Above the kernel, bottom to top; a layer not named here ranks with the API.
@@ -98,33 +96,14 @@ class Trace:
         return found
 
 
-def set_up(base: Path) -> Layout:
-    """A root with one goal whose host is ``/bin/echo`` printing a progress result."""
-    layout = open_root(
-        ResolvedRoot(base / "root", base / "root/registry.json", RootSource.FLAG), create=True
-    )
-    (base / "wd").mkdir()
-    add_goal(
-        layout,
-        GOAL,
-        GoalChanges(
-            objective="trace one turn",
-            workdir=str(base / "wd"),
-            host=HostSpec(kind=HostKind.COMMAND, argv=HOST),
-        ),
-        update=False,
-        default_workdir=base / "wd",
-        now=utcnow(),
-    )
-    return layout
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--list", action="store_true", help="print the stays in order")
     args = parser.parse_args()
     configure_logging(level="warning")
-    layout = set_up(Path(tempfile.mkdtemp(prefix="loopx-path-")))
+    layout = echo_root(
+        Path(tempfile.mkdtemp(prefix="loopx-path-")), GOAL, objective="trace one turn"
+    )
     config = TurnConfig()
     for _ in range(3):
         run_one_turn(layout, GOAL, agent_id="path", config=config)
